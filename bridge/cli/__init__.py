@@ -1,0 +1,47 @@
+"""The `bridge` command: a thin click shell over the library.
+
+Each subcommand lives in its own module and is imported only when it is run (or when `--help` lists it), so
+`bridge webhook` never pays for the node daemon's gRPC imports and vice versa. Every option is also settable
+through an environment variable named `BRIDGE_<OPTION>` (click's auto_envvar_prefix), e.g. `BRIDGE_NODE_NAME`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute"; the module is imported lazily.
+_COMMANDS: dict[str, str] = {
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "BRIDGE"})
+@click.version_option(package_name="dra-bridge", prog_name="bridge")
+def main() -> None:
+    """dra-bridge: move GPU workloads from the device-plugin API to DRA one namespace at a time.
+
+    \b
+    bridge node            node daemon: serves GPUs to the kubelet via device plugin AND DRA
+    bridge webhook         admission webhook: translates nvidia.com/gpu requests in DRA namespaces
+    bridge migrate-report  read-only readiness report for a cluster or a snapshot
+    bridge namespace       flip a namespace between legacy, shadow and dra
+    bridge sandbox         API emulator and kubelet simulator for tests and demos
+
+    Every option can also be set through an environment variable BRIDGE_<COMMAND>_<OPTION>
+    (see each command's --help for the exact name).
+    """
