@@ -1,0 +1,190 @@
+"""The verbs the bridge needs from a Kubernetes API server, as a Protocol over plain dicts.
+
+Every component (node daemon, webhook, report, demo) talks to Kubernetes only through `KubeAPI`; the one
+implementation over the official client lives in `bridge/kube/client.py`. Objects are plain JSON dicts (exactly
+what the server sends), never the client's model classes: cluster-wide lists must not pay model deserialization
+(see reference/limits-and-timeouts.md section 6).
+
+A `Resource` names one group/version/plural. `resource.k8s.io` is served as v1, v1beta2 or v1beta1 depending on the
+cluster: callers ask `KubeAPI.resource_api()` once and use its `ResourceAPI` (claims, claim templates, slices,
+device classes) for the version the server prefers, so version handling sits in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+Obj = dict[str, Any]
+PatchType = Literal["merge", "json", "strategic"]
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+NODES = Resource("", "v1", "nodes", "Node", False)
+PODS = Resource("", "v1", "pods", "Pod", True)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+EVENTS = Resource("", "v1", "events", "Event", True)
+RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", True)
+CONFIG_MAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
+DAEMON_SETS = Resource("apps", "v1", "daemonsets", "DaemonSet", True)
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
+STATEFUL_SETS = Resource("apps", "v1", "statefulsets", "StatefulSet", True)
+REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
+JOBS = Resource("batch", "v1", "jobs", "Job", True)
+CRON_JOBS = Resource("batch", "v1", "cronjobs", "CronJob", True)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+MUTATING_WEBHOOKS = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False
+)
+
+RESOURCE_GROUP = "resource.k8s.io"
+# Newest first: the order in which the bridge prefers served versions.
+RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+@dataclass(frozen=True)
+class ResourceAPI:
+    """resource.k8s.io at the version the cluster serves (newest of v1, v1beta2, v1beta1)."""
+
+    version: str
+
+    def _r(self, plural: str, kind: str, namespaced: bool) -> Resource:
+        return Resource(RESOURCE_GROUP, self.version, plural, kind, namespaced)
+
+    @property
+    def claims(self) -> Resource:
+        return self._r("resourceclaims", "ResourceClaim", True)
+
+    @property
+    def claim_templates(self) -> Resource:
+        return self._r("resourceclaimtemplates", "ResourceClaimTemplate", True)
+
+    @property
+    def slices(self) -> Resource:
+        return self._r("resourceslices", "ResourceSlice", False)
+
+    @property
+    def device_classes(self) -> Resource:
+        return self._r("deviceclasses", "DeviceClass", False)
+
+    @property
+    def device_taint_rules(self) -> Resource:
+        # DeviceTaintRule is alpha/beta (v1alpha3 / v1beta2); callers must check discovery before using it.
+        return self._r("devicetaintrules", "DeviceTaintRule", False)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+    object: Obj
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the server serves: `/version` plus every group/version and its resources."""
+
+    git_version: str  # "v1.36.2"
+    major: int
+    minor: int
+    # "group/version" ("v1" for core) -> {plural: {"kind":..., "namespaced":..., "verbs": [...]}}
+    resources: dict[str, dict[str, dict[str, Any]]]
+
+    def serves(self, group_version: str, plural: str | None = None) -> bool:
+        gv = self.resources.get(group_version)
+        return gv is not None and (plural is None or plural in gv)
+
+
+class KubeAPI(Protocol):
+    """Errors are those of `bridge.kube.errors`. Transient failures (connection refused, 429, 5xx) are retried with
+    backoff inside the implementation (honouring Retry-After) up to its configured deadline, then raised as
+    `Unavailable`."""
+
+    def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj: ...
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+        on_page: Callable[[int], None] | None = None,
+    ) -> Obj:
+        """A whole list (all pages joined): {"apiVersion", "kind", "metadata": {"resourceVersion"}, "items": [...]}.
+        `on_page(count_so_far)` is called after each page (progress bars)."""
+        ...
+
+    def create(self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False) -> Obj: ...
+
+    def update(self, res: Resource, obj: Obj, namespace: str | None = None, *, subresource: str | None = None) -> Obj:
+        """PUT with the object's metadata.resourceVersion as precondition (Conflict when stale)."""
+        ...
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Obj | list[Obj],
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> Obj: ...
+
+    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+        """NotFound is raised; callers that don't care catch it."""
+        ...
+
+    def delete_collection(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> None: ...
+
+    def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int | None = None,
+    ) -> Iterator[WatchEvent]:
+        """One raw watch stream (bookmarks requested and passed through). Raises Gone when the version is too old.
+        For a resilient watch (resume, relist on Gone) use `bridge.kube.watch.Informer`-style helpers."""
+        ...
+
+    def discovery(self) -> Discovery: ...
+
+    def resource_api(self) -> ResourceAPI:
+        """The resource.k8s.io version to use (newest served); raises NotFound when DRA is not served at all."""
+        ...
