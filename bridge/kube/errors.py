@@ -7,7 +7,12 @@
     ├── Forbidden       403 (and 401): carries the verb and resource so callers can name the missing RBAC rule
     ├── Gone            410 (watch/list resourceVersion too old: relist)
     ├── Invalid         422: carries the field causes the server returned
-    └── Unavailable     connection refused/reset, timeouts, 429, 5xx (retried with backoff by the layer)
+    ├── BadRequest      400 (malformed body or patch, bad selector): a caller bug, never retried
+    ├── Unavailable     connection refused/reset, timeouts, 429, 5xx (retried with backoff by the layer)
+    └── ConfigError     no usable kubeconfig / in-cluster configuration (says what was tried)
+
+The mapping from the official client's `ApiException` and urllib3's transport errors lives in
+`bridge/kube/translate.py`; nothing else in the project sees those types.
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ class Conflict(KubeError):
 
 
 class AlreadyExists(Conflict):
-    pass
+    """`maybe_ours` is True when the layer retried a create whose earlier attempt may have reached the server
+    (connection reset, timeout, 5xx): the existing object may be the one this caller created."""
+
+    def __init__(self, message: str, *, maybe_ours: bool = False, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.maybe_ours = maybe_ours
 
 
 class Forbidden(KubeError):
@@ -40,6 +50,11 @@ class Forbidden(KubeError):
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.verb = verb
         self.resource = resource
+
+    @property
+    def rbac_hint(self) -> str:
+        """"missing RBAC: list pods" — the rule an operator has to grant."""
+        return f"missing RBAC: {self.verb} {self.resource}" if self.verb and self.resource else self.message
 
 
 class Gone(KubeError):
@@ -59,10 +74,36 @@ class Invalid(KubeError):
         self.causes = causes
 
 
+class BadRequest(KubeError):
+    pass
+
+
 class Unavailable(KubeError):
-    def __init__(self, message: str, *, retry_after: float | None = None, **kw: object) -> None:
+    """`request_sent` is False only when the server certainly did not act on the request (connection refused,
+    connect timeout, 429): then even a non-idempotent create may be retried blindly."""
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, request_sent: bool = True, **kw: object
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.retry_after = retry_after
+        self.request_sent = request_sent
 
 
-__all__ = ["AlreadyExists", "Cause", "Conflict", "Forbidden", "Gone", "Invalid", "KubeError", "NotFound", "Unavailable"]
+class ConfigError(KubeError):
+    pass
+
+
+__all__ = [
+    "AlreadyExists",
+    "BadRequest",
+    "Cause",
+    "ConfigError",
+    "Conflict",
+    "Forbidden",
+    "Gone",
+    "Invalid",
+    "KubeError",
+    "NotFound",
+    "Unavailable",
+]
