@@ -1,0 +1,229 @@
+"""AdmissionReview v1 in, response out. Pure (the namespace label lookup is injected), and it never raises.
+
+Three kinds of answer:
+
+* not an AdmissionReview at all (not JSON, not an object, wrong apiVersion/kind, no `request.uid`): HTTP 400 with a
+  `Status`-shaped body whose message says what is wrong, so the API server's log names the problem;
+* a review this webhook should not touch (not a Pod CREATE, legacy namespace, opted out, no GPUs, ...): allowed,
+  no patch;
+* a pod that is malformed, or whose translation fails: allowed, no patch, with a warning. The webhook fails OPEN:
+  the API server still validates the pod, and refusing it here would only turn a bridge bug into an outage.
+
+The result also lists the side effects the shell must perform (ResourceClaimTemplates to ensure, Events to
+record), with `dry_run` set when the API server said the request is a dry run: the shell then skips them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.webhook.facts import ClusterFacts, effective_target
+from bridge.webhook.policy import Action, PolicyConfig, resolve
+from bridge.webhook.translate import Translation, translate
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "admission.k8s.io/v1"
+WARNING_PREFIX = "dra-bridge: "
+MAX_WARNING_LEN = 512
+
+NamespaceLabels = Callable[[str], Mapping[str, str] | None]
+
+
+@dataclass(frozen=True)
+class ReviewConfig:
+    policy: PolicyConfig
+    facts: ClusterFacts
+    target: str = "auto"  # auto | claims | extended
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    namespace: str
+    pod_name: str  # the name, or generateName when the name is not assigned yet
+    pod_uid: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReviewResult:
+    status: int  # HTTP status
+    body: dict[str, Any]
+    outcome: str  # metrics label: translated|shadow|skipped|no-gpu|untranslatable|invalid|error
+    mode: str = ""
+    target: str = ""
+    uid: str = ""
+    namespace: str = ""
+    pod: str = ""
+    dry_run: bool = False
+    templates: tuple[dict[str, Any], ...] = ()
+    events: tuple[EventSpec, ...] = ()
+    reason: str = ""
+
+
+def bad_request(message: str, code: int = 400) -> ReviewResult:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+            "reason": "BadRequest" if code == 400 else "RequestEntityTooLarge" if code == 413 else "Error",
+            "message": message}
+    return ReviewResult(code, body, "invalid", reason=message)
+
+
+def allow(uid: str, patch: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (), warnings: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+    if warnings:
+        response["warnings"] = [(WARNING_PREFIX + w)[:MAX_WARNING_LEN] for w in warnings]
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def parse(raw: bytes | str | Any) -> dict[str, Any] | ReviewResult:
+    """The review dict, or the 400 answer explaining why it is not one."""
+    if isinstance(raw, (bytes, bytearray, str)):
+        try:
+            doc = json.loads(raw)
+        except (ValueError, RecursionError) as err:
+            return bad_request(f"body is not JSON: {str(err)[:200]}")
+    else:
+        doc = raw
+    if not isinstance(doc, dict):
+        return bad_request(f"body must be a JSON object (AdmissionReview), got {type(doc).__name__}")
+    if doc.get("kind") != "AdmissionReview" or doc.get("apiVersion") != API_VERSION:
+        return bad_request(f"expected kind AdmissionReview, apiVersion {API_VERSION}; got kind "
+                           f"{str(doc.get('kind'))[:60]!r}, apiVersion {str(doc.get('apiVersion'))[:60]!r}")
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        return bad_request("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return bad_request("AdmissionReview request has no uid")
+    return doc
+
+
+def _pod_shape_error(pod: Any) -> str | None:
+    if not isinstance(pod, dict):
+        return "request.object is not a Pod object"
+    if not isinstance(pod.get("metadata", {}), dict):
+        return "pod metadata is not an object"
+    ann = pod.get("metadata", {}).get("annotations")
+    if ann is not None and not isinstance(ann, dict):
+        return "pod annotations are not an object"
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return "pod has no spec"
+    for key in ("nodeSelector", "affinity"):
+        if spec.get(key) is not None and not isinstance(spec[key], dict):
+            return f"pod spec.{key} is not an object"
+    if spec.get("resourceClaims") is not None and not isinstance(spec["resourceClaims"], list):
+        return "pod spec.resourceClaims is not a list"
+    for kind in ("containers", "initContainers"):
+        items = spec.get(kind)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            return f"pod spec.{kind} is not a list"
+        for c in items:
+            if not isinstance(c, dict):
+                return f"pod spec.{kind} has an entry that is not an object"
+            res = c.get("resources")
+            if res is None:
+                continue
+            if not isinstance(res, dict):
+                return f"container {str(c.get('name'))[:63]} resources is not an object"
+            for part in ("requests", "limits"):
+                if res.get(part) is not None and not isinstance(res[part], dict):
+                    return f"container {str(c.get('name'))[:63]} resources.{part} is not an object"
+            if res.get("claims") is not None and not isinstance(res["claims"], list):
+                return f"container {str(c.get('name'))[:63]} resources.claims is not a list"
+    aff = spec.get("affinity") or {}
+    node_aff = aff.get("nodeAffinity")
+    if node_aff is not None:
+        if not isinstance(node_aff, dict):
+            return "pod nodeAffinity is not an object"
+        req = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if req is not None:
+            if not isinstance(req, dict) or not isinstance(req.get("nodeSelectorTerms", []), list):
+                return "pod required node affinity is malformed"
+            for t in req.get("nodeSelectorTerms", []):
+                if not isinstance(t, dict) or not isinstance(t.get("matchExpressions", []) or [], list):
+                    return "pod node selector term is malformed"
+                if not all(isinstance(e, dict) for e in t.get("matchExpressions") or []):
+                    return "pod node selector requirement is not an object"
+    return None
+
+
+def review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels) -> ReviewResult:
+    try:
+        return _review(raw, config, namespace_labels)
+    except Exception as err:  # the contract: never raise; fail open with a message
+        log.exception("admission review failed")
+        doc = raw if isinstance(raw, dict) else None
+        uid = ""
+        if doc is None:
+            try:
+                doc = json.loads(raw) if isinstance(raw, (bytes, bytearray, str)) else None
+            except Exception:
+                doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("request"), dict):
+            uid = str(doc["request"].get("uid") or "")
+        if not uid:
+            return bad_request(f"internal error handling the review: {type(err).__name__}", 500)
+        return ReviewResult(200, allow(uid, warnings=[f"not translated: internal error ({type(err).__name__})"]),
+                            "error", uid=uid, reason=str(err))
+
+
+def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels) -> ReviewResult:
+    doc = parse(raw)
+    if isinstance(doc, ReviewResult):
+        return doc
+    req = doc["request"]
+    uid = req["uid"]
+    kind = req.get("kind") if isinstance(req.get("kind"), dict) else {}
+    if (kind.get("group"), kind.get("kind")) != ("", "Pod") or req.get("operation") != "CREATE" or req.get("subResource"):
+        return ReviewResult(200, allow(uid), "skipped", uid=uid, reason="not a pod CREATE")
+    namespace = req.get("namespace") or ""
+    pod = req.get("object")
+    shape_error = _pod_shape_error(pod)
+    if not isinstance(namespace, str) or not namespace:
+        shape_error = shape_error or "request has no namespace"
+    if shape_error:
+        return ReviewResult(200, allow(uid, warnings=[f"not translated: {shape_error}"]), "invalid", uid=uid,
+                            namespace=str(namespace)[:253], reason=shape_error)
+    assert isinstance(pod, dict)
+    meta = pod.get("metadata") or {}
+    pod_name = str(req.get("name") or meta.get("name") or meta.get("generateName") or "")
+    dry_run = req.get("dryRun") is True
+    base = {"uid": uid, "namespace": namespace, "pod": pod_name, "dry_run": dry_run}
+
+    decision = resolve(namespace, namespace_labels(namespace), pod, config.policy)
+    target = effective_target(config.facts, config.target, decision.target)
+    if decision.action is Action.SKIP:
+        return ReviewResult(200, allow(uid, warnings=decision.warnings), "skipped", decision.mode.value,
+                            target.value, reason=decision.reason, **base)  # type: ignore[arg-type]
+    t: Translation = translate(pod, namespace, decision.action, target, config.facts)
+    warnings = list(decision.warnings)
+    if not t.has_gpus:
+        return ReviewResult(200, allow(uid, warnings=warnings), "no-gpu", decision.mode.value, target.value,
+                            reason="pod asks for no GPUs", **base)  # type: ignore[arg-type]
+    events: tuple[EventSpec, ...] = ()
+    if t.untranslatable:
+        verb = "would stay" if decision.action is Action.SHADOW else "stays"
+        warnings += [f"pod {verb} on the device plugin: {r}" for r in t.untranslatable]
+        message = (f"dra-bridge ({decision.mode.value} mode) left the pod on nvidia.com/gpu: "
+                   + "; ".join(t.untranslatable))[:1024]
+        events = (EventSpec(namespace, pod_name, str(meta.get("uid") or ""), "DRABridgeUntranslatable", message),)
+        return ReviewResult(200, allow(uid, t.patch, warnings), "untranslatable", decision.mode.value, target.value,
+                            events=events, reason="untranslatable", **base)  # type: ignore[arg-type]
+    warnings += list(t.warnings)
+    if decision.action is Action.SHADOW:
+        return ReviewResult(200, allow(uid, t.patch, warnings), "shadow", decision.mode.value, target.value,
+                            reason="shadow translation recorded", **base)  # type: ignore[arg-type]
+    return ReviewResult(200, allow(uid, t.patch, warnings), "translated", decision.mode.value, target.value,
+                        templates=t.templates, reason=f"translated to {target.value}", **base)  # type: ignore[arg-type]

@@ -1,0 +1,278 @@
+"""The pure translation over realistic pods: what the pod and its templates look like after the webhook.
+
+Every patched pod and every template is validated against the Kubernetes schemas, and translating the result
+again changes nothing (reinvocation)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from bridge.webhook import cel
+from bridge.webhook.facts import ClusterFacts
+from bridge.webhook.jsonpatch import apply_patch
+from bridge.webhook.policy import DETAIL_ANNOTATION, SHADOW_ANNOTATION, TRANSLATED_ANNOTATION, PolicyConfig
+from bridge.webhook.review import ReviewConfig, review
+from tests.webhook.conftest import decode_patch, validate
+from tests.webhook.pods import admission_review, container, deployment_pod, expr, required_affinity
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+DRA = {"dra-bridge.io/mode": "dra"}
+
+
+@dataclass
+class Case:
+    pod: dict[str, Any]
+    claims: dict[str, int] = field(default_factory=dict)  # pod claim name -> GPU count of its template
+    node_selector: dict[str, str] | None = None  # expected after translation (None: absent)
+    affinity_keys: set[str] = field(default_factory=set)  # node-affinity keys left on the pod
+    selector_devices: set[str] | None = None  # which sample devices the CEL selects (None: no selector)
+    warning: str = ""
+
+
+SAMPLE_DEVICES = {
+    "h100": ({"productName": "NVIDIA H100 80GB HBM3", "architecture": "Hopper",
+              "cudaComputeCapability": cel.Semver("9.0.0")}, {"memory": "81559Mi"}),
+    "a100-40": ({"productName": "NVIDIA A100-SXM4-40GB", "architecture": "Ampere",
+                 "cudaComputeCapability": cel.Semver("8.0.0")}, {"memory": "40960Mi"}),
+}
+
+CASES = {
+    "deployment pod with 1 GPU": Case(deployment_pod(container("main", 1)), {"gpu-main": 1}),
+    "2 GPUs given as a string quantity": Case(deployment_pod(container("main", "2")), {"gpu-main": 2}),
+    "8 GPUs, limits only": Case(deployment_pod(container("main", 8, requests=False)), {"gpu-main": 8}),
+    "multi-container pod gets one claim per GPU container": Case(
+        deployment_pod(container("trainer", 4), container("sidecar"), container("evaluator", 1)),
+        {"gpu-trainer": 4, "gpu-evaluator": 1}),
+    "init container with a GPU": Case(
+        deployment_pod(container("main", 2), init=(container("warmup", 1),)), {"gpu-main": 2, "gpu-warmup": 1}),
+    "GFD product nodeSelector becomes CEL and leaves the pod": Case(
+        deployment_pod(container("main", 1), node_selector={cel.GFD_PRODUCT: H100, "kubernetes.io/os": "linux"}),
+        {"gpu-main": 1}, node_selector={"kubernetes.io/os": "linux"}, selector_devices={"h100"}),
+    "GFD-only nodeSelector is removed entirely": Case(
+        deployment_pod(container("main", 1), node_selector={cel.GFD_FAMILY: "ampere"}),
+        {"gpu-main": 1}, selector_devices={"a100-40"}),
+    "gpu.count stays on the pod (it describes the node)": Case(
+        deployment_pod(container("main", 1), node_selector={cel.GFD_COUNT: "8", cel.GFD_MEMORY: "81559"}),
+        {"gpu-main": 1}, node_selector={cel.GFD_COUNT: "8"}, selector_devices={"h100"}),
+    "required node affinity: GFD part to CEL, zone stays": Case(
+        deployment_pod(container("main", 2), affinity=required_affinity(
+            [expr(cel.GFD_MEMORY, "Gt", "60000"), expr("topology.kubernetes.io/zone", "In", "eu-west-1a")])),
+        {"gpu-main": 2}, affinity_keys={"topology.kubernetes.io/zone"}, selector_devices={"h100"}),
+    "required node affinity with alternative GFD terms becomes an OR": Case(
+        deployment_pod(container("main", 1), affinity=required_affinity(
+            [expr(cel.GFD_PRODUCT, "In", H100)], [expr(cel.GFD_COMPUTE_MAJOR, "In", "8")])),
+        {"gpu-main": 1}, selector_devices={"h100", "a100-40"}),
+    "DoesNotExist stays on the pod with a warning": Case(
+        deployment_pod(container("main", 1), affinity=required_affinity(
+            [expr(cel.GFD_FAMILY, "In", "hopper"), expr(cel.GFD_PRODUCT, "DoesNotExist")])),
+        {"gpu-main": 1}, affinity_keys={cel.GFD_PRODUCT}, selector_devices={"h100"}, warning="DoesNotExist"),
+    "mixed alternative terms stay on the pod with a warning": Case(
+        deployment_pod(container("main", 1), affinity=required_affinity(
+            [expr(cel.GFD_PRODUCT, "In", H100)], [expr("node.kubernetes.io/instance-type", "In", "p5.48xlarge")])),
+        {"gpu-main": 1}, affinity_keys={cel.GFD_PRODUCT, "node.kubernetes.io/instance-type"},
+        warning="several terms"),
+}
+
+
+def run(cfg: ReviewConfig, pod: dict[str, Any], labels: dict[str, str] | None = None) -> Any:
+    return review(admission_review(pod), cfg, lambda ns: DRA if labels is None else labels)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_claims_target_translates_realistic_pods(name: str, config: ReviewConfig) -> None:
+    case = CASES[name]
+    validate(case.pod)
+    result = run(config, case.pod)
+    assert result.outcome == "translated", result.reason
+    out = apply_patch(case.pod, decode_patch(result.body))
+    validate(out)
+    spec = out["spec"]
+    # no legacy GPU resource is left anywhere
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        assert "nvidia.com/gpu" not in c["resources"].get("limits", {})
+        assert "nvidia.com/gpu" not in c["resources"].get("requests", {})
+    templates = {t["metadata"]["name"]: t for t in result.templates}
+    for t in templates.values():
+        validate(t)
+        assert t["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dra-bridge"
+    pod_claims = {c["name"]: c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
+    assert {n: templates[t]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
+            for n, t in pod_claims.items()} == case.claims
+    # each GPU container references exactly its own claim
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        refs = [r["name"] for r in c["resources"].get("claims", [])]
+        assert refs == ([f"gpu-{c['name']}"] if f"gpu-{c['name']}" in case.claims else [])
+    assert spec.get("nodeSelector") == case.node_selector
+    left = {e["key"] for t in spec.get("affinity", {}).get("nodeAffinity", {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+        for e in t.get("matchExpressions", [])}
+    assert left == case.affinity_keys
+    selectors = {json.dumps(t["spec"]["spec"]["devices"]["requests"][0]["exactly"].get("selectors"))
+                 for t in templates.values()}
+    assert len(selectors) == 1  # one pod-wide device constraint
+    sel = json.loads(selectors.pop())
+    if case.selector_devices is None:
+        assert sel is None
+    else:
+        expression = sel[0]["cel"]["expression"]
+        assert {n for n, (a, c) in SAMPLE_DEVICES.items() if cel.evaluate(expression, a, c)} == case.selector_devices
+    warnings = " ".join(result.body["response"].get("warnings", []))
+    assert case.warning in warnings if case.warning else not warnings
+    assert out["metadata"]["annotations"][TRANSLATED_ANNOTATION] == "claims"
+    assert json.loads(out["metadata"]["annotations"][DETAIL_ANNOTATION])["ok"] is True
+    # reinvocation on our own output: nothing more to do
+    again = run(config, out)
+    assert again.outcome == "skipped" and decode_patch(again.body) == []
+
+
+def test_translation_without_the_record_annotation_is_still_idempotent(config: ReviewConfig) -> None:
+    pod = deployment_pod(container("main", 2), node_selector={cel.GFD_PRODUCT: H100})
+    once = apply_patch(pod, decode_patch(run(config, pod).body))
+    del once["metadata"]["annotations"]
+    second = run(config, once)
+    assert second.outcome == "no-gpu" and decode_patch(second.body) == []
+
+
+def test_templates_are_deterministic_and_shared_by_pods_asking_the_same(config: ReviewConfig) -> None:
+    a = run(config, deployment_pod(container("main", 2), app="a", node_selector={cel.GFD_PRODUCT: H100}))
+    b = run(config, deployment_pod(container("x", 2), app="b", node_selector={cel.GFD_PRODUCT: H100}))
+    c = run(config, deployment_pod(container("main", 2), app="c"))
+    names = lambda r: [t["metadata"]["name"] for t in r.templates]  # noqa: E731
+    assert names(a) == names(b)
+    assert names(a) != names(c)
+    assert names(a)[0].startswith("dra-bridge-gpu-2-") and len(names(a)[0]) == len("dra-bridge-gpu-2-") + 8
+
+
+@pytest.mark.parametrize("version", ["v1beta1", "v1beta2", "v1"])
+def test_template_shape_follows_the_served_resource_version(version: str) -> None:
+    cfg = ReviewConfig(PolicyConfig(), ClusterFacts(version, 1, 33), "claims")
+    result = run(cfg, deployment_pod(container("main", 4), node_selector={cel.GFD_FAMILY: "hopper"}))
+    (t,) = result.templates
+    assert t["apiVersion"] == f"resource.k8s.io/{version}"
+    validate(t)
+    req = t["spec"]["spec"]["devices"]["requests"][0]
+    exact = req if version == "v1beta1" else req["exactly"]
+    assert exact["deviceClassName"] == "gpu.dra-bridge.io" and exact["count"] == 4
+    assert "exactly" not in req if version == "v1beta1" else "deviceClassName" not in req
+
+
+def test_extended_target_renames_the_resource_and_keeps_node_selectors() -> None:
+    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "auto")
+    pod = deployment_pod(container("main", 2), init=(container("prep", 1, requests=False),),
+                         node_selector={cel.GFD_PRODUCT: H100})
+    result = run(cfg, pod)
+    assert result.outcome == "translated" and result.target == "extended" and result.templates == ()
+    out = apply_patch(pod, decode_patch(result.body))
+    validate(out)
+    name = "deviceclass.resource.kubernetes.io/gpu.dra-bridge.io"
+    main = out["spec"]["containers"][0]["resources"]
+    assert main["limits"][name] == 2 and main["requests"][name] == 2 and "nvidia.com/gpu" not in main["limits"]
+    prep = out["spec"]["initContainers"][0]["resources"]
+    assert prep["limits"][name] == 1 and name not in prep["requests"]
+    assert out["spec"]["nodeSelector"] == {cel.GFD_PRODUCT: H100}
+    assert "resourceClaims" not in out["spec"]
+    assert run(cfg, out).outcome == "skipped"
+
+
+def test_namespace_target_label_overrides_the_cluster_choice() -> None:
+    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "auto")
+    result = run(cfg, deployment_pod(container("main", 1)), {**DRA, "dra-bridge.io/target": "claims"})
+    assert result.target == "claims" and len(result.templates) == 1
+
+
+UNTRANSLATABLE = {
+    "MIG slice": (container("main", extra={"nvidia.com/mig-1g.10gb": 1}), "MIG"),
+    "time-sliced GPU": (container("main", extra={"nvidia.com/gpu.shared": 1}), "time-sliced"),
+    "MIG next to a whole GPU": (container("main", 1, extra={"nvidia.com/mig-3g.40gb": 1}), "MIG"),
+    "33 GPUs": (container("main", 33), "more than a claim"),
+    "fractional GPU": (container("main", "500m"), "whole number"),
+    "requests differ from limits": ({**container("main", 2), "resources": {"requests": {"nvidia.com/gpu": 1},
+                                                                           "limits": {"nvidia.com/gpu": 2}}}, "differ"),
+    "request without limit": ({**container("main"), "resources": {"requests": {"nvidia.com/gpu": 1}}}, "without a limit"),
+    "HAMi memory resource": (container("main", 1, extra={"nvidia.com/gpumem": 4000}), "no DRA equivalent"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNTRANSLATABLE))
+def test_untranslatable_pods_are_left_untouched_with_warning_and_event(name: str, config: ReviewConfig) -> None:
+    c, why = UNTRANSLATABLE[name]
+    result = run(config, deployment_pod(c, container("other", 1)))
+    assert result.outcome == "untranslatable"
+    assert decode_patch(result.body) == []
+    assert result.body["response"]["allowed"] is True
+    assert any(why in w for w in result.body["response"]["warnings"])
+    (event,) = result.events
+    assert why in event.message and event.reason == "DRABridgeUntranslatable"
+    assert result.templates == ()
+
+
+def test_shadow_mode_records_the_translation_and_changes_nothing_else(config: ReviewConfig) -> None:
+    pod = deployment_pod(container("main", 2), node_selector={cel.GFD_PRODUCT: H100},
+                         annotations={"team": "vision"})
+    result = run(config, pod, {"dra-bridge.io/mode": "shadow"})
+    assert result.outcome == "shadow" and result.templates == ()
+    out = apply_patch(pod, decode_patch(result.body))
+    validate(out)
+    record = json.loads(out["metadata"]["annotations"].pop(SHADOW_ANNOTATION))
+    assert out == pod
+    assert record["ok"] is True and record["containers"] == {"main": 2} and "productName" in record["selector"]
+    assert run(config, apply_patch(pod, decode_patch(result.body)), {"dra-bridge.io/mode": "shadow"}).outcome == "skipped"
+
+
+def test_shadow_mode_records_why_a_pod_would_stay_legacy(config: ReviewConfig) -> None:
+    pod = deployment_pod(container("main", extra={"nvidia.com/gpu.shared": 1}))
+    result = run(config, pod, {"dra-bridge.io/mode": "shadow"})
+    assert result.outcome == "untranslatable"
+    out = apply_patch(pod, decode_patch(result.body))
+    record = json.loads(out["metadata"]["annotations"][SHADOW_ANNOTATION])
+    assert record["ok"] is False and "time-sliced" in record["reasons"][0]
+    assert "would stay" in result.body["response"]["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    ("pod", "namespace", "labels", "reason"),
+    [
+        (deployment_pod(container("main", 1), annotations={"dra-bridge.io/translate": "false"}), "team-a", DRA,
+         "opted out"),
+        (deployment_pod(container("main", 1)), "kube-system", DRA, "system namespace"),
+        (deployment_pod(container("main", 1)), "dra-bridge", DRA, "own namespace"),
+        (deployment_pod(container("main", 1)), "team-a", {}, "legacy"),
+        (deployment_pod(container("main", 1)), "team-a", {"dra-bridge.io/mode": "legacy"}, "legacy"),
+    ],
+)
+def test_pods_outside_the_policy_are_untouched(pod: Any, namespace: str, labels: Any, reason: str,
+                                              config: ReviewConfig) -> None:
+    result = review(admission_review(pod, namespace), config, lambda ns: labels)
+    assert result.outcome == "skipped" and reason in result.reason
+    assert decode_patch(result.body) == [] and result.templates == ()
+
+
+def test_pod_without_gpus_is_untouched(config: ReviewConfig) -> None:
+    result = run(config, deployment_pod(container("web"), node_selector={"kubernetes.io/os": "linux"}))
+    assert result.outcome == "no-gpu" and decode_patch(result.body) == []
+
+
+def test_unknown_mode_value_is_treated_as_legacy_with_a_warning(config: ReviewConfig) -> None:
+    result = run(config, deployment_pod(container("main", 1)), {"dra-bridge.io/mode": "DRA!"})
+    assert result.outcome == "skipped"
+    assert "not one of legacy, shadow, dra" in result.body["response"]["warnings"][0]
+
+
+def test_existing_claims_and_annotations_are_kept(config: ReviewConfig) -> None:
+    pod = deployment_pod(container("main", 1), annotations={"prometheus.io/scrape": "true"})
+    pod["spec"]["resourceClaims"] = [{"name": "nic", "resourceClaimTemplateName": "rdma-nic"}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "nic"}]
+    out = apply_patch(pod, decode_patch(run(config, pod).body))
+    validate(out)
+    assert [c["name"] for c in out["spec"]["resourceClaims"]] == ["nic", "gpu-main"]
+    assert [c["name"] for c in out["spec"]["containers"][0]["resources"]["claims"]] == ["nic", "gpu-main"]
+    assert out["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+
+
+def test_dry_run_is_reported_so_the_shell_skips_side_effects(config: ReviewConfig) -> None:
+    result = review(admission_review(deployment_pod(container("main", 1)), dry_run=True), config, lambda ns: DRA)
+    assert result.outcome == "translated" and result.dry_run is True and result.templates
