@@ -13,6 +13,7 @@ import click
 
 # name -> "module:attribute"; the module is imported lazily.
 _COMMANDS: dict[str, str] = {
+    "node": "bridge.cli.node:node",
 }
 
 

@@ -1,0 +1,137 @@
+"""What a container gets for its GPUs: the content of one `ContainerAllocateResponse` (pure, side-effect free).
+
+The device list reaches the container runtime in the ways NVIDIA's device plugin offers (`deviceListStrategy`),
+any combination of:
+
+* `envvar` (default): `NVIDIA_VISIBLE_DEVICES=<uuid>,<uuid>`; the NVIDIA container runtime reads the env.
+* `volume-mounts`: `NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices` plus one mount per device at
+  `/var/run/nvidia-container-devices/<uuid>` (host `/dev/null`), so an unprivileged pod cannot widen its GPU set
+  by setting the env itself.
+* `cdi-annotations`: a container annotation `cdi.k8s.io/<plugin>_<resource>` listing fully-qualified CDI names.
+* `cdi-cri`: the CRI `cdi_devices` field with the same names.
+
+When only CDI strategies are chosen, `NVIDIA_VISIBLE_DEVICES=void` is still set: CUDA base images bake
+`NVIDIA_VISIBLE_DEVICES=all` into their env, and a runtime with the legacy hook would otherwise hand the container
+every GPU on the node.
+
+Device specs (`/dev/nvidia<minor>` per GPU plus the control nodes every CUDA process opens: `/dev/nvidiactl`,
+`/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`) are passed by default so the container's device cgroup admits them
+even without the NVIDIA hook (`pass_device_specs`, like NVIDIA's `passDeviceSpecs`). Order is stable: devices in
+request order, control nodes last.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bridge.inventory.model import GpuDevice
+
+ENVVAR = "envvar"
+VOLUME_MOUNTS = "volume-mounts"
+CDI_ANNOTATIONS = "cdi-annotations"
+CDI_CRI = "cdi-cri"
+STRATEGIES = (ENVVAR, VOLUME_MOUNTS, CDI_ANNOTATIONS, CDI_CRI)
+
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+DEFAULT_CDI_KIND = "nvidia.com/gpu"
+
+
+class StrategyError(ValueError):
+    """A --device-list-strategy value names no known strategy."""
+
+
+def parse_strategies(value: str | Iterable[str]) -> frozenset[str]:
+    """Parse `envvar`, `cdi-cri,envvar`, or a list of names into a set; raise StrategyError on bad input."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [i.strip() for i in items if i.strip()]
+    if not names:
+        raise StrategyError(f"empty device list strategy; choose from {', '.join(STRATEGIES)}")
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise StrategyError(f"unknown device list strategy {', '.join(unknown)}; choose from {', '.join(STRATEGIES)}")
+    return frozenset(names)
+
+
+def default_cdi_name(device: GpuDevice) -> str:
+    """`nvidia.com/gpu=<uuid>`: the CDI name of one whole GPU when nothing better is wired in."""
+    return f"{DEFAULT_CDI_KIND}={device.uuid}"
+
+
+@dataclass(frozen=True)
+class AllocationConfig:
+    strategies: frozenset[str] = frozenset({ENVVAR})
+    resource_name: str = "nvidia.com/gpu"
+    pass_device_specs: bool = True
+    cdi_name: Callable[[GpuDevice], str] = default_cdi_name
+    plugin_name: str = "dra-bridge"
+
+    @property
+    def cdi_annotation_key(self) -> str:
+        # Annotation name part: at most 63 characters of [A-Za-z0-9._-].
+        name = re.sub(r"[^A-Za-z0-9._-]", "-", f"{self.plugin_name}_{self.resource_name}")[:63]
+        return CDI_ANNOTATION_PREFIX + name
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class DeviceNodeSpec:
+    container_path: str
+    host_path: str
+    permissions: str
+
+
+@dataclass(frozen=True)
+class ContainerAllocation:
+    envs: dict[str, str] = field(default_factory=dict)
+    mounts: tuple[MountSpec, ...] = ()
+    devices: tuple[DeviceNodeSpec, ...] = ()
+    annotations: dict[str, str] = field(default_factory=dict)
+    cdi_devices: tuple[str, ...] = ()
+
+
+def container_allocation(devices: Sequence[GpuDevice], config: AllocationConfig) -> ContainerAllocation:
+    """The response content for one container that gets `devices` (already validated by the caller)."""
+    strategies = config.strategies
+    ids = [str(d.uuid) for d in devices]
+    envs: dict[str, str] = {}
+    mounts: list[MountSpec] = []
+    annotations: dict[str, str] = {}
+    cdi: tuple[str, ...] = ()
+
+    if VOLUME_MOUNTS in strategies:
+        # With both envvar and volume-mounts the mounts win, as in NVIDIA's plugin: the env names the mount root.
+        envs[VISIBLE_DEVICES_ENV] = VOLUME_MOUNT_ROOT
+        mounts = [MountSpec(f"{VOLUME_MOUNT_ROOT}/{i}", "/dev/null", True) for i in ids]
+    elif ENVVAR in strategies:
+        envs[VISIBLE_DEVICES_ENV] = ",".join(ids)
+    else:
+        envs[VISIBLE_DEVICES_ENV] = "void"
+
+    if CDI_ANNOTATIONS in strategies or CDI_CRI in strategies:
+        cdi = tuple(config.cdi_name(d) for d in devices)
+    if CDI_ANNOTATIONS in strategies:
+        annotations[config.cdi_annotation_key] = ",".join(cdi)
+
+    specs: list[DeviceNodeSpec] = []
+    if config.pass_device_specs:
+        specs = [DeviceNodeSpec(d.device_node, d.device_node, "rw") for d in devices]
+        specs += [DeviceNodeSpec(p, p, "rw") for p in CONTROL_DEVICE_NODES]
+
+    return ContainerAllocation(
+        envs=envs,
+        mounts=tuple(mounts),
+        devices=tuple(specs),
+        annotations=annotations,
+        cdi_devices=cdi if CDI_CRI in strategies else (),
+    )

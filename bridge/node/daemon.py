@@ -1,0 +1,192 @@
+"""The node daemon's composition root: builds every part from a `NodeConfig` and a `DeviceSource`, and runs them.
+
+Start order (each step only after the previous one succeeded, so a failure leaves nothing half-served):
+1. validate every socket path (too long -> `SocketPathError` naming the path and its length);
+2. discover devices (the source's `devices()`), build the device table;
+3. adopt existing assignments from the kubelet PodResources API and hand them to the ownership ledger
+   (`on_adopted`), so a later split never moves a device a running container holds;
+4. start the device plugin (serve, then register; it re-registers after kubelet restarts by itself);
+5. pump health events from the source into the device table (-> ListAndWatch updates);
+6. start further halves (`components`: the DRA half plugs in here) and the HTTP endpoint.
+Stop runs in reverse and removes our sockets. `stop()` is idempotent.
+
+The ledger is reached only through two narrow seams given to the constructor: `side_of(device) -> side` (what the
+device plugin may offer/allocate) and `on_adopted(Adoption)`. Without a ledger everything is legacy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from bridge.deviceplugin.allocate import ENVVAR, AllocationConfig, default_cdi_name
+from bridge.deviceplugin.plugin import DevicePlugin, PluginConfig
+from bridge.deviceplugin.state import DeviceTable, SideOf, all_legacy
+from bridge.inventory.model import DeviceSource, GpuDevice
+from bridge.node.http import Check, HealthServer
+from bridge.node.metrics import NodeMetrics
+from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, adopt
+from bridge.node.sockets import check_socket_path
+
+log = logging.getLogger("bridge.node")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_name: str
+    kubelet_root: Path = Path("/var/lib/kubelet")
+    cdi_root: Path = Path("/var/run/cdi")
+    state_dir: Path = Path("/var/lib/dra-bridge")
+    resource_name: str = "nvidia.com/gpu"
+    device_list_strategy: frozenset[str] = frozenset({ENVVAR})
+    http_address: tuple[str, int] | None = ("0.0.0.0", 8080)
+    plugin_poll_interval_s: float = 0.1
+    adopt_timeout_s: float = 10.0
+    cdi_name: Callable[[GpuDevice], str] = field(default=default_cdi_name)
+
+
+class NodeComponent(Protocol):
+    """A further half of the daemon (the DRA kubelet plugin): started after the device plugin, stopped before."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def liveness(self) -> Mapping[str, Check]: ...
+
+    def readiness(self) -> Mapping[str, Check]: ...
+
+
+class NodeDaemon:
+    def __init__(
+        self,
+        config: NodeConfig,
+        source: DeviceSource,
+        *,
+        side_of: SideOf = all_legacy,
+        on_adopted: Callable[[Adoption], None] | None = None,
+        components: Sequence[NodeComponent] = (),
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.metrics = NodeMetrics(config.node_name, config.resource_name)
+        self._side_of = side_of
+        self._on_adopted = on_adopted
+        self.components = list(components)
+        self.plugin_config = PluginConfig(
+            kubelet_root=config.kubelet_root, resource_name=config.resource_name,
+            poll_interval_s=config.plugin_poll_interval_s)
+        self.allocation = AllocationConfig(
+            strategies=config.device_list_strategy, resource_name=config.resource_name, cdi_name=config.cdi_name)
+        self.table: DeviceTable | None = None
+        self.plugin: DevicePlugin | None = None
+        self.http: HealthServer | None = None
+        self.adoption = Adoption()
+        self._stop = threading.Event()
+        self._health_thread: threading.Thread | None = None
+        self._started: list[Callable[[], None]] = []  # stop actions, run in reverse
+        self._stopped = False
+        self._log = logging.LoggerAdapter(log, {"node": config.node_name})
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        cfg = self.config
+        # 1. Fail fast on unusable socket paths, before touching the devices.
+        for path in (self.plugin_config.socket_path, self.plugin_config.kubelet_socket,
+                     cfg.kubelet_root / PODRESOURCES_SOCKET):
+            check_socket_path(path)
+        # 2. Devices.
+        devices = self.source.devices()
+        self.metrics.devices.set(len(devices))
+        self.table = DeviceTable(devices, self._side_of)
+        plugin = DevicePlugin(self.table, self.allocation, self.metrics.deviceplugin, self.plugin_config)
+        self._log.info("discovered %d GPU(s) from %s", len(devices), self.source.name,
+                       extra={"devices": ",".join(d.uuid for d in devices)})
+        # 3. Adoption before we offer anything.
+        self.adoption = adopt(str(cfg.kubelet_root), cfg.resource_name, {d.uuid for d in devices},
+                              cfg.adopt_timeout_s)
+        self.metrics.deviceplugin.adopted.labels(cfg.resource_name).set(len(self.adoption.in_use))
+        if self._on_adopted is not None:
+            self._on_adopted(self.adoption)
+        # 4. Device plugin.
+        plugin.start()
+        self.plugin = plugin
+        self._started.append(plugin.stop)
+        # 5. Health pump.
+        self._health_thread = threading.Thread(target=self._pump_health, name="node-health", daemon=True)
+        self._health_thread.start()
+        self._started.append(self._stop_health)
+        # 6. Further halves, then HTTP.
+        for c in self.components:
+            c.start()
+            self._started.append(c.stop)
+        if cfg.http_address is not None:
+            live: dict[str, Check] = {"deviceplugin-socket": plugin.probe}
+            ready: dict[str, Check] = {"deviceplugin-registered": plugin.readiness}
+            for c in self.components:
+                live.update(c.liveness())
+                ready.update(c.readiness())
+            self.http = HealthServer(cfg.http_address, self.metrics.registry, live, ready)
+            self.http.start()
+            self._started.append(self.http.stop)
+            self._log.info("health and metrics on http://%s:%d/", self.http.host, self.http.port)
+
+    def _pump_health(self) -> None:
+        assert self.table is not None
+        try:
+            for event in self.source.health_events(self._stop):
+                if self.table.set_health(event.uuid, event.healthy, event.reason):
+                    level = logging.INFO if event.healthy else logging.WARNING
+                    self._log.log(level, "device %s is now %s: %s", event.uuid,
+                                  "healthy" if event.healthy else "unhealthy", event.reason,
+                                  extra={"device": event.uuid, "xid": event.xid})
+        except Exception:
+            # A broken health source must not leave devices looking healthy: mark them all unhealthy, as NVIDIA's
+            # plugin does when NVML event waiting fails.
+            self._log.exception("health source failed; marking every device unhealthy")
+            for d in self.table.devices:
+                self.table.set_health(d.uuid, False, "health monitoring failed")
+
+    def _stop_health(self) -> None:
+        self._stop.set()
+        if self._health_thread is not None:
+            self._health_thread.join(timeout=10)
+            self._health_thread = None
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        while self._started:
+            action = self._started.pop()
+            try:
+                action()
+            except Exception:
+                self._log.exception("error while stopping")
+        try:
+            self.source.close()
+        except Exception:
+            self._log.exception("error while closing the device source")
+        self._log.info("node daemon stopped")
+
+    def wait_registered(self, timeout: float) -> bool:
+        return self.plugin is not None and self.plugin.wait_registered(timeout)
+
+    def run(self, stop: threading.Event) -> None:
+        """Start, serve until `stop` is set (SIGTERM/SIGINT in the CLI), then stop and remove our sockets."""
+        self.start()
+        try:
+            stop.wait()
+        finally:
+            self.stop()

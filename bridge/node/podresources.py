@@ -1,0 +1,90 @@
+"""Adoption at start: which devices of our resource the kubelet already gave to running containers.
+
+When the daemon takes a node over (from NVIDIA's device plugin, or from its own previous instance), running pods
+keep their GPUs. We read the kubelet's PodResources `List` once at start and record every device of our resource
+that a container holds, so the ownership ledger treats them as in use and never moves them to DRA while they are
+held. IDs we do not know (not in our inventory: e.g. a different deviceIDStrategy) are reported separately and
+warned about: they cannot be protected.
+
+A missing PodResources socket is not an error (a fresh node, or a kubelet without the API): adoption is empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import grpc
+
+from bridge._proto.podresources.v1 import podresources_pb2 as pb
+from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
+from bridge.node.sockets import check_socket_path, unix_target
+
+log = logging.getLogger("bridge.node.adoption")
+
+PODRESOURCES_SOCKET = "pod-resources/kubelet.sock"
+
+
+class AdoptionError(RuntimeError):
+    """The PodResources socket exists but could not be read."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    namespace: str
+    pod: str
+    container: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.pod}/{self.container}"
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """Devices of our resource held by running containers at start."""
+
+    in_use: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # device ID (known) -> holders
+    unknown: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # device ID not in inventory -> holders
+    source_available: bool = False
+
+
+def read_assignments(socket_path: str, resource_name: str, timeout: float = 10.0) -> dict[str, list[Holder]]:
+    """Call PodResources `List` and return device ID -> holders for `resource_name`."""
+    channel = grpc.insecure_channel(unix_target(socket_path))
+    try:
+        resp = pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=timeout)
+    except grpc.RpcError as err:
+        details = err.details() if isinstance(err, grpc.Call) else str(err)
+        raise AdoptionError(f"PodResources List on {socket_path} failed: {details}") from err
+    finally:
+        channel.close()
+    held: dict[str, list[Holder]] = {}
+    for pod in resp.pod_resources:
+        for c in pod.containers:
+            for cd in c.devices:
+                if cd.resource_name != resource_name:
+                    continue
+                for device_id in cd.device_ids:
+                    held.setdefault(device_id, []).append(Holder(pod.namespace, pod.name, c.name))
+    return held
+
+
+def adopt(kubelet_root: str, resource_name: str, inventory: Collection[str], timeout: float = 10.0) -> Adoption:
+    """Read existing assignments (if the PodResources socket exists) and split them into known and unknown IDs."""
+    path = check_socket_path(os.path.join(kubelet_root, PODRESOURCES_SOCKET))
+    if not os.path.exists(path):
+        log.info("no PodResources socket at %s: nothing to adopt", path)
+        return Adoption()
+    held = read_assignments(path, resource_name, timeout)
+    in_use = {i: tuple(h) for i, h in held.items() if i in inventory}
+    unknown = {i: tuple(h) for i, h in held.items() if i not in inventory}
+    for device_id, holders in sorted(in_use.items()):
+        log.info("adopted device already in use", extra={
+            "device": device_id, "resource": resource_name, "holders": ",".join(map(str, holders))})
+    for device_id, holders in sorted(unknown.items()):
+        log.warning("a running container holds %s %r, which is not in this node's inventory; it cannot be "
+                    "protected by the ownership ledger", resource_name, device_id,
+                    extra={"device": device_id, "holders": ",".join(map(str, holders))})
+    return Adoption(in_use=in_use, unknown=unknown, source_available=True)

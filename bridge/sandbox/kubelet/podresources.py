@@ -1,0 +1,153 @@
+"""The kubelet's PodResources service (`pod-resources/kubelet.sock`), simulated: `List`, `Get`,
+`GetAllocatableResources`.
+
+Device-plugin assignments come from the simulated device manager, grouped per container and resource by NUMA node
+as the kubelet does (one `ContainerDevices` per NUMA node; devices without topology in one group). DRA assignments
+come from any number of `DynamicResourcesSource`s (the DRA side of the simulator adds one) and are reported as
+`dynamic_resources` on the container they were prepared for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+
+from bridge._proto.podresources.v1 import podresources_pb2 as pb
+from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
+from bridge.sandbox.kubelet.devicemanager import Assignment, DeviceManager
+
+SOCKET_DIR = "pod-resources"
+SOCKET_NAME = "kubelet.sock"
+
+
+@dataclass(frozen=True)
+class DynamicAssignment:
+    """One DRA device prepared for a container, as PodResources reports it."""
+
+    namespace: str
+    pod_name: str
+    container: str
+    claim_name: str
+    claim_namespace: str
+    driver: str
+    pool: str
+    device: str
+    cdi_devices: tuple[str, ...] = ()
+
+
+class DynamicResourcesSource(Protocol):
+    def dynamic_assignments(self) -> Iterable[DynamicAssignment]: ...
+
+
+def _container_devices(manager: DeviceManager, assignments: Iterable[Assignment]) -> list[pb.ContainerDevices]:
+    out = []
+    for a in assignments:
+        numa = {d.id: d.numa_nodes for d in manager.resource(a.resource).devices.values()}
+        groups: dict[tuple[int, ...], list[str]] = defaultdict(list)
+        for i in a.device_ids:
+            groups[numa.get(i, ())].append(i)
+        for nodes, ids in sorted(groups.items()):
+            out.append(pb.ContainerDevices(
+                resource_name=a.resource, device_ids=ids,
+                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in nodes]) if nodes else None))
+    return out
+
+
+class _Servicer(pb_grpc.PodResourcesListerServicer):
+    def __init__(self, server: PodResourcesServer) -> None:
+        self._s = server
+
+    def List(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext) -> pb.ListPodResourcesResponse:
+        return pb.ListPodResourcesResponse(pod_resources=self._s.pods())
+
+    def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext) -> pb.GetPodResourcesResponse:
+        for pod in self._s.pods():
+            if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
+                return pb.GetPodResourcesResponse(pod_resources=pod)
+        context.abort(grpc.StatusCode.NOT_FOUND,
+                      f"pod {request.pod_namespace}/{request.pod_name} not found")
+
+    def GetAllocatableResources(
+        self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.AllocatableResourcesResponse:
+        devices = []
+        for resource in self._s.manager.resource_names():
+            state = self._s.manager.resource(resource)
+            for d in sorted(state.devices.values(), key=lambda d: d.id):
+                if d.healthy:
+                    devices.append(pb.ContainerDevices(
+                        resource_name=resource, device_ids=[d.id],
+                        topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa_nodes])
+                        if d.numa_nodes else None))
+        return pb.AllocatableResourcesResponse(devices=devices)
+
+
+class PodResourcesServer:
+    def __init__(self, kubelet_root: Path, manager: DeviceManager) -> None:
+        self.socket_path = Path(kubelet_root) / SOCKET_DIR / SOCKET_NAME
+        self.manager = manager
+        self._dynamic: list[DynamicResourcesSource] = []
+        self._server: grpc.Server | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def add_dynamic_source(self, source: DynamicResourcesSource) -> None:
+        self._dynamic.append(source)
+
+    def pods(self) -> list[pb.PodResources]:
+        # (namespace, pod) -> container -> (device assignments, dynamic assignments)
+        pods: dict[tuple[str, str], dict[str, tuple[list[Assignment], list[DynamicAssignment]]]] = {}
+        for a in self.manager.assignments():
+            pods.setdefault((a.namespace, a.pod_name), {}).setdefault(a.container, ([], []))[0].append(a)
+        for src in self._dynamic:
+            for d in src.dynamic_assignments():
+                pods.setdefault((d.namespace, d.pod_name), {}).setdefault(d.container, ([], []))[1].append(d)
+        out = []
+        for (ns, name), containers in sorted(pods.items()):
+            crs = []
+            for cname, (assigned, dynamic) in sorted(containers.items()):
+                crs.append(pb.ContainerResources(
+                    name=cname,
+                    devices=_container_devices(self.manager, assigned),
+                    dynamic_resources=[
+                        pb.DynamicResource(
+                            claim_name=d.claim_name, claim_namespace=d.claim_namespace,
+                            claim_resources=[pb.ClaimResource(
+                                cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices],
+                                driver_name=d.driver, pool_name=d.pool, device_name=d.device)])
+                        for d in dynamic
+                    ],
+                ))
+            out.append(pb.PodResources(name=name, namespace=ns, containers=crs))
+        return out
+
+    def start(self) -> None:
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubelet-podres")
+        self._server = grpc.server(self._pool)
+        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), self._server)
+        if self._server.add_insecure_port("unix:" + str(self.socket_path)) == 0:
+            raise OSError(f"cannot listen on {self.socket_path}")
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0.5).wait()
+            self._server = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
