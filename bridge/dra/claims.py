@@ -1,0 +1,115 @@
+"""From a ResourceClaim object to what this node must prepare for it. PURE: no I/O, no clock.
+
+The kubelet's request carries only {namespace, name, uid}; the allocation lives in the claim
+(reference/kubelet-grpc.md section 6.3). Rules, each a per-claim error naming the cause when broken:
+
+* `metadata.uid` must equal the UID the kubelet sent (else the claim was deleted and re-created under the name);
+* `status.allocation` must be set;
+* results are kept when `driver` is ours. A result for our driver in a pool other than this node's is refused
+  rather than dropped: pools are node-local, so preparing the rest would silently hand the pod fewer GPUs than
+  the scheduler allocated;
+* at least one result must be ours (the kubelet only calls a driver named in the results);
+* device names are `gpu-<index>` (the slice contract) and must exist in this node's inventory.
+
+`request_names` (kubelet-grpc.md 6.2): the kubelet compares them literally with the containers'
+`resources.claims[].request`, so we return BASE request names (`req/sub` -> `req`). An empty list means "this
+device serves every request of the claim"; we return it only when that is literally true: the device's base
+requests cover every request named in `spec.devices.requests`. Otherwise the list names the requests. A device
+that appears in several results (consumable capacity) is one entry with all its request names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.inventory.model import GpuDevice
+
+Obj = dict[str, Any]
+
+
+class ClaimError(Exception):
+    """This claim cannot be prepared here; the message goes into the claim's `error` in the response."""
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} (uid {self.uid})"
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    device: str  # slice device name, "gpu-3"
+    pool: str
+    request_names: tuple[str, ...]  # base names; () = serves all requests
+    admin_access: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimAllocation:
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+
+    @property
+    def admin_access(self) -> bool:
+        return all(d.admin_access for d in self.devices)
+
+
+def base_request(name: str) -> str:
+    """`req/sub` -> `req` (the helper's `resourceclaim.BaseRequestRef`)."""
+    return name.split("/", 1)[0]
+
+
+def _spec_requests(claim: Obj) -> set[str]:
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    return {r["name"] for r in requests if isinstance(r, dict) and r.get("name")}
+
+
+def allocation_for(claim: Obj, ref: ClaimRef, driver: str, pool: str, devices: Mapping[str, GpuDevice]) -> ClaimAllocation:
+    """What to prepare for `claim` on this node. `devices` maps slice device name -> GPU. Raises ClaimError."""
+    meta = claim.get("metadata") or {}
+    if meta.get("uid") != ref.uid:
+        raise ClaimError(
+            f"ResourceClaim {ref.namespace}/{ref.name} has UID {meta.get('uid')!r}, the kubelet asked for "
+            f"{ref.uid!r}: the claim was deleted and re-created"
+        )
+    status = claim.get("status") or {}
+    allocation = status.get("allocation")
+    if not allocation:
+        raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} is not allocated (no status.allocation)")
+    results = (allocation.get("devices") or {}).get("results") or []
+    ours = [r for r in results if r.get("driver") == driver]
+    if not ours:
+        others = sorted({str(r.get("driver")) for r in results})
+        raise ClaimError(
+            f"ResourceClaim {ref.namespace}/{ref.name} has no device allocated by driver {driver} "
+            f"(allocated drivers: {', '.join(others) or 'none'})"
+        )
+    merged: dict[str, list[str]] = {}
+    admin: dict[str, bool] = {}
+    for result in ours:
+        name, result_pool = str(result.get("device", "")), str(result.get("pool", ""))
+        if result_pool != pool:
+            raise ClaimError(
+                f"device {name} of ResourceClaim {ref.namespace}/{ref.name} is allocated from pool {result_pool!r}, "
+                f"not from this node's pool {pool!r}"
+            )
+        if name not in devices:
+            raise ClaimError(f"device {name} of ResourceClaim {ref.namespace}/{ref.name} does not exist on node {pool}")
+        req = base_request(str(result.get("request", "")))
+        names = merged.setdefault(name, [])
+        if req and req not in names:
+            names.append(req)
+        admin[name] = admin.get(name, True) and bool(result.get("adminAccess"))
+    all_requests = {base_request(r) for r in _spec_requests(claim)}
+    allocated = []
+    for name, reqs in merged.items():
+        serves_all = bool(all_requests) and set(reqs) >= all_requests
+        allocated.append(AllocatedDevice(name, pool, () if serves_all else tuple(reqs), admin[name]))
+    return ClaimAllocation(ref, tuple(allocated))
