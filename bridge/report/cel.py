@@ -1,0 +1,260 @@
+"""CEL for the report: evaluate DeviceClass/claim selectors against devices, and turn GPU Feature Discovery label
+selectors into the CEL a DRA request would carry.
+
+Evaluation uses `cel-python` with the Kubernetes DRA additions the selectors need: `quantity()` and
+`compareTo/isGreaterThan/isLessThan` for capacities, `semver()` with `major()/minor()/patch()` and comparisons for
+`version` attributes, and the strings extension (`lowerAscii`, `upperAscii`, `replace`). A selector that fails
+to evaluate (missing attribute, type error) does not match, which is what the scheduler does with a device whose
+attributes make the expression error out.
+
+Devices that differ only in per-device identity attributes (uuid, index, minor, pciBusID, numaNode) evaluate the
+same unless the expression names one of those attributes, so results are memoised by the device's attribute
+signature: a 5,000-node fleet costs a handful of evaluations per selector, not one per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from typing import Any
+
+import celpy
+import celpy.celtypes as ct
+
+from bridge.report.features import BRIDGE_DRIVER
+from bridge.report.model import Device, Node, VersionValue
+from bridge.report.podspec import Requirement
+from bridge.report.quantity import QuantityError, parse_quantity, quantity_int
+
+_IDENTITY = ("uuid", "index", "minor", "pciBusID", "numaNode")
+
+
+class Quantity:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Fraction) -> None:
+        self.value = value
+
+
+class SemVer:
+    __slots__ = ("parts",)
+
+    def __init__(self, text: str) -> None:
+        nums = []
+        for p in str(text).lstrip("v").split("-", 1)[0].split(".")[:3]:
+            nums.append(int(p) if p.isdigit() else 0)
+        while len(nums) < 3:
+            nums.append(0)
+        self.parts = tuple(nums)
+
+
+def _cmp(a: Any, b: Any) -> int:
+    if isinstance(a, Quantity) and isinstance(b, Quantity):
+        x, y = a.value, b.value
+    elif isinstance(a, SemVer) and isinstance(b, SemVer):
+        x, y = a.parts, b.parts  # type: ignore[assignment]
+    else:
+        raise TypeError(f"cannot compare {type(a).__name__} with {type(b).__name__}")
+    return (x > y) - (x < y)
+
+
+def _quantity(s: Any) -> Quantity:
+    try:
+        return Quantity(parse_quantity(str(s)))
+    except QuantityError as err:
+        raise ValueError(str(err)) from err
+
+
+_FUNCTIONS = {
+    "quantity": _quantity,
+    "semver": lambda s: SemVer(str(s)),
+    "compareTo": lambda a, b: ct.IntType(_cmp(a, b)),
+    "isGreaterThan": lambda a, b: ct.BoolType(_cmp(a, b) > 0),
+    "isLessThan": lambda a, b: ct.BoolType(_cmp(a, b) < 0),
+    "major": lambda v: ct.IntType(v.parts[0]),
+    "minor": lambda v: ct.IntType(v.parts[1]),
+    "patch": lambda v: ct.IntType(v.parts[2]),
+    "lowerAscii": lambda s: ct.StringType(str(s).lower()),
+    "upperAscii": lambda s: ct.StringType(str(s).upper()),
+    "replace": lambda s, a, b: ct.StringType(str(s).replace(str(a), str(b))),
+    "asInteger": lambda q: ct.IntType(int(q.value)),
+}
+
+
+def _to_cel(v: Any) -> Any:
+    if isinstance(v, VersionValue):
+        return SemVer(v)
+    if isinstance(v, bool):
+        return ct.BoolType(v)
+    if isinstance(v, int):
+        return ct.IntType(v)
+    if isinstance(v, Fraction):
+        return Quantity(v)
+    return ct.StringType(str(v))
+
+
+def device_activation(d: Device) -> dict[str, Any]:
+    def nest(m: dict[str, dict[str, Any]]) -> ct.MapType:
+        return ct.MapType(
+            {ct.StringType(dom): ct.MapType({ct.StringType(k): _to_cel(v) for k, v in ids.items()}) for dom, ids in m.items()}
+        )
+
+    return {
+        "device": ct.MapType(
+            {
+                ct.StringType("driver"): ct.StringType(d.driver),
+                ct.StringType("attributes"): nest(d.attributes),
+                ct.StringType("capacity"): nest(d.capacity),
+                ct.StringType("allowMultipleAllocations"): ct.BoolType(False),
+            }
+        )
+    }
+
+
+class CelError(ValueError):
+    """An expression that does not compile."""
+
+
+class SelectorEvaluator:
+    """Compiles each expression once; memoises results by device signature (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._env = celpy.Environment()
+        self._programs: dict[str, Any] = {}
+        self._identity: dict[str, bool] = {}
+        self._memo: dict[tuple[str, Any], bool] = {}
+        self._sigs: dict[int, Any] = {}
+
+    def check(self, expr: str) -> None:
+        self._program(expr)
+
+    def _program(self, expr: str) -> Any:
+        prog = self._programs.get(expr)
+        if prog is None:
+            try:
+                prog = self._env.program(self._env.compile(expr), functions=_FUNCTIONS)
+            except Exception as err:  # celpy raises CELParseError and friends
+                raise CelError(f"{expr!r}: {err}") from err
+            self._programs[expr] = prog
+            self._identity[expr] = any(name in expr for name in _IDENTITY)
+        return prog
+
+    def _signature(self, d: Device) -> Any:
+        sig = self._sigs.get(id(d))
+        if sig is None:
+            sig = (
+                d.driver,
+                tuple(sorted((dom, k, repr(v)) for dom, m in d.attributes.items() for k, v in m.items() if k not in _IDENTITY)),
+                tuple(sorted((dom, k, v) for dom, m in d.capacity.items() for k, v in m.items())),
+            )
+            self._sigs[id(d)] = sig
+        return sig
+
+    def matches(self, expr: str, d: Device) -> bool:
+        prog = self._program(expr)
+        key = None if self._identity[expr] else (expr, self._signature(d))
+        if key is not None:
+            hit = self._memo.get(key)
+            if hit is not None:
+                return hit
+        try:
+            result = prog.evaluate(device_activation(d))
+            ok = isinstance(result, (bool, ct.BoolType)) and bool(result)
+        except Exception:  # CELEvalError, TypeError from our functions: the device does not match
+            ok = False
+        if key is not None:
+            self._memo[key] = ok
+        return ok
+
+
+# ---------------------------------------------------------------------------------------------- GFD -> CEL
+
+def _attr(name: str, domain: str) -> str:
+    return f'device.attributes["{domain}"].{name}'
+
+
+def _str_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def _one(key: str, op: str, values: tuple[str, ...], domain: str) -> str | None:
+    """CEL for one requirement, or None when the label has no per-device equivalent."""
+    if key == "nvidia.com/gpu.product":
+        subject, present = _attr("productName", domain) + '.replace(" ", "-")', "productName"
+        kind = "str"
+    elif key == "nvidia.com/gpu.family":
+        subject, present, kind = _attr("architecture", domain) + ".lowerAscii()", "architecture", "str"
+    elif key == "nvidia.com/gpu.memory":
+        subject, present, kind = f'device.capacity["{domain}"].memory', "memory", "mib"
+    elif key in ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"):
+        part = key.rsplit(".", 1)[1]
+        subject, present, kind = _attr("cudaComputeCapability", domain) + f".{part}()", "cudaComputeCapability", "int"
+    else:
+        return None
+    where = f'device.capacity["{domain}"]' if kind == "mib" else f'device.attributes["{domain}"]'
+    if op in ("Exists", "DoesNotExist"):
+        expr = f'"{present}" in {where}'
+        return expr if op == "Exists" else f"!({expr})"
+    if kind == "mib":
+        if op in ("In", "NotIn"):
+            alts = " || ".join(f'{subject}.compareTo(quantity("{quantity_int(v)}Mi")) == 0' for v in values)
+        elif op in ("Gt", "Lt") and values:
+            sign = ">" if op == "Gt" else "<"
+            alts = f'{subject}.compareTo(quantity("{quantity_int(values[0])}Mi")) {sign} 0'
+        else:
+            return None
+    elif kind == "int":
+        if op in ("In", "NotIn"):
+            alts = " || ".join(f"{subject} == {quantity_int(v)}" for v in values)
+        elif op in ("Gt", "Lt") and values:
+            alts = f"{subject} {'>' if op == 'Gt' else '<'} {quantity_int(values[0])}"
+        else:
+            return None
+    else:
+        if op not in ("In", "NotIn"):
+            return None
+        alts = f"{subject} == {json.dumps(values[0])}" if len(values) == 1 else f"{subject} in {_str_list(values)}"
+    if op == "NotIn":
+        return f"!({alts})"
+    return f"({alts})" if " || " in alts else alts
+
+
+def gfd_to_cel(terms: tuple[tuple[Requirement, ...], ...], domain: str = BRIDGE_DRIVER) -> tuple[str | None, list[str]]:
+    """(CEL expression or None, labels with no per-device equivalent). Terms are ORed, requirements ANDed."""
+    untranslatable: list[str] = []
+    ors: list[str] = []
+    for term in terms:
+        ands = []
+        for key, op, values in term:
+            one = _one(key, op, values, domain)
+            if one is None:
+                untranslatable.append(f"{key} {op} {','.join(values)}".strip())
+            else:
+                ands.append(one)
+        if ands:
+            ors.append(" && ".join(ands))
+    if not ors:
+        return None, sorted(set(untranslatable))
+    expr = ors[0] if len(ors) == 1 else " || ".join(f"({o})" for o in ors)
+    return expr, sorted(set(untranslatable))
+
+
+def gfd_devices(node: Node, count: int, domain: str = BRIDGE_DRIVER) -> list[Device]:
+    """Devices a node would publish, derived from its GFD labels (for nodes without slices in a simulated split)."""
+    labels = node.labels
+    attrs: dict[str, Any] = {}
+    if "nvidia.com/gpu.product" in labels:
+        attrs["productName"] = labels["nvidia.com/gpu.product"]  # dashes kept: GFD replaced the spaces
+    if "nvidia.com/gpu.family" in labels:
+        attrs["architecture"] = labels["nvidia.com/gpu.family"]
+    if "nvidia.com/gpu.compute.major" in labels:
+        attrs["cudaComputeCapability"] = VersionValue(
+            f"{quantity_int(labels['nvidia.com/gpu.compute.major'])}.{quantity_int(labels.get('nvidia.com/gpu.compute.minor'))}.0"
+        )
+    caps: dict[str, Any] = {}
+    if "nvidia.com/gpu.memory" in labels:
+        caps["memory"] = Fraction(quantity_int(labels["nvidia.com/gpu.memory"]) * 2**20)
+    return [
+        Device(domain, node.name, f"gpu-{i}", node.name, {domain: {**attrs, "index": i}}, {domain: dict(caps)}, "gfd")
+        for i in range(count)
+    ]

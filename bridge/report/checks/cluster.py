@@ -1,0 +1,187 @@
+"""Cluster-wide checks: version and served DRA API, feature availability, DeviceClasses, cluster agents."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from bridge.report.checks.context import CheckContext, class_cel, ref_of
+from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, GPU, Stage
+from bridge.report.findings import CLUSTER, Finding, ObjectRef, rule
+
+
+@rule("DRB001", "Kubernetes version and served resource.k8s.io API")
+def dra_api(ctx: CheckContext) -> Iterator[Finding]:
+    m = ctx.model
+    served = m.resource_versions
+    version = m.version.git_version or "unknown"
+    details = {"version": version, "resourceVersions": list(served)}
+    if not m.version.known:
+        yield Finding("DRB001", "warning", CLUSTER,
+                      "Kubernetes version unknown: feature availability cannot be checked",
+                      "Add version.json (`kubectl version -o json`) and api-versions.txt (`kubectl api-versions`) "
+                      "to the snapshot, or scan the live cluster", details)
+    if m.data.api_versions is None and not served:
+        return  # nothing known about discovery; the warning above (or none, if the version is known) says enough
+    if not served:
+        yield Finding("DRB001", "blocker", CLUSTER,
+                      f"resource.k8s.io is not served (Kubernetes {version}): there is no DRA API to migrate to",
+                      "Upgrade to Kubernetes 1.34 or later (DRA GA, resource.k8s.io/v1), or enable the "
+                      "DynamicResourceAllocation gate and the resource.k8s.io/v1beta1 API on 1.32/1.33", details)
+    elif "v1" not in served:
+        yield Finding("DRB001", "warning", CLUSTER,
+                      f"resource.k8s.io is served only as {', '.join(served)} (Kubernetes {version}); DRA is GA "
+                      "(resource.k8s.io/v1) from 1.34",
+                      "Upgrade to 1.34+; the bridge works with the beta API but beta objects need migrating later",
+                      details)
+    elif m.version.known and not m.version.at_least(1, 34):
+        yield Finding("DRB001", "warning", CLUSTER,
+                      f"resource.k8s.io/v1 served on Kubernetes {version}, before DRA GA (1.34)",
+                      "Upgrade to 1.34+", details)
+
+
+_FEATURE_ADVICE = {
+    "extended-resource": (
+        "the bridge translates to ResourceClaims (`claims` target); pods keep working unchanged",
+        "the `extended` target is available: nvidia.com/gpu -> deviceclass.resource.kubernetes.io/gpu.dra-bridge.io",
+    ),
+    "device-taints": (
+        "legacy-owned devices are omitted from ResourceSlices instead of tainted; health cannot taint devices",
+        "legacy-owned and unhealthy devices are published with NoSchedule device taints",
+    ),
+    "consumable-capacity": (
+        "no DRA equivalent of time-slicing replicas (several claims on one GPU)",
+        "several claims can share a GPU (consumable capacity); time-slicing configs have a DRA counterpart",
+    ),
+    "extended-resource-capacity": (
+        "nvidia.com/gpu.shared cannot be served by DRA without changing pods (KEP-6406, alpha in 1.38)",
+        "nvidia.com/gpu.shared can map to capacity requests (KEP-6406)",
+    ),
+}
+
+
+@rule("DRB002", "DRA feature availability by version")
+def features(ctx: CheckContext) -> Iterator[Finding]:
+    if not ctx.model.version.known:
+        return
+    version = ctx.model.version.git_version
+    for key, (without, with_) in _FEATURE_ADVICE.items():
+        f = FEATURE_BY_KEY[key]
+        stage = ctx.stage(key)
+        assert stage is not None
+        on = stage.on_by_default
+        label = {Stage.ABSENT: "not available", Stage.ALPHA: "alpha (off by default)",
+                 Stage.BETA_OFF: "beta (off by default)", Stage.BETA: "beta (on by default)", Stage.GA: "GA"}[stage]
+        when = "; ".join(
+            f"{name} {v[0]}.{v[1]}" for name, v in (("alpha", f.alpha), ("beta", f.beta), ("GA", f.ga)) if v
+        )
+        yield Finding(
+            "DRB002", "info", ObjectRef("Feature", "", f.gate),
+            f"{f.gate} (KEP-{f.kep}) is {label} on {version}: {with_ if on else without}",
+            "Nothing to do" if on else f"Available by default from {_first_on(f)} ({when}); enable the gate "
+                                       f"{f.gate} on all components to use it earlier",
+            {"feature": key, "gate": f.gate, "stage": stage.value},
+        )
+
+
+def _first_on(f: object) -> str:
+    beta, ga = getattr(f, "beta"), getattr(f, "ga")
+    v = beta or ga
+    return f"{v[0]}.{v[1]}" if v else "a future release"
+
+
+@rule("DRB003", "DeviceClasses sharing one extendedResourceName")
+def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for c in ctx.model.device_classes:
+        ern = (c.get("spec") or {}).get("extendedResourceName")
+        if ern:
+            by_name[str(ern)].append(c)
+    for name, classes in sorted(by_name.items()):
+        if len(classes) < 2:
+            continue
+        # KEP-5004: the class created later wins; equal creation time -> lexicographically first name.
+        def key(c: dict) -> tuple[str, str]:
+            m = c.get("metadata") or {}
+            return (str(m.get("creationTimestamp", "")), m.get("name", ""))
+        ordered = sorted(classes, key=lambda c: (c.get("metadata") or {}).get("name", ""))
+        latest_ts = max(key(c)[0] for c in classes)
+        winner = sorted(c for c in (key(c)[1] for c in classes if key(c)[0] == latest_ts))[0]
+        names = [(c.get("metadata") or {}).get("name", "") for c in ordered]
+        for c in ordered:
+            yield Finding(
+                "DRB003", "blocker", ref_of(c),
+                f"extendedResourceName {name} is claimed by {len(classes)} DeviceClasses ({', '.join(names)}); "
+                f"the scheduler picks {winner} (created last), silently capturing every {name} request",
+                f"Keep {name} on exactly one DeviceClass: remove spec.extendedResourceName from the others",
+                {"extendedResourceName": name, "classes": names, "winner": winner},
+            )
+
+
+@rule("DRB004", "The bridge's DeviceClass")
+def bridge_class(ctx: CheckContext) -> Iterator[Finding]:
+    cls = ctx.bridge_class
+    if cls is None:
+        if any(w.gpus_per_pod for w in ctx.gpu_workloads):
+            yield Finding("DRB004", "warning", ObjectRef("DeviceClass", "", BRIDGE_CLASS),
+                          f"DeviceClass {BRIDGE_CLASS} does not exist: translated pods would stay Pending",
+                          "Apply deviceclass.yaml from --emit-manifests (or install the dra-bridge chart)")
+        return
+    expr = class_cel(cls)
+    if BRIDGE_DRIVER not in expr:
+        yield Finding("DRB004", "warning", ref_of(cls),
+                      f"DeviceClass {BRIDGE_CLASS} does not select the bridge's driver: selectors are `{expr}`",
+                      f'Add the selector device.driver == "{BRIDGE_DRIVER}"', {"cel": expr})
+    try:
+        ctx.evaluator.check(expr)
+    except ValueError as err:
+        yield Finding("DRB004", "blocker", ref_of(cls), f"DeviceClass {BRIDGE_CLASS} has an invalid CEL selector: {err}",
+                      "Fix the selector expression", {"cel": expr})
+    ern = (cls.get("spec") or {}).get("extendedResourceName")
+    if ern == GPU:
+        yield Finding("DRB004", "warning", ref_of(cls),
+                      f"DeviceClass {BRIDGE_CLASS} sets extendedResourceName {GPU}: on nodes where the device plugin "
+                      f"also advertises {GPU} the KEP-5004 one-backend-per-node rule applies to every namespace",
+                      "Remove extendedResourceName; the bridge uses the implicit name "
+                      f"deviceclass.resource.kubernetes.io/{BRIDGE_CLASS} or claims")
+
+
+@rule("DRB040", "Cluster autoscaler support for DRA pods")
+def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
+    if not ctx.gpu_workloads:
+        return
+    for dep in ctx.model.data.of("Deployment"):
+        spec = (((dep.get("spec") or {}).get("template") or {}).get("spec")) or {}
+        containers = spec.get("containers") or ()
+        images = " ".join(str(c.get("image", "")) for c in containers)
+        args = " ".join(str(a) for c in containers for a in list(c.get("command") or ()) + list(c.get("args") or ()))
+        if "karpenter" in images:
+            yield Finding("DRB040", "warning", ref_of(dep),
+                          "Karpenter cannot provision nodes for pods whose GPUs come from ResourceClaims "
+                          "(kubernetes-sigs/karpenter#1231): DRA namespaces will not scale GPU node pools",
+                          "Keep statically sized GPU node pools for DRA namespaces, or keep scaling namespaces on "
+                          "legacy until Karpenter supports DRA")
+        elif "cluster-autoscaler" in images and "--enable-dynamic-resource-allocation" not in args:
+            yield Finding("DRB040", "warning", ref_of(dep),
+                          "cluster-autoscaler runs without --enable-dynamic-resource-allocation: it will not "
+                          "scale up for pods with ResourceClaims",
+                          "Add --enable-dynamic-resource-allocation=true to the cluster-autoscaler arguments")
+
+
+@rule("DRB041", "GPU metrics exporter on DRA nodes")
+def dcgm_exporter(ctx: CheckContext) -> Iterator[Finding]:
+    for role in ctx.model.daemonsets:
+        if role.role != "dcgm-exporter":
+            continue
+        ds = next((d for d in ctx.model.data.of("DaemonSet") if ref_of(d).name == role.ref[2]
+                   and ref_of(d).namespace == role.ref[1]), None)
+        if ds is None:
+            continue
+        spec = (((ds.get("spec") or {}).get("template") or {}).get("spec")) or {}
+        env = {e.get("name"): str(e.get("value", "")) for c in spec.get("containers") or () for e in c.get("env") or ()}
+        if env.get("KUBERNETES_ENABLE_DRA", "").lower() not in ("true", "1"):
+            yield Finding("DRB041", "warning", ref_of(ds),
+                          "dcgm-exporter runs without KUBERNETES_ENABLE_DRA: metrics of pods using DRA devices "
+                          "lose their pod attribution",
+                          "Set KUBERNETES_ENABLE_DRA=true on the exporter and grant it get/list/watch on "
+                          "resourceslices and resourceclaims")

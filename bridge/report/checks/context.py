@@ -1,0 +1,85 @@
+"""What every check gets: the model, the options, a CEL evaluator, and a few derived facts computed once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from bridge.report.cel import SelectorEvaluator, gfd_to_cel
+from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
+from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
+from bridge.report.findings import ObjectRef
+from bridge.report.model import ClusterModel, Workload
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    # "current" (devices published now), "all" (every GPU on the DRA side), or a number of devices per GPU node.
+    assume_split: str = "current"
+    # Extra device-plugin configs (from --device-plugin-config files); ConfigMaps in the input are always read.
+    device_plugin_configs: tuple[DevicePluginConfig, ...] = ()
+
+
+def ref_of(obj: Obj) -> ObjectRef:
+    m = obj.get("metadata") or {}
+    return ObjectRef(str(obj.get("kind", "")), str(m.get("namespace", "")), str(m.get("name", "")))
+
+
+def workload_ref(w: Workload) -> ObjectRef:
+    return ObjectRef(w.kind, w.namespace, w.name)
+
+
+@dataclass
+class CheckContext:
+    model: ClusterModel
+    options: ReportOptions = ReportOptions()
+    evaluator: SelectorEvaluator = field(default_factory=SelectorEvaluator)
+
+    def stage(self, feature: str) -> Stage | None:
+        v = self.model.version
+        return FEATURE_BY_KEY[feature].stage(v.major, v.minor) if v.known else None
+
+    @cached_property
+    def bridge_class(self) -> Obj | None:
+        for c in self.model.device_classes:
+            if (c.get("metadata") or {}).get("name") == BRIDGE_CLASS:
+                return c
+        return None
+
+    @cached_property
+    def bridge_class_cel(self) -> str:
+        """The AND of the bridge DeviceClass's selectors; the driver match when the class does not exist yet."""
+        return class_cel(self.bridge_class) if self.bridge_class else f'device.driver == "{BRIDGE_DRIVER}"'
+
+    @cached_property
+    def dp_configs(self) -> list[DevicePluginConfig]:
+        return configs_from_configmaps(self.model.data.of("ConfigMap")) + list(self.options.device_plugin_configs)
+
+    def workload_cel(self, w: Workload) -> tuple[str | None, list[str]]:
+        return gfd_to_cel(w.spec.gfd_terms)
+
+    def request_cel(self, w: Workload) -> str:
+        """What one device of this workload must satisfy on the DRA side: class selectors AND translated GFD terms."""
+        extra, _ = self.workload_cel(w)
+        return self.bridge_class_cel if not extra else f"({self.bridge_class_cel}) && ({extra})"
+
+    @cached_property
+    def gpu_workloads(self) -> list[Workload]:
+        """Workloads to migrate: GPU agents themselves (device plugins, exporters, DRA drivers, the bridge) and
+        system namespaces are left out."""
+        infra = {r.ref for r in self.model.daemonsets if r.role}
+        return [w for w in self.model.workloads if w.ref not in infra and w.namespace not in SYSTEM_NAMESPACES]
+
+
+def class_cel(cls: Obj) -> str:
+    exprs = [
+        str((s.get("cel") or {}).get("expression", "")).strip()
+        for s in (cls.get("spec") or {}).get("selectors") or ()
+        if (s.get("cel") or {}).get("expression")
+    ]
+    if not exprs:
+        return "true"
+    return exprs[0] if len(exprs) == 1 else " && ".join(f"({e})" for e in exprs)

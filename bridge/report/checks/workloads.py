@@ -1,0 +1,160 @@
+"""Workload checks: resource names DRA cannot serve unchanged, pod shapes the translation cannot carry, device
+access that bypasses any allocator, selectors to translate, preemption reliance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from bridge.report.checks.context import CheckContext, workload_ref
+from bridge.report.features import GPU, GPU_SHARED_SUFFIX, HAMI_RESOURCES, MAX_DEVICES_PER_CLAIM, MIG_PREFIX
+from bridge.report.findings import Finding, rule
+
+
+@rule("DRB020", "MIG resource names")
+def mig(ctx: CheckContext) -> Iterator[Finding]:
+    dra_mig = any(
+        "profile" in d.attributes.get(d.driver, {}) for n in ctx.model.nodes.values() for d in n.devices
+    )
+    for w in ctx.gpu_workloads:
+        names = sorted(k for k in w.spec.gpu if k.startswith(MIG_PREFIX))
+        if not names:
+            continue
+        profiles = [k[len(MIG_PREFIX):] for k in names]
+        if dra_mig:
+            yield Finding("DRB020", "warning", workload_ref(w),
+                          f"requests {', '.join(names)}: DRA has no such name; it needs one DeviceClass per MIG "
+                          "profile with that extendedResourceName",
+                          "Apply the per-profile DeviceClasses from --emit-manifests (mig-<profile>.yaml)",
+                          {"profiles": profiles})
+        else:
+            yield Finding("DRB020", "blocker", workload_ref(w),
+                          f"requests {', '.join(names)}: no DRA driver in this cluster publishes MIG devices, and the "
+                          "bridge serves whole GPUs only; the workload must stay on the device plugin",
+                          "Keep this namespace legacy; or run a DRA driver that publishes MIG devices (attribute "
+                          "`profile`) and apply per-profile DeviceClasses from --emit-manifests",
+                          {"profiles": profiles})
+
+
+@rule("DRB021", "Time-sliced shared GPUs")
+def shared(ctx: CheckContext) -> Iterator[Finding]:
+    stage = ctx.stage("extended-resource-capacity")
+    for w in ctx.gpu_workloads:
+        names = sorted(k for k in w.spec.gpu if k.endswith(GPU_SHARED_SUFFIX))
+        if not names:
+            continue
+        if stage is not None and stage.on_by_default:
+            yield Finding("DRB021", "warning", workload_ref(w),
+                          f"requests {', '.join(names)}: served by DRA through extendedResourceCapacityRequests "
+                          "(KEP-6406); N replicas become N independent 1-share allocations, not N shares of one GPU",
+                          "Create a DeviceClass with extendedResourceName and extendedResourceCapacityRequests")
+        else:
+            yield Finding("DRB021", "blocker", workload_ref(w),
+                          f"requests {', '.join(names)} (time-slicing): DRA serves whole devices to extended-resource "
+                          "requests until KEP-6406 (DRAExtendedResourceCapacity, alpha in 1.38)",
+                          "Keep this workload on the device plugin, or rewrite it to a ResourceClaim on a class "
+                          "with consumable capacity (DRAConsumableCapacity, beta in 1.36)")
+
+
+@rule("DRB022", "HAMi GPU sharing resources")
+def hami(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        names = sorted(k for k in w.spec.gpu if k in HAMI_RESOURCES)
+        if names:
+            yield Finding("DRB022", "blocker", workload_ref(w),
+                          f"requests HAMi resources {', '.join(names)}: memory/core limits come from HAMi-core, which "
+                          "DRA devices from the bridge do not carry",
+                          "Keep this workload on HAMi, or move it to HAMi-DRA")
+
+
+@rule("DRB023", "More devices per pod than one claim can hold")
+def too_many(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        n = w.spec.gpu.get(GPU, 0)
+        if n > MAX_DEVICES_PER_CLAIM:
+            yield Finding("DRB023", "blocker", workload_ref(w),
+                          f"each pod requests {n} {GPU}: a ResourceClaim allocates at most {MAX_DEVICES_PER_CLAIM} "
+                          "devices, so the translated pod cannot be scheduled",
+                          f"Split the pod (at most {MAX_DEVICES_PER_CLAIM} GPUs each) or keep it on the device plugin",
+                          {"gpusPerPod": n})
+
+
+@rule("DRB024", "Ephemeral containers")
+def ephemeral(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        if w.ephemeral_pods and w.gpus_per_pod:
+            yield Finding("DRB024", "warning", workload_ref(w),
+                          f"{w.ephemeral_pods} pod(s) carry ephemeral containers: they get no DRA devices "
+                          "(KEP-5004 does not support ephemeral containers)",
+                          "Debug with a copy of the pod (kubectl debug --copy-to) instead of ephemeral containers")
+
+
+@rule("DRB025", "GPU Feature Discovery label selectors")
+def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        if not w.spec.gfd_terms:
+            continue
+        cel, rest = ctx.workload_cel(w)
+        labels = sorted({r[0] for term in w.spec.gfd_terms for r in term})
+        if rest:
+            yield Finding("DRB025", "warning", workload_ref(w),
+                          f"selects nodes by GPU labels with no per-device equivalent: {'; '.join(rest)}"
+                          + (f"; the rest becomes CEL `{cel}`" if cel else ""),
+                          "Drop these terms (a claim's count already asks for N devices on one node) or express "
+                          "them as a node selector the translation keeps",
+                          {"cel": cel or "", "labels": labels, "untranslatable": rest})
+        elif cel:
+            yield Finding("DRB025", "info", workload_ref(w),
+                          f"selects nodes by GPU labels {', '.join(labels)}; as a device selector: `{cel}`",
+                          "None: the webhook adds this CEL selector when it translates the pod",
+                          {"cel": cel, "labels": labels})
+
+
+@rule("DRB026", "Host /dev/nvidia* mounts")
+def dev_mounts(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        if w.spec.dev_hostpaths:
+            yield Finding("DRB026", "blocker", workload_ref(w),
+                          f"mounts {', '.join(w.spec.dev_hostpaths)} from the host: it uses GPUs no allocator gave it, "
+                          "so DRA pods on the same node can share its GPUs unknowingly",
+                          "Remove the hostPath volumes and request GPUs (nvidia.com/gpu or a claim)")
+
+
+@rule("DRB027", "Privileged GPU containers")
+def privileged(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        if w.spec.privileged and (w.spec.gpu or w.spec.uses_claims):
+            yield Finding("DRB027", "warning", workload_ref(w),
+                          f"container(s) {', '.join(w.spec.privileged)} are privileged: they see every GPU on the node, "
+                          "not just the allocated ones",
+                          "Drop privileged: true; grant only the capabilities the workload needs")
+
+
+@rule("DRB028", "NVIDIA_VISIBLE_DEVICES set by hand")
+def visible_devices(ctx: CheckContext) -> Iterator[Finding]:
+    for w in ctx.gpu_workloads:
+        if w.spec.visible_devices_env:
+            yield Finding("DRB028", "warning", workload_ref(w),
+                          f"container(s) {', '.join(w.spec.visible_devices_env)} set NVIDIA_VISIBLE_DEVICES: it can "
+                          "expose GPUs other than the allocated ones and conflicts with CDI injection",
+                          "Remove NVIDIA_VISIBLE_DEVICES from the pod spec; the allocated devices are injected")
+
+
+@rule("DRB029", "Preemption of GPU pods")
+def preemption(ctx: CheckContext) -> Iterator[Finding]:
+    classes = {}
+    for pc in ctx.model.data.of("PriorityClass"):
+        name = (pc.get("metadata") or {}).get("name", "")
+        if pc.get("preemptionPolicy", "PreemptLowerPriority") != "Never":
+            classes[name] = int(pc.get("value", 0))
+    stage = ctx.stage("dra-preemption")
+    if stage is not None and stage != stage.ABSENT:
+        return
+    for w in ctx.gpu_workloads:
+        pc = w.spec.priority_class
+        if pc in classes and (w.spec.gpu.get(GPU) or w.spec.uses_claims):
+            yield Finding("DRB029", "warning", workload_ref(w),
+                          f"runs with PriorityClass {pc} (value {classes[pc]}, may preempt): the scheduler does not "
+                          "preempt pods holding DRA devices (KEP-5690, alpha in 1.38), so it may wait instead of "
+                          "evicting lower-priority GPU pods",
+                          "Reserve capacity for it (a higher split on its nodes) or keep it legacy until 1.38",
+                          {"priorityClass": pc})

@@ -1,0 +1,69 @@
+"""Findings: what a check says about one object, and the rule registry.
+
+A rule is a small pure function `(CheckContext) -> Iterable[Finding]`. Its ID (`DRB0nn`) is stable: tools and CI
+gates match on it, so IDs are never reused for a different meaning. Severity:
+
+* `blocker`: the object cannot move to DRA (or will break when it does) until the fix is applied;
+* `warning`: it can move after configuration (a manifest to apply, a setting to change): "needs-config";
+* `info`: a fact worth knowing; changes nothing in readiness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bridge.report.checks.context import CheckContext
+
+SEVERITIES = ("blocker", "warning", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    kind: str  # "Cluster" for cluster-wide facts
+    namespace: str  # "" for cluster-scoped objects
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+CLUSTER = ObjectRef("Cluster", "", "cluster")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    object: ObjectRef
+    message: str
+    fix: str
+    # Extra machine-readable facts (CEL expression, counts); values are str/int/bool/list of str.
+    details: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    def sort_key(self) -> tuple[int, str, str, str, str]:
+        o = self.object
+        return (SEVERITY_RANK[self.severity], self.rule, o.namespace, o.kind, o.name)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    func: Callable[["CheckContext"], Iterable[Finding]]
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(rule_id: str, title: str) -> Callable[[Callable[["CheckContext"], Iterable[Finding]]], Callable[["CheckContext"], Iterable[Finding]]]:
+    def register(func: Callable[["CheckContext"], Iterable[Finding]]) -> Callable[["CheckContext"], Iterable[Finding]]:
+        if rule_id in RULES:
+            raise ValueError(f"rule {rule_id} registered twice")
+        RULES[rule_id] = Rule(rule_id, title, func)
+        return func
+
+    return register

@@ -1,0 +1,390 @@
+"""The report's view of a cluster, built once from `ClusterData` in linear time.
+
+* Workloads: every pod is resolved to its top owner (Pod -> ReplicaSet -> Deployment, Pod -> Job -> CronJob,
+  StatefulSet, DaemonSet; an owner of another kind stands as itself; a pod without owner is its own workload), so
+  one row stands for all replicas. Controllers found without pods (scaled to zero, a CronJob between runs) get a
+  row from their template. Only GPU-relevant workloads are kept (GPU requests, claims, GFD selectors, /dev/nvidia
+  host paths, NVIDIA_VISIBLE_DEVICES).
+* Namespaces: mode from the `dra-bridge.io/mode` label (absent = legacy), demand summed over workloads.
+* Nodes: which backends serve GPUs today (vendor device plugin, the bridge, another DRA driver), capacity and
+  allocatable `nvidia.com/gpu`, the bridge's split label, the devices published in ResourceSlices.
+
+Everything is indexed by name or owner before use; no step is quadratic in pods or nodes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.report.features import (
+    BRIDGE_DRIVER,
+    BRIDGE_DS_LABELS,
+    GPU,
+    MODE_LABEL,
+    MODES,
+    SPLIT_LABEL,
+)
+from bridge.report.podspec import SpecInfo, analyse, desired_replicas, template_spec
+from bridge.report.quantity import QuantityError, parse_quantity, quantity_int
+from bridge.report.sources import ClusterData, ServerVersion
+
+Obj = dict[str, Any]
+Ref = tuple[str, str, str]  # (kind, namespace, name); namespace "" for cluster-scoped objects
+
+_OWNER_KINDS = ("ReplicaSet", "Job")  # intermediate owners that are themselves owned
+_CONTROLLER_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet")
+_DONE_PHASES = ("Succeeded", "Failed")
+
+
+class VersionValue(str):
+    """A DRA `version` attribute value (semver string); CEL sees it as a semver, not a string."""
+
+
+@dataclass(frozen=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    node: str
+    # domain -> id -> str | int | bool | VersionValue
+    attributes: dict[str, dict[str, Any]]
+    capacity: dict[str, dict[str, Any]]  # domain -> id -> Fraction
+    source: str  # "slice" (published) or "gfd" (derived from node labels for a simulated split)
+
+
+@dataclass
+class Workload:
+    kind: str
+    namespace: str
+    name: str
+    spec: SpecInfo
+    replicas: int  # desired where the controller says, else live pods
+    pods: int = 0  # live (not Succeeded/Failed) pods seen
+    ephemeral_pods: int = 0  # live pods with ephemeral containers
+    nodes: set[str] = field(default_factory=set)
+
+    @property
+    def ref(self) -> Ref:
+        return (self.kind, self.namespace, self.name)
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.spec.gpu.get(GPU, 0)
+
+    @property
+    def demand(self) -> dict[str, int]:
+        return {k: v * self.replicas for k, v in self.spec.gpu.items()}
+
+
+@dataclass
+class Namespace:
+    name: str
+    mode: str  # legacy | shadow | dra
+    labels: dict[str, str]
+    exists: bool  # Namespace object present in the input
+    workloads: list[Workload] = field(default_factory=list)
+    bad_mode: str = ""  # the label value when it is not one of MODES
+
+    @property
+    def demand(self) -> dict[str, int]:
+        total: dict[str, int] = defaultdict(int)
+        for w in self.workloads:
+            for k, v in w.demand.items():
+                total[k] += v
+        return dict(total)
+
+
+@dataclass
+class Node:
+    name: str
+    labels: dict[str, str]
+    capacity: dict[str, int]  # nvidia.com/* extended resources only
+    allocatable: dict[str, int]
+    runtime: str  # status.nodeInfo.containerRuntimeVersion, e.g. "containerd://2.0.4"
+    backends: set[str] = field(default_factory=set)  # "device-plugin", "bridge", "dra:<driver>"
+    devices: list[Device] = field(default_factory=list)  # published in ResourceSlices
+    split: str = ""  # bridge split label value ("0", "N", "all") or ""
+
+    @property
+    def gpu_total(self) -> int:
+        """Physical GPUs as best known: device-plugin capacity, published full-GPU devices, or the GFD count."""
+        published = sum(1 for d in self.devices if d.driver == BRIDGE_DRIVER or _is_full_gpu(d))
+        label = quantity_int(self.labels.get("nvidia.com/gpu.count"))
+        return max(self.capacity.get(GPU, 0), published, label)
+
+    def dra_devices(self, driver: str | None = None) -> list[Device]:
+        return [d for d in self.devices if driver is None or d.driver == driver]
+
+
+def _is_full_gpu(d: Device) -> bool:
+    attrs = d.attributes.get(d.driver, {})
+    return attrs.get("type", "gpu") == "gpu" and "profile" not in attrs
+
+
+@dataclass(frozen=True)
+class DaemonSetRole:
+    ref: Ref
+    role: str  # "bridge", "device-plugin", "dra-driver", "dcgm-exporter", "gfd", ""
+
+
+@dataclass
+class ClusterModel:
+    data: ClusterData
+    version: ServerVersion
+    resource_versions: tuple[str, ...]
+    namespaces: dict[str, Namespace]
+    nodes: dict[str, Node]
+    workloads: list[Workload]
+    device_classes: list[Obj]
+    daemonsets: list[DaemonSetRole]
+    ignored_pods: int  # pods that are not GPU-relevant
+
+
+def classify_daemonset(ds: Obj) -> str:
+    labels = (ds.get("metadata") or {}).get("labels") or {}
+    if all(labels.get(k) == v for k, v in BRIDGE_DS_LABELS.items()):
+        return "bridge"
+    name = str((ds.get("metadata") or {}).get("name", ""))
+    spec = template_spec("DaemonSet", ds) or {}
+    images = " ".join(str(c.get("image", "")) for c in (spec.get("containers") or []) + (spec.get("initContainers") or []))
+    hay = f"{name} {images}".lower()
+    if "dcgm-exporter" in hay:
+        return "dcgm-exporter"
+    if "gpu-feature-discovery" in hay:
+        return "gfd"
+    if "dra-driver" in hay or "kubelet-plugin" in hay:
+        return "dra-driver"
+    if "device-plugin" in hay:
+        return "device-plugin"
+    return ""
+
+
+def _meta(o: Obj) -> Obj:
+    return o.get("metadata") or {}
+
+
+def _controller_ref(o: Obj) -> tuple[str, str] | None:
+    refs = _meta(o).get("ownerReferences") or ()
+    chosen = None
+    for r in refs:
+        if r.get("controller"):
+            chosen = r
+            break
+    if chosen is None and refs:
+        chosen = refs[0]
+    return (chosen.get("kind", ""), chosen.get("name", "")) if chosen else None
+
+
+def _attr_value(v: Any) -> Any:
+    if isinstance(v, dict):
+        for key in ("string", "int", "bool"):
+            if key in v:
+                return v[key]
+        if "version" in v:
+            return VersionValue(v["version"])
+    return v
+
+
+def _slice_devices(s: Obj) -> list[Device]:
+    spec = s.get("spec") or {}
+    driver = str(spec.get("driver", ""))
+    pool = str((spec.get("pool") or {}).get("name", ""))
+    node = str(spec.get("nodeName") or "")
+    out = []
+    for d in spec.get("devices") or ():
+        body = d.get("basic") or d  # v1beta1 nests attributes under `basic`
+        attrs: dict[str, dict[str, Any]] = defaultdict(dict)
+        for qname, val in (body.get("attributes") or {}).items():
+            domain, _, ident = qname.rpartition("/")
+            attrs[domain or driver][ident] = _attr_value(val)
+        caps: dict[str, dict[str, Any]] = defaultdict(dict)
+        for qname, val in (body.get("capacity") or {}).items():
+            domain, _, ident = qname.rpartition("/")
+            raw = val.get("value") if isinstance(val, dict) else val
+            try:
+                caps[domain or driver][ident] = parse_quantity(raw)
+            except QuantityError:
+                continue
+        out.append(Device(driver, pool, str(d.get("name", "")), node, dict(attrs), dict(caps), "slice"))
+    return out
+
+
+def _extended(values: Obj | None) -> dict[str, int]:
+    return {k: quantity_int(v) for k, v in (values or {}).items() if k.startswith("nvidia.com/")}
+
+
+def _matches_selector(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def build_model(data: ClusterData) -> ClusterModel:
+    # --- namespaces
+    namespaces: dict[str, Namespace] = {}
+    for ns in data.of("Namespace"):
+        m = _meta(ns)
+        labels = m.get("labels") or {}
+        raw = labels.get(MODE_LABEL, "legacy")
+        namespaces[m.get("name", "")] = Namespace(
+            m.get("name", ""), raw if raw in MODES else "legacy", labels, True, bad_mode="" if raw in MODES else raw
+        )
+
+    # --- owner indexes: (namespace, name) -> owner (kind, name)
+    owner_of: dict[str, dict[tuple[str, str], tuple[str, str] | None]] = {k: {} for k in _OWNER_KINDS}
+    for kind in _OWNER_KINDS:
+        idx = owner_of[kind]
+        for o in data.of(kind):
+            m = _meta(o)
+            idx[(m.get("namespace", ""), m.get("name", ""))] = _controller_ref(o)
+    controllers: dict[tuple[str, str, str], Obj] = {}
+    for kind in _CONTROLLER_KINDS:
+        for o in data.of(kind):
+            m = _meta(o)
+            controllers[(kind, m.get("namespace", ""), m.get("name", ""))] = o
+
+    def top_owner(ns: str, kind: str, name: str) -> tuple[str, str]:
+        for _ in range(4):  # ReplicaSet -> Deployment, Job -> CronJob; bounded against cycles
+            idx = owner_of.get(kind)
+            if idx is None:
+                break
+            up = idx.get((ns, name))
+            if not up:
+                break
+            kind, name = up
+        return kind, name
+
+    # --- workloads from pods
+    rows: dict[Ref, Workload | None] = {}
+    ignored = 0
+    for pod in data.of("Pod"):
+        m = _meta(pod)
+        ns = m.get("namespace", "")
+        ref = _controller_ref(pod)
+        kind, name = top_owner(ns, *ref) if ref else ("Pod", str(m.get("name", "")))
+        key: Ref = (kind, ns, name)
+        row = rows.get(key, False)
+        if row is False:
+            ctrl = controllers.get(key)
+            tmpl = template_spec(kind, ctrl) if ctrl is not None else None
+            info = analyse(tmpl if tmpl is not None else pod.get("spec") or {})
+            if info.relevant:
+                desired = desired_replicas(kind, ctrl) if ctrl is not None else None
+                row = Workload(kind, ns, name, info, desired if desired is not None else -1)
+            else:
+                row = None
+            rows[key] = row
+        if row is None:
+            ignored += 1
+            continue
+        if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+            continue
+        row.pods += 1
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            row.nodes.add(node)
+        if (pod.get("spec") or {}).get("ephemeralContainers"):
+            row.ephemeral_pods += 1
+
+    # --- controllers without pods (top-level only: Deployments/StatefulSets/DaemonSets/CronJobs, Jobs without owner)
+    for (kind, ns, name), ctrl in controllers.items():
+        if (kind, ns, name) in rows or kind == "ReplicaSet" or (kind == "Job" and _controller_ref(ctrl)):
+            continue
+        tmpl = template_spec(kind, ctrl)
+        if tmpl is None:
+            continue
+        info = analyse(tmpl)
+        if not info.relevant:
+            continue
+        if kind == "Job" and ((ctrl.get("status") or {}).get("succeeded") or (ctrl.get("status") or {}).get("completionTime")):
+            continue  # a finished Job holds no GPUs
+        desired = desired_replicas(kind, ctrl)
+        rows[(kind, ns, name)] = Workload(kind, ns, name, info, desired if desired is not None else 0)
+
+    workloads = [w for w in rows.values() if w is not None]
+    for w in workloads:
+        if w.replicas < 0:
+            w.replicas = w.pods
+        ns = namespaces.get(w.namespace)
+        if ns is None:
+            ns = namespaces[w.namespace] = Namespace(w.namespace, "legacy", {}, False)
+        ns.workloads.append(w)
+    workloads.sort(key=lambda w: (w.namespace, w.kind, w.name))
+
+    # --- nodes
+    nodes: dict[str, Node] = {}
+    for n in data.of("Node"):
+        m = _meta(n)
+        st = n.get("status") or {}
+        labels = m.get("labels") or {}
+        nodes[m.get("name", "")] = Node(
+            m.get("name", ""),
+            labels,
+            _extended(st.get("capacity")),
+            _extended(st.get("allocatable")),
+            str((st.get("nodeInfo") or {}).get("containerRuntimeVersion", "")),
+            split=str(labels.get(SPLIT_LABEL, "")),
+        )
+    for s in data.of("ResourceSlice"):
+        for d in _slice_devices(s):
+            node = nodes.get(d.node) or nodes.get(d.pool)
+            if node is None:
+                continue
+            node.devices.append(d)
+            node.backends.add("bridge" if d.driver == BRIDGE_DRIVER else f"dra:{d.driver}")
+
+    # --- daemonsets: which GPU agents run where (by their pods; by nodeSelector when no pods were captured)
+    roles: list[DaemonSetRole] = []
+    role_by_ds: dict[tuple[str, str], str] = {}
+    for ds in data.of("DaemonSet"):
+        m = _meta(ds)
+        role = classify_daemonset(ds)
+        roles.append(DaemonSetRole(("DaemonSet", m.get("namespace", ""), m.get("name", "")), role))
+        if role:
+            role_by_ds[(m.get("namespace", ""), m.get("name", ""))] = role
+    ds_with_pods: set[tuple[str, str]] = set()
+    if role_by_ds:
+        for pod in data.of("Pod"):
+            ref = _controller_ref(pod)
+            if not ref or ref[0] != "DaemonSet":
+                continue
+            key2 = (_meta(pod).get("namespace", ""), ref[1])
+            role = role_by_ds.get(key2)
+            if role is None:
+                continue
+            ds_with_pods.add(key2)
+            node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+            if node is not None:
+                _add_backend(node, role)
+    for ds in data.of("DaemonSet"):
+        m = _meta(ds)
+        key2 = (m.get("namespace", ""), m.get("name", ""))
+        role = role_by_ds.get(key2)
+        if not role or key2 in ds_with_pods:
+            continue
+        selector = (template_spec("DaemonSet", ds) or {}).get("nodeSelector") or {}
+        for node in nodes.values():
+            if _matches_selector(selector, node.labels) and (node.capacity.get(GPU) or node.gpu_total):
+                _add_backend(node, role)
+    for node in nodes.values():
+        if node.allocatable.get(GPU, 0) > 0 and not node.backends & {"device-plugin", "bridge"}:
+            node.backends.add("device-plugin")  # something registers nvidia.com/gpu; no DaemonSet identified
+
+    return ClusterModel(
+        data=data,
+        version=data.version,
+        resource_versions=data.resource_versions(),
+        namespaces=dict(sorted(namespaces.items())),
+        nodes=dict(sorted(nodes.items())),
+        workloads=workloads,
+        device_classes=sorted(data.of("DeviceClass"), key=lambda o: _meta(o).get("name", "")),
+        daemonsets=roles,
+        ignored_pods=ignored,
+    )
+
+
+def _add_backend(node: Node, role: str) -> None:
+    if role == "bridge":
+        node.backends.add("bridge")
+    elif role == "device-plugin":
+        node.backends.add("device-plugin")

@@ -1,0 +1,155 @@
+"""What one pod spec says about GPUs: requests per resource name, DRA claims, GFD-label selectors, device access
+that bypasses any allocator. Pure functions over plain dicts.
+
+Effective per-pod request of a resource follows the scheduler: max(sum over containers (+ restartable init
+containers), max over ordinary init containers). Extended resources must have requests == limits, so a value in
+either is taken (limits win when both are set and differ, as the API server rejects that anyway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.report.features import IMPLICIT_PREFIX
+from bridge.report.quantity import quantity_int
+
+Obj = dict[str, Any]
+
+GFD_PREFIX = "nvidia.com/gpu."  # nvidia.com/gpu.product, .memory, .family, .compute.major, .count, ...
+DEV_NVIDIA = "/dev/nvidia"
+
+# (key, operator, values) with operator as in NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt).
+Requirement = tuple[str, str, tuple[str, ...]]
+
+
+def _is_gpu_name(name: str) -> bool:
+    return name.startswith("nvidia.com/") or name.startswith(IMPLICIT_PREFIX)
+
+
+def _container_gpu(c: Obj) -> dict[str, int]:
+    res = c.get("resources")
+    if not res:
+        return {}
+    out: dict[str, int] = {}
+    for section in ("requests", "limits"):  # limits last: they win
+        vals = res.get(section)
+        if vals:
+            for k, v in vals.items():
+                if _is_gpu_name(k):
+                    out[k] = quantity_int(v)
+    return out
+
+
+def effective_gpu(spec: Obj) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or ():
+        for k, v in _container_gpu(c).items():
+            total[k] = total.get(k, 0) + v
+    init_max: dict[str, int] = {}
+    for c in spec.get("initContainers") or ():
+        g = _container_gpu(c)
+        if not g:
+            continue
+        if c.get("restartPolicy") == "Always":  # sidecar: runs alongside the app containers
+            for k, v in g.items():
+                total[k] = total.get(k, 0) + v
+        else:
+            for k, v in g.items():
+                init_max[k] = max(init_max.get(k, 0), v)
+    for k, v in init_max.items():
+        total[k] = max(total.get(k, 0), v)
+    return {k: v for k, v in total.items() if v > 0}
+
+
+@dataclass(frozen=True)
+class SpecInfo:
+    gpu: dict[str, int]  # per pod
+    uses_claims: bool
+    gfd_terms: tuple[tuple[Requirement, ...], ...]  # OR of ANDed requirements on GFD labels; () when none
+    dev_hostpaths: tuple[str, ...]
+    privileged: tuple[str, ...]  # container names
+    visible_devices_env: tuple[str, ...]  # container names setting NVIDIA_VISIBLE_DEVICES by hand
+    priority_class: str
+    gpu_containers: int  # containers (incl. init) that request any GPU resource
+
+    @property
+    def relevant(self) -> bool:
+        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env)
+
+
+def _gfd_terms(spec: Obj) -> tuple[tuple[Requirement, ...], ...]:
+    base: list[Requirement] = [
+        (k, "In", (str(v),)) for k, v in (spec.get("nodeSelector") or {}).items() if k.startswith(GFD_PREFIX)
+    ]
+    terms: list[tuple[Requirement, ...]] = []
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or ():
+        reqs = [
+            (e["key"], e.get("operator", "In"), tuple(str(v) for v in e.get("values") or ()))
+            for e in term.get("matchExpressions") or ()
+            if str(e.get("key", "")).startswith(GFD_PREFIX)
+        ]
+        if reqs:
+            terms.append(tuple(base + reqs))
+    if not terms and base:
+        terms.append(tuple(base))
+    return tuple(terms)
+
+
+def analyse(spec: Obj) -> SpecInfo:
+    containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
+    dev_paths = tuple(
+        sorted(
+            {
+                str((v.get("hostPath") or {}).get("path", ""))
+                for v in spec.get("volumes") or ()
+                if str((v.get("hostPath") or {}).get("path", "")).startswith(DEV_NVIDIA)
+            }
+        )
+    )
+    privileged = tuple(c.get("name", "") for c in containers if (c.get("securityContext") or {}).get("privileged"))
+    env_set = tuple(
+        c.get("name", "")
+        for c in containers
+        if any(e.get("name") == "NVIDIA_VISIBLE_DEVICES" for e in c.get("env") or ())
+    )
+    uses_claims = bool(spec.get("resourceClaims")) or any((c.get("resources") or {}).get("claims") for c in containers)
+    return SpecInfo(
+        gpu=effective_gpu(spec),
+        uses_claims=uses_claims,
+        gfd_terms=_gfd_terms(spec),
+        dev_hostpaths=dev_paths,
+        privileged=privileged,
+        visible_devices_env=env_set,
+        priority_class=str(spec.get("priorityClassName") or ""),
+        gpu_containers=sum(1 for c in containers if _container_gpu(c)),
+    )
+
+
+def template_spec(kind: str, obj: Obj) -> Obj | None:
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    tmpl = spec.get("template")
+    if isinstance(tmpl, dict):
+        return tmpl.get("spec") or {}
+    return None
+
+
+def desired_replicas(kind: str, obj: Obj) -> int | None:
+    spec = obj.get("spec") or {}
+    if kind in ("Deployment", "StatefulSet", "ReplicaSet"):
+        r = spec.get("replicas")
+        return 1 if r is None else int(r)
+    if kind == "Job":
+        p = spec.get("parallelism")
+        return 1 if p is None else int(p)
+    if kind == "CronJob":
+        p = (((spec.get("jobTemplate") or {}).get("spec")) or {}).get("parallelism")
+        return 1 if p is None else int(p)
+    if kind == "DaemonSet":
+        d = (obj.get("status") or {}).get("desiredNumberScheduled")
+        return None if d is None else int(d)
+    return None

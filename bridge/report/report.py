@@ -1,0 +1,230 @@
+"""The report: model + findings folded into readiness per cluster, node, namespace and workload, plus the wave plan.
+
+Readiness of an object is the worst severity among the findings about it: a blocker makes it `blocked`, a warning
+`needs-config`, otherwise `ready`. A namespace also inherits the findings of its workloads and quotas, and the
+cluster-wide blockers (no DRA API, an invalid or hijacked DeviceClass), which block every namespace. Everything here
+is deterministic (sorted), so renderers can be golden-tested.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from bridge.report.checks import CheckContext, ReportOptions, run_checks
+from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity, wave_order
+from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
+from bridge.report.findings import SEVERITY_RANK, Finding
+from bridge.report.model import ClusterModel, build_model
+from bridge.report.sources import ClusterData
+
+STATUS_BY_SEVERITY = {"blocker": "blocked", "warning": "needs-config"}
+STATUSES = ("ready", "needs-config", "blocked")
+_GLOBAL_RULES = frozenset({"DRB001", "DRB003", "DRB004"})
+
+
+def status_of(findings: list[Finding]) -> str:
+    worst = min((SEVERITY_RANK[f.severity] for f in findings if f.severity != "info"), default=None)
+    if worst is None:
+        return "ready"
+    return "blocked" if worst == 0 else "needs-config"
+
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    kind: str
+    namespace: str
+    name: str
+    replicas: int
+    gpus_per_pod: dict[str, int]
+    gpus: dict[str, int]
+    status: str
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NamespaceRow:
+    name: str
+    mode: str
+    workloads: int
+    gpus: dict[str, int]
+    status: str
+    rules: tuple[str, ...]
+    capacity: NamespaceCapacity | None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    backends: tuple[str, ...]
+    gpus: int
+    allocatable: int  # nvidia.com/gpu through the device plugin
+    dra_devices: int  # devices published in ResourceSlices
+    split: str
+    status: str
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WaveStep:
+    wave: int
+    namespace: str
+    mode: str  # target mode
+    reason: str
+
+    @property
+    def bridge_command(self) -> str:
+        return f"bridge namespace set {self.namespace} {self.mode}"
+
+    @property
+    def kubectl_command(self) -> str:
+        return f"kubectl label namespace {self.namespace} {MODE_LABEL}={self.mode} --overwrite"
+
+
+@dataclass(frozen=True)
+class FeatureRow:
+    gate: str
+    kep: str
+    stage: str
+    why: str
+
+
+@dataclass
+class Report:
+    source: str
+    version: str
+    resource_versions: tuple[str, ...]
+    status: str
+    assume_split: str
+    findings: list[Finding]
+    namespaces: list[NamespaceRow]
+    nodes: list[NodeRow]
+    workloads: list[WorkloadRow]
+    features: list[FeatureRow]
+    waves: list[WaveStep]
+    gpus_by_backend: dict[str, int]
+    counts: dict[str, int] = field(default_factory=dict)
+    model: ClusterModel | None = None
+
+    @property
+    def blockers(self) -> int:
+        return sum(1 for f in self.findings if f.severity == "blocker")
+
+
+def _gpus_by_backend(model: ClusterModel) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for node in model.nodes.values():
+        total = node.gpu_total
+        if not total:
+            continue
+        bridge_dra = sum(1 for d in node.devices if d.driver == BRIDGE_DRIVER)
+        other_dra = sum(1 for d in node.devices if d.driver != BRIDGE_DRIVER)
+        if "bridge" in node.backends:
+            out["bridge (DRA side)"] += bridge_dra
+            out["bridge (device-plugin side)"] += max(total - bridge_dra, 0)
+        elif other_dra:
+            out["other DRA driver"] += other_dra
+        elif "device-plugin" in node.backends:
+            out["vendor device plugin"] += total
+        else:
+            out["not served"] += total
+    return dict(sorted(out.items()))
+
+
+def build_report(data: ClusterData, options: ReportOptions = ReportOptions()) -> Report:
+    model = build_model(data)
+    ctx = CheckContext(model, options)
+    findings = run_checks(ctx)
+    by_obj: dict[tuple[str, str, str], list[Finding]] = defaultdict(list)
+    by_ns: dict[str, list[Finding]] = defaultdict(list)
+    global_findings = [f for f in findings if f.rule in _GLOBAL_RULES and f.severity == "blocker"]
+    for f in findings:
+        o = f.object
+        by_obj[(o.kind, o.namespace, o.name)].append(f)
+        if o.namespace:
+            by_ns[o.namespace].append(f)
+        elif o.kind == "Namespace":
+            by_ns[o.name].append(f)
+
+    gpu_workloads = ctx.gpu_workloads
+    workload_rows = []
+    wl_by_ns: dict[str, list] = defaultdict(list)
+    for w in gpu_workloads:
+        fs = by_obj.get((w.kind, w.namespace, w.name), [])
+        workload_rows.append(WorkloadRow(w.kind, w.namespace, w.name, w.replicas, dict(sorted(w.spec.gpu.items())),
+                                         dict(sorted(w.demand.items())), status_of(fs),
+                                         tuple(sorted({f.rule for f in fs if f.severity != "info"}))))
+        wl_by_ns[w.namespace].append(w)
+
+    capacity = simulate_capacity(ctx)
+    ns_rows = []
+    for ns in model.namespaces.values():
+        if ns.name not in wl_by_ns and ns.mode == "legacy":
+            continue  # no GPU workloads and never flipped: not part of the migration
+        fs = by_ns.get(ns.name, []) + (global_findings if ns.name in wl_by_ns else [])
+        demand: dict[str, int] = defaultdict(int)
+        for w in wl_by_ns.get(ns.name, []):
+            for k, v in w.demand.items():
+                demand[k] += v
+        ns_rows.append(NamespaceRow(ns.name, ns.mode, len(wl_by_ns.get(ns.name, [])), dict(sorted(demand.items())),
+                                    status_of(fs), tuple(sorted({f.rule for f in fs if f.severity != "info"})),
+                                    capacity.get(ns.name)))
+
+    node_rows = []
+    for node in model.nodes.values():
+        if not node.gpu_total and not node.backends:
+            continue
+        fs = by_obj.get(("Node", "", node.name), [])
+        node_rows.append(NodeRow(node.name, tuple(sorted(node.backends)), node.gpu_total,
+                                 node.allocatable.get(GPU, 0), len(node.devices), node.split or "-",
+                                 status_of(fs), tuple(sorted({f.rule for f in fs if f.severity != "info"}))))
+
+    v = model.version
+    features = [
+        FeatureRow(f.gate, f.kep, f.stage(v.major, v.minor).value if v.known else "unknown", f.why) for f in FEATURES
+    ]
+    return Report(
+        source=data.source,
+        version=v.git_version or "unknown",
+        resource_versions=model.resource_versions,
+        status=status_of(findings),
+        assume_split=options.assume_split,
+        findings=findings,
+        namespaces=ns_rows,
+        nodes=node_rows,
+        workloads=workload_rows,
+        features=features,
+        waves=plan_waves(ns_rows, model),
+        gpus_by_backend=_gpus_by_backend(model),
+        counts={
+            "nodes": len(model.nodes),
+            "gpuNodes": len(node_rows),
+            "namespaces": len(model.namespaces),
+            "pods": len(data.of("Pod")),
+            "gpuWorkloads": len(workload_rows),
+            "ignoredPods": model.ignored_pods,
+        },
+        model=model,
+    )
+
+
+def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
+    """Lowest risk first. Wave 1 puts every movable legacy namespace in shadow (a dry run on real traffic: nothing
+    changes for pods). Then one namespace per wave goes to dra: those already in shadow first, then by increasing
+    GPU demand. Blocked namespaces are not planned."""
+    movable = [r for r in rows if r.status != "blocked" and r.workloads]
+    steps: list[WaveStep] = []
+    to_shadow = sorted((r for r in movable if r.mode == "legacy"), key=lambda r: r.name)
+    for r in to_shadow:
+        steps.append(WaveStep(1, r.name, "shadow", "dry run: the webhook records the translation, pods unchanged"))
+    # Same order as the cumulative capacity simulation (DRB032), so "fits in wave order" means this order.
+    order = {n.name: i for i, n in enumerate(wave_order([model.namespaces[r.name] for r in movable]))}
+    to_dra = sorted((r for r in movable if r.mode != "dra"), key=lambda r: order[r.name])
+    first = 2 if to_shadow else 1
+    for i, r in enumerate(to_dra):
+        reason = "ready" if r.status == "ready" else f"after fixing {', '.join(r.rules)}"
+        steps.append(WaveStep(first + i, r.name, "dra", reason))
+    return steps
+
+
+__all__ = ["Report", "ReportOptions", "build_report", "STATUSES", "Stage"]

@@ -1,0 +1,224 @@
+"""Where the report's input comes from: a snapshot on disk, gathered into one `ClusterData`.
+
+`ClusterData` is plain dicts per kind plus the cluster facts (server version, served API versions). The model and
+the checks read only `ClusterData`, so snapshot mode and live mode (`bridge.report.live`) give the same findings by
+construction.
+
+Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and what an admin can assemble by hand):
+
+* any number of `*.yaml`, `*.yml`, `*.json` files, each optionally gzipped (`*.json.gz`), in a directory (searched
+  recursively) or given as one file. Each file holds `kubectl get -o yaml|json` output: a `kind: List` or
+  `kind: <Kind>List` with `items`, multi-document YAML, or single objects. Objects are sorted by their `kind`.
+* `version.json` (optional): the output of `kubectl version -o json` (`{"serverVersion": {...}}`) or the raw
+  `/version` document (`{"gitVersion": "v1.34.2", "major": "1", "minor": "34"}`).
+* `api-versions.txt` (optional): the output of `kubectl api-versions`, one `group/version` per line. Without it the
+  served versions of `resource.k8s.io` are inferred from the apiVersion of DeviceClasses/ResourceSlices found.
+
+Invariant: loading never mutates objects and never drops an object silently; an unreadable file is an error that
+names the file (`SnapshotError`), an object without `kind` is an error too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+Obj = dict[str, Any]
+
+try:  # libyaml is ~10x faster than the pure-Python loader
+    _YamlLoader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on the pyyaml build
+    _YamlLoader = yaml.SafeLoader
+
+# Kinds the report reads; anything else in a snapshot is kept under `other` (and counted) but not used.
+KINDS = (
+    "Node",
+    "Pod",
+    "Namespace",
+    "ResourceQuota",
+    "ConfigMap",
+    "DaemonSet",
+    "Deployment",
+    "StatefulSet",
+    "ReplicaSet",
+    "Job",
+    "CronJob",
+    "PriorityClass",
+    "DeviceClass",
+    "ResourceSlice",
+)
+
+VERSION_FILE = "version.json"
+API_VERSIONS_FILE = "api-versions.txt"
+_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class SnapshotError(Exception):
+    """A snapshot path or file that cannot be read; the message names the file and the reason."""
+
+
+@dataclass(frozen=True)
+class ServerVersion:
+    git_version: str  # "v1.34.2"; "" when unknown
+    major: int
+    minor: int
+
+    @property
+    def known(self) -> bool:
+        return self.major > 0
+
+    def at_least(self, major: int, minor: int) -> bool:
+        return (self.major, self.minor) >= (major, minor)
+
+
+UNKNOWN_VERSION = ServerVersion("", 0, 0)
+
+
+@dataclass
+class ClusterData:
+    """Everything the report reads. `objects[kind]` is a list of plain dicts as the API server sends them."""
+
+    objects: dict[str, list[Obj]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    version: ServerVersion = UNKNOWN_VERSION
+    # "group/version" strings the server serves ("v1" for core); None when unknown (snapshot without the file).
+    api_versions: frozenset[str] | None = None
+    # Resources that could not be read (live mode: forbidden/unavailable), "plural" -> reason.
+    unreadable: dict[str, str] = field(default_factory=dict)
+    other_kinds: dict[str, int] = field(default_factory=dict)
+    source: str = ""  # a description for humans ("snapshot examples/cluster-snapshot", "context prod")
+
+    def of(self, kind: str) -> list[Obj]:
+        return self.objects.get(kind, [])
+
+    def add(self, obj: Obj, origin: str) -> None:
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if not isinstance(kind, str) or not kind:
+            raise SnapshotError(f"{origin}: an object without 'kind' (is this `kubectl get -o yaml` output?)")
+        if kind in self.objects:
+            self.objects[kind].append(obj)
+        else:
+            self.other_kinds[kind] = self.other_kinds.get(kind, 0) + 1
+
+    def resource_versions(self) -> tuple[str, ...]:
+        """Served resource.k8s.io versions, newest first (explicit discovery, else inferred from objects)."""
+        order = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+        if self.api_versions is not None:
+            return tuple(v for v in order if f"resource.k8s.io/{v}" in self.api_versions)
+        seen = {
+            str(o.get("apiVersion", "")).split("/", 1)[-1]
+            for kind in ("DeviceClass", "ResourceSlice")
+            for o in self.of(kind)
+        }
+        return tuple(v for v in order if v in seen)
+
+
+def parse_version(doc: Obj) -> ServerVersion:
+    """Accepts `kubectl version -o json` output or the raw /version document."""
+    if "serverVersion" in doc and isinstance(doc["serverVersion"], dict):
+        doc = doc["serverVersion"]
+    git = str(doc.get("gitVersion", ""))
+    major = _leading_int(str(doc.get("major", "")))
+    minor = _leading_int(str(doc.get("minor", "")))
+    if (major == 0 or minor == 0) and git:
+        m = re.match(r"v?(\d+)\.(\d+)", git)
+        if m:
+            major, minor = int(m.group(1)), int(m.group(2))
+    if major == 0:
+        raise SnapshotError(f"version document has no usable gitVersion/major/minor: {json.dumps(doc)[:200]}")
+    return ServerVersion(git or f"v{major}.{minor}", major, minor)
+
+
+def _leading_int(s: str) -> int:
+    m = re.match(r"\d+", s)  # minor is "34+" on some managed clusters
+    return int(m.group(0)) if m else 0
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+        if path.name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        return raw.decode("utf-8")
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as err:
+        raise SnapshotError(f"{path}: cannot read: {err}") from err
+
+
+def _documents(path: Path, text: str) -> Iterator[Any]:
+    base = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if base.endswith(".json"):
+        try:
+            yield json.loads(text)
+            return
+        except json.JSONDecodeError:
+            # kubectl -o json of several objects concatenates documents; YAML is a JSON superset, fall through.
+            pass
+    try:
+        yield from yaml.load_all(io.StringIO(text), Loader=_YamlLoader)
+    except yaml.YAMLError as err:
+        raise SnapshotError(f"{path}: not valid YAML/JSON: {err}") from err
+
+
+def _flatten(doc: Any, origin: str) -> Iterator[Obj]:
+    if doc is None:
+        return
+    if not isinstance(doc, dict):
+        raise SnapshotError(f"{origin}: expected a Kubernetes object or List, found {type(doc).__name__}")
+    kind = doc.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
+        for item in doc["items"]:
+            yield from _flatten(item, origin)
+        return
+    yield doc
+
+
+def snapshot_files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise SnapshotError(f"{root}: no such file or directory")
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            base = name[:-3] if name.endswith(".gz") else name
+            if base.endswith(_SUFFIXES) or base == API_VERSIONS_FILE:
+                files.append(Path(dirpath) / name)
+    return files
+
+
+def load_snapshot(path: str | os.PathLike[str]) -> ClusterData:
+    root = Path(path)
+    data = ClusterData(source=f"snapshot {root.name or root}")
+    files = snapshot_files(root)
+    if not files:
+        raise SnapshotError(f"{root}: no .yaml/.yml/.json files found")
+    for f in files:
+        base = f.name[:-3] if f.name.endswith(".gz") else f.name
+        text = _read_text(f)
+        if base == VERSION_FILE:
+            try:
+                data.version = parse_version(json.loads(text))
+            except json.JSONDecodeError as err:
+                raise SnapshotError(f"{f}: not valid JSON: {err}") from err
+            continue
+        if base == API_VERSIONS_FILE:
+            data.api_versions = frozenset(line.strip() for line in text.splitlines() if line.strip())
+            continue
+        for doc in _documents(f, text):
+            for obj in _flatten(doc, str(f)):
+                data.add(obj, str(f))
+    return data
+
+
+def iter_objects(data: ClusterData) -> Iterable[tuple[str, list[Obj]]]:
+    for kind in KINDS:
+        yield kind, data.of(kind)
