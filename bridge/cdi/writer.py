@@ -1,0 +1,157 @@
+"""CDI spec files on disk: atomic writes, removal and listing of the bridge's own files (I/O only).
+
+Invariants:
+
+* A runtime reading the CDI directory sees either the previous complete file or the new complete file, never a
+  partial one: the JSON goes to a temp file in the same directory (same filesystem), which is fsynced, renamed
+  over the target, and then the directory is fsynced so the rename itself survives a power cut.
+* Temp files are named `.<final name>.tmp-<random>` (hidden, no `.json`/`.yaml` suffix), so a CDI registry
+  watching the directory never tries to parse one. A crash may leave one behind; `sweep_temp_files()` removes
+  ours at start.
+* File names are `<prefix><key>.json`, the prefix derived from the spec kind (`k8s.gpu.dra-bridge.io-claim_`),
+  the key the claim UID. Only files with our prefix are ever listed or removed, so other vendors' specs in the
+  same directory are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bridge.cdi.names import parse_kind
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
+_TEMP_MARK = ".tmp-"
+
+
+class CdiWriteError(OSError):
+    """A CDI spec could not be written or removed; the message names the file."""
+
+
+def file_prefix(kind: str) -> str:
+    """`"k8s.gpu.dra-bridge.io/claim"` -> `"k8s.gpu.dra-bridge.io-claim_"`."""
+    vendor, cls = parse_kind(kind)
+    return f"{vendor}-{cls}_"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644,
+                       fault: Callable[[str], None] | None = None) -> None:
+    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir). `fault(step)` is a test hook
+    called at each step ("written", "synced", "renamed") to simulate a crash between them."""
+    tmp = path.with_name(f".{path.name}{_TEMP_MARK}{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fault:
+                fault("written")
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if fault:
+            fault("synced")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fault:
+        fault("renamed")
+    fsync_dir(path.parent)
+
+
+class CdiSpecWriter:
+    """Writes one kind's spec files under `root` (e.g. `/var/run/cdi`)."""
+
+    def __init__(self, root: str | Path, kind: str, *, fault: Callable[[str], None] | None = None) -> None:
+        self.root = Path(root)
+        self.kind = kind
+        self.prefix = file_prefix(kind)
+        self._fault = fault
+
+    def path_for(self, key: str) -> Path:
+        if not _KEY_RE.match(key):
+            raise CdiWriteError(f"invalid CDI spec file key {key!r}: letters, digits, '_', '.', '-' only, "
+                                "starting with a letter or digit (a claim UID is fine)")
+        return self.root / f"{self.prefix}{key}.json"
+
+    def write(self, key: str, document: Mapping[str, Any]) -> Path:
+        """Atomically (re)write the spec for `key`; returns its path. Raises CdiWriteError naming the file."""
+        if document.get("kind") != self.kind:
+            raise CdiWriteError(f"spec kind {document.get('kind')!r} does not match this writer's {self.kind!r}")
+        path = self.path_for(key)
+        data = (json.dumps(document, indent=2) + "\n").encode()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data, fault=self._fault)
+        except OSError as err:
+            if isinstance(err, CdiWriteError):
+                raise
+            raise CdiWriteError(f"cannot write CDI spec {path}: {err.strerror or err}") from err
+        return path
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The spec for `key`, or None when there is no file."""
+        path = self.path_for(key)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            raise CdiWriteError(f"cannot read CDI spec {path}: {err}") from err
+        if not isinstance(doc, dict):
+            raise CdiWriteError(f"CDI spec {path} is not a JSON object")
+        return doc
+
+    def remove(self, key: str) -> bool:
+        """Remove the spec for `key`; False when it was already gone (removal is idempotent)."""
+        path = self.path_for(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            raise CdiWriteError(f"cannot remove CDI spec {path}: {err.strerror or err}") from err
+        fsync_dir(self.root)
+        return True
+
+    def list(self) -> dict[str, Path]:
+        """Our spec files: key -> path (temp files and other vendors' files excluded)."""
+        try:
+            entries = list(self.root.iterdir())
+        except FileNotFoundError:
+            return {}
+        out = {}
+        for p in entries:
+            name = p.name
+            if name.startswith(self.prefix) and name.endswith(".json") and p.is_file():
+                out[name[len(self.prefix):-len(".json")]] = p
+        return dict(sorted(out.items()))
+
+    def sweep_temp_files(self) -> list[Path]:
+        """Remove temp files a crash left behind (ours only); returns what was removed."""
+        try:
+            entries = list(self.root.iterdir())
+        except FileNotFoundError:
+            return []
+        removed = []
+        for p in entries:
+            if p.name.startswith(f".{self.prefix}") and _TEMP_MARK in p.name:
+                p.unlink(missing_ok=True)
+                removed.append(p)
+        return removed
