@@ -1,0 +1,46 @@
+"""TEST HOOK: kill this process with SIGKILL at a named step of prepare/unprepare.
+
+Crash tests run the daemon as a subprocess with `BRIDGE_CRASH_AT=<point>[,<point>...]` and check that a restart
+plus the kubelet's retry ends in a correct state. Without that variable `crash_point` does nothing (one dict
+lookup), so production behaviour is unchanged. `BRIDGE_CRASH_ONCE_FILE=<path>` makes a point fire only once per
+file (the file is created just before the kill), so the restarted process passes the same point.
+
+Points (in execution order):
+    prepare-after-checkpoint-started   the PrepareStarted record is durable, no CDI file yet
+    prepare-after-cdi-write            the CDI spec is on disk, the record still says PrepareStarted
+    prepare-after-checkpoint-completed the record says PrepareCompleted, the response is not sent yet
+    unprepare-before-cdi-remove        nothing undone yet
+    unprepare-after-cdi-remove         the CDI spec is gone, the record is still there
+    unprepare-after-checkpoint         the record is gone, the response is not sent yet
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "BRIDGE_CRASH_AT"
+ONCE_ENV = "BRIDGE_CRASH_ONCE_FILE"
+POINTS = (
+    "prepare-after-checkpoint-started",
+    "prepare-after-cdi-write",
+    "prepare-after-checkpoint-completed",
+    "unprepare-before-cdi-remove",
+    "unprepare-after-cdi-remove",
+    "unprepare-after-checkpoint",
+)
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL ourselves if `name` is listed in $BRIDGE_CRASH_AT (test hook; a no-op otherwise)."""
+    wanted = os.environ.get(ENV)
+    if not wanted or name not in wanted.split(","):
+        return
+    once = os.environ.get(ONCE_ENV)
+    if once:
+        marker = f"{once}.{name}"
+        if os.path.exists(marker):
+            return
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)

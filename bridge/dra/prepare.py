@@ -1,0 +1,327 @@
+"""The prepare/unprepare core: plain dataclasses in and out, no protobuf, testable without gRPC.
+
+Invariants (ARCHITECTURE.md section 3, reference/kubelet-grpc.md 6.2/6.3):
+* One owner per device: a device not on the DRA side of the ownership ledger is refused, and so is a device
+  already prepared for ANOTHER claim (last line of defence against double booking; admin-access claims are
+  exempt, they only observe). A refusal is a per-claim error naming the device and its owner, logged, counted
+  and recorded as a Kubernetes Event on the claim: never silent sharing.
+* Two-phase and durable: `PrepareStarted` is checkpointed before the CDI spec is written, `PrepareCompleted`
+  (with the CDI IDs) after. A crash between the two leaves a PrepareStarted record that the start-up `sweep()`
+  undoes (spec file and record removed); the kubelet then retries from scratch.
+* Idempotent: a claim already PrepareCompleted in this boot answers from its record without reading the API
+  (the allocation of a claim UID never changes), and re-writes its CDI spec if the file went missing. After a
+  reboot (new boot ID) the record is stale: the claim is read again, re-checked and its spec re-created
+  (CDI specs live in tmpfs `/var/run/cdi`).
+* Unprepare needs only the UID: it works from the record (the claim object may be gone) and succeeds for claims
+  it does not know. CDI file first, then the record, so a crash in between is finished by the kubelet's retry.
+* Serialized across processes: every batch runs under the node-wide file lock with a timeout; a timeout fails
+  the batch's claims with an error (the kubelet retries), never a hang past the kubelet's 45 s deadline.
+* Exactly one outcome per requested UID; a bad claim never fails its neighbours.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
+
+from bridge.dra.claims import AllocatedDevice, ClaimAllocation, ClaimError, ClaimRef, allocation_for
+from bridge.dra.crashpoints import crash_point
+from bridge.dra.metrics import DraMetrics
+from bridge.dra.servicer import PrepareOutcome, PreparedDevice
+from bridge.inventory.model import DeviceID, GpuDevice
+from bridge.kube.api import KubeAPI, Obj
+from bridge.kube.errors import KubeError, NotFound
+from bridge.kube.events import record_event
+
+log = logging.getLogger(__name__)
+
+ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
+DRA_SIDE = "dra"
+DEFAULT_LOCK_TIMEOUT_S = 10.0  # NVIDIA's pu.lock acquire timeout; far below the kubelet's 45 s call deadline
+
+
+class LockTimeout(Exception):
+    """The node-wide prepare/unprepare lock was not acquired in time."""
+
+
+@dataclass(frozen=True)
+class RecordedDevice:
+    device: str  # "gpu-3"
+    pool: str
+    uuid: str
+    request_names: tuple[str, ...]
+    cdi_ids: tuple[str, ...] = ()
+    admin_access: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    uid: str
+    namespace: str
+    name: str
+    state: ClaimState
+    boot_id: str
+    devices: tuple[RecordedDevice, ...]
+
+
+class ClaimStore(Protocol):
+    """Durable prepared-claim records (the checkpoint) plus the node-wide serialization lock."""
+
+    def serialized(self, timeout: float) -> AbstractContextManager[None]:
+        """Hold the cross-process lock; raise LockTimeout after `timeout` seconds."""
+        ...
+
+    def load(self) -> dict[str, ClaimRecord]: ...
+
+    def put(self, record: ClaimRecord) -> None:
+        """Insert or replace; durable (fsync'ed) when it returns."""
+        ...
+
+    def remove(self, uid: str) -> None:
+        """Durable when it returns; no error when absent."""
+        ...
+
+
+class CdiStore(Protocol):
+    """One CDI spec file per claim; device names carry the claim UID."""
+
+    def write(self, claim_uid: str, devices: Sequence[tuple[str, GpuDevice]]) -> dict[str, tuple[str, ...]]:
+        """Write (atomically replace) the claim's spec for (device name, GPU) pairs; device name -> CDI IDs."""
+        ...
+
+    def remove(self, claim_uid: str) -> bool: ...
+
+    def exists(self, claim_uid: str) -> bool: ...
+
+    def claim_uids(self) -> set[str]:
+        """Claims that have a spec file on disk (the sweep removes those without a record)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    undone: tuple[str, ...]  # claim UIDs whose half-finished prepare was undone
+    leaked_specs: tuple[str, ...]  # spec files without any record, removed
+
+
+def _outcome(record: ClaimRecord) -> PrepareOutcome:
+    return PrepareOutcome(
+        devices=tuple(PreparedDevice(d.request_names, d.pool, d.device, d.cdi_ids) for d in record.devices)
+    )
+
+
+class Preparer:
+    def __init__(
+        self,
+        *,
+        kube: KubeAPI,
+        driver: str,
+        pool: str,
+        devices: Sequence[GpuDevice],
+        device_name: Callable[[GpuDevice], str],
+        side_of: Callable[[DeviceID], str],
+        store: ClaimStore,
+        cdi: CdiStore,
+        boot_id: str,
+        metrics: DraMetrics | None = None,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+        record_events: bool = True,
+    ) -> None:
+        self.kube = kube
+        self.driver = driver
+        self.pool = pool
+        self.devices: dict[str, GpuDevice] = {device_name(d): d for d in devices}
+        self.side_of = side_of
+        self.store = store
+        self.cdi = cdi
+        self.boot_id = boot_id
+        self.metrics = metrics or DraMetrics()
+        self.lock_timeout = lock_timeout
+        self.record_events = record_events
+
+    # -- NodePrepareResources -------------------------------------------------------------------------------------
+
+    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+        start = time.perf_counter()
+        try:
+            with self.store.serialized(self.lock_timeout):
+                outcomes = {ref.uid: self._prepare_one(ref) for ref in claims}
+                self.metrics.prepared.set(len(self.store.load()))
+        except LockTimeout as err:
+            log.error("prepare: node lock not acquired", extra={"claims": len(claims), "error": str(err)})
+            outcomes = {ref.uid: PrepareOutcome(error=f"prepare not attempted: {err}") for ref in claims}
+        for outcome in outcomes.values():
+            self.metrics.claims.labels("prepare", "error" if outcome.error else "ok").inc()
+        self.metrics.seconds.labels("prepare").observe(time.perf_counter() - start)
+        return outcomes
+
+    def _prepare_one(self, ref: ClaimRef) -> PrepareOutcome:
+        ctx = {"claim": f"{ref.namespace}/{ref.name}", "uid": ref.uid}
+        try:
+            record = self.store.load().get(ref.uid)
+            if record is not None and record.state == "PrepareCompleted" and record.boot_id == self.boot_id:
+                if not self.cdi.exists(ref.uid):
+                    log.warning("CDI spec of a prepared claim was missing; re-creating it", extra=ctx)
+                    self._write_spec(record)
+                log.debug("claim already prepared", extra=ctx)
+                return _outcome(record)
+            if record is not None and record.state == "PrepareCompleted":
+                log.info("claim prepared in an earlier boot; preparing it again", extra=ctx)
+            claim = self._read_claim(ref)
+            alloc = allocation_for(claim, ref, self.driver, self.pool, self.devices)
+            self._guard(alloc, claim)
+            record = self._do_prepare(alloc)
+            log.info("claim prepared", extra={**ctx, "devices": ",".join(d.device for d in record.devices)})
+            return _outcome(record)
+        except ClaimError as err:
+            log.error("claim not prepared", extra={**ctx, "error": str(err)})
+            return PrepareOutcome(error=str(err))
+
+    def _read_claim(self, ref: ClaimRef) -> Obj:
+        try:
+            return self.kube.get(self.kube.resource_api().claims, ref.name, ref.namespace)
+        except NotFound as err:
+            raise ClaimError(f"ResourceClaim {ref.namespace}/{ref.name} not found") from err
+        except KubeError as err:
+            raise ClaimError(f"cannot read ResourceClaim {ref.namespace}/{ref.name}: {err}") from err
+
+    def _guard(self, alloc: ClaimAllocation, claim: Obj) -> None:
+        """The last line of defence: one owner per device."""
+        ref = alloc.ref
+        for dev in alloc.devices:
+            gpu = self.devices[dev.device]
+            side = self.side_of(gpu.uuid)
+            if side != DRA_SIDE:
+                self._refuse(
+                    claim,
+                    "ownership",
+                    f"device {dev.device} ({gpu.uuid}) is owned by the {side} side of the ownership ledger, not by "
+                    f"DRA: refusing to prepare it for ResourceClaim {ref.namespace}/{ref.name}",
+                )
+        if alloc.admin_access:
+            return
+        wanted = {d.device for d in alloc.devices if not d.admin_access}
+        for other in self.store.load().values():
+            if other.uid == ref.uid:
+                continue
+            for d in other.devices:
+                if d.device in wanted and not d.admin_access:
+                    self._refuse(
+                        claim,
+                        "in-use",
+                        f"device {d.device} ({self.devices[d.device].uuid}) is already prepared for ResourceClaim "
+                        f"{other.namespace}/{other.name} (uid {other.uid}): refusing to share it with "
+                        f"ResourceClaim {ref.namespace}/{ref.name}",
+                    )
+
+    def _refuse(self, claim: Obj, reason: str, message: str) -> None:
+        self.metrics.refusals.labels(reason).inc()
+        log.error("device refused", extra={"reason": reason, "detail": message})
+        if self.record_events:
+            try:
+                involved = {**claim, "apiVersion": claim.get("apiVersion") or f"resource.k8s.io/{self.kube.resource_api().version}",
+                            "kind": "ResourceClaim"}
+                record_event(self.kube, involved, "DeviceRefused", message, type="Warning", component=self.driver)
+            except (KubeError, ValueError) as err:
+                log.warning("could not record the refusal as an Event", extra={"error": str(err)})
+        raise ClaimError(message)
+
+    def _do_prepare(self, alloc: ClaimAllocation) -> ClaimRecord:
+        started = ClaimRecord(
+            uid=alloc.ref.uid,
+            namespace=alloc.ref.namespace,
+            name=alloc.ref.name,
+            state="PrepareStarted",
+            boot_id=self.boot_id,
+            devices=tuple(self._recorded(d) for d in alloc.devices),
+        )
+        self.store.put(started)
+        crash_point("prepare-after-checkpoint-started")
+        completed = replace(started, state="PrepareCompleted")
+        completed = self._write_spec(completed)
+        crash_point("prepare-after-cdi-write")
+        self.store.put(completed)
+        crash_point("prepare-after-checkpoint-completed")
+        return completed
+
+    def _recorded(self, d: AllocatedDevice) -> RecordedDevice:
+        return RecordedDevice(d.device, d.pool, self.devices[d.device].uuid, d.request_names, (), d.admin_access)
+
+    def _write_spec(self, record: ClaimRecord) -> ClaimRecord:
+        try:
+            ids = self.cdi.write(record.uid, [(d.device, self.devices[d.device]) for d in record.devices])
+        except (OSError, ValueError) as err:  # CdiWriteError is an OSError, CdiNameError a ValueError
+            raise ClaimError(f"writing the CDI spec for claim {record.uid} failed: {err}") from err
+        return replace(record, devices=tuple(replace(d, cdi_ids=ids[d.device]) for d in record.devices))
+
+    # -- NodeUnprepareResources -----------------------------------------------------------------------------------
+
+    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        start = time.perf_counter()
+        try:
+            with self.store.serialized(self.lock_timeout):
+                errors = {ref.uid: self._unprepare_one(ref) for ref in claims}
+                self.metrics.prepared.set(len(self.store.load()))
+        except LockTimeout as err:
+            log.error("unprepare: node lock not acquired", extra={"claims": len(claims), "error": str(err)})
+            errors = {ref.uid: f"unprepare not attempted: {err}" for ref in claims}
+        for error in errors.values():
+            self.metrics.claims.labels("unprepare", "error" if error else "ok").inc()
+        self.metrics.seconds.labels("unprepare").observe(time.perf_counter() - start)
+        return errors
+
+    def _unprepare_one(self, ref: ClaimRef) -> str:
+        ctx = {"claim": f"{ref.namespace}/{ref.name}", "uid": ref.uid}
+        try:
+            known = ref.uid in self.store.load()
+            crash_point("unprepare-before-cdi-remove")
+            self.cdi.remove(ref.uid)  # also when unknown: a spec without a record is a leak
+            crash_point("unprepare-after-cdi-remove")
+            if known:
+                self.store.remove(ref.uid)
+            crash_point("unprepare-after-checkpoint")
+        except OSError as err:
+            log.error("claim not unprepared", extra={**ctx, "error": str(err)})
+            return f"unpreparing claim {ref.uid} failed: {err}"
+        log.info("claim unprepared" if known else "claim was not prepared here; nothing to undo", extra=ctx)
+        return ""
+
+    # -- start-up -------------------------------------------------------------------------------------------------
+
+    def sweep(self) -> SweepReport:
+        """Undo half-finished prepares (PrepareStarted records and their spec files) and remove leaked specs."""
+        with self.store.serialized(self.lock_timeout):
+            records = self.store.load()
+            undone = []
+            for uid, record in records.items():
+                if record.state == "PrepareStarted":
+                    self.cdi.remove(uid)
+                    self.store.remove(uid)
+                    undone.append(uid)
+                    log.warning(
+                        "undid a half-finished prepare from before a crash",
+                        extra={"claim": f"{record.namespace}/{record.name}", "uid": uid},
+                    )
+            leaked = sorted(self.cdi.claim_uids() - set(records))
+            for uid in leaked:
+                self.cdi.remove(uid)
+                log.warning("removed a CDI spec no checkpoint record knows", extra={"uid": uid})
+            self.metrics.swept.labels("half-prepared").inc(len(undone))
+            self.metrics.swept.labels("leaked-spec").inc(len(leaked))
+            self.metrics.prepared.set(len(self.store.load()))
+        return SweepReport(tuple(sorted(undone)), tuple(leaked))
+
+    def prepared_claims(self) -> Mapping[str, ClaimRecord]:
+        return self.store.load()
+
+
+def describe(records: Mapping[str, ClaimRecord]) -> list[dict[str, Any]]:
+    """A JSON-friendly view of the records (status endpoints, debugging)."""
+    return [
+        {"uid": r.uid, "claim": f"{r.namespace}/{r.name}", "state": r.state, "devices": [d.device for d in r.devices]}
+        for r in records.values()
+    ]

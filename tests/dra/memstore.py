@@ -1,0 +1,36 @@
+"""An in-memory `ClaimStore` for unit tests of the prepare core (the durable one is tested in the crash tests)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bridge.dra.prepare import ClaimRecord, LockTimeout
+
+
+class MemoryClaimStore:
+    def __init__(self) -> None:
+        self.records: dict[str, ClaimRecord] = {}
+        self.lock = threading.Lock()
+        self.history: list[tuple[str, str, str]] = []  # (op, uid, state)
+
+    @contextmanager
+    def serialized(self, timeout: float) -> Iterator[None]:
+        if not self.lock.acquire(timeout=timeout):
+            raise LockTimeout(f"the node's prepare/unprepare lock is held by someone else for more than {timeout:g}s")
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def load(self) -> dict[str, ClaimRecord]:
+        return dict(self.records)
+
+    def put(self, record: ClaimRecord) -> None:
+        self.records[record.uid] = record
+        self.history.append(("put", record.uid, record.state))
+
+    def remove(self, uid: str) -> None:
+        self.records.pop(uid, None)
+        self.history.append(("remove", uid, ""))

@@ -1,0 +1,200 @@
+"""The prepare/unprepare core: per-claim outcomes, ownership and exclusivity guards, idempotence, reboot, sweep."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.dra.claims import ClaimRef
+from bridge.dra.prepare import ClaimRecord, Preparer, RecordedDevice
+from bridge.dra.slices import device_name
+from bridge.dra.stores import ClaimCdi
+from bridge.inventory.model import DeviceID
+from bridge.inventory.simulated import devices_from_spec
+from bridge.kube.api import ResourceAPI
+from tests.dra.fakekube import FakeKube
+from tests.dra.memstore import MemoryClaimStore
+
+DRIVER = "gpu.dra-bridge.io"
+NODE = "node-a"
+GPUS = devices_from_spec("4xH100-80GB", NODE)
+CLAIMS = ResourceAPI("v1").claims
+
+
+def make_claim(kube: FakeKube, name: str, uid: str, devices: list[str], *, driver: str = DRIVER,
+               requests: tuple[str, ...] = ("gpu",), allocated: bool = True) -> ClaimRef:
+    obj: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": r} for r in requests]}},
+        "status": {},
+    }
+    if allocated:
+        obj["status"]["allocation"] = {"devices": {"results": [
+            {"request": requests[0], "driver": driver, "pool": NODE, "device": d} for d in devices]}}
+    kube.put(CLAIMS, obj)
+    return ClaimRef("ns", name, uid)
+
+
+class Env:
+    def __init__(self, root: Path, legacy: set[int] = frozenset(), boot_id: str = "boot-1") -> None:  # type: ignore[assignment]
+        self.kube = FakeKube()
+        self.store = MemoryClaimStore()
+        self.cdi_dir = root / "cdi"
+        self.legacy = {GPUS[i].uuid for i in legacy}
+        self.boot_id = boot_id
+        self.preparer = self.make()
+
+    def side_of(self, uuid: DeviceID) -> str:
+        return "legacy" if uuid in self.legacy else "dra"
+
+    def make(self, boot_id: str | None = None) -> Preparer:
+        return Preparer(kube=self.kube, driver=DRIVER, pool=NODE, devices=GPUS, device_name=device_name,
+                        side_of=self.side_of, store=self.store, cdi=ClaimCdi(self.cdi_dir, DRIVER),
+                        boot_id=boot_id or self.boot_id, lock_timeout=1.0)
+
+    def spec(self, uid: str) -> dict[str, Any] | None:
+        path = self.cdi_dir / f"k8s.{DRIVER}-claim_{uid}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+
+@pytest.fixture
+def env(short_tmp: Path) -> Env:
+    return Env(short_tmp, legacy={0})
+
+
+def test_prepare_writes_the_cdi_spec_for_the_allocated_gpu_and_returns_its_id(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-3"])
+    out = env.preparer.prepare([ref])["uid-1"]
+    assert out.error == ""
+    [dev] = out.devices
+    assert (dev.pool, dev.device, dev.request_names) == (NODE, "gpu-3", ())
+    assert dev.cdi_ids == (f"k8s.{DRIVER}/claim=uid-1-gpu-3",)
+    spec = env.spec("uid-1")
+    assert spec is not None and spec["kind"] == f"k8s.{DRIVER}/claim"
+    assert spec["devices"] == [{"name": "uid-1-gpu-3", "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{GPUS[3].minor}"}]}}]
+    assert f"NVIDIA_VISIBLE_DEVICES={GPUS[3].uuid}" in spec["containerEdits"]["env"]
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= {n["path"] for n in spec["containerEdits"]["deviceNodes"]}
+    # Two-phase: started, then completed.
+    assert env.store.history == [("put", "uid-1", "PrepareStarted"), ("put", "uid-1", "PrepareCompleted")]
+
+
+def test_one_bad_claim_does_not_fail_its_neighbours(env: Env) -> None:
+    good = make_claim(env.kube, "good", "uid-good", ["gpu-1"])
+    unallocated = make_claim(env.kube, "bare", "uid-bare", [], allocated=False)
+    other_driver = make_claim(env.kube, "nic", "uid-nic", ["nic-0"], driver="net.example.com")
+    legacy = make_claim(env.kube, "legacy", "uid-legacy", ["gpu-0"])
+    replaced = ClaimRef("ns", "good", "uid-stale")
+    missing = ClaimRef("ns", "gone", "uid-gone")
+    out = env.preparer.prepare([good, unallocated, other_driver, legacy, replaced, missing])
+    assert set(out) == {"uid-good", "uid-bare", "uid-nic", "uid-legacy", "uid-stale", "uid-gone"}
+    assert out["uid-good"].error == "" and out["uid-good"].devices[0].device == "gpu-1"
+    assert "is not allocated" in out["uid-bare"].error
+    assert "no device allocated by driver gpu.dra-bridge.io" in out["uid-nic"].error
+    assert f"device gpu-0 ({GPUS[0].uuid}) is owned by the legacy side" in out["uid-legacy"].error
+    assert "deleted and re-created" in out["uid-stale"].error
+    assert "ResourceClaim ns/gone not found" in out["uid-gone"].error
+    assert env.spec("uid-legacy") is None and set(env.store.records) == {"uid-good"}
+
+
+def test_a_device_prepared_for_another_claim_is_refused_naming_the_owner_and_recorded_as_event(env: Env) -> None:
+    first = make_claim(env.kube, "first", "uid-a", ["gpu-2"])
+    second = make_claim(env.kube, "second", "uid-b", ["gpu-2"])
+    assert env.preparer.prepare([first])["uid-a"].error == ""
+    err = env.preparer.prepare([second])["uid-b"].error
+    assert "device gpu-2" in err and "already prepared for ResourceClaim ns/first (uid uid-a)" in err
+    [event] = env.kube.events()
+    assert event["reason"] == "DeviceRefused" and event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "second" and event["involvedObject"]["kind"] == "ResourceClaim"
+    assert env.preparer.metrics.refusals.labels("in-use")._value.get() == 1
+    # After the first claim is unprepared the device is free again.
+    assert env.preparer.unprepare([first]) == {"uid-a": ""}
+    assert env.preparer.prepare([second])["uid-b"].error == ""
+
+
+def test_repeated_prepare_answers_from_the_record_without_reading_the_api(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-1", "gpu-2"])
+    first = env.preparer.prepare([ref])
+    reads = len([c for c in env.kube.calls if c[0] == "get"])
+    env.kube.down = True
+    again = env.make().prepare([ref])  # also a fresh process (same store = same checkpoint)
+    assert again == first
+    assert len([c for c in env.kube.calls if c[0] == "get"]) == reads
+
+
+def test_a_missing_spec_file_of_a_prepared_claim_is_recreated_on_repeat(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-1"])
+    env.preparer.prepare([ref])
+    (env.cdi_dir / f"k8s.{DRIVER}-claim_uid-1.json").unlink()
+    assert env.preparer.prepare([ref])["uid-1"].error == ""
+    assert env.spec("uid-1") is not None
+
+
+def test_after_a_reboot_the_claim_is_read_again_and_its_spec_recreated(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-3"])
+    before = env.preparer.prepare([ref])
+    for f in env.cdi_dir.iterdir():  # tmpfs /var/run/cdi is empty after a reboot
+        f.unlink()
+    rebooted = env.make(boot_id="boot-2")
+    reads = len([c for c in env.kube.calls if c[0] == "get"])
+    assert rebooted.prepare([ref]) == before
+    assert len([c for c in env.kube.calls if c[0] == "get"]) == reads + 1
+    assert env.spec("uid-1") is not None and env.store.records["uid-1"].boot_id == "boot-2"
+
+
+def test_unprepare_removes_spec_and_record_and_is_idempotent_for_unknown_claims(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-1"])
+    env.preparer.prepare([ref])
+    env.kube.delete(CLAIMS, "c1", "ns")  # the claim object may already be gone
+    assert env.preparer.unprepare([ref, ClaimRef("ns", "never", "uid-never")]) == {"uid-1": "", "uid-never": ""}
+    assert env.spec("uid-1") is None and env.store.records == {}
+    assert env.preparer.unprepare([ref]) == {"uid-1": ""}
+
+
+def test_the_sweep_undoes_half_finished_prepares_and_removes_leaked_specs(env: Env) -> None:
+    done = make_claim(env.kube, "done", "uid-done", ["gpu-1"])
+    env.preparer.prepare([done])
+    half = ClaimRecord("uid-half", "ns", "half", "PrepareStarted", "boot-1",
+                       (RecordedDevice("gpu-2", NODE, GPUS[2].uuid, ()),))
+    env.store.put(half)
+    env.preparer.cdi.write("uid-half", [("gpu-2", GPUS[2])])
+    env.preparer.cdi.write("uid-leak", [("gpu-3", GPUS[3])])
+    report = env.make().sweep()
+    assert report.undone == ("uid-half",) and report.leaked_specs == ("uid-leak",)
+    assert set(env.store.records) == {"uid-done"}
+    assert env.spec("uid-half") is None and env.spec("uid-leak") is None and env.spec("uid-done") is not None
+
+
+def test_a_held_lock_fails_the_batch_with_an_error_instead_of_hanging(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-1"])
+    env.store.lock.acquire()
+    try:
+        out = env.preparer.prepare([ref])
+        assert "lock is held by someone else" in out["uid-1"].error
+        assert "lock is held" in env.preparer.unprepare([ref])["uid-1"]
+    finally:
+        env.store.lock.release()
+
+
+def test_concurrent_prepares_of_two_claims_for_one_device_give_it_to_exactly_one(env: Env) -> None:
+    refs = [make_claim(env.kube, f"c{i}", f"uid-{i}", ["gpu-2"]) for i in range(6)]
+    results: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda r=r: results.update({r.uid: env.preparer.prepare([r])[r.uid].error}))
+               for r in refs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(e == "" for e in results.values()) == [False] * 5 + [True]
+
+
+def test_an_api_outage_is_a_per_claim_error_the_kubelet_can_retry(env: Env) -> None:
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-1"])
+    env.kube.down = True
+    assert "cannot read ResourceClaim ns/c1" in env.preparer.prepare([ref])["uid-1"].error
+    env.kube.down = False
+    assert env.preparer.prepare([ref])["uid-1"].error == ""
