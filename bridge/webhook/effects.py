@@ -1,0 +1,191 @@
+"""The webhook's side effects through `bridge.kube`: namespace label cache, ResourceClaimTemplates, Events.
+
+* `NamespaceCache`: the AdmissionReview does not carry namespace labels, so a watch (the kube layer's `Informer`)
+  keeps `name -> labels` in memory; a miss (namespace created a moment ago, cache not yet synced) falls back to one
+  GET. Unknown or unreadable namespaces are treated as legacy by the policy (fail safe).
+* `TemplateEnsurer`: creates the templates a translated pod references BEFORE the pod is admitted, so the claim
+  controller never waits on a missing template. Create-if-absent: AlreadyExists is success. Names seen recently
+  are remembered (TTL) so the hot path makes no API call; a failure is returned to the caller, which then admits
+  the pod untranslated rather than admitting a pod that cannot start.
+* `EventRecorder`: Events about untranslatable pods go through a bounded queue drained by one thread: they never
+  add latency to admission, and under a flood they are dropped (counted), never block.
+
+The shell skips templates and Events entirely for dryRun requests (`sideEffects: NoneOnDryRun`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bridge.kube.api import EVENTS, NAMESPACES, KubeAPI, ResourceAPI, WatchEvent
+from bridge.kube.errors import AlreadyExists, KubeError, NotFound
+from bridge.kube.events import build_event
+from bridge.kube.watch import Informer
+from bridge.webhook.metrics import WebhookMetrics
+from bridge.webhook.policy import MODE_LABEL
+from bridge.webhook.review import EventSpec
+
+log = logging.getLogger(__name__)
+
+
+class NamespaceCache:
+    def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None) -> None:
+        self._api = api
+        self._metrics = metrics
+        self._labels: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self._informer = Informer(api, NAMESPACES, on_event=self._on_event)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        return self._informer.start(stop)
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self._informer.wait_synced(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self._informer.synced.is_set()
+
+    def _on_event(self, ev: WatchEvent) -> None:
+        meta = ev.object.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        with self._lock:
+            if ev.type == "DELETED":
+                self._labels.pop(name, None)
+            elif ev.type in ("ADDED", "MODIFIED"):
+                self._labels[name] = dict(meta.get("labels") or {})
+            modes = [ls.get(MODE_LABEL, "legacy") for ls in self._labels.values()]
+        if self._metrics is not None:
+            for mode in ("legacy", "shadow", "dra"):
+                self._metrics.namespaces.labels(mode).set(sum(1 for m in modes if m == mode))
+
+    def labels(self, namespace: str) -> Mapping[str, str] | None:
+        with self._lock:
+            found = self._labels.get(namespace)
+        if found is not None:
+            return found
+        try:
+            obj = self._api.get(NAMESPACES, namespace)
+        except NotFound:
+            return None
+        except KubeError as err:
+            log.warning("namespace %s: labels unavailable (%s); treating it as legacy", namespace, err.message)
+            return None
+        labels = dict((obj.get("metadata") or {}).get("labels") or {})
+        with self._lock:
+            self._labels.setdefault(namespace, labels)
+        return labels
+
+
+class TemplateEnsurer:
+    def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None, ttl: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._api = api
+        self._metrics = metrics
+        self._ttl = ttl
+        self._clock = clock
+        self._seen: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def _count(self, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.templates.labels(result).inc()
+
+    def ensure(self, templates: tuple[dict[str, Any], ...]) -> list[str]:
+        """Create each template unless it exists; the error messages of those that could not be ensured."""
+        errors: list[str] = []
+        for t in templates:
+            meta = t["metadata"]
+            key = (t["apiVersion"], meta["namespace"], meta["name"])
+            now = self._clock()
+            with self._lock:
+                fresh = self._seen.get(key, -1e18) > now - self._ttl
+            if fresh:
+                self._count("cached")
+                continue
+            res = ResourceAPI(t["apiVersion"].split("/", 1)[1]).claim_templates
+            try:
+                self._api.create(res, t, meta["namespace"])
+                self._count("created")
+                log.info("created ResourceClaimTemplate", extra={"namespace": meta["namespace"], "template": meta["name"]})
+            except AlreadyExists:
+                self._count("exists")
+            except KubeError as err:
+                self._count("failed")
+                errors.append(f"ResourceClaimTemplate {meta['namespace']}/{meta['name']}: {err.message}")
+                continue
+            with self._lock:
+                self._seen[key] = now
+        return errors
+
+
+def involved_object(spec: EventSpec, pod: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The object an Event is about: the pod when it has a name; else its controller (a pod being created by a
+    ReplicaSet has only a generateName, and `kubectl describe rs` is where an operator looks)."""
+    meta = (pod or {}).get("metadata") or {}
+    name = meta.get("name") or ""
+    owner = next((o for o in meta.get("ownerReferences") or [] if isinstance(o, dict) and o.get("controller")), None)
+    if not name and owner and owner.get("name") and owner.get("kind") and owner.get("apiVersion"):
+        md: dict[str, Any] = {"name": owner["name"], "namespace": spec.namespace}
+        if owner.get("uid"):
+            md["uid"] = owner["uid"]
+        return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "metadata": md}
+    md = {"name": (name or spec.pod_name).rstrip("-.") or "unnamed-pod", "namespace": spec.namespace}
+    if spec.pod_uid:
+        md["uid"] = spec.pod_uid
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md}
+
+
+class EventRecorder:
+    def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None, capacity: int = 1000) -> None:
+        self._api = api
+        self._metrics = metrics
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
+        self._thread: threading.Thread | None = None
+
+    def _count(self, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.events.labels(result).inc()
+
+    def submit(self, spec: EventSpec, pod: Mapping[str, Any] | None = None) -> None:
+        try:
+            event = build_event(involved_object(spec, pod), spec.reason, spec.message, type="Warning",
+                                component="dra-bridge-webhook")
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self._count("dropped")
+        except ValueError as err:
+            log.warning("event not recorded: %s", err)
+            self._count("failed")
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self._run, name="webhook-events", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._thread is not None:
+            try:
+                self._queue.put(None, timeout=timeout)
+            except queue.Full:
+                return
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            event = self._queue.get()
+            if event is None:
+                return
+            try:
+                self._api.create(EVENTS, event, event["metadata"]["namespace"])
+                self._count("recorded")
+            except KubeError as err:
+                self._count("failed")
+                log.warning("event not recorded: %s", err.message, extra={"namespace": event["metadata"]["namespace"]})
