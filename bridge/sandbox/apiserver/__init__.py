@@ -1,0 +1,20 @@
+"""A Kubernetes API emulator: real HTTP(S) on loopback, real REST semantics, for tests and `bridge demo`.
+
+    from bridge.sandbox.apiserver import ApiServer
+    with ApiServer(version="1.34.2", resource_versions=("v1", "v1beta1")) as srv:
+        srv.write_kubeconfig(path)          # the official client and kubectl load it unmodified
+        srv.faults.fail(2, status=429, retry_after=1)
+
+Layout: `store` (objects, resourceVersion, history), `rest` (what each verb means), `watch` (streams),
+`selectors`, `patch`, `conversion` (served versions <-> storage), `validation` + `dra_rules` (422 Invalid like the
+real server), `admission` (mutating webhooks over HTTPS), `faults`, `discovery`, `http` (the HTTP shell) and
+`server` (lifecycle). Written from the Kubernetes API conventions; see the report in the repository history for
+why it is not built on `kmock`.
+"""
+
+from .faults import Faults
+from .loader import LoadError
+from .server import ApiServer
+from .status import ApiError, FieldError
+
+__all__ = ["ApiError", "ApiServer", "FieldError", "Faults", "LoadError"]

@@ -1,0 +1,296 @@
+"""The HTTP shell: parse a request, route it, call `Rest`, write JSON (or a chunked watch stream).
+
+HTTP/1.1 with keep-alive, one thread per connection (watches block only their own thread). Paths follow the real
+server: `/api/v1/...`, `/apis/<group>/<version>/...`, optional `namespaces/<ns>/`, `<plural>[/<name>[/<sub>]]`,
+plus the legacy `/watch/` prefix. Every error leaves as a `Status` object with the real HTTP code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from . import discovery
+from .registry import ResourceType
+from .rest import Result, query_flag
+from .status import ApiError, bad_request, method_not_allowed, unknown_path
+from .watch import WatchSpec, stream
+
+if TYPE_CHECKING:
+    from .server import ApiServer
+
+log = logging.getLogger("bridge.sandbox.apiserver")
+Obj = dict[str, Any]
+_USER = {"username": "system:admin", "uid": "sandbox-admin", "groups": ["system:masters", "system:authenticated"]}
+
+
+@dataclass(frozen=True)
+class Route:
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch_path: bool
+
+
+class _Watch:
+    """An open watch stream: the socket to cut on `drop_watches`, and a flag the stream loop polls."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.dropped = threading.Event()
+
+    def cut(self) -> None:
+        self.dropped.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "bridge-sandbox-apiserver"
+    app: ApiServer  # set on the subclass the server builds
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature from the base class
+        log.debug("%s " + format, self.client_address[0], *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    # -- plumbing -------------------------------------------------------------------------------------------------
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, code: int, obj: Obj, headers: dict[str, str] | None = None, warnings: list[str] | None = None) -> None:
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        for w in warnings or []:
+            self.send_header("Warning", '299 - "' + w.replace('"', "'") + '"')
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_text(self, code: int, text: str) -> None:
+        body = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _dispatch(self, method: str) -> None:
+        app = self.app
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        try:
+            body = self._read_body()
+            sleep, error = app.faults.check(url.path)
+            if sleep:
+                time.sleep(sleep)
+            if error is not None:
+                raise error
+            self._handle(method, url.path, query, body)
+        except ApiError as err:
+            self._send(err.code, err.status(), err.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as err:  # a bug in the emulator: answer 500 like the real server, keep serving
+            log.exception("internal error serving %s %s", method, self.path)
+            self._send(500, ApiError(500, "InternalError", f"an error on the server ({err!r}) has prevented the request from succeeding").status())
+
+    def _handle(self, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
+        app = self.app
+        segs = [s for s in path.split("/") if s]
+        if method == "GET":
+            doc = self._static(segs)
+            if doc is not None:
+                if isinstance(doc, str):
+                    self._send_text(200, doc)
+                else:
+                    self._send(200, doc)
+                return
+        route = self._route(segs)
+        rest, rt = app.rest, route.rt
+        ns, name, sub = route.namespace, route.name, route.subresource
+        if method == "GET":
+            if route.watch_path or query_flag(query, "watch"):
+                if name:
+                    query = dict(query, fieldSelector=",".join(filter(None, [query.get("fieldSelector"), f"metadata.name={name}"])))
+                self._watch(WatchSpec.parse(rt, ns, query))
+            elif name:
+                self._send(200, rest.get(rt, ns, name))
+            else:
+                self._send(200, rest.list(rt, ns, query))
+            return
+        if method == "POST" and not name:
+            if rt.namespaced and not ns:
+                raise method_not_allowed()
+            self._result(rest.create(rt, ns, _json(raw), query, _USER))
+        elif method == "POST" and sub == "binding":
+            self._result(rest.bind(rt, ns, name or "", _json(raw), query, _USER))
+        elif method == "PUT" and name:
+            self._result(rest.update(rt, ns, name, _json(raw), sub, query, _USER))
+        elif method == "PATCH" and name:
+            ctype = self.headers.get("Content-Type", "application/strategic-merge-patch+json")
+            self._result(rest.patch(rt, ns, name, ctype, raw, sub, query, _USER))
+        elif method == "DELETE" and name and not sub:
+            self._result(rest.delete(rt, ns, name, _options(raw), query))
+        elif method == "DELETE" and not name:
+            self._send(200, rest.delete_collection(rt, ns, _options(raw), query))
+        else:
+            raise method_not_allowed()
+
+    def _result(self, result: Result) -> None:
+        self._send(result.code, result.obj, warnings=result.warnings)
+
+    def _static(self, segs: list[str]) -> Obj | str | None:
+        reg = self.app.registry
+        if segs == ["version"]:
+            return discovery.version_doc(self.app.version)
+        if segs in (["healthz"], ["livez"], ["readyz"]):
+            return "ok"
+        if segs == ["api"]:
+            return discovery.core_versions(f"{self.app.host}:{self.app.port}")
+        if segs == ["apis"]:
+            return discovery.group_list(reg)
+        if len(segs) == 2 and segs[0] == "apis":
+            doc = discovery.group_doc(reg, segs[1])
+            if doc is None:
+                raise unknown_path()
+            return doc
+        if (len(segs) == 2 and segs[0] == "api") or (len(segs) == 3 and segs[0] == "apis"):
+            group, version = ("", segs[1]) if segs[0] == "api" else (segs[1], segs[2])
+            doc = discovery.resource_list(reg, group, version)
+            if doc is None:
+                raise unknown_path()
+            return doc
+        return None
+
+    def _route(self, segs: list[str]) -> Route:
+        if len(segs) >= 3 and segs[0] == "api":
+            group, version, rest = "", segs[1], segs[2:]
+        elif len(segs) >= 4 and segs[0] == "apis":
+            group, version, rest = segs[1], segs[2], segs[3:]
+        else:
+            raise unknown_path()
+        watch_path = rest[0] == "watch"
+        if watch_path:
+            rest = rest[1:]
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise unknown_path()
+        rt = self.app.registry.get(group, version, rest[0])
+        if rt is None or (namespace is not None and not rt.namespaced):
+            raise unknown_path()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and sub not in rt.subresources:
+            raise unknown_path()
+        if rt.namespaced and name and not namespace:
+            raise unknown_path()
+        return Route(rt, namespace, name, sub, watch_path)
+
+    # -- watch ----------------------------------------------------------------------------------------------------
+    def _watch(self, spec: WatchSpec) -> None:
+        app = self.app
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        handle = _Watch(self.connection)
+        app.register_watch(handle)
+        try:
+            def write(event: Obj) -> None:
+                if handle.dropped.is_set():
+                    raise ConnectionAbortedError("watch dropped by fault injection")
+                data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def stopped() -> bool:
+                return app.stopping.is_set() or handle.dropped.is_set() or _peer_closed(self.connection)
+
+            stream(app.rest, spec, write, stopped, app.bookmark_interval)
+            if handle.dropped.is_set() or app.stopping.is_set():
+                self.close_connection = True
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+        finally:
+            app.unregister_watch(handle)
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """True when the client hung up (readable with nothing to read). Plain TCP only; TLS peers are noticed on the
+    next write."""
+    if hasattr(sock, "pending"):
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+def _json(raw: bytes) -> Any:
+    if not raw:
+        raise bad_request("the request body is empty")
+    try:
+        return json.loads(raw)
+    except ValueError:
+        try:
+            import yaml
+
+            return yaml.safe_load(raw)
+        except Exception as err:
+            raise bad_request(f"the body of the request is not valid JSON or YAML: {err}") from err
+
+
+def _options(raw: bytes) -> Obj:
+    if not raw.strip():
+        return {}
+    opts = _json(raw)
+    if not isinstance(opts, dict):
+        raise bad_request("DeleteOptions must be a JSON object")
+    return opts

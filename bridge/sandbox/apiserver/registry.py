@@ -1,0 +1,180 @@
+"""Which resources the emulator serves, and how each is addressed.
+
+A `ResourceType` is one group/version/plural as seen on the wire. Objects are stored once per *group resource*
+(`storage_key`: group + plural), in one storage version, so the same ResourceSlice is visible through every served
+`resource.k8s.io` version, exactly like a real server converting between versions. `field_labels` lists the field
+selectors the real server accepts for the kind (anything else is a 400, as on the real server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+RESOURCE_GROUP = "resource.k8s.io"
+KNOWN_RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    subresources: frozenset[str] = frozenset()  # e.g. {"status"}
+    field_labels: frozenset[str] = frozenset()  # beyond metadata.name / metadata.namespace
+    storage_version: str = ""  # the version objects are stored in; defaults to `version`
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def storage_key(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def stored_api_version(self) -> str:
+        v = self.storage_version or self.version
+        return f"{self.group}/{v}" if self.group else v
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+    def allows_field(self, label: str) -> bool:
+        return label in ("metadata.name", "metadata.namespace") or label in self.field_labels
+
+
+@dataclass
+class Registry:
+    """Lookup by (group, version, plural); keeps the discovery order of groups and versions."""
+
+    types: dict[tuple[str, str, str], ResourceType] = field(default_factory=dict)
+
+    def add(self, rt: ResourceType) -> None:
+        self.types[(rt.group, rt.version, rt.plural)] = rt
+
+    def get(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return self.types.get((group, version, plural))
+
+    def by_kind(self, api_version: str, kind: str) -> ResourceType | None:
+        group, _, version = api_version.rpartition("/")
+        for rt in self.types.values():
+            if rt.group == group and rt.version == version and rt.kind == kind:
+                return rt
+        return None
+
+    def group_versions(self) -> dict[str, list[str]]:
+        """group -> versions in preference order (first is preferred)."""
+        out: dict[str, list[str]] = {}
+        for rt in self.types.values():
+            versions = out.setdefault(rt.group, [])
+            if rt.version not in versions:
+                versions.append(rt.version)
+        return out
+
+    def in_group_version(self, group: str, version: str) -> list[ResourceType]:
+        return [rt for rt in self.types.values() if rt.group == group and rt.version == version]
+
+    def all(self) -> Iterable[ResourceType]:
+        return self.types.values()
+
+
+_STATUS = frozenset({"status"})
+_POD_FIELDS = frozenset(
+    {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    }
+)
+_EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
+_SLICE_FIELDS = frozenset({"spec.nodeName", "spec.driver", "spec.pool.name"})
+
+
+def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS) -> Registry:
+    """Every resource the bridge and its tests touch. `resource_versions` picks the served resource.k8s.io versions,
+    in preference order (the first is the group's preferred version)."""
+    reg = Registry()
+    core = [
+        ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), _STATUS, frozenset({"status.phase"})),
+        ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), _STATUS, frozenset({"spec.unschedulable"})),
+        ResourceType("", "v1", "pods", "Pod", True, "pod", ("po",), frozenset({"status", "binding"}), _POD_FIELDS),
+        ResourceType("", "v1", "events", "Event", True, "event", ("ev",), frozenset(), _EVENT_FIELDS),
+        ResourceType("", "v1", "resourcequotas", "ResourceQuota", True, "resourcequota", ("quota",), _STATUS),
+        ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
+        ResourceType("", "v1", "services", "Service", True, "service", ("svc",), _STATUS),
+        ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
+        ResourceType("", "v1", "secrets", "Secret", True, "secret", (), frozenset(), frozenset({"type"})),
+    ]
+    apps = [
+        ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), _STATUS),
+        ResourceType("apps", "v1", "statefulsets", "StatefulSet", True, "statefulset", ("sts",), _STATUS),
+        ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), _STATUS),
+        ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), _STATUS),
+    ]
+    batch = [
+        ResourceType("batch", "v1", "jobs", "Job", True, "job", (), _STATUS, frozenset({"status.successful"})),
+        ResourceType("batch", "v1", "cronjobs", "CronJob", True, "cronjob", ("cj",), _STATUS),
+    ]
+    other = [
+        ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, "priorityclass", ("pc",)),
+        ResourceType(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            False,
+            "mutatingwebhookconfiguration",
+        ),
+        ResourceType(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            False,
+            "validatingwebhookconfiguration",
+        ),
+        ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
+        ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
+    ]
+    for rt in core + apps + batch + other:
+        reg.add(rt)
+    for version in resource_versions:
+        if version not in KNOWN_RESOURCE_VERSIONS:
+            raise ValueError(f"unknown resource.k8s.io version {version!r}; known: {', '.join(KNOWN_RESOURCE_VERSIONS)}")
+        # One storage version for the whole group (v1 shape); see conversion.py.
+        for plural, kind, namespaced, subs, fields in (
+            ("deviceclasses", "DeviceClass", False, frozenset(), frozenset()),
+            ("resourceclaims", "ResourceClaim", True, _STATUS, frozenset()),
+            ("resourceclaimtemplates", "ResourceClaimTemplate", True, frozenset(), frozenset()),
+            ("resourceslices", "ResourceSlice", False, frozenset(), _SLICE_FIELDS),
+        ):
+            reg.add(
+                ResourceType(RESOURCE_GROUP, version, plural, kind, namespaced, kind.lower(), (), subs, fields, "v1")
+            )
+    return reg

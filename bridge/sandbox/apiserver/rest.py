@@ -1,0 +1,567 @@
+"""REST semantics over the store: what create/get/list/update/patch/delete/watch *mean* in Kubernetes.
+
+This module knows nothing about HTTP: the handler parses a request into a `ResourceType`, namespace, name, query and
+body, calls one method here and serialises the result (or the `ApiError`). Order of a write, as in the real server:
+strategy (server-owned metadata, status reset, defaults) -> mutating admission (no lock held: webhooks are slow) ->
+validation -> commit under the store lock with the resourceVersion precondition. An update whose object changed
+between read and commit is retried when the caller gave no resourceVersion, and answered 409 Conflict when it did.
+A write that changes nothing is a no-op (no new resourceVersion, no event), like the real server.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from . import patch as patches
+from .conversion import from_storage, to_storage
+from .registry import Registry, ResourceType
+from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
+from .status import (
+    ApiError,
+    FieldError,
+    already_exists,
+    bad_request,
+    conflict,
+    expired,
+    forbidden,
+    invalid,
+    not_found,
+)
+from .store import Key, Store, object_key
+
+Obj = dict[str, Any]
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
+# Resources whose status is reset by the server on create (their status is owned by controllers).
+_STATUS_RESET_ON_CREATE = {
+    "pods": {"phase": "Pending"},
+    "namespaces": {"phase": "Active"},
+    "resourceclaims": None,
+    "deployments": None,
+    "statefulsets": None,
+    "daemonsets": None,
+    "replicasets": None,
+    "jobs": None,
+    "cronjobs": None,
+}
+
+
+def now_rfc3339(delta_seconds: float = 0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=delta_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Validator(Protocol):
+    def validate(self, rt: ResourceType, wire: Obj, stored: Obj, old_stored: Obj | None) -> list[FieldError]: ...
+
+
+class Admitter(Protocol):
+    def admit(
+        self, operation: str, rt: ResourceType, wire: Obj, old_wire: Obj | None, dry_run: bool, user: Obj
+    ) -> tuple[Obj, list[str]]: ...
+
+
+@dataclass
+class Result:
+    obj: Obj
+    code: int = 200
+    warnings: list[str] = field(default_factory=list)
+
+
+def _meta(obj: Obj) -> Obj:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _content(obj: Obj) -> Obj:
+    """Everything that counts for `generation`: all but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _strip_type(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+
+
+def query_flag(query: dict[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in ("true", "1")
+
+
+class Rest:
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        validator: Validator | None = None,
+        admitter: Admitter | None = None,
+        graceful_pod_deletion: bool = False,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.validator = validator
+        self.admitter = admitter
+        self.graceful_pod_deletion = graceful_pod_deletion
+
+    # -- helpers ---------------------------------------------------------------------------------------------------
+    def wire(self, rt: ResourceType, stored: Obj) -> Obj:
+        return from_storage(rt, stored)
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        ns = self.store.get("namespaces", ("", namespace))
+        return None if ns is None else dict(_meta(ns).get("labels") or {})
+
+    def _key(self, rt: ResourceType, namespace: str | None, name: str) -> Key:
+        return ((namespace or "") if rt.namespaced else "", name)
+
+    def _require(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        obj = self.store.get(rt.storage_key, self._key(rt, namespace, name))
+        if obj is None:
+            raise not_found(rt.plural, rt.group, name)
+        return obj
+
+    # -- reads -------------------------------------------------------------------------------------------------------
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> Obj:
+        with self.store.lock:
+            obj = self._require(rt, namespace, name)
+        return self.wire(rt, obj)
+
+    def list(self, rt: ResourceType, namespace: str | None, query: dict[str, str]) -> Obj:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), rt.allows_field)
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise bad_request(f"invalid limit: {query.get('limit')!r}") from None
+        after: Key | None = None
+        token = query.get("continue")
+        with self.store.lock:
+            list_rv = self.store.resource_version
+            if token:
+                list_rv, after = self._decode_continue(token)
+            ns = namespace if rt.namespaced and namespace else None
+            items: list[Obj] = []
+            last: Key | None = None
+            more = False
+            for obj in self.store.scan(rt.storage_key, ns, after):
+                if not labels_match(labels, obj) or not fields_match(fields, obj):
+                    continue
+                if limit and len(items) >= limit:
+                    more = True
+                    break
+                items.append(obj)
+                last = object_key(obj)
+        out_items = [_strip_type(self.wire(rt, o)) for o in items]
+        meta: Obj = {"resourceVersion": str(list_rv)}
+        if more and last is not None:
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"rv": list_rv, "start": list(last)}).encode()
+            ).decode()
+        return {"kind": f"{rt.kind}List", "apiVersion": rt.group_version, "metadata": meta, "items": out_items}
+
+    def _decode_continue(self, token: str) -> tuple[int, Key]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            rv, start = int(data["rv"]), (str(data["start"][0]), str(data["start"][1]))
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise bad_request("continue key is not valid: incorrect encoded start resourceVersion") from None
+        if rv < self.store.compacted_rv:
+            raise expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a "
+                "new list without the continue parameter, or use the continue token in this response to retrieve "
+                "the remainder of the results. Continuing with the provided token results in an inconsistent list - "
+                "objects that were created, modified, or deleted between the time the first chunk was returned and "
+                "now may show up in the list."
+            )
+        return rv, start
+
+    # -- create ------------------------------------------------------------------------------------------------------
+    def create(
+        self, rt: ResourceType, namespace: str | None, body: Any, query: dict[str, str], user: Obj, *, system: bool = False
+    ) -> Result:
+        dry_run = query.get("dryRun") == "All"
+        obj = self._check_body(rt, body)
+        meta = dict(_meta(obj))
+        obj["metadata"] = meta
+        if rt.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace and body_ns and body_ns != namespace:
+                raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+            meta["namespace"] = namespace or body_ns or "default"
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            if meta.get("generateName"):
+                meta["name"] = meta["generateName"] + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+            else:
+                raise invalid(rt.kind, rt.group, "", [FieldError("metadata.name", "Required value", detail="name or generateName is required")])
+        if meta.get("resourceVersion") and not system:
+            raise bad_request("resourceVersion should not be set on objects to be created")
+        meta.pop("resourceVersion", None)
+        for k in _SERVER_META:
+            meta.pop(k, None)
+        self._prepare_create(rt, obj, system)
+        warnings: list[str] = []
+        if self.admitter is not None and not system:
+            obj, warnings = self.admitter.admit("CREATE", rt, obj, None, dry_run, user)
+            obj = self._check_body(rt, obj)
+            meta = obj.setdefault("metadata", {})
+            if rt.namespaced:
+                meta["namespace"] = namespace or meta.get("namespace") or "default"
+        self._fix_invariants(rt, obj)
+        stored = to_storage(rt, obj)
+        self._validate(rt, obj, stored, None)
+        with self.store.lock:
+            key = object_key(stored)
+            if self.store.get(rt.storage_key, key) is not None:
+                raise already_exists(rt.plural, rt.group, key[1])
+            if rt.namespaced:
+                ns = self.store.get("namespaces", ("", key[0]))
+                if ns is None:
+                    raise not_found("namespaces", "", key[0])
+                if _meta(ns).get("deletionTimestamp"):
+                    raise forbidden(
+                        rt.plural, rt.group, key[1],
+                        f"unable to create new content in namespace {key[0]} because it is being terminated",
+                    )
+            m = stored["metadata"] = dict(stored["metadata"])
+            m["uid"] = str(uuid.uuid4())
+            m["creationTimestamp"] = now_rfc3339()
+            m["generation"] = 1
+            m["resourceVersion"] = str(self.store.next_rv())
+            if dry_run:
+                return Result(self.wire(rt, stored), 201, warnings)
+            self.store.put(rt.storage_key, stored, "ADDED")
+        return Result(self.wire(rt, stored), 201, warnings)
+
+    def _check_body(self, rt: ResourceType, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise bad_request(f"the body of the request must be a JSON object, got {type(body).__name__}")
+        obj = dict(body)
+        if obj.get("apiVersion") not in (None, "", rt.group_version):
+            raise bad_request(
+                f"the API version in the data ({obj['apiVersion']}) does not match the expected API version ({rt.group_version})"
+            )
+        if obj.get("kind") not in (None, "", rt.kind):
+            raise bad_request(f"the kind in the data ({obj['kind']}) does not match the expected kind ({rt.kind})")
+        obj["apiVersion"], obj["kind"] = rt.group_version, rt.kind
+        if obj.get("metadata") is not None and not isinstance(obj["metadata"], dict):
+            raise bad_request("metadata must be an object")
+        return obj
+
+    def _prepare_create(self, rt: ResourceType, obj: Obj, system: bool) -> None:
+        if not system and rt.plural in _STATUS_RESET_ON_CREATE:
+            reset = _STATUS_RESET_ON_CREATE[rt.plural]
+            if reset is None:
+                obj.pop("status", None)
+            else:
+                obj["status"] = dict(reset)
+        if rt.plural == "namespaces":
+            spec = dict(obj.get("spec") or {})
+            spec.setdefault("finalizers", ["kubernetes"])
+            obj["spec"] = spec
+            obj.setdefault("status", {"phase": "Active"})
+        if rt.plural == "pods":
+            status = dict(obj.get("status") or {})
+            status.setdefault("phase", "Pending")
+            obj["status"] = status
+
+    def _fix_invariants(self, rt: ResourceType, obj: Obj) -> None:
+        if rt.plural == "namespaces" and rt.group == "":
+            meta = obj["metadata"] = dict(_meta(obj))
+            labels = dict(meta.get("labels") or {})
+            labels["kubernetes.io/metadata.name"] = meta.get("name", "")
+            meta["labels"] = labels
+
+    def _validate(self, rt: ResourceType, wire: Obj, stored: Obj, old: Obj | None) -> None:
+        if self.validator is None:
+            return
+        errors = self.validator.validate(rt, wire, stored, old)
+        if errors:
+            raise invalid(rt.kind, rt.group, _meta(wire).get("name", ""), errors)
+
+    # -- update / patch ----------------------------------------------------------------------------------------------
+    def update(
+        self, rt: ResourceType, namespace: str | None, name: str, body: Any, subresource: str | None,
+        query: dict[str, str], user: Obj,
+    ) -> Result:
+        obj = self._check_body(rt, body)
+        body_name = _meta(obj).get("name")
+        if body_name and body_name != name:
+            raise bad_request(f"the name of the object ({body_name}) does not match the name on the URL ({name})")
+        want_rv = _meta(obj).get("resourceVersion") or None
+        return self._update_loop(rt, namespace, name, lambda current: obj, want_rv, subresource, query, user)
+
+    def patch(
+        self, rt: ResourceType, namespace: str | None, name: str, content_type: str, raw: bytes,
+        subresource: str | None, query: dict[str, str], user: Obj,
+    ) -> Result:
+        ctype = content_type.split(";")[0].strip().lower()
+        if ctype == patches.APPLY:
+            with self.store.lock:
+                exists = self.store.get(rt.storage_key, self._key(rt, namespace, name)) is not None
+            if not exists:
+                body = patches.apply_patch(ctype, {}, raw)
+                body.setdefault("metadata", {})["name"] = name
+                return self.create(rt, namespace, body, query, user)
+        explicit: dict[str, str | None] = {"rv": None}
+
+        def make(current: Obj) -> Obj:
+            try:
+                patched = patches.apply_patch(ctype, current, raw)
+            except patches.PatchError as err:
+                raise invalid(rt.kind, rt.group, name, [FieldError("", "Invalid value", detail=str(err), show_value=False)]) from err
+            rv = _meta(patched).get("resourceVersion") if isinstance(patched, dict) else None
+            if rv and rv != _meta(current).get("resourceVersion"):
+                explicit["rv"] = rv
+            return self._check_body(rt, patched)
+
+        return self._update_loop(rt, namespace, name, make, None, subresource, query, user, explicit)
+
+    def _update_loop(
+        self, rt: ResourceType, namespace: str | None, name: str, make: Callable[[Obj], Obj], want_rv: str | None,
+        subresource: str | None, query: dict[str, str], user: Obj, explicit: dict[str, str | None] | None = None,
+    ) -> Result:
+        dry_run = query.get("dryRun") == "All"
+        if subresource not in (None, "status"):
+            raise bad_request(f"subresource {subresource!r} does not support this verb")
+        if subresource == "status" and not rt.has_status:
+            raise not_found(f"{rt.plural}/status", rt.group, name)
+        for _attempt in range(20):
+            with self.store.lock:
+                current = self._require(rt, namespace, name)
+            base_rv = _meta(current)["resourceVersion"]
+            current_wire = self.wire(rt, current)
+            new = make(copy.deepcopy(current_wire))
+            precondition = want_rv or (explicit or {}).get("rv")
+            if precondition and precondition != base_rv:
+                raise conflict(rt.plural, rt.group, name)
+            new = self._merge_update(rt, current_wire, new, subresource)
+            warnings: list[str] = []
+            if self.admitter is not None and subresource is None:
+                new, warnings = self.admitter.admit("UPDATE", rt, new, current_wire, dry_run, user)
+                new = self._merge_update(rt, current_wire, self._check_body(rt, new), subresource)
+            self._fix_invariants(rt, new)
+            stored = to_storage(rt, new)
+            self._check_finalizers(rt, current, stored)
+            self._validate(rt, new, stored, current)
+            with self.store.lock:
+                latest = self._require(rt, namespace, name)
+                if _meta(latest)["resourceVersion"] != base_rv:
+                    if precondition:
+                        raise conflict(rt.plural, rt.group, name)
+                    continue  # unconditional update / patch: redo it on the newest object
+                stored_meta = stored["metadata"] = dict(stored["metadata"])
+                if _content(stored) != _content(current):
+                    stored_meta["generation"] = int(_meta(current).get("generation") or 0) + 1
+                stored_meta["resourceVersion"] = base_rv
+                if stored == current:
+                    return Result(self.wire(rt, current), 200, warnings)
+                stored_meta["resourceVersion"] = str(self.store.next_rv())
+                gone = bool(stored_meta.get("deletionTimestamp")) and not stored_meta.get("finalizers")
+                if dry_run:
+                    return Result(self.wire(rt, stored), 200, warnings)
+                if gone:
+                    self._remove(rt, stored, propagation="Background")
+                else:
+                    self.store.put(rt.storage_key, stored, "MODIFIED")
+            return Result(self.wire(rt, stored), 200, warnings)
+        raise conflict(rt.plural, rt.group, name, "too many concurrent changes; please retry")
+
+    def _merge_update(self, rt: ResourceType, current: Obj, new: Obj, subresource: str | None) -> Obj:
+        """Apply the rules for what an update may change: server-owned metadata is kept; the main resource cannot
+        change status and the status subresource can change nothing but status (for kinds with a status)."""
+        cur_meta = _meta(current)
+        if subresource == "status":
+            out = dict(current)
+            if "status" in new:
+                out["status"] = new["status"]
+            else:
+                out.pop("status", None)
+            return out
+        out = dict(new)
+        meta = dict(_meta(new))
+        for k in _SERVER_META + ("name", "namespace"):
+            if k in cur_meta:
+                meta[k] = cur_meta[k]
+            else:
+                meta.pop(k, None)
+        meta["resourceVersion"] = cur_meta.get("resourceVersion")
+        out["metadata"] = meta
+        if rt.has_status:
+            if "status" in current:
+                out["status"] = current["status"]
+            else:
+                out.pop("status", None)
+        return out
+
+    def _check_finalizers(self, rt: ResourceType, current: Obj, new: Obj) -> None:
+        if not _meta(current).get("deletionTimestamp"):
+            return
+        added = [f for f in _meta(new).get("finalizers") or [] if f not in (_meta(current).get("finalizers") or [])]
+        if added:
+            raise invalid(
+                rt.kind, rt.group, _meta(current).get("name", ""),
+                [FieldError("metadata.finalizers", "Forbidden", detail=f"no new finalizers can be added if the object is being deleted, found new finalizers {json.dumps(added)}")],
+            )
+
+    # -- delete ------------------------------------------------------------------------------------------------------
+    def delete(self, rt: ResourceType, namespace: str | None, name: str, options: Obj, query: dict[str, str]) -> Result:
+        dry_run = query.get("dryRun") == "All" or "All" in (options.get("dryRun") or [])
+        with self.store.lock:
+            current = self._require(rt, namespace, name)
+            self._check_preconditions(rt, current, options.get("preconditions") or {})
+            final = self._delete_locked(rt, current, options, query, dry_run)
+        return Result(self.wire(rt, final), 200)
+
+    def _check_preconditions(self, rt: ResourceType, current: Obj, pre: Obj) -> None:
+        meta = _meta(current)
+        if pre.get("uid") and pre["uid"] != meta.get("uid"):
+            raise conflict(rt.plural, rt.group, meta.get("name", ""),
+                           f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+            raise conflict(rt.plural, rt.group, meta.get("name", ""),
+                           f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                           f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
+
+    def _delete_locked(self, rt: ResourceType, current: Obj, options: Obj, query: dict[str, str], dry_run: bool) -> Obj:
+        meta = _meta(current)
+        propagation = options.get("propagationPolicy") or query.get("propagationPolicy") or "Background"
+        if options.get("orphanDependents") is True or query.get("orphanDependents") == "true":
+            propagation = "Orphan"
+        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        if rt.plural == "namespaces" and rt.group == "":
+            return self._delete_namespace(rt, current, dry_run)
+        graceful = (
+            self.graceful_pod_deletion and rt.plural == "pods" and rt.group == ""
+            and (current.get("spec") or {}).get("nodeName")
+            and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
+        grace_s = int(grace) if grace is not None else int((current.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        wait_grace = bool(graceful) and grace_s > 0
+        if (meta.get("finalizers") or wait_grace) and meta.get("deletionTimestamp"):
+            return current  # already being deleted: waiting for finalizers or for the kubelet
+        if meta.get("finalizers") or wait_grace:
+            new = dict(current)
+            m = new["metadata"] = dict(meta)
+            m["deletionTimestamp"] = now_rfc3339(grace_s if wait_grace else 0)
+            m["deletionGracePeriodSeconds"] = grace_s if wait_grace else 0
+            if m.get("generation"):
+                m["generation"] = int(m["generation"]) + 1
+            m["resourceVersion"] = str(self.store.next_rv())
+            if not dry_run:
+                self.store.put(rt.storage_key, new, "MODIFIED")
+            return new
+        final = dict(current)
+        final["metadata"] = dict(meta, resourceVersion=str(self.store.next_rv()))
+        if not dry_run:
+            self._remove(rt, final, propagation)
+        return final
+
+    def _remove(self, rt: ResourceType, final: Obj, propagation: str) -> None:
+        """Remove for good (lock held), then collect dependents and finish a terminating namespace."""
+        final["metadata"]["resourceVersion"] = str(self.store.next_rv())
+        self.store.remove(rt.storage_key, final)
+        uid = _meta(final).get("uid")
+        if uid:
+            for storage_key, key in self.store.dependents(uid):
+                dep = self.store.get(storage_key, key)
+                dep_rt = self._storage_type(storage_key)
+                if dep is None or dep_rt is None:
+                    continue
+                if propagation == "Orphan":
+                    new = copy.deepcopy(dep)
+                    new["metadata"]["ownerReferences"] = [
+                        r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != uid
+                    ]
+                    new["metadata"]["resourceVersion"] = str(self.store.next_rv())
+                    self.store.put(storage_key, new, "MODIFIED")
+                else:
+                    self._delete_locked(dep_rt, dep, {}, {}, False)
+        ns = _meta(final).get("namespace")
+        if ns and rt.namespaced:
+            ns_obj = self.store.get("namespaces", ("", ns))
+            if ns_obj is not None and _meta(ns_obj).get("deletionTimestamp"):
+                self._finish_namespace(ns_obj)
+
+    def _storage_type(self, storage_key: str) -> ResourceType | None:
+        for rt in self.registry.all():
+            if rt.storage_key == storage_key:
+                return rt
+        return None
+
+    def _delete_namespace(self, rt: ResourceType, current: Obj, dry_run: bool) -> Obj:
+        if dry_run or _meta(current).get("deletionTimestamp"):
+            return current
+        new = copy.deepcopy(current)
+        new["metadata"]["deletionTimestamp"] = now_rfc3339()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        new.setdefault("status", {})["phase"] = "Terminating"
+        new["metadata"]["resourceVersion"] = str(self.store.next_rv())
+        self.store.put(rt.storage_key, new, "MODIFIED")
+        name = _meta(current)["name"]
+        seen: set[str] = set()
+        for content_rt in list(self.registry.all()):
+            if not content_rt.namespaced or content_rt.storage_key in seen:
+                continue
+            seen.add(content_rt.storage_key)
+            for obj in list(self.store.scan(content_rt.storage_key, name)):
+                self._delete_locked(content_rt, obj, {}, {}, False)
+        latest = self.store.get("namespaces", ("", name))
+        if latest is not None:
+            return self._finish_namespace(latest) or latest
+        return new
+
+    def _finish_namespace(self, ns_obj: Obj) -> Obj | None:
+        name = _meta(ns_obj)["name"]
+        for rt in self.registry.all():
+            if rt.namespaced and next(self.store.scan(rt.storage_key, name), None) is not None:
+                return None
+        if _meta(ns_obj).get("finalizers"):
+            return None
+        final = copy.deepcopy(ns_obj)
+        final["spec"] = {"finalizers": []} if "spec" in final else final.get("spec")
+        rt = self.registry.get("", "v1", "namespaces")
+        assert rt is not None
+        self._remove(rt, final, "Background")
+        return final
+
+    def delete_collection(self, rt: ResourceType, namespace: str | None, options: Obj, query: dict[str, str]) -> Obj:
+        dry_run = query.get("dryRun") == "All" or "All" in (options.get("dryRun") or [])
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), rt.allows_field)
+        ns = namespace if rt.namespaced and namespace else None
+        items = []
+        with self.store.lock:
+            for obj in list(self.store.scan(rt.storage_key, ns)):
+                if labels_match(labels, obj) and fields_match(fields, obj):
+                    if self.store.get(rt.storage_key, object_key(obj)) is None:
+                        continue  # removed meanwhile by garbage collection of an earlier item
+                    items.append(self._delete_locked(rt, obj, options, query, dry_run))
+            rv = self.store.resource_version
+        return {
+            "kind": f"{rt.kind}List", "apiVersion": rt.group_version, "metadata": {"resourceVersion": str(rv)},
+            "items": [_strip_type(self.wire(rt, o)) for o in items],
+        }
+
+    # -- pods/binding --------------------------------------------------------------------------------------------------
+    def bind(self, rt: ResourceType, namespace: str | None, name: str, body: Any, query: dict[str, str], user: Obj) -> Result:
+        if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
+            raise bad_request("a Binding needs target.name (the node)")
+        node = body["target"]["name"]
+        with self.store.lock:
+            current = self._require(rt, namespace, name)
+            if (current.get("spec") or {}).get("nodeName"):
+                raise conflict(rt.plural, rt.group, name, f"pod {name} is already assigned to node \"{current['spec']['nodeName']}\"")
+            new = copy.deepcopy(current)
+            new.setdefault("spec", {})["nodeName"] = node
+            new["metadata"]["resourceVersion"] = str(self.store.next_rv())
+            if query.get("dryRun") != "All":
+                self.store.put(rt.storage_key, new, "MODIFIED")
+        return Result({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)

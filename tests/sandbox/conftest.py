@@ -1,0 +1,108 @@
+"""Fixtures for the API emulator tests: a running emulator and official `kubernetes` clients pointed at it through
+a kubeconfig the emulator wrote (the path every real user takes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+
+from bridge.sandbox.apiserver import ApiServer
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
+    """Poll until `condition()` is truthy; return its value or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def make_server() -> Iterator[Callable[..., ApiServer]]:
+    """Start emulators with custom options; every one is stopped and checked for leaked threads afterwards."""
+    baseline = threading.active_count()
+    servers: list[ApiServer] = []
+
+    def make(**kwargs: Any) -> ApiServer:
+        kwargs.setdefault("bookmark_interval", 0.2)
+        srv = ApiServer(**kwargs)
+        srv.start()
+        servers.append(srv)
+        return srv
+
+    yield make
+    for srv in servers:
+        srv.stop()
+    wait_for(lambda: threading.active_count() <= baseline, timeout=15)
+
+
+@pytest.fixture
+def server(make_server: Callable[..., ApiServer]) -> ApiServer:
+    return make_server()
+
+
+def client_for(srv: ApiServer, directory: Path) -> kubernetes.client.ApiClient:
+    kubeconfig = srv.write_kubeconfig(directory / f"kubeconfig-{srv.port}")
+    return kubernetes.config.new_client_from_config(str(kubeconfig))
+
+
+@pytest.fixture
+def api_client(server: ApiServer, tmp_path: Path) -> Iterator[kubernetes.client.ApiClient]:
+    client = client_for(server, tmp_path)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def dra(api_client: kubernetes.client.ApiClient) -> kubernetes.client.ResourceV1Api:
+    return kubernetes.client.ResourceV1Api(api_client)
+
+
+@pytest.fixture
+def custom(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(api_client)
+
+
+def pod(name: str, namespace: str = "default", *, labels: dict[str, str] | None = None, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def resource_slice(name: str, node: str = "node-a", devices: int = 1, driver: str = "gpu.bridge.dev", **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {"name": f"gpu-{i}", "attributes": {"index": {"int": i}, "productName": {"string": "H100"}}}
+                for i in range(devices)
+            ],
+            **extra,
+        },
+    }
