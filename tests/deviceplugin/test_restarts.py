@@ -1,0 +1,90 @@
+"""Kubelet restarts: the plugin re-creates its socket and re-registers every time, without leaking."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from bridge.deviceplugin.plugin import DevicePlugin
+from bridge.sandbox.kubelet import KubeletSimulator
+
+from .conftest import RESOURCE, NodeFactory, wait_until
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _registered_again(kubelet: KubeletSimulator, count: int) -> bool:
+    state = kubelet.devices.resource(RESOURCE)
+    return state.registrations >= count and state.connected and state.allocatable == 8
+
+
+def test_twenty_kubelet_restarts_each_end_in_a_fresh_registration_without_leaks(
+        kubelet: KubeletSimulator, make_node: NodeFactory) -> None:
+    daemon = make_node("8xH100-80GB")
+    plugin = daemon.plugin
+    assert isinstance(plugin, DevicePlugin)
+    assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, 1), 20)
+    # Warm up one restart so lazily created gRPC internals exist before we count.
+    kubelet.restart()
+    assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, 2), 20)
+    threads, fds = threading.active_count(), _fds()
+
+    for i in range(20):
+        kubelet.restart()
+        assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, i + 3), 20), f"restart {i + 1}"
+        assert Path(plugin.socket_path).exists()
+        # The allocation path works on the new connection every time.
+        kubelet.devices.allocate(f"pod-{i}", "main", RESOURCE, 1)
+        kubelet.devices.remove_pod(f"pod-{i}")
+
+    wait_until(lambda: threading.active_count() <= threads + 2, what="threads to settle")
+    assert threading.active_count() <= threads + 2, [t.name for t in threading.enumerate()]
+    assert _fds() <= fds + 4
+    assert plugin.registrations == 22
+    assert daemon.metrics.registry.get_sample_value(
+        "bridge_deviceplugin_kubelet_restarts_seen_total", {"resource": RESOURCE}) == 21
+
+
+def test_our_socket_deleted_alone_is_recreated_and_registered_again(kubelet: KubeletSimulator,
+                                                                    make_node: NodeFactory) -> None:
+    daemon = make_node("8xH100-80GB")
+    assert daemon.plugin is not None
+    assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, 1), 20)
+    os.unlink(daemon.plugin.socket_path)
+    assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, 2), 20)
+    assert Path(daemon.plugin.socket_path).exists()
+
+
+def test_plugin_started_before_the_kubelet_registers_once_it_appears(short_tmp: Path,
+                                                                    make_node: NodeFactory,
+                                                                    kubelet: KubeletSimulator) -> None:
+    kubelet.devices.stop()  # no kubelet.sock yet
+    daemon = make_node("8xH100-80GB", register=False)
+    assert not daemon.wait_registered(0.5)
+    kubelet.devices.start()
+    assert daemon.wait_registered(20)
+    assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, 1), 20)
+
+
+def test_registration_rejected_by_the_kubelet_is_retried_and_counted(kubelet: KubeletSimulator,
+                                                                     make_node: NodeFactory) -> None:
+    # Break registration: a kubelet.sock nobody listens on (connection refused). The plugin retries with backoff.
+    kubelet.devices.stop()
+    import socket as socketlib
+
+    bogus = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    bogus.bind(str(kubelet.kubelet_socket))
+    try:
+        daemon = make_node("1xH100-80GB", register=False)
+        wait_until(lambda: (daemon.metrics.registry.get_sample_value(
+            "bridge_deviceplugin_registrations_total", {"resource": RESOURCE, "outcome": "error"}) or 0) >= 2,
+            what="two failed registration attempts")
+        assert not daemon.plugin.registered  # type: ignore[union-attr]
+    finally:
+        bogus.close()
+        os.unlink(kubelet.kubelet_socket)
+    kubelet.devices.start()
+    assert daemon.wait_registered(20)
