@@ -14,6 +14,8 @@ import click
 # name -> "module:attribute"; the module is imported lazily.
 _COMMANDS: dict[str, str] = {
     "node": "bridge.cli.node:node",
+    "webhook": "bridge.cli.webhook:webhook",
+    "namespace": "bridge.cli.namespace:namespace",
 }
 
 

@@ -1,0 +1,75 @@
+"""`bridge webhook`: the admission webhook that translates nvidia.com/gpu requests in DRA namespaces.
+
+Thin shell: options (each also an env var), validation, then one `bridge.webhook.app.run()`. Exit codes: 0 clean
+stop (SIGTERM/SIGINT), 2 bad options, 1 start failure (unreadable certificate, no cluster), message on stderr.
+"""
+
+from __future__ import annotations
+
+import ssl
+import sys
+
+import click
+
+from bridge.logs import setup_logging
+
+
+@click.command("webhook")
+@click.option("--port", envvar="BRIDGE_WEBHOOK_PORT", type=click.IntRange(1, 65535), default=8443, show_default=True,
+              help="HTTPS port for /mutate, /healthz, /readyz and /metrics.")
+@click.option("--bind-address", envvar="BRIDGE_WEBHOOK_BIND_ADDRESS", default="0.0.0.0", show_default=True,
+              help="Address to listen on.")
+@click.option("--tls-cert-file", envvar="BRIDGE_WEBHOOK_TLS_CERT_FILE", required=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Serving certificate (PEM); reloaded when it changes on disk (cert-manager rotation).")
+@click.option("--tls-key-file", envvar="BRIDGE_WEBHOOK_TLS_KEY_FILE", required=True,
+              type=click.Path(exists=True, dir_okay=False), help="Private key of the serving certificate (PEM).")
+@click.option("--kubeconfig", envvar=["BRIDGE_WEBHOOK_KUBECONFIG", "KUBECONFIG"], default=None,
+              help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster).")
+@click.option("--context", envvar="BRIDGE_WEBHOOK_CONTEXT", default=None, help="Kubeconfig context.")
+@click.option("--device-class", envvar="BRIDGE_WEBHOOK_DEVICE_CLASS", default="gpu.dra-bridge.io", show_default=True,
+              help="The bridge's DeviceClass: claims request it; the extended target uses its implicit name.")
+@click.option("--target", envvar="BRIDGE_WEBHOOK_TARGET", type=click.Choice(["auto", "claims", "extended"]),
+              default="auto", show_default=True,
+              help="claims: ResourceClaimTemplates; extended: deviceclass.resource.kubernetes.io/<class> (needs "
+                   "DRAExtendedResource, 1.36+); auto: extended on 1.36+ serving resource.k8s.io/v1, else claims. "
+                   "A namespace label dra-bridge.io/target overrides it.")
+@click.option("--namespace", envvar=["BRIDGE_WEBHOOK_NAMESPACE", "POD_NAMESPACE"], default="",
+              help="The webhook's own namespace, never mutated (default: the service account's namespace).")
+@click.option("--max-body-bytes", envvar="BRIDGE_WEBHOOK_MAX_BODY_BYTES", type=click.IntRange(1024, 64 << 20),
+              default=3 << 20, show_default=True, help="Larger request bodies are refused with 413.")
+@click.option("--log-format", envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--log-level", envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str, kubeconfig: str | None,
+            context: str | None, device_class: str, target: str, namespace: str, max_body_bytes: int,
+            log_format: str, log_level: str) -> None:
+    """Serve the mutating admission webhook (HTTPS, AdmissionReview v1).
+
+    \b
+    Namespaces opt in with the label dra-bridge.io/mode:
+      legacy  (default) nothing changes
+      shadow  the translation is recorded on each new pod (annotation), nothing else changes
+      dra     new pods asking nvidia.com/gpu are translated to DRA
+    A pod opts out with the annotation dra-bridge.io/translate: "false".
+    """
+    from bridge.kube.errors import KubeError
+    from bridge.webhook.app import WebhookOptions, run
+    from bridge.webhook.tls import server_context
+
+    if len(device_class) > 63 or not device_class.replace("-", "").replace(".", "").isalnum() or device_class != device_class.lower():
+        raise click.BadParameter("must be a lower-case DNS subdomain of at most 63 characters", param_hint="--device-class")
+    try:
+        server_context(tls_cert_file, tls_key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise click.BadParameter(f"certificate and key do not load: {err}", param_hint="--tls-cert-file/--tls-key-file")
+    setup_logging(log_format, log_level)
+    options = WebhookOptions(cert_file=tls_cert_file, key_file=tls_key_file, port=port, host=bind_address,
+                             kubeconfig=kubeconfig, context=context, device_class=device_class, target=target,
+                             namespace=namespace, max_body=max_body_bytes)
+    try:
+        run(options)
+    except (KubeError, OSError) as err:
+        click.echo(f"bridge webhook: {err}", err=True)
+        sys.exit(1)

@@ -1,0 +1,143 @@
+"""`bridge namespace`: flip a namespace's mode and report where each namespace stands.
+
+Pure aggregation (`namespace_status`, `describe_change`) over plain objects, plus two thin functions that read or
+patch through `KubeAPI`. Status counts come only from what is on the objects: the namespace labels and the
+translation records the webhook writes on pods (`dra-bridge.io/translated`, `dra-bridge.io/shadow-translation`),
+so the report is the same whether or not the webhook is running.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.kube.api import NAMESPACES, PODS, KubeAPI
+from bridge.webhook.facts import LEGACY_RESOURCE
+from bridge.webhook.policy import (
+    MODE_LABEL,
+    OPT_OUT_ANNOTATION,
+    SHADOW_ANNOTATION,
+    TARGET_LABEL,
+    TRANSLATED_ANNOTATION,
+    Mode,
+    parse_mode,
+)
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class NamespaceStatus:
+    name: str
+    mode: str
+    target: str  # the namespace's override, or "" (cluster default)
+    legacy_gpu_pods: int = 0  # pods (not terminated) still asking nvidia.com/gpu
+    translated_pods: int = 0
+    opted_out_pods: int = 0
+    shadow_ok: int = 0  # shadow records: would translate
+    shadow_blocked: int = 0  # shadow records: would stay legacy
+    blockers: Counter[str] = field(default_factory=Counter)  # reason -> pods
+
+    def as_dict(self) -> Obj:
+        return {"namespace": self.name, "mode": self.mode, "target": self.target or "cluster default",
+                "legacyGpuPods": self.legacy_gpu_pods, "translatedPods": self.translated_pods,
+                "optedOutPods": self.opted_out_pods, "shadowWouldTranslate": self.shadow_ok,
+                "shadowWouldStayLegacy": self.shadow_blocked, "shadowBlockers": dict(self.blockers)}
+
+
+def _asks_legacy_gpu(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    for kind in ("initContainers", "containers"):
+        for c in spec.get(kind) or []:
+            res = c.get("resources") or {}
+            if any(k == LEGACY_RESOURCE or k.startswith("nvidia.com/") for part in ("requests", "limits")
+                   for k in (res.get(part) or {})):
+                return True
+    return False
+
+
+def _reason_key(reason: str) -> str:
+    """Shadow reasons name the container; aggregate by what follows `container X: `."""
+    return reason.split(": ", 1)[1] if reason.startswith("container ") and ": " in reason else reason
+
+
+def namespace_status(namespaces: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> list[NamespaceStatus]:
+    out: dict[str, NamespaceStatus] = {}
+    for ns in namespaces:
+        meta = ns.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        mode, _ = parse_mode(labels.get(MODE_LABEL))
+        out[meta.get("name", "")] = NamespaceStatus(meta.get("name", ""), mode.value, labels.get(TARGET_LABEL, ""))
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        st = out.get(meta.get("namespace", ""))
+        if st is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        ann = meta.get("annotations") or {}
+        if TRANSLATED_ANNOTATION in ann:
+            st.translated_pods += 1
+        elif _asks_legacy_gpu(pod):
+            st.legacy_gpu_pods += 1
+            if str(ann.get(OPT_OUT_ANNOTATION, "")).lower() == "false":
+                st.opted_out_pods += 1
+        if SHADOW_ANNOTATION in ann:
+            try:
+                record = json.loads(ann[SHADOW_ANNOTATION])
+            except ValueError:
+                continue
+            if record.get("ok"):
+                st.shadow_ok += 1
+            else:
+                st.shadow_blocked += 1
+                for r in record.get("reasons") or []:
+                    st.blockers[_reason_key(str(r))] += 1
+    return sorted(out.values(), key=lambda s: s.name)
+
+
+def describe_change(namespace: str, old: str, new: str, legacy_gpu_pods: int, target: str) -> str:
+    if old == new:
+        return f"namespace {namespace} is already {new}; nothing changes."
+    effect = {
+        Mode.LEGACY.value: "new pods keep asking nvidia.com/gpu from the device plugin",
+        Mode.SHADOW.value: ("new GPU pods are admitted unchanged; the webhook records on each one how it would "
+                            f"translate it (annotation {SHADOW_ANNOTATION}) - see `bridge namespace status`"),
+        Mode.DRA.value: f"new pods asking nvidia.com/gpu are translated to DRA ({target})",
+    }[new]
+    return (f"namespace {namespace}: {old} -> {new}. From now on {effect}. "
+            f"Running pods are never changed ({legacy_gpu_pods} GPU pod(s) keep their current API until they are "
+            f"replaced).")
+
+
+def set_mode(api: KubeAPI, namespace: str, mode: Mode, target: str | None = None) -> tuple[str, str, int]:
+    """Label the namespace; returns (old mode, new mode, GPU pods still on the legacy API). `target` "auto" removes
+    the per-namespace override, claims/extended set it, None leaves it."""
+    ns = api.get(NAMESPACES, namespace)
+    old, _ = parse_mode(((ns.get("metadata") or {}).get("labels") or {}).get(MODE_LABEL))
+    labels: dict[str, Any] = {MODE_LABEL: mode.value}
+    if target is not None:
+        labels[TARGET_LABEL] = None if target == "auto" else target
+    api.patch(NAMESPACES, namespace, {"metadata": {"labels": labels}}, patch_type="merge")
+    pods = api.list(PODS, namespace)["items"]
+    status = namespace_status([ns], pods)
+    return old.value, mode.value, status[0].legacy_gpu_pods if status else 0
+
+
+def read_status(api: KubeAPI, namespace: str | None = None) -> list[NamespaceStatus]:
+    if namespace:
+        return namespace_status([api.get(NAMESPACES, namespace)], api.list(PODS, namespace)["items"])
+    return namespace_status(api.list(NAMESPACES)["items"], api.list(PODS)["items"])
+
+
+def render_table(rows: list[NamespaceStatus]) -> str:
+    head = ("NAMESPACE", "MODE", "TARGET", "LEGACY-GPU-PODS", "TRANSLATED", "OPTED-OUT", "SHADOW-OK", "SHADOW-BLOCKED")
+    data = [(r.name, r.mode, r.target or "-", str(r.legacy_gpu_pods), str(r.translated_pods), str(r.opted_out_pods),
+             str(r.shadow_ok), str(r.shadow_blocked)) for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *data)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in (head, *data)]
+    for r in rows:
+        for reason, n in r.blockers.most_common():
+            lines.append(f"  {r.name}: {n} pod(s) would stay legacy: {reason}")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""`bridge namespace status` aggregation and the `set` message, over plain objects."""
+
+from __future__ import annotations
+
+import json
+
+from bridge.webhook.namespaces import describe_change, namespace_status, render_table
+from tests.webhook.pods import container, deployment_pod
+
+
+def ns(name: str, **labels: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def pod(namespace: str, *containers: dict, annotations: dict | None = None, phase: str = "Running") -> dict:
+    p = deployment_pod(*containers, annotations=annotations)
+    p["metadata"]["namespace"] = namespace
+    p["status"] = {"phase": phase}
+    return p
+
+
+def test_status_counts_translated_legacy_opted_out_and_shadow_findings() -> None:
+    shadow_blocked = json.dumps({"ok": False, "reasons": ["container main: nvidia.com/gpu.shared is a time-sliced GPU"]})
+    rows = namespace_status(
+        [ns("team-a", **{"dra-bridge.io/mode": "dra"}), ns("team-b", **{"dra-bridge.io/mode": "shadow",
+                                                                     "dra-bridge.io/target": "claims"}), ns("web")],
+        [
+            pod("team-a", container("main"), annotations={"dra-bridge.io/translated": "claims"}),
+            pod("team-a", container("main", 1)),
+            pod("team-a", container("main", 1), annotations={"dra-bridge.io/translate": "false"}),
+            pod("team-a", container("main", 1), phase="Succeeded"),
+            pod("team-b", container("main", 2), annotations={"dra-bridge.io/shadow-translation": '{"ok":true}'}),
+            pod("team-b", container("main", extra={"nvidia.com/gpu.shared": 1}),
+                annotations={"dra-bridge.io/shadow-translation": shadow_blocked}),
+            pod("team-b", container("other", extra={"nvidia.com/gpu.shared": 1}),
+                annotations={"dra-bridge.io/shadow-translation": shadow_blocked.replace("main", "other")}),
+            pod("web", container("nginx")),
+        ],
+    )
+    a, b, web = rows
+    assert (a.mode, a.translated_pods, a.legacy_gpu_pods, a.opted_out_pods) == ("dra", 1, 2, 1)
+    assert (b.mode, b.target, b.shadow_ok, b.shadow_blocked) == ("shadow", "claims", 1, 2)
+    assert b.blockers == {"nvidia.com/gpu.shared is a time-sliced GPU": 2}
+    assert (web.mode, web.legacy_gpu_pods) == ("legacy", 0)
+    table = render_table(rows)
+    assert "team-b: 2 pod(s) would stay legacy: nvidia.com/gpu.shared is a time-sliced GPU" in table
+    assert table.splitlines()[0].split() == ["NAMESPACE", "MODE", "TARGET", "LEGACY-GPU-PODS", "TRANSLATED",
+                                             "OPTED-OUT", "SHADOW-OK", "SHADOW-BLOCKED"]
+
+
+def test_set_message_says_running_pods_are_not_changed() -> None:
+    msg = describe_change("team-a", "shadow", "dra", 3, "claims")
+    assert "shadow -> dra" in msg and "translated to DRA (claims)" in msg and "3 GPU pod(s)" in msg
+    assert "nothing changes" in describe_change("team-a", "dra", "dra", 0, "claims")
