@@ -100,7 +100,12 @@ class _Server:
             self._pool.shutdown(wait=False)
             raise OSError(f"cannot listen on unix socket {path}")
         self._server.start()
-        os.chmod(path, 0o600)
+        try:
+            os.chmod(path, 0o600)
+        except FileNotFoundError:
+            # Deleted under us (a kubelet restart cleaning the directory right now): the supervisor sees the
+            # socket missing on its next poll and serves a fresh one.
+            pass
         self.identity = socket_identity(path)
 
     def stop(self, grace: float = 0.5) -> None:
