@@ -16,6 +16,7 @@ _COMMANDS: dict[str, str] = {
     "node": "bridge.cli.node:node",
     "webhook": "bridge.cli.webhook:webhook",
     "namespace": "bridge.cli.namespace:namespace",
+    "migrate-report": "bridge.cli.report:migrate_report",
 }
 
 

@@ -216,7 +216,7 @@ def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
     steps: list[WaveStep] = []
     to_shadow = sorted((r for r in movable if r.mode == "legacy"), key=lambda r: r.name)
     for r in to_shadow:
-        steps.append(WaveStep(1, r.name, "shadow", "dry run: the webhook records the translation, pods unchanged"))
+        steps.append(WaveStep(1, r.name, "shadow", "dry run: translation recorded, pods unchanged"))
     # Same order as the cumulative capacity simulation (DRB032), so "fits in wave order" means this order.
     order = {n.name: i for i, n in enumerate(wave_order([model.namespaces[r.name] for r in movable]))}
     to_dra = sorted((r for r in movable if r.mode != "dra"), key=lambda r: order[r.name])

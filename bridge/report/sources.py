@@ -11,6 +11,7 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
   `kind: <Kind>List` with `items`, multi-document YAML, or single objects. Objects are sorted by their `kind`.
 * `version.json` (optional): the output of `kubectl version -o json` (`{"serverVersion": {...}}`) or the raw
   `/version` document (`{"gitVersion": "v1.34.2", "major": "1", "minor": "34"}`).
+* `unreadable.json` (optional, written by `snapshot`): resources that could not be listed, `{"pods": "reason"}`.
 * `api-versions.txt` (optional): the output of `kubectl api-versions`, one `group/version` per line. Without it the
   served versions of `resource.k8s.io` are inferred from the apiVersion of DeviceClasses/ResourceSlices found.
 
@@ -59,6 +60,7 @@ KINDS = (
 
 VERSION_FILE = "version.json"
 API_VERSIONS_FILE = "api-versions.txt"
+UNREADABLE_FILE = "unreadable.json"  # written by `snapshot` when some resources could not be listed
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -209,6 +211,12 @@ def load_snapshot(path: str | os.PathLike[str]) -> ClusterData:
                 data.version = parse_version(json.loads(text))
             except json.JSONDecodeError as err:
                 raise SnapshotError(f"{f}: not valid JSON: {err}") from err
+            continue
+        if base == UNREADABLE_FILE:
+            try:
+                data.unreadable.update({str(k): str(v) for k, v in json.loads(text).items()})
+            except (json.JSONDecodeError, AttributeError) as err:
+                raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {err}") from err
             continue
         if base == API_VERSIONS_FILE:
             data.api_versions = frozenset(line.strip() for line in text.splitlines() if line.strip())

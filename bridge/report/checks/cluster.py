@@ -10,6 +10,15 @@ from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, 
 from bridge.report.findings import CLUSTER, Finding, ObjectRef, rule
 
 
+@rule("DRB000", "Input completeness")
+def unreadable(ctx: CheckContext) -> Iterator[Finding]:
+    for plural, reason in sorted(ctx.model.data.unreadable.items()):
+        yield Finding("DRB000", "warning", ObjectRef("Resource", "", plural),
+                      f"{plural} could not be read ({reason}): checks that need them are incomplete",
+                      "Grant the scanning identity get/list on this resource (the report never writes), then rerun",
+                      {"resource": plural, "reason": reason})
+
+
 @rule("DRB001", "Kubernetes version and served resource.k8s.io API")
 def dra_api(ctx: CheckContext) -> Iterator[Finding]:
     m = ctx.model

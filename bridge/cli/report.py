@@ -1,0 +1,143 @@
+"""`bridge migrate-report`: thin click shell over `bridge.report` (validation here, then one library call)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_READY, EXIT_BLOCKED, EXIT_USAGE = 0, 1, 2
+
+_HELP = """Read-only readiness report for moving GPU workloads from the device plugin to DRA.
+
+\b
+Scans a live cluster (--kubeconfig/--context, or in-cluster) or a snapshot (--snapshot PATH: a file or directory
+of `kubectl get -o yaml|json` output, Lists or multi-document YAML, .gz accepted; optional version.json from
+`kubectl version -o json` and api-versions.txt from `kubectl api-versions`). Never writes to the cluster.
+
+\b
+Exit status:
+  0  no blockers (ready, or only needs-config / info findings)
+  1  blockers found (usable as a CI gate)
+  2  usage error, unreadable snapshot, or the API server cannot be reached
+
+\b
+Examples:
+  bridge migrate-report --snapshot examples/cluster-snapshot
+  bridge migrate-report -o html --file report.html --emit-manifests fixes/
+  bridge migrate-report --assume-split all -o json | jq '.findings[] | select(.severity=="blocker")'
+  bridge migrate-report snapshot --out cluster-snapshot/
+"""
+
+
+def _split(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    v = value.strip().lower()
+    if v in ("current", "all") or (v.isdigit() and int(v) >= 0):
+        return v
+    raise click.BadParameter("must be current, all, or a number of devices per GPU node")
+
+
+def _connect(kubeconfig: str | None, context: str | None):  # type: ignore[no-untyped-def]
+    from bridge.kube import connect
+
+    try:
+        return connect(kubeconfig, context)
+    except Exception as err:  # ConfigError and friends: a usage problem, exit 2
+        raise ReportError(f"cannot load Kubernetes configuration: {err}") from err
+
+
+def _load_live(kubeconfig: str | None, context: str | None):  # type: ignore[no-untyped-def]
+    from bridge.report.live import LiveError, Progress, load_live
+
+    api = _connect(kubeconfig, context)
+    try:
+        return load_live(api, source=f"context {context}" if context else "live cluster", progress=Progress())
+    except LiveError as err:
+        raise ReportError(str(err)) from err
+
+
+class ReportError(click.ClickException):
+    """An input or connection problem: exit status 2 (1 is reserved for 'blockers found')."""
+
+    exit_code = EXIT_USAGE
+
+
+@click.group("migrate-report", invoke_without_command=True, help=_HELP)
+@click.option("--snapshot", "snapshot", type=click.Path(exists=True, path_type=Path), envvar="BRIDGE_REPORT_SNAPSHOT",
+              help="Scan this snapshot file or directory instead of a live cluster.")
+@click.option("--kubeconfig", envvar="BRIDGE_KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+@click.option("--context", envvar="BRIDGE_CONTEXT", help="Kubeconfig context.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "markdown", "html"]), default="table",
+              show_default=True, envvar="BRIDGE_REPORT_OUTPUT", help="Output format (json: see report.schema.json).")
+@click.option("--file", "out_file", type=click.Path(dir_okay=False, path_type=Path), envvar="BRIDGE_REPORT_FILE",
+              help="Write the report to this file instead of stdout.")
+@click.option("--emit-manifests", type=click.Path(file_okay=False, path_type=Path), envvar="BRIDGE_REPORT_EMIT_MANIFESTS",
+              help="Write remediation YAML (DeviceClasses, paired quotas) and wave-plan.sh into this directory.")
+@click.option("--assume-split", default="current", callback=_split, envvar="BRIDGE_REPORT_ASSUME_SPLIT",
+              show_default=True, help="DRA side for the capacity simulation: current (published devices), all, or N per GPU node.")
+@click.option("--device-plugin-config", "dp_configs", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              envvar="BRIDGE_REPORT_DEVICE_PLUGIN_CONFIG", help="NVIDIA device-plugin config file (version: v1) to translate; repeatable.")
+@click.option("--color/--no-color", "colour", default=None, envvar="BRIDGE_REPORT_COLOR",
+              help="Colour the table (default: on a terminal unless NO_COLOR is set).")
+@click.pass_context
+def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | None, context: str | None, output: str,
+                   out_file: Path | None, emit_manifests: Path | None, assume_split: str, dp_configs: tuple[Path, ...],
+                   colour: bool | None) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    from bridge.report import run_report
+    from bridge.report.dpconfig import parse_config
+    from bridge.report.findings import ObjectRef
+    from bridge.report.sources import SnapshotError, load_snapshot
+
+    if snapshot is not None and (kubeconfig or context):
+        raise click.UsageError("--snapshot cannot be combined with --kubeconfig/--context")
+    configs = []
+    for p in dp_configs:
+        cfg = parse_config(p.read_text(), ObjectRef("File", "", p.name), p.name)
+        if cfg is None:
+            raise click.BadParameter(f"{p}: not an NVIDIA device-plugin config (expected `version: v1` with flags/sharing)",
+                                     param_hint="--device-plugin-config")
+        configs.append(cfg)
+    if snapshot is not None:
+        try:
+            data = load_snapshot(snapshot)
+        except SnapshotError as err:
+            raise ReportError(str(err)) from err
+    else:
+        data = _load_live(kubeconfig, context)
+    if colour is None:
+        target_tty = out_file is None and sys.stdout.isatty()
+        colour = target_tty and not os.environ.get("NO_COLOR")
+    result = run_report(data, output=output, assume_split=assume_split, device_plugin_configs=tuple(configs),
+                        colour=colour)
+    if out_file is not None:
+        out_file.write_text(result.text)
+        click.echo(f"report written to {out_file}", err=True)
+    else:
+        click.echo(result.text, nl=False)
+    if emit_manifests is not None:
+        emit_manifests.mkdir(parents=True, exist_ok=True)
+        for name, text in sorted(result.manifests.items()):
+            (emit_manifests / name).write_text(text)
+        click.echo(f"{len(result.manifests)} remediation file(s) written to {emit_manifests}", err=True)
+    ctx.exit(EXIT_BLOCKED if result.report.blockers else EXIT_READY)
+
+
+@migrate_report.command("snapshot")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), envvar="BRIDGE_REPORT_SNAPSHOT_OUT",
+              help="Directory to write the snapshot into (created).")
+@click.pass_context
+def snapshot_cmd(ctx: click.Context, out: Path) -> None:
+    """Write a snapshot of a live cluster (the objects the report reads) for scanning elsewhere with --snapshot."""
+    from bridge.report.live import write_snapshot
+
+    parent = ctx.parent.params if ctx.parent else {}
+    data = _load_live(parent.get("kubeconfig"), parent.get("context"))
+    files = write_snapshot(data, out)
+    total = sum(len(v) for v in data.objects.values())
+    click.echo(f"wrote {total} objects in {len(files)} files to {out}", err=True)
+    for plural, reason in sorted(data.unreadable.items()):
+        click.echo(f"warning: {plural}: {reason}", err=True)

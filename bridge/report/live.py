@@ -1,0 +1,153 @@
+"""Live input: the same `ClusterData` as a snapshot, read through `KubeAPI` (paginated lists of plain dicts).
+
+Read-only: only `discovery()` and `list()` are called. A resource the credentials may not list (Forbidden) or that
+is not served is recorded in `ClusterData.unreadable` with the missing RBAC verb and resource, and the scan goes on:
+partial results beat none (rule DRB000 reports what is missing). Only a failure to reach the API server at all
+(discovery unavailable) aborts, as `LiveError`.
+
+`write_snapshot` stores a `ClusterData` in the snapshot format `bridge.report.sources` reads (one JSON List per
+kind, `version.json`, `api-versions.txt`), so an admin can hand a cluster's state to someone without access.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from bridge.kube.api import (
+    CONFIG_MAPS,
+    CRON_JOBS,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    JOBS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    PRIORITY_CLASSES,
+    REPLICA_SETS,
+    RESOURCE_QUOTAS,
+    STATEFUL_SETS,
+    KubeAPI,
+    Resource,
+    ResourceAPI,
+)
+from bridge.kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from bridge.report.sources import (
+    API_VERSIONS_FILE,
+    KINDS,
+    UNREADABLE_FILE,
+    VERSION_FILE,
+    ClusterData,
+    ServerVersion,
+)
+
+CORE_RESOURCES: tuple[Resource, ...] = (
+    NAMESPACES, NODES, PRIORITY_CLASSES, RESOURCE_QUOTAS, CONFIG_MAPS, DAEMON_SETS, DEPLOYMENTS, STATEFUL_SETS,
+    REPLICA_SETS, JOBS, CRON_JOBS, PODS,
+)
+
+
+class LiveError(Exception):
+    """The API server cannot be reached (or refuses discovery): nothing can be scanned."""
+
+
+class Progress:
+    """One updating line on a terminal (stderr): `pods: 12000`. Silent when not enabled."""
+
+    def __init__(self, stream: TextIO | None = None, enabled: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self._width = 0
+
+    def update(self, label: str, count: int) -> None:
+        if not self.enabled:
+            return
+        text = f"\rscanning {label}: {count} objects"
+        self._width = max(self._width, len(text))
+        self.stream.write(text.ljust(self._width))
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+
+
+def _rbac_text(err: Forbidden, res: Resource) -> str:
+    verb = err.verb or "list"
+    resource = err.resource or (f"{res.plural}.{res.group}" if res.group else res.plural)
+    return f"forbidden: the credentials may not {verb} {resource} (add a ClusterRole rule: verbs [{verb}] on {resource})"
+
+
+def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress | None = None,
+              page_size: int = 500) -> ClusterData:
+    progress = progress or Progress(enabled=False)
+    data = ClusterData(source=source)
+    try:
+        disc = api.discovery()
+    except Unavailable as err:
+        raise LiveError(f"cannot reach the API server: {err.message}") from err
+    except Forbidden as err:
+        raise LiveError(f"the API server refused discovery ({err.message}); check the credentials") from err
+    except KubeError as err:
+        raise LiveError(f"discovery failed: {err.message}") from err
+    data.version = ServerVersion(disc.git_version, disc.major, disc.minor)
+    data.api_versions = frozenset(disc.resources)
+
+    resources = list(CORE_RESOURCES)
+    rversion = next((v for v in ("v1", "v1beta2", "v1beta1") if disc.serves(f"resource.k8s.io/{v}")), None)
+    if rversion is not None:
+        rapi = ResourceAPI(rversion)
+        resources += [rapi.device_classes, rapi.slices]
+
+    for res in resources:
+        label = res.plural
+
+        def on_page(count: int, label: str = label) -> None:
+            progress.update(label, count)
+
+        try:
+            result = api.list(res, page_size=page_size, on_page=on_page)
+        except Forbidden as err:
+            data.unreadable[label] = _rbac_text(err, res)
+            continue
+        except NotFound as err:
+            data.unreadable[label] = f"not served: {err.message}"
+            continue
+        except Unavailable as err:
+            data.unreadable[label] = f"unavailable: {err.message}"
+            continue
+        for item in result.get("items") or ():
+            item.setdefault("kind", res.kind)
+            item.setdefault("apiVersion", res.api_version)
+            data.add(item, f"list {label}")
+    progress.done()
+    return data
+
+
+def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], None] | None = None) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind in KINDS:
+        items = data.of(kind)
+        path = out / f"{kind.lower()}s.json"
+        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, separators=(",", ":")))
+        written.append(path)
+    if data.version.known:
+        v = data.version
+        (out / VERSION_FILE).write_text(json.dumps(
+            {"serverVersion": {"gitVersion": v.git_version, "major": str(v.major), "minor": str(v.minor)}}, indent=2))
+        written.append(out / VERSION_FILE)
+    if data.api_versions is not None:
+        (out / API_VERSIONS_FILE).write_text("\n".join(sorted(data.api_versions)) + "\n")
+        written.append(out / API_VERSIONS_FILE)
+    if data.unreadable:
+        (out / UNREADABLE_FILE).write_text(json.dumps(dict(sorted(data.unreadable.items())), indent=2))
+        written.append(out / UNREADABLE_FILE)
+    for p in written:
+        if on_file:
+            on_file(p)
+    return written

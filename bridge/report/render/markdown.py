@@ -1,0 +1,79 @@
+"""Markdown output (GitHub-flavoured tables), for pull requests and tickets."""
+
+from __future__ import annotations
+
+from bridge.report.findings import RULES
+from bridge.report.render.common import fmt_gpus, grouped_findings
+from bridge.report.report import Report
+
+_ICON = {"blocked": "blocked", "needs-config": "needs-config", "ready": "ready"}
+
+
+def _esc(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(_esc(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def render_markdown(report: Report) -> str:
+    sev = {k: sum(1 for f in report.findings if f.severity == k) for k in ("blocker", "warning", "info")}
+    lines = [
+        "# GPU migration report",
+        "",
+        f"- Source: {report.source}",
+        f"- Kubernetes: {report.version}; resource.k8s.io: {', '.join(report.resource_versions) or 'not served'}",
+        f"- DRA split assumed: {report.assume_split}",
+        f"- **Overall: {report.status}** ({sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info)",
+        "",
+        "## Namespaces",
+        "",
+    ]
+    rows = []
+    for r in report.namespaces:
+        cap = "-"
+        if r.capacity is not None:
+            c = r.capacity
+            cap = "fits" if c.cumulative.fits else ("fits alone" if c.alone.fits else f"{c.alone.pending} pods pending")
+        rows.append([f"`{r.name}`", r.mode, f"**{r.status}**", str(r.workloads), fmt_gpus(r.gpus), cap,
+                     ", ".join(r.rules) or "-"])
+    lines += _table(["Namespace", "Mode", "Status", "Workloads", "GPUs", "DRA capacity", "Rules"], rows)
+    lines += ["", "## Nodes", ""]
+    lines += _table(
+        ["Node", "Backends", "GPUs", "Device plugin", "DRA devices", "Split", "Status", "Rules"],
+        [[f"`{r.name}`", ", ".join(r.backends) or "-", str(r.gpus), str(r.allocatable), str(r.dra_devices), r.split,
+          r.status, ", ".join(r.rules) or "-"] for r in report.nodes],
+    )
+    lines += ["", "## GPUs by backend", ""]
+    lines += _table(["Backend", "GPUs"], [[k, str(v)] for k, v in report.gpus_by_backend.items()])
+    lines += ["", "## Workloads", ""]
+    lines += _table(
+        ["Workload", "Replicas", "Per pod", "Status", "Rules"],
+        [[f"`{w.namespace}/{w.kind}/{w.name}`", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status,
+          ", ".join(w.rules) or "-"] for w in report.workloads],
+    )
+    for severity, title in (("blocker", "Blockers"), ("warning", "Needs configuration"), ("info", "Information")):
+        fs = grouped_findings(report, severity)
+        if not fs:
+            continue
+        lines += ["", f"## {title}", ""]
+        for f in fs:
+            lines.append(f"- **{f.rule}** {RULES[f.rule].title}: `{f.object}`  ")
+            lines.append(f"  {_esc(f.message)}  ")
+            if severity != "info":
+                lines.append(f"  *Fix:* {_esc(f.fix)}")
+    lines += ["", "## Feature availability", ""]
+    lines += _table(["Gate", "KEP", "Stage", "Used for"], [[f.gate, f.kep, f.stage, f.why] for f in report.features])
+    lines += ["", "## Wave plan", "", "Lowest risk first. Each step is one command (equivalent kubectl in the comment).", ""]
+    if report.waves:
+        lines.append("```sh")
+        for s in report.waves:
+            lines.append(f"# wave {s.wave}: {s.namespace} -> {s.mode} ({s.reason}); {s.kubectl_command}")
+            lines.append(s.bridge_command)
+        lines.append("```")
+    else:
+        lines.append("Nothing to move.")
+    return "\n".join(lines) + "\n"

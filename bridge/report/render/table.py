@@ -1,0 +1,100 @@
+"""Terminal output: fits 100 columns; colour only when asked (the CLI asks on a TTY without NO_COLOR)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from bridge.report.render.common import fmt_gpus, grouped_findings
+from bridge.report.report import Report
+
+WIDTH = 100
+_COLOURS = {"blocked": "31", "blocker": "31", "needs-config": "33", "warning": "33", "ready": "32", "info": "36"}
+
+
+class _Style:
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+
+    def status(self, word: str, width: int = 0) -> str:
+        padded = word.ljust(width)
+        code = _COLOURS.get(word)
+        return f"\x1b[{code}m{padded}\x1b[0m" if self.colour and code else padded
+
+    def bold(self, text: str) -> str:
+        return f"\x1b[1m{text}\x1b[0m" if self.colour else text
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def _table(headers: list[str], rows: list[list[str]], widths: list[int], style: _Style, status_col: int = -1) -> list[str]:
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    for r in rows:
+        cells = []
+        for i, (c, w) in enumerate(zip(r, widths)):
+            c = _cut(c, w)
+            cells.append(style.status(c, w) if i == status_col else c.ljust(w))
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def render_table(report: Report, colour: bool = False) -> str:
+    s = _Style(colour)
+    lines: list[str] = []
+    sev = {k: sum(1 for f in report.findings if f.severity == k) for k in ("blocker", "warning", "info")}
+    lines.append(s.bold("dra-bridge migrate-report") + f"  {report.source}")
+    lines.append(
+        f"Kubernetes {report.version}, resource.k8s.io {', '.join(report.resource_versions) or 'not served'}, "
+        f"split {report.assume_split}"
+    )
+    lines.append(
+        "Overall: " + s.status(report.status)
+        + f"  ({sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info; "
+        + f"{report.counts.get('gpuWorkloads', 0)} GPU workloads, {report.counts.get('pods', 0)} pods, "
+        + f"{report.counts.get('nodes', 0)} nodes)"
+    )
+    lines.append("")
+    lines.append(s.bold("Namespaces"))
+    rows = []
+    for r in report.namespaces:
+        cap = "-"
+        if r.capacity is not None:
+            cap = "fits" if r.capacity.cumulative.fits else (
+                "fits alone" if r.capacity.alone.fits else f"{r.capacity.alone.pending} pending")
+        rows.append([r.name, r.mode, r.status, str(r.workloads), fmt_gpus(r.gpus), cap, " ".join(r.rules)])
+    lines += _table(["NAMESPACE", "MODE", "STATUS", "WL", "GPUS", "DRA CAPACITY", "RULES"], rows,
+                    [20, 6, 12, 3, 22, 12, 13], s, status_col=2)
+    lines.append("")
+    lines.append(s.bold("Nodes"))
+    rows = [[r.name, ",".join(r.backends) or "-", str(r.gpus), str(r.allocatable), str(r.dra_devices), r.split,
+             r.status, " ".join(r.rules)] for r in report.nodes]
+    lines += _table(["NODE", "BACKENDS", "GPUS", "DP", "DRA", "SPLIT", "STATUS", "RULES"], rows,
+                    [20, 25, 4, 4, 4, 5, 12, 12], s, status_col=6)
+    lines.append("")
+    lines.append(s.bold("Workloads"))
+    rows = [[f"{w.namespace}/{w.kind}/{w.name}", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status, " ".join(w.rules)]
+            for w in report.workloads]
+    lines += _table(["WORKLOAD", "REPL", "PER POD", "STATUS", "RULES"], rows, [46, 4, 22, 12, 8], s, status_col=3)
+    for severity in ("blocker", "warning", "info"):
+        groups = grouped_findings(report, severity)
+        if not groups:
+            continue
+        lines.append("")
+        lines.append(s.bold({"blocker": "Blockers", "warning": "Needs configuration", "info": "Information"}[severity]))
+        for f in groups:
+            head = f"{s.status(f.rule)} {f.object}"
+            lines.append(head)
+            lines += textwrap.wrap(f.message, WIDTH, initial_indent="    ", subsequent_indent="    ")
+            if severity != "info":
+                lines += textwrap.wrap("fix: " + f.fix, WIDTH, initial_indent="    ", subsequent_indent="         ")
+    lines.append("")
+    lines.append(s.bold("Wave plan") + " (lowest risk first)")
+    if not report.waves:
+        lines.append("    nothing to move")
+    for step in report.waves:
+        lines += textwrap.wrap(f"{step.wave:>2}. {step.bridge_command}  # {step.reason}", WIDTH,
+                               initial_indent="  ", subsequent_indent="        ")
+    lines.append("")
+    lines.append("Exit status: 0 ready, 1 blockers found, 2 usage or connection error.")
+    return "\n".join(line.rstrip() for line in lines) + "\n"
