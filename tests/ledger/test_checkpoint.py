@@ -1,0 +1,185 @@
+"""The checkpoint: one update path, atomic and locked; reboots and corruption are reported, never papered over."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bridge.ledger import (
+    Checkpoint,
+    CheckpointCorrupt,
+    CheckpointData,
+    CheckpointError,
+    CheckpointFromPreviousBoot,
+    FileLock,
+    PreparedClaim,
+    PreparedDevice,
+    read_boot_id,
+)
+from bridge.inventory import DeviceID
+
+BOOT_1 = "11111111-1111-1111-1111-111111111111"
+BOOT_2 = "22222222-2222-2222-2222-222222222222"
+DEV = PreparedDevice(device="gpu-3", pool="node-1", request_names=("gpu",), uuid=DeviceID("GPU-aaa"),
+                     cdi_ids=("k8s.gpu.dra-bridge.io/claim=uid-1-gpu-3",))
+CLAIM = PreparedClaim(uid="uid-1", namespace="ns", name="claim-a", state="PrepareStarted", devices=(DEV,),
+                      cdi_spec_file="/var/run/cdi/k8s.gpu.dra-bridge.io-claim_uid-1.json",
+                      updated_at="2025-01-01T00:00:00Z")
+
+
+def cp_at(path: Path, boot: str = BOOT_1, **kw: object) -> Checkpoint:
+    return Checkpoint(path, boot_id=lambda: boot, **kw)  # type: ignore[arg-type]
+
+
+def test_a_fresh_node_has_an_empty_checkpoint(tmp_path: Path) -> None:
+    result = cp_at(tmp_path).read()
+    assert not result.exists and result.data == CheckpointData() and not result.previous_boot
+
+
+def test_updates_persist_both_claim_states_and_sides(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM).with_sides({DeviceID("GPU-aaa"): "dra"}, split="1"))
+    cp.update(lambda d: d.with_claim(replace(d.claims["uid-1"], state="PrepareCompleted")))
+    result = cp_at(tmp_path).read()
+    assert result.exists and result.boot_id == BOOT_1
+    assert result.data.claims["uid-1"] == replace(CLAIM, state="PrepareCompleted")
+    assert result.data.sides == {"GPU-aaa": "dra"} and result.data.split == "1"
+    assert result.data.claims_in("PrepareCompleted") == (replace(CLAIM, state="PrepareCompleted"),)
+
+
+def test_the_file_is_versioned_and_checksummed_json(tmp_path: Path) -> None:
+    cp_at(tmp_path).update(lambda d: d.with_claim(CLAIM))
+    doc = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert doc["version"] == 1 and doc["bootID"] == BOOT_1 and doc["checksum"].startswith("sha256:")
+    assert doc["data"]["preparedClaims"]["uid-1"]["state"] == "PrepareStarted"
+    assert doc["data"]["preparedClaims"]["uid-1"]["devices"][0]["requestNames"] == ["gpu"]
+    assert doc["data"]["preparedClaims"]["uid-1"]["devices"][0]["cdiIDs"] == list(DEV.cdi_ids)
+
+
+def test_removing_a_claim(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM))
+    assert cp.update(lambda d: d.without_claim("uid-1")).claims == {}
+    assert cp.update(lambda d: d.without_claim("uid-1")).claims == {}  # idempotent
+
+
+def test_a_failing_mutation_writes_nothing(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM))
+
+    def boom(d: CheckpointData) -> CheckpointData:
+        raise RuntimeError("prepare failed")
+
+    with pytest.raises(RuntimeError, match="prepare failed"):
+        cp.update(boom)
+    assert cp.read().data.claims == {"uid-1": CLAIM}
+
+
+def test_state_from_a_previous_boot_is_reported_and_must_be_adopted_explicitly(tmp_path: Path) -> None:
+    cp_at(tmp_path, BOOT_1).update(lambda d: d.with_claim(CLAIM).with_sides({DeviceID("GPU-aaa"): "dra"}))
+    after_reboot = cp_at(tmp_path, BOOT_2)
+    result = after_reboot.read()
+    assert result.previous_boot and result.boot_id == BOOT_1 and "uid-1" in result.data.claims
+    with pytest.raises(CheckpointFromPreviousBoot, match=BOOT_1):
+        after_reboot.update(lambda d: d)
+    new = after_reboot.update(lambda d: d.without_claims(), adopt_previous_boot=True)
+    assert new.claims == {} and new.sides == {"GPU-aaa": "dra"}
+    result = after_reboot.read()
+    assert not result.previous_boot and result.boot_id == BOOT_2
+
+
+@pytest.mark.parametrize(("mangle", "reason"), [
+    (lambda text: text[: len(text) // 2], "not valid JSON"),
+    (lambda text: text.replace('"claim-a"', '"claim-b"'), "checksum mismatch"),
+    (lambda text: text.replace('"version": 1', '"version": 2'), "unknown version 2"),
+    (lambda text: "[]", "not a JSON object"),
+])
+def test_a_corrupt_file_is_moved_aside_and_reported(tmp_path: Path, mangle, reason: str) -> None:  # type: ignore[no-untyped-def]
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM))
+    path = tmp_path / "checkpoint.json"
+    bad = mangle(path.read_text())
+    path.write_text(bad)
+    with pytest.raises(CheckpointCorrupt) as err:
+        cp.read()
+    assert reason in str(err.value) and "moved it aside" in str(err.value)
+    assert err.value.moved_to.name.startswith("checkpoint.json.corrupt-")
+    assert err.value.moved_to.read_text() == bad  # kept for the operator, byte for byte
+    assert not path.exists()
+    assert not cp.read().exists  # the caller was told; later reads start from nothing
+
+
+def test_malformed_data_with_a_valid_checksum_is_corrupt_too(tmp_path: Path) -> None:
+    from bridge.ledger.checkpoint import checksum
+
+    data = {"preparedClaims": {"u": {"namespace": "ns", "name": "n", "state": "Prepared"}}}
+    doc = {"version": 1, "bootID": BOOT_1, "checksum": checksum(data), "data": data}
+    (tmp_path / "checkpoint.json").write_text(json.dumps(doc))
+    with pytest.raises(CheckpointCorrupt, match="claims\\[u\\].state"):
+        cp_at(tmp_path).update(lambda d: d)
+    assert len(list(tmp_path.glob("checkpoint.json.corrupt-*"))) == 1
+
+
+def test_two_corrupt_files_in_the_same_second_are_both_kept(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path, clock=lambda: 1_700_000_000.0)
+    for text in ("{", "}"):
+        (tmp_path / "checkpoint.json").write_text(text)
+        with pytest.raises(CheckpointCorrupt):
+            cp.read()
+    assert sorted(p.read_text() for p in tmp_path.glob("checkpoint.json.corrupt-*")) == ["{", "}"]
+
+
+def test_a_held_lock_times_out_with_a_clear_error(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path, lock_timeout_s=0.2)
+    with FileLock(tmp_path / "checkpoint.json.lock"):
+        with pytest.raises(CheckpointError, match="could not lock .*checkpoint.json.lock within 0.2s"):
+            cp.update(lambda d: d.with_claim(CLAIM))
+    assert not cp.read().exists
+
+
+def test_concurrent_processes_never_lose_an_update(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import sys
+        from bridge.ledger import Checkpoint, PreparedClaim
+        cp = Checkpoint({str(tmp_path)!r}, boot_id=lambda: {BOOT_1!r}, lock_timeout_s=60)
+        for i in range(15):
+            uid = f"p{{sys.argv[1]}}-{{i}}"
+            cp.update(lambda d: d.with_claim(PreparedClaim(uid, "ns", uid, "PrepareCompleted")))
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(n)]) for n in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    assert len(cp_at(tmp_path).read().data.claims) == 45
+
+
+@pytest.mark.parametrize("step", ["written", "synced"])
+def test_a_daemon_killed_mid_write_leaves_the_previous_state(tmp_path: Path, step: str) -> None:
+    cp_at(tmp_path).update(lambda d: d.with_claim(CLAIM))
+    script = textwrap.dedent(f"""
+        import os
+        import bridge.ledger.checkpoint as c
+        from bridge.ledger import PreparedClaim
+        real = c.atomic_write_bytes
+        def die(at):
+            if at == {step!r}:
+                os._exit(137)
+        c.atomic_write_bytes = lambda path, data, **kw: real(path, data, fault=die, **kw)
+        cp = c.Checkpoint({str(tmp_path)!r}, boot_id=lambda: {BOOT_1!r})
+        cp.update(lambda d: d.with_claim(PreparedClaim("uid-2", "ns", "b", "PrepareStarted")))
+    """)
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 137
+    assert list(cp_at(tmp_path).read().data.claims) == ["uid-1"]
+
+
+def test_boot_id_is_read_from_the_kernel_file(tmp_path: Path) -> None:
+    f = tmp_path / "boot_id"
+    f.write_text(BOOT_2 + "\n")
+    assert read_boot_id(f) == BOOT_2
+    with pytest.raises(CheckpointError, match="cannot read the node boot ID"):
+        read_boot_id(tmp_path / "missing")
+    assert read_boot_id()  # this Linux machine has one
