@@ -36,16 +36,13 @@ from bridge.inventory.model import DeviceID, GpuDevice
 from bridge.kube.api import KubeAPI, Obj
 from bridge.kube.errors import KubeError, NotFound
 from bridge.kube.events import record_event
+from bridge.ledger.lock import LockTimeout
 
 log = logging.getLogger(__name__)
 
 ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
 DRA_SIDE = "dra"
 DEFAULT_LOCK_TIMEOUT_S = 10.0  # NVIDIA's pu.lock acquire timeout; far below the kubelet's 45 s call deadline
-
-
-class LockTimeout(Exception):
-    """The node-wide prepare/unprepare lock was not acquired in time."""
 
 
 @dataclass(frozen=True)

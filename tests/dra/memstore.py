@@ -6,7 +6,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bridge.dra.prepare import ClaimRecord, LockTimeout
+from bridge.dra.prepare import ClaimRecord
+from bridge.ledger.lock import LockTimeout
 
 
 class MemoryClaimStore:

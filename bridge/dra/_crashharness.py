@@ -1,0 +1,69 @@
+"""TEST ENTRY POINT: the DRA half of the node daemon as a bare process, for crash tests and the benchmark.
+
+    python -m bridge.dra._crashharness --kubeconfig K --node node-a --kubelet-root R --state-dir S \
+        --cdi-root C --boot-id-file B [--devices 4xH100-80GB] [--legacy 0,1]
+
+Simulated GPUs, the durable claim store, the real plugin sockets. Combined with `BRIDGE_CRASH_AT` (see
+`crashpoints`) it dies with SIGKILL at a chosen step; tests restart it and let the kubelet simulator retry.
+Runs until SIGTERM/SIGINT, then removes its sockets. Not a user command: `bridge node` is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from bridge.dra.component import DraConfig, DraNode
+from bridge.dra.plugin import PluginConfig
+from bridge.dra.stores import FileClaimStore
+from bridge.inventory.model import DeviceID
+from bridge.inventory.simulated import devices_from_spec
+from bridge.kube import connect
+from bridge.logs import setup_logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bridge.dra._crashharness")
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--node", required=True)
+    p.add_argument("--kubelet-root", required=True)
+    p.add_argument("--state-dir", required=True)
+    p.add_argument("--cdi-root", required=True)
+    p.add_argument("--boot-id-file", required=True)
+    p.add_argument("--devices", default="4xH100-80GB")
+    p.add_argument("--legacy", default="", help="comma-separated GPU indexes on the legacy side")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    setup_logging("text", args.log_level)
+
+    devices = devices_from_spec(args.devices, args.node)
+    legacy = {devices[int(i)].uuid for i in args.legacy.split(",") if i}
+
+    def side_of(uuid: DeviceID) -> str:
+        return "legacy" if uuid in legacy else "dra"
+
+    store = FileClaimStore(args.state_dir)
+    node = DraNode(
+        DraConfig(node_name=args.node, plugin=PluginConfig(kubelet_root=args.kubelet_root),
+                  cdi_root=Path(args.cdi_root), boot_id_path=Path(args.boot_id_file)),
+        connect(args.kubeconfig), devices, side_of, store,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    node.start()
+    if store.corrupt_moved_to is not None:
+        print(f"CORRUPT-CHECKPOINT-MOVED-TO {store.corrupt_moved_to}", flush=True)
+    print("READY", flush=True)
+    try:
+        stop.wait()
+    finally:
+        node.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
