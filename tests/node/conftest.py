@@ -1,0 +1,49 @@
+"""Fixtures for node-daemon tests: a kubelet simulator in a short temp dir and a daemon factory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.inventory.simulated import SimulatedSource
+from bridge.node.daemon import NodeConfig, NodeDaemon
+from bridge.node.podresources import Adoption
+from bridge.sandbox.kubelet import KubeletSimulator
+
+RESOURCE = "nvidia.com/gpu"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def kubelet(short_tmp: Path) -> Iterator[KubeletSimulator]:
+    sim = KubeletSimulator(short_tmp).start()
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def node_daemon(short_tmp: Path) -> Iterator[Callable[..., NodeDaemon]]:
+    started: list[NodeDaemon] = []
+
+    def make(source: SimulatedSource | None = None, *,
+             on_adopted: Callable[[Adoption], None] | None = None) -> NodeDaemon:
+        src = source or SimulatedSource.from_spec("8xH100-80GB", "node-a")
+        cfg = NodeConfig(node_name="node-a", kubelet_root=short_tmp, http_address=("127.0.0.1", 0))
+        daemon = NodeDaemon(cfg, src, on_adopted=on_adopted)
+        started.append(daemon)
+        daemon.start()
+        return daemon
+
+    yield make
+    for d in reversed(started):
+        d.stop()

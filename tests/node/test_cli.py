@@ -1,0 +1,110 @@
+"""`bridge node` as a real process: registers with the (simulated) kubelet, exits 0 on SIGTERM leaving no socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bridge.sandbox.kubelet import KubeletSimulator
+
+from .conftest import RESOURCE
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Proc:
+    """A `bridge node` subprocess whose JSON log lines are collected by a reader thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.p = subprocess.Popen([sys.executable, "-m", "bridge", "node", *args], cwd=ROOT, env=full_env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.p.stderr is not None
+        for line in self.p.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def logs(self) -> list[dict[str, object]]:
+        out = []
+        for line in list(self.lines):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def finish(self, timeout: float = 20) -> int:
+        rc = self.p.wait(timeout)
+        self._reader.join(timeout)
+        return rc
+
+
+def test_bridge_node_registers_serves_health_and_exits_cleanly_on_sigterm(
+        kubelet: KubeletSimulator, short_tmp: Path) -> None:
+    proc = Proc(["--devices", "simulated:8xH100-80GB", "--http-address", "127.0.0.1:0", "--log-format", "json"],
+                env={"NODE_NAME": "node-cli", "BRIDGE_KUBELET_ROOT": str(short_tmp),
+                     "BRIDGE_STATE_DIR": str(short_tmp / "state"), "BRIDGE_CDI_ROOT": str(short_tmp / "cdi")})
+    try:
+        assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 8, 30), proc.lines
+        port_line = next(entry for entry in proc.logs() if "health and metrics on" in str(entry["msg"]))
+        url = str(port_line["msg"]).split(" on ", 1)[1]
+        with urllib.request.urlopen(url + "healthz", timeout=10) as r:
+            assert r.status == 200
+        kubelet.devices.allocate("uid-1", "main", RESOURCE, 2)
+        assert proc.p.poll() is None
+    finally:
+        proc.p.send_signal(signal.SIGTERM)
+        rc = proc.finish()
+    assert rc == 0, proc.lines
+    assert [p.name for p in kubelet.device_plugin_dir.iterdir()] == ["kubelet.sock"]
+    assert any(entry["msg"] == "node daemon stopped" for entry in proc.logs())
+    assert kubelet.devices.wait_for(lambda m: not m.resource(RESOURCE).connected, 20)
+
+
+def test_sigint_also_stops_cleanly(kubelet: KubeletSimulator, short_tmp: Path) -> None:
+    proc = Proc(["--node-name", "node-cli", "--devices", "simulated:1xL4", "--kubelet-root", str(short_tmp),
+                 "--http-address", "off", "--device-list-strategy", "cdi-cri,envvar"])
+    try:
+        assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 1, 30), proc.lines
+    finally:
+        proc.p.send_signal(signal.SIGINT)
+        rc = proc.finish()
+    assert rc == 0, proc.lines
+    assert [p.name for p in kubelet.device_plugin_dir.iterdir()] == ["kubelet.sock"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "Missing option '--node-name'"),
+    (["--node-name", "n", "--devices", "simulated:3xNOPE"], "unknown GPU model 'NOPE'"),
+    (["--node-name", "n", "--device-list-strategy", "env"], "unknown device list strategy env"),
+    (["--node-name", "n", "--resource-name", "gpu"], "'gpu' is not an extended resource name"),
+    (["--node-name", "n", "--http-address", "8080"], "invalid HTTP address '8080'"),
+])
+def test_bad_options_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "BRIDGE_NODE_NAME")}
+    r = subprocess.run([sys.executable, "-m", "bridge", "node", *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    assert message in " ".join(r.stderr.split())
+
+
+def test_a_kubelet_root_too_long_for_unix_sockets_exits_1_naming_the_path(short_tmp: Path) -> None:
+    root = short_tmp / ("r" * 100)
+    r = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
+                        "simulated:1xL4", "--kubelet-root", str(root), "--http-address", "off"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    sock = str(root / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock")
+    assert f"bridge node: unix socket path {sock!r} is {len(sock)} bytes long; the limit is 107 bytes" in r.stderr

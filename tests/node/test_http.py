@@ -1,0 +1,64 @@
+"""/healthz dials our own device-plugin socket like the kubelet; /readyz is "registered"; /metrics is Prometheus."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+
+import pytest
+
+from bridge.node.http import AddressError, parse_address
+from bridge.sandbox.kubelet import KubeletSimulator
+
+from .conftest import RESOURCE, wait_until
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_health_ready_and_metrics_respond(kubelet: KubeletSimulator, node_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = node_daemon()
+    assert daemon.wait_registered(20)
+    port = daemon.http.port
+    assert get(port, "/healthz") == (200, "[+] deviceplugin-socket\nok\n")
+    code, body = get(port, "/readyz")
+    assert code == 200 and "[+] deviceplugin-registered" in body
+    kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 8, 20)
+    kubelet.devices.allocate("uid-1", "main", RESOURCE, 1)
+    code, text = get(port, "/metrics")
+    assert code == 200
+    assert 'bridge_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
+    assert 'bridge_deviceplugin_registrations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
+    assert 'bridge_deviceplugin_registered{resource="nvidia.com/gpu"} 1.0' in text
+    assert text.count("bridge_device_healthy{") == 8
+    assert "bridge_deviceplugin_listandwatch_updates_total" in text
+    assert get(port, "/nope")[0] == 404
+
+
+def test_readyz_fails_without_a_kubelet_and_healthz_when_our_socket_cannot_be_dialled(kubelet: KubeletSimulator, node_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon = node_daemon()
+    assert daemon.wait_registered(20)
+    kubelet.devices.stop()  # the kubelet goes away: nothing to be registered with
+    wait_until(lambda: get(daemon.http.port, "/readyz")[0] == 503, what="readyz to fail without a kubelet")
+    assert "[-] deviceplugin-registered: not registered with the kubelet" in get(daemon.http.port, "/readyz")[1]
+    daemon.plugin.stop()  # the plugin's server is gone for good now
+    code, body = get(daemon.http.port, "/healthz")
+    assert code == 503 and "[-] deviceplugin-socket: no socket at" in body
+
+
+@pytest.mark.parametrize("value,expected", [
+    (":8080", ("0.0.0.0", 8080)), ("127.0.0.1:0", ("127.0.0.1", 0)), ("[::1]:9", ("::1", 9)), ("off", None)])
+def test_http_address_forms(value: str, expected: tuple[str, int] | None) -> None:
+    assert parse_address(value) == expected
+
+
+@pytest.mark.parametrize("value", ["8080", "host:", "host:99999", "a:b"])
+def test_bad_http_addresses_are_rejected(value: str) -> None:
+    with pytest.raises(AddressError, match="invalid HTTP address"):
+        parse_address(value)
