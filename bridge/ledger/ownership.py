@@ -145,7 +145,7 @@ class Ownership:
             sides[g.uuid] = side  # type: ignore[assignment]
         return cls(tuple(devices), sides)
 
-    def _name(self, uuid: str) -> str:
+    def name_of(self, uuid: str) -> str:
         gpu = next((g for g in self.devices if g.uuid == uuid), None)
         return device_name(gpu) if gpu else uuid
 
@@ -177,8 +177,8 @@ class Ownership:
             if owner is None:
                 out.append(Refusal(uuid, raw, "unknown", f"device {raw} is not a GPU of this node; {api} refused"))
             else:
-                out.append(Refusal(uuid, self._name(uuid), owner,
-                                   f"device {self._name(uuid)} ({uuid}) is on the {owner} side, not {side}; "
+                out.append(Refusal(uuid, self.name_of(uuid), owner,
+                                   f"device {self.name_of(uuid)} ({uuid}) is on the {owner} side, not {side}; "
                                    f"{api} refused"))
         return out
 
