@@ -12,6 +12,9 @@ import yaml
 
 from bridge.dra.slices import NodeRef, SliceInputs, desired_slices
 from bridge.inventory.simulated import devices_from_spec
+from bridge.kube import connect
+from bridge.kube.api import ResourceAPI
+from bridge.sandbox.apiserver import ApiServer
 from bridge.webhook.cel import GFD_MEMORY, GFD_PRODUCT, Requirement, Semver, evaluate, map_requirement
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -77,3 +80,16 @@ def test_published_attributes_satisfy_the_webhooks_gfd_label_selectors():
     assert evaluate(memory.expression, attrs, caps) is True
     other_attrs, other_caps = device_view(published_device("1xA100-40GB"))
     assert evaluate(product.expression, other_attrs, other_caps) is False
+
+
+@pytest.mark.parametrize(("path", "k8s", "served", "version"), [
+    (V1, "1.34.2", ("v1", "v1beta2", "v1beta1"), "v1"),
+    (V1BETA1, "1.33.1", ("v1beta2", "v1beta1"), "v1beta1"),
+])
+def test_example_deviceclass_is_accepted_by_the_api_server(tmp_path, path, k8s, served, version):
+    with ApiServer(version=k8s, resource_versions=served) as srv:
+        srv.write_kubeconfig(tmp_path / "kc")
+        api = connect(tmp_path / "kc")
+        stored = api.create(ResourceAPI(version).device_classes, load(path))
+        assert stored["metadata"]["name"] == "gpu.dra-bridge.io"
+        assert stored["spec"]["selectors"] == load(path)["spec"]["selectors"]

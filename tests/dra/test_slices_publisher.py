@@ -295,3 +295,57 @@ def test_bad_configuration_is_refused_before_anything_is_written(api):
     with pytest.raises(ValueError, match="invalid DRA driver name"):
         SlicePublisher(api, devices, node_name=NODE, driver="Bad_Driver")
     assert our_slices(api) == []
+
+
+class TaintsDroppedKube:
+    """The emulator behind a proxy that behaves like a server with the DRADeviceTaints gate off: `taints` in a
+    written ResourceSlice are silently dropped (the real server's dropDisabledFields), everything else passes."""
+
+    def __init__(self, inner: KubeAPI) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @staticmethod
+    def _strip(obj: dict) -> dict:
+        import copy
+
+        obj = copy.deepcopy(obj)
+        for dev in (obj.get("spec") or {}).get("devices") or []:
+            dev.pop("taints", None)
+            (dev.get("basic") or {}).pop("taints", None)
+        return obj
+
+    def create(self, res, obj, namespace=None, *, dry_run=False):
+        if res.plural == "resourceslices":
+            obj = self._strip(obj)
+        return self.inner.create(res, obj, namespace, dry_run=dry_run)
+
+    def update(self, res, obj, namespace=None, *, subresource=None):
+        if res.plural == "resourceslices":
+            obj = self._strip(obj)
+        return self.inner.update(res, obj, namespace, subresource=subresource)
+
+
+def test_auto_taints_fall_back_to_removal_when_the_server_drops_taints(api):
+    devices = devices_from_spec("4xH100-80GB", NODE)
+    pub = publisher(TaintsDroppedKube(api), devices, watch=False)  # type: ignore[arg-type]
+    pub.reconcile_once()
+    pub.set_health(HealthEvent(devices[0].uuid, healthy=False, reason="XID 79", xid=79))
+    pub.reconcile_once()
+    assert device_names(our_slices(api)) == ["gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_auto_taints_switch_to_removal_when_a_write_loses_them(api):
+    # The probe said "kept" (forced here), but the server drops them on the real write: the publisher notices
+    # and removes the device instead of leaving it offered untainted.
+    devices = devices_from_spec("4xH100-80GB", NODE)
+    pub = publisher(TaintsDroppedKube(api), devices, watch=False)  # type: ignore[arg-type]
+    pub._taints_ok = True
+    pub.set_health(HealthEvent(devices[0].uuid, healthy=False, reason="XID 79", xid=79))
+    pub.reconcile_once()
+    assert device_names(our_slices(api)) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]  # written without the taint...
+    pub.reconcile_once()  # ...and the triggered follow-up removes it
+    assert device_names(our_slices(api)) == ["gpu-1", "gpu-2", "gpu-3"]
+
