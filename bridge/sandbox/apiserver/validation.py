@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from functools import cached_property
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -72,42 +72,37 @@ def _path(parts: Any) -> str:
     return out
 
 
+@lru_cache(maxsize=8)
+def _definitions(version: tuple[int, int]) -> Resource[Any]:
+    text = _schema_root().joinpath(f"v{version[0]}.{version[1]}.0-local").joinpath("_definitions.json").read_text()
+    return Resource.from_contents(json.loads(text))
+
+
+_validator_lock = threading.Lock()
+
+
+@lru_cache(maxsize=512)
+def _build_validator(version: tuple[int, int], api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
+    """Immutable, derived only from the bundled schema files: shared by every emulator in the process."""
+    group, _, gv_version = api_version.rpartition("/")
+    short = f"{group.split('.')[0]}-{gv_version}" if group else gv_version
+    candidates = [version] + [v for v in reversed(available_schema_versions()) if v != version]
+    for v in candidates:
+        file = _schema_root().joinpath(f"v{v[0]}.{v[1]}.0-local").joinpath(f"{kind.lower()}-{short}.json")
+        if file.is_file():
+            schema = json.loads(file.read_text())
+            registry: Registry[Any] = Resource.from_contents(schema) @ (_definitions(v) @ Registry())
+            return jsonschema.Draft202012Validator(schema, registry=registry)
+    return None
+
+
 class SchemaValidator:
     def __init__(self, server_version: str) -> None:
         self.schema_version = pick_schema_version(server_version)
-        self._lock = threading.Lock()
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator | None] = {}
-
-    @cached_property
-    def _definitions(self) -> Resource[Any]:
-        major, minor = self.schema_version
-        text = _schema_root().joinpath(f"v{major}.{minor}.0-local").joinpath("_definitions.json").read_text()
-        return Resource.from_contents(json.loads(text))
 
     def _validator(self, api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
-        key = (api_version, kind)
-        with self._lock:
-            if key in self._validators:
-                return self._validators[key]
-            group, _, version = api_version.rpartition("/")
-            short = f"{group.split('.')[0]}-{version}" if group else version
-            major, minor = self.schema_version
-            candidates = [(major, minor)] + [v for v in reversed(available_schema_versions()) if v != (major, minor)]
-            validator = None
-            for v in candidates:
-                file = _schema_root().joinpath(f"v{v[0]}.{v[1]}.0-local").joinpath(f"{kind.lower()}-{short}.json")
-                if file.is_file():
-                    schema = json.loads(file.read_text())
-                    if v != self.schema_version:
-                        defs_text = file.parent.joinpath("_definitions.json").read_text()
-                        defs = Resource.from_contents(json.loads(defs_text))
-                    else:
-                        defs = self._definitions
-                    registry: Registry[Any] = Resource.from_contents(schema) @ (defs @ Registry())
-                    validator = jsonschema.Draft202012Validator(schema, registry=registry)
-                    break
-            self._validators[key] = validator
-            return validator
+        with _validator_lock:
+            return _build_validator(self.schema_version, api_version, kind)
 
     def validate(self, rt: ResourceType, wire: Obj, stored: Obj, old_stored: Obj | None) -> list[FieldError]:
         errs = metadata_errors(rt, wire)
