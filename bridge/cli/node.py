@@ -18,27 +18,27 @@ from bridge.logs import setup_logging
 
 
 @click.command("node")
-@click.option("--node-name", envvar=["BRIDGE_NODE_NAME", "NODE_NAME"], required=True,
+@click.option("--node-name", show_envvar=True, envvar=["BRIDGE_NODE_NAME", "NODE_NAME"], required=True,
               help="This node's Kubernetes name (env BRIDGE_NODE_NAME or NODE_NAME, e.g. from the downward API).")
-@click.option("--devices", "devices", envvar="BRIDGE_DEVICES", default="nvml", show_default=True,
+@click.option("--devices", "devices", show_envvar=True, envvar="BRIDGE_DEVICES", default="nvml", show_default=True,
               help="Where GPUs come from: 'nvml', 'simulated:8xH100-80GB' or 'simulated:/path/devices.yaml'.")
-@click.option("--kubelet-root", envvar="BRIDGE_KUBELET_ROOT", default="/var/lib/kubelet", show_default=True,
+@click.option("--kubelet-root", show_envvar=True, envvar="BRIDGE_KUBELET_ROOT", default="/var/lib/kubelet", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Kubelet root; device-plugins/, plugins/, plugins_registry/ and pod-resources/ live below it.")
-@click.option("--cdi-root", envvar="BRIDGE_CDI_ROOT", default="/var/run/cdi", show_default=True,
+@click.option("--cdi-root", show_envvar=True, envvar="BRIDGE_CDI_ROOT", default="/var/run/cdi", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Directory for CDI spec files.")
-@click.option("--state-dir", envvar="BRIDGE_STATE_DIR", default="/var/lib/dra-bridge", show_default=True,
+@click.option("--state-dir", show_envvar=True, envvar="BRIDGE_STATE_DIR", default="/var/lib/dra-bridge", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Checkpoint and ledger directory.")
-@click.option("--resource-name", envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
+@click.option("--resource-name", show_envvar=True, envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
               help="Extended resource name served through the device-plugin API.")
-@click.option("--device-list-strategy", envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
+@click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
               help="How Allocate passes devices to the runtime, comma-separated: envvar, volume-mounts, "
                    "cdi-annotations, cdi-cri (as NVIDIA's deviceListStrategy).")
-@click.option("--http-address", envvar="BRIDGE_HTTP_ADDRESS", default=":8080", show_default=True,
+@click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default=":8080", show_default=True,
               help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT, or 'off'.")
-@click.option("--log-format", envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
+@click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-@click.option("--log-level", envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
+@click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
          device_list_strategy: str, http_address: str, log_format: str, log_level: str) -> None:

@@ -96,8 +96,8 @@ class _Endpoint:
         self._thread: threading.Thread | None = None
         self.closed = False
 
-    def connect(self) -> pb.DevicePluginOptions:
-        grpc.channel_ready_future(self.channel).result(timeout=DIAL_TIMEOUT_S)
+    def connect(self, dial_timeout: float) -> pb.DevicePluginOptions:
+        grpc.channel_ready_future(self.channel).result(timeout=dial_timeout)
         return self.stub.GetDevicePluginOptions(pb.Empty())
 
     def run(self) -> None:
@@ -144,8 +144,9 @@ class _Rejected(Exception):
 
 
 class DeviceManager:
-    def __init__(self, plugin_dir: Path) -> None:
+    def __init__(self, plugin_dir: Path, *, dial_timeout_s: float = DIAL_TIMEOUT_S) -> None:
         self.plugin_dir = Path(plugin_dir)
+        self.dial_timeout_s = dial_timeout_s
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._resources: dict[str, ResourceState] = {}
@@ -224,7 +225,7 @@ class DeviceManager:
         path = str(self.plugin_dir / request.endpoint)
         endpoint = _Endpoint(self, request.resource_name, path)
         try:
-            opts = endpoint.connect()
+            opts = endpoint.connect(self.dial_timeout_s)
         except (grpc.FutureTimeoutError, grpc.RpcError) as err:
             endpoint.close()
             reject(f"failed to dial device plugin at {path}: {type(err).__name__} {err}", invalid=False)

@@ -1,0 +1,237 @@
+"""The kubelet simulator's device manager and PodResources server behave like the kubelet's (real sockets).
+
+These tests drive the simulator with minimal hand-written plugins (a bare DevicePlugin servicer), so the
+simulator's own rules are checked independently of the bridge's device plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
+from bridge._proto.podresources.v1 import podresources_pb2 as prpb
+from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
+from bridge.deviceplugin.registration import is_extended_resource_name
+from bridge.sandbox.kubelet import AllocationFailed, Assignment, DynamicAssignment, KubeletSimulator
+
+RES = "example.com/widget"
+
+
+class FakePlugin(pb_grpc.DevicePluginServicer):
+    """A minimal device plugin: a fixed device list whose health the test flips; records Allocate calls."""
+
+    def __init__(self, ids: list[str], preferred: list[str] | None = None) -> None:
+        self.health = {i: "Healthy" for i in ids}
+        self.preferred = preferred
+        self.allocations: list[list[str]] = []
+        self.cond = threading.Condition()
+        self.version = 0
+        self.closed = threading.Event()
+
+    def set(self, device: str, health: str) -> None:
+        with self.cond:
+            self.health[device] = health
+            self.version += 1
+            self.cond.notify_all()
+
+    def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]
+        return pb.DevicePluginOptions(get_preferred_allocation_available=self.preferred is not None)
+
+    def ListAndWatch(self, request, context):  # type: ignore[no-untyped-def]
+        seen = -1
+        while context.is_active() and not self.closed.is_set():
+            with self.cond:
+                if self.version == seen:
+                    self.cond.wait(0.1)
+                    continue
+                seen = self.version
+                msg = pb.ListAndWatchResponse(devices=[
+                    pb.Device(ID=i, health=h, topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n % 2)]))
+                    for n, (i, h) in enumerate(sorted(self.health.items()))])
+            yield msg
+
+    def GetPreferredAllocation(self, request, context):  # type: ignore[no-untyped-def]
+        size = request.container_requests[0].allocation_size
+        return pb.PreferredAllocationResponse(container_responses=[
+            pb.ContainerPreferredAllocationResponse(deviceIDs=(self.preferred or [])[:size])])
+
+    def Allocate(self, request, context):  # type: ignore[no-untyped-def]
+        ids = list(request.container_requests[0].devices_ids)
+        self.allocations.append(ids)
+        return pb.AllocateResponse(container_responses=[
+            pb.ContainerAllocateResponse(envs={"IDS": ",".join(ids)})])
+
+
+class Served:
+    def __init__(self, path: Path, servicer: FakePlugin) -> None:
+        self.path = path
+        self.servicer = servicer
+        self.pool = ThreadPoolExecutor(8)
+        self.server = grpc.server(self.pool)
+        pb_grpc.add_DevicePluginServicer_to_server(servicer, self.server)
+        self.server.add_insecure_port("unix:" + str(path))
+        self.server.start()
+
+    def stop(self) -> None:
+        self.servicer.closed.set()
+        self.server.stop(0).wait()
+        self.pool.shutdown()
+
+
+@pytest.fixture
+def kubelet(short_tmp: Path) -> Iterator[KubeletSimulator]:
+    sim = KubeletSimulator(short_tmp).start()
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def served(kubelet: KubeletSimulator) -> Iterator[list[Served]]:
+    out: list[Served] = []
+    yield out
+    for s in out:
+        s.stop()
+
+
+def register(kubelet: KubeletSimulator, endpoint: str, resource: str = RES, version: str = "v1beta1") -> None:
+    with grpc.insecure_channel(f"unix://{kubelet.kubelet_socket}") as ch:
+        pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
+            version=version, endpoint=endpoint, resource_name=resource,
+            options=pb.DevicePluginOptions()), timeout=15)
+
+
+def start_plugin(kubelet: KubeletSimulator, served: list[Served], ids: list[str], name: str = "w.sock",
+                 preferred: list[str] | None = None) -> FakePlugin:
+    plugin = FakePlugin(ids, preferred)
+    served.append(Served(kubelet.device_plugin_dir / name, plugin))
+    register(kubelet, name)
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).capacity == len(ids), 20)
+    return plugin
+
+
+@pytest.mark.parametrize("name,ok", [
+    ("nvidia.com/gpu", True), ("example.com/widget", True), ("a.b-c.io/x_y.z", True),
+    ("gpu", False), ("kubernetes.io/gpu", False), ("node.kubernetes.io/gpu", False), ("requests.nvidia.com/gpu",
+                                                                                      False),
+    ("Nvidia.com/gpu", False), ("nvidia.com/", False), ("nvidia.com/-gpu", False), ("nvidia.com/" + "g" * 64, False),
+])
+def test_extended_resource_names_follow_kubernetes_rules(name: str, ok: bool) -> None:
+    assert is_extended_resource_name(name) is ok
+
+
+def test_register_rejects_unsupported_versions_and_bad_resource_names(kubelet: KubeletSimulator) -> None:
+    with pytest.raises(grpc.RpcError) as err:
+        register(kubelet, "w.sock", version="v1alpha")
+    assert "version 'v1alpha' is not supported" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        register(kubelet, "w.sock", resource="kubernetes.io/widget")
+    assert "not an extended resource name" in err.value.details()
+    assert kubelet.devices.resource("kubernetes.io/widget").registrations == 0
+
+
+def test_register_fails_when_the_plugin_endpoint_cannot_be_dialled(kubelet: KubeletSimulator) -> None:
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(kubelet.device_plugin_dir / "dead.sock"))
+    kubelet.devices.dial_timeout_s = 1.0  # the kubelet's is 10 s; the behaviour is the same, only shorter
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            register(kubelet, "dead.sock")
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "failed to dial device plugin" in err.value.details()
+        assert kubelet.devices.resource(RES).registrations == 0
+    finally:
+        dead.close()
+
+
+def test_capacity_and_allocatable_follow_listandwatch_and_drop_to_zero_when_the_stream_ends(
+        kubelet: KubeletSimulator, served: list[Served]) -> None:
+    plugin = start_plugin(kubelet, served, ["w0", "w1", "w2"])
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 3, 20)
+    plugin.set("w1", "Unhealthy")
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 2, 20)
+    served[0].stop()
+    assert kubelet.devices.wait_for(lambda m: not m.resource(RES).connected, 20)
+    state = kubelet.devices.resource(RES)
+    assert state.capacity == 3 and state.allocatable == 0
+
+
+def test_allocate_uses_the_preferred_hint_and_one_container_request(kubelet: KubeletSimulator,
+                                                                    served: list[Served]) -> None:
+    plugin = start_plugin(kubelet, served, ["w0", "w1", "w2", "w3"], preferred=["w3", "w1"])
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 4, 20)
+    resp = kubelet.devices.allocate("uid-1", "main", RES, 2)
+    assert resp.envs["IDS"] == "w3,w1" and plugin.allocations == [["w3", "w1"]]
+    # The hint names taken devices now, so the kubelet falls back to its own choice among the free ones.
+    kubelet.devices.allocate("uid-2", "main", RES, 2)
+    assert plugin.allocations[1] == ["w0", "w2"]
+    with pytest.raises(AllocationFailed, match="Requested: 1, Available: 0"):
+        kubelet.devices.allocate("uid-3", "main", RES, 1)
+    assert [a.device_ids for a in kubelet.devices.remove_pod("uid-1")] == [("w3", "w1")]
+    kubelet.devices.allocate("uid-3", "main", RES, 1)
+
+
+def test_allocate_of_an_unregistered_resource_fails(kubelet: KubeletSimulator) -> None:
+    with pytest.raises(AllocationFailed, match="unregistered device nvidia.com/gpu"):
+        kubelet.devices.allocate("uid-1", "main", "nvidia.com/gpu", 1)
+
+
+def test_restart_deletes_sockets_only_keeps_files_and_serves_a_new_kubelet_sock(
+        kubelet: KubeletSimulator, served: list[Served]) -> None:
+    start_plugin(kubelet, served, ["w0"])
+    kubelet.devices.seed_assignment(Assignment("uid-1", "ns", "p", "c", RES, ("w0",)))
+    d = kubelet.device_plugin_dir
+    (d / "kubelet_internal_checkpoint").write_text("{}")
+    (d / "DEPRECATION").write_text("x")
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(d / "other-vendor.sock"))
+    before = os.stat(kubelet.kubelet_socket)
+    try:
+        kubelet.restart()
+    finally:
+        other.close()
+    assert sorted(p.name for p in d.iterdir()) == ["DEPRECATION", "kubelet.sock", "kubelet_internal_checkpoint"]
+    after = os.stat(kubelet.kubelet_socket)
+    assert (after.st_ino, after.st_ctime_ns) != (before.st_ino, before.st_ctime_ns)
+    state = kubelet.devices.resource(RES)
+    assert not state.connected and state.allocatable == 0
+    assert kubelet.devices.assignments()[0].device_ids == ("w0",)  # survives, as through the checkpoint
+
+
+def test_podresources_list_get_and_allocatable(kubelet: KubeletSimulator, served: list[Served]) -> None:
+    start_plugin(kubelet, served, ["w0", "w1", "w2"])
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 3, 20)
+    kubelet.devices.allocate("uid-1", "main", RES, 2, namespace="team", pod_name="p1")
+
+    class Dra:
+        def dynamic_assignments(self) -> list[DynamicAssignment]:
+            return [DynamicAssignment("team", "p1", "main", "claim-a", "team", "gpu.example.com", "node-a", "gpu-0",
+                                      ("gpu.example.com/gpu=claim-a-gpu-0",))]
+
+    kubelet.podresources.add_dynamic_source(Dra())
+    with grpc.insecure_channel(f"unix://{kubelet.podresources_socket}") as ch:
+        stub = prpb_grpc.PodResourcesListerStub(ch)
+        listed = stub.List(prpb.ListPodResourcesRequest(), timeout=10)
+        (pod,) = listed.pod_resources
+        assert (pod.namespace, pod.name) == ("team", "p1")
+        (container,) = pod.containers
+        # w0 and w1 sit on different NUMA nodes, so the kubelet reports one ContainerDevices per node.
+        assert [(list(c.device_ids), [n.ID for n in c.topology.nodes]) for c in container.devices] == [
+            (["w0"], [0]), (["w1"], [1])]
+        (dyn,) = container.dynamic_resources
+        assert dyn.claim_name == "claim-a" and dyn.claim_resources[0].device_name == "gpu-0"
+        got = stub.Get(prpb.GetPodResourcesRequest(pod_name="p1", pod_namespace="team"), timeout=10)
+        assert got.pod_resources == pod
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Get(prpb.GetPodResourcesRequest(pod_name="nope", pod_namespace="team"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        alloc = stub.GetAllocatableResources(prpb.AllocatableResourcesRequest(), timeout=10)
+        assert sorted(i for d in alloc.devices for i in d.device_ids) == ["w0", "w1", "w2"]
