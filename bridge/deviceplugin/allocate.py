@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from bridge.cdi.names import qualified_name
+from bridge.cdi.spec import DEFAULT_DEVICE_PLUGIN_KIND
 from bridge.inventory.model import GpuDevice
 
 ENVVAR = "envvar"
@@ -38,7 +40,7 @@ VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
-DEFAULT_CDI_KIND = "nvidia.com/gpu"
+DEFAULT_CDI_KIND = DEFAULT_DEVICE_PLUGIN_KIND
 
 
 class StrategyError(ValueError):
@@ -58,8 +60,9 @@ def parse_strategies(value: str | Iterable[str]) -> frozenset[str]:
 
 
 def default_cdi_name(device: GpuDevice) -> str:
-    """`nvidia.com/gpu=<uuid>`: the CDI name of one whole GPU when nothing better is wired in."""
-    return f"{DEFAULT_CDI_KIND}={device.uuid}"
+    """`nvidia.com/gpu=<uuid>`: the name of one whole GPU in the node's device-plugin CDI spec
+    (`bridge.cdi.build_device_plugin_spec`, written by the daemon when a CDI strategy is on)."""
+    return qualified_name(DEFAULT_CDI_KIND, device.uuid)
 
 
 @dataclass(frozen=True)

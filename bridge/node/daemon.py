@@ -5,8 +5,11 @@ Start order (each step only after the previous one succeeded, so a failure leave
 2. discover devices (the source's `devices()`), build the device table;
 3. adopt existing assignments from the kubelet PodResources API and hand them to the ownership ledger
    (`on_adopted`), so a later split never moves a device a running container holds;
-4. start the device plugin (serve, then register; it re-registers after kubelet restarts by itself);
-5. pump health events from the source into the device table (-> ListAndWatch updates);
+4. write the node's device-plugin CDI spec (`nvidia.com/gpu=<uuid>|<index>|all`) when a CDI strategy is on (left
+   in place at stop: running containers are re-created from it), then start the device plugin (serve, then
+   register; it re-registers after kubelet restarts by itself);
+5. pump health events from the source into the device table (-> ListAndWatch updates) and to every
+   `health_listeners` callback (the DRA half's health board);
 6. start further halves (`components`: the DRA half plugs in here) and the HTTP endpoint.
 Stop runs in reverse and removes our sockets. `stop()` is idempotent.
 
@@ -23,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from bridge.deviceplugin.allocate import ENVVAR, AllocationConfig, default_cdi_name
+from bridge.cdi import DEFAULT_DEVICE_PLUGIN_KIND, CdiSpecWriter, build_device_plugin_spec
+from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, AllocationConfig, default_cdi_name
 from bridge.deviceplugin.plugin import DevicePlugin, PluginConfig
 from bridge.deviceplugin.state import DeviceTable, SideOf, all_legacy
-from bridge.inventory.model import DeviceSource, GpuDevice
+from bridge.inventory.model import DeviceSource, GpuDevice, HealthEvent
 from bridge.node.http import Check, HealthServer
 from bridge.node.metrics import NodeMetrics
 from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, adopt
@@ -70,6 +74,7 @@ class NodeDaemon:
         side_of: SideOf = all_legacy,
         on_adopted: Callable[[Adoption], None] | None = None,
         components: Sequence[NodeComponent] = (),
+        health_listeners: Sequence[Callable[[HealthEvent], None]] = (),
     ) -> None:
         self.config = config
         self.source = source
@@ -77,6 +82,7 @@ class NodeDaemon:
         self._side_of = side_of
         self._on_adopted = on_adopted
         self.components = list(components)
+        self.health_listeners = list(health_listeners)
         self.plugin_config = PluginConfig(
             kubelet_root=config.kubelet_root, resource_name=config.resource_name,
             poll_interval_s=config.plugin_poll_interval_s)
@@ -118,7 +124,11 @@ class NodeDaemon:
         self.metrics.deviceplugin.adopted.labels(cfg.resource_name).set(len(self.adoption.in_use))
         if self._on_adopted is not None:
             self._on_adopted(self.adoption)
-        # 4. Device plugin.
+        # 4. Device plugin: the node's CDI spec first when a strategy hands out CDI names.
+        if self.allocation.strategies & {CDI_ANNOTATIONS, CDI_CRI}:
+            path = CdiSpecWriter(cfg.cdi_root, DEFAULT_DEVICE_PLUGIN_KIND).write(
+                "node", build_device_plugin_spec(devices))
+            self._log.info("wrote the device-plugin CDI spec %s", path)
         plugin.start()
         self.plugin = plugin
         self._started.append(plugin.stop)
@@ -145,6 +155,11 @@ class NodeDaemon:
         assert self.table is not None
         try:
             for event in self.source.health_events(self._stop):
+                for listener in self.health_listeners:  # e.g. the DRA half's health board
+                    try:
+                        listener(event)
+                    except Exception:
+                        self._log.exception("health listener failed", extra={"device": event.uuid})
                 if self.table.set_health(event.uuid, event.healthy, event.reason):
                     level = logging.INFO if event.healthy else logging.WARNING
                     self._log.log(level, "device %s is now %s: %s", event.uuid,

@@ -49,6 +49,10 @@ class Adoption:
     unknown: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # device ID not in inventory -> holders
     source_available: bool = False
 
+    def in_use_legacy(self) -> dict[str, str]:
+        """device ID -> holder text, the shape the ownership ledger's split planning takes for busy devices."""
+        return {d: ", ".join(map(str, holders)) for d, holders in self.in_use.items()}
+
 
 def read_assignments(socket_path: str, resource_name: str, timeout: float = 10.0) -> dict[str, list[Holder]]:
     """Call PodResources `List` and return device ID -> holders for `resource_name`."""

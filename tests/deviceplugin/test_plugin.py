@@ -227,3 +227,22 @@ def test_a_socket_path_over_107_bytes_is_a_clear_error_before_anything_starts(ma
     path = str(deep / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock")
     assert f"unix socket path {path!r} is {len(path)} bytes long; the limit is 107 bytes" in str(err.value)
     assert not deep.exists()
+
+
+def test_cdi_strategies_write_the_node_spec_that_defines_every_allocated_name(
+        kubelet: KubeletSimulator, make_node: NodeFactory, short_tmp: Path) -> None:
+    import json
+
+    make_node("4xH100-80GB", strategies=frozenset({CDI_CRI}))
+    specs = list((short_tmp / "cdi").glob("*.json"))
+    assert len(specs) == 1
+    spec = json.loads(specs[0].read_text())
+    defined = {f"{spec['kind']}={d['name']}" for d in spec["devices"]}
+    kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 4, 20)
+    resp = kubelet.devices.allocate("pod-1", "main", RESOURCE, 3)
+    assert len(resp.cdi_devices) == 3 and {c.name for c in resp.cdi_devices} <= defined
+
+
+def test_envvar_strategy_writes_no_cdi_spec(make_node: NodeFactory, short_tmp: Path) -> None:
+    make_node("1xH100-80GB")
+    assert not (short_tmp / "cdi").exists()
