@@ -26,7 +26,6 @@ Threads: `start()` runs one worker (reconciles) and one watcher (an Informer on 
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -264,9 +263,8 @@ class SlicePublisher:
                 stored = self.api.create(rapi.slices, want)
                 created += 1
             else:
-                body = copy.deepcopy(want)
-                body["metadata"]["resourceVersion"] = have["metadata"].get("resourceVersion")
-                stored = self.api.update(rapi.slices, body)
+                want["metadata"]["resourceVersion"] = have["metadata"].get("resourceVersion")  # freshly built
+                stored = self.api.update(rapi.slices, want)
                 updated += 1
             self._remember(stored)
             if any(device_has_taints(d) for d in want["spec"]["devices"]) and not any(
