@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -206,6 +206,20 @@ class SlicePublisher:
                     return False
                 self._cond.wait(min(left, 0.5))
         return True
+
+    # NodeComponent (bridge.node.daemon): an API outage must not make the pod restart, so no liveness check;
+    # readiness says whether the pool on the server is current.
+    def liveness(self) -> Mapping[str, Callable[[], str | None]]:
+        return {}
+
+    def readiness(self) -> Mapping[str, Callable[[], str | None]]:
+        def published() -> str | None:
+            err = self.last_error
+            if err is not None:
+                return f"ResourceSlices not published: {err}"
+            return None if self._done > 0 else "ResourceSlices not published yet"
+
+        return {"dra-slices": published}
 
     def __enter__(self) -> SlicePublisher:
         self.start()

@@ -279,6 +279,14 @@ class StaticSplit:
             t.join(timeout)
         self._threads = []
 
+    def liveness(self) -> Mapping[str, Callable[[], str | None]]:
+        return {}
+
+    def readiness(self) -> Mapping[str, Callable[[], str | None]]:
+        """Ready even while a split is refused (the node serves its current split safely); the refusal is in the
+        logs, the Event and `outcomes`."""
+        return {}
+
     def _on_node_event(self, ev: WatchEvent) -> None:
         if ev.type == "DELETED":
             return

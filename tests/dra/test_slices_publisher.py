@@ -349,3 +349,14 @@ def test_auto_taints_switch_to_removal_when_a_write_loses_them(api):
     pub.reconcile_once()  # ...and the triggered follow-up removes it
     assert device_names(our_slices(api)) == ["gpu-1", "gpu-2", "gpu-3"]
 
+
+
+def test_readiness_reports_unpublished_slices_until_the_first_publish(server, api):
+    devices = devices_from_spec("2xH100-80GB", NODE)
+    pub = publisher(api, devices)
+    (check,) = pub.readiness().values()
+    assert check() == "ResourceSlices not published yet"
+    with pub:
+        assert pub.wait_synced(30)
+        assert check() is None
+        assert pub.liveness() == {}
