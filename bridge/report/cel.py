@@ -1,6 +1,10 @@
 """CEL for the report: evaluate DeviceClass/claim selectors against devices, and turn GPU Feature Discovery label
 selectors into the CEL a DRA request would carry.
 
+GFD translation is the webhook's (`bridge.webhook.cel.map_requirement`), so the report shows the exact CEL the
+webhook will add. Evaluation is the report's own: the webhook's `evaluate` checks one device of the bridge's driver,
+while the capacity simulation evaluates every DeviceClass against devices of any driver across the fleet, memoised.
+
 Evaluation uses `cel-python` with the Kubernetes DRA additions the selectors need: `quantity()` and
 `compareTo/isGreaterThan/isLessThan` for capacities, `semver()` with `major()/minor()/patch()` and comparisons for
 `version` attributes, and the strings extension (`lowerAscii`, `upperAscii`, `replace`). A selector that fails
@@ -14,12 +18,14 @@ signature: a 5,000-node fleet costs a handful of evaluations per selector, not o
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import celpy
 import celpy.celtypes as ct
+
+import bridge.webhook.cel as wcel
 
 from bridge.report.features import BRIDGE_DRIVER
 from bridge.report.model import Device, Node, VersionValue
@@ -169,74 +175,37 @@ class SelectorEvaluator:
 
 # ---------------------------------------------------------------------------------------------- GFD -> CEL
 
-def _attr(name: str, domain: str) -> str:
-    return f'device.attributes["{domain}"].{name}'
+
+@dataclass(frozen=True)
+class GfdTranslation:
+    cel: str | None  # the device selector; None when no requirement maps to one
+    node_only: tuple[str, ...]  # requirements on node-level labels: they stay on the pod as node selectors
+    problems: tuple[str, ...]  # requirements that cannot be expressed (the webhook refuses to approximate)
 
 
-def _str_list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
-
-
-def _one(key: str, op: str, values: tuple[str, ...], domain: str) -> str | None:
-    """CEL for one requirement, or None when the label has no per-device equivalent."""
-    if key == "nvidia.com/gpu.product":
-        subject, present = _attr("productName", domain) + '.replace(" ", "-")', "productName"
-        kind = "str"
-    elif key == "nvidia.com/gpu.family":
-        subject, present, kind = _attr("architecture", domain) + ".lowerAscii()", "architecture", "str"
-    elif key == "nvidia.com/gpu.memory":
-        subject, present, kind = f'device.capacity["{domain}"].memory', "memory", "mib"
-    elif key in ("nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"):
-        part = key.rsplit(".", 1)[1]
-        subject, present, kind = _attr("cudaComputeCapability", domain) + f".{part}()", "cudaComputeCapability", "int"
-    else:
-        return None
-    where = f'device.capacity["{domain}"]' if kind == "mib" else f'device.attributes["{domain}"]'
-    if op in ("Exists", "DoesNotExist"):
-        expr = f'"{present}" in {where}'
-        return expr if op == "Exists" else f"!({expr})"
-    if kind == "mib":
-        if op in ("In", "NotIn"):
-            alts = " || ".join(f'{subject}.compareTo(quantity("{quantity_int(v)}Mi")) == 0' for v in values)
-        elif op in ("Gt", "Lt") and values:
-            sign = ">" if op == "Gt" else "<"
-            alts = f'{subject}.compareTo(quantity("{quantity_int(values[0])}Mi")) {sign} 0'
-        else:
-            return None
-    elif kind == "int":
-        if op in ("In", "NotIn"):
-            alts = " || ".join(f"{subject} == {quantity_int(v)}" for v in values)
-        elif op in ("Gt", "Lt") and values:
-            alts = f"{subject} {'>' if op == 'Gt' else '<'} {quantity_int(values[0])}"
-        else:
-            return None
-    else:
-        if op not in ("In", "NotIn"):
-            return None
-        alts = f"{subject} == {json.dumps(values[0])}" if len(values) == 1 else f"{subject} in {_str_list(values)}"
-    if op == "NotIn":
-        return f"!({alts})"
-    return f"({alts})" if " || " in alts else alts
-
-
-def gfd_to_cel(terms: tuple[tuple[Requirement, ...], ...], domain: str = BRIDGE_DRIVER) -> tuple[str | None, list[str]]:
-    """(CEL expression or None, labels with no per-device equivalent). Terms are ORed, requirements ANDed."""
-    untranslatable: list[str] = []
+def gfd_to_cel(terms: tuple[tuple[Requirement, ...], ...], domain: str = BRIDGE_DRIVER) -> GfdTranslation:
+    """The CEL the webhook adds for these node-selector terms (terms ORed, requirements ANDed), using the
+    webhook's own mapping (`bridge.webhook.cel.map_requirement`) so the report shows exactly what translation
+    will produce."""
+    node_only: set[str] = set()
+    problems: set[str] = set()
     ors: list[str] = []
     for term in terms:
-        ands = []
+        ands: list[str] = []
         for key, op, values in term:
-            one = _one(key, op, values, domain)
-            if one is None:
-                untranslatable.append(f"{key} {op} {','.join(values)}".strip())
-            else:
-                ands.append(one)
+            text = f"{key} {op} {','.join(values)}".strip()
+            if key not in wcel.DEVICE_LABELS:
+                node_only.add(text)
+                continue
+            mapped = wcel.map_requirement(wcel.Requirement(key, op, tuple(values)), domain)
+            if mapped.reason:
+                problems.add(f"{text}: {mapped.reason}")
+            elif mapped.expression:
+                ands.append(mapped.expression)
         if ands:
-            ors.append(" && ".join(ands))
-    if not ors:
-        return None, sorted(set(untranslatable))
-    expr = ors[0] if len(ors) == 1 else " || ".join(f"({o})" for o in ors)
-    return expr, sorted(set(untranslatable))
+            ors.append(wcel.conjunction(ands))
+    cel = wcel.disjunction(ors) if ors else None
+    return GfdTranslation(cel, tuple(sorted(node_only)), tuple(sorted(problems)))
 
 
 def gfd_devices(node: Node, count: int, domain: str = BRIDGE_DRIVER) -> list[Device]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from bridge.report.cel import SelectorEvaluator, gfd_to_cel
+from bridge.report.cel import GfdTranslation, SelectorEvaluator, gfd_to_cel
 from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
 from bridge.report.findings import ObjectRef
@@ -37,6 +37,7 @@ class CheckContext:
     model: ClusterModel
     options: ReportOptions = ReportOptions()
     evaluator: SelectorEvaluator = field(default_factory=SelectorEvaluator)
+    _gfd: dict[Any, GfdTranslation] = field(default_factory=dict, repr=False)
 
     def stage(self, feature: str) -> Stage | None:
         v = self.model.version
@@ -58,12 +59,16 @@ class CheckContext:
     def dp_configs(self) -> list[DevicePluginConfig]:
         return configs_from_configmaps(self.model.data.of("ConfigMap")) + list(self.options.device_plugin_configs)
 
-    def workload_cel(self, w: Workload) -> tuple[str | None, list[str]]:
-        return gfd_to_cel(w.spec.gfd_terms)
+    def workload_cel(self, w: Workload) -> GfdTranslation:
+        key = w.spec.gfd_terms
+        hit = self._gfd.get(key)
+        if hit is None:
+            hit = self._gfd[key] = gfd_to_cel(key)
+        return hit
 
     def request_cel(self, w: Workload) -> str:
         """What one device of this workload must satisfy on the DRA side: class selectors AND translated GFD terms."""
-        extra, _ = self.workload_cel(w)
+        extra = self.workload_cel(w).cel
         return self.bridge_class_cel if not extra else f"({self.bridge_class_cel}) && ({extra})"
 
     @cached_property

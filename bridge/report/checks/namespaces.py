@@ -7,6 +7,14 @@ from collections.abc import Iterator
 from bridge.report.checks.context import CheckContext, ref_of
 from bridge.report.features import BRIDGE_CLASS, CLASS_DEVICES_QUOTA, GPU, MODE_LABEL, MODES
 from bridge.report.findings import Finding, ObjectRef, rule
+from bridge.report.quantity import QuantityError, parse_quantity
+
+
+def _q(v: object) -> object:
+    try:
+        return parse_quantity(v)
+    except QuantityError:
+        return str(v)
 
 
 @rule("DRB030", "GPU quota without the matching DeviceClass quota")
@@ -18,11 +26,11 @@ def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
         if gpu_key is None:
             continue
         if class_key in hard:
-            if str(hard[class_key]) != str(hard[gpu_key]):
+            if _q(hard[class_key]) != _q(hard[gpu_key]):
                 yield Finding("DRB030", "warning", ref_of(q),
                               f"{gpu_key}={hard[gpu_key]} but {class_key}={hard[class_key]}: the two limits differ, so "
                               "the same workload gets a different GPU budget depending on the API",
-                              f"Set both to the same value",
+                              "Set both to the same value",
                               {"quotaKey": class_key, "limit": str(hard[gpu_key])})
             continue
         yield Finding("DRB030", "warning", ref_of(q),

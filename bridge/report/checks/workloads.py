@@ -93,20 +93,22 @@ def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
     for w in ctx.gpu_workloads:
         if not w.spec.gfd_terms:
             continue
-        cel, rest = ctx.workload_cel(w)
+        t = ctx.workload_cel(w)
         labels = sorted({r[0] for term in w.spec.gfd_terms for r in term})
-        if rest:
+        details = {"cel": t.cel or "", "labels": labels, "nodeSelectors": list(t.node_only),
+                   "untranslatable": list(t.problems)}
+        kept = f"; kept as node selectors: {', '.join(t.node_only)}" if t.node_only else ""
+        if t.problems:
             yield Finding("DRB025", "warning", workload_ref(w),
-                          f"selects nodes by GPU labels with no per-device equivalent: {'; '.join(rest)}"
-                          + (f"; the rest becomes CEL `{cel}`" if cel else ""),
-                          "Drop these terms (a claim's count already asks for N devices on one node) or express "
-                          "them as a node selector the translation keeps",
-                          {"cel": cel or "", "labels": labels, "untranslatable": rest})
-        elif cel:
+                          f"GPU label selectors the translation cannot express: {'; '.join(t.problems)}"
+                          + (f"; the rest becomes `{t.cel}`" if t.cel else "") + kept,
+                          "Rewrite these terms with In/NotIn/Gt/Lt on nvidia.com/gpu.product, .memory, .family or "
+                          ".compute.major/minor, or drop them",
+                          details)
+        elif t.cel:
             yield Finding("DRB025", "info", workload_ref(w),
-                          f"selects nodes by GPU labels {', '.join(labels)}; as a device selector: `{cel}`",
-                          "None: the webhook adds this CEL selector when it translates the pod",
-                          {"cel": cel, "labels": labels})
+                          f"selects GPUs by labels {', '.join(labels)}; as a device selector: `{t.cel}`{kept}",
+                          "None: the webhook adds this CEL selector when it translates the pod", details)
 
 
 @rule("DRB026", "Host /dev/nvidia* mounts")

@@ -1,0 +1,199 @@
+"""Cluster and node checks: each triggered by a minimal object set, and quiet on the fixed one."""
+
+from __future__ import annotations
+
+from tests.report.conftest import (
+    bridge_class,
+    cluster,
+    container,
+    daemonset,
+    deployment,
+    device_class,
+    findings,
+    gpu_device,
+    node,
+    pod,
+    resource_slice,
+    spec,
+)
+
+GPU_WORKLOAD = deployment("app", pod_spec=spec(container({"nvidia.com/gpu": 1})))
+
+
+# ---- DRB000 input completeness
+def test_unreadable_resources_are_named_with_the_missing_permission() -> None:
+    fs = findings(cluster(unreadable={"pods": "forbidden: the credentials may not list pods"}), "DRB000")
+    assert [(f.severity, f.object.name) for f in fs] == [("warning", "pods")]
+    assert "may not list pods" in fs[0].message
+
+
+def test_complete_input_has_no_completeness_finding() -> None:
+    assert findings(cluster(), "DRB000") == []
+
+
+# ---- DRB001 version and API
+def test_cluster_without_resource_api_is_blocked() -> None:
+    fs = findings(cluster(version="v1.30.4", api_versions=()), "DRB001")
+    assert [f.severity for f in fs] == ["blocker"]
+    assert "not served" in fs[0].message and "1.34" in fs[0].fix
+
+
+def test_beta_only_resource_api_needs_config() -> None:
+    fs = findings(cluster(version="v1.33.1", api_versions=("resource.k8s.io/v1beta1",)), "DRB001")
+    assert [f.severity for f in fs] == ["warning"]
+    assert "v1beta1" in fs[0].message
+
+
+def test_unknown_version_is_a_warning_not_a_guess() -> None:
+    fs = findings(cluster(version="", api_versions=None), "DRB001")
+    assert [f.severity for f in fs] == ["warning"] and "unknown" in fs[0].message
+
+
+def test_ga_cluster_with_v1_passes_the_api_check() -> None:
+    assert findings(cluster(version="v1.35.0"), "DRB001") == []
+
+
+# ---- DRB002 feature availability
+def test_feature_stages_follow_the_version_table() -> None:
+    by_gate = {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.36.1"), "DRB002")}
+    assert by_gate["DRAExtendedResource"] == "beta"
+    assert by_gate["DRADeviceTaints"] == "beta"
+    assert by_gate["DRAConsumableCapacity"] == "beta"
+    assert by_gate["DRAExtendedResourceCapacity"] == "absent"
+    ga = {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.37.0"), "DRB002")}
+    assert ga["DRAExtendedResource"] == "ga" and ga["DRADeviceTaints"] == "ga"
+    assert {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.38.0"), "DRB002")}[
+        "DRAExtendedResourceCapacity"] == "alpha"
+
+
+def test_feature_findings_are_info_and_absent_without_a_version() -> None:
+    assert {f.severity for f in findings(cluster(version="v1.34.2"), "DRB002")} == {"info"}
+    assert findings(cluster(version="", api_versions=None), "DRB002") == []
+
+
+# ---- DRB003 duplicate extendedResourceName
+def test_two_classes_with_one_extended_name_name_the_later_one_as_winner() -> None:
+    data = cluster(device_class("gpu.nvidia.com", "true", "nvidia.com/gpu", "2026-01-01T00:00:00Z"),
+                   device_class("mig-1g.nvidia.com", "true", "nvidia.com/gpu", "2026-03-01T00:00:00Z"))
+    fs = findings(data, "DRB003")
+    assert len(fs) == 2 and {f.severity for f in fs} == {"blocker"}
+    assert all(f.details["winner"] == "mig-1g.nvidia.com" for f in fs)
+
+
+def test_equal_creation_time_picks_the_lexicographically_first_class() -> None:
+    data = cluster(device_class("b-class", "true", "nvidia.com/gpu"), device_class("a-class", "true", "nvidia.com/gpu"))
+    assert findings(data, "DRB003")[0].details["winner"] == "a-class"
+
+
+def test_distinct_extended_names_are_fine() -> None:
+    data = cluster(device_class("a", "true", "nvidia.com/gpu"), device_class("b", "true", "nvidia.com/mig-1g.10gb"))
+    assert findings(data, "DRB003") == []
+
+
+# ---- DRB004 bridge DeviceClass
+def test_missing_bridge_class_needs_config_when_gpu_workloads_exist() -> None:
+    fs = findings(cluster(GPU_WORKLOAD), "DRB004")
+    assert [f.severity for f in fs] == ["warning"] and "--emit-manifests" in fs[0].fix
+
+
+def test_bridge_class_with_invalid_cel_is_a_blocker() -> None:
+    fs = findings(cluster(GPU_WORKLOAD, device_class("gpu.dra-bridge.io", 'device.driver == "gpu.dra-bridge.io" &&')),
+                  "DRB004")
+    assert "blocker" in [f.severity for f in fs]
+
+
+def test_bridge_class_selecting_the_driver_passes() -> None:
+    assert findings(cluster(GPU_WORKLOAD, bridge_class()), "DRB004") == []
+
+
+# ---- DRB010 two backends on one node
+def test_device_plugin_and_bridge_on_one_node_is_a_blocker() -> None:
+    data = cluster(node("gpu-1"), daemonset("nvidia-device-plugin", "gpu-operator", "nvcr.io/nvidia/k8s-device-plugin:v0.17"),
+                   pod("dp-1", "gpu-operator", owner=("DaemonSet", "nvidia-device-plugin")),
+                   resource_slice("gpu-1", [gpu_device(0)]))
+    fs = findings(data, "DRB010")
+    assert [f.severity for f in fs] == ["blocker"] and fs[0].object.name == "gpu-1"
+
+
+def test_extended_name_backed_by_dra_and_device_plugin_on_one_node() -> None:
+    data = cluster(node("gpu-1", 4), device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"', "nvidia.com/gpu"),
+                   resource_slice("gpu-1", [gpu_device(0)], driver="gpu.nvidia.com"))
+    fs = findings(data, "DRB010")
+    assert any("KEP-5004" in f.message for f in fs)
+    assert any("counts each GPU twice" in f.message for f in fs)
+
+
+def test_bridge_alone_on_its_node_is_fine() -> None:
+    data = cluster(node("gpu-1", 8, allocatable=4),
+                   daemonset("dra-bridge-node", "dra-bridge", "img", {"app.kubernetes.io/name": "dra-bridge",
+                                                                     "app.kubernetes.io/component": "node"}),
+                   pod("b-1", "dra-bridge", owner=("DaemonSet", "dra-bridge-node")),
+                   resource_slice("gpu-1", [gpu_device(i) for i in range(4)]))
+    assert findings(data, "DRB010") == []
+
+
+# ---- DRB011 stale zero capacity
+def test_zero_gpu_capacity_without_a_device_plugin_is_stale() -> None:
+    fs = findings(cluster(node("cpu-1", 0, extra={"nvidia.com/gpu": "0"})), "DRB011")
+    assert [f.object.name for f in fs] == ["cpu-1"]
+
+
+def test_node_without_gpu_entries_is_not_stale() -> None:
+    assert findings(cluster(node("cpu-1", 0)), "DRB011") == []
+
+
+# ---- DRB012 runtime CDI
+def test_cri_dockerd_blocks_and_containerd_17_needs_config() -> None:
+    data = cluster(node("a", runtime="docker://24.0.7"), node("b", runtime="containerd://1.7.22"),
+                   node("c", runtime="containerd://1.6.30"))
+    got = {f.object.name: f.severity for f in findings(data, "DRB012")}
+    assert got == {"a": "blocker", "b": "warning", "c": "blocker"}
+
+
+def test_containerd_2_and_crio_support_cdi() -> None:
+    data = cluster(node("a", runtime="containerd://2.0.4"), node("b", runtime="cri-o://1.31.2"))
+    assert findings(data, "DRB012") == []
+
+
+# ---- DRB013 split label
+def _bridge_node(split: str) -> list:
+    return [node("gpu-1", 8, labels={"dra-bridge.io/dra-devices": split}), resource_slice("gpu-1", [gpu_device(0)])]
+
+
+def test_malformed_split_label_on_a_bridge_node() -> None:
+    fs = findings(cluster(*_bridge_node("half")), "DRB013")
+    assert [f.severity for f in fs] == ["warning"] and "'half'" in fs[0].message
+
+
+def test_valid_split_labels_pass() -> None:
+    for split in ("0", "4", "all"):
+        assert findings(cluster(*_bridge_node(split)), "DRB013") == []
+
+
+# ---- DRB040 autoscaler
+def test_karpenter_and_cluster_autoscaler_without_dra_flag() -> None:
+    karp = deployment("karpenter", "karpenter", pod_spec=spec({"name": "c", "image": "public.ecr.aws/karpenter/controller:1.5"}))
+    ca = deployment("cluster-autoscaler", "kube-system", pod_spec=spec(
+        {"name": "c", "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.1", "command": ["./cluster-autoscaler"]}))
+    got = {f.object.name for f in findings(cluster(GPU_WORKLOAD, karp, ca), "DRB040")}
+    assert got == {"karpenter", "cluster-autoscaler"}
+
+
+def test_cluster_autoscaler_with_dra_enabled_passes() -> None:
+    ca = deployment("cluster-autoscaler", "kube-system", pod_spec=spec(
+        {"name": "c", "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.1",
+         "args": ["--enable-dynamic-resource-allocation=true"]}))
+    assert findings(cluster(GPU_WORKLOAD, ca), "DRB040") == []
+
+
+# ---- DRB041 dcgm-exporter
+def test_dcgm_exporter_without_dra_env() -> None:
+    ds = daemonset("dcgm-exporter", "gpu-operator", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3")
+    assert [f.object.name for f in findings(cluster(ds), "DRB041")] == ["dcgm-exporter"]
+
+
+def test_dcgm_exporter_with_dra_env_passes() -> None:
+    ds = daemonset("dcgm-exporter", "gpu-operator", "x", pod_spec={"containers": [
+        {"name": "c", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3",
+         "env": [{"name": "KUBERNETES_ENABLE_DRA", "value": "true"}]}]})
+    assert findings(cluster(ds), "DRB041") == []

@@ -1,0 +1,301 @@
+"""Workload, namespace, device-plugin config and capacity checks: trigger and no-trigger for each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.report.conftest import (
+    bridge_class,
+    cluster,
+    container,
+    deployment,
+    findings,
+    gpu_device,
+    namespace,
+    node,
+    pod,
+    resource_slice,
+    spec,
+)
+
+
+def app(gpu: dict[str, int] | None = None, replicas: int = 1, ns: str = "team", name: str = "app", **pod_extra: Any):
+    return deployment(name, ns, replicas, spec(container(gpu or {"nvidia.com/gpu": 1}), **pod_extra))
+
+
+PLAIN = app()
+
+
+# ---- DRB020 MIG
+def test_mig_names_are_blocked_without_a_driver_publishing_mig_devices() -> None:
+    fs = findings(cluster(app({"nvidia.com/mig-1g.10gb": 1})), "DRB020")
+    assert [f.severity for f in fs] == ["blocker"] and fs[0].details["profiles"] == ["1g.10gb"]
+
+
+def test_mig_names_need_config_when_mig_devices_are_published() -> None:
+    mig = gpu_device(0, extra={"profile": {"string": "1g.10gb"}})
+    data = cluster(app({"nvidia.com/mig-1g.10gb": 1}), node("n"), resource_slice("n", [mig], driver="gpu.nvidia.com"))
+    assert [f.severity for f in findings(data, "DRB020")] == ["warning"]
+
+
+def test_whole_gpus_are_not_mig() -> None:
+    assert findings(cluster(PLAIN), "DRB020") == []
+
+
+# ---- DRB021 time-slicing
+def test_shared_gpus_are_blocked_before_kep_6406() -> None:
+    fs = findings(cluster(app({"nvidia.com/gpu.shared": 1})), "DRB021")
+    assert [f.severity for f in fs] == ["blocker"] and "KEP-6406" in fs[0].message
+
+
+def test_plain_gpu_is_not_shared() -> None:
+    assert findings(cluster(PLAIN), "DRB021") == []
+
+
+# ---- DRB022 HAMi
+def test_hami_memory_and_cores_are_blocked() -> None:
+    fs = findings(cluster(app({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 30})), "DRB022")
+    assert [f.severity for f in fs] == ["blocker"]
+    assert "nvidia.com/gpucores" in fs[0].message and "nvidia.com/gpumem" in fs[0].message
+
+
+def test_no_hami_resources_no_finding() -> None:
+    assert findings(cluster(PLAIN), "DRB022") == []
+
+
+# ---- DRB023 more than 32 devices
+def test_pod_with_more_than_32_gpus_cannot_be_one_claim() -> None:
+    fs = findings(cluster(app({"nvidia.com/gpu": 40})), "DRB023")
+    assert [f.severity for f in fs] == ["blocker"] and fs[0].details["gpusPerPod"] == 40
+
+
+def test_32_gpus_fit_in_one_claim() -> None:
+    assert findings(cluster(app({"nvidia.com/gpu": 32})), "DRB023") == []
+
+
+def test_gpus_of_several_containers_add_up_and_init_containers_take_the_max() -> None:
+    s = spec(container({"nvidia.com/gpu": 20}, "a"), container({"nvidia.com/gpu": 20}, "b"),
+             initContainers=[container({"nvidia.com/gpu": 8}, "init")])
+    assert findings(cluster(deployment("big", "team", 1, s)), "DRB023")[0].details["gpusPerPod"] == 40
+    s2 = spec(container({"nvidia.com/gpu": 2}, "a"), initContainers=[container({"nvidia.com/gpu": 33}, "init")])
+    assert findings(cluster(deployment("init", "team", 1, s2)), "DRB023")[0].details["gpusPerPod"] == 33
+
+
+# ---- DRB024 ephemeral containers
+def test_live_pod_with_ephemeral_containers() -> None:
+    s = spec(container({"nvidia.com/gpu": 1}), ephemeralContainers=[{"name": "debug", "image": "busybox"}])
+    fs = findings(cluster(pod("p", pod_spec=s)), "DRB024")
+    assert [f.object.name for f in fs] == ["p"]
+
+
+def test_pod_without_ephemeral_containers() -> None:
+    assert findings(cluster(pod("p", pod_spec=spec(container({"nvidia.com/gpu": 1})))), "DRB024") == []
+
+
+# ---- DRB025 GFD selectors
+def test_gfd_selector_is_shown_as_cel() -> None:
+    fs = findings(cluster(app(nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                             "nvidia.com/gpu.present": "true"})), "DRB025")
+    assert [f.severity for f in fs] == ["info"]
+    assert fs[0].details["cel"] == \
+        'device.attributes["gpu.dra-bridge.io"].productName.replace(" ", "-") == "NVIDIA-H100-80GB-HBM3"'
+    assert fs[0].details["nodeSelectors"] == ["nvidia.com/gpu.present In true"]
+
+
+def test_gfd_requirement_that_cannot_be_expressed_needs_config() -> None:
+    aff = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.memory", "operator": "DoesNotExist"}]}]}}}
+    fs = findings(cluster(app(affinity=aff)), "DRB025")
+    assert [f.severity for f in fs] == ["warning"]
+
+
+def test_no_gfd_selector_no_finding() -> None:
+    assert findings(cluster(app(nodeSelector={"kubernetes.io/os": "linux"})), "DRB025") == []
+
+
+# ---- DRB026..028 device access around the allocator
+def test_host_dev_nvidia_mount_is_a_blocker() -> None:
+    s = spec(container(), volumes=[{"name": "d", "hostPath": {"path": "/dev/nvidiactl"}}])
+    fs = findings(cluster(pod("p", pod_spec=s)), "DRB026")
+    assert [f.severity for f in fs] == ["blocker"] and "/dev/nvidiactl" in fs[0].message
+
+
+def test_other_host_paths_are_not_gpu_access() -> None:
+    s = spec(container({"nvidia.com/gpu": 1}), volumes=[{"name": "d", "hostPath": {"path": "/var/log"}}])
+    assert findings(cluster(pod("p", pod_spec=s)), "DRB026") == []
+
+
+def test_privileged_gpu_container() -> None:
+    s = spec(container({"nvidia.com/gpu": 1}, securityContext={"privileged": True}))
+    assert [f.severity for f in findings(cluster(deployment("x", "team", 1, s)), "DRB027")] == ["warning"]
+
+
+def test_unprivileged_gpu_container() -> None:
+    assert findings(cluster(PLAIN), "DRB027") == []
+
+
+def test_nvidia_visible_devices_set_by_hand() -> None:
+    s = spec(container({"nvidia.com/gpu": 1}, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
+    assert [f.severity for f in findings(cluster(deployment("x", "team", 1, s)), "DRB028")] == ["warning"]
+
+
+def test_other_env_vars_are_fine() -> None:
+    s = spec(container({"nvidia.com/gpu": 1}, env=[{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]))
+    assert findings(cluster(deployment("x", "team", 1, s)), "DRB028") == []
+
+
+# ---- DRB029 preemption
+def _pc(name: str, policy: str = "PreemptLowerPriority") -> dict:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+            "value": 1000, "preemptionPolicy": policy}
+
+
+def test_gpu_workload_relying_on_preemption_before_1_38() -> None:
+    fs = findings(cluster(_pc("high"), app(priorityClassName="high")), "DRB029")
+    assert [f.severity for f in fs] == ["warning"] and fs[0].details["priorityClass"] == "high"
+
+
+def test_non_preempting_class_or_1_38_is_fine() -> None:
+    assert findings(cluster(_pc("high", "Never"), app(priorityClassName="high")), "DRB029") == []
+    assert findings(cluster(_pc("high"), app(priorityClassName="high"), version="v1.38.0"), "DRB029") == []
+
+
+# ---- DRB030 quotas
+def _quota(hard: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team"},
+            "spec": {"hard": hard}}
+
+
+def test_gpu_quota_without_device_class_quota() -> None:
+    fs = findings(cluster(_quota({"requests.nvidia.com/gpu": "8"})), "DRB030")
+    assert [f.severity for f in fs] == ["warning"]
+    assert fs[0].details["quotaKey"] == "gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices"
+
+
+def test_paired_quota_with_equal_limits_passes_and_unequal_is_named() -> None:
+    key = "gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices"
+    assert findings(cluster(_quota({"requests.nvidia.com/gpu": "8", key: "8"})), "DRB030") == []
+    assert "differ" in findings(cluster(_quota({"requests.nvidia.com/gpu": "8", key: "4"})), "DRB030")[0].message
+
+
+# ---- DRB031 mode label
+def test_unknown_mode_label_value() -> None:
+    fs = findings(cluster(namespace("team", "DRA")), "DRB031")
+    assert [f.object.name for f in fs] == ["team"]
+
+
+def test_known_mode_label_values() -> None:
+    assert findings(cluster(*(namespace(f"n{i}", m) for i, m in enumerate(["legacy", "shadow", "dra"]))), "DRB031") == []
+
+
+# ---- DRB032 capacity
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.family": "hopper",
+        "nvidia.com/gpu.memory": "81920", "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/gpu.count": "8"}
+
+
+def test_dra_namespace_larger_than_the_dra_side_is_blocked() -> None:
+    data = cluster(namespace("team", "dra"), bridge_class(), app(replicas=5), node("gpu-1", 8, allocatable=4),
+                   resource_slice("gpu-1", [gpu_device(i) for i in range(4)]))
+    fs = findings(data, "DRB032")
+    assert [f.severity for f in fs] == ["blocker"]
+    assert fs[0].details["pendingAlone"] == 1 and fs[0].details["matchingDevices"] == 4
+
+
+def test_namespace_that_fits_has_no_capacity_finding() -> None:
+    data = cluster(namespace("team", "dra"), bridge_class(), app(replicas=4), node("gpu-1", 8, allocatable=4),
+                   resource_slice("gpu-1", [gpu_device(i) for i in range(4)]))
+    assert findings(data, "DRB032") == []
+
+
+def test_pods_need_all_their_devices_on_one_node() -> None:
+    # 2 nodes x 2 DRA devices = 4 devices, but a 3-GPU pod fits on neither.
+    data = cluster(namespace("team", "dra"), bridge_class(), app({"nvidia.com/gpu": 3}),
+                   *(o for n in ("a", "b") for o in (node(n, 2), resource_slice(n, [gpu_device(0), gpu_device(1)]))))
+    assert findings(data, "DRB032")[0].details["pendingAlone"] == 1
+
+
+def test_selectors_are_evaluated_against_published_attributes() -> None:
+    aff = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    data = cluster(namespace("team", "dra"), bridge_class(), app(nodeSelector=aff), node("gpu-1"),
+                   resource_slice("gpu-1", [gpu_device(i) for i in range(8)]))
+    fs = findings(data, "DRB032")
+    assert fs and fs[0].details["matchingDevices"] == 0
+    data_ok = cluster(namespace("team", "dra"), bridge_class(), app(nodeSelector={"nvidia.com/gpu.family": "hopper"}),
+                      node("gpu-1"), resource_slice("gpu-1", [gpu_device(i) for i in range(8)]))
+    assert findings(data_ok, "DRB032") == []
+
+
+def test_assume_split_all_uses_gfd_labels_of_device_plugin_nodes() -> None:
+    data = cluster(namespace("team", "legacy"), bridge_class(),
+                   app(replicas=2, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                   node("gpu-1", 8, labels=H100))
+    current = findings(data, "DRB032")
+    assert [f.severity for f in current] == ["warning"]  # legacy namespace: needs config, not blocked
+    assert findings(data, "DRB032", assume_split="all") == []
+    assert findings(data, "DRB032", assume_split="1")[0].details["pendingAlone"] == 1
+
+
+def test_namespaces_that_fit_alone_but_not_together_are_named_in_wave_order() -> None:
+    data = cluster(namespace("first", "dra"), namespace("second", "shadow"), bridge_class(),
+                   app(replicas=3, ns="first"), app(replicas=3, ns="second"), node("gpu-1", 4),
+                   resource_slice("gpu-1", [gpu_device(i) for i in range(4)]))
+    fs = findings(data, "DRB032")
+    assert [(f.object.name, f.severity) for f in fs] == [("second", "warning")]
+    assert fs[0].details["pendingCumulative"] == 2 and fs[0].details["pendingAlone"] == 0
+
+
+# ---- DRB05x device-plugin config
+def _cm(**data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dp", "namespace": "gpu-operator"},
+            "data": data}
+
+
+TS = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    failRequestsGreaterThanOne: {fail}\n" \
+     "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+
+
+def test_time_slicing_is_translated_with_the_differences_stated() -> None:
+    fs = findings(cluster(_cm(ts=TS.format(rename="false", fail="false"))), "DRB050")
+    assert [f.severity for f in fs] == ["warning"]
+    assert "independent" in fs[0].message and fs[0].details["replicas"] == 4
+
+
+def test_rename_and_fail_requests_greater_than_one() -> None:
+    data = cluster(_cm(ts=TS.format(rename="true", fail="true")))
+    assert findings(data, "DRB051")[0].details["resources"] == ["nvidia.com/gpu.shared"]
+    assert [f.severity for f in findings(data, "DRB052")] == ["info"]
+    plain = cluster(_cm(ts=TS.format(rename="false", fail="false")))
+    assert findings(plain, "DRB051") == [] and findings(plain, "DRB052") == []
+
+
+def test_mps_with_mig_is_a_blocker_and_plain_mps_needs_config() -> None:
+    mps = "version: v1\nflags:\n  migStrategy: {mig}\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
+    assert [f.severity for f in findings(cluster(_cm(a=mps.format(mig="mixed"))), "DRB053")] == ["blocker"]
+    assert [f.severity for f in findings(cluster(_cm(a=mps.format(mig="none"))), "DRB053")] == ["warning"]
+    assert findings(cluster(_cm(a=TS.format(rename="false", fail="false"))), "DRB053") == []
+
+
+def test_mig_strategy_single_changes_what_nvidia_gpu_means() -> None:
+    single = findings(cluster(_cm(a="version: v1\nflags:\n  migStrategy: single\n")), "DRB054")
+    assert [f.severity for f in single] == ["blocker"]
+    assert findings(cluster(_cm(a="version: v1\nflags:\n  migStrategy: none\n")), "DRB054") == []
+
+
+def test_per_node_config_label_and_unknown_config_name() -> None:
+    n = node("gpu-1", labels={"nvidia.com/device-plugin.config": "missing"})
+    fs = findings(cluster(n, _cm(a="version: v1\nflags:\n  migStrategy: none\n")), "DRB055")
+    assert [f.severity for f in fs] == ["warning"] and "missing" in fs[0].message
+    assert findings(cluster(node("gpu-1")), "DRB055") == []
+
+
+def test_config_problems_are_findings_not_crashes() -> None:
+    bad = "version: v1\nflags:\n  migStrategy: sometimes\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: lots\n"
+    fs = findings(cluster(_cm(a=bad)), "DRB056")
+    assert len(fs) == 2 and all(f.severity == "warning" for f in fs)
+    assert findings(cluster(_cm(a=TS.format(rename="false", fail="false"))), "DRB056") == []
+
+
+def test_configmaps_that_are_not_device_plugin_configs_are_ignored() -> None:
+    data = cluster(_cm(**{"app.yaml": "version: 3\nflags: [a]\n", "notes": "sharing is caring"}))
+    assert findings(data, "DRB056") == [] and findings(data, "DRB050") == []

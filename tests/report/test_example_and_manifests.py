@@ -1,0 +1,79 @@
+"""The example snapshot and every generated manifest validate against the Kubernetes OpenAPI schemas; the example
+is exactly what its generator script writes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from bridge.report import load_snapshot, run_report
+from bridge.report.sources import KINDS
+from tests.report.conftest import EXAMPLE, REPO, SCHEMA_VERSION
+
+
+def _objects() -> list[dict]:
+    data = load_snapshot(EXAMPLE)
+    return [o for kind in KINDS for o in data.of(kind)]
+
+
+def test_example_is_small_realistic_and_complete() -> None:
+    data = load_snapshot(EXAMPLE)
+    counts = {k: len(data.of(k)) for k in KINDS}
+    assert 20 <= sum(counts.values()) <= 200
+    for kind in ("Node", "Pod", "Namespace", "ResourceQuota", "ConfigMap", "DaemonSet", "Deployment", "StatefulSet",
+                 "ReplicaSet", "Job", "CronJob", "PriorityClass", "DeviceClass", "ResourceSlice"):
+        assert counts[kind] > 0, kind
+    assert data.version.git_version == "v1.34.2" and data.api_versions is not None
+
+
+@pytest.mark.parametrize("obj", _objects(), ids=lambda o: f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}")
+def test_example_object_validates(obj: dict) -> None:
+    kubernetes_validate.validate(obj, SCHEMA_VERSION, strict=True)
+
+
+def test_example_is_reproducible_from_its_script(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_example_snapshot.py"), str(tmp_path)], check=True)
+    for f in sorted(EXAMPLE.iterdir()):
+        assert (tmp_path / f.name).read_text() == f.read_text(), f"{f.name} differs from the generator's output"
+
+
+def test_emitted_manifests_validate_and_pair_the_quota() -> None:
+    result = run_report(load_snapshot(EXAMPLE))
+    files = result.manifests
+    assert {"wave-plan.sh", "mig-1g.10gb.yaml", "quota-team-vision-gpu-quota.yaml"} <= set(files)
+    for name, text in files.items():
+        if not name.endswith(".yaml"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            kubernetes_validate.validate(doc, SCHEMA_VERSION, strict=True)
+    quota = yaml.safe_load(files["quota-team-vision-gpu-quota.yaml"])
+    hard = quota["spec"]["hard"]
+    assert hard["requests.nvidia.com/gpu"] == hard["gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices"] == "16"
+
+
+def test_missing_bridge_class_is_emitted(tmp_path: Path) -> None:
+    for f in EXAMPLE.iterdir():
+        text = f.read_text()
+        if f.name == "dra.yaml":
+            docs = yaml.safe_load(text)
+            docs["items"] = [o for o in docs["items"] if o["metadata"]["name"] != "gpu.dra-bridge.io"]
+            text = yaml.safe_dump(docs)
+        (tmp_path / f.name).write_text(text)
+    files = run_report(load_snapshot(tmp_path)).manifests
+    dc = yaml.safe_load(files["deviceclass.yaml"])
+    kubernetes_validate.validate(dc, SCHEMA_VERSION, strict=True)
+    assert dc["metadata"]["name"] == "gpu.dra-bridge.io"
+
+
+def test_wave_plan_is_a_valid_script_with_both_command_forms() -> None:
+    script = run_report(load_snapshot(EXAMPLE)).manifests["wave-plan.sh"]
+    subprocess.run(["sh", "-n"], input=script, text=True, check=True)
+    lines = [line for line in script.splitlines() if line.startswith("bridge namespace set")]
+    assert lines[0] == "bridge namespace set team-batch shadow"
+    assert "kubectl label namespace team-batch dra-bridge.io/mode=shadow --overwrite" in script
+    assert not any("team-research" in line for line in lines)  # blocked: not planned
