@@ -17,6 +17,7 @@ The emulator runs in the parent, so both client paths pay the same server cost.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -198,7 +199,9 @@ def main() -> None:
     pods = [make_pod(i, rng) for i in range(args.pods)]
     sample = len(json.dumps(pods[0]))
     with ApiServer() as srv, tempfile.TemporaryDirectory(prefix="kbench-") as tmp:
-        srv.load_objects(pods)
+        # Bulk load skips the OpenAPI validation when the emulator offers that (it is ~7 ms per pod otherwise).
+        bulk = {"validate": False} if "validate" in inspect.signature(srv.load_objects).parameters else {}
+        srv.load_objects(pods, **bulk)
         del pods
         load_s = time.perf_counter() - t0
         kubeconfig = os.path.join(tmp, "kubeconfig")

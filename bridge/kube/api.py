@@ -18,6 +18,8 @@ from typing import Any, Literal, Protocol
 
 Obj = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic"]
+# A JSON patch (RFC 6902) is a list of operations. Named at module level: inside `KubeAPI`, `list` is the method.
+JsonPatch = list[Obj]
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class KubeAPI(Protocol):
         self,
         res: Resource,
         name: str,
-        patch: Obj | list[Obj],
+        patch: Obj | JsonPatch,
         namespace: str | None = None,
         *,
         patch_type: PatchType = "merge",

@@ -21,7 +21,6 @@ Invariants
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -31,9 +30,11 @@ import urllib3.exceptions
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from bridge.kube import jsonio
 from bridge.kube.api import (
     RESOURCE_GROUP,
     Discovery,
+    JsonPatch,
     Obj,
     PatchType,
     Resource,
@@ -99,7 +100,7 @@ class RestKube:
         return str(self._client.configuration.host)
 
     def close(self) -> None:
-        self._client.close()
+        self._client.close()  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> RestKube:
         return self
@@ -159,7 +160,7 @@ class RestKube:
         if not data:
             return {}
         try:
-            out = json.loads(data)
+            out = jsonio.loads(data)
         except ValueError as err:
             raise KubeError(f"{verb} {label}: the server sent invalid JSON: {data[:120]!r}") from err
         return out if isinstance(out, dict) else {"items": out}
@@ -299,7 +300,7 @@ class RestKube:
         self,
         res: Resource,
         name: str,
-        patch: Obj | list[Obj],
+        patch: Obj | JsonPatch,
         namespace: str | None = None,
         *,
         patch_type: PatchType = "merge",

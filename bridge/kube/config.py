@@ -47,7 +47,7 @@ class LoadedConfig:
 def _load_kubeconfig(paths: list[str], context: str | None) -> LoadedConfig:
     shown = ", ".join(paths)
     try:
-        merger = KubeConfigMerger(ENV_KUBECONFIG_PATH_SEPARATOR.join(paths))
+        merger = KubeConfigMerger(ENV_KUBECONFIG_PATH_SEPARATOR.join(paths))  # type: ignore[no-untyped-call]
     except (ConfigException, yaml.YAMLError, OSError, AttributeError, TypeError) as err:
         raise ConfigError(f"cannot read kubeconfig {shown}: {err}") from err
     if merger.config is None:
@@ -59,7 +59,9 @@ def _load_kubeconfig(paths: list[str], context: str | None) -> LoadedConfig:
             if current:
                 context = str(current)
                 break
-    names = [str(c["name"]) for c in merged.value.get("contexts") or [] if c.get("name")]
+    # Merged entries are the client's ConfigNode wrappers; `.value` is the plain dict.
+    entries = [getattr(c, "value", c) for c in merged.value.get("contexts") or []]
+    names = [str(c["name"]) for c in entries if isinstance(c, dict) and c.get("name")]
     if context is None:
         raise ConfigError(
             f"kubeconfig {shown} sets no current-context; pass a context (available: {', '.join(names) or 'none'})"
@@ -70,11 +72,13 @@ def _load_kubeconfig(paths: list[str], context: str | None) -> LoadedConfig:
         )
     cfg = Configuration()
     try:
-        loader = KubeConfigLoader(config_dict=merged, active_context=context, config_base_path=None)
-        loader.load_and_set(cfg)
+        loader = KubeConfigLoader(  # type: ignore[no-untyped-call]
+            config_dict=merged, active_context=context, config_base_path=None
+        )
+        loader.load_and_set(cfg)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"kubeconfig {shown}, context {context!r}: {err}") from err
-    ctx = next(c for c in merged.value["contexts"] if c.get("name") == context)
+    ctx = next(c for c in entries if isinstance(c, dict) and c.get("name") == context)
     namespace = str(((ctx.get("context") or {}).get("namespace")) or "default")
     return LoadedConfig(cfg, namespace, f"kubeconfig {shown} (context {context})")
 
@@ -83,7 +87,8 @@ def _load_incluster(environ: Mapping[str, str], sa_dir: str) -> LoadedConfig:
     cfg = Configuration()
     token, ca = os.path.join(sa_dir, "token"), os.path.join(sa_dir, "ca.crt")
     try:
-        InClusterConfigLoader(token_filename=token, cert_filename=ca, environ=environ).load_and_set(cfg)
+        sa = InClusterConfigLoader(token_filename=token, cert_filename=ca, environ=environ)  # type: ignore[no-untyped-call]
+        sa.load_and_set(cfg)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError) as err:
         raise ConfigError(f"in-cluster configuration ({sa_dir}): {err}") from err
     ns_file = Path(sa_dir, "namespace")

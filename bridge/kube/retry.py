@@ -88,7 +88,7 @@ class Retrier:
                     ) from err
                 delay = err.retry_after if err.retry_after is not None else self.policy.backoff(attempt, self.rand)
                 elapsed = self.clock() - start
-                if elapsed + delay > self.policy.deadline:
+                if elapsed + delay >= self.policy.deadline:
                     raise Unavailable(
                         f"{what}: gave up after {attempt + 1} attempt(s) in {elapsed:.1f}s "
                         f"(deadline {self.policy.deadline:g}s): {err.message}",

@@ -104,7 +104,8 @@ def error_from_status(
     fallback = f"{verb} {target}: HTTP {status}".strip()
     raw_text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
     message = str(st.get("message") or "") or (f"{fallback}: {raw_text[:200]}" if raw_text else fallback)
-    details = st.get("details") if isinstance(st.get("details"), dict) else {}
+    raw_details = st.get("details")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
     kw: dict[str, Any] = {"status": status, "reason": reason or None}
 
     if status == 404:
