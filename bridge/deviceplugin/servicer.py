@@ -121,9 +121,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         if not request.container_requests:
             self._metrics.allocations.labels(resource, "invalid").inc()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Allocate: the request has no container requests")
-        responses = []
-        for creq in request.container_requests:
-            ids = list(creq.devices_ids)
+        # Validate every container request before answering any: the call succeeds or fails as a whole.
+        requests = [list(creq.devices_ids) for creq in request.container_requests]
+        for ids in requests:
             if not ids:
                 self._metrics.allocations.labels(resource, "invalid").inc()
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "Allocate: a container request lists no devices")
@@ -139,9 +139,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 self._log.warning("Allocate refused: %s", message, extra={"device": device_id, "request": ",".join(ids)})
                 code = grpc.StatusCode.INVALID_ARGUMENT if kind == "unknown" else grpc.StatusCode.FAILED_PRECONDITION
                 context.abort(code, f"Allocate refused for {resource}: {message}")
-            devices = [self._table.device(i) for i in ids]
-            alloc = container_allocation([d for d in devices if d is not None], self._config)
-            responses.append(to_proto(alloc))
+        responses = []
+        for ids in requests:
+            devices = [d for d in (self._table.device(i) for i in ids) if d is not None]
+            responses.append(to_proto(container_allocation(devices, self._config)))
             self._metrics.allocations.labels(resource, "ok").inc()
             self._log.info("Allocate", extra={"devices": ",".join(ids)})
         return pb.AllocateResponse(container_responses=responses)

@@ -81,7 +81,11 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:
                 log.debug("http: " + format, *args)
 
-        self._httpd = ThreadingHTTPServer(address, Handler)
+        try:
+            self._httpd = ThreadingHTTPServer(address, Handler)
+        except OSError as err:
+            raise OSError(err.errno, f"cannot serve health and metrics on {address[0]}:{address[1]}: "
+                                     f"{err.strerror or err}") from err
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -246,3 +246,18 @@ def test_cdi_strategies_write_the_node_spec_that_defines_every_allocated_name(
 def test_envvar_strategy_writes_no_cdi_spec(make_node: NodeFactory, short_tmp: Path) -> None:
     make_node("1xH100-80GB")
     assert not (short_tmp / "cdi").exists()
+
+
+def test_one_refused_container_request_fails_the_whole_allocate_call(make_node: NodeFactory, dp_stub) -> None:  # type: ignore[no-untyped-def]
+    daemon = make_node("2xH100-80GB")
+    stub = dp_stub(daemon.plugin.socket_path)
+    good = daemon.source.devices()[0].uuid
+    for bad_request, message in (([good, good], "duplicate device IDs"), ([], "lists no devices"),
+                                 (["GPU-x"], "not in this node's inventory")):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Allocate(pb.AllocateRequest(container_requests=[
+                pb.ContainerAllocateRequest(devices_ids=[good]),
+                pb.ContainerAllocateRequest(devices_ids=bad_request)]), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in err.value.details()
+    assert daemon.metrics.registry.get_sample_value(
+        "bridge_deviceplugin_allocations_total", {"resource": RESOURCE, "outcome": "ok"}) is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 
@@ -62,3 +61,24 @@ def test_http_address_forms(value: str, expected: tuple[str, int] | None) -> Non
 def test_bad_http_addresses_are_rejected(value: str) -> None:
     with pytest.raises(AddressError, match="invalid HTTP address"):
         parse_address(value)
+
+
+def test_an_http_port_in_use_is_a_clear_start_error(short_tmp, kubelet: KubeletSimulator) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    from bridge.inventory.simulated import SimulatedSource
+    from bridge.node.daemon import NodeConfig, NodeDaemon
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        daemon = NodeDaemon(NodeConfig(node_name="n", kubelet_root=short_tmp, http_address=("127.0.0.1", port)),
+                            SimulatedSource.from_spec("1xL4", "n"))
+        with pytest.raises(OSError, match=f"cannot serve health and metrics on 127.0.0.1:{port}"):
+            daemon.start()
+    finally:
+        busy.close()
+    # The failed start cleaned up: no plugin socket left behind.
+    assert [p.name for p in kubelet.device_plugin_dir.iterdir()] == ["kubelet.sock"]
