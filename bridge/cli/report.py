@@ -39,19 +39,20 @@ def _split(ctx: click.Context, param: click.Parameter, value: str) -> str:
     raise click.BadParameter("must be current, all, or a number of devices per GPU node")
 
 
-def _connect(kubeconfig: str | None, context: str | None):  # type: ignore[no-untyped-def]
+def _connect(kubeconfig: str | None, context: str | None, timeout: float):  # type: ignore[no-untyped-def]
     from bridge.kube import connect
+    from bridge.kube.retry import RetryPolicy
 
     try:
-        return connect(kubeconfig, context)
+        return connect(kubeconfig, context, timeout=timeout, retry=RetryPolicy(deadline=timeout))
     except Exception as err:  # ConfigError and friends: a usage problem, exit 2
         raise ReportError(f"cannot load Kubernetes configuration: {err}") from err
 
 
-def _load_live(kubeconfig: str | None, context: str | None):  # type: ignore[no-untyped-def]
+def _load_live(kubeconfig: str | None, context: str | None, timeout: float):  # type: ignore[no-untyped-def]
     from bridge.report.live import LiveError, Progress, load_live
 
-    api = _connect(kubeconfig, context)
+    api = _connect(kubeconfig, context, timeout)
     try:
         return load_live(api, source=f"context {context}" if context else "live cluster", progress=Progress())
     except LiveError as err:
@@ -69,6 +70,8 @@ class ReportError(click.ClickException):
               help="Scan this snapshot file or directory instead of a live cluster.")
 @click.option("--kubeconfig", envvar="BRIDGE_KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
 @click.option("--context", envvar="BRIDGE_CONTEXT", help="Kubeconfig context.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, envvar="BRIDGE_REPORT_TIMEOUT",
+              help="Seconds per API request, and for retrying an unreachable API server.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "markdown", "html"]), default="table",
               show_default=True, envvar="BRIDGE_REPORT_OUTPUT", help="Output format (json: see report.schema.json).")
 @click.option("--file", "out_file", type=click.Path(dir_okay=False, path_type=Path), envvar="BRIDGE_REPORT_FILE",
@@ -82,7 +85,8 @@ class ReportError(click.ClickException):
 @click.option("--color/--no-color", "colour", default=None, envvar="BRIDGE_REPORT_COLOR",
               help="Colour the table (default: on a terminal unless NO_COLOR is set).")
 @click.pass_context
-def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | None, context: str | None, output: str,
+def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | None, context: str | None,
+                   timeout: float, output: str,
                    out_file: Path | None, emit_manifests: Path | None, assume_split: str, dp_configs: tuple[Path, ...],
                    colour: bool | None) -> None:
     if ctx.invoked_subcommand is not None:
@@ -107,7 +111,7 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
         except SnapshotError as err:
             raise ReportError(str(err)) from err
     else:
-        data = _load_live(kubeconfig, context)
+        data = _load_live(kubeconfig, context, timeout)
     if colour is None:
         target_tty = out_file is None and sys.stdout.isatty()
         colour = target_tty and not os.environ.get("NO_COLOR")
@@ -135,7 +139,7 @@ def snapshot_cmd(ctx: click.Context, out: Path) -> None:
     from bridge.report.live import write_snapshot
 
     parent = ctx.parent.params if ctx.parent else {}
-    data = _load_live(parent.get("kubeconfig"), parent.get("context"))
+    data = _load_live(parent.get("kubeconfig"), parent.get("context"), parent.get("timeout", 30.0))
     files = write_snapshot(data, out)
     total = sum(len(v) for v in data.objects.values())
     click.echo(f"wrote {total} objects in {len(files)} files to {out}", err=True)

@@ -1,0 +1,77 @@
+"""Live mode against the API emulator loaded with the example snapshot: same findings as snapshot mode, partial
+results on Forbidden, and a `snapshot` round trip."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.kube import connect
+from bridge.report import build_report, load_snapshot
+from bridge.report.live import Progress, load_live
+from bridge.report.sources import KINDS
+from bridge.sandbox.apiserver import ApiServer
+from tests.report.conftest import EXAMPLE
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ApiServer]:
+    data = load_snapshot(EXAMPLE)
+    with ApiServer(version="1.34.2", default_namespaces=()) as srv:
+        srv.load_objects([o for kind in KINDS for o in data.of(kind)])
+        yield srv
+
+
+@pytest.fixture
+def kubeconfig(server: ApiServer, tmp_path: Path) -> Path:
+    return server.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def _facts(report) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return [(f.rule, f.severity, f.object.kind, f.object.namespace, f.object.name, f.message) for f in report.findings]
+
+
+def test_live_scan_gives_the_same_findings_as_the_snapshot(kubeconfig: Path) -> None:
+    snap = build_report(load_snapshot(EXAMPLE))
+    progress_out = io.StringIO()
+    live_data = load_live(connect(kubeconfig), progress=Progress(progress_out, enabled=True), page_size=7)
+    live = build_report(live_data)
+    assert live_data.unreadable == {}
+    assert _facts(live) == _facts(snap)
+    assert [(r.name, r.status) for r in live.namespaces] == [(r.name, r.status) for r in snap.namespaces]
+    assert "scanning pods" in progress_out.getvalue()  # pages of 7 drive the progress line
+
+
+def test_forbidden_resource_is_named_and_the_rest_is_scanned(server: ApiServer, kubeconfig: Path) -> None:
+    server.faults.fail(count=1000, status=403, path_regex=r"/resourcequotas")
+    try:
+        data = load_live(connect(kubeconfig))
+    finally:
+        server.faults.clear()
+    assert "resourcequotas" in data.unreadable and "list" in data.unreadable["resourcequotas"]
+    assert len(data.of("Pod")) == len(load_snapshot(EXAMPLE).of("Pod"))
+    report = build_report(data)
+    assert any(f.rule == "DRB000" and f.object.name == "resourcequotas" for f in report.findings)
+    assert not any(f.rule == "DRB030" for f in report.findings)
+
+
+def test_snapshot_command_round_trip(kubeconfig: Path, tmp_path: Path) -> None:
+    out = tmp_path / "snap"
+    res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "snapshot", "--out", str(out)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "version.json").read_text())["serverVersion"]["gitVersion"] == "v1.34.2"
+    again = build_report(load_snapshot(out))
+    assert _facts(again) == _facts(build_report(load_snapshot(EXAMPLE)))
+
+
+def test_live_cli_report_exit_code(kubeconfig: Path) -> None:
+    res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "-o", "json"],
+                             catch_exceptions=False)
+    assert res.exit_code == 1 and json.loads(res.output)["status"] == "blocked"
