@@ -17,6 +17,7 @@ _COMMANDS: dict[str, str] = {
     "webhook": "bridge.cli.webhook:webhook",
     "namespace": "bridge.cli.namespace:namespace",
     "migrate-report": "bridge.cli.report:migrate_report",
+    "sandbox": "bridge.cli.sandbox:sandbox",
 }
 
 
