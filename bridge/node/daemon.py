@@ -195,6 +195,12 @@ class NodeDaemon:
             self._log.exception("error while closing the device source")
         self._log.info("node daemon stopped")
 
+    def ownership_changed(self) -> None:
+        """Call after the ledger moved a device between sides: every ListAndWatch stream gets a fresh list (a
+        device now on the dra or withdrawn side is reported Unhealthy; one back on legacy, Healthy)."""
+        if self.table is not None:
+            self.table.ownership_changed()
+
     def wait_registered(self, timeout: float) -> bool:
         return self.plugin is not None and self.plugin.wait_registered(timeout)
 

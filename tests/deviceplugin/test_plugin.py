@@ -173,8 +173,7 @@ def test_dra_side_devices_are_reported_unhealthy_to_the_kubelet(kubelet: Kubelet
     daemon = make_node(source=source, side_of=lambda d: "dra" if d in dra_side else "legacy")
     assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 4, 20)
     dra_side.add(gpus[0])
-    assert daemon.table is not None
-    daemon.table.ownership_changed()
+    daemon.ownership_changed()
     assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 3, 20)
     assert kubelet.devices.resource(RESOURCE).capacity == 4
     assert not kubelet.devices.resource(RESOURCE).devices[gpus[0]].healthy
