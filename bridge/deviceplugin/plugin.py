@@ -53,7 +53,8 @@ class PluginConfig:
     resource_name: str = "nvidia.com/gpu"
     socket_name: str | None = None
     poll_interval_s: float = 0.1
-    register_timeout_s: float = 5.0
+    # Longer than the kubelet's own 10 s blocking dial back to us inside its Register handler.
+    register_timeout_s: float = 15.0
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 5.0
     workers: int = 16

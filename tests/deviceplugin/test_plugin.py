@@ -260,3 +260,15 @@ def test_one_refused_container_request_fails_the_whole_allocate_call(make_node: 
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in err.value.details()
     assert daemon.metrics.registry.get_sample_value(
         "bridge_deviceplugin_allocations_total", {"resource": RESOURCE, "outcome": "ok"}) is None
+
+
+def test_gpus_without_a_known_numa_node_are_listed_without_topology(kubelet: KubeletSimulator,
+                                                                    make_node: NodeFactory) -> None:
+    from dataclasses import replace
+
+    from bridge.inventory.simulated import devices_from_spec
+
+    gpus = [replace(d, numa_node=None) for d in devices_from_spec("2xL4", "node-a")]
+    make_node(source=SimulatedSource(gpus))
+    assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 2, 20)
+    assert [d.numa_nodes for d in kubelet.devices.resource(RESOURCE).devices.values()] == [(), ()]

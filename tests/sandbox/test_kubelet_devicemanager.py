@@ -235,3 +235,10 @@ def test_podresources_list_get_and_allocatable(kubelet: KubeletSimulator, served
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
         alloc = stub.GetAllocatableResources(prpb.AllocatableResourcesRequest(), timeout=10)
         assert sorted(i for d in alloc.devices for i in d.device_ids) == ["w0", "w1", "w2"]
+
+
+def test_the_simulator_refuses_a_root_too_long_for_unix_sockets(short_tmp: Path) -> None:
+    from bridge.node.sockets import SocketPathError
+
+    with pytest.raises(SocketPathError, match="bytes long; the limit is 107 bytes"):
+        KubeletSimulator(short_tmp / ("x" * 100)).start()

@@ -33,6 +33,7 @@ import grpc
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
+from bridge.node.sockets import check_socket_path
 
 log = logging.getLogger("bridge.sandbox.kubelet")
 
@@ -164,6 +165,7 @@ class DeviceManager:
 
     def start(self) -> None:
         """Clean the directory like a starting kubelet, then serve Registration on a fresh kubelet.sock."""
+        check_socket_path(self.socket_path)
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.plugin_dir, 0o750)
         self._cleanup_dir()

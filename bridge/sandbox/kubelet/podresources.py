@@ -21,6 +21,7 @@ import grpc
 
 from bridge._proto.podresources.v1 import podresources_pb2 as pb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
+from bridge.node.sockets import check_socket_path
 from bridge.sandbox.kubelet.devicemanager import Assignment, DeviceManager
 
 SOCKET_DIR = "pod-resources"
@@ -128,6 +129,7 @@ class PodResourcesServer:
         return out
 
     def start(self) -> None:
+        check_socket_path(self.socket_path)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.unlink(self.socket_path)
