@@ -97,9 +97,13 @@ class _Server:
         self._server = grpc.server(self._pool)
         pb_grpc.add_DevicePluginServicer_to_server(servicer, self._server)
         remove_stale_socket(path)
-        if self._server.add_insecure_port("unix:" + path) == 0:
+        try:
+            bound = self._server.add_insecure_port("unix:" + path)
+        except RuntimeError:  # newer grpcio raises instead of returning 0
+            bound = 0
+        if bound == 0:
             self._pool.shutdown(wait=False)
-            raise OSError(f"cannot listen on unix socket {path}")
+            raise OSError(f"cannot listen on unix socket {path} (is the directory writable?)")
         self._server.start()
         try:
             os.chmod(path, 0o600)
