@@ -260,9 +260,10 @@ class ApiServer:
         out.write_text(yaml.safe_dump(config, sort_keys=False))
         return out
 
-    def load_objects(self, objects: Iterable[Obj]) -> int:
-        """Create objects as they are (status kept, server-owned metadata replaced); missing namespaces are created.
-        Raises `loader.LoadError` naming the object on unknown kinds or invalid objects; returns how many loaded."""
+    def load_objects(self, objects: Iterable[Obj], *, validate: bool = True) -> int:
+        """Create objects as they are (status kept, server-owned metadata replaced, no admission webhooks); missing
+        namespaces are created. Raises `loader.LoadError` naming the object on unknown kinds or invalid objects;
+        returns how many were loaded. `validate=False` skips validation (bulk loads for benchmarks)."""
         docs = list(loader.flatten(objects))
         docs.sort(key=lambda d: 0 if d.get("kind") == "Namespace" else 1)
         ns_rt = self.registry.get("", "v1", "namespaces")
@@ -278,11 +279,11 @@ class ApiServer:
             try:
                 if rt.namespaced and self.store.get("namespaces", ("", ns or "")) is None:
                     self.rest.create(ns_rt, None, {"metadata": {"name": ns}}, {}, {}, system=True)
-                self.rest.create(rt, ns, obj, {}, {}, system=True)
+                self.rest.create(rt, ns, obj, {}, {}, system=True, validate=validate)
             except ApiError as err:
                 raise loader.LoadError(f"{doc['kind']} {name!r}: {err.message}") from err
             count += 1
         return count
 
-    def load_dir(self, path: str | Path) -> int:
-        return self.load_objects(loader.read_dir(Path(path)))
+    def load_dir(self, path: str | Path, *, validate: bool = True) -> int:
+        return self.load_objects(loader.read_dir(Path(path)), validate=validate)
