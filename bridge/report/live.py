@@ -42,6 +42,7 @@ from bridge.report.sources import (
     VERSION_FILE,
     ClusterData,
     ServerVersion,
+    bulk_allocation,
 )
 
 CORE_RESOURCES: tuple[Resource, ...] = (
@@ -103,6 +104,13 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
         rapi = ResourceAPI(rversion)
         resources += [rapi.device_classes, rapi.slices]
 
+    with bulk_allocation():
+        _list_all(api, data, resources, progress, page_size)
+    progress.done()
+    return data
+
+
+def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progress: Progress, page_size: int) -> None:
     for res in resources:
         label = res.plural
 
@@ -124,8 +132,6 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
             item.setdefault("kind", res.kind)
             item.setdefault("apiVersion", res.api_version)
             data.add(item, f"list {label}")
-    progress.done()
-    return data
 
 
 def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], None] | None = None) -> list[Path]:

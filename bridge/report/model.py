@@ -166,15 +166,13 @@ def _meta(o: Obj) -> Obj:
 
 
 def _controller_ref(o: Obj) -> tuple[str, str] | None:
-    refs = _meta(o).get("ownerReferences") or ()
-    chosen = None
-    for r in refs:
-        if r.get("controller"):
-            chosen = r
-            break
-    if chosen is None and refs:
-        chosen = refs[0]
-    return (chosen.get("kind", ""), chosen.get("name", "")) if chosen else None
+    refs = (o.get("metadata") or {}).get("ownerReferences")
+    if not refs:
+        return None
+    chosen = refs[0]
+    if len(refs) > 1:
+        chosen = next((r for r in refs if r.get("controller")), chosen)
+    return (chosen.get("kind", ""), chosen.get("name", ""))
 
 
 def _attr_value(v: Any) -> Any:
@@ -254,13 +252,16 @@ def build_model(data: ClusterData) -> ClusterModel:
             kind, name = up
         return kind, name
 
-    # --- workloads from pods
+    # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass)
     rows: dict[Ref, Workload | None] = {}
     ignored = 0
+    ds_pods: list[tuple[str, str, str]] = []  # (namespace, daemonset, node)
     for pod in data.of("Pod"):
-        m = _meta(pod)
+        m = pod.get("metadata") or {}
         ns = m.get("namespace", "")
         ref = _controller_ref(pod)
+        if ref is not None and ref[0] == "DaemonSet":
+            ds_pods.append((ns, ref[1], (pod.get("spec") or {}).get("nodeName") or ""))
         kind, name = top_owner(ns, *ref) if ref else ("Pod", str(m.get("name", "")))
         key: Ref = (kind, ns, name)
         row = rows.get(key, False)
@@ -296,9 +297,9 @@ def build_model(data: ClusterData) -> ClusterModel:
         info = analyse(tmpl)
         if not info.relevant:
             continue
-        if kind == "Job" and ((ctrl.get("status") or {}).get("succeeded") or (ctrl.get("status") or {}).get("completionTime")):
-            continue  # a finished Job holds no GPUs
         desired = desired_replicas(kind, ctrl)
+        if kind == "Job" and desired == 0:
+            continue  # a finished Job holds no GPUs
         rows[(kind, ns, name)] = Workload(kind, ns, name, info, desired if desired is not None else 0)
 
     workloads = [w for w in rows.values() if w is not None]
@@ -343,19 +344,14 @@ def build_model(data: ClusterData) -> ClusterModel:
         if role:
             role_by_ds[(m.get("namespace", ""), m.get("name", ""))] = role
     ds_with_pods: set[tuple[str, str]] = set()
-    if role_by_ds:
-        for pod in data.of("Pod"):
-            ref = _controller_ref(pod)
-            if not ref or ref[0] != "DaemonSet":
-                continue
-            key2 = (_meta(pod).get("namespace", ""), ref[1])
-            role = role_by_ds.get(key2)
-            if role is None:
-                continue
-            ds_with_pods.add(key2)
-            node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
-            if node is not None:
-                _add_backend(node, role)
+    for ns_name, ds_name, node_name in ds_pods:
+        role = role_by_ds.get((ns_name, ds_name))
+        if role is None:
+            continue
+        ds_with_pods.add((ns_name, ds_name))
+        node = nodes.get(node_name)
+        if node is not None:
+            _add_backend(node, role)
     for ds in data.of("DaemonSet"):
         m = _meta(ds)
         key2 = (m.get("namespace", ""), m.get("name", ""))

@@ -144,6 +144,11 @@ def desired_replicas(kind: str, obj: Obj) -> int | None:
         r = spec.get("replicas")
         return 1 if r is None else int(r)
     if kind == "Job":
+        status = obj.get("status") or {}
+        if status.get("completionTime") or any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or ()
+        ):
+            return 0  # a finished Job holds no GPUs
         p = spec.get("parallelism")
         return 1 if p is None else int(p)
     if kind == "CronJob":

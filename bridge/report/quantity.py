@@ -49,6 +49,8 @@ def quantity_int(value: object, default: int = 0) -> int:
     """Whole-unit count (for extended resources, which are integers); `default` when absent or malformed."""
     if value is None:
         return default
+    if isinstance(value, str) and value.isdigit():  # the common case ("8"), without Fraction arithmetic
+        return int(value)
     try:
         return int(parse_quantity(value))
     except QuantityError:

@@ -16,7 +16,7 @@ from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity, 
 from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
 from bridge.report.findings import SEVERITY_RANK, Finding
 from bridge.report.model import ClusterModel, build_model
-from bridge.report.sources import ClusterData
+from bridge.report.sources import ClusterData, bulk_allocation
 
 STATUS_BY_SEVERITY = {"blocker": "blocked", "warning": "needs-config"}
 STATUSES = ("ready", "needs-config", "blocked")
@@ -132,6 +132,11 @@ def _gpus_by_backend(model: ClusterModel) -> dict[str, int]:
 
 
 def build_report(data: ClusterData, options: ReportOptions = ReportOptions()) -> Report:
+    with bulk_allocation():
+        return _build_report(data, options)
+
+
+def _build_report(data: ClusterData, options: ReportOptions) -> Report:
     model = build_model(data)
     ctx = CheckContext(model, options)
     findings = run_checks(ctx)

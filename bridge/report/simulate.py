@@ -45,9 +45,12 @@ class FitResult:
 class Pool:
     """A multiset of node shapes. `copy()` is cheap (shapes are shared tuples)."""
 
-    def __init__(self, shapes: Counter[Shape] | None = None, selectors: int = 0) -> None:
+    def __init__(self, shapes: Counter[Shape] | None = None, selectors: int = 0,
+                 _free: dict[tuple[Shape, int], tuple[int, int]] | None = None) -> None:
         self.shapes: Counter[Shape] = shapes if shapes is not None else Counter()
         self.selectors = selectors
+        # (shape, selector) -> (matching free devices, all free devices); shapes are values, so copies share it.
+        self._free = _free if _free is not None else {}
 
     @classmethod
     def from_nodes(cls, node_vectors: Iterable[Sequence[Vector]], selectors: int) -> "Pool":
@@ -59,7 +62,14 @@ class Pool:
         return cls(shapes, selectors)
 
     def copy(self) -> "Pool":
-        return Pool(Counter(self.shapes), self.selectors)
+        return Pool(Counter(self.shapes), self.selectors, self._free)
+
+    def _free_of(self, shape: Shape, selector: int) -> tuple[int, int]:
+        hit = self._free.get((shape, selector))
+        if hit is None:
+            hit = (sum(c for v, c in shape if v[selector]), sum(c for _, c in shape))
+            self._free[(shape, selector)] = hit
+        return hit
 
     def matching(self, selector: int) -> int:
         return sum(n * sum(c for v, c in shape if v[selector]) for shape, n in self.shapes.items())
@@ -70,12 +80,9 @@ class Pool:
     def place(self, need: PodNeed) -> bool:
         best: tuple[int, int, Shape] | None = None
         for shape in self.shapes:
-            free = sum(c for v, c in shape if v[need.selector])
-            if free >= need.devices:
-                total = sum(c for _, c in shape)
-                cand = (free, total, shape)
-                if best is None or cand[:2] < best[:2]:
-                    best = cand
+            free, total = self._free_of(shape, need.selector)
+            if free >= need.devices and (best is None or (free, total) < best[:2]):
+                best = (free, total, shape)
         if best is None:
             return False
         shape = best[2]

@@ -75,3 +75,11 @@ def test_daemonset_without_captured_pods_is_placed_by_node_selector() -> None:
     data = cluster(ds, node("a", 4, allocatable=0, labels={"gpu": "yes"}), node("b", 4, allocatable=0))
     nodes = build_model(data).nodes
     assert nodes["a"].backends == {"device-plugin"} and nodes["b"].backends == set()
+
+
+def test_finished_job_holds_no_gpus() -> None:
+    done = owned("Job", "done", "team", None, {"parallelism": 4, "template": {"spec": GPU1}})
+    done["status"] = {"completionTime": "2026-11-01T00:00:00Z", "succeeded": 4}
+    data = cluster(done, pod("done-a", pod_spec=GPU1, owner=("Job", "done"), phase="Succeeded"))
+    assert rows(data) == {("Job", "team", "done"): (0, 0)}
+    assert rows(cluster(done)) == {}

@@ -80,3 +80,16 @@ def test_html_is_one_self_contained_file(outputs: dict[str, str]) -> None:
     assert re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html) is None
     assert "@import" not in html and "url(" not in html
     assert html.count("<svg") == 2
+
+
+def test_readiness_chart_stays_readable_for_many_namespaces() -> None:
+    from dataclasses import replace
+
+    from bridge.report.render.html import MAX_BARS, readiness_chart
+
+    report = run_report(load_snapshot(EXAMPLE)).report
+    row = report.namespaces[0]
+    many = replace(report, namespaces=[replace(row, name=f"ns-{i:04d}", gpus={"nvidia.com/gpu": i}) for i in range(500)])
+    svg = readiness_chart(many)
+    assert svg.count("<rect") == MAX_BARS + 3  # bars + legend
+    assert "ns-0499" in svg and "ns-0000" not in svg and "of 500" in svg

@@ -1,8 +1,8 @@
 """HTML output: ONE self-contained file (inline CSS, inline SVG charts, a few lines of inline script), no external
 resources of any kind, so it opens offline and can be attached to a ticket.
 
-Charts: readiness by namespace (one bar per namespace, length = GPUs requested, colour = status) and GPUs by
-backend. The script only adds severity filters to the findings list; when it has run it sets
+Charts: readiness by namespace (one bar per namespace, length = GPUs requested, colour = status; at most 40
+bars, the largest namespaces) and GPUs by backend. The script only adds severity filters to the findings list; when it has run it sets
 `<body data-report-ready="true">`, which the browser test reads to prove the page ran without script errors.
 """
 
@@ -62,10 +62,18 @@ def _pill(word: str) -> str:
     return f'<span class="pill" style="background:{COLOURS.get(word, "#555")}">{escape(word)}</span>'
 
 
+MAX_BARS = 40  # a 10,000-namespace cluster gets the 40 largest by GPU requests, and a note
+
+
 def readiness_chart(report: Report) -> str:
     rows = report.namespaces
     if not rows:
         return "<p>No namespaces with GPU workloads.</p>"
+    note = ""
+    if len(rows) > MAX_BARS:
+        rows = sorted(sorted(rows, key=lambda r: (-sum(r.gpus.values()), r.name))[:MAX_BARS], key=lambda r: r.name)
+        note = (f"<p>The {MAX_BARS} namespaces with the most GPU requests of {len(report.namespaces)}; "
+                "all are in the table below.</p>")
     bar_h, gap, label_w, width = 22, 6, 150, 560
     total = max((sum(r.gpus.values()) for r in rows), default=1) or 1
     height = len(rows) * (bar_h + gap) + 30
@@ -86,7 +94,7 @@ def readiness_chart(report: Report) -> str:
         parts.append(f'<text x="{x + 16}" y="{y + 11}" font-size="12">{status}</text>')
         x += 110
     parts.append("</svg>")
-    return "".join(parts)
+    return note + "".join(parts)
 
 
 def backend_chart(report: Report) -> str:
