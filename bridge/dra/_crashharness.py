@@ -3,7 +3,8 @@
     python -m bridge.dra._crashharness --kubeconfig K --node node-a --kubelet-root R --state-dir S \
         --cdi-root C --boot-id-file B [--devices 4xH100-80GB] [--legacy 0,1]
 
-Simulated GPUs, the durable claim store, the real plugin sockets. Combined with `BRIDGE_CRASH_AT` (see
+Simulated GPUs, the node checkpoint (`<state-dir>/checkpoint.json`, opened as `bridge node` opens it), the real
+plugin sockets. Combined with `BRIDGE_CRASH_AT` (see
 `crashpoints`) it dies with SIGKILL at a chosen step; tests restart it and let the kubelet simulator retry.
 Runs until SIGTERM/SIGINT, then removes its sockets. Not a user command: `bridge node` is.
 """
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.plugin import PluginConfig
-from bridge.dra.stores import FileClaimStore
+from bridge.dra.stores import CheckpointClaimStore, open_checkpoint
 from bridge.inventory.model import DeviceID
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import connect
+from bridge.ledger.checkpoint import Checkpoint, read_boot_id
 from bridge.logs import setup_logging
 
 
@@ -45,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     def side_of(uuid: DeviceID) -> str:
         return "legacy" if uuid in legacy else "dra"
 
-    store = FileClaimStore(args.state_dir)
+    checkpoint = Checkpoint(args.state_dir, boot_id=lambda: read_boot_id(args.boot_id_file))
+    opened = open_checkpoint(checkpoint)
+    store = CheckpointClaimStore(checkpoint)
     node = DraNode(
         DraConfig(node_name=args.node, plugin=PluginConfig(kubelet_root=args.kubelet_root),
                   cdi_root=Path(args.cdi_root), boot_id_path=Path(args.boot_id_file)),
@@ -55,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     node.start()
-    if store.corrupt_moved_to is not None:
-        print(f"CORRUPT-CHECKPOINT-MOVED-TO {store.corrupt_moved_to}", flush=True)
+    if opened.corrupt is not None:
+        print(f"CORRUPT-CHECKPOINT-MOVED-TO {opened.corrupt.moved_to}", flush=True)
     print("READY", flush=True)
     try:
         stop.wait()

@@ -6,12 +6,12 @@ lookup), so production behaviour is unchanged. `BRIDGE_CRASH_ONCE_FILE=<path>` m
 file (the file is created just before the kill), so the restarted process passes the same point.
 
 Points (in execution order):
-    prepare-after-checkpoint-started   the PrepareStarted record is durable, no CDI file yet
-    prepare-after-cdi-write            the CDI spec is on disk, the record still says PrepareStarted
-    prepare-after-checkpoint-completed the record says PrepareCompleted, the response is not sent yet
-    unprepare-before-cdi-remove        nothing undone yet
-    unprepare-after-cdi-remove         the CDI spec is gone, the record is still there
-    unprepare-after-checkpoint         the record is gone, the response is not sent yet
+    prepare-after-checkpoint-started   the PrepareStarted records are written (renamed, not fsynced), no CDI file
+    prepare-after-cdi-write            the CDI specs are on disk, the records still say PrepareStarted
+    prepare-after-checkpoint-completed the records say PrepareCompleted (fsynced), the response is not sent yet
+    unprepare-before-cdi-remove        nothing undone yet for this claim
+    unprepare-after-cdi-remove         this claim's CDI spec is gone, its record is still there
+    unprepare-after-checkpoint         the batch's records are gone, the response is not sent yet
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ import grpc
 from bridge.dra import health as health_mod
 from bridge.dra import registration, servicer
 from bridge.dra.health import HealthBoard
-from bridge.dra.registration import RegistrationServicer
+from bridge.dra.registration import RegistrationServicer, RegistrationStatus
 from bridge.dra.servicer import PrepareCore
 from bridge.dra.slices import DEFAULT_DRIVER, SliceError, validate_driver_name
 from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket
@@ -81,7 +82,8 @@ class DraPlugin:
     """Serves `DRAPlugin` v1 + v1beta1 (and `DRAResourceHealth` v1alpha1 + v1 when a board is given) on the DRA
     socket, and `pluginregistration.Registration` on the registration socket."""
 
-    def __init__(self, config: PluginConfig, core: PrepareCore, board: HealthBoard | None = None) -> None:
+    def __init__(self, config: PluginConfig, core: PrepareCore, board: HealthBoard | None = None, *,
+                 on_status: Callable[[RegistrationStatus], None] | None = None) -> None:
         config.check()
         self.config = config
         self.core = core
@@ -90,6 +92,7 @@ class DraPlugin:
             config.driver,
             str(config.dra_socket),
             registration.supported_versions(health=self.board is not None, dra_services=config.dra_services),
+            on_status=on_status,
         )
         self._dra_server: grpc.Server | None = None
         self._reg_server: grpc.Server | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -45,7 +46,11 @@ class RegistrationStatus:
 class RegistrationServicer(pb_grpc.RegistrationServicer):
     """`GetInfo` + `NotifyRegistrationStatus` for one DRA driver instance."""
 
-    def __init__(self, driver: str, endpoint: str, versions: tuple[str, ...]) -> None:
+    def __init__(self, driver: str, endpoint: str, versions: tuple[str, ...],
+                 on_status: Callable[[RegistrationStatus], None] | None = None) -> None:
+        """`on_status` is called (on the gRPC thread, after the status is stored) for every
+        `NotifyRegistrationStatus`: the daemon republishes its ResourceSlices on each `registered=True`, since a
+        (re)registration follows a kubelet start, and the kubelet wipes the node's slices when it starts."""
         if not endpoint.startswith("/"):
             raise ValueError(f"the DRA endpoint must be an absolute socket path, got {endpoint!r}")
         if not versions:
@@ -56,7 +61,9 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         self._lock = threading.Lock()
         self._status: RegistrationStatus | None = None
         self._changed = threading.Condition(self._lock)
+        self._on_status = on_status
         self.get_info_calls = 0
+        self.notifications = 0
 
     # -- gRPC -----------------------------------------------------------------------------------------------------
 
@@ -74,7 +81,13 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         status = RegistrationStatus(registered=request.plugin_registered, error=request.error, at=time.time())
         with self._changed:
             self._status = status
+            self.notifications += 1
             self._changed.notify_all()
+        if self._on_status is not None:
+            try:
+                self._on_status(status)
+            except Exception:  # noqa: BLE001 - a failing listener must not fail the kubelet's call
+                log.exception("registration status listener failed", extra={"driver": self.driver})
         if status.registered:
             log.info("registered with the kubelet", extra={"driver": self.driver, "endpoint": self.endpoint})
         else:

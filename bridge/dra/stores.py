@@ -1,25 +1,26 @@
 """Adapters from the prepare core's two seams (`ClaimStore`, `CdiStore`) to the project's ledger and CDI packages.
 
-`prepare.py` depends only on the Protocols; the concrete persistence lives in `bridge/ledger` (checkpoint file,
-file lock, boot ID) and `bridge/cdi` (spec building, atomic writer). This module is the only glue.
+`prepare.py` depends only on the Protocols; the concrete persistence lives in `bridge/ledger` (the node's ONE
+checkpoint file with its `update(mutate)` path, file locks, boot ID) and `bridge/cdi` (spec building, atomic
+writer). This module is the only glue. Invariant: prepared claims and ownership sides share one checkpoint file,
+so there is exactly one place (and one write path) for everything the node must remember across crashes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from bridge.cdi import CdiSpecWriter, atomic_write_bytes, build_claim_spec, claim_kind
+from bridge.cdi import CdiSpecWriter, build_claim_spec, claim_kind
 from bridge.dra.prepare import ClaimRecord, RecordedDevice
-from bridge.inventory.model import GpuDevice
+from bridge.inventory.model import DeviceID, GpuDevice
+from bridge.ledger.checkpoint import Checkpoint, CheckpointCorrupt
 from bridge.ledger.lock import FileLock, serialize_lock
+from bridge.ledger.state import CheckpointData, PreparedClaim, PreparedDevice
 
 log = logging.getLogger(__name__)
 
@@ -47,94 +48,116 @@ class ClaimCdi:
         return set(self.writer.list())
 
 
-class FileClaimStore:
-    """`ClaimStore` on one versioned JSON file under the state dir, serialized by the ledger's node-wide lock.
+class CheckpointClaimStore:
+    """`ClaimStore` over the node's one checkpoint (`bridge.ledger.Checkpoint`): the prepared-claim records live in
+    the same file as the ownership sides, and every change goes through `Checkpoint.update(mutate)`.
 
-    INTERIM: `bridge/ledger/checkpoint.py` (the project's single checkpoint with `update(mutate)`) had not landed
-    when the DRA core was written; this store keeps the same guarantees for the DRA claim records alone (atomic
-    replace with fsync through `bridge.cdi.atomic_write_bytes`, the ledger's `FileLock`, a version field, a
-    corrupt file moved aside and reported) and is to be replaced by an adapter over the ledger's checkpoint.
-    Every `put`/`remove` is one durable write; callers hold `serialized()` around read-modify-write sequences.
+    Record mapping: `ClaimRecord` <-> `PreparedClaim`/`PreparedDevice`; a record's `boot_id` is the file's boot ID
+    (the checkpoint stores one per file, and `open_checkpoint` drops an earlier boot's claims before anything is
+    written in this boot). `serialized()` takes the node-wide Prepare/Unprepare lock (`pu.lock`) and then re-reads
+    the checkpoint, since another instance (rolling update) may have changed it; `load()` answers from that
+    snapshot while the lock is held and reads the file otherwise. `commit(put, remove, durable=...)` is one
+    `update` (see `bridge.dra.prepare` for which writes are fsynced and why).
     """
 
-    VERSION = 1
-
-    def __init__(self, state_dir: str | Path, *, file_name: str = "dra-claims.json") -> None:
-        self.state_dir = Path(state_dir)
-        self.path = self.state_dir / file_name
-        self.corrupt_moved_to: Path | None = None
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._records = self._read()
+    def __init__(self, checkpoint: Checkpoint, *, clock: Callable[[], float] = time.time) -> None:
+        self.checkpoint = checkpoint
+        self._clock = clock
+        self._held: dict[str, ClaimRecord] | None = None
 
     def serialized(self, timeout: float) -> AbstractContextManager[None]:
-        return _Reloading(self, serialize_lock(self.state_dir, timeout))
+        return _Serialized(self, serialize_lock(self.checkpoint.dir, timeout))
 
     def load(self) -> dict[str, ClaimRecord]:
-        return dict(self._records)
+        if self._held is not None:
+            return dict(self._held)
+        return self._read()
 
-    def put(self, record: ClaimRecord) -> None:
-        records = dict(self._records)
-        records[record.uid] = record
-        self._write(records)
+    def commit(self, put: Sequence[ClaimRecord] = (), remove: Sequence[str] = (), *, durable: bool = True) -> None:
+        if not put and not remove:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock()))
+        claims = [_to_ledger(r, stamp) for r in put]
+        gone = set(remove)
 
-    def remove(self, uid: str) -> None:
-        if uid in self._records:
-            records = dict(self._records)
-            del records[uid]
-            self._write(records)
+        def mutate(data: CheckpointData) -> CheckpointData:
+            kept = {uid: c for uid, c in data.claims.items() if uid not in gone}
+            kept.update({c.uid: c for c in claims})
+            return replace(data, claims=kept)
 
-    # -- file format ------------------------------------------------------------------------------------------------
+        data = self.checkpoint.update(mutate, durable=durable)
+        if self._held is not None:
+            boot = self.checkpoint.current_boot_id()
+            self._held = {uid: _from_ledger(c, boot) for uid, c in data.claims.items()}
 
     def _read(self) -> dict[str, ClaimRecord]:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != self.VERSION:
-                raise ValueError(f"unsupported version {doc.get('version') if isinstance(doc, dict) else None!r}")
-            return {uid: _record_from(uid, r) for uid, r in doc["claims"].items()}
-        except (ValueError, KeyError, TypeError) as err:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            os.replace(self.path, aside)
-            self.corrupt_moved_to = aside
-            log.error(
-                "the DRA claim checkpoint is corrupt: moved aside; claims will be re-read from the API when the "
-                "kubelet asks again",
-                extra={"path": str(self.path), "moved_to": str(aside), "error": str(err)},
-            )
-            return {}
-
-    def _write(self, records: dict[str, ClaimRecord]) -> None:
-        doc = {"version": self.VERSION, "claims": {uid: asdict(r) for uid, r in sorted(records.items())}}
-        atomic_write_bytes(self.path, json.dumps(doc, indent=1).encode(), mode=0o600)
-        self._records = records
+        result = self.checkpoint.read()
+        boot = result.boot_id or self.checkpoint.current_boot_id()
+        return {uid: _from_ledger(c, boot) for uid, c in result.data.claims.items()}
 
 
-class _Reloading:
-    """Take the file lock, then re-read the file: another instance (rolling update) may have changed it."""
-
-    def __init__(self, store: FileClaimStore, lock: FileLock) -> None:
+class _Serialized:
+    def __init__(self, store: CheckpointClaimStore, lock: FileLock) -> None:
         self.store, self.lock = store, lock
 
     def __enter__(self) -> None:
         self.lock.acquire()
-        self.store._records = self.store._read()
+        try:
+            self.store._held = self.store._read()
+        except BaseException:
+            self.lock.release()
+            raise
 
     def __exit__(self, *exc: object) -> None:
+        self.store._held = None
         self.lock.release()
 
 
-def _record_from(uid: str, r: dict[str, Any]) -> ClaimRecord:
-    if r["state"] not in ("PrepareStarted", "PrepareCompleted"):
-        raise ValueError(f"claim {uid}: unknown state {r['state']!r}")
-    devices = tuple(
-        RecordedDevice(
-            device=d["device"], pool=d["pool"], uuid=d["uuid"], request_names=tuple(d["request_names"]),
-            cdi_ids=tuple(d["cdi_ids"]), admin_access=bool(d.get("admin_access", False)),
-        )
-        for d in r["devices"]
-    )
-    return ClaimRecord(uid=uid, namespace=r["namespace"], name=r["name"], state=r["state"], boot_id=r["boot_id"],
-                       devices=devices)
+def _to_ledger(r: ClaimRecord, stamp: str) -> PreparedClaim:
+    return PreparedClaim(
+        uid=r.uid, namespace=r.namespace, name=r.name, state=r.state, updated_at=stamp,
+        devices=tuple(PreparedDevice(device=d.device, pool=d.pool, request_names=d.request_names,
+                                     uuid=DeviceID(d.uuid), cdi_ids=d.cdi_ids, admin_access=d.admin_access)
+                      for d in r.devices))
+
+
+def _from_ledger(c: PreparedClaim, boot_id: str) -> ClaimRecord:
+    return ClaimRecord(
+        uid=c.uid, namespace=c.namespace, name=c.name, state=c.state, boot_id=boot_id,
+        devices=tuple(RecordedDevice(device=d.device, pool=d.pool, uuid=d.uuid, request_names=d.request_names,
+                                     cdi_ids=d.cdi_ids, admin_access=d.admin_access) for d in c.devices))
+
+
+@dataclass(frozen=True)
+class OpenedCheckpoint:
+    """What the daemon starts from: the stored state (empty on a fresh node or after a corrupt file)."""
+
+    data: CheckpointData
+    exists: bool
+    corrupt: CheckpointCorrupt | None = None  # set when the file was unusable and has been moved aside
+    discarded_claims: tuple[str, ...] = ()  # claim UIDs dropped because they were prepared in an earlier boot
+
+
+def open_checkpoint(checkpoint: Checkpoint) -> OpenedCheckpoint:
+    """Read the checkpoint at start, before anything writes to it.
+
+    * a corrupt file: already moved aside by the checkpoint; logged at ERROR with where it went; the daemon goes on
+      from an empty state and rebuilds from the API (split target) and the kubelet (PodResources): never silently;
+    * a file from an earlier boot: its prepared claims are void (tmpfs CDI specs are gone, the kubelet prepares
+      again) and are dropped in one durable write; the ownership sides are kept (the kubelet's device assignments
+      survive a reboot in its own checkpoint).
+    Raises CheckpointError when the file cannot be read or written at all (I/O error, lock timeout).
+    """
+    try:
+        result = checkpoint.read()
+    except CheckpointCorrupt as err:
+        log.error("%s", err, extra={"path": str(err.path), "moved_to": str(err.moved_to), "reason": err.reason})
+        return OpenedCheckpoint(CheckpointData(), exists=False, corrupt=err)
+    if result.exists and result.previous_boot:
+        dropped = tuple(sorted(result.data.claims))
+        data = checkpoint.update(lambda d: d.without_claims(), adopt_previous_boot=True)
+        log.warning("the checkpoint was written in an earlier boot (%s); discarded its %d prepared claim(s), which "
+                    "the kubelet prepares again; kept the ownership sides", result.boot_id, len(dropped),
+                    extra={"claims": ",".join(dropped)})
+        return OpenedCheckpoint(data, exists=True, discarded_claims=dropped)
+    return OpenedCheckpoint(result.data, exists=result.exists)

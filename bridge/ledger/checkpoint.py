@@ -14,6 +14,18 @@ Invariants:
   (`ReadResult.previous_boot`); `update` refuses to build on it unless the caller says it has dealt with it
   (`adopt_previous_boot=True`, typically with `CheckpointData.without_claims`): CDI specs in tmpfs are gone after a
   reboot, so prepared claims must be prepared again, never trusted.
+* Durability is per write (`update(..., durable=...)`). Every write is atomic (temp file + rename): a process that
+  dies at any instant leaves the old or the new file, never a mix, and the page cache keeps a renamed file for the
+  next process even if it was never fsynced. fsync (file, then directory) only matters when unsynced data is lost,
+  and that happens only on power loss or a kernel crash, i.e. a reboot: a new boot ID, the tmpfs CDI specs gone,
+  the kubelet preparing every claim again, and this module discarding the old boot's claims anyway. So a claim
+  record that is superseded before the next durable write may skip the fsync (`durable=False`, the prepare path's
+  PrepareStarted). What must survive a reboot is the ownership sides (the kubelet's device assignments survive
+  it), and those are always written durably (the default). Residual risk of a non-durable write: on a filesystem
+  that does not order a rename-over-existing-file after the new file's data (ext4's `auto_da_alloc` and btrfs do),
+  a power cut between a non-durable write and the next durable one can leave a file that fails its checksum; it
+  then takes the corrupt-file path below (moved aside, rebuilt from the API and the kubelet), never a silent
+  partial state. Callers keep that window short: the durable write follows within the same request.
 * A corrupt file (not JSON, wrong checksum, unknown version, malformed data) is never silently replaced by an
   empty state: it is renamed to `checkpoint.json.corrupt-<UTC timestamp>` and `CheckpointCorrupt` is raised, naming
   the reason and where the file went. The caller rebuilds from what the API and the kubelet can tell it.
@@ -68,6 +80,23 @@ def read_boot_id(path: str | Path = BOOT_ID_PATH) -> str:
     return value
 
 
+def _replace_unsynced(path: Path, data: bytes) -> None:
+    """Atomic replace without fsync: temp file in the same directory, then rename (see the module docstring)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def checksum(data: dict[str, Any]) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
@@ -92,6 +121,10 @@ class Checkpoint:
         self._lock_timeout_s = lock_timeout_s
         self._clock = clock
 
+    def current_boot_id(self) -> str:
+        """The boot ID this process writes with (the node's, or the injected reader's)."""
+        return self._boot_id()
+
     def _lock(self) -> FileLock:
         return FileLock(self._lock_path, self._lock_timeout_s)
 
@@ -105,11 +138,13 @@ class Checkpoint:
             raise CheckpointError(str(err)) from err
 
     def update(self, mutate: Callable[[CheckpointData], CheckpointData], *,
-               adopt_previous_boot: bool = False) -> CheckpointData:
+               adopt_previous_boot: bool = False, durable: bool = True) -> CheckpointData:
         """Apply `mutate` to the stored state and persist the result atomically; returns the new state.
 
         If `mutate` raises, nothing is written. Raises CheckpointCorrupt (file moved aside) or
-        CheckpointFromPreviousBoot (see module docstring) before calling `mutate`.
+        CheckpointFromPreviousBoot (see module docstring) before calling `mutate`. `durable=False` skips the file
+        and directory fsync but keeps the atomic rename: only for state that is void after a reboot and is
+        followed shortly by a durable write (see the module docstring for why that is crash-safe).
         """
         current = self._boot_id()
         try:
@@ -122,17 +157,21 @@ class Checkpoint:
                 new = mutate(result.data)
                 if not isinstance(new, CheckpointData):
                     raise TypeError(f"checkpoint mutate function returned {type(new).__name__}, not CheckpointData")
-                self._write_locked(new, current)
+                self._write_locked(new, current, durable)
                 return new
         except TimeoutError as err:
             raise CheckpointError(str(err)) from err
 
-    def _write_locked(self, data: CheckpointData, boot_id: str) -> None:
+    def _write_locked(self, data: CheckpointData, boot_id: str, durable: bool = True) -> None:
         payload = data.to_dict()
         doc = {"version": CHECKPOINT_VERSION, "bootID": boot_id, "checksum": checksum(payload), "data": payload}
+        raw = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), mode=0o600)
+            if durable:
+                atomic_write_bytes(self.path, raw, mode=0o600)
+            else:
+                _replace_unsynced(self.path, raw)
         except OSError as err:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {err.strerror or err}") from err
 

@@ -40,18 +40,25 @@ class PreparedDevice:
     request_names: tuple[str, ...]
     uuid: DeviceID
     cdi_ids: tuple[str, ...] = ()
+    admin_access: bool = False  # an adminAccess request only observes the device: exempt from exclusivity
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "pool": self.pool, "requestNames": list(self.request_names),
-                "uuid": self.uuid, "cdiIDs": list(self.cdi_ids)}
+        out: dict[str, Any] = {"device": self.device, "pool": self.pool, "requestNames": list(self.request_names),
+                               "uuid": self.uuid, "cdiIDs": list(self.cdi_ids)}
+        if self.admin_access:
+            out["adminAccess"] = True
+        return out
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> PreparedDevice:
         if not isinstance(d, dict):
             raise ValueError(f"{where}: expected an object")
+        admin = d.get("adminAccess", False)
+        if not isinstance(admin, bool):
+            raise ValueError(f"{where}.adminAccess: expected a boolean, got {admin!r}")
         return cls(device=_str(d, "device", where), pool=_str(d, "pool", where),
                    request_names=_str_list(d, "requestNames", where), uuid=DeviceID(_str(d, "uuid", where)),
-                   cdi_ids=_str_list(d, "cdiIDs", where))
+                   cdi_ids=_str_list(d, "cdiIDs", where), admin_access=admin)
 
 
 @dataclass(frozen=True)

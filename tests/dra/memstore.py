@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from bridge.dra.prepare import ClaimRecord
@@ -14,7 +14,8 @@ class MemoryClaimStore:
     def __init__(self) -> None:
         self.records: dict[str, ClaimRecord] = {}
         self.lock = threading.Lock()
-        self.history: list[tuple[str, str, str]] = []  # (op, uid, state)
+        self.history: list[tuple[str, str, str]] = []  # (op, uid, "state durability")
+        self.commits = 0
 
     @contextmanager
     def serialized(self, timeout: float) -> Iterator[None]:
@@ -28,10 +29,11 @@ class MemoryClaimStore:
     def load(self) -> dict[str, ClaimRecord]:
         return dict(self.records)
 
-    def put(self, record: ClaimRecord) -> None:
-        self.records[record.uid] = record
-        self.history.append(("put", record.uid, record.state))
-
-    def remove(self, uid: str) -> None:
-        self.records.pop(uid, None)
-        self.history.append(("remove", uid, ""))
+    def commit(self, put: Sequence[ClaimRecord] = (), remove: Sequence[str] = (), *, durable: bool = True) -> None:
+        for uid in remove:
+            self.records.pop(uid, None)
+            self.history.append(("remove", uid, "durable" if durable else "unsynced"))
+        for record in put:
+            self.records[record.uid] = record
+            self.history.append(("put", record.uid, f"{record.state} {'durable' if durable else 'unsynced'}"))
+        self.commits += 1

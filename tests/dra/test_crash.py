@@ -63,8 +63,13 @@ class Daemon:
         self._thread.join(15)
 
     def records(self) -> dict[str, dict]:
-        path = self.cluster.state_dir / "dra-claims.json"
-        return json.loads(path.read_text())["claims"] if path.exists() else {}
+        return checkpoint_doc(self.cluster)["data"]["preparedClaims"]
+
+
+def checkpoint_doc(cluster: Cluster) -> dict:
+    """The node checkpoint as stored (claims and ownership sides share this one file)."""
+    path = cluster.state_dir / "checkpoint.json"
+    return json.loads(path.read_text()) if path.exists() else {"data": {"preparedClaims": {}}}
 
 
 @pytest.fixture
@@ -137,22 +142,22 @@ def test_after_a_reboot_the_kubelet_re_prepares_and_the_cdi_spec_is_recreated(
     kubelet.wait_for_plugin(DRIVER)
     kubelet.prepare_pod_with_retry(pod, timeout=30)
     assert set(cdi_files(cluster.cdi_root)) == {uid}
-    record = json.loads((cluster.state_dir / "dra-claims.json").read_text())["claims"][uid]
-    assert (record["state"], record["boot_id"]) == ("PrepareCompleted", "boot-2")
+    doc = checkpoint_doc(cluster)
+    assert (doc["data"]["preparedClaims"][uid]["state"], doc["bootID"]) == ("PrepareCompleted", "boot-2")
 
 
 def test_a_corrupt_checkpoint_is_reported_kept_aside_and_the_daemon_still_serves(
     cluster: Cluster, kubelet: DraManager, daemon_factory
 ) -> None:
     cluster.state_dir.mkdir(parents=True)
-    (cluster.state_dir / "dra-claims.json").write_text("{not json")
+    (cluster.state_dir / "checkpoint.json").write_text("{not json")
     daemon = daemon_factory()
     kubelet.wait_for_plugin(DRIVER)
     line = wait_until(lambda: next((l for l in daemon.output if "CORRUPT-CHECKPOINT-MOVED-TO" in l), None),
                       what="the corrupt-checkpoint report")
     aside = Path(line.split()[-1])
     assert aside.read_text() == "{not json"
-    assert any("checkpoint is corrupt" in l for l in daemon.output)
+    assert any("checkpoint.json is corrupt (not valid JSON" in l and "moved it aside" in l for l in daemon.output)
     pod = make_pod(cluster.api, "ns", "p", ["gpu"])
     uid = make_claim(cluster.api, "ns", "gpu", pod, [gpu("gpu-1")])["metadata"]["uid"]
     kubelet.prepare_pod(pod)

@@ -10,10 +10,11 @@ import pytest
 
 from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.plugin import PluginConfig
-from bridge.dra.stores import FileClaimStore
+from bridge.dra.stores import CheckpointClaimStore
 from bridge.inventory.model import DeviceID, HealthEvent
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import EVENTS, connect
+from bridge.ledger.checkpoint import Checkpoint, read_boot_id
 from bridge.sandbox.kubelet.dramanager import DraManager, PodPrepareError
 from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, wait_until
 from tests.dra.conftest import Cluster
@@ -33,7 +34,8 @@ def daemon(cluster: Cluster) -> Iterator[DraNode]:
     node = DraNode(
         DraConfig(NODE, PluginConfig(kubelet_root=str(cluster.kubelet_root), health_resend_interval=0.5),
                   cdi_root=cluster.cdi_root, boot_id_path=boot),
-        connect(str(cluster.kubeconfig)), GPUS, side_of, FileClaimStore(cluster.state_dir),
+        connect(str(cluster.kubeconfig)), GPUS, side_of,
+        CheckpointClaimStore(Checkpoint(cluster.state_dir, boot_id=lambda: read_boot_id(boot))),
     )
     node.start()
     yield node

@@ -79,8 +79,27 @@ def test_prepare_writes_the_cdi_spec_for_the_allocated_gpu_and_returns_its_id(en
     assert spec["devices"] == [{"name": "uid-1-gpu-3", "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{GPUS[3].minor}"}]}}]
     assert f"NVIDIA_VISIBLE_DEVICES={GPUS[3].uuid}" in spec["containerEdits"]["env"]
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= {n["path"] for n in spec["containerEdits"]["deviceNodes"]}
-    # Two-phase: started, then completed.
-    assert env.store.history == [("put", "uid-1", "PrepareStarted"), ("put", "uid-1", "PrepareCompleted")]
+    # Two-phase: started (atomic, not fsynced), then completed (fsynced).
+    assert env.store.history == [("put", "uid-1", "PrepareStarted unsynced"),
+                                 ("put", "uid-1", "PrepareCompleted durable")]
+
+
+def test_all_claims_of_one_call_share_one_started_and_one_completed_checkpoint_write(env: Env) -> None:
+    refs = [make_claim(env.kube, f"c{i}", f"uid-{i}", [f"gpu-{i}"]) for i in (1, 2, 3)]
+    bad = make_claim(env.kube, "bad", "uid-bad", ["gpu-0"])  # legacy side: refused, no checkpoint write for it
+    out = env.preparer.prepare([*refs, bad])
+    assert [out[f"uid-{i}"].error for i in (1, 2, 3)] == ["", "", ""] and out["uid-bad"].error
+    assert env.store.commits == 2
+    assert [h[2] for h in env.store.history] == ["PrepareStarted unsynced"] * 3 + ["PrepareCompleted durable"] * 3
+
+
+def test_two_claims_of_one_call_for_the_same_device_give_it_to_the_first_only(env: Env) -> None:
+    first = make_claim(env.kube, "first", "uid-a", ["gpu-2"])
+    second = make_claim(env.kube, "second", "uid-b", ["gpu-2"])
+    out = env.preparer.prepare([first, second])
+    assert out["uid-a"].error == ""
+    assert "already prepared for ResourceClaim ns/first (uid uid-a)" in out["uid-b"].error
+    assert set(env.store.records) == {"uid-a"}
 
 
 def test_one_bad_claim_does_not_fail_its_neighbours(env: Env) -> None:
@@ -160,7 +179,7 @@ def test_the_sweep_undoes_half_finished_prepares_and_removes_leaked_specs(env: E
     env.preparer.prepare([done])
     half = ClaimRecord("uid-half", "ns", "half", "PrepareStarted", "boot-1",
                        (RecordedDevice("gpu-2", NODE, GPUS[2].uuid, ()),))
-    env.store.put(half)
+    env.store.commit(put=[half])
     env.preparer.cdi.write("uid-half", [("gpu-2", GPUS[2])])
     env.preparer.cdi.write("uid-leak", [("gpu-3", GPUS[3])])
     report = env.make().sweep()
