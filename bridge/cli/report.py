@@ -121,7 +121,7 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
         out_file.write_text(result.text)
         click.echo(f"report written to {out_file}", err=True)
     else:
-        click.echo(result.text, nl=False)
+        click.echo(result.text, nl=False, color=colour)
     if emit_manifests is not None:
         emit_manifests.mkdir(parents=True, exist_ok=True)
         for name, text in sorted(result.manifests.items()):

@@ -79,3 +79,38 @@ def test_unreachable_cluster_exits_2(tmp_path: Path) -> None:
         "current-context: x\n")
     res = run("--kubeconfig", str(kubeconfig), "--timeout", "1")
     assert res.exit_code == 2 and "cannot reach" in res.output
+
+
+def _on_a_terminal(env_extra: dict[str, str]) -> str:
+    """Run the real CLI with stdout on a pseudo-terminal and return what it printed."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"} | env_extra
+    proc = subprocess.Popen([sys.executable, "-m", "bridge", "migrate-report", "--snapshot", str(EXAMPLE)],
+                            stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(leader)
+    return b"".join(chunks).decode()
+
+
+def test_colour_on_a_terminal_unless_no_color() -> None:
+    assert "\x1b[31mblocked" in _on_a_terminal({})
+    assert "\x1b[" not in _on_a_terminal({"NO_COLOR": "1"})
+
+
+def test_colour_can_be_forced_when_piped() -> None:
+    assert "\x1b[31m" in run("--snapshot", str(EXAMPLE), "--color").output
