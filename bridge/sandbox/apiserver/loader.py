@@ -12,6 +12,9 @@ import yaml
 
 Obj = dict[str, Any]
 _SUFFIXES = (".yaml", ".yml", ".json")
+# Files a `bridge migrate-report snapshot` directory carries beside the objects (cluster version, unreadable
+# resources): not Kubernetes objects, so a snapshot directory can be loaded as it is.
+_SNAPSHOT_METADATA = frozenset({"version.json", "unreadable.json"})
 
 
 class LoadError(ValueError):
@@ -51,6 +54,6 @@ def read_dir(path: Path) -> list[Obj]:
     if not path.is_dir():
         raise LoadError(f"{path}: no such file or directory")
     out: list[Obj] = []
-    for file in sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file()):
+    for file in sorted(p for p in path.rglob("*") if p.suffix in _SUFFIXES and p.is_file() and p.name not in _SNAPSHOT_METADATA):
         out.extend(read_file(file))
     return out

@@ -101,7 +101,8 @@ class ApiServer:
         self._watches: set[_Watch] = set()
         self._timers: list[threading.Timer] = []
         self._handler = type("BoundHandler", (Handler,), {"app": self})
-        for ns in default_namespaces:
+        self._default_namespaces = frozenset(default_namespaces)
+        for ns in self._default_namespaces:
             self.rest.create(self.registry.get("", "v1", "namespaces"), None,  # type: ignore[arg-type]
                              {"metadata": {"name": ns}}, {}, {}, system=True)
 
@@ -277,6 +278,15 @@ class ApiServer:
             obj = dict(doc, metadata=dict(doc.get("metadata") or {}))
             ns = obj["metadata"].get("namespace") or ("default" if rt.namespaced else None)
             try:
+                if rt is ns_rt and name in self._default_namespaces:
+                    # A snapshot carries default/kube-system too: its labels replace the emulator's bare ones.
+                    current = self.rest.get(ns_rt, None, name)
+                    meta = dict(current["metadata"], labels={**current["metadata"].get("labels", {}),
+                                                             **obj["metadata"].get("labels", {})},
+                                annotations=obj["metadata"].get("annotations", {}))
+                    self.rest.update(ns_rt, None, name, dict(current, metadata=meta), None, {}, {})
+                    count += 1
+                    continue
                 if rt.namespaced and self.store.get("namespaces", ("", ns or "")) is None:
                     self.rest.create(ns_rt, None, {"metadata": {"name": ns}}, {}, {}, system=True)
                 self.rest.create(rt, ns, obj, {}, {}, system=True, validate=validate)
