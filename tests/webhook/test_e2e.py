@@ -59,7 +59,7 @@ class Cluster:
         hook["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{self.server.port}/mutate",
                                                "caBundle": base64.b64encode(pki.ca_pem).decode()}
         self.api.create(MUTATING_WEBHOOKS, hook)
-        dc = yaml.safe_load((EXAMPLES / "deviceclass.yaml").read_text())
+        dc = yaml.safe_load((EXAMPLES.parent / "deviceclass.yaml").read_text())  # the one DeviceClass manifest
         rapi = self.api.resource_api()
         dc["apiVersion"] = rapi.device_classes.api_version
         self.api.create(rapi.device_classes, dc)
