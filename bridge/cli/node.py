@@ -1,8 +1,9 @@
-"""`bridge node`: the node daemon (device plugin for nvidia.com/gpu; the DRA half joins the same process).
+"""`bridge node`: the node daemon, ONE process serving the GPUs through the device-plugin API AND DRA.
 
-Thin shell: options (each also an env var), validation, then one `NodeDaemon.run()`. SIGTERM and SIGINT stop
-serving, remove our sockets and exit 0. Exit codes: 0 clean stop, 2 bad options, 1 start failure (message on
-stderr: e.g. a socket path over 107 bytes, an NVML error).
+Thin shell: options (each also an env var), validation, then one library call: `DualNode.run()` (or
+`cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes:
+0 clean stop / cleanup done, 2 bad options, 1 start failure (message on stderr: e.g. a socket path over 107 bytes,
+an NVML error, an unwritable state directory, an unreadable kubeconfig).
 """
 
 from __future__ import annotations
@@ -36,21 +37,62 @@ from bridge.logs import setup_logging
                    "cdi-annotations, cdi-cri (as NVIDIA's deviceListStrategy).")
 @click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default=":8080", show_default=True,
               help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT, or 'off'.")
+@click.option("--kubeconfig", show_envvar=True, envvar=["BRIDGE_KUBECONFIG", "KUBECONFIG"], default=None,
+              help="Kubeconfig for the API server (default: in-cluster service account when running in a pod).")
+@click.option("--context", "kube_context", show_envvar=True, envvar="BRIDGE_CONTEXT", default=None,
+              help="Kubeconfig context to use (default: the current context).")
+@click.option("--driver-name", show_envvar=True, envvar="BRIDGE_DRIVER_NAME", default="gpu.dra-bridge.io",
+              show_default=True, help="DRA driver name: ResourceSlices, DeviceClass selector, CDI vendor, sockets.")
+@click.option("--dra", "dra_mode", show_envvar=True, envvar="BRIDGE_DRA", type=click.Choice(["auto", "on", "off"]),
+              default="auto", show_default=True,
+              help="Serve the DRA kubelet-plugin API too. auto: on when an API connection is configured or the "
+                   "daemon runs in a cluster, else device-plugin only (with a warning).")
+@click.option("--dra-devices", show_envvar=True, envvar="BRIDGE_DRA_DEVICES", default=None,
+              help="Cluster default split: which GPUs serve DRA ('0', 'N', 'all', 'gpu-6,gpu-7'). The Node's "
+                   "dra-bridge.io/dra-devices annotation or label overrides it. Default: 0 (all legacy).")
+@click.option("--slice-taints", show_envvar=True, envvar="BRIDGE_SLICE_TAINTS", type=click.Choice(["auto", "on", "off"]),
+              default="auto", show_default=True,
+              help="Unhealthy DRA devices: NoSchedule device taint (on), removal from the slice (off), or probe "
+                   "whether the API server keeps taints (auto).")
+@click.option("--pod-uid", show_envvar=True, envvar=["BRIDGE_POD_UID", "POD_UID"], default=None,
+              help="This pod's UID (downward API metadata.uid): put in socket names so two instances can run "
+                   "side by side during a rolling update.")
+@click.option("--split-grace", show_envvar=True, envvar="BRIDGE_SPLIT_GRACE", type=click.FloatRange(min=0),
+              default=5.0, show_default=True,
+              help="Seconds a moving device is offered to neither API before it is checked again and handed over.")
+@click.option("--cleanup", is_flag=True, show_envvar=True, envvar="BRIDGE_CLEANUP", default=False,
+              help="Uninstall: delete this node's ResourceSlices of the driver, remove our CDI specs and sockets, "
+                   "exit 0.")
 @click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
-         device_list_strategy: str, http_address: str, log_format: str, log_level: str) -> None:
-    """Run the node daemon: discover GPUs and serve them to the kubelet (device plugin API v1beta1)."""
+         device_list_strategy: str, http_address: str, kubeconfig: str | None, kube_context: str | None,
+         driver_name: str, dra_mode: str, dra_devices: str | None, slice_taints: str, pod_uid: str | None,
+         split_grace: float, cleanup: bool, log_format: str, log_level: str) -> None:
+    """Run the node daemon: discover GPUs and serve each one to exactly one kubelet API, the device plugin
+    (v1beta1, nvidia.com/gpu) or DRA (v1/v1beta1 kubelet plugin, ResourceSlices, CDI), from one inventory.
+
+    \b
+    Example (device plugin + DRA, 2 GPUs on the DRA side unless the Node says otherwise):
+      bridge node --node-name $NODE_NAME --kubeconfig /etc/bridge/kubeconfig --dra-devices 2
+    Uninstall (delete this node's slices, CDI specs and sockets):
+      bridge node --node-name $NODE_NAME --cleanup
+    """
     from bridge.deviceplugin.allocate import StrategyError, parse_strategies
     from bridge.inventory.model import InventoryError
     from bridge.inventory.options import parse_devices_option
-    from bridge.node.daemon import NodeConfig, NodeDaemon
+    from bridge.node.daemon import NodeConfig
     from bridge.node.http import AddressError, parse_address
     from bridge.node.podresources import AdoptionError
     from bridge.node.sockets import SocketPathError
     from bridge.deviceplugin.registration import is_extended_resource_name
+    from bridge.dra.slices import SliceError, validate_driver_name
+    from bridge.kube.errors import KubeError
+    from bridge.ledger.checkpoint import CheckpointError
+    from bridge.ledger.ownership import OwnershipError, parse_split
+    from bridge.node.dual import DraOptions, DualNode, cleanup as run_cleanup, device_plugin_socket_name, dra_wanted
 
     if not node_name.strip():
         raise click.BadParameter("must not be empty", param_hint="--node-name")
@@ -66,13 +108,46 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     except AddressError as err:
         raise click.BadParameter(str(err), param_hint="--http-address") from err
     try:
+        validate_driver_name(driver_name)
+    except SliceError as err:
+        raise click.BadParameter(str(err), param_hint="--driver-name") from err
+    if dra_devices is not None and dra_devices.strip():
+        try:
+            parse_split(dra_devices)
+        except OwnershipError as err:
+            raise click.BadParameter(str(err), param_hint="--dra-devices") from err
+    if pod_uid is not None:
+        pod_uid = pod_uid.strip() or None
+    if pod_uid is not None and not all(c.isalnum() or c == "-" for c in pod_uid):
+        raise click.BadParameter(f"{pod_uid!r} is not a pod UID (letters, digits and '-')", param_hint="--pod-uid")
+    try:
         source = parse_devices_option(devices, node_name)
     except InventoryError as err:
         raise click.BadParameter(str(err), param_hint="--devices") from err
 
     setup_logging(log_format, log_level)
     config = NodeConfig(node_name=node_name, kubelet_root=kubelet_root, cdi_root=cdi_root, state_dir=state_dir,
-                        resource_name=resource_name, device_list_strategy=strategies, http_address=address)
+                        resource_name=resource_name, device_list_strategy=strategies, http_address=address,
+                        device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid))
+    opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
+                      driver=driver_name, dra_devices=dra_devices, slice_taints=slice_taints,  # type: ignore[arg-type]
+                      pod_uid=pod_uid, split_grace_s=split_grace)
+    if cleanup:
+        try:
+            kube = None
+            if dra_wanted(opts)[0]:
+                from bridge.kube import connect
+
+                kube = connect(kubeconfig, kube_context)
+            else:
+                click.echo("bridge node --cleanup: no API connection configured: ResourceSlices not touched", err=True)
+            report = run_cleanup(config, opts, kube)
+        except (KubeError, OSError, SocketPathError) as err:
+            click.echo(f"bridge node --cleanup: {err}", err=True)
+            sys.exit(1)
+        click.echo(f"cleanup: deleted {report.slices_deleted} ResourceSlice(s), removed "
+                   f"{len(report.cdi_specs_removed)} CDI spec(s) and {len(report.sockets_removed)} socket(s)")
+        return
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -81,7 +156,7 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        NodeDaemon(config, source).run(stop)
-    except (SocketPathError, InventoryError, AdoptionError, OSError) as err:
+        DualNode(config, source, opts).run(stop)
+    except (SocketPathError, InventoryError, AdoptionError, CheckpointError, KubeError, OSError) as err:
         click.echo(f"bridge node: {err}", err=True)
         sys.exit(1)

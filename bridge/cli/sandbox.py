@@ -98,3 +98,48 @@ def apiserver(
         while not stop.wait(0.5):
             pass
     click.echo("stopped", err=True)
+
+
+@sandbox.command()
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True, envvar="BRIDGE_SANDBOX_KUBELET_ROOT",
+              help="Kubelet root to simulate (device-plugins/, plugins/, plugins_registry/, pod-resources/ below it).")
+@click.option("--node-name", required=True, envvar="BRIDGE_SANDBOX_KUBELET_NODE_NAME", help="The node this kubelet runs.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              envvar="BRIDGE_SANDBOX_KUBELET_KUBECONFIG",
+              help="API server for the DRA side (claims, ResourceSlice wipe at start); without it, device plugins only.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
+              envvar="BRIDGE_SANDBOX_KUBELET_LOG_LEVEL")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              envvar="BRIDGE_SANDBOX_KUBELET_LOG_FORMAT")
+def kubelet(root: Path, node_name: str, kubeconfig: Path | None, log_level: str, log_format: str) -> None:
+    """Run the kubelet simulator until Ctrl-C: device-plugin registration, PodResources and (with --kubeconfig)
+    the DRA plugin watcher, on real unix sockets under --root.
+
+    \b
+    Example:
+      bridge sandbox kubelet --root /tmp/kl --node-name node-a --kubeconfig /tmp/sandbox.kubeconfig
+    """
+    from bridge.node.sockets import SocketPathError
+    from bridge.sandbox.kubelet import KubeletSimulator
+
+    setup_logging(log_format, log_level.upper())
+    kube = None
+    if kubeconfig is not None:
+        from bridge.kube import connect
+
+        kube = connect(str(kubeconfig))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        sim = KubeletSimulator(root, kube=kube, node_name=node_name if kube is not None else None).start()
+    except (SocketPathError, OSError) as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(f"kubelet simulator for node {node_name} serving under {root} (DRA side "
+               f"{'on' if kube is not None else 'off: no --kubeconfig'})")
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        sim.stop()
+    click.echo("stopped", err=True)

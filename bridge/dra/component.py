@@ -59,6 +59,7 @@ class DraNode:
         *,
         on_registered: Callable[[], None] | None = None,
         recover_claims: ClaimsInUse | None = None,
+        on_released: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.kube = kube
@@ -79,6 +80,7 @@ class DraNode:
             boot_id=read_boot_id(config.boot_id_path),
             metrics=self.metrics,
             lock_timeout=config.lock_timeout_s,
+            on_released=on_released,
         )
         self.plugin = DraPlugin(config.plugin, self.preparer, self.board, on_status=self._status)
         self.sweep_report: SweepReport | None = None

@@ -132,7 +132,9 @@ class Preparer:
         metrics: DraMetrics | None = None,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
         record_events: bool = True,
+        on_released: Callable[[], None] | None = None,
     ) -> None:
+        """`on_released` is called after an unprepare freed devices (the split retries a refused move at once)."""
         self.kube = kube
         self.driver = driver
         self.pool = pool
@@ -144,6 +146,7 @@ class Preparer:
         self.metrics = metrics or DraMetrics()
         self.lock_timeout = lock_timeout
         self.record_events = record_events
+        self.on_released = on_released
 
     # -- NodePrepareResources -------------------------------------------------------------------------------------
 
@@ -339,6 +342,11 @@ class Preparer:
             for uid in drop:
                 r = records[uid]
                 log.info("claim unprepared", extra={"claim": f"{r.namespace}/{r.name}", "uid": uid})
+            if self.on_released is not None:
+                try:
+                    self.on_released()
+                except Exception:  # noqa: BLE001 - a listener must not fail the kubelet's call
+                    log.exception("on_released listener failed")
         return errors
 
     # -- start-up -------------------------------------------------------------------------------------------------

@@ -143,6 +143,7 @@ class StaticSplit:
         self._lock = threading.RLock()  # serializes evaluate/apply
         self._last = _Last()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._node_obj: Obj | None = None
 
@@ -275,6 +276,7 @@ class StaticSplit:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         for t in self._threads:
             t.join(timeout)
         self._threads = []
@@ -296,8 +298,17 @@ class StaticSplit:
         if not unchanged:
             self.evaluate(ev.object)
 
+    def kick(self) -> None:
+        """Retry a refused split now instead of at the next interval (call when a device was released, e.g. after
+        NodeUnprepareResources), so a split refused because of that device applies at once."""
+        self._wake.set()
+
     def _retry_loop(self) -> None:
-        while not self._stop.wait(self.retry_interval_s):
+        while True:
+            self._wake.wait(self.retry_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             with self._lock:
                 pending = self._last.request if self._last.refusal else None
             if pending is not None:

@@ -51,6 +51,8 @@ class NodeConfig:
     plugin_poll_interval_s: float = 0.1
     adopt_timeout_s: float = 10.0
     cdi_name: Callable[[GpuDevice], str] = field(default=default_cdi_name)
+    # None: `dra-bridge-<resource>.sock`; a rolling update gives each instance its own (pod UID in the name)
+    device_plugin_socket_name: str | None = None
 
 
 class NodeComponent(Protocol):
@@ -85,7 +87,7 @@ class NodeDaemon:
         self.health_listeners = list(health_listeners)
         self.plugin_config = PluginConfig(
             kubelet_root=config.kubelet_root, resource_name=config.resource_name,
-            poll_interval_s=config.plugin_poll_interval_s)
+            socket_name=config.device_plugin_socket_name, poll_interval_s=config.plugin_poll_interval_s)
         self.allocation = AllocationConfig(
             strategies=config.device_list_strategy, resource_name=config.resource_name, cdi_name=config.cdi_name)
         self.table: DeviceTable | None = None

@@ -54,8 +54,28 @@ class Adoption:
         return {d: ", ".join(map(str, holders)) for d, holders in self.in_use.items()}
 
 
-def read_assignments(socket_path: str, resource_name: str, timeout: float = 10.0) -> dict[str, list[Holder]]:
-    """Call PodResources `List` and return device ID -> holders for `resource_name`."""
+@dataclass(frozen=True)
+class DynamicHolder:
+    """A container using a DRA device, as PodResources reports it (`dynamic_resources`)."""
+
+    holder: Holder
+    claim_namespace: str
+    claim_name: str
+    pool: str
+    device: str  # the ResourceSlice device name, e.g. "gpu-7"
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """One PodResources `List`: device-plugin devices of one resource, and DRA devices of one driver."""
+
+    legacy: dict[str, list[Holder]] = field(default_factory=dict)  # device ID -> holders
+    dynamic: tuple[DynamicHolder, ...] = ()
+
+
+def list_holdings(socket_path: str, resource_name: str, driver: str | None = None,
+                  timeout: float = 10.0) -> Holdings:
+    """Call PodResources `List`: who holds devices of `resource_name` and (when given) of DRA driver `driver`."""
     channel = grpc.insecure_channel(unix_target(socket_path))
     try:
         resp = pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=timeout)
@@ -65,14 +85,28 @@ def read_assignments(socket_path: str, resource_name: str, timeout: float = 10.0
     finally:
         channel.close()
     held: dict[str, list[Holder]] = {}
+    dynamic: list[DynamicHolder] = []
     for pod in resp.pod_resources:
         for c in pod.containers:
+            holder = Holder(pod.namespace, pod.name, c.name)
             for cd in c.devices:
                 if cd.resource_name != resource_name:
                     continue
                 for device_id in cd.device_ids:
-                    held.setdefault(device_id, []).append(Holder(pod.namespace, pod.name, c.name))
-    return held
+                    held.setdefault(device_id, []).append(holder)
+            if driver is None:
+                continue
+            for dr in c.dynamic_resources:
+                for cr in dr.claim_resources:
+                    if cr.driver_name == driver:
+                        dynamic.append(DynamicHolder(holder, dr.claim_namespace, dr.claim_name, cr.pool_name,
+                                                     cr.device_name))
+    return Holdings(held, tuple(dynamic))
+
+
+def read_assignments(socket_path: str, resource_name: str, timeout: float = 10.0) -> dict[str, list[Holder]]:
+    """Call PodResources `List` and return device ID -> holders for `resource_name`."""
+    return list_holdings(socket_path, resource_name, None, timeout).legacy
 
 
 def adopt(kubelet_root: str, resource_name: str, inventory: Collection[str], timeout: float = 10.0) -> Adoption:

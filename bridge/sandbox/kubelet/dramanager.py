@@ -19,6 +19,9 @@ What it reproduces (reference/kubelet-grpc.md sections 2, 6.1-6.2; limits-and-ti
   `fieldSelector=spec.nodeName=<node>`), as at every kubelet start.
 * the health stream: one `NodeWatchResources` per registered plugin, reconnected every 5 s when it fails; the
   latest status per (driver, pool, device) is kept for tests to read.
+* PodResources: `dynamic_assignments()` (a `DynamicResourcesSource`) reports every device prepared for a claim
+  on each container of each pod using it, like the kubelet's claim-info cache, which survives a kubelet restart
+  (it is checkpointed), so the report does too.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as health_v1alph
 from bridge.kube.api import KubeAPI, Obj
 from bridge.kube.errors import KubeError
 from bridge.sandbox.kubelet.pluginwatcher import PluginRejected, PluginWatcher
+from bridge.sandbox.kubelet.podresources import DynamicAssignment
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +125,10 @@ class ClaimRecord:
     drivers: frozenset[str]
     pods: set[str] = field(default_factory=set)
     prepared: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)  # driver -> devices
+    # pod UID -> (namespace, pod name, containers using this claim); checkpointed like `pods`
+    pod_refs: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
+    # driver -> devices of the last successful prepare; survives a restart (claim-info checkpoint)
+    known_devices: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)
 
     @property
     def fully_prepared(self) -> bool:
@@ -273,6 +281,7 @@ class DraManager:
                 if record is None:
                     record = self._claims[uid] = ClaimRecord(uid, namespace, claim_name, drivers)
                 record.pods.add(pod_uid)  # checkpointed before calling the plugin, as the kubelet does
+                record.pod_refs[pod_uid] = (namespace, pod["metadata"]["name"], containers_using(pod, claim_name))
             records[uid] = record
             for driver in sorted(drivers - set(record.prepared)):
                 batches.setdefault(driver, []).append(record)
@@ -308,6 +317,7 @@ class DraManager:
             )
             with self._lock:
                 record.prepared[driver] = devices
+                record.known_devices[driver] = devices
         skipped = len(wanted) - len(response.claims)
         if skipped > 0:
             raise PodPrepareError(f"NodePrepareResources skipped {skipped} ResourceClaims")
@@ -327,6 +337,7 @@ class DraManager:
             to_unprepare = []
             for record in mine:
                 record.pods.discard(pod_uid)
+                record.pod_refs.pop(pod_uid, None)
                 if not record.pods:
                     to_unprepare.append(record)
         batches: dict[str, list[ClaimRecord]] = {}
@@ -368,9 +379,25 @@ class DraManager:
         with self._lock:
             for record in batch:
                 record.prepared.pop(driver, None)
+                record.known_devices.pop(driver, None)
 
     def unprepare_pod_with_retry(self, pod: Obj, timeout: float = 30.0, interval: float = 0.2) -> list[str]:
         return _retry(lambda: self.unprepare_pod(pod), PodUnprepareError, timeout, interval)
+
+    # -- PodResources ---------------------------------------------------------------------------------------------
+
+    def dynamic_assignments(self) -> list[DynamicAssignment]:
+        """Every prepared device on every container that uses its claim (PodResources `dynamic_resources`)."""
+        out = []
+        with self._lock:
+            for record in self._claims.values():
+                for driver, devices in sorted(record.known_devices.items()):
+                    for namespace, pod_name, containers in record.pod_refs.values():
+                        for container in containers:
+                            out.extend(DynamicAssignment(namespace, pod_name, container, record.name,
+                                                         record.namespace, driver, d.pool, d.device, d.cdi_ids)
+                                       for d in devices)
+        return out
 
     # -- health -----------------------------------------------------------------------------------------------------
 
@@ -416,6 +443,17 @@ def _retry(call: Callable[[], Any], error: type[Exception], timeout: float, inte
             if time.monotonic() + interval > deadline:
                 raise
             time.sleep(interval)
+
+
+def containers_using(pod: Obj, claim_name: str) -> tuple[str, ...]:
+    """The containers (init containers included) whose `resources.claims` reference the pod claim that resolves
+    to ResourceClaim `claim_name`."""
+    generated = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    pod_names = {ref["name"] for ref in (pod.get("spec") or {}).get("resourceClaims") or []
+                 if (ref.get("resourceClaimName") or generated.get(ref["name"])) == claim_name}
+    spec = pod.get("spec") or {}
+    return tuple(c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                 if any(r.get("name") in pod_names for r in (c.get("resources") or {}).get("claims") or []))
 
 
 def pod_claim_names(pod: Obj) -> list[str]:
