@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -48,8 +48,9 @@ from bridge.dra.slices import DEFAULT_DRIVER, device_name
 from bridge.dra.split import StaticSplit, ownership_listener_for_publisher
 from bridge.dra.stores import CheckpointClaimStore, ClaimCdi, OpenedCheckpoint, open_checkpoint
 from bridge.inventory.model import DeviceID, DeviceSource, GpuDevice
-from bridge.kube.api import KubeAPI
+from bridge.kube.api import NODES, KubeAPI
 from bridge.kube.errors import KubeError
+from bridge.kube.retry import RetryPolicy
 from bridge.ledger.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from bridge.ledger.ownership import Ownership
 from bridge.node.daemon import NodeConfig, NodeDaemon
@@ -63,6 +64,13 @@ DRA_MODES: tuple[DraMode, ...] = ("auto", "on", "off")
 # Split grace: a withdrawn device is offered to neither API this long before the in-use check is repeated. 5 s
 # covers a ListAndWatch push (< 1 s) and the scheduler's informer seeing a ResourceSlice change.
 DEFAULT_SPLIT_GRACE_S = 5.0
+# API calls retry transient failures for at most this long each: the publisher, the split's watch/retry loop and
+# the kubelet's prepare retries are the long-term retry loops, so a single call must not hold a thread (or the
+# kubelet's 45 s prepare deadline) for the client's default 30 s.
+API_RETRY_DEADLINE_S = 5.0
+API_TIMEOUT_S = 10.0
+# The one Node read before the device plugin serves: an API outage must not delay the legacy half.
+STARTUP_NODE_READ_DEADLINE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -109,12 +117,10 @@ def device_plugin_socket_name(resource_name: str, pod_uid: str | None) -> str | 
 
 class DualNode:
     def __init__(self, config: NodeConfig, source: DeviceSource, dra: DraOptions, *,
-                 kube_factory: Callable[[str | None, str | None], KubeAPI] | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         self.config = config
         self.source = source
         self.opts = dra
-        self._kube_factory = kube_factory
         self.dra_on, self.dra_reason = dra_wanted(dra, environ)
         self.devices: tuple[GpuDevice, ...] = ()
         self.checkpoint = Checkpoint(config.state_dir, boot_id=lambda: read_boot_id(dra.boot_id_path))
@@ -192,7 +198,7 @@ class DualNode:
             self.daemon = NodeDaemon(cfg, self.source, side_of=self.side_of)
             self.daemon.start()
             return
-        self.kube = self._connect()
+        self.kube = self._connect(API_RETRY_DEADLINE_S)
         self.split = StaticSplit(self.devices, node_name=cfg.node_name, api=self.kube, flag=self.opts.dra_devices,
                                  initial=initial, checkpoint=self.checkpoint, in_use_legacy=self.in_use_legacy,
                                  in_use_dra=self.in_use_dra, grace_s=self.opts.split_grace_s)
@@ -214,12 +220,11 @@ class DualNode:
                                  health_listeners=[self.dra.on_health, self.publisher.set_health])
         self.daemon.start()
 
-    def _connect(self) -> KubeAPI:
-        if self._kube_factory is not None:
-            return self._kube_factory(self.opts.kubeconfig, self.opts.context)
+    def _connect(self, deadline_s: float) -> KubeAPI:
         from bridge.kube import connect
 
-        return connect(self.opts.kubeconfig, self.opts.context)
+        return connect(self.opts.kubeconfig, self.opts.context, timeout=API_TIMEOUT_S,
+                       retry=RetryPolicy(deadline=deadline_s))
 
     def _initial_ownership(self, opened: OpenedCheckpoint) -> Ownership:
         if opened.exists and opened.data.sides:
@@ -253,7 +258,8 @@ class DualNode:
         """Before the device plugin serves: converge the split once (safe moves only)."""
         assert self.split is not None
         try:
-            outcome = self.split.evaluate()
+            node = self._connect(STARTUP_NODE_READ_DEADLINE_S).get(NODES, self.config.node_name)
+            outcome = self.split.evaluate(node)
             log.info("%s", outcome.message, extra={"node": self.config.node_name})
         except KubeError as err:
             log.warning("cannot read Node %s to evaluate the DRA split (%s); carrying on with the stored sides: "

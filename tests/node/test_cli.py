@@ -108,3 +108,42 @@ def test_a_kubelet_root_too_long_for_unix_sockets_exits_1_naming_the_path(short_
     assert r.returncode == 1
     sock = str(root / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock")
     assert f"bridge node: unix socket path {sock!r} is {len(sock)} bytes long; the limit is 107 bytes" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["--dra-devices", "gpu-x"], "--dra-devices"),
+    (["--pod-uid", "../etc"], "--pod-uid"),
+    (["--driver-name", "Not_A_DNS_Name"], "--driver-name"),
+    (["--dra", "maybe"], "--dra"),
+    (["--split-grace", "-1"], "--split-grace"),
+])
+def test_bad_dra_options_exit_2_naming_the_option(short_tmp: Path, args: list[str], hint: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and hint in out.stderr, out.stderr
+
+
+def test_cleanup_without_an_api_removes_our_sockets_and_cdi_specs_and_leaves_others(short_tmp: Path) -> None:
+    import socket
+
+    (short_tmp / "device-plugins").mkdir()
+    (short_tmp / "plugins_registry").mkdir()
+    ours = [short_tmp / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock",
+            short_tmp / "plugins_registry" / "gpu.dra-bridge.io-1234-reg.sock"]
+    theirs = short_tmp / "device-plugins" / "kubelet.sock"
+    for path in [*ours, theirs]:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(path))
+    cdi = short_tmp / "cdi"
+    cdi.mkdir()
+    (cdi / "k8s.gpu.dra-bridge.io-claim_uid-1.json").write_text("{}")
+    (cdi / "nvidia.com-gpu.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), "--cdi-root", str(cdi),
+                          "--cleanup"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
+    assert out.returncode == 0, out.stderr
+    assert "ResourceSlices not touched" in out.stderr and "removed 1 CDI spec(s) and 2 socket(s)" in out.stdout
+    assert not any(p.exists() for p in ours) and theirs.exists()
+    assert sorted(p.name for p in cdi.iterdir()) == ["nvidia.com-gpu.json"]
