@@ -77,4 +77,4 @@ def test_an_import_of_the_kubernetes_client_outside_bridge_kube_breaks_the_contr
 
     assert result.returncode != 0
     assert "bridge.webhook.sneaky -> kubernetes (l.3)" in result.stdout
-    assert "KubeApi Protocol" in result.stdout  # the guidance tells the author what to do instead
+    assert "KubeAPI Protocol" in result.stdout  # the guidance tells the author what to do instead

@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import re
@@ -143,13 +144,13 @@ class CdiSpecWriter:
                 out[name[len(self.prefix):-len(".json")]] = p
         return dict(sorted(out.items()))
 
-    def sweep_temp_files(self) -> list[Path]:
+    def sweep_temp_files(self) -> builtins.list[Path]:  # `list` here is the method above
         """Remove temp files a crash left behind (ours only); returns what was removed."""
         try:
             entries = list(self.root.iterdir())
         except FileNotFoundError:
             return []
-        removed = []
+        removed: builtins.list[Path] = []
         for p in entries:
             if p.name.startswith(f".{self.prefix}") and _TEMP_MARK in p.name:
                 p.unlink(missing_ok=True)

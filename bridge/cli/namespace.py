@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+if TYPE_CHECKING:
+    from bridge.kube.api import KubeAPI
 
-def _api(kubeconfig: str | None, context: str | None):  # type: ignore[no-untyped-def]
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _api(kubeconfig: str | None, context: str | None) -> KubeAPI:
     from bridge.kube import connect
 
     return connect(kubeconfig, context)
@@ -24,7 +31,7 @@ _kube_options = [
 ]
 
 
-def kube_options(f):  # type: ignore[no-untyped-def]
+def kube_options(f: _F) -> _F:
     for opt in reversed(_kube_options):
         f = opt(f)
     return f

@@ -134,7 +134,7 @@ class Ownership:
         return cls(tuple(devices), {g.uuid: "legacy" for g in devices})
 
     @classmethod
-    def adopt(cls, devices: Sequence[GpuDevice], stored: Mapping[str, str]) -> Ownership:
+    def adopt(cls, devices: Sequence[GpuDevice], stored: Mapping[DeviceID, str]) -> Ownership:
         """Ledger from a checkpoint: stored sides for known devices; devices new to the node start legacy;
         stored devices no longer present are dropped."""
         sides: dict[DeviceID, Side] = {}
@@ -142,7 +142,7 @@ class Ownership:
             side = stored.get(g.uuid, "legacy")
             if side not in SIDES:
                 raise OwnershipError(f"invalid side {side!r} for {g.uuid} in the checkpoint")
-            sides[g.uuid] = side  # type: ignore[assignment]
+            sides[g.uuid] = side
         return cls(tuple(devices), sides)
 
     def name_of(self, uuid: str) -> str:

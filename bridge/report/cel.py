@@ -18,6 +18,7 @@ signature: a 5,000-node fleet costs a handful of evaluations per selector, not o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -56,12 +57,10 @@ class SemVer:
 
 def _cmp(a: Any, b: Any) -> int:
     if isinstance(a, Quantity) and isinstance(b, Quantity):
-        x, y = a.value, b.value
-    elif isinstance(a, SemVer) and isinstance(b, SemVer):
-        x, y = a.parts, b.parts  # type: ignore[assignment]
-    else:
-        raise TypeError(f"cannot compare {type(a).__name__} with {type(b).__name__}")
-    return (x > y) - (x < y)
+        return (a.value > b.value) - (a.value < b.value)
+    if isinstance(a, SemVer) and isinstance(b, SemVer):
+        return (a.parts > b.parts) - (a.parts < b.parts)
+    raise TypeError(f"cannot compare {type(a).__name__} with {type(b).__name__}")
 
 
 def _quantity(s: Any) -> Quantity:
@@ -71,7 +70,9 @@ def _quantity(s: Any) -> Quantity:
         raise ValueError(str(err)) from err
 
 
-_FUNCTIONS = {
+# Quantity and SemVer are opaque values celpy carries between our own functions; its declared result type
+# (celtypes only) does not include them, hence Any.
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "quantity": _quantity,
     "semver": lambda s: SemVer(str(s)),
     "compareTo": lambda a, b: ct.IntType(_cmp(a, b)),

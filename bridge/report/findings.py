@@ -10,6 +10,7 @@ gates match on it, so IDs are never reused for a different meaning. Severity:
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,7 +43,8 @@ class Finding:
     message: str
     fix: str
     # Extra machine-readable facts (CEL expression, counts); values are str/int/bool/list of str.
-    details: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+    # (`builtins.object`: inside this class body `object` is the field above.)
+    details: dict[str, builtins.object] = field(default_factory=dict, compare=False, hash=False)
 
     def sort_key(self) -> tuple[int, str, str, str, str]:
         o = self.object

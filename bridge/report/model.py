@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from bridge.report.features import (
     BRIDGE_DRIVER,
@@ -220,8 +220,8 @@ def _matches_selector(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def build_model(data: ClusterData) -> ClusterModel:
     # --- namespaces
     namespaces: dict[str, Namespace] = {}
-    for ns in data.of("Namespace"):
-        m = _meta(ns)
+    for ns_obj in data.of("Namespace"):
+        m = _meta(ns_obj)
         labels = m.get("labels") or {}
         raw = labels.get(MODE_LABEL, "legacy")
         namespaces[m.get("name", "")] = Namespace(
@@ -264,7 +264,7 @@ def build_model(data: ClusterData) -> ClusterModel:
             ds_pods.append((ns, ref[1], (pod.get("spec") or {}).get("nodeName") or ""))
         kind, name = top_owner(ns, *ref) if ref else ("Pod", str(m.get("name", "")))
         key: Ref = (kind, ns, name)
-        row = rows.get(key, False)
+        row: Workload | None | Literal[False] = rows.get(key, False)  # False: not seen yet (one lookup per pod)
         if row is False:
             ctrl = controllers.get(key)
             tmpl = template_spec(kind, ctrl) if ctrl is not None else None
@@ -306,10 +306,10 @@ def build_model(data: ClusterData) -> ClusterModel:
     for w in workloads:
         if w.replicas < 0:
             w.replicas = w.pods
-        ns = namespaces.get(w.namespace)
-        if ns is None:
-            ns = namespaces[w.namespace] = Namespace(w.namespace, "legacy", {}, False)
-        ns.workloads.append(w)
+        home = namespaces.get(w.namespace)
+        if home is None:
+            home = namespaces[w.namespace] = Namespace(w.namespace, "legacy", {}, False)
+        home.workloads.append(w)
     workloads.sort(key=lambda w: (w.namespace, w.kind, w.name))
 
     # --- nodes
@@ -345,23 +345,23 @@ def build_model(data: ClusterData) -> ClusterModel:
             role_by_ds[(m.get("namespace", ""), m.get("name", ""))] = role
     ds_with_pods: set[tuple[str, str]] = set()
     for ns_name, ds_name, node_name in ds_pods:
-        role = role_by_ds.get((ns_name, ds_name))
-        if role is None:
+        pod_role = role_by_ds.get((ns_name, ds_name))
+        if pod_role is None:
             continue
         ds_with_pods.add((ns_name, ds_name))
         node = nodes.get(node_name)
         if node is not None:
-            _add_backend(node, role)
+            _add_backend(node, pod_role)
     for ds in data.of("DaemonSet"):
         m = _meta(ds)
         key2 = (m.get("namespace", ""), m.get("name", ""))
-        role = role_by_ds.get(key2)
-        if not role or key2 in ds_with_pods:
+        selected_role = role_by_ds.get(key2)
+        if not selected_role or key2 in ds_with_pods:
             continue
         selector = (template_spec("DaemonSet", ds) or {}).get("nodeSelector") or {}
         for node in nodes.values():
             if _matches_selector(selector, node.labels) and (node.capacity.get(GPU) or node.gpu_total):
-                _add_backend(node, role)
+                _add_backend(node, selected_role)
     for node in nodes.values():
         if node.allocatable.get(GPU, 0) > 0 and not node.backends & {"device-plugin", "bridge"}:
             node.backends.add("device-plugin")  # something registers nvidia.com/gpu; no DaemonSet identified

@@ -15,7 +15,7 @@ from bridge.report.checks import CheckContext, ReportOptions, run_checks
 from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity, wave_order
 from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
 from bridge.report.findings import SEVERITY_RANK, Finding
-from bridge.report.model import ClusterModel, build_model
+from bridge.report.model import ClusterModel, Workload, build_model
 from bridge.report.sources import ClusterData, bulk_allocation
 
 STATUS_BY_SEVERITY = {"blocker": "blocked", "warning": "needs-config"}
@@ -153,7 +153,7 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
 
     gpu_workloads = ctx.gpu_workloads
     workload_rows = []
-    wl_by_ns: dict[str, list] = defaultdict(list)
+    wl_by_ns: dict[str, list[Workload]] = defaultdict(list)
     for w in gpu_workloads:
         fs = by_obj.get((w.kind, w.namespace, w.name), [])
         workload_rows.append(WorkloadRow(w.kind, w.namespace, w.name, w.replicas, dict(sorted(w.spec.gpu.items())),
@@ -184,13 +184,14 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
                                  node.allocatable.get(GPU, 0), len(node.devices), node.split or "-",
                                  status_of(fs), tuple(sorted({f.rule for f in fs if f.severity != "info"}))))
 
-    v = model.version
+    version = model.version
     features = [
-        FeatureRow(f.gate, f.kep, f.stage(v.major, v.minor).value if v.known else "unknown", f.why) for f in FEATURES
+        FeatureRow(f.gate, f.kep, f.stage(version.major, version.minor).value if version.known else "unknown", f.why)
+        for f in FEATURES
     ]
     return Report(
         source=data.source,
-        version=v.git_version or "unknown",
+        version=version.git_version or "unknown",
         resource_versions=model.resource_versions,
         status=status_of(findings),
         assume_split=options.assume_split,

@@ -206,12 +206,12 @@ def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Name
     target = effective_target(config.facts, config.target, decision.target)
     if decision.action is Action.SKIP:
         return ReviewResult(200, allow(uid, warnings=decision.warnings), "skipped", decision.mode.value,
-                            target.value, reason=decision.reason, **base)  # type: ignore[arg-type]
+                            target.value, reason=decision.reason, **base)
     t: Translation = translate(pod, namespace, decision.action, target, config.facts)
     warnings = list(decision.warnings)
     if not t.has_gpus:
         return ReviewResult(200, allow(uid, warnings=warnings), "no-gpu", decision.mode.value, target.value,
-                            reason="pod asks for no GPUs", **base)  # type: ignore[arg-type]
+                            reason="pod asks for no GPUs", **base)
     events: tuple[EventSpec, ...] = ()
     if t.untranslatable:
         verb = "would stay" if decision.action is Action.SHADOW else "stays"
@@ -220,10 +220,10 @@ def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Name
                    + "; ".join(t.untranslatable))[:1024]
         events = (EventSpec(namespace, pod_name, str(meta.get("uid") or ""), "DRABridgeUntranslatable", message),)
         return ReviewResult(200, allow(uid, t.patch, warnings), "untranslatable", decision.mode.value, target.value,
-                            events=events, reason="untranslatable", **base)  # type: ignore[arg-type]
+                            events=events, reason="untranslatable", **base)
     warnings += list(t.warnings)
     if decision.action is Action.SHADOW:
         return ReviewResult(200, allow(uid, t.patch, warnings), "shadow", decision.mode.value, target.value,
-                            reason="shadow translation recorded", **base)  # type: ignore[arg-type]
+                            reason="shadow translation recorded", **base)
     return ReviewResult(200, allow(uid, t.patch, warnings), "translated", decision.mode.value, target.value,
-                        templates=t.templates, reason=f"translated to {target.value}", **base)  # type: ignore[arg-type]
+                        templates=t.templates, reason=f"translated to {target.value}", **base)

@@ -288,6 +288,7 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
     if not gpus and not reasons:
         return Translation()
     spec = pod.get("spec") or {}
+    summary: Obj
     if reasons:
         summary = {"ok": False, "target": target.value, "reasons": reasons}
         patch = _annotation_ops(pod, {SHADOW_ANNOTATION: _compact(summary)}) if action is Action.SHADOW else []
@@ -296,7 +297,7 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
     ops: list[Obj] = []
     templates: list[Obj] = []
     warnings: list[str] = []
-    summary: Obj = {"ok": True, "target": target.value,
+    summary = {"ok": True, "target": target.value,
                     "containers": {("init:" if g.kind == "initContainers" else "") + g.name: g.count for g in gpus}}
     if target is Target.EXTENDED:
         new = facts.extended_resource_name

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from bridge.report.checks.context import CheckContext, class_cel, ref_of
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, GPU, Stage
 from bridge.report.findings import CLUSTER, Finding, ObjectRef, rule
+from bridge.report.model import Obj
 
 
 @rule("DRB000", "Input completeness")
@@ -24,7 +25,7 @@ def dra_api(ctx: CheckContext) -> Iterator[Finding]:
     m = ctx.model
     served = m.resource_versions
     version = m.version.git_version or "unknown"
-    details = {"version": version, "resourceVersions": list(served)}
+    details: dict[str, object] = {"version": version, "resourceVersions": list(served)}
     if not m.version.known:
         yield Finding("DRB001", "warning", CLUSTER,
                       "Kubernetes version unknown: feature availability cannot be checked",
@@ -101,7 +102,7 @@ def _first_on(f: object) -> str:
 
 @rule("DRB003", "DeviceClasses sharing one extendedResourceName")
 def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
-    by_name: dict[str, list[dict]] = defaultdict(list)
+    by_name: dict[str, list[Obj]] = defaultdict(list)
     for c in ctx.model.device_classes:
         ern = (c.get("spec") or {}).get("extendedResourceName")
         if ern:
@@ -110,7 +111,7 @@ def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
         if len(classes) < 2:
             continue
         # KEP-5004: the class created later wins; equal creation time -> lexicographically first name.
-        def key(c: dict) -> tuple[str, str]:
+        def key(c: Obj) -> tuple[str, str]:
             m = c.get("metadata") or {}
             return (str(m.get("creationTimestamp", "")), m.get("name", ""))
         ordered = sorted(classes, key=lambda c: (c.get("metadata") or {}).get("name", ""))

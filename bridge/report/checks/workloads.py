@@ -95,7 +95,7 @@ def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
             continue
         t = ctx.workload_cel(w)
         labels = sorted({r[0] for term in w.spec.gfd_terms for r in term})
-        details = {"cel": t.cel or "", "labels": labels, "nodeSelectors": list(t.node_only),
+        details: dict[str, object] = {"cel": t.cel or "", "labels": labels, "nodeSelectors": list(t.node_only),
                    "untranslatable": list(t.problems)}
         kept = f"; kept as node selectors: {', '.join(t.node_only)}" if t.node_only else ""
         if t.problems:
@@ -143,11 +143,11 @@ def visible_devices(ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("DRB029", "Preemption of GPU pods")
 def preemption(ctx: CheckContext) -> Iterator[Finding]:
-    classes = {}
-    for pc in ctx.model.data.of("PriorityClass"):
-        name = (pc.get("metadata") or {}).get("name", "")
-        if pc.get("preemptionPolicy", "PreemptLowerPriority") != "Never":
-            classes[name] = int(pc.get("value", 0))
+    classes: dict[str, int] = {}
+    for pc_obj in ctx.model.data.of("PriorityClass"):
+        name = (pc_obj.get("metadata") or {}).get("name", "")
+        if pc_obj.get("preemptionPolicy", "PreemptLowerPriority") != "Never":
+            classes[name] = int(pc_obj.get("value", 0))
     stage = ctx.stage("dra-preemption")
     if stage is not None and stage != stage.ABSENT:
         return

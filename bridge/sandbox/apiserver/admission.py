@@ -212,6 +212,7 @@ class WebhookAdmitter:
             answer = json.loads(data)
         except ValueError as err:
             raise WebhookCallError(f"the webhook answered something that is not JSON: {err}") from err
-        if not isinstance(answer, dict) or not isinstance(answer.get("response"), dict):
+        response = answer.get("response") if isinstance(answer, dict) else None
+        if not isinstance(response, dict):
             raise WebhookCallError("the webhook answer has no response object")
-        return answer["response"]
+        return response

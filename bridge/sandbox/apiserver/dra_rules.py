@@ -41,9 +41,15 @@ def too_many(path: str, actual: int, limit: int) -> FieldError:
     return FieldError(path, "Too many", actual, f"must have at most {limit} items")
 
 
+def _dict(value: object) -> Obj | None:
+    return value if isinstance(value, dict) else None
+
+
 def validate(kind: str, obj: Obj, old: Obj | None) -> list[FieldError]:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    old_spec = (old or {}).get("spec") if isinstance((old or {}).get("spec"), dict) else None
+    spec = _dict(obj.get("spec"))
+    if spec is None:
+        spec = {}
+    old_spec = _dict((old or {}).get("spec"))
     if kind == "ResourceSlice":
         errs = slice_spec(spec)
         if old_spec is not None:
@@ -59,7 +65,9 @@ def validate(kind: str, obj: Obj, old: Obj | None) -> list[FieldError]:
             errs.append(FieldError("spec", "Invalid value", "object", "field is immutable", show_value=False))
         return errs
     if kind == "ResourceClaimTemplate":
-        inner = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+        inner = _dict(spec.get("spec"))
+        if inner is None:
+            inner = {}
         errs = claim_spec("spec.spec", inner)
         if old_spec is not None and spec != old_spec:
             errs.append(FieldError("spec", "Invalid value", "object", "field is immutable", show_value=False))

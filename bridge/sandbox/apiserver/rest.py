@@ -530,9 +530,9 @@ class Rest:
             return None
         final = copy.deepcopy(ns_obj)
         final["spec"] = {"finalizers": []} if "spec" in final else final.get("spec")
-        rt = self.registry.get("", "v1", "namespaces")
-        assert rt is not None
-        self._remove(rt, final, "Background")
+        ns_rt = self.registry.get("", "v1", "namespaces")
+        assert ns_rt is not None
+        self._remove(ns_rt, final, "Background")
         return final
 
     def delete_collection(self, rt: ResourceType, namespace: str | None, options: Obj, query: dict[str, str]) -> Obj:

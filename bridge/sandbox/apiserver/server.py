@@ -50,7 +50,8 @@ class _HTTPServer(HTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls getfqdn(), which can hang on machines without DNS.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[0], self.server_address[1]
+        # str(): typeshed allows bytes for any address family; an AF_INET/AF_INET6 host is always a str.
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
 
     def process_request(self, request: Any, client_address: Any) -> None:
         thread = threading.Thread(
@@ -158,8 +159,8 @@ class ApiServer:
         self._close_connections()
         with self._lock:
             threads = list(self._threads)
-        for t in threads:
-            t.join(timeout=10)
+        for th in threads:
+            th.join(timeout=10)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

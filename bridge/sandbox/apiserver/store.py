@@ -132,7 +132,7 @@ class Store:
     def _index_owners(self, storage_key: str, key: Key, old: Obj | None, new: Obj | None) -> None:
         def uids(o: Obj | None) -> set[str]:
             refs = ((o or {}).get("metadata") or {}).get("ownerReferences") or []
-            return {r.get("uid") for r in refs if isinstance(r, dict) and r.get("uid")}
+            return {r["uid"] for r in refs if isinstance(r, dict) and r.get("uid")}
 
         before, after = uids(old), uids(new)
         for uid in before - after:

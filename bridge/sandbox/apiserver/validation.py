@@ -121,19 +121,22 @@ class SchemaValidator:
 
 def _schema_error(e: jsonschema.ValidationError) -> FieldError:
     path = _path(e.absolute_path)
+    # jsonschema types these `Any | Unset`; Unset only on errors built by hand, never on one a validator raised.
+    value: Any = e.validator_value
+    instance: Any = e.instance
     if e.validator == "required":
-        missing = [p for p in e.validator_value if isinstance(e.instance, dict) and p not in e.instance]
+        missing = [p for p in value if isinstance(e.instance, dict) and p not in e.instance]
         return FieldError(_path([*e.absolute_path, *(missing[:1] or [""])]), "Required value")
     if e.validator == "type":
-        expected = e.validator_value if isinstance(e.validator_value, str) else [t for t in e.validator_value if t != "null"][0]
+        expected = value if isinstance(value, str) else [t for t in value if t != "null"][0]
         return FieldError(path, "Invalid value", e.instance, f"{path} in body must be of type {expected}")
     if e.validator == "enum":
-        supported = ", ".join(json.dumps(v) for v in e.validator_value if v is not None)
+        supported = ", ".join(json.dumps(v) for v in value if v is not None)
         return FieldError(path, "Unsupported value", e.instance, f"supported values: {supported}")
     if e.validator == "maxItems":
-        return FieldError(path, "Too many", len(e.instance), f"must have at most {e.validator_value} items")
+        return FieldError(path, "Too many", len(instance), f"must have at most {value} items")
     if e.validator == "maxLength":
-        return FieldError(path, "Too long", detail=f"may not be more than {e.validator_value} bytes")
+        return FieldError(path, "Too long", detail=f"may not be more than {value} bytes")
     return FieldError(path, "Invalid value", e.instance, e.message)
 
 
