@@ -6,8 +6,10 @@ import http.client
 import json
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +233,107 @@ def test_plain_http_to_the_tls_port_is_dropped(pki: Pki, server: WebhookServer) 
             data = b""
     assert not data.startswith(b"HTTP/1.1 200")
     assert request(pki, server, "GET", "/healthz")[0] == 200
+
+
+def raw_exchange(pki: Pki, srv: WebhookServer, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as raw:
+        with client_context(pki).wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(data)
+            chunks = []
+            while chunk := tls.recv(65536):
+                chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "message"),
+    [
+        (b"HELLO\r\n\r\n", b"400", b"malformed request line"),
+        (b"GET /healthz HTTP/2.0\r\n\r\n", b"400", b"malformed request line"),
+        (b"POST /mutate HTTP/1.1\r\nHost x\r\n\r\n", b"400", b"malformed header line"),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", b"400", b"conflicting"),
+        (b"POST /mutate HTTP/1.1\r\nContent-Length: -5\r\n\r\n", b"400", b"invalid Content-Length"),
+        (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * (70 * 1024) + b"\r\n\r\n", b"431", b"request head exceeds"),
+    ],
+)
+def test_malformed_http_gets_a_status_with_a_message_and_the_connection_closed(
+        pki: Pki, server: WebhookServer, data: bytes, status: bytes, message: bytes) -> None:
+    reply = raw_exchange(pki, server, data)  # returns only once the server has closed the connection
+    assert reply.startswith(b"HTTP/1.1 " + status)
+    assert message in reply and b"Connection: close" in reply
+    assert request(pki, server, "GET", "/healthz")[0] == 200
+
+
+def test_keep_alive_connection_answers_pipelined_requests_in_order(pki: Pki, server: WebhookServer) -> None:
+    body = json.dumps(admission_review(deployment_pod(container("main", 1)), "team-a")).encode()
+    post = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    reply = raw_exchange(pki, server, post + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + post
+                         + b"GET /readyz HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert reply.count(b"HTTP/1.1 ") == reply.count(b"HTTP/1.1 200 OK\r\n") == 4
+    assert reply.count(b'"allowed":true') == 2 and reply.endswith(b"ok\n")
+
+
+def test_a_blocking_handler_does_not_stall_other_connections(pki: Pki) -> None:
+    release = threading.Event()
+
+    def slow(body: bytes) -> tuple[int, bytes]:
+        release.wait(20)  # stands in for a slow API call on a cache miss
+        return 200, body
+
+    srv = WebhookServer({"/slow": slow, "/fast": lambda body: (200, body)},
+                        ReloadingContext(str(pki.cert_file), str(pki.key_file)), host="127.0.0.1", port=0,
+                        inline=["/fast"])
+    with srv, ThreadPoolExecutor(2) as pool:
+        stuck = pool.submit(request, pki, srv, "POST", "/slow", b"{}")
+        time.sleep(0.2)
+        assert request(pki, srv, "GET", "/healthz")[0] == 200
+        assert request(pki, srv, "POST", "/fast", b'{"x":1}')[:2] == (200, b'{"x":1}')
+        assert not stuck.done()
+        release.set()
+        assert stuck.result(20)[:2] == (200, b"{}")
+
+
+def test_a_handler_that_raises_gets_500_with_a_message_and_the_server_keeps_serving(pki: Pki) -> None:
+    def broken(body: bytes) -> tuple[int, bytes]:
+        raise KeyError("boom")
+
+    srv = WebhookServer({"/inline": broken, "/pooled": broken},
+                        ReloadingContext(str(pki.cert_file), str(pki.key_file)), host="127.0.0.1", port=0,
+                        inline=["/inline"])
+    with srv:
+        for path in ("/inline", "/pooled"):
+            status, body, _ = request(pki, srv, "POST", path, b"{}")
+            assert status == 500 and json.loads(body)["message"] == "internal error: KeyError"
+        assert request(pki, srv, "GET", "/healthz")[0] == 200
+
+
+def test_shutdown_closes_connections_and_leaves_no_threads(pki: Pki) -> None:
+    before = set(threading.enumerate())
+    srv = WebhookServer({"/mutate": lambda body: (200, body)},
+                        ReloadingContext(str(pki.cert_file), str(pki.key_file)), host="127.0.0.1", port=0)
+    srv.start()
+    assert request(pki, srv, "POST", "/mutate", b"{}")[0] == 200  # starts a pool thread too
+    idle = client_context(pki).wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=10),
+                                           server_hostname="localhost")
+    srv.shutdown()
+    try:
+        assert idle.recv(100) == b""
+    except (ConnectionError, ssl.SSLError):
+        pass  # aborted: also closed
+    finally:
+        idle.close()
+    assert set(threading.enumerate()) - before == set()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+
+
+def test_a_port_in_use_is_a_clear_error(pki: Pki, server: WebhookServer) -> None:
+    with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{server.port}"):
+        WebhookServer({}, ReloadingContext(str(pki.cert_file), str(pki.key_file)), host="127.0.0.1",
+                      port=server.port)
+
+
+def test_inline_paths_must_have_handlers(pki: Pki) -> None:
+    with pytest.raises(ValueError, match="/nope"):
+        WebhookServer({}, ReloadingContext(str(pki.cert_file), str(pki.key_file)), host="127.0.0.1", port=0,
+                      inline=["/nope"])
