@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module and is imported only when it is run (or when `--help` lists it), so
 `bridge webhook` never pays for the node daemon's gRPC imports and vice versa. Every option is also settable
-through an environment variable named `BRIDGE_<OPTION>` (click's auto_envvar_prefix), e.g. `BRIDGE_NODE_NAME`.
+through an environment variable declared on the option and shown by `--help` (tests/test_cli.py holds us to it).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ def _api(kubeconfig: str | None, context: str | None) -> KubeAPI:
 
 
 _kube_options = [
-    click.option("--kubeconfig", envvar=["BRIDGE_NAMESPACE_KUBECONFIG", "KUBECONFIG"], default=None,
+    click.option("--kubeconfig", show_envvar=True, envvar=["BRIDGE_NAMESPACE_KUBECONFIG", "KUBECONFIG"], default=None,
                  help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster)."),
-    click.option("--context", envvar="BRIDGE_NAMESPACE_CONTEXT", default=None, help="Kubeconfig context."),
+    click.option("--context", show_envvar=True, envvar="BRIDGE_NAMESPACE_CONTEXT", default=None, help="Kubeconfig context."),
 ]
 
 
@@ -45,7 +45,7 @@ def namespace() -> None:
 @namespace.command("set")
 @click.argument("name")
 @click.argument("mode", type=click.Choice(["legacy", "shadow", "dra"]))
-@click.option("--target", envvar="BRIDGE_NAMESPACE_TARGET", type=click.Choice(["auto", "claims", "extended"]),
+@click.option("--target", show_envvar=True, envvar="BRIDGE_NAMESPACE_TARGET", type=click.Choice(["auto", "claims", "extended"]),
               default=None, help="Also set (claims/extended) or clear (auto) this namespace's translation target.")
 @kube_options
 def set_cmd(name: str, mode: str, target: str | None, kubeconfig: str | None, context: str | None) -> None:
@@ -67,7 +67,7 @@ def set_cmd(name: str, mode: str, target: str | None, kubeconfig: str | None, co
 
 @namespace.command("status")
 @click.argument("name", required=False)
-@click.option("--output", "-o", envvar="BRIDGE_NAMESPACE_OUTPUT", type=click.Choice(["table", "json"]),
+@click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NAMESPACE_OUTPUT", type=click.Choice(["table", "json"]),
               default="table", show_default=True)
 @kube_options
 def status_cmd(name: str | None, output: str, kubeconfig: str | None, context: str | None) -> None:

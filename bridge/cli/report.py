@@ -66,23 +66,23 @@ class ReportError(click.ClickException):
 
 
 @click.group("migrate-report", invoke_without_command=True, help=_HELP)
-@click.option("--snapshot", "snapshot", type=click.Path(exists=True, path_type=Path), envvar="BRIDGE_REPORT_SNAPSHOT",
+@click.option("--snapshot", "snapshot", type=click.Path(exists=True, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_SNAPSHOT",
               help="Scan this snapshot file or directory instead of a live cluster.")
-@click.option("--kubeconfig", envvar="BRIDGE_KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
-@click.option("--context", envvar="BRIDGE_CONTEXT", help="Kubeconfig context.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, envvar="BRIDGE_REPORT_TIMEOUT",
+@click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster).")
+@click.option("--context", show_envvar=True, envvar="BRIDGE_CONTEXT", help="Kubeconfig context.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True, show_envvar=True, envvar="BRIDGE_REPORT_TIMEOUT",
               help="Seconds per API request, and for retrying an unreachable API server.")
 @click.option("-o", "--output", type=click.Choice(["table", "json", "markdown", "html"]), default="table",
-              show_default=True, envvar="BRIDGE_REPORT_OUTPUT", help="Output format (json: see report.schema.json).")
-@click.option("--file", "out_file", type=click.Path(dir_okay=False, path_type=Path), envvar="BRIDGE_REPORT_FILE",
+              show_default=True, show_envvar=True, envvar="BRIDGE_REPORT_OUTPUT", help="Output format (json: see report.schema.json).")
+@click.option("--file", "out_file", type=click.Path(dir_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_FILE",
               help="Write the report to this file instead of stdout.")
-@click.option("--emit-manifests", type=click.Path(file_okay=False, path_type=Path), envvar="BRIDGE_REPORT_EMIT_MANIFESTS",
+@click.option("--emit-manifests", type=click.Path(file_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_EMIT_MANIFESTS",
               help="Write remediation YAML (DeviceClasses, paired quotas) and wave-plan.sh into this directory.")
-@click.option("--assume-split", default="current", callback=_split, envvar="BRIDGE_REPORT_ASSUME_SPLIT",
+@click.option("--assume-split", default="current", callback=_split, show_envvar=True, envvar="BRIDGE_REPORT_ASSUME_SPLIT",
               show_default=True, help="DRA side for the capacity simulation: current (published devices), all, or N per GPU node.")
 @click.option("--device-plugin-config", "dp_configs", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              envvar="BRIDGE_REPORT_DEVICE_PLUGIN_CONFIG", help="NVIDIA device-plugin config file (version: v1) to translate; repeatable.")
-@click.option("--color/--no-color", "colour", default=None, envvar="BRIDGE_REPORT_COLOR",
+              show_envvar=True, envvar="BRIDGE_REPORT_DEVICE_PLUGIN_CONFIG", help="NVIDIA device-plugin config file (version: v1) to translate; repeatable.")
+@click.option("--color/--no-color", "colour", default=None, show_envvar=True, envvar="BRIDGE_REPORT_COLOR",
               help="Colour the table (default: on a terminal unless NO_COLOR is set).")
 @click.pass_context
 def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | None, context: str | None,
@@ -131,7 +131,7 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
 
 
 @migrate_report.command("snapshot")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), envvar="BRIDGE_REPORT_SNAPSHOT_OUT",
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_SNAPSHOT_OUT",
               help="Directory to write the snapshot into (created).")
 @click.pass_context
 def snapshot_cmd(ctx: click.Context, out: Path) -> None:

@@ -37,33 +37,33 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 @sandbox.command()
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="BRIDGE_SANDBOX_APISERVER_HOST",
+@click.option("--host", default="127.0.0.1", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_HOST",
               help="Address to listen on (loopback by default; the emulator has no authentication).")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, envvar="BRIDGE_SANDBOX_APISERVER_PORT",
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_PORT",
               help="Port to listen on; 0 picks a free one.")
 @click.option("--kubeconfig-out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              envvar="BRIDGE_SANDBOX_APISERVER_KUBECONFIG_OUT", help="Write a kubeconfig for this server here.")
-@click.option("--context", "context_name", default="sandbox", show_default=True, envvar="BRIDGE_SANDBOX_APISERVER_CONTEXT",
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_KUBECONFIG_OUT", help="Write a kubeconfig for this server here.")
+@click.option("--context", "context_name", default="sandbox", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_CONTEXT",
               help="Context (and cluster/user) name in the kubeconfig.")
 @click.option("--load", "load_paths", multiple=True, type=click.Path(exists=True, path_type=Path),
-              envvar="BRIDGE_SANDBOX_APISERVER_LOAD",
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOAD",
               help="YAML/JSON file or directory of objects to create at start (repeatable; env: space-separated).")
 @click.option("--version", "k8s_version", default="1.34.2", show_default=True, callback=_k8s_version,
-              envvar="BRIDGE_SANDBOX_APISERVER_VERSION", help="Kubernetes version to report (MAJOR.MINOR.PATCH).")
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VERSION", help="Kubernetes version to report (MAJOR.MINOR.PATCH).")
 @click.option("--resource-versions", default="v1,v1beta2,v1beta1", show_default=True, callback=_resource_versions,
-              envvar="BRIDGE_SANDBOX_APISERVER_RESOURCE_VERSIONS",
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_RESOURCE_VERSIONS",
               help="resource.k8s.io versions to serve, preferred first.")
-@click.option("--tls/--no-tls", default=False, show_default=True, envvar="BRIDGE_SANDBOX_APISERVER_TLS",
+@click.option("--tls/--no-tls", default=False, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_TLS",
               help="Serve HTTPS with a throwaway self-signed certificate (embedded in the kubeconfig).")
-@click.option("--validate/--no-validate", default=True, show_default=True, envvar="BRIDGE_SANDBOX_APISERVER_VALIDATE",
+@click.option("--validate/--no-validate", default=True, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VALIDATE",
               help="Validate objects against the Kubernetes schemas and DRA rules (422 on invalid objects).")
 @click.option("--history-limit", type=click.IntRange(1), default=1000, show_default=True,
-              envvar="BRIDGE_SANDBOX_APISERVER_HISTORY_LIMIT",
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_HISTORY_LIMIT",
               help="Watch history window; resuming from an older resourceVersion answers 410 Gone.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
-              envvar="BRIDGE_SANDBOX_APISERVER_LOG_LEVEL")
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_LEVEL")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              envvar="BRIDGE_SANDBOX_APISERVER_LOG_FORMAT")
+              show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_FORMAT")
 def apiserver(
     host: str, port: int, kubeconfig_out: Path, context_name: str, load_paths: tuple[Path, ...], k8s_version: str,
     resource_versions: tuple[str, ...], tls: bool, validate: bool, history_limit: int, log_level: str, log_format: str,
@@ -101,16 +101,16 @@ def apiserver(
 
 
 @sandbox.command()
-@click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True, envvar="BRIDGE_SANDBOX_KUBELET_ROOT",
+@click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True, show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_ROOT",
               help="Kubelet root to simulate (device-plugins/, plugins/, plugins_registry/, pod-resources/ below it).")
-@click.option("--node-name", required=True, envvar="BRIDGE_SANDBOX_KUBELET_NODE_NAME", help="The node this kubelet runs.")
+@click.option("--node-name", required=True, show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_NODE_NAME", help="The node this kubelet runs.")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              envvar="BRIDGE_SANDBOX_KUBELET_KUBECONFIG",
+              show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBECONFIG",
               help="API server for the DRA side (claims, ResourceSlice wipe at start); without it, device plugins only.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
-              envvar="BRIDGE_SANDBOX_KUBELET_LOG_LEVEL")
+              show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_LOG_LEVEL")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              envvar="BRIDGE_SANDBOX_KUBELET_LOG_FORMAT")
+              show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_LOG_FORMAT")
 def kubelet(root: Path, node_name: str, kubeconfig: Path | None, log_level: str, log_format: str) -> None:
     """Run the kubelet simulator until Ctrl-C: device-plugin registration, PodResources and (with --kubeconfig)
     the DRA plugin watcher, on real unix sockets under --root.

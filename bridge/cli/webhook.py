@@ -15,32 +15,32 @@ from bridge.logs import setup_logging
 
 
 @click.command("webhook")
-@click.option("--port", envvar="BRIDGE_WEBHOOK_PORT", type=click.IntRange(1, 65535), default=8443, show_default=True,
+@click.option("--port", show_envvar=True, envvar="BRIDGE_WEBHOOK_PORT", type=click.IntRange(1, 65535), default=8443, show_default=True,
               help="HTTPS port for /mutate, /healthz, /readyz and /metrics.")
-@click.option("--bind-address", envvar="BRIDGE_WEBHOOK_BIND_ADDRESS", default="0.0.0.0", show_default=True,
+@click.option("--bind-address", show_envvar=True, envvar="BRIDGE_WEBHOOK_BIND_ADDRESS", default="0.0.0.0", show_default=True,
               help="Address to listen on.")
-@click.option("--tls-cert-file", envvar="BRIDGE_WEBHOOK_TLS_CERT_FILE", required=True,
+@click.option("--tls-cert-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_CERT_FILE", required=True,
               type=click.Path(exists=True, dir_okay=False),
               help="Serving certificate (PEM); reloaded when it changes on disk (cert-manager rotation).")
-@click.option("--tls-key-file", envvar="BRIDGE_WEBHOOK_TLS_KEY_FILE", required=True,
+@click.option("--tls-key-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_KEY_FILE", required=True,
               type=click.Path(exists=True, dir_okay=False), help="Private key of the serving certificate (PEM).")
-@click.option("--kubeconfig", envvar=["BRIDGE_WEBHOOK_KUBECONFIG", "KUBECONFIG"], default=None,
+@click.option("--kubeconfig", show_envvar=True, envvar=["BRIDGE_WEBHOOK_KUBECONFIG", "KUBECONFIG"], default=None,
               help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster).")
-@click.option("--context", envvar="BRIDGE_WEBHOOK_CONTEXT", default=None, help="Kubeconfig context.")
-@click.option("--device-class", envvar="BRIDGE_WEBHOOK_DEVICE_CLASS", default="gpu.dra-bridge.io", show_default=True,
+@click.option("--context", show_envvar=True, envvar="BRIDGE_WEBHOOK_CONTEXT", default=None, help="Kubeconfig context.")
+@click.option("--device-class", show_envvar=True, envvar="BRIDGE_WEBHOOK_DEVICE_CLASS", default="gpu.dra-bridge.io", show_default=True,
               help="The bridge's DeviceClass: claims request it; the extended target uses its implicit name.")
-@click.option("--target", envvar="BRIDGE_WEBHOOK_TARGET", type=click.Choice(["auto", "claims", "extended"]),
+@click.option("--target", show_envvar=True, envvar="BRIDGE_WEBHOOK_TARGET", type=click.Choice(["auto", "claims", "extended"]),
               default="auto", show_default=True,
               help="claims: ResourceClaimTemplates; extended: deviceclass.resource.kubernetes.io/<class> (needs "
                    "DRAExtendedResource, 1.36+); auto: extended on 1.36+ serving resource.k8s.io/v1, else claims. "
                    "A namespace label dra-bridge.io/target overrides it.")
-@click.option("--namespace", envvar=["BRIDGE_WEBHOOK_NAMESPACE", "POD_NAMESPACE"], default="",
+@click.option("--namespace", show_envvar=True, envvar=["BRIDGE_WEBHOOK_NAMESPACE", "POD_NAMESPACE"], default="",
               help="The webhook's own namespace, never mutated (default: the service account's namespace).")
-@click.option("--max-body-bytes", envvar="BRIDGE_WEBHOOK_MAX_BODY_BYTES", type=click.IntRange(1024, 64 << 20),
+@click.option("--max-body-bytes", show_envvar=True, envvar="BRIDGE_WEBHOOK_MAX_BODY_BYTES", type=click.IntRange(1024, 64 << 20),
               default=3 << 20, show_default=True, help="Larger request bodies are refused with 413.")
-@click.option("--log-format", envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
+@click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-@click.option("--log-level", envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
+@click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str, kubeconfig: str | None,
             context: str | None, device_class: str, target: str, namespace: str, max_body_bytes: int,
