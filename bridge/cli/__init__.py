@@ -47,6 +47,6 @@ def main() -> None:
     bridge namespace       flip a namespace between legacy, shadow and dra
     bridge sandbox         API emulator and kubelet simulator for tests and demos
 
-    Every option can also be set through an environment variable BRIDGE_<COMMAND>_<OPTION>
-    (see each command's --help for the exact name).
+    Every option can also be set through an environment variable: each command's --help
+    shows its name (e.g. BRIDGE_NODE_NAME, BRIDGE_WEBHOOK_PORT).
     """
