@@ -1,28 +1,33 @@
-"""The HTTPS shell: `/mutate` (AdmissionReview v1), `/healthz`, `/readyz`, `/metrics`, on asyncio streams.
+"""The HTTPS shell: `/mutate` (AdmissionReview v1), `/healthz`, `/readyz`, `/metrics`, on one asyncio event loop.
 
-Why asyncio (measured with `bench/webhook_bench.py`, wrk as the client, 2 shared cores): one event-loop thread
-serves every keep-alive connection, so concurrency costs no threads and no GIL hand-offs between them. The previous
-stdlib `ThreadingHTTPServer` (one thread per connection) spent its extra CPU on 16-64 threads contending for the
-GIL; its p99 at 64 connections was several times the loop's. Numbers are in the bench's docstring / the report.
+Design (stdlib only; measured with `bench/webhook_bench.py`, wrk as the client, on 2 shared cores): one event-loop
+thread drives every connection through non-blocking `ssl.SSLSocket`s registered with `loop.add_reader`, so TLS
+records are read, decrypted, encrypted and written inside OpenSSL by one C call each. Against the alternatives on
+this machine: asyncio streams with `start_tls` (TLS in `asyncio.sslproto`, pure Python over memory BIOs) served a
+bare echo at ~4-5k req/s; this loop ~14-22k; the stdlib `ThreadingHTTPServer` (a thread per connection, GIL
+hand-offs across cores on every request) ~2.5k with its p99 collapsing at 64 connections. Per review the shell
+now costs ~60 us, so the review itself dominates.
 
 Handlers are plain `body -> (status, body)` callables. A path listed in `inline` runs on the loop thread: for a
-CPU-only handler (the pure review, ~0.3 ms) a thread hop costs more than it saves. Every other path runs in a small
-thread pool (`run_in_executor`), so a handler that does blocking API I/O (a namespace GET on a cache miss, a
-template create) never stalls the loop, other connections or `/healthz`. Declaring a handler inline is a promise
-that it never blocks.
+CPU-only handler (the pure review, ~0.25 ms) a thread hop costs more than it saves. Every other path runs in a
+small thread pool (`run_in_executor`), so a handler that does blocking API I/O (a namespace GET on a cache miss, a
+template create) never stalls the loop, other connections or `/healthz`; while it runs, that connection reads
+nothing more. Declaring a handler inline is a promise that it never blocks.
 
 Guarantees:
 * TLS 1.2+; the certificate is chosen per accepted connection from `ReloadingContext.current()`, so a rotated
-  cert/key pair is used by the next handshake while established connections keep theirs; the handshake runs in
-  the connection's own task with `io_timeout`, so a silent or slow client never stalls others;
-* every read (request head, keep-alive idle wait, body) and every flush is bounded by `io_timeout`; past it the
-  connection is closed;
-* a body must have a Content-Length no larger than `max_body` (413 with a message, connection closed, body never
-  read); chunked or missing length is refused (411); a malformed request line, header or length is 400 and a head
-  larger than `HEAD_LIMIT` is 431, each with a plain-text message and the connection closed;
+  cert/key pair is used by the next handshake while established connections keep theirs; handshakes are
+  non-blocking, so a silent or slow client never stalls others;
+* a connection with no progress (handshake, request head, body, or a client not reading its answer) for
+  `io_timeout` is closed by a sweeper (one timer for the server, not one per request);
+* a body must have a Content-Length no larger than `max_body` (413 with a message, body never buffered); chunked
+  or missing length is refused (411); a malformed request line, header or length is 400 and a head larger than
+  `HEAD_LIMIT` is 431, each with a plain-text message and `Connection: close`. After such an answer the
+  connection lingers (drops what still arrives, bounded in bytes and time) so the client can finish sending and
+  read the answer instead of being reset mid-send;
 * a handler that raises (against its contract) yields a 500 with a message and the server keeps serving;
-* each response is one TLS write (head and body together); asyncio sets TCP_NODELAY on every connection;
-* `shutdown()` stops accepting, aborts open connections, stops the loop and joins the loop thread and the pool:
+* each response is one TLS write (head and body together) on a TCP_NODELAY socket;
+* `shutdown()` stops accepting, closes open connections, stops the loop and joins the loop thread and the pool:
   no thread outlives the server.
 """
 
@@ -32,10 +37,11 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -47,9 +53,10 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB; a pod review is far smaller
 HEAD_LIMIT = 64 * 1024  # request line + headers
-DISCARD_LIMIT = 64 * 1024  # a body on a refused request is read and dropped up to this size, else the conn closes
-LINGER_BYTES = 8 * 1024 * 1024  # after an error answer, read and drop up to this much of a body still arriving...
+DISCARD_LIMIT = 64 * 1024  # a body on a request not for a handler is dropped up to this size, else 413
+LINGER_BYTES = 8 * 1024 * 1024  # after an error answer, drop up to this much of a body still arriving...
 LINGER_SECONDS = 2.0  # ...for at most this long, so the client can finish sending and read the answer
+RECV_SIZE = 256 * 1024
 Mutate = Callable[[bytes], tuple[int, bytes]]
 _TEXT = "text/plain; charset=utf-8"
 _SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -92,25 +99,27 @@ class WebhookServer:
         workers: int = 8,
     ) -> None:
         self.metrics = metrics or WebhookMetrics()
-        self._handlers = dict(mutate_paths)
-        self._inline = frozenset(inline)
-        unknown = self._inline - self._handlers.keys()
+        self.handlers = dict(mutate_paths)
+        self.inline = frozenset(inline)
+        unknown = self.inline - self.handlers.keys()
         if unknown:
             raise ValueError(f"inline paths without a handler: {sorted(unknown)}")
-        self._known = _SERVICE_PATHS | self._handlers.keys()
-        self._tls = tls
-        self._ready = ready
-        self._max_body = max_body
-        self._timeout = io_timeout
+        self.known = _SERVICE_PATHS | self.handlers.keys()
+        self.tls = tls
+        self.ready = ready
+        self.max_body = max_body
+        self.timeout = io_timeout
         self._workers = workers
         try:
             self._sock = socket.create_server((host, port), backlog=256)
         except OSError as err:
             raise OSError(err.errno, f"webhook cannot listen on {host}:{port}: {err.strerror}") from err
         self._sock.setblocking(False)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.pool: ThreadPoolExecutor | None = None
+        self.conns: set[_Conn] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._serving = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -123,29 +132,34 @@ class WebhookServer:
     def start(self) -> threading.Thread:
         self._thread = threading.Thread(target=self.serve_forever, name="webhook-https", daemon=True)
         self._thread.start()
-        if not self._started.wait(10):
+        if not self._serving.wait(10):
             raise RuntimeError("webhook event loop did not start")
         return self._thread
 
     def serve_forever(self) -> None:
-        pool = ThreadPoolExecutor(self._workers, thread_name_prefix="webhook-handler")
+        self.pool = ThreadPoolExecutor(self._workers, thread_name_prefix="webhook-handler")
         try:
-            asyncio.run(self._serve(pool))
+            self.loop.add_reader(self._sock.fileno(), self._accept)
+            self._sweeper = self.loop.call_later(self._sweep_period(), self._sweep)
+            self.loop.call_soon(self._serving.set)
+            self.loop.run_forever()
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            self._close_all()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.loop.close()
             self._sock.close()
             self._done.set()
 
     def shutdown(self) -> None:
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and not self._done.is_set():
+        if self._serving.is_set() and not self._done.is_set():
             try:
-                loop.call_soon_threadsafe(stop.set)
+                self.loop.call_soon_threadsafe(self.loop.stop)
             except RuntimeError:  # the loop closed in between
                 pass
             self._done.wait(10)
-        elif not self._started.is_set():
+        elif not self._serving.is_set():
             self._sock.close()
+            self.loop.close()
         if self._thread is not None:
             self._thread.join(10)
 
@@ -156,166 +170,305 @@ class WebhookServer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    async def _serve(self, pool: ThreadPoolExecutor) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop, self._stop = loop, asyncio.Event()
-        conns: set[asyncio.Task[None]] = set()
-        accept = asyncio.create_task(self._accept(loop, pool, conns))
-        self._started.set()
-        try:
-            await self._stop.wait()
-        finally:
-            accept.cancel()
-            for task in list(conns):
-                task.cancel()
-            await asyncio.gather(accept, *conns, return_exceptions=True)
+    def _close_all(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.loop.remove_reader(self._sock.fileno())
+        for conn in list(self.conns):
+            conn.close(graceful=False)
 
-    async def _accept(self, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor,
-                      conns: set[asyncio.Task[None]]) -> None:
-        while True:
+    def _sweep_period(self) -> float:
+        return max(0.05, min(1.0, self.timeout / 4))
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        for conn in list(self.conns):
+            if not conn.busy and now > conn.deadline:
+                log.debug("closing connection from %s: no progress for %.1f s", conn.peer, self.timeout)
+                conn.close()
+        self._sweeper = self.loop.call_later(self._sweep_period(), self._sweep)
+
+    def _accept(self) -> None:
+        for _ in range(64):
             try:
-                sock, _addr = await loop.sock_accept(self._sock)
-            except OSError as err:  # EMFILE and friends: back off instead of spinning
+                raw, peer = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # EMFILE and friends: keep serving the connections we have
                 log.warning("accept failed: %s", err)
-                await asyncio.sleep(0.1)
-                continue
-            task = asyncio.create_task(self._connection(loop, pool, sock))
-            conns.add(task)
-            task.add_done_callback(conns.discard)
-
-    # --- one connection --------------------------------------------------------------------------------------
-
-    async def _connection(self, loop: asyncio.AbstractEventLoop, pool: ThreadPoolExecutor,
-                          sock: socket.socket) -> None:
-        peer = sock.getpeername()
-        reader = asyncio.StreamReader(limit=HEAD_LIMIT, loop=loop)
-        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-        try:
-            transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol, sock, ssl=self._tls.current(), ssl_handshake_timeout=self._timeout,
-                ssl_shutdown_timeout=min(self._timeout, 5.0))
-        except (OSError, asyncio.TimeoutError) as err:  # plain HTTP, bad ClientHello, silent client, reset
-            log.debug("TLS handshake with %s failed: %s", peer, err)
-            sock.close()
-            return
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        try:
-            while await self._exchange(reader, writer, pool):
-                pass
-        except _Reject as rej:
-            self._write(writer, rej.code, (rej.message + "\n").encode(), _TEXT, "other", close=True)
-            await _linger(reader, rej.linger)
-        except (OSError, EOFError, asyncio.TimeoutError, asyncio.IncompleteReadError) as err:
-            log.debug("connection from %s ended: %r", peer, err)
-        except asyncio.CancelledError:  # server shutdown
-            transport.abort()
-            raise
-        transport.close()
-
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        pool: ThreadPoolExecutor) -> bool:
-        """Read one request and answer it; False when the connection should close."""
-        try:
-            async with asyncio.timeout(self._timeout):
-                head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as err:
-            if err.partial.strip():
-                raise _Reject(400, "incomplete request head") from None
-            return False  # the client closed an idle keep-alive connection
-        except asyncio.LimitOverrunError:
-            raise _Reject(431, f"request head exceeds {HEAD_LIMIT} bytes") from None
-        method, target, version, headers = _parse_head(head)
-        path = target.split("?", 1)[0]
-        label = path if path in self._known else "other"
-        keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-        if method == "POST" and path in self._handlers:
-            body = await self._read_body(reader, writer, headers)
-            start = time.perf_counter()
-            handler = self._handlers[path]
+                return
             try:
-                if path in self._inline:
-                    code, out = handler(body)
-                else:
-                    code, out = await asyncio.get_running_loop().run_in_executor(pool, handler, body)
-            except Exception as err:  # the handler's contract is never to raise; this keeps the server alive anyway
-                log.exception("handler for %s raised", path)
-                code, out = 500, _status_json(500, f"internal error: {type(err).__name__}")
-            self._write(writer, code, out, "application/json", label, close=not keep)
-            self.metrics.latency.observe(time.perf_counter() - start)
-        else:
-            await self._discard_body(reader, headers)
-            code, text, ctype = self._answer(method, path)
-            self._write(writer, code, text, ctype, label, close=not keep)
-        if writer.transport.get_write_buffer_size() > 0:
-            async with asyncio.timeout(self._timeout):
-                await writer.drain()
-        return keep
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                tls = self.tls.current().wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+                tls.setblocking(False)
+            except OSError as err:
+                log.debug("connection from %s dropped: %s", peer, err)
+                raw.close()
+                continue
+            conn = _Conn(self, tls, peer)
+            self.conns.add(conn)
+            self.loop.add_reader(tls.fileno(), conn.on_readable)
 
-    def _answer(self, method: str, path: str) -> tuple[int, bytes, str]:
+    # --- requests --------------------------------------------------------------------------------------------
+
+    def answer(self, method: str, path: str) -> tuple[int, bytes, str]:
         if method != "GET":
-            if path in self._handlers:
+            if path in self.handlers:
                 return 405, f"method {method} is not allowed; POST an AdmissionReview to {path}\n".encode(), _TEXT
-            if path in self._known:
+            if path in self.known:
                 return 405, f"method {method} is not allowed on {path}; use GET\n".encode(), _TEXT
             return 404, f"{method} {path[:100]!r} is not served; POST to /mutate\n".encode(), _TEXT
         if path == "/healthz":
             return 200, b"ok\n", _TEXT
         if path == "/readyz":
-            ready, why = self._ready()
+            ready, why = self.ready()
             return (200, b"ok\n", _TEXT) if ready else (503, f"not ready: {why}\n".encode(), _TEXT)
         if path == "/metrics":
             return 200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST
-        if path in self._handlers:
+        if path in self.handlers:
             return 405, f"{path} accepts POST with an AdmissionReview body\n".encode(), _TEXT
         return 404, f"no such endpoint {path[:100]!r}; try /mutate, /healthz, /readyz, /metrics\n".encode(), _TEXT
 
-    async def _read_body(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         headers: dict[str, str]) -> bytes:
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            raise _Reject(411, "chunked request bodies are not accepted; send Content-Length")
-        raw = headers.get("content-length")
-        if raw is None:
-            raise _Reject(411, "Content-Length is required")
-        length = _parse_length(raw)
-        if length > self._max_body:
-            raise _Reject(413, f"request body of {length} bytes exceeds the {self._max_body}-byte limit",
-                          linger=min(length, LINGER_BYTES))
-        if headers.get("expect", "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        async with asyncio.timeout(self._timeout):
-            return await reader.readexactly(length)
+    def call(self, path: str, handler: Mutate, body: bytes) -> tuple[int, bytes]:
+        try:
+            return handler(body)
+        except Exception as err:  # the handler's contract is never to raise; this keeps the server alive anyway
+            log.exception("handler for %s raised", path)
+            return 500, _status_json(500, f"internal error: {type(err).__name__}")
 
-    async def _discard_body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
+    def response(self, code: int, body: bytes, content_type: str, label: str, close: bool) -> bytes:
+        self.metrics.http.labels(label, str(code)).inc()
+        head = (f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\nServer: dra-bridge-webhook\r\n"
+                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                + ("Connection: close\r\n\r\n" if close else "\r\n"))
+        return head.encode("latin-1") + body
+
+
+class _Conn:
+    """One TLS connection: handshake, then requests parsed from `buf` and answered in order. At most one request
+    is in a handler at a time; while its answer cannot be written (or a pooled handler runs), nothing more is read."""
+
+    def __init__(self, server: WebhookServer, sock: ssl.SSLSocket, peer: object) -> None:
+        self.server = server
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.loop = server.loop
+        self.buf = bytearray()
+        self.out = b""
+        self.handshaking = True
+        self.busy = False  # a pooled handler is running
+        self.reading = True  # registered with add_reader
+        self.close_after = False  # close once `out` is written
+        self.linger = -1  # >= 0: dropping up to this many bytes before closing
+        self.closed = False
+        self.notified = False  # our close_notify is sent
+        self.continued = False  # 100 Continue already sent for the current request
+        self.deadline = self.loop.time() + server.timeout
+
+    # --- I/O -------------------------------------------------------------------------------------------------
+
+    def on_readable(self) -> None:
+        if self.closed:
+            return
+        if self.handshaking:
+            try:
+                self.sock.do_handshake()
+            except ssl.SSLWantReadError:
+                return
+            except ssl.SSLWantWriteError:
+                self._want_write()
+                return
+            except (OSError, ValueError) as err:  # plain HTTP, TLS < 1.2, bad ClientHello, reset
+                log.debug("TLS handshake with %s failed: %s", self.peer, err)
+                self.close(graceful=False)
+                return
+            self.handshaking = False
+        eof = False
+        while True:
+            try:
+                data = self.sock.recv(RECV_SIZE)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLWantWriteError:
+                self._want_write()
+                break
+            except OSError as err:
+                log.debug("connection from %s ended: %s", self.peer, err)
+                self.close(graceful=False)
+                return
+            if not data:
+                eof = True
+                break
+            if self.linger >= 0:
+                self.linger -= len(data)
+                if self.linger < 0:
+                    self.close()
+                    return
+                continue
+            self.buf += data
+            self.deadline = self.loop.time() + self.server.timeout
+        if self.linger < 0:
+            self.process()
+        if eof and not self.closed:
+            if self.buf.strip() and not self.busy and not self.out:
+                log.debug("connection from %s closed mid-request", self.peer)
+            self.close(graceful=not self.out and not self.busy)
+
+    def on_writable(self) -> None:
+        if self.closed:
+            return
+        if self.handshaking:
+            self.loop.remove_writer(self.fd)
+            self.on_readable()
+            return
+        self.flush()
+
+    def _want_write(self) -> None:
+        self.loop.add_writer(self.fd, self.on_writable)
+
+    def _pause(self) -> None:
+        if self.reading:
+            self.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def _resume(self) -> None:
+        if not self.reading and not self.closed:
+            self.loop.add_reader(self.fd, self.on_readable)
+            self.reading = True
+            self.loop.call_soon(self.on_readable)  # data may sit decrypted in the TLS layer, invisible to epoll
+
+    def send(self, data: bytes) -> None:
+        self.out += data
+        self.flush()
+
+    def flush(self) -> None:
+        while self.out:
+            try:
+                n = self.sock.send(self.out)
+            except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+                self._pause()
+                self._want_write()
+                return
+            except OSError as err:
+                log.debug("connection from %s ended while writing: %s", self.peer, err)
+                self.close(graceful=False)
+                return
+            self.out = self.out[n:]
+        self.loop.remove_writer(self.fd)
+        self.deadline = self.loop.time() + self.server.timeout
+        if self.close_after:
+            if self.linger >= 0:  # tell the client we are done, but keep reading so it is not reset mid-send
+                self._close_notify()
+                self.deadline = self.loop.time() + min(LINGER_SECONDS, self.server.timeout)
+                self._resume()
+            else:
+                self.close()
+        elif not self.busy:
+            self._resume()
+
+    def close(self, graceful: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.server.conns.discard(self)
+        self.loop.remove_reader(self.fd)
+        self.loop.remove_writer(self.fd)
+        if graceful and not self.handshaking:
+            self._close_notify()
+        self.sock.close()
+
+    def _close_notify(self) -> None:
+        if not self.notified:
+            self.notified = True
+            try:
+                self.sock.unwrap()  # sends close_notify; the peer's reply is not awaited (non-blocking)
+            except (OSError, ValueError):
+                pass
+
+    # --- HTTP ------------------------------------------------------------------------------------------------
+
+    def process(self) -> None:
+        """Answer every complete request in `buf`, in order, until one must wait (pool, unwritten answer)."""
+        while not (self.busy or self.out or self.closed or self.close_after):
+            try:
+                if not self._one():
+                    return
+            except _Reject as rej:
+                self.buf.clear()
+                self.close_after = True
+                self.linger = rej.linger
+                self.send(self.server.response(rej.code, (rej.message + "\n").encode(), _TEXT, "other", True))
+                return
+
+    def _one(self) -> bool:
+        """Handle the request at the head of `buf`; False when it is not complete yet."""
+        srv = self.server
+        end = self.buf.find(b"\r\n\r\n", 0, HEAD_LIMIT + 4)
+        if end < 0:
+            if len(self.buf) > HEAD_LIMIT:
+                raise _Reject(431, f"request head exceeds {HEAD_LIMIT} bytes")
+            return False
+        method, target, version, headers = _parse_head(bytes(self.buf[:end + 4]))
+        path = target.split("?", 1)[0]
+        label = path if path in srv.known else "other"
+        keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        handler = srv.handlers.get(path) if method == "POST" else None
+        length = self._length(headers, handler is not None)
+        if len(self.buf) < end + 4 + length:
+            if handler is not None and not self.continued and headers.get("expect", "").lower() == "100-continue":
+                self.continued = True
+                self.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return False
+        body = bytes(self.buf[end + 4:end + 4 + length])
+        del self.buf[:end + 4 + length]
+        self.continued = False
+        self.close_after = not keep
+        if handler is None:
+            code, text, ctype = srv.answer(method, path)
+            self.send(srv.response(code, text, ctype, label, not keep))
+        elif path in srv.inline:
+            start = time.perf_counter()
+            code, out = srv.call(path, handler, body)
+            self.send(srv.response(code, out, "application/json", label, not keep))
+            srv.metrics.latency.observe(time.perf_counter() - start)
+        else:
+            assert srv.pool is not None
+            self.busy = True
+            self._pause()
+            start = time.perf_counter()
+            fut = srv.pool.submit(srv.call, path, handler, body)
+            fut.add_done_callback(lambda f: self.loop.call_soon_threadsafe(self._pooled_done, f, label, keep, start))
+        return True
+
+    def _pooled_done(self, fut: Future[tuple[int, bytes]], label: str, keep: bool, start: float) -> None:
+        self.busy = False
+        if self.closed:
+            return
+        code, out = fut.result()
+        self.send(self.server.response(code, out, "application/json", label, not keep))
+        self.server.metrics.latency.observe(time.perf_counter() - start)
+        if not self.closed and not self.out and not self.close_after:
+            self.process()
+
+    def _length(self, headers: dict[str, str], for_handler: bool) -> int:
+        if for_handler:
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                raise _Reject(411, "chunked request bodies are not accepted; send Content-Length")
+            raw = headers.get("content-length")
+            if raw is None:
+                raise _Reject(411, "Content-Length is required")
+            length = _parse_length(raw)
+            if length > self.server.max_body:
+                raise _Reject(413, f"request body of {length} bytes exceeds the {self.server.max_body}-byte limit",
+                              linger=min(length, LINGER_BYTES))
+            return length
         if "transfer-encoding" in headers:
             raise _Reject(411, "request bodies must have a Content-Length")
         length = _parse_length(headers.get("content-length", "0"))
         if length > DISCARD_LIMIT:
             raise _Reject(413, f"request body of {length} bytes is not accepted here", linger=min(length, LINGER_BYTES))
-        if length:
-            async with asyncio.timeout(self._timeout):
-                await reader.readexactly(length)
-
-    def _write(self, writer: asyncio.StreamWriter, code: int, body: bytes, content_type: str, label: str, *,
-               close: bool) -> None:
-        head = (f"HTTP/1.1 {code} {HTTPStatus(code).phrase}\r\nServer: dra-bridge-webhook\r\n"
-                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                + ("Connection: close\r\n\r\n" if close else "\r\n"))
-        writer.write(head.encode("latin-1") + body)
-        self.metrics.http.labels(label, str(code)).inc()
-
-
-async def _linger(reader: asyncio.StreamReader, budget: int) -> None:
-    """Lingering close: a TLS connection closed while the peer is still sending is reset, and the peer may then
-    never read the error answer; so drop (never buffer) what still arrives, within a byte and time budget."""
-    try:
-        async with asyncio.timeout(LINGER_SECONDS):
-            while budget > 0:
-                chunk = await reader.read(min(65536, budget))
-                if not chunk:
-                    return
-                budget -= len(chunk)
-    except (OSError, asyncio.TimeoutError):
-        return
+        return length
 
 
 def _parse_length(raw: str) -> int:
