@@ -7,8 +7,9 @@ timeout (30 s default), so the stream sends the full list on connect, on every c
 (1.35+ kubelets) to a value comfortably above the resend interval. Messages are cut to 1024 characters
 (1021 + "...") as the API requires.
 
-The same servicer class serves v1alpha1 (what 1.34-1.37 kubelets open) and v1 (master kubelets): the two protos
-have identical messages, so the servicer is parametrised by the generated module. `HealthBoard` is plain data
+v1alpha1 (what 1.34-1.37 kubelets open) and v1 (master kubelets) have identical messages but distinct generated
+types: `HealthStreams` holds the one stream logic, and one thin servicer per version (a subclass of that version's
+generated `DRAResourceHealthServicer`) only builds its own messages. `HealthBoard` is plain data
 behind a lock with a change counter; streams wait on it and never hold the lock while sending.
 """
 
@@ -17,10 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from types import ModuleType
-from typing import Any, Literal
+from typing import Literal
 
 import grpc
 
@@ -28,7 +28,7 @@ from bridge._proto.drahealth.v1 import drahealth_pb2 as v1_pb
 from bridge._proto.drahealth.v1 import drahealth_pb2_grpc as v1_grpc
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2 as v1alpha1_pb
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as v1alpha1_grpc
-from bridge.inventory.model import HealthEvent
+from bridge.inventory.model import DeviceID, HealthEvent
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class DeviceHealthEntry:
 class HealthBoard:
     """The latest health of every DRA device of this node, with a change counter streams can wait on."""
 
-    def __init__(self, pool: str, devices: Mapping[str, str], *, clock: Any = time.time) -> None:
+    def __init__(self, pool: str, devices: Mapping[DeviceID, str], *, clock: Callable[[], float] = time.time) -> None:
         """`devices` maps GPU UUID -> device name; every device starts Healthy."""
         self.pool = pool
         self._by_uuid = dict(devices)
@@ -119,13 +119,14 @@ def _device_sort_key(name: str) -> tuple[str, int]:
     return (prefix, int(num)) if num.isdigit() else (name, -1)
 
 
-class HealthServicer:
-    """`NodeWatchResources` for one generated health module (v1alpha1 or v1)."""
+class HealthStreams:
+    """The version-independent part of `NodeWatchResources`: validated timing, and the generator of full device
+    lists (on connect, on every change, at least every `resend_interval`). The per-version servicers below turn each
+    list into their own generated message type."""
 
     def __init__(
         self,
         board: HealthBoard,
-        pb: ModuleType,
         *,
         resend_interval: float = DEFAULT_RESEND_INTERVAL_S,
         timeout_seconds: int = DEFAULT_HEALTH_TIMEOUT_S,
@@ -135,32 +136,16 @@ class HealthServicer:
         if timeout_seconds <= resend_interval:
             raise ValueError("health_check_timeout_seconds must exceed the resend interval")
         self._board = board
-        self._pb = pb
         self._resend = resend_interval
-        self._timeout = timeout_seconds
+        self.timeout_seconds = timeout_seconds
         self.streams_opened = 0
 
-    def _message(self, entries: tuple[DeviceHealthEntry, ...]) -> Any:
-        pb = self._pb
-        status = {"Healthy": pb.HEALTHY, "Unhealthy": pb.UNHEALTHY, "Unknown": pb.UNKNOWN}
-        return pb.NodeWatchResourcesResponse(
-            devices=[
-                pb.DeviceHealth(
-                    device=pb.DeviceIdentifier(pool_name=e.pool, device_name=e.device),
-                    health=status[e.health],
-                    last_updated_time=e.updated,
-                    health_check_timeout_seconds=self._timeout,
-                    message=e.message,
-                )
-                for e in entries
-            ]
-        )
-
-    def NodeWatchResources(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:  # noqa: N802
+    def lists(self, context: grpc.ServicerContext, api: str) -> Iterator[tuple[DeviceHealthEntry, ...]]:
+        """Full device lists for one open stream, until the client goes away or the board closes."""
         self.streams_opened += 1
-        log.info("health stream opened", extra={"pool": self._board.pool, "api": self._pb.__name__.split(".")[-2]})
+        log.info("health stream opened", extra={"pool": self._board.pool, "api": api})
         version, entries = self._board.snapshot()
-        yield self._message(entries)
+        yield entries
         last_sent = time.monotonic()
         while context.is_active() and not self._board.closed:
             # Wake at least every second so a cancelled stream ends promptly.
@@ -170,15 +155,56 @@ class HealthServicer:
                 break
             if new_version != version or time.monotonic() - last_sent >= self._resend:
                 version, entries = self._board.snapshot()
-                yield self._message(entries)
+                yield entries
                 last_sent = time.monotonic()
         log.info("health stream closed", extra={"pool": self._board.pool})
 
 
-def add_to_server(board: HealthBoard, server: grpc.Server, **kw: Any) -> tuple[HealthServicer, HealthServicer]:
-    """Serve both health API versions on `server`; returns (v1alpha1, v1) servicers."""
-    alpha = HealthServicer(board, v1alpha1_pb, **kw)
-    ga = HealthServicer(board, v1_pb, **kw)
-    v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(alpha, server)
-    v1_grpc.add_DRAResourceHealthServicer_to_server(ga, server)
-    return alpha, ga
+class HealthServicerV1Alpha1(v1alpha1_grpc.DRAResourceHealthServicer):
+    """`NodeWatchResources` of `v1alpha1.DRAResourceHealth` (what 1.34-1.37 kubelets open)."""
+
+    def __init__(self, streams: HealthStreams) -> None:
+        self.streams = streams
+
+    def NodeWatchResources(  # noqa: N802
+        self, request: v1alpha1_pb.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[v1alpha1_pb.NodeWatchResourcesResponse]:
+        pb, timeout = v1alpha1_pb, self.streams.timeout_seconds
+        status = {"Healthy": pb.HEALTHY, "Unhealthy": pb.UNHEALTHY, "Unknown": pb.UNKNOWN}
+        for entries in self.streams.lists(context, "v1alpha1"):
+            yield pb.NodeWatchResourcesResponse(devices=[
+                pb.DeviceHealth(device=pb.DeviceIdentifier(pool_name=e.pool, device_name=e.device),
+                                health=status[e.health], last_updated_time=e.updated,
+                                health_check_timeout_seconds=timeout, message=e.message)
+                for e in entries
+            ])
+
+
+class HealthServicerV1(v1_grpc.DRAResourceHealthServicer):
+    """`NodeWatchResources` of `v1.DRAResourceHealth` (master kubelets); same messages as v1alpha1."""
+
+    def __init__(self, streams: HealthStreams) -> None:
+        self.streams = streams
+
+    def NodeWatchResources(  # noqa: N802
+        self, request: v1_pb.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[v1_pb.NodeWatchResourcesResponse]:
+        pb, timeout = v1_pb, self.streams.timeout_seconds
+        status = {"Healthy": pb.HEALTHY, "Unhealthy": pb.UNHEALTHY, "Unknown": pb.UNKNOWN}
+        for entries in self.streams.lists(context, "v1"):
+            yield pb.NodeWatchResourcesResponse(devices=[
+                pb.DeviceHealth(device=pb.DeviceIdentifier(pool_name=e.pool, device_name=e.device),
+                                health=status[e.health], last_updated_time=e.updated,
+                                health_check_timeout_seconds=timeout, message=e.message)
+                for e in entries
+            ])
+
+
+def add_to_server(board: HealthBoard, server: grpc.Server, *,
+                  resend_interval: float = DEFAULT_RESEND_INTERVAL_S,
+                  timeout_seconds: int = DEFAULT_HEALTH_TIMEOUT_S) -> HealthStreams:
+    """Serve both health API versions on `server` from one board; returns the shared stream logic."""
+    streams = HealthStreams(board, resend_interval=resend_interval, timeout_seconds=timeout_seconds)
+    v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicerV1Alpha1(streams), server)
+    v1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicerV1(streams), server)
+    return streams

@@ -128,7 +128,7 @@ def test_messages_are_cut_to_the_api_limit() -> None:
 
 def test_the_resend_interval_must_stay_below_the_kubelet_staleness_timeout() -> None:
     with pytest.raises(ValueError, match="resend interval"):
-        health.HealthServicer(HealthBoard(NODE, {}), v1, resend_interval=45)
+        health.HealthStreams(HealthBoard(NODE, {}), resend_interval=45)
 
 
 def test_closing_the_board_ends_open_streams(served: Any) -> None:

@@ -22,10 +22,10 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, Protocol
 from pathlib import Path
 
 import grpc
@@ -84,6 +84,14 @@ class ResourceState:
         return {d.id for d in self.devices.values() if d.healthy}
 
 
+class _ResponseStream(Protocol):
+    """What the reader needs of a server-streaming call: its messages, and a way to end it."""
+
+    def __iter__(self) -> Iterator[pb.ListAndWatchResponse]: ...
+
+    def cancel(self) -> bool: ...
+
+
 class _Endpoint:
     """The kubelet's client for one registered plugin: a channel and the ListAndWatch reader thread."""
 
@@ -93,7 +101,7 @@ class _Endpoint:
         self.channel = grpc.insecure_channel("unix://" + path)
         self.stub = pb_grpc.DevicePluginStub(self.channel)
         self._manager = manager
-        self._stream: grpc.Call | None = None
+        self._stream: _ResponseStream | None = None
         self._thread: threading.Thread | None = None
         self.closed = False
 

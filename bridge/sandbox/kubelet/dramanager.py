@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -50,6 +50,7 @@ from bridge.sandbox.kubelet.pluginwatcher import PluginRejected, PluginWatcher
 from bridge.sandbox.kubelet.podresources import DynamicAssignment
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SERVICES_SUPPORTED_BY_KUBELET = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
 HEALTH_SERVICES_BY_PREFERENCE = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
@@ -302,7 +303,7 @@ class DraManager:
             response = conn.stub().NodePrepareResources(request, timeout=self.call_timeout)
         except grpc.RpcError as err:
             raise PodPrepareError(
-                f"NodePrepareResources failed: {err.code().name}: {err.details()}"  # type: ignore[attr-defined]
+                f"NodePrepareResources failed: {err.code().name}: {err.details()}"
             ) from err
         wanted = {r.uid: r for r in batch}
         for uid, result in response.claims.items():
@@ -364,7 +365,7 @@ class DraManager:
             response = conn.stub().NodeUnprepareResources(request, timeout=self.call_timeout)
         except grpc.RpcError as err:
             raise PodUnprepareError(
-                f"NodeUnprepareResources failed: {err.code().name}: {err.details()}"  # type: ignore[attr-defined]
+                f"NodeUnprepareResources failed: {err.code().name}: {err.details()}"
             ) from err
         wanted = {r.uid for r in batch}
         unknown = set(response.claims) - wanted
@@ -388,7 +389,7 @@ class DraManager:
 
     def dynamic_assignments(self) -> list[DynamicAssignment]:
         """Every prepared device on every container that uses its claim (PodResources `dynamic_resources`)."""
-        out = []
+        out: list[DynamicAssignment] = []
         with self._lock:
             for record in self._claims.values():
                 for driver, devices in sorted(record.known_devices.items()):
@@ -425,7 +426,7 @@ class DraManager:
             except grpc.RpcError as err:
                 if conn.stop.is_set():
                     return
-                if err.code() == grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
                     log.info("plugin does not implement the health service", extra={"driver": conn.driver})
                     return
                 log.info("health stream ended; reconnecting", extra={"driver": conn.driver})
@@ -434,7 +435,7 @@ class DraManager:
             conn.stop.wait(self.health_retry)
 
 
-def _retry(call: Callable[[], Any], error: type[Exception], timeout: float, interval: float) -> Any:
+def _retry(call: Callable[[], _T], error: type[Exception], timeout: float, interval: float) -> _T:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -465,7 +466,7 @@ def pod_claim_names(pod: Obj) -> list[str]:
         if ref.get("resourceClaimName"):
             names.append(ref["resourceClaimName"])
         elif generated.get(ref["name"]):
-            names.append(generated[ref["name"]])  # type: ignore[arg-type]
+            names.append(generated[ref["name"]])
         else:
             raise PodPrepareError(f"pod claim {ref['name']!r} has no ResourceClaim yet")
     return names

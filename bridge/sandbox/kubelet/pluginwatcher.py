@@ -211,7 +211,7 @@ class PluginWatcher:
         try:
             info = stub.GetInfo(pb.InfoRequest(), timeout=GET_INFO_TIMEOUT_S)
         except grpc.RpcError as err:
-            raise _Failed(f"GetInfo failed: {err.code().name}: {err.details()}") from err  # type: ignore[attr-defined]
+            raise _Failed(f"GetInfo failed: {err.code().name}: {err.details()}") from err
         handler = self.handlers.get(info.type)
         endpoint = info.endpoint or path
         versions = list(info.supported_versions)
@@ -228,7 +228,7 @@ class PluginWatcher:
         except grpc.RpcError as err:
             if handler is not None:
                 handler.deregister_plugin(info.name, endpoint)
-            raise _Failed(f"NotifyRegistrationStatus failed: {err.code().name}") from err  # type: ignore[attr-defined]
+            raise _Failed(f"NotifyRegistrationStatus failed: {err.code().name}") from err
         return RegisteredPlugin(path, info.type, info.name, endpoint, tuple(versions), inode)
 
     @staticmethod
