@@ -37,6 +37,7 @@ from bridge.deviceplugin.registration import (
 )
 from bridge.deviceplugin.servicer import DevicePluginServicer, options
 from bridge.deviceplugin.state import DeviceTable
+from bridge.node.logctx import ContextLogger
 from bridge.node.sockets import check_socket_path, remove_stale_socket, unix_target
 
 log = logging.getLogger("bridge.deviceplugin")
@@ -142,7 +143,7 @@ class DevicePlugin:
         self._registered_against: SocketIdentity | None = None
         self._registered = threading.Event()
         self.registrations = 0
-        self._log = logging.LoggerAdapter(log, {"resource": config.resource_name})
+        self._log = ContextLogger(log, {"resource": config.resource_name})
 
     # -- public -------------------------------------------------------------------------------------------------
 

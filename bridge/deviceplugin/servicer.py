@@ -23,6 +23,7 @@ from bridge.deviceplugin.allocate import AllocationConfig, ContainerAllocation, 
 from bridge.deviceplugin.metrics import DevicePluginMetrics
 from bridge.deviceplugin.preferred import PreferredAllocationError, Topology, preferred_allocation
 from bridge.deviceplugin.state import DeviceTable
+from bridge.node.logctx import ContextLogger
 
 log = logging.getLogger("bridge.deviceplugin")
 
@@ -58,7 +59,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._metrics = metrics
         self._topology = Topology.from_devices(table.devices)
         self._stopped = threading.Event()
-        self._log = logging.LoggerAdapter(log, {"resource": config.resource_name})
+        self._log = ContextLogger(log, {"resource": config.resource_name})
 
     def stop(self) -> None:
         """End every ListAndWatch stream (used before the gRPC server is stopped)."""

@@ -34,6 +34,7 @@ from bridge.inventory.model import DeviceSource, GpuDevice, HealthEvent
 from bridge.node.http import Check, HealthServer
 from bridge.node.metrics import NodeMetrics
 from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, adopt
+from bridge.node.logctx import ContextLogger
 from bridge.node.sockets import check_socket_path
 
 log = logging.getLogger("bridge.node")
@@ -98,7 +99,7 @@ class NodeDaemon:
         self._health_thread: threading.Thread | None = None
         self._started: list[Callable[[], None]] = []  # stop actions, run in reverse
         self._stopped = False
-        self._log = logging.LoggerAdapter(log, {"node": config.node_name})
+        self._log = ContextLogger(log, {"node": config.node_name})
 
     def start(self) -> None:
         try:

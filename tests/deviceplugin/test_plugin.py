@@ -272,3 +272,31 @@ def test_gpus_without_a_known_numa_node_are_listed_without_topology(kubelet: Kub
     make_node(source=SimulatedSource(gpus))
     assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 2, 20)
     assert [d.numa_nodes for d in kubelet.devices.resource(RESOURCE).devices.values()] == [(), ()]
+
+
+def test_log_lines_carry_both_the_component_context_and_the_call_context(
+        kubelet: KubeletSimulator, make_node: NodeFactory, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    source = SimulatedSource.from_spec("4xH100-80GB", "node-a")
+    with caplog.at_level(logging.INFO):
+        make_node(source=source)
+        kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 4, 20)
+        kubelet.devices.allocate("pod-1", "main", RESOURCE, 2)
+        sick = source.devices()[3].uuid
+        source.inject_xid(sick, 79)
+        kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 3, 20)
+    ids = ",".join(kubelet.devices.assignments()[0].device_ids)
+
+    def record(message: str) -> logging.LogRecord:
+        return next(r for r in caplog.records if r.getMessage().startswith(message))
+
+    allocate = record("Allocate")
+    assert (getattr(allocate, "resource", None), getattr(allocate, "devices", None)) == (RESOURCE, ids)
+    registered = record("registered with the kubelet")
+    assert getattr(registered, "endpoint", None) == "dra-bridge-nvidia.com-gpu.sock"
+    sick_line = record(f"device {sick} is now unhealthy")
+    assert (getattr(sick_line, "node", None), getattr(sick_line, "device", None), getattr(sick_line, "xid", None)) \
+        == ("node-a", sick, 79)
+    update = [r for r in caplog.records if r.getMessage() == "ListAndWatch update"][-1]
+    assert (getattr(update, "devices", None), getattr(update, "unhealthy", None)) == (4, 1)
