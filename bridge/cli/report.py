@@ -115,8 +115,11 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
     if colour is None:
         target_tty = out_file is None and sys.stdout.isatty()
         colour = target_tty and not os.environ.get("NO_COLOR")
-    result = run_report(data, output=output, assume_split=assume_split, device_plugin_configs=tuple(configs),
-                        colour=colour)
+    try:
+        result = run_report(data, output=output, assume_split=assume_split, device_plugin_configs=tuple(configs),
+                            colour=colour)
+    except SnapshotError as err:  # MalformedInput: an object with a field of the wrong type
+        raise ReportError(str(err)) from err
     if out_file is not None:
         out_file.write_text(result.text)
         click.echo(f"report written to {out_file}", err=True)

@@ -16,7 +16,8 @@ from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity, 
 from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
 from bridge.report.findings import SEVERITY_RANK, Finding
 from bridge.report.model import ClusterModel, Workload, build_model
-from bridge.report.sources import ClusterData, bulk_allocation
+from bridge.report.shape import find_malformed
+from bridge.report.sources import ClusterData, MalformedInput, bulk_allocation
 
 STATUS_BY_SEVERITY = {"blocker": "blocked", "warning": "needs-config"}
 STATUSES = ("ready", "needs-config", "blocked")
@@ -132,8 +133,15 @@ def _gpus_by_backend(model: ClusterModel) -> dict[str, int]:
 
 
 def build_report(data: ClusterData, options: ReportOptions = ReportOptions()) -> Report:
+    """Raises `MalformedInput` naming the object and field when an input object has a field of the wrong type."""
     with bulk_allocation():
-        return _build_report(data, options)
+        try:
+            return _build_report(data, options)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
+            problem = find_malformed(data.objects)
+            if problem is None:
+                raise  # not an input problem: a bug, keep the traceback
+            raise MalformedInput(f"malformed input: {problem}") from err
 
 
 def _build_report(data: ClusterData, options: ReportOptions) -> Report:

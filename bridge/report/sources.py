@@ -16,7 +16,8 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
   served versions of `resource.k8s.io` are inferred from the apiVersion of DeviceClasses/ResourceSlices found.
 
 Invariant: loading never mutates objects and never drops an object silently; an unreadable file is an error that
-names the file (`SnapshotError`), an object without `kind` is an error too.
+names the file (`SnapshotError`), an object without `kind` or whose metadata is not a mapping is an error too;
+when a deeper field has the wrong type the report raises `MalformedInput` naming the object and field.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ class SnapshotError(Exception):
     """A snapshot path or file that cannot be read; the message names the file and the reason."""
 
 
+class MalformedInput(SnapshotError):
+    """An object in the input whose fields have the wrong shape; the message names the object and the field."""
+
+
 @dataclass(frozen=True)
 class ServerVersion:
     git_version: str  # "v1.34.2"; "" when unknown
@@ -125,6 +130,11 @@ class ClusterData:
         if not isinstance(kind, str) or not kind:
             raise SnapshotError(f"{origin}: an object without 'kind' (is this `kubectl get -o yaml` output?)")
         if kind in self.objects:
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name", ""), str) \
+                    or not isinstance(meta.get("namespace", ""), str):
+                raise SnapshotError(f"{origin}: a {kind} whose metadata is not a mapping with a string name and "
+                                    f"namespace: {json.dumps(meta, default=str)[:120]}")
             self.objects[kind].append(obj)
         else:
             self.other_kinds[kind] = self.other_kinds.get(kind, 0) + 1

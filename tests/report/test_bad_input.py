@@ -1,0 +1,100 @@
+"""Bad input as an operator meets it: every case exits 2 with one clear line naming the file or object, prints
+nothing on stdout, writes no report file and no manifests (nothing half-done)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.report import build_report
+from bridge.report.shape import find_malformed, object_problem
+from bridge.report.sources import MalformedInput
+from tests.report.conftest import EXAMPLE, cluster, container, deployment, spec
+
+
+def _snapshot_with(tmp_path: Path, name: str, content: bytes) -> Path:
+    snap = tmp_path / "snap"
+    shutil.copytree(EXAMPLE, snap)
+    (snap / name).write_bytes(content)
+    return snap
+
+
+def _run_cli(tmp_path: Path, snapshot: Path):  # type: ignore[no-untyped-def]
+    report, fixes = tmp_path / "report.html", tmp_path / "fixes"
+    res = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snapshot), "-o", "html", "--file", str(report),
+                                    "--emit-manifests", str(fixes)], catch_exceptions=False)
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    assert not report.exists() and not fixes.exists()
+    assert "Traceback" not in res.stderr
+    return res.stderr
+
+
+_GARBAGE_LIST = b"apiVersion: v1\nkind: List\nitems:\n- 42\n- {kind: Pod, metadata: {name: p}}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("picture.yaml", b"\x89PNG\r\n\x1a\n\x00\x00binary", "picture.yaml: cannot read"),
+        ("notes.yaml", b"this: is: not yaml: [", "notes.yaml: not valid YAML"),
+        ("pods-extra.yaml.gz", gzip.compress(b"kind: Pod\nmetadata: {name: x}\n" * 50)[:40], "Compressed file ended"),
+        ("garbage.yaml", _GARBAGE_LIST, "garbage.yaml: expected a Kubernetes object or List, found int"),
+        ("nokind.yaml", b"kind: List\nitems:\n- {metadata: {name: x}}\n", "nokind.yaml: an object without 'kind'"),
+        ("meta.yaml", b"kind: List\nitems:\n- {kind: Pod, metadata: 5}\n", "meta.yaml: a Pod whose metadata is not"),
+        ("name.yaml", b"kind: Pod\nmetadata: {name: 7, namespace: a}\n", "name.yaml: a Pod whose metadata"),
+        ("containers.yaml", b"kind: Pod\nmetadata: {name: p, namespace: a}\nspec: {containers: app}\n",
+         "Pod a/p: spec.containers: expected a list, found a string"),
+        ("limits.yaml",
+         b"kind: Pod\nmetadata: {name: p, namespace: a}\nspec: {containers: [{name: c, resources: {limits: [1]}}]}\n",
+         "Pod a/p: spec.containers[0].resources.limits: expected a mapping, found a list"),
+        ("node.yaml", b"kind: Node\nmetadata: {name: n}\nstatus: {capacity: {1: 2}}\n",
+         "Node n: status.capacity: key 1 is not a string"),
+    ],
+)
+def test_bad_file_in_a_snapshot_exits_2_and_names_it(tmp_path: Path, name: str, content: bytes, expected: str) -> None:
+    err = _run_cli(tmp_path, _snapshot_with(tmp_path, name, content))
+    assert err.startswith("Error: ") and expected in err.splitlines()[0]
+
+
+def test_missing_path_and_empty_directory_exit_2(tmp_path: Path) -> None:
+    assert "does not exist" in _run_cli(tmp_path, tmp_path / "missing")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no .yaml/.yml/.json files found" in _run_cli(tmp_path, empty)
+
+
+def test_files_that_are_not_snapshot_files_are_skipped(tmp_path: Path) -> None:
+    snap = _snapshot_with(tmp_path, "README.md", b"# how this snapshot was made\n")
+    (snap / "kubectl.log").write_text("error: the server doesn't have a resource type\n")
+    res = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snap), "-o", "json"])
+    assert res.exit_code == 1 and res.stdout.startswith("{")
+
+
+def test_malformed_field_names_the_object_through_the_library() -> None:
+    bad = deployment("web", pod_spec=spec(container({"nvidia.com/gpu": 1})))
+    bad["spec"]["replicas"] = "many"
+    with pytest.raises(MalformedInput, match=r"Deployment team/web: spec.replicas: expected a whole number, found 'many'"):
+        build_report(cluster(bad))
+
+
+def test_well_formed_example_has_no_shape_problem() -> None:
+    from bridge.report import load_snapshot
+
+    assert find_malformed(load_snapshot(EXAMPLE).objects) is None
+
+
+def test_shape_check_accepts_nulls_and_names_nested_paths() -> None:
+    ok = {"kind": "Pod", "metadata": {"name": "p", "namespace": "a", "labels": None},
+          "spec": {"containers": [{"name": "c", "resources": None, "env": None}], "affinity": None}}
+    assert object_problem(ok) is None
+    bad = {"kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+           "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+               "nodeSelectorTerms": [{"matchExpressions": "nvidia.com/gpu.product"}]}}}}}
+    assert object_problem(bad) == ("Pod a/p: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                                   ".nodeSelectorTerms[0].matchExpressions: expected a list, found a string")
