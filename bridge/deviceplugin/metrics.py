@@ -2,16 +2,56 @@
 
 No metric lives in prometheus_client's global registry: two daemons in one test process (or the bench) must not
 share counters.
+
+Device health is read from the live `DeviceTable` at scrape time (`DeviceTableCollector`), not set as a side
+effect of sending a ListAndWatch message: with no kubelet connected (or between a kubelet restart and the
+re-registration) a GPU that fails must still show up as unhealthy on /metrics, and no series is ever stale.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from bridge.deviceplugin.state import DeviceTable
+
+
+class DeviceTableCollector(Collector):
+    """`bridge_device_healthy` (what the device source says about each GPU) and
+    `bridge_deviceplugin_advertised_devices` (how many IDs ListAndWatch reports Healthy / Unhealthy right now: the
+    Healthy count is the kubelet's allocatable), computed from the table on every scrape."""
+
+    def __init__(self, table: DeviceTable, resource_name: str) -> None:
+        self._table = table
+        self._resource = resource_name
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        _, reports = self._table.snapshot()
+        health = GaugeMetricFamily(
+            "bridge_device_healthy", "1 if the GPU is healthy (device source: NVML events or simulation), else 0",
+            labels=["resource", "device", "index"])
+        by_index = {str(d.uuid): d.index for d in self._table.devices}
+        for r in reports:
+            health.add_metric([self._resource, r.id, str(by_index[r.id])], float(r.physically_healthy))
+        yield health
+        advertised = GaugeMetricFamily(
+            "bridge_deviceplugin_advertised_devices",
+            "Devices ListAndWatch reports to the kubelet, by health (Unhealthy includes GPUs on the DRA side)",
+            labels=["resource", "health"])
+        healthy = sum(r.healthy for r in reports)
+        advertised.add_metric([self._resource, "Healthy"], float(healthy))
+        advertised.add_metric([self._resource, "Unhealthy"], float(len(reports) - healthy))
+        yield advertised
 
 
 class DevicePluginMetrics:
     def __init__(self, registry: CollectorRegistry, resource_name: str) -> None:
         self.resource = resource_name
+        self._registry = registry
+        self._table_collector: DeviceTableCollector | None = None
         self.allocations = Counter(
             "bridge_deviceplugin_allocations",
             "Allocate container requests by outcome (ok, refused-unknown, refused-unhealthy, refused-not-legacy, "
@@ -37,12 +77,6 @@ class DevicePluginMetrics:
             ["resource"],
             registry=registry,
         )
-        self.device_health = Gauge(
-            "bridge_device_healthy",
-            "1 if the device is reported Healthy to the kubelet, else 0",
-            ["resource", "device"],
-            registry=registry,
-        )
         self.registered = Gauge(
             "bridge_deviceplugin_registered",
             "1 while registered with the kubelet",
@@ -55,3 +89,10 @@ class DevicePluginMetrics:
             ["resource"],
             registry=registry,
         )
+
+    def watch_table(self, table: DeviceTable) -> None:
+        """Expose `table`'s device health on this registry (once per daemon: the table is built at start)."""
+        if self._table_collector is not None:
+            self._registry.unregister(self._table_collector)
+        self._table_collector = DeviceTableCollector(table, self.resource)
+        self._registry.register(self._table_collector)

@@ -89,8 +89,6 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                         )
                         for r in reports
                     ]
-                    for r in reports:
-                        self._metrics.device_health.labels(self._config.resource_name, r.id).set(int(r.healthy))
                     self._metrics.listandwatch_updates.labels(self._config.resource_name).inc()
                     unhealthy = sum(not r.healthy for r in reports)
                     self._log.info("ListAndWatch update", extra={"devices": len(reports), "unhealthy": unhealthy})

@@ -118,6 +118,7 @@ class NodeDaemon:
         devices = self.source.devices()
         self.metrics.devices.set(len(devices))
         self.table = DeviceTable(devices, self._side_of)
+        self.metrics.deviceplugin.watch_table(self.table)
         plugin = DevicePlugin(self.table, self.allocation, self.metrics.deviceplugin, self.plugin_config)
         self._log.info("discovered %d GPU(s) from %s", len(devices), self.source.name,
                        extra={"devices": ",".join(d.uuid for d in devices)})

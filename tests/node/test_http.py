@@ -35,7 +35,8 @@ def test_health_ready_and_metrics_respond(kubelet: KubeletSimulator, node_daemon
     assert 'bridge_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
     assert 'bridge_deviceplugin_registrations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
     assert 'bridge_deviceplugin_registered{resource="nvidia.com/gpu"} 1.0' in text
-    assert text.count("bridge_device_healthy{") == 8
+    health = [line for line in text.splitlines() if line.startswith("bridge_device_healthy{")]
+    assert len(health) == 8 and all(line.endswith(" 1.0") for line in health)
     assert "bridge_deviceplugin_listandwatch_updates_total" in text
     assert get(port, "/nope")[0] == 404
 
@@ -82,3 +83,34 @@ def test_an_http_port_in_use_is_a_clear_start_error(short_tmp, kubelet: KubeletS
         busy.close()
     # The failed start cleaned up: no plugin socket left behind.
     assert [p.name for p in kubelet.device_plugin_dir.iterdir()] == ["kubelet.sock"]
+
+
+def test_device_health_metrics_follow_the_gpus_even_with_no_kubelet_connected(short_tmp) -> None:  # type: ignore[no-untyped-def]
+    from bridge.inventory.simulated import SimulatedSource
+    from bridge.node.daemon import NodeConfig, NodeDaemon
+
+    source = SimulatedSource.from_spec("4xH100-80GB", "node-a")
+    gpus = [d.uuid for d in source.devices()]
+    dra_side = {gpus[0]}
+    daemon = NodeDaemon(NodeConfig(node_name="node-a", kubelet_root=short_tmp, http_address=("127.0.0.1", 0)),
+                        source, side_of=lambda d: "dra" if d in dra_side else "legacy")
+    daemon.start()  # no kubelet.sock: never registered, no ListAndWatch stream open
+    try:
+        def sample(text: str, name: str, **labels: str) -> str | None:
+            want = name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "} "
+            return next((line[len(want):] for line in text.splitlines() if line.startswith(want)), None)
+
+        text = get(daemon.http.port, "/metrics")[1]
+        assert [sample(text, "bridge_device_healthy", device=g, index=str(i), resource=RESOURCE)
+                for i, g in enumerate(gpus)] == ["1.0"] * 4
+        # The DRA-side GPU is healthy, but the kubelet is told Unhealthy so no legacy pod gets it.
+        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "3.0"
+        assert source.inject_xid(gpus[2], 79)
+        wait_until(lambda: sample(get(daemon.http.port, "/metrics")[1], "bridge_device_healthy", device=gpus[2],
+                                  index="2", resource=RESOURCE) == "0.0", what="the XID to reach /metrics")
+        text = get(daemon.http.port, "/metrics")[1]
+        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "2.0"
+        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Unhealthy", resource=RESOURCE) == "2.0"
+        assert sample(text, "bridge_deviceplugin_registered", resource=RESOURCE) in (None, "0.0")
+    finally:
+        daemon.stop()
