@@ -64,9 +64,10 @@ from bridge.logs import setup_logging
               help="Uninstall: delete this node's ResourceSlices of the driver, remove our CDI specs and sockets, "
                    "exit 0.")
 @click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+              show_default=True, help="Log lines on stderr: text for people, json (one object a line) for pipelines.")
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              help="Least severe log level written.")
 def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
          device_list_strategy: str, http_address: str, kubeconfig: str | None, kube_context: str | None,
          driver_name: str, dra_mode: str, dra_devices: str | None, slice_taints: str, pod_uid: str | None,
@@ -87,6 +88,7 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     from bridge.node.http import AddressError, parse_address
     from bridge.node.podresources import AdoptionError
     from bridge.node.sockets import SocketPathError
+    from bridge.node.statedir import ensure_state_dir
     from bridge.deviceplugin.registration import is_extended_resource_name
     from bridge.dra.slices import SliceError, validate_driver_name
     from bridge.kube.errors import KubeError
@@ -156,6 +158,7 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
+        ensure_state_dir(state_dir)
         DualNode(config, source, opts).run(stop)
     except (SocketPathError, InventoryError, AdoptionError, CheckpointError, KubeError, OSError) as err:
         click.echo(f"bridge node: {err}", err=True)

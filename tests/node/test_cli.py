@@ -147,3 +147,17 @@ def test_cleanup_without_an_api_removes_our_sockets_and_cdi_specs_and_leaves_oth
     assert "ResourceSlices not touched" in out.stderr and "removed 1 CDI spec(s) and 2 socket(s)" in out.stdout
     assert not any(p.exists() for p in ours) and theirs.exists()
     assert sorted(p.name for p in cdi.iterdir()) == ["nvidia.com-gpu.json"]
+
+
+def test_an_unusable_state_dir_exits_1_naming_the_option_and_the_path(short_tmp: Path) -> None:
+    blocker = short_tmp / "blocker"
+    blocker.write_text("not a directory")
+    state = blocker / "state"  # (the state dir being a file itself is click's exit 2: "Directory ... is a file")
+    r = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices", "simulated:1xL4",
+                        "--kubelet-root", str(short_tmp / "kl"), "--state-dir", str(state), "--http-address", "off"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
+    assert r.returncode == 1, r.stderr
+    assert f"bridge node: state directory {str(state)!r} (--state-dir) cannot be used: Not a directory" in r.stderr
+    assert blocker.read_text() == "not a directory"  # nothing of the user's was touched
+    assert not (short_tmp / "kl" / "device-plugins").exists()  # nothing was served
