@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.report.features import IMPLICIT_PREFIX
+from bridge.report.features import GPU, IMPLICIT_PREFIX
 from bridge.report.quantity import quantity_int
 
 Obj = dict[str, Any]
@@ -72,6 +72,7 @@ class SpecInfo:
     visible_devices_env: tuple[str, ...]  # container names setting NVIDIA_VISIBLE_DEVICES by hand
     priority_class: str
     gpu_containers: int  # containers (incl. init) that request any GPU resource
+    max_container_gpus: int = 0  # the largest nvidia.com/gpu request of one container (the webhook's claim size)
 
     @property
     def relevant(self) -> bool:
@@ -125,6 +126,7 @@ def analyse(spec: Obj) -> SpecInfo:
         visible_devices_env=env_set,
         priority_class=str(spec.get("priorityClassName") or ""),
         gpu_containers=sum(1 for c in containers if _container_gpu(c)),
+        max_container_gpus=max((_container_gpu(c).get(GPU, 0) for c in containers), default=0),
     )
 
 

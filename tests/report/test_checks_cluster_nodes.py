@@ -66,6 +66,20 @@ def test_feature_stages_follow_the_version_table() -> None:
         "DRAExtendedResourceCapacity"] == "alpha"
 
 
+def test_feature_facts_match_the_landscape_table() -> None:
+    """reference/dra-landscape.md section 0: gate names, KEP numbers and the first version on by default."""
+    by_gate = {f.object.name: f for f in findings(cluster(version="v1.34.2"), "DRB002")}
+    expected = {"DRAExtendedResource": ("5004", "alpha", "1.36"), "DRADeviceTaints": ("5055", "alpha", "1.36"),
+                "DRAConsumableCapacity": ("5075", "alpha", "1.36"),
+                "DRAExtendedResourceCapacity": ("6406", "absent", "a future release"),
+                "ResourceHealthStatus": ("4680", "alpha", "1.36")}
+    assert set(by_gate) == set(expected)
+    for gate, (kep, stage, on_from) in expected.items():
+        f = by_gate[gate]
+        assert f"KEP-{kep}" in f.message and f.details["stage"] == stage
+        assert f"Available by default from {on_from}" in f.fix
+
+
 def test_feature_findings_are_info_and_absent_without_a_version() -> None:
     assert {f.severity for f in findings(cluster(version="v1.34.2"), "DRB002")} == {"info"}
     assert findings(cluster(version="", api_versions=None), "DRB002") == []
@@ -78,11 +92,13 @@ def test_two_classes_with_one_extended_name_name_the_later_one_as_winner() -> No
     fs = findings(data, "DRB003")
     assert len(fs) == 2 and {f.severity for f in fs} == {"blocker"}
     assert all(f.details["winner"] == "mig-1g.nvidia.com" for f in fs)
+    assert "mig-1g.nvidia.com (created last)" in fs[0].message
 
 
 def test_equal_creation_time_picks_the_lexicographically_first_class() -> None:
     data = cluster(device_class("b-class", "true", "nvidia.com/gpu"), device_class("a-class", "true", "nvidia.com/gpu"))
-    assert findings(data, "DRB003")[0].details["winner"] == "a-class"
+    fs = findings(data, "DRB003")
+    assert fs[0].details["winner"] == "a-class" and "same creation time" in fs[0].message
 
 
 def test_distinct_extended_names_are_fine() -> None:

@@ -63,22 +63,34 @@ def test_no_hami_resources_no_finding() -> None:
     assert findings(cluster(PLAIN), "DRB022") == []
 
 
-# ---- DRB023 more than 32 devices
-def test_pod_with_more_than_32_gpus_cannot_be_one_claim() -> None:
+# ---- DRB023 more than 32 devices in one claim
+def test_container_with_more_than_32_gpus_cannot_be_one_claim() -> None:
     fs = findings(cluster(app({"nvidia.com/gpu": 40})), "DRB023")
-    assert [f.severity for f in fs] == ["blocker"] and fs[0].details["gpusPerPod"] == 40
+    assert [f.severity for f in fs] == ["blocker"] and fs[0].details["maxGpusPerContainer"] == 40
+    assert "at most 32" in fs[0].message and "at most 32 GPUs" in fs[0].fix
 
 
 def test_32_gpus_fit_in_one_claim() -> None:
     assert findings(cluster(app({"nvidia.com/gpu": 32})), "DRB023") == []
+    assert findings(cluster(app({"nvidia.com/gpu": 32}), version="v1.37.0"), "DRB023") == []
 
 
-def test_gpus_of_several_containers_add_up_and_init_containers_take_the_max() -> None:
+def test_an_init_container_above_32_blocks_too() -> None:
+    s = spec(container({"nvidia.com/gpu": 2}, "a"), initContainers=[container({"nvidia.com/gpu": 33}, "init")])
+    fs = findings(cluster(deployment("init", "team", 1, s)), "DRB023")
+    assert [f.severity for f in fs] == ["blocker"] and fs[0].details["gpusPerPod"] == 33
+
+
+def test_pod_total_above_32_only_matters_for_the_extended_target() -> None:
+    # 20 + 20 GPUs: two claims of 20 under the claims target (1.34: extended path off by default) ...
     s = spec(container({"nvidia.com/gpu": 20}, "a"), container({"nvidia.com/gpu": 20}, "b"),
              initContainers=[container({"nvidia.com/gpu": 8}, "init")])
-    assert findings(cluster(deployment("big", "team", 1, s)), "DRB023")[0].details["gpusPerPod"] == 40
-    s2 = spec(container({"nvidia.com/gpu": 2}, "a"), initContainers=[container({"nvidia.com/gpu": 33}, "init")])
-    assert findings(cluster(deployment("init", "team", 1, s2)), "DRB023")[0].details["gpusPerPod"] == 33
+    assert findings(cluster(deployment("big", "team", 1, s)), "DRB023") == []
+    # ... but one claim of 40 devices on the KEP-5004 path, on by default from 1.36.
+    fs = findings(cluster(deployment("big", "team", 1, s), version="v1.36.1"), "DRB023")
+    assert [f.severity for f in fs] == ["warning"]
+    assert fs[0].details == {"gpusPerPod": 40, "maxGpusPerContainer": 20, "gpuContainers": 3}
+    assert "claims translation target" in fs[0].fix
 
 
 # ---- DRB024 ephemeral containers

@@ -67,6 +67,11 @@ _FEATURE_ADVICE = {
         "nvidia.com/gpu.shared cannot be served by DRA without changing pods (KEP-6406, alpha in 1.38)",
         "nvidia.com/gpu.shared can map to capacity requests (KEP-6406)",
     ),
+    "resource-health": (
+        "device health (XIDs) does not reach pod status for either API: operators see it only in node daemon "
+        "logs, metrics and Events",
+        "device health from both APIs shows in pod status (allocatedResourcesStatus)",
+    ),
 }
 
 
@@ -116,13 +121,15 @@ def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
             return (str(m.get("creationTimestamp", "")), m.get("name", ""))
         ordered = sorted(classes, key=lambda c: (c.get("metadata") or {}).get("name", ""))
         latest_ts = max(key(c)[0] for c in classes)
-        winner = sorted(c for c in (key(c)[1] for c in classes if key(c)[0] == latest_ts))[0]
+        newest = sorted(key(c)[1] for c in classes if key(c)[0] == latest_ts)
+        winner = newest[0]
+        why = "created last" if len(newest) == 1 else "same creation time: the first name alphabetically"
         names = [(c.get("metadata") or {}).get("name", "") for c in ordered]
         for c in ordered:
             yield Finding(
                 "DRB003", "blocker", ref_of(c),
                 f"extendedResourceName {name} is claimed by {len(classes)} DeviceClasses ({', '.join(names)}); "
-                f"the scheduler picks {winner} (created last), silently capturing every {name} request",
+                f"the scheduler picks {winner} ({why}), silently capturing every {name} request",
                 f"Keep {name} on exactly one DeviceClass: remove spec.extendedResourceName from the others",
                 {"extendedResourceName": name, "classes": names, "winner": winner},
             )

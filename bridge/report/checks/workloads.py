@@ -66,16 +66,31 @@ def hami(ctx: CheckContext) -> Iterator[Finding]:
                           "Keep this workload on HAMi, or move it to HAMi-DRA")
 
 
-@rule("DRB023", "More devices per pod than one claim can hold")
+@rule("DRB023", "More GPUs than one claim can hold")
 def too_many(ctx: CheckContext) -> Iterator[Finding]:
+    """The webhook's `claims` target gives each container its own claim; KEP-5004's `extended` path makes one claim
+    per pod with one request per container. A claim holds at most 32 devices (AllocationResultsMaxSize) and 32
+    requests (DeviceRequestsMaxSize), so a container above 32 GPUs blocks both targets, and a pod above 32 in total
+    only the extended one (on by default from 1.36, when the bridge may pick it)."""
+    limit = MAX_DEVICES_PER_CLAIM
+    extended = ctx.stage("extended-resource")
     for w in ctx.gpu_workloads:
-        n = w.spec.gpu.get(GPU, 0)
-        if n > MAX_DEVICES_PER_CLAIM:
+        per_container, per_pod = w.spec.max_container_gpus, w.spec.gpu.get(GPU, 0)
+        details: dict[str, object] = {"gpusPerPod": per_pod, "maxGpusPerContainer": per_container,
+                                      "gpuContainers": w.spec.gpu_containers}
+        if per_container > limit:
             yield Finding("DRB023", "blocker", workload_ref(w),
-                          f"each pod requests {n} {GPU}: a ResourceClaim allocates at most {MAX_DEVICES_PER_CLAIM} "
-                          "devices, so the translated pod cannot be scheduled",
-                          f"Split the pod (at most {MAX_DEVICES_PER_CLAIM} GPUs each) or keep it on the device plugin",
-                          {"gpusPerPod": n})
+                          f"one container requests {per_container} {GPU}: a ResourceClaim allocates at most {limit} "
+                          "devices, so the webhook leaves the pod untranslated and KEP-5004 cannot schedule it",
+                          f"Split the work into containers or pods of at most {limit} GPUs, or keep it on the device "
+                          "plugin", details)
+        elif per_pod > limit and extended is not None and extended.on_by_default:
+            yield Finding("DRB023", "warning", workload_ref(w),
+                          f"each pod requests {per_pod} {GPU} over {w.spec.gpu_containers} containers: the `claims` "
+                          f"target (one claim per container) works, but the `extended` target (KEP-5004: one claim "
+                          f"per pod, at most {limit} devices and {limit} requests) leaves it Pending",
+                          "Run the webhook with the claims translation target while this workload migrates, or "
+                          f"split the pod to at most {limit} GPUs", details)
 
 
 @rule("DRB024", "Ephemeral containers")
