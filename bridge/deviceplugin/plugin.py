@@ -143,6 +143,7 @@ class DevicePlugin:
         self._registered_against: SocketIdentity | None = None
         self._registered = threading.Event()
         self.registrations = 0
+        self._last_error: str | None = None
         self._log = ContextLogger(log, {"resource": config.resource_name})
 
     # -- public -------------------------------------------------------------------------------------------------
@@ -155,11 +156,17 @@ class DevicePlugin:
         return self._registered.wait(timeout)
 
     def probe(self, timeout: float = 2.0) -> str | None:
-        """Liveness: dial our own socket like the kubelet and call GetDevicePluginOptions. None when it answers."""
+        """Liveness: the supervisor (which re-registers after kubelet restarts) is running, and our socket answers
+        GetDevicePluginOptions when dialled like the kubelet dials it. None when both hold."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return "the device-plugin supervisor thread has died: kubelet restarts would go unnoticed"
         return probe_socket(self.socket_path, timeout)
 
     def readiness(self) -> str | None:
-        return None if self.registered else f"not registered with the kubelet at {self.kubelet_socket}"
+        if self.registered:
+            return None
+        last = self._last_error
+        return f"not registered with the kubelet at {self.kubelet_socket}" + (f"; last attempt: {last}" if last else "")
 
     def start(self) -> None:
         """Serve on our socket, then start the supervisor, which registers (and re-registers) with the kubelet."""
@@ -197,40 +204,52 @@ class DevicePlugin:
         next_attempt = 0.0
         waiting_logged = False
         while not self._stop.is_set():
-            kubelet = socket_identity(self.kubelet_socket)
-            own_present = socket_identity(self.socket_path) is not None
-            registered = self._registered.is_set()
-            # Registered against a kubelet.sock that is gone or was replaced: the kubelet restarted.
-            stale = registered and kubelet != self._registered_against
-            if stale or not own_present:
-                if registered:
-                    why = "kubelet.sock re-created" if kubelet is not None and stale else (
-                        "kubelet.sock removed" if stale else "our socket was deleted")
-                    self._log.info("kubelet restart detected (%s): re-serving and re-registering", why)
-                    self.metrics.kubelet_restarts.labels(self.config.resource_name).inc()
-                else:
-                    self._log.info("our socket disappeared before registration: re-serving")
-                self._set_unregistered()
-                try:
-                    self._start_server()
-                except Exception:
-                    self._log.exception("cannot re-create the device-plugin socket; retrying")
-                    self._stop.wait(self.config.backoff_initial_s)
-                    continue
-                backoff, next_attempt = self.config.backoff_initial_s, 0.0
-            if not self._registered.is_set():
-                if kubelet is None:
-                    if not waiting_logged:
-                        self._log.info("waiting for %s to appear", self.kubelet_socket)
-                        waiting_logged = True
-                elif time.monotonic() >= next_attempt:
-                    waiting_logged = False
-                    if self._try_register(kubelet):
-                        backoff = self.config.backoff_initial_s
-                    else:
-                        next_attempt = time.monotonic() + backoff
-                        backoff = min(backoff * 2, self.config.backoff_max_s)
+            try:
+                backoff, next_attempt, waiting_logged = self._supervise_once(backoff, next_attempt, waiting_logged)
+            except Exception as err:  # never let one bad poll end re-registration for the life of the daemon
+                self._last_error = f"{type(err).__name__}: {err}"
+                self._log.exception("device-plugin supervisor error; retrying")
+                next_attempt = time.monotonic() + backoff
+                backoff = min(backoff * 2, self.config.backoff_max_s)
             self._stop.wait(self.config.poll_interval_s)
+
+    def _supervise_once(self, backoff: float, next_attempt: float, waiting_logged: bool) -> tuple[float, float, bool]:
+        """One poll: notice a kubelet restart or a lost socket, re-serve, (re-)register when due."""
+        kubelet = socket_identity(self.kubelet_socket)
+        own_present = socket_identity(self.socket_path) is not None
+        registered = self._registered.is_set()
+        # Registered against a kubelet.sock that is gone or was replaced: the kubelet restarted.
+        stale = registered and kubelet != self._registered_against
+        if stale or not own_present:
+            if registered:
+                why = "kubelet.sock re-created" if kubelet is not None and stale else (
+                    "kubelet.sock removed" if stale else "our socket was deleted")
+                self._log.info("kubelet restart detected (%s): re-serving and re-registering", why)
+                self.metrics.kubelet_restarts.labels(self.config.resource_name).inc()
+            else:
+                self._log.info("our socket disappeared before registration: re-serving")
+            self._set_unregistered()
+            try:
+                self._start_server()
+            except Exception as err:
+                self._last_error = f"cannot re-create {self.socket_path}: {err}"
+                self._log.exception("cannot re-create the device-plugin socket; retrying")
+                self._stop.wait(self.config.backoff_initial_s)
+                return backoff, next_attempt, waiting_logged
+            backoff, next_attempt = self.config.backoff_initial_s, 0.0
+        if not self._registered.is_set():
+            if kubelet is None:
+                if not waiting_logged:
+                    self._log.info("waiting for %s to appear", self.kubelet_socket)
+                    waiting_logged = True
+            elif time.monotonic() >= next_attempt:
+                waiting_logged = False
+                if self._try_register(kubelet):
+                    backoff = self.config.backoff_initial_s
+                else:
+                    next_attempt = time.monotonic() + backoff
+                    backoff = min(backoff * 2, self.config.backoff_max_s)
+        return backoff, next_attempt, waiting_logged
 
     def _set_unregistered(self) -> None:
         self._registered.clear()
@@ -243,10 +262,12 @@ class DevicePlugin:
             register(self.kubelet_socket, endpoint, self.config.resource_name, options(),
                      self.config.register_timeout_s)
         except RegistrationError as err:
+            self._last_error = str(err)
             self.metrics.registrations.labels(self.config.resource_name, "error").inc()
             self._log.warning("registration failed, will retry: %s", err)
             return False
         self._registered_against = kubelet
+        self._last_error = None
         self.registrations += 1
         self._registered.set()
         self.metrics.registrations.labels(self.config.resource_name, "ok").inc()

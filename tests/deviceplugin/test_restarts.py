@@ -6,6 +6,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from bridge.deviceplugin.plugin import DevicePlugin
 from bridge.sandbox.kubelet import KubeletSimulator
 
@@ -83,8 +85,37 @@ def test_registration_rejected_by_the_kubelet_is_retried_and_counted(kubelet: Ku
             "bridge_deviceplugin_registrations_total", {"resource": RESOURCE, "outcome": "error"}) or 0) >= 2,
             what="two failed registration attempts")
         assert not daemon.plugin.registered  # type: ignore[union-attr]
+        # /readyz says why: the kubelet socket and the last error.
+        why = daemon.plugin.readiness()  # type: ignore[union-attr]
+        assert why is not None and why.startswith(f"not registered with the kubelet at {kubelet.kubelet_socket}; "
+                                                  f"last attempt: Register with {kubelet.kubelet_socket} failed")
     finally:
         bogus.close()
         os.unlink(kubelet.kubelet_socket)
     kubelet.devices.start()
     assert daemon.wait_registered(20)
+
+
+def test_an_unexpected_error_while_registering_is_logged_and_retried_not_fatal(
+        kubelet: KubeletSimulator, make_node: NodeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bridge.deviceplugin.plugin as plugin_module
+
+    real_register = plugin_module.register
+    calls: list[int] = []
+
+    def flaky(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) <= 2:
+            raise ValueError("something nobody expected")
+        return real_register(*args, **kwargs)
+
+    monkeypatch.setattr(plugin_module, "register", flaky)
+    daemon = make_node("2xH100-80GB", register=False)
+    wait_until(lambda: len(calls) >= 1, what="a first registration attempt")
+    assert daemon.wait_registered(20), daemon.plugin.readiness()  # type: ignore[union-attr]
+    assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 2, 20)
+    assert daemon.plugin.probe() is None  # type: ignore[union-attr]
+    # And it still follows kubelet restarts afterwards.
+    kubelet.restart()
+    assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).registrations == 2
+                                    and m.resource(RESOURCE).allocatable == 2, 20)
