@@ -7,6 +7,9 @@ held. IDs we do not know (not in our inventory: e.g. a different deviceIDStrateg
 warned about: they cannot be protected.
 
 A missing PodResources socket is not an error (a fresh node, or a kubelet without the API): adoption is empty.
+A socket that exists but does not answer (the kubelet is restarting, or died and left it behind) is waited for up
+to the adoption timeout, then start fails: offering GPUs without knowing which ones running containers hold could
+hand a busy GPU to DRA.
 """
 
 from __future__ import annotations
@@ -74,13 +77,23 @@ class Holdings:
 
 
 def list_holdings(socket_path: str, resource_name: str, driver: str | None = None,
-                  timeout: float = 10.0) -> Holdings:
-    """Call PodResources `List`: who holds devices of `resource_name` and (when given) of DRA driver `driver`."""
+                  timeout: float = 10.0, *, wait_for_ready: bool = False) -> Holdings:
+    """Call PodResources `List`: who holds devices of `resource_name` and (when given) of DRA driver `driver`.
+
+    `wait_for_ready`: keep trying to connect for up to `timeout` (a kubelet coming back) instead of failing on the
+    first refused connection."""
     channel = grpc.insecure_channel(unix_target(socket_path))
     try:
-        resp = pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=timeout)
+        resp = pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=timeout,
+                                                             wait_for_ready=wait_for_ready)
     except grpc.RpcError as err:
         details = err.details() if isinstance(err, grpc.Call) else str(err)
+        code = err.code() if isinstance(err, grpc.Call) else None
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise AdoptionError(
+                f"PodResources List on {socket_path} failed: the kubelet's PodResources socket exists but did not "
+                f"answer within {timeout:g} s ({details}); is the kubelet running? Not serving GPUs before it is "
+                f"known which ones running containers hold") from err
         raise AdoptionError(f"PodResources List on {socket_path} failed: {details}") from err
     finally:
         channel.close()
@@ -115,7 +128,7 @@ def adopt(kubelet_root: str, resource_name: str, inventory: Collection[str], tim
     if not os.path.exists(path):
         log.info("no PodResources socket at %s: nothing to adopt", path)
         return Adoption()
-    held = read_assignments(path, resource_name, timeout)
+    held = list_holdings(path, resource_name, None, timeout, wait_for_ready=True).legacy
     in_use = {i: tuple(h) for i, h in held.items() if i in inventory}
     unknown = {i: tuple(h) for i, h in held.items() if i not in inventory}
     for device_id, holders in sorted(in_use.items()):

@@ -51,10 +51,37 @@ def test_a_podresources_socket_that_does_not_answer_fails_start_loudly(short_tmp
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(short_tmp / "pod-resources" / "kubelet.sock"))  # bound, never listening: refused
     try:
-        with pytest.raises(AdoptionError, match="PodResources List on .*pod-resources/kubelet.sock failed"):
-            adopt(str(short_tmp), RESOURCE, {"GPU-a"}, timeout=5)
+        with pytest.raises(AdoptionError) as err:
+            adopt(str(short_tmp), RESOURCE, {"GPU-a"}, timeout=1)
     finally:
         dead.close()
+    message = str(err.value)
+    assert f"PodResources List on {short_tmp}/pod-resources/kubelet.sock failed: the kubelet's PodResources socket " \
+           "exists but did not answer within 1 s" in message
+    assert "is the kubelet running?" in message
+
+
+def test_adoption_waits_for_a_kubelet_that_is_coming_back(short_tmp: Path) -> None:
+    import threading
+
+    sim = KubeletSimulator(short_tmp)
+    (short_tmp / "pod-resources").mkdir()
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(sim.podresources_socket))  # left behind by the kubelet that stopped: refuses connections
+    sim.devices.seed_assignment(Assignment("uid-1", "ml", "trainer-0", "main", RESOURCE, ("GPU-a",)))
+
+    def kubelet_comes_back() -> None:
+        stale.close()
+        sim.podresources.start()  # replaces the stale socket, as the kubelet does
+
+    timer = threading.Timer(1.0, kubelet_comes_back)
+    timer.start()
+    try:
+        adoption = adopt(str(short_tmp), RESOURCE, {"GPU-a"}, timeout=20)
+    finally:
+        timer.join()
+        sim.podresources.stop()
+    assert adoption.in_use == {"GPU-a": (Holder("ml", "trainer-0", "main"),)}
 
 
 def test_podresources_reports_what_the_simulated_kubelet_allocated_through_the_plugin(
