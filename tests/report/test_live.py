@@ -22,9 +22,8 @@ from tests.report.conftest import EXAMPLE
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ApiServer]:
-    data = load_snapshot(EXAMPLE)
-    with ApiServer(version="1.34.2", default_namespaces=()) as srv:
-        srv.load_objects([o for kind in KINDS for o in data.of(kind)])
+    with ApiServer(version="1.34.2") as srv:
+        srv.load_dir(EXAMPLE)  # the snapshot directory as it is, validated against the schemas
         yield srv
 
 
@@ -54,11 +53,53 @@ def test_forbidden_resource_is_named_and_the_rest_is_scanned(server: ApiServer, 
         data = load_live(connect(kubeconfig))
     finally:
         server.faults.clear()
-    assert "resourcequotas" in data.unreadable and "list" in data.unreadable["resourcequotas"]
+    assert data.unreadable["resourcequotas"] == ("forbidden: the credentials may not list resourcequotas (add a "
+                                                 "ClusterRole rule: verbs [list] on resourcequotas)")
     assert len(data.of("Pod")) == len(load_snapshot(EXAMPLE).of("Pod"))
     report = build_report(data)
     assert any(f.rule == "DRB000" and f.object.name == "resourcequotas" for f in report.findings)
     assert not any(f.rule == "DRB030" for f in report.findings)
+
+
+def test_forbidden_group_resource_names_its_api_group_in_the_cli_output(server: ApiServer, kubeconfig: Path) -> None:
+    server.faults.fail(count=1000, status=403, path_regex=r"/resourceslices")
+    try:
+        res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "-o", "json"],
+                                 catch_exceptions=False)
+    finally:
+        server.faults.clear()
+    doc = json.loads(res.stdout)
+    gap = next(f for f in doc["findings"] if f["rule"] == "DRB000")
+    assert gap["object"] == {"kind": "Resource", "namespace": "", "name": "resourceslices"}
+    assert "may not list resourceslices.resource.k8s.io" in gap["message"]
+    assert "get/list" in gap["fix"]
+    assert len(doc["nodes"]) == len(build_report(load_snapshot(EXAMPLE)).nodes)  # the rest was still scanned
+
+
+def test_applying_the_emitted_manifests_clears_their_findings(tmp_path: Path) -> None:
+    """The remediation YAML is accepted by the API emulator (schema-validated create), and a rescan of the cluster
+    with it applied no longer reports what it fixes."""
+    import yaml
+
+    from bridge.report import run_report
+
+    before = run_report(load_snapshot(EXAMPLE))
+    docs = [d for name, text in sorted(before.manifests.items()) if name.endswith(".yaml")
+            for d in yaml.safe_load_all(text)]
+    replaced = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in docs}
+    assert ("ResourceQuota", "team-vision", "gpu-quota") in replaced
+    example = load_snapshot(EXAMPLE)
+    kept = [o for kind in KINDS for o in example.of(kind)
+            if (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) not in replaced]
+    with ApiServer(version="1.34.2") as srv:
+        srv.load_objects(kept)
+        assert srv.load_objects(docs) == len(docs)
+        after = build_report(load_live(connect(srv.write_kubeconfig(tmp_path / "kc"))))
+    assert [f for f in before.report.findings if f.rule == "DRB030"]
+    assert not [f for f in after.findings if f.rule == "DRB030"]
+    mig = next(d for d in docs if d["kind"] == "DeviceClass")
+    assert mig["spec"]["extendedResourceName"] == "nvidia.com/mig-1g.10gb"
+    assert any((c.get("metadata") or {}).get("name") == mig["metadata"]["name"] for c in after.model.device_classes)
 
 
 def test_snapshot_command_round_trip(kubeconfig: Path, tmp_path: Path) -> None:

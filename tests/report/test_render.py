@@ -93,3 +93,62 @@ def test_readiness_chart_stays_readable_for_many_namespaces() -> None:
     svg = readiness_chart(many)
     assert svg.count("<rect") == MAX_BARS + 3  # bars + legend
     assert "ns-0499" in svg and "ns-0000" not in svg and "of 500" in svg
+
+
+def _edge_clusters() -> dict[str, object]:
+    from tests.report.conftest import cluster, container, deployment, namespace, node, spec
+
+    long_ns = "team-" + "x" * 58  # 63 characters, the longest namespace name
+    long_app = deployment("inference-" + "y" * 243, long_ns, 3,
+                          spec(container({"nvidia.com/gpu": 2, "nvidia.com/mig-7g.80gb": 1, "nvidia.com/gpu.shared": 1}),
+                               volumes=[{"name": "d", "hostPath": {"path": "/dev/nvidia-uvm-tools"}}]))
+    return {
+        "empty-unknown-version": cluster(version="", api_versions=None),
+        "no-dra-api": cluster(namespace("a", "dra"), version="v1.30.1", api_versions=()),
+        "unreadable": cluster(unreadable={"pods": "forbidden: the credentials may not list pods"}),
+        "long-names": cluster(namespace(long_ns, "DRA-please"), long_app,
+                              node("gpu-node-" + "z" * 240, 8, runtime="docker://24.0.7")),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_edge_clusters()))
+def test_edge_reports_follow_the_schema_and_fit_100_columns(name: str) -> None:
+    data = _edge_clusters()[name]
+    schema = json.loads(SCHEMA.read_text())
+    for split in ("current", "all", "3"):
+        doc = json.loads(run_report(data, output="json", assume_split=split).text)  # type: ignore[arg-type]
+        jsonschema.validate(doc, schema)
+    table = run_report(data, output="table", colour=False).text  # type: ignore[arg-type]
+    assert max(len(line) for line in table.splitlines()) <= 100, max(table.splitlines(), key=len)
+
+
+def test_schema_rejects_what_the_output_must_not_contain(outputs: dict[str, str]) -> None:
+    """The schema is strict enough to catch drift: an undocumented field or a finding without a fix fails it."""
+    schema = json.loads(SCHEMA.read_text())
+    doc = json.loads(outputs["json"])
+    doc["findings"][0]["extra"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)
+    doc = json.loads(outputs["json"])
+    del doc["findings"][0]["fix"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)
+    doc = json.loads(outputs["json"])
+    doc["undocumented"] = True
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)
+
+
+def test_table_summary_fits_100_columns_at_the_envelope() -> None:
+    from dataclasses import replace
+
+    report = run_report(load_snapshot(EXAMPLE)).report
+    big = replace(report, counts={"gpuWorkloads": 54321, "pods": 150000, "nodes": 5000},
+                  findings=report.findings * 2000)
+    from bridge.report.render.table import render_table
+
+    for colour in (False, True):
+        text = render_table(big, colour=colour)
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+        assert max(len(line) for line in plain.splitlines()) <= 100
+    assert "150000 pods" in plain.replace("\n    ", " ")

@@ -43,17 +43,17 @@ def render_table(report: Report, colour: bool = False) -> str:
     s = _Style(colour)
     lines: list[str] = []
     sev = {k: sum(1 for f in report.findings if f.severity == k) for k in ("blocker", "warning", "info")}
-    lines.append(s.bold("dra-bridge migrate-report") + f"  {report.source}")
+    lines.append(s.bold("dra-bridge migrate-report") + "  " + _cut(report.source, WIDTH - 27))
     lines.append(
         f"Kubernetes {report.version}, resource.k8s.io {', '.join(report.resource_versions) or 'not served'}, "
         f"split {report.assume_split}"
     )
-    lines.append(
-        "Overall: " + s.status(report.status)
-        + f"  ({sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info; "
-        + f"{report.counts.get('gpuWorkloads', 0)} GPU workloads, {report.counts.get('pods', 0)} pods, "
-        + f"{report.counts.get('nodes', 0)} nodes)"
-    )
+    overall = textwrap.wrap(
+        f"Overall: {report.status}  ({sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info; "
+        f"{report.counts.get('gpuWorkloads', 0)} GPU workloads, {report.counts.get('pods', 0)} pods, "
+        f"{report.counts.get('nodes', 0)} nodes)", WIDTH, subsequent_indent="    ")
+    overall[0] = "Overall: " + s.status(report.status) + overall[0][len("Overall: ") + len(report.status):]
+    lines += overall
     lines.append("")
     lines.append(s.bold("Namespaces"))
     rows = []
@@ -83,8 +83,10 @@ def render_table(report: Report, colour: bool = False) -> str:
         lines.append("")
         lines.append(s.bold({"blocker": "Blockers", "warning": "Needs configuration", "info": "Information"}[severity]))
         for f in groups:
-            head = f"{s.status(f.rule)} {f.object}"
-            lines.append(head)
+            # Object names can be 253 characters: wrap (breaking inside the name), colour only the rule ID.
+            head = textwrap.wrap(f"{f.rule} {f.object}", WIDTH, subsequent_indent="    ")
+            head[0] = s.status(f.rule) + head[0][len(f.rule):]
+            lines += head
             lines += textwrap.wrap(f.message, WIDTH, initial_indent="    ", subsequent_indent="    ")
             if severity != "info":
                 lines += textwrap.wrap("fix: " + f.fix, WIDTH, initial_indent="    ", subsequent_indent="         ")
