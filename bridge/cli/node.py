@@ -130,7 +130,8 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     setup_logging(log_format, log_level)
     config = NodeConfig(node_name=node_name, kubelet_root=kubelet_root, cdi_root=cdi_root, state_dir=state_dir,
                         resource_name=resource_name, device_list_strategy=strategies, http_address=address,
-                        device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid))
+                        device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid),
+                        check_host_device_nodes=devices.strip() == "nvml")
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
                       driver=driver_name, dra_devices=dra_devices, slice_taints=slice_taints,  # type: ignore[arg-type]
                       pod_uid=pod_uid, split_grace_s=split_grace)

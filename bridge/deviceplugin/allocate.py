@@ -17,7 +17,10 @@ every GPU on the node.
 Device specs (`/dev/nvidia<minor>` per GPU plus the control nodes every CUDA process opens: `/dev/nvidiactl`,
 `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`) are passed by default so the container's device cgroup admits them
 even without the NVIDIA hook (`pass_device_specs`, like NVIDIA's `passDeviceSpecs`). Order is stable: devices in
-request order, control nodes last.
+request order, control nodes last. On a real node the control nodes are optional, as in NVIDIA's plugin: the UVM
+nodes appear only once `nvidia-uvm` is loaded, and a device spec whose host path is missing makes the runtime fail
+the container ("no such file or directory"), so with `host_has` set a missing control node is left out. The GPU's
+own node is always passed: a missing one is a broken GPU and should fail loudly.
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ class AllocationConfig:
     pass_device_specs: bool = True
     cdi_name: Callable[[GpuDevice], str] = default_cdi_name
     plugin_name: str = "dra-bridge"
+    # None: pass every control node (simulated devices); on real GPUs: a host-path check such as os.path.exists.
+    host_has: Callable[[str], bool] | None = None
 
     @property
     def cdi_annotation_key(self) -> str:
@@ -129,7 +134,8 @@ def container_allocation(devices: Sequence[GpuDevice], config: AllocationConfig)
     specs: list[DeviceNodeSpec] = []
     if config.pass_device_specs:
         specs = [DeviceNodeSpec(d.device_node, d.device_node, "rw") for d in devices]
-        specs += [DeviceNodeSpec(p, p, "rw") for p in CONTROL_DEVICE_NODES]
+        specs += [DeviceNodeSpec(p, p, "rw") for p in CONTROL_DEVICE_NODES
+                  if config.host_has is None or config.host_has(p)]
 
     return ContainerAllocation(
         envs=envs,

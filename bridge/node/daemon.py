@@ -20,6 +20,7 @@ device plugin may offer/allocate) and `on_adopted(Adoption)`. Without a ledger e
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,9 @@ class NodeConfig:
     cdi_name: Callable[[GpuDevice], str] = field(default=default_cdi_name)
     # None: `dra-bridge-<resource>.sock`; a rolling update gives each instance its own (pod UID in the name)
     device_plugin_socket_name: str | None = None
+    # Real GPUs: leave control device nodes the host lacks (/dev/nvidia-uvm before the module loads) out of
+    # Allocate's device specs. Off for simulated GPUs, whose /dev nodes exist nowhere.
+    check_host_device_nodes: bool = False
 
 
 class NodeComponent(Protocol):
@@ -90,7 +94,8 @@ class NodeDaemon:
             kubelet_root=config.kubelet_root, resource_name=config.resource_name,
             socket_name=config.device_plugin_socket_name, poll_interval_s=config.plugin_poll_interval_s)
         self.allocation = AllocationConfig(
-            strategies=config.device_list_strategy, resource_name=config.resource_name, cdi_name=config.cdi_name)
+            strategies=config.device_list_strategy, resource_name=config.resource_name, cdi_name=config.cdi_name,
+            host_has=os.path.exists if config.check_host_device_nodes else None)
         self.table: DeviceTable | None = None
         self.plugin: DevicePlugin | None = None
         self.http: HealthServer | None = None

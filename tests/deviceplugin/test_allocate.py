@@ -70,6 +70,12 @@ def test_strategies_combine_and_use_the_configured_cdi_names() -> None:
     assert list(got.annotations.values()) == ["example.com/gpu=gpu0,example.com/gpu=gpu1"]
 
 
+def test_on_a_real_node_control_nodes_the_host_lacks_are_left_out_but_the_gpu_node_never_is() -> None:
+    present = {"/dev/nvidiactl", "/dev/nvidia-uvm"}  # nvidia-uvm-tools not created yet; no /dev/nvidia0 either
+    got = container_allocation(GPUS[:1], AllocationConfig(host_has=present.__contains__))
+    assert [s.host_path for s in got.devices] == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+
+
 def test_device_specs_can_be_left_to_the_runtime() -> None:
     assert container_allocation(GPUS[:1], AllocationConfig(pass_device_specs=False)).devices == ()
 

@@ -300,3 +300,22 @@ def test_log_lines_carry_both_the_component_context_and_the_call_context(
         == ("node-a", sick, 79)
     update = [r for r in caplog.records if r.getMessage() == "ListAndWatch update"][-1]
     assert (getattr(update, "devices", None), getattr(update, "unhealthy", None)) == (4, 1)
+
+
+def test_with_host_device_checks_on_allocate_passes_only_control_nodes_that_exist(
+        kubelet: KubeletSimulator, short_tmp: Path) -> None:
+    from bridge.node.daemon import NodeConfig, NodeDaemon
+
+    source = SimulatedSource.from_spec("2xH100-80GB", "node-a")
+    daemon = NodeDaemon(NodeConfig(node_name="node-a", kubelet_root=short_tmp, http_address=None,
+                                   check_host_device_nodes=True), source)
+    daemon.start()
+    try:
+        kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 2, 20)
+        resp = kubelet.devices.allocate("pod-1", "main", RESOURCE, 1)
+    finally:
+        daemon.stop()
+    (gpu,) = kubelet.devices.assignments()[0].device_ids
+    minor = next(d.minor for d in source.devices() if d.uuid == gpu)
+    controls = [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if os.path.exists(p)]
+    assert [d.host_path for d in resp.devices] == [f"/dev/nvidia{minor}", *controls]
