@@ -116,3 +116,31 @@ def test_live_cli_report_exit_code(kubeconfig: Path) -> None:
     res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "-o", "json"],
                              catch_exceptions=False)
     assert res.exit_code == 1 and json.loads(res.output)["status"] == "blocked"
+
+
+def test_wave_plan_commands_run_against_the_cluster_and_match_the_kubectl_form(tmp_path: Path) -> None:
+    """Each wave-plan step, run with the real `bridge namespace set`, leaves exactly the label its kubectl
+    equivalent names; after the whole plan every planned namespace is in its last mode."""
+    import shlex
+
+    from bridge.report import run_report
+    from bridge.webhook.policy import MODE_LABEL as WEBHOOK_MODE_LABEL
+
+    plan = run_report(load_snapshot(EXAMPLE)).report.waves
+    assert plan
+    with ApiServer(version="1.34.2") as srv:
+        srv.load_dir(EXAMPLE)
+        kc = srv.write_kubeconfig(tmp_path / "kc")
+        api = connect(kc)
+        for step in plan:
+            argv = shlex.split(step.bridge_command)
+            assert argv[:3] == ["bridge", "namespace", "set"]
+            res = CliRunner().invoke(main, [*argv[1:], "--kubeconfig", str(kc)], catch_exceptions=False)
+            assert res.exit_code == 0, res.output
+            kubectl = shlex.split(step.kubectl_command)
+            assert kubectl[:3] == ["kubectl", "label", "namespace"] and kubectl[3] == step.namespace
+            assert "--overwrite" in kubectl
+            key, value = kubectl[4].split("=")
+            assert key == WEBHOOK_MODE_LABEL
+            labels = build_report(load_live(api)).model.namespaces[step.namespace].labels  # type: ignore[union-attr]
+            assert labels[key] == value == step.mode
