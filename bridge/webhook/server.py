@@ -34,6 +34,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import socket
@@ -57,7 +58,11 @@ DISCARD_LIMIT = 64 * 1024  # a body on a request not for a handler is dropped up
 LINGER_BYTES = 8 * 1024 * 1024  # after an error answer, drop up to this much of a body still arriving...
 LINGER_SECONDS = 2.0  # ...for at most this long, so the client can finish sending and read the answer
 RECV_SIZE = 256 * 1024
-Mutate = Callable[[bytes], tuple[int, bytes]]
+Reply = tuple[int, bytes]
+Deferred = Callable[[], Reply]
+# An inline handler may return a `Deferred` instead of a reply when it finds it needs blocking I/O (a cache miss):
+# the server then runs that callable in the pool. A pooled handler's return value is always a reply.
+Mutate = Callable[[bytes], Reply | Deferred]
 _TEXT = "text/plain; charset=utf-8"
 _SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
@@ -229,9 +234,9 @@ class WebhookServer:
             return 405, f"{path} accepts POST with an AdmissionReview body\n".encode(), _TEXT
         return 404, f"no such endpoint {path[:100]!r}; try /mutate, /healthz, /readyz, /metrics\n".encode(), _TEXT
 
-    def call(self, path: str, handler: Mutate, body: bytes) -> tuple[int, bytes]:
+    def call(self, path: str, handler: Callable[..., Reply | Deferred], *args: bytes) -> Reply | Deferred:
         try:
-            return handler(body)
+            return handler(*args)
         except Exception as err:  # the handler's contract is never to raise; this keeps the server alive anyway
             log.exception("handler for %s raised", path)
             return 500, _status_json(500, f"internal error: {type(err).__name__}")
@@ -427,25 +432,37 @@ class _Conn:
         if handler is None:
             code, text, ctype = srv.answer(method, path)
             self.send(srv.response(code, text, ctype, label, not keep))
-        elif path in srv.inline:
-            start = time.perf_counter()
-            code, out = srv.call(path, handler, body)
-            self.send(srv.response(code, out, "application/json", label, not keep))
-            srv.metrics.latency.observe(time.perf_counter() - start)
         else:
-            assert srv.pool is not None
-            self.busy = True
-            self._pause()
             start = time.perf_counter()
-            fut = srv.pool.submit(srv.call, path, handler, body)
-            fut.add_done_callback(lambda f: self.loop.call_soon_threadsafe(self._pooled_done, f, label, keep, start))
+            if path in srv.inline:
+                result = srv.call(path, handler, body)
+                if not isinstance(result, tuple):
+                    self._pooled(path, result, label, keep, start)
+                    return True
+                code, out = result
+                self.send(srv.response(code, out, "application/json", label, not keep))
+                srv.metrics.latency.observe(time.perf_counter() - start)
+            else:
+                self._pooled(path, functools.partial(handler, body), label, keep, start)
         return True
 
-    def _pooled_done(self, fut: Future[tuple[int, bytes]], label: str, keep: bool, start: float) -> None:
+    def _pooled(self, path: str, job: Callable[[], Reply | Deferred], label: str, keep: bool, start: float) -> None:
+        assert self.server.pool is not None
+        self.busy = True
+        self._pause()
+        fut = self.server.pool.submit(self.server.call, path, job)
+        fut.add_done_callback(lambda f: self.loop.call_soon_threadsafe(self._pooled_done, f, label, keep, start))
+
+    def _pooled_done(self, fut: Future[Reply | Deferred], label: str, keep: bool, start: float) -> None:
         self.busy = False
         if self.closed:
             return
-        code, out = fut.result()
+        result = fut.result()
+        if isinstance(result, tuple):
+            code, out = result
+        else:
+            log.error("pooled handler for %s returned %r instead of (status, body)", label, type(result).__name__)
+            code, out = 500, _status_json(500, "internal error: handler returned no reply")
         self.send(self.server.response(code, out, "application/json", label, not keep))
         self.server.metrics.latency.observe(time.perf_counter() - start)
         if not self.closed and not self.out and not self.close_after:

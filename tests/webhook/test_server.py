@@ -8,7 +8,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -337,3 +337,39 @@ def test_inline_paths_must_have_handlers(pki: Pki) -> None:
     with pytest.raises(ValueError, match="/nope"):
         WebhookServer({}, ReloadingContext(str(pki.cert_file), str(pki.key_file)), host="127.0.0.1", port=0,
                       inline=["/nope"])
+
+
+def test_an_inline_handler_can_defer_blocking_work_to_the_pool(pki: Pki) -> None:
+    release = threading.Event()
+    threads: list[str] = []
+
+    def maybe_blocking(body: bytes) -> tuple[int, bytes] | Callable[[], tuple[int, bytes]]:
+        if body == b"cached":
+            threads.append(threading.current_thread().name)
+            return 200, b"fast"
+
+        def slow() -> tuple[int, bytes]:  # stands in for a namespace GET on a cache miss
+            threads.append(threading.current_thread().name)
+            release.wait(20)
+            return 200, b"slow"
+        return slow
+
+    srv = WebhookServer({"/mutate": maybe_blocking}, ReloadingContext(str(pki.cert_file), str(pki.key_file)),
+                        host="127.0.0.1", port=0, inline=["/mutate"])
+    with srv, ThreadPoolExecutor(1) as pool:
+        stuck = pool.submit(request, pki, srv, "POST", "/mutate", b"miss")
+        time.sleep(0.2)
+        assert request(pki, srv, "POST", "/mutate", b"cached")[:2] == (200, b"fast")
+        assert not stuck.done()
+        release.set()
+        assert stuck.result(20)[:2] == (200, b"slow")
+    assert threads[0].startswith("webhook-handler") and threads[1] == "webhook-https"
+
+
+def test_a_large_review_arriving_in_many_records_is_answered(pki: Pki, server: WebhookServer) -> None:
+    review = admission_review(deployment_pod(container("main", 1)), "team-a")
+    review["request"]["object"]["metadata"]["annotations"] = {f"note-{i}": "x" * 1000 for i in range(200)}
+    body = json.dumps(review).encode()
+    assert 200 * 1024 < len(body) < 256 * 1024
+    out = post_review(pki, server, review)
+    assert out["response"]["uid"] == review["request"]["uid"] and out["response"]["allowed"] is True
