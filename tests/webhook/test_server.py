@@ -370,6 +370,6 @@ def test_a_large_review_arriving_in_many_records_is_answered(pki: Pki, server: W
     review = admission_review(deployment_pod(container("main", 1)), "team-a")
     review["request"]["object"]["metadata"]["annotations"] = {f"note-{i}": "x" * 1000 for i in range(200)}
     body = json.dumps(review).encode()
-    assert 200 * 1024 < len(body) < 256 * 1024
+    assert 150 * 1024 < len(body) < 256 * 1024  # many 16 KiB TLS records, under the 256 KiB limit
     out = post_review(pki, server, review)
     assert out["response"]["uid"] == review["request"]["uid"] and out["response"]["allowed"] is True
