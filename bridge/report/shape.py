@@ -114,7 +114,8 @@ def object_problem(obj: Any) -> str | None:
     problem = check(obj, {"metadata": _META, **SCHEMAS.get(str(kind), {})}, "")
     if problem is None:
         return None
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    raw_meta = obj.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     ns, name = meta.get("namespace"), meta.get("name")
     who = f"{kind} {ns}/{name}" if isinstance(ns, str) and ns else f"{kind} {name if isinstance(name, str) else '?'}"
     return f"{who}: {problem.lstrip('.')}"
