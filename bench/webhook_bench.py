@@ -15,7 +15,9 @@ CPU 1 (`os.sched_setaffinity`) so the two do not compete for a core; without it 
 `--executor` registers the handlers as blocking (run in the server's thread pool), the way a handler that may do
 API I/O is served, to show the cost of the thread hop.
 
-For each concurrency it prints req/s, p50, p99 (ms) for mutate and echo and the ratio mutate/echo.
+For each concurrency it prints req/s, p50, p99 (ms) for mutate and echo, the ratio mutate/echo, and the server
+process's CPU time per request (user+system from /proc, all its threads): on a shared machine that column is the
+stable one, and in a closed loop latency ~= concurrency x per-request cost once the server's core is saturated.
 Targets (issue 5): p99 < 10 ms at concurrency 16 on 2 cores; mutate >= 60% of echo's throughput.
 """
 
@@ -48,6 +50,15 @@ from tests.webhook.pods import admission_review, container, deployment_pod  # no
 
 SERVER_CPU, CLIENT_CPU = 0, 1
 Result = tuple[float, float, float]  # req/s, p50 ms, p99 ms
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (all threads) from /proc; NaN where /proc is absent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pin(cpu: int | None) -> None:
@@ -182,22 +193,27 @@ def main() -> None:
         server.start()
         port = q.get(timeout=30)
 
-        def measure(path: str, c: int, seconds: float) -> Result:
+        def measure(path: str, c: int, seconds: float) -> tuple[Result, float]:
+            """(req/s, p50, p99) and the server's CPU microseconds per request."""
+            assert server.pid is not None
+            cpu0 = cpu_seconds(server.pid)
             if client == "wrk":
-                return run_wrk(port, path, script, c, seconds, client_cpu)
-            return run_python(port, str(pki.ca_file), path, body, c, seconds, client_cpu)
+                res = run_wrk(port, path, script, c, seconds, client_cpu)
+            else:
+                res = run_python(port, str(pki.ca_file), path, body, c, seconds, client_cpu)
+            return res, (cpu_seconds(server.pid) - cpu0) * 1e6 / (res[0] * seconds)
 
         print(f"cpus={os.cpu_count()} body={len(body)}B seconds={args.seconds} python={sys.version.split()[0]} "
               f"client={client} pin={'server:%d client:%d' % (SERVER_CPU, CLIENT_CPU) if args.pin else 'off'} "
               f"handlers={'executor' if args.executor else 'inline'}")
-        print(f"{'conc':>4} {'endpoint':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+        print(f"{'conc':>4} {'endpoint':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'srv cpu us/req':>15}")
         try:
             measure("/mutate", 4, 1)  # warm-up: imports, caches, CEL compile
             for c in levels:
-                m = measure("/mutate", c, args.seconds)
-                e = measure("/echo", c, args.seconds)
-                print(f"{c:>4} {'mutate':<8} {m[0]:>8.0f} {m[1]:>8.2f} {m[2]:>8.2f}")
-                print(f"{c:>4} {'echo':<8} {e[0]:>8.0f} {e[1]:>8.2f} {e[2]:>8.2f}")
+                m, mcpu = measure("/mutate", c, args.seconds)
+                e, ecpu = measure("/echo", c, args.seconds)
+                print(f"{c:>4} {'mutate':<8} {m[0]:>8.0f} {m[1]:>8.2f} {m[2]:>8.2f} {mcpu:>15.0f}")
+                print(f"{c:>4} {'echo':<8} {e[0]:>8.0f} {e[1]:>8.2f} {e[2]:>8.2f} {ecpu:>15.0f}")
                 print(f"{c:>4} ratio mutate/echo = {m[0] / e[0]:.2f}", flush=True)
         finally:
             server.terminate()

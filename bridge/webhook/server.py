@@ -41,7 +41,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from http import HTTPStatus
 
@@ -91,7 +91,7 @@ class WebhookServer:
 
     def __init__(
         self,
-        mutate_paths: dict[str, Mutate],
+        mutate_paths: Mapping[str, Mutate],
         tls: ReloadingContext,
         *,
         host: str = "0.0.0.0",
