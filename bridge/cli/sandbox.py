@@ -52,7 +52,7 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VERSION", help="Kubernetes version to report (MAJOR.MINOR.PATCH).")
 @click.option("--resource-versions", default="v1,v1beta2,v1beta1", show_default=True, callback=_resource_versions,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_RESOURCE_VERSIONS",
-              help="resource.k8s.io versions to serve, preferred first.")
+              help="resource.k8s.io versions to serve (comma-separated); the newest is preferred, as on a real server.")
 @click.option("--tls/--no-tls", default=False, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_TLS",
               help="Serve HTTPS with a throwaway self-signed certificate (embedded in the kubeconfig).")
 @click.option("--validate/--no-validate", default=True, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VALIDATE",

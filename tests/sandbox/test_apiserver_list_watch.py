@@ -72,7 +72,8 @@ def test_field_selectors_on_resource_slices(dra):
     dra.create_resource_slice(resource_slice("s3", node="node-1", driver="other.example.com"))
     assert names(dra.list_resource_slice(field_selector="spec.nodeName=node-1").items) == ["s1", "s3"]
     assert names(dra.list_resource_slice(field_selector="spec.nodeName=node-1,spec.driver=gpu.bridge.dev").items) == ["s1"]
-    assert names(dra.list_resource_slice(field_selector="spec.pool.name=node-2").items) == ["s2"]
+    assert names(dra.list_resource_slice(field_selector="metadata.name=s2").items) == ["s2"]
+    assert names(dra.list_resource_slice(field_selector="spec.driver!=gpu.bridge.dev").items) == ["s3"]
 
 
 def test_pagination_returns_every_object_once_in_order(core):

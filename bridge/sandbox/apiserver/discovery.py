@@ -1,16 +1,18 @@
 """Discovery documents (`/api`, `/apis`, group and group-version resource lists) and `/version`.
 
 Built from the registry, so what discovery lists is exactly what the router serves. The preferred version of a
-group is the first one registered (for resource.k8s.io: the first of `resource_versions`). Aggregated discovery
+group is its newest served version (GA before beta before alpha), whatever order the versions were configured in. Aggregated discovery
 (`Accept: ...;g=apidiscovery.k8s.io`) is not offered; clients such as kubectl fall back to these documents.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from typing import Any
 
-from .registry import ALL_VERBS, Registry, ResourceType
+from .registry import Registry, ResourceType
 
 Obj = dict[str, Any]
 
@@ -66,14 +68,20 @@ def group_doc(reg: Registry, group: str) -> Obj | None:
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(reg, group, versions)}
 
 
+def storage_version_hash(rt: ResourceType) -> str:
+    """The real server's hash: base64 of the first 8 bytes of sha256("<group>/<storage version>/<kind>")."""
+    gvk = f"{rt.group}/{rt.storage_version or rt.version}/{rt.kind}"
+    return base64.b64encode(hashlib.sha256(gvk.encode()).digest()[:8]).decode()
+
+
 def _resource_entry(rt: ResourceType) -> Obj:
     entry: Obj = {
         "name": rt.plural,
         "singularName": rt.singular or rt.kind.lower(),
         "namespaced": rt.namespaced,
         "kind": rt.kind,
-        "verbs": list(ALL_VERBS),
-        "storageVersionHash": "",
+        "verbs": list(rt.verbs),
+        "storageVersionHash": storage_version_hash(rt),
     }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)

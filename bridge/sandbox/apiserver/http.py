@@ -152,7 +152,9 @@ class Handler(BaseHTTPRequestHandler):
             if route.watch_path or query_flag(query, "watch"):
                 if name:
                     query = dict(query, fieldSelector=",".join(filter(None, [query.get("fieldSelector"), f"metadata.name={name}"])))
-                self._watch(WatchSpec.parse(rt, ns, query))
+                spec = WatchSpec.parse(rt, ns, query)
+                spec.check_reachable(app.store)
+                self._watch(spec)
             elif name:
                 self._send(200, rest.get(rt, ns, name))
             else:
@@ -171,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
             self._result(rest.patch(rt, ns, name, ctype, raw, sub, query, _USER))
         elif method == "DELETE" and name and not sub:
             self._result(rest.delete(rt, ns, name, _options(raw), query))
-        elif method == "DELETE" and not name:
+        elif method == "DELETE" and not name and "deletecollection" in rt.verbs:
             self._send(200, rest.delete_collection(rt, ns, _options(raw), query))
         else:
             raise method_not_allowed()

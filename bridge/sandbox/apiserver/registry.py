@@ -8,12 +8,23 @@ selectors the real server accepts for the kind (anything else is a 400, as on th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 RESOURCE_GROUP = "resource.k8s.io"
 KNOWN_RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+def version_priority(version: str) -> tuple[int, int, int]:
+    """Sort key of Kubernetes version names (apimachinery's CompareKubeAwareVersionStrings): GA first, then beta,
+    then alpha; higher major first, then higher minor (v1 < v2 sorts v2 first; v1beta2 before v1beta1)."""
+    m = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if not m:
+        return (3, 0, 0)
+    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (stage, -int(m.group(1)), -int(m.group(3) or 0))
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,12 @@ class ResourceType:
     subresources: frozenset[str] = frozenset()  # e.g. {"status"}
     field_labels: frozenset[str] = frozenset()  # beyond metadata.name / metadata.namespace
     storage_version: str = ""  # the version objects are stored in; defaults to `version`
+    # How the kind's field-label conversion words an unsupported field selector: "custom" (kinds with their own
+    # conversion function: "field label not supported: X"), "meta" (the default one that only knows metadata.name
+    # and metadata.namespace) or a literal prefix ("field label not supported for <GVK>: ").
+    field_errors: str = "meta"
+    namespace_field: bool = True  # whether `metadata.namespace` is a selectable field (not for ResourceSlice)
+    has_generation: bool = False  # the strategy sets metadata.generation = 1 and bumps it on spec changes
 
     @property
     def group_version(self) -> str:
@@ -46,8 +63,25 @@ class ResourceType:
     def has_status(self) -> bool:
         return "status" in self.subresources
 
+    @property
+    def verbs(self) -> tuple[str, ...]:
+        """What discovery advertises and the router allows (namespaces have no DeleteCollection)."""
+        if self.group == "" and self.plural == "namespaces":
+            return tuple(v for v in ALL_VERBS if v != "deletecollection")
+        return ALL_VERBS
+
     def allows_field(self, label: str) -> bool:
-        return label in ("metadata.name", "metadata.namespace") or label in self.field_labels
+        return label == "metadata.name" or (label == "metadata.namespace" and self.namespace_field) or (
+            label in self.field_labels
+        )
+
+    def unsupported_field(self, label: str) -> str:
+        """The 400 message of the real server for a field selector on a label this kind does not select on."""
+        if self.field_errors == "custom":
+            return f"field label not supported: {label}"
+        if self.field_errors == "meta":
+            return f'"{label}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+        return f"{self.field_errors}{label}"
 
 
 @dataclass
@@ -70,13 +104,14 @@ class Registry:
         return None
 
     def group_versions(self) -> dict[str, list[str]]:
-        """group -> versions in preference order (first is preferred)."""
+        """group -> versions in preference order (first is preferred): like the real server, GA before beta
+        before alpha, newer before older (v1 > v1beta2 > v1beta1), whatever order they were registered in."""
         out: dict[str, list[str]] = {}
         for rt in self.types.values():
             versions = out.setdefault(rt.group, [])
             if rt.version not in versions:
                 versions.append(rt.version)
-        return out
+        return {g: sorted(vs, key=version_priority) for g, vs in out.items()}
 
     def in_group_version(self, group: str, version: str) -> list[ResourceType]:
         return [rt for rt in self.types.values() if rt.group == group and rt.version == version]
@@ -113,12 +148,21 @@ _EVENT_FIELDS = frozenset(
         "type",
     }
 )
-_SLICE_FIELDS = frozenset({"spec.nodeName", "spec.driver", "spec.pool.name"})
+# The real server selects ResourceSlices on metadata.name, spec.nodeName and spec.driver only (not
+# metadata.namespace, not spec.pool.name): pkg/apis/resource/*/conversion.go.
+_SLICE_FIELDS = frozenset({"spec.nodeName", "spec.driver"})
+# Kinds with their own field-label conversion function ("field label not supported: X").
+_CUSTOM_FIELD_ERRORS = frozenset({"namespaces", "nodes", "pods", "events", "secrets", "services", "jobs"})
+# Kinds whose registry strategy maintains metadata.generation (1 on create, +1 per spec change).
+_WITH_GENERATION = frozenset({
+    "pods", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs",
+    "mutatingwebhookconfigurations", "validatingwebhookconfigurations", "resourceslices", "deviceclasses",
+})
 
 
 def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS) -> Registry:
-    """Every resource the bridge and its tests touch. `resource_versions` picks the served resource.k8s.io versions,
-    in preference order (the first is the group's preferred version)."""
+    """Every resource the bridge and its tests touch. `resource_versions` picks the served resource.k8s.io versions;
+    the preferred one is the newest of them (see `version_priority`), as on a real server."""
     reg = Registry()
     core = [
         ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), _STATUS, frozenset({"status.phase"})),
@@ -127,7 +171,8 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
         ResourceType("", "v1", "events", "Event", True, "event", ("ev",), frozenset(), _EVENT_FIELDS),
         ResourceType("", "v1", "resourcequotas", "ResourceQuota", True, "resourcequota", ("quota",), _STATUS),
         ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
-        ResourceType("", "v1", "services", "Service", True, "service", ("svc",), _STATUS),
+        ResourceType("", "v1", "services", "Service", True, "service", ("svc",), _STATUS,
+                     frozenset({"spec.clusterIP", "spec.type"})),
         ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
         ResourceType("", "v1", "secrets", "Secret", True, "secret", (), frozenset(), frozenset({"type"})),
     ]
@@ -163,7 +208,7 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
         ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ]
     for rt in core + apps + batch + other:
-        reg.add(rt)
+        reg.add(_behaviour(rt))
     for version in resource_versions:
         if version not in KNOWN_RESOURCE_VERSIONS:
             raise ValueError(f"unknown resource.k8s.io version {version!r}; known: {', '.join(KNOWN_RESOURCE_VERSIONS)}")
@@ -174,7 +219,17 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
             ("resourceclaimtemplates", "ResourceClaimTemplate", True, frozenset(), frozenset()),
             ("resourceslices", "ResourceSlice", False, frozenset(), _SLICE_FIELDS),
         ):
-            reg.add(
-                ResourceType(RESOURCE_GROUP, version, plural, kind, namespaced, kind.lower(), (), subs, fields, "v1")
-            )
+            rt = ResourceType(RESOURCE_GROUP, version, plural, kind, namespaced, kind.lower(), (), subs, fields, "v1")
+            if plural == "resourceslices":
+                rt = replace(rt, namespace_field=False,
+                             field_errors=f"field label not supported for {RESOURCE_GROUP}/{version}, Kind={kind}: ")
+            reg.add(_behaviour(rt))
     return reg
+
+
+def _behaviour(rt: ResourceType) -> ResourceType:
+    return replace(
+        rt,
+        has_generation=rt.plural in _WITH_GENERATION,
+        field_errors="custom" if rt.group in ("", "batch") and rt.plural in _CUSTOM_FIELD_ERRORS else rt.field_errors,
+    )

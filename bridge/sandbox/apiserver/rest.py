@@ -33,7 +33,9 @@ from .status import (
     expired,
     forbidden,
     invalid,
+    invalid_list_options,
     not_found,
+    too_large_resource_version,
 )
 from .store import Key, Store, object_key
 
@@ -52,6 +54,10 @@ _STATUS_RESET_ON_CREATE = {
     "jobs": None,
     "cronjobs": None,
 }
+
+
+# Kinds whose DELETE answers the deleted object rather than a Status (ReturnDeletedObject in their registry).
+_RETURNS_DELETED_OBJECT = {"": frozenset({"pods", "services", "namespaces"})}
 
 
 def now_rfc3339(delta_seconds: float = 0) -> str:
@@ -91,6 +97,50 @@ def _strip_type(obj: Obj) -> Obj:
 
 def query_flag(query: dict[str, str], name: str) -> bool:
     return query.get(name, "").lower() in ("true", "1")
+
+
+def parse_resource_version(value: str, what: str) -> int:
+    if not value.isdigit():
+        raise bad_request(f"invalid resource version: strconv.ParseUint: parsing {json.dumps(value)}: invalid syntax")
+    return int(value)
+
+
+def check_list_options(rv: str, match: str, token: str, query: dict[str, str], *, watch: bool) -> None:
+    """apimachinery's ValidateListOptions: 422 Invalid on the ListOptions kind before anything is read."""
+    errs: list[FieldError] = []
+    send_initial = "sendInitialEvents" in query
+    if watch:
+        if send_initial and match != "NotOlderThan":
+            errs.append(FieldError("resourceVersionMatch", "Forbidden",
+                                   detail="sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"))
+        if match:
+            if not send_initial:
+                errs.append(FieldError("resourceVersionMatch", "Forbidden",
+                                       detail="resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
+            if match != "NotOlderThan":
+                errs.append(FieldError("resourceVersionMatch", "Unsupported value", match,
+                                       'supported values: "NotOlderThan"'))
+            if token:
+                errs.append(FieldError("resourceVersionMatch", "Forbidden",
+                                       detail="resourceVersionMatch is forbidden when continue is provided"))
+    else:
+        if match:
+            if not rv:
+                errs.append(FieldError("resourceVersionMatch", "Forbidden",
+                                       detail="resourceVersionMatch is forbidden unless resourceVersion is provided"))
+            if token:
+                errs.append(FieldError("resourceVersionMatch", "Forbidden",
+                                       detail="resourceVersionMatch is forbidden when continue is provided"))
+            if match not in ("Exact", "NotOlderThan"):
+                errs.append(FieldError("resourceVersionMatch", "Unsupported value", match,
+                                       'supported values: "Exact", "NotOlderThan", ""'))
+            if match == "Exact" and rv == "0":
+                errs.append(FieldError("resourceVersionMatch", "Forbidden",
+                                       detail='resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+        if send_initial:
+            errs.append(FieldError("sendInitialEvents", "Forbidden", detail="sendInitialEvents is forbidden for list"))
+    if errs:
+        raise invalid_list_options(errs)
 
 
 class Rest:
@@ -133,23 +183,44 @@ class Rest:
         return self.wire(rt, obj)
 
     def list(self, rt: ResourceType, namespace: str | None, query: dict[str, str]) -> Obj:
+        """A list as the real server answers it: `resourceVersion` ""/"0" (now), "X" (not older than X) or
+        "X" + `resourceVersionMatch=Exact` (the snapshot at X, 410 once compacted); `limit`/`continue` pages of one
+        consistent snapshot (later pages are read at the first page's version, like an etcd read at a revision);
+        `metadata.remainingItemCount` on a partial page of an unfiltered list; a version the server has not reached
+        is 504 "Too large resource version"."""
         labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"), rt.allows_field)
+        fields = parse_field_selector(query.get("fieldSelector"), rt.allows_field, rt.unsupported_field)
         try:
             limit = int(query.get("limit") or 0)
         except ValueError:
             raise bad_request(f"invalid limit: {query.get('limit')!r}") from None
+        token = query.get("continue") or ""
+        rv_param, match = query.get("resourceVersion") or "", query.get("resourceVersionMatch") or ""
+        check_list_options(rv_param, match, token, query, watch=False)
+        if token and rv_param not in ("", "0"):
+            raise bad_request("specifying resource version is not allowed when using continue")
+        requested = parse_resource_version(rv_param, "list") if rv_param not in ("", "0") else None
         after: Key | None = None
-        token = query.get("continue")
         with self.store.lock:
-            list_rv = self.store.resource_version
+            current = self.store.resource_version
+            if requested is not None and requested > current:
+                raise too_large_resource_version(requested, current)
+            list_rv = current
             if token:
                 list_rv, after = self._decode_continue(token)
+            elif requested is not None and match == "Exact":
+                if requested < self.store.compacted_rv:
+                    raise expired("The resourceVersion for the provided list is too old.")
+                list_rv = requested
             ns = namespace if rt.namespaced and namespace else None
+            source = (
+                self.store.scan_at(rt.storage_key, list_rv, ns, after) if list_rv < current
+                else self.store.scan(rt.storage_key, ns, after)
+            )
             items: list[Obj] = []
             last: Key | None = None
             more = False
-            for obj in self.store.scan(rt.storage_key, ns, after):
+            for obj in source:
                 if not labels_match(labels, obj) or not fields_match(fields, obj):
                     continue
                 if limit and len(items) >= limit:
@@ -157,12 +228,20 @@ class Rest:
                     break
                 items.append(obj)
                 last = object_key(obj)
+            remaining: int | None = None
+            if more and last is not None and not labels and not fields:
+                if list_rv < current:
+                    remaining = sum(1 for _ in self.store.scan_at(rt.storage_key, list_rv, ns, last))
+                else:
+                    remaining = self.store.count_after(rt.storage_key, ns, last)
         out_items = [_strip_type(self.wire(rt, o)) for o in items]
         meta: Obj = {"resourceVersion": str(list_rv)}
         if more and last is not None:
             meta["continue"] = base64.urlsafe_b64encode(
                 json.dumps({"rv": list_rv, "start": list(last)}).encode()
             ).decode()
+            if remaining is not None:
+                meta["remainingItemCount"] = remaining
         return {"kind": f"{rt.kind}List", "apiVersion": rt.group_version, "metadata": meta, "items": out_items}
 
     def _decode_continue(self, token: str) -> tuple[int, Key]:
@@ -236,10 +315,12 @@ class Rest:
             m = stored["metadata"] = dict(stored["metadata"])
             m["uid"] = str(uuid.uuid4())
             m["creationTimestamp"] = now_rfc3339()
-            m["generation"] = 1
-            m["resourceVersion"] = str(self.store.next_rv())
+            if rt.has_generation:
+                m["generation"] = 1
             if dry_run:
+                # Nothing is written, so no resourceVersion is assigned (the real dry-run storage answers the same).
                 return Result(self.wire(rt, stored), 201, warnings)
+            m["resourceVersion"] = str(self.store.next_rv())
             self.store.put(rt.storage_key, stored, "ADDED")
         return Result(self.wire(rt, stored), 201, warnings)
 
@@ -361,15 +442,15 @@ class Rest:
                         raise conflict(rt.plural, rt.group, name)
                     continue  # unconditional update / patch: redo it on the newest object
                 stored_meta = stored["metadata"] = dict(stored["metadata"])
-                if _content(stored) != _content(current):
+                if rt.has_generation and _content(stored) != _content(current):
                     stored_meta["generation"] = int(_meta(current).get("generation") or 0) + 1
                 stored_meta["resourceVersion"] = base_rv
                 if stored == current:
                     return Result(self.wire(rt, current), 200, warnings)
+                if dry_run:  # nothing written: the answer keeps the stored resourceVersion
+                    return Result(self.wire(rt, stored), 200, warnings)
                 stored_meta["resourceVersion"] = str(self.store.next_rv())
                 gone = bool(stored_meta.get("deletionTimestamp")) and not stored_meta.get("finalizers")
-                if dry_run:
-                    return Result(self.wire(rt, stored), 200, warnings)
                 if gone:
                     self._remove(rt, stored, propagation="Background")
                 else:
@@ -421,7 +502,20 @@ class Rest:
             current = self._require(rt, namespace, name)
             self._check_preconditions(rt, current, options.get("preconditions") or {})
             final = self._delete_locked(rt, current, options, query, dry_run)
-        return Result(self.wire(rt, final), 200)
+        # Deletion pending (finalizers, grace period): the object is answered with its deletionTimestamp.
+        still_there = bool(_meta(final).get("deletionTimestamp"))
+        if still_there or _RETURNS_DELETED_OBJECT.get(rt.group) and rt.plural in _RETURNS_DELETED_OBJECT[rt.group]:
+            return Result(self.wire(rt, final), 200)  # waiting for finalizers / grace, or a kind that returns it
+        # Removed for good: most kinds answer a Status that names what was deleted (the generic registry's
+        # finalizeDelete); pods, services and namespaces answer the object itself.
+        meta = _meta(final)
+        details: Obj = {"name": meta.get("name", "")}
+        if rt.group:
+            details["group"] = rt.group
+        details["kind"] = rt.plural
+        details["uid"] = meta.get("uid", "")
+        status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+        return Result(status, 200)
 
     def _check_preconditions(self, rt: ResourceType, current: Obj, pre: Obj) -> None:
         meta = _meta(current)
@@ -538,7 +632,7 @@ class Rest:
     def delete_collection(self, rt: ResourceType, namespace: str | None, options: Obj, query: dict[str, str]) -> Obj:
         dry_run = query.get("dryRun") == "All" or "All" in (options.get("dryRun") or [])
         labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"), rt.allows_field)
+        fields = parse_field_selector(query.get("fieldSelector"), rt.allows_field, rt.unsupported_field)
         ns = namespace if rt.namespaced and namespace else None
         items = []
         with self.store.lock:

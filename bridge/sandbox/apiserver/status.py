@@ -176,3 +176,20 @@ def too_many_requests(retry_after: float | None) -> ApiError:
 def service_unavailable(retry_after: float | None) -> ApiError:
     headers = {"Retry-After": str(int(retry_after))} if retry_after is not None else {}
     return ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request", None, headers)
+
+
+def too_large_resource_version(requested: int, current: int) -> ApiError:
+    """A read at a resourceVersion the server has not reached (storage.NewTooLargeResourceVersionError)."""
+    return ApiError(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {requested}, current: {current}",
+        {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+         "retryAfterSeconds": 1},
+        {"Retry-After": "1"},
+    )
+
+
+def invalid_list_options(errors: list[FieldError]) -> ApiError:
+    """ListOptions validation failures: 422 on the meta.k8s.io ListOptions kind, as the real handler answers."""
+    return invalid("ListOptions", "meta.k8s.io", "", errors)

@@ -90,6 +90,37 @@ class Store:
             yield objects[k]
             i += 1
 
+    def count_after(self, storage_key: str, namespace: str | None, after: Key) -> int:
+        """How many objects (in one namespace, or all) sort strictly after `after`."""
+        keys = self._keys.get(storage_key) or []
+        i = bisect.bisect_right(keys, after)
+        end = bisect.bisect_left(keys, (namespace + "\x00", "")) if namespace is not None else len(keys)
+        return max(0, end - i)
+
+    def scan_at(self, storage_key: str, rv: int, namespace: str | None = None, after: Key | None = None) -> Iterator[Obj]:
+        """Like `scan`, but the objects as they were at resourceVersion `rv` (a consistent snapshot, as an etcd
+        read at a revision): the history after `rv` is undone on top of the current objects. The caller checks
+        `rv >= compacted_rv` first and holds the lock."""
+        overlay: dict[Key, Obj | None] = {}
+        for ev in reversed(self._history):
+            if ev.rv <= rv:
+                break
+            if ev.storage_key == storage_key:
+                overlay[object_key(ev.obj if ev.old is None else ev.old)] = ev.old  # the oldest change wins
+        if not overlay:
+            yield from self.scan(storage_key, namespace, after)
+            return
+        state = {object_key(o): o for o in self.scan(storage_key, namespace, after)}
+        for key, old in overlay.items():
+            if (namespace is not None and key[0] != namespace) or (after is not None and key <= after):
+                continue
+            if old is None:
+                state.pop(key, None)
+            else:
+                state[key] = old
+        for key in sorted(state):
+            yield state[key]
+
     def dependents(self, owner_uid: str) -> list[tuple[str, Key]]:
         return sorted(self._dependents.get(owner_uid, ()))
 

@@ -22,9 +22,10 @@ from typing import Any
 
 from .conversion import from_storage
 from .registry import ResourceType
-from .rest import Rest, query_flag
+from .rest import Rest, check_list_options, parse_resource_version, query_flag
 from .selectors import FieldRequirement, Requirement, fields_match, labels_match, parse_field_selector, parse_label_selector
-from .status import bad_request, expired
+from .status import bad_request, expired, too_large_resource_version
+from .store import Store
 
 Obj = dict[str, Any]
 
@@ -44,8 +45,9 @@ class WatchSpec:
     def parse(cls, rt: ResourceType, namespace: str | None, query: dict[str, str]) -> WatchSpec:
         """Raises BadRequest before any byte of the stream is sent."""
         rv = query.get("resourceVersion") or None
-        if rv is not None and rv != "0" and not rv.isdigit():
-            raise bad_request(f"invalid resource version: {rv!r}")
+        check_list_options(rv or "", query.get("resourceVersionMatch") or "", "", query, watch=True)
+        if rv is not None and rv != "0":
+            parse_resource_version(rv, "watch")
         timeout = None
         if query.get("timeoutSeconds"):
             try:
@@ -56,12 +58,22 @@ class WatchSpec:
             rt,
             namespace if rt.namespaced and namespace else None,
             parse_label_selector(query.get("labelSelector")),
-            parse_field_selector(query.get("fieldSelector"), rt.allows_field),
+            parse_field_selector(query.get("fieldSelector"), rt.allows_field, rt.unsupported_field),
             rv,
             query_flag(query, "allowWatchBookmarks"),
             query_flag(query, "sendInitialEvents"),
             timeout,
         )
+
+    def check_reachable(self, store: Store) -> None:
+        """A watch from a version the server has not reached is refused before the stream starts (504, like the
+        watch cache after its wait for freshness runs out; this store is never behind, so it answers at once)."""
+        if self.resource_version in (None, "0"):
+            return
+        requested = int(self.resource_version or 0)
+        with store.lock:
+            if requested > store.resource_version:
+                raise too_large_resource_version(requested, store.resource_version)
 
     def matches(self, obj: Obj | None) -> bool:
         if obj is None:
@@ -71,8 +83,9 @@ class WatchSpec:
         return labels_match(self.labels, obj) and fields_match(self.fields, obj)
 
 
-def _gone(requested: int, oldest: int) -> Obj:
-    return {"type": "ERROR", "object": expired(f"too old resource version: {requested} ({oldest})").status()}
+def _gone(requested: int, compacted: int) -> Obj:
+    """The watch cache's answer: "too old resource version: <requested> (<oldest version still resumable>)"."""
+    return {"type": "ERROR", "object": expired(f"too old resource version: {requested} ({compacted})").status()}
 
 
 def stream(
@@ -93,7 +106,7 @@ def stream(
         else:
             cursor = int(spec.resource_version or 0)
             if cursor < store.compacted_rv:
-                write(_gone(cursor, store.compacted_rv + 1))
+                write(_gone(cursor, store.compacted_rv))
                 return
     for obj in initial:
         write({"type": "ADDED", "object": from_storage(rt, obj)})
@@ -109,7 +122,7 @@ def stream(
                 return
             events = store.events_after(cursor)
             if events is None:
-                write(_gone(cursor, store.compacted_rv + 1))
+                write(_gone(cursor, store.compacted_rv))
                 return
             if not events:
                 waits = [0.5]
