@@ -6,7 +6,8 @@ Order (the first that applies wins; later ones are not consulted):
    merged: for clusters, users and contexts the first file that defines a name wins, and the current-context
    is taken from the first file that sets one (kubectl's rule; the client's own merger lets the last file win,
    so it is computed here);
-3. `~/.kube/config`;
+3. `~/.kube/config`, only when `KUBECONFIG` is not set (as client-go: a set KUBECONFIG whose files are all missing
+   goes on to in-cluster, never to the home file);
 4. in-cluster: `KUBERNETES_SERVICE_HOST`/`_PORT` plus the service-account token, CA and namespace files
    (the token is re-read as kubelet rotates it).
 
@@ -116,19 +117,20 @@ def load_configuration(
         return _load_kubeconfig([path], context)
 
     listed = env.get("KUBECONFIG", "")
+    default = Path(home if home is not None else Path.home(), ".kube", "config")
     if listed:
         entries = [os.path.expanduser(p) for p in listed.split(ENV_KUBECONFIG_PATH_SEPARATOR) if p]
         existing = [p for p in entries if os.path.isfile(p)]
         if existing:
             return _load_kubeconfig(existing, context)
         tried.append(f"KUBECONFIG={listed} (no such file)")
+        # client-go's loading rules: a set KUBECONFIG replaces ~/.kube/config, even when none of its files exist.
+        tried.append(f"{default} (not consulted: KUBECONFIG is set)")
     else:
         tried.append("KUBECONFIG (not set)")
-
-    default = Path(home if home is not None else Path.home(), ".kube", "config")
-    if default.is_file():
-        return _load_kubeconfig([str(default)], context)
-    tried.append(f"{default} (no such file)")
+        if default.is_file():
+            return _load_kubeconfig([str(default)], context)
+        tried.append(f"{default} (no such file)")
 
     if context is not None:
         raise ConfigError(f"context {context!r} requested but no kubeconfig was found; tried: {'; '.join(tried)}")

@@ -76,12 +76,15 @@ def test_kubeconfig_env_merges_files_first_wins(two_files: tuple[Path, Path], tm
     assert load_configuration(None, "ctx-a", environ=env, home=tmp_path).configuration.host == "https://a.example:6443"
 
 
-def test_home_kube_config_is_the_fallback(two_files: tuple[Path, Path], tmp_path: Path) -> None:
+def test_home_kube_config_is_the_fallback_when_kubeconfig_is_unset(two_files: tuple[Path, Path], tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".kube").mkdir(parents=True)
     (home / ".kube" / "config").write_text(two_files[1].read_text())
-    loaded = load_configuration(environ={"KUBECONFIG": str(tmp_path / "nothing-here")}, home=home)
+    loaded = load_configuration(environ={}, home=home)
     assert loaded.configuration.host == "https://b.example:6443"
+    # kubectl (client-go) never reads ~/.kube/config while KUBECONFIG is set, even to missing files
+    with pytest.raises(ConfigError, match="not consulted: KUBECONFIG is set"):
+        load_configuration(environ={"KUBECONFIG": str(tmp_path / "nothing-here")}, home=home)
 
 
 def test_in_cluster_service_account(tmp_path: Path) -> None:

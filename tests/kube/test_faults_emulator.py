@@ -161,6 +161,29 @@ def test_watch_dropped_mid_stream_resumes_without_duplicates_or_losses(server: A
     assert not thread.is_alive()
 
 
+def test_informer_rides_out_five_seconds_of_refused_connections(server: Any, api: RestKube, ns: str) -> None:
+    rec = Recorder()
+    stop = threading.Event()
+    inf = Informer(api, CONFIG_MAPS, ns, on_event=rec, backoff=RetryPolicy(initial_backoff=0.1, max_backoff=1.0))
+    thread = inf.start(stop)
+    try:
+        assert inf.wait_synced(20)
+        server.faults.refuse_connections(5)  # the open watch is cut and every reconnect is refused for 5 s
+        # Changes land meanwhile (in-process, as other API clients would): the informer must get each one once.
+        server.load_objects([configmap(f"during-{i}", ns=ns, v="1") for i in range(3)])
+        wait_until(lambda: len(rec.events) == 3, timeout=30, what="the changes made during the outage")
+        after = api.patch(CONFIG_MAPS, "during-0", {"data": {"v": "2"}}, ns)
+        wait_until(lambda: len(rec.events) == 4, what="a change after the outage")
+        assert [(e.type, e.object["metadata"]["name"]) for e in rec.events] == [
+            ("ADDED", "during-0"), ("ADDED", "during-1"), ("ADDED", "during-2"), ("MODIFIED", "during-0")]
+        assert rec.events[-1].object["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+        assert inf.relists == 0 and inf.resumes > 0  # resumed from its last version, nothing replayed
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
 def test_gone_relists_and_the_cache_matches_the_server(tmp_path: Path) -> None:
     from bridge.kube import connect
     from bridge.sandbox.apiserver import ApiServer
