@@ -77,7 +77,8 @@ class HealthBoard:
                 raise KeyError(f"unknown DRA device {device!r} in pool {self.pool!r}")
             if old.health == health and old.message == message:
                 return False
-            self._entries[device] = replace(old, health=health, message=clip_message(message), updated=int(self._clock()))
+            self._entries[device] = replace(old, health=health, message=clip_message(message),
+                                            updated=int(self._clock()))
             self._version += 1
             self._cond.notify_all()
         log.info("device health changed", extra={"device": device, "health": health, "reason": message})

@@ -131,7 +131,8 @@ class DraServicerV1(v1_grpc.DRAPluginServicer):
                 entry.devices.extend(v1_pb.Device(request_names=d.request_names, pool_name=d.pool,
                                                   device_name=d.device, cdi_device_ids=d.cdi_ids)
                                      for d in outcome.devices)
-        log.debug("NodePrepareResources response", extra={"response": str(response)})
+        if log.isEnabledFor(logging.DEBUG):  # the text form of a response costs more than building it
+            log.debug("NodePrepareResources response", extra={"response": str(response)})
         return response
 
     def NodeUnprepareResources(  # noqa: N802
@@ -161,7 +162,8 @@ class DraServicerV1Beta1(v1beta1_grpc.DRAPluginServicer):
                 entry.devices.extend(v1beta1_pb.Device(request_names=d.request_names, pool_name=d.pool,
                                                        device_name=d.device, cdi_device_ids=d.cdi_ids)
                                      for d in outcome.devices)
-        log.debug("NodePrepareResources response", extra={"response": str(response)})
+        if log.isEnabledFor(logging.DEBUG):  # the text form of a response costs more than building it
+            log.debug("NodePrepareResources response", extra={"response": str(response)})
         return response
 
     def NodeUnprepareResources(  # noqa: N802

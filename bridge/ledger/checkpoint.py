@@ -1,15 +1,19 @@
 """The node daemon's checkpoint: one versioned JSON file, one mutation path, crash- and reboot-safe.
 
-File (`<state-dir>/checkpoint.json`):
+File (`<state-dir>/checkpoint.json`), one top-level key per line, `data` in its canonical form on one line (the
+exact bytes the checksum covers; `jq . checkpoint.json` for a readable view):
 
-    {"version": 1, "bootID": "<kernel boot id>", "checksum": "sha256:<hex of canonical data>", "data": {...}}
+    {"version": 1,
+     "bootID": "<kernel boot id>",
+     "checksum": "sha256:<hex of canonical data>",
+     "data": {...}}
 
 Invariants:
 
 * Every change goes through `update(mutate)`: exclusive `flock` on `checkpoint.json.lock` (with an acquire timeout,
-  so a wedged holder becomes an error, not a hang), read + verify, `mutate(data) -> data`, write a temp file,
-  fsync, rename over the file, fsync the directory. Readers never see a partial file; two processes (a rolling
-  update) never lose each other's changes.
+  so a wedged holder becomes an error, not a hang), read + verify (see the snapshot below), `mutate(data) -> data`,
+  write a temp file, fsync, rename over the file, fsync the directory. Readers never see a partial file; two
+  processes (a rolling update) never lose each other's changes.
 * The boot ID is stored with the data. A file written during a previous boot is reported as such
   (`ReadResult.previous_boot`); `update` refuses to build on it unless the caller says it has dealt with it
   (`adopt_previous_boot=True`, typically with `CheckpointData.without_claims`): CDI specs in tmpfs are gone after a
@@ -26,6 +30,15 @@ Invariants:
   a power cut between a non-durable write and the next durable one can leave a file that fails its checksum; it
   then takes the corrupt-file path below (moved aside, rebuilt from the API and the kubelet), never a silent
   partial state. Callers keep that window short: the durable write follows within the same request.
+* The last state this object read or wrote is kept in memory with the file's exact bytes (`_Snapshot`), and a read
+  under the lock re-uses it only when the file's bytes are identical; otherwise it parses and verifies everything
+  again. Reading a few KiB is cheap; parsing, checksumming and validating them is what costs, and the prepare path
+  reads the file once per write. Why this is correct across processes and threads: every bridge writer holds the
+  lock, so under the lock the file cannot change while we compare and use it, and the comparison is on content, not
+  on (inode, mtime, size): an in-place rewrite of the same size within one timestamp tick, or a reused inode number,
+  cannot fool it. What is cached for a write is what a fresh reader would parse from those bytes (`mutate`'s result
+  is validated through `CheckpointData.from_dict` before anything is written, so data this module could not read back
+  is refused instead of written).
 * A corrupt file (not JSON, wrong checksum, unknown version, malformed data) is never silently replaced by an
   empty state: it is renamed to `checkpoint.json.corrupt-<UTC timestamp>` and `CheckpointCorrupt` is raised, naming
   the reason and where the file went. The caller rebuilds from what the API and the kubelet can tell it.
@@ -97,9 +110,12 @@ def _replace_unsynced(path: Path, data: bytes) -> None:
         raise
 
 
+def _canonical(data: dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def checksum(data: dict[str, Any]) -> str:
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical(data).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,31 @@ class ReadResult:
     exists: bool  # False: no file yet (a fresh node), data is empty
     boot_id: str | None  # the boot the file was written in
     previous_boot: bool  # True: written before the last reboot
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """The file's bytes and what they parse to (valid: checksum, version and data verified)."""
+
+    raw: bytes
+    data: CheckpointData
+    boot_id: str
+
+
+def _encode(data: CheckpointData, boot_id: str) -> tuple[bytes, CheckpointData]:
+    """The file bytes for `data`, and `data` as a reader of those bytes will see it.
+
+    Raises ValueError when `data` would not read back (e.g. an unknown side or claim state)."""
+    payload = data.to_dict()
+    try:
+        readback = CheckpointData.from_dict(payload)
+    except ValueError as err:
+        raise ValueError(f"refusing to write checkpoint data that could not be read back: {err}") from err
+    canonical = _canonical(payload)
+    digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    text = (f'{{"version": {CHECKPOINT_VERSION},\n "bootID": {json.dumps(boot_id, ensure_ascii=False)},\n'
+            f' "checksum": "{digest}",\n "data": {canonical}}}\n')
+    return text.encode(), readback
 
 
 class Checkpoint:
@@ -120,6 +161,7 @@ class Checkpoint:
         self._boot_id = boot_id
         self._lock_timeout_s = lock_timeout_s
         self._clock = clock
+        self._last: _Snapshot | None = None  # read and written only while the file lock is held
 
     def current_boot_id(self) -> str:
         """The boot ID this process writes with (the node's, or the injected reader's)."""
@@ -141,10 +183,11 @@ class Checkpoint:
                adopt_previous_boot: bool = False, durable: bool = True) -> CheckpointData:
         """Apply `mutate` to the stored state and persist the result atomically; returns the new state.
 
-        If `mutate` raises, nothing is written. Raises CheckpointCorrupt (file moved aside) or
-        CheckpointFromPreviousBoot (see module docstring) before calling `mutate`. `durable=False` skips the file
-        and directory fsync but keeps the atomic rename: only for state that is void after a reboot and is
-        followed shortly by a durable write (see the module docstring for why that is crash-safe).
+        If `mutate` raises, or returns data that would not read back (ValueError), nothing is written. Raises
+        CheckpointCorrupt (file moved aside) or CheckpointFromPreviousBoot (see module docstring) before calling
+        `mutate`. `durable=False` skips the file and directory fsync but keeps the atomic rename: only for state that
+        is void after a reboot and is followed shortly by a durable write (see the module docstring for why that is
+        crash-safe).
         """
         current = self._boot_id()
         try:
@@ -157,15 +200,13 @@ class Checkpoint:
                 new = mutate(result.data)
                 if not isinstance(new, CheckpointData):
                     raise TypeError(f"checkpoint mutate function returned {type(new).__name__}, not CheckpointData")
-                self._write_locked(new, current, durable)
-                return new
+                return self._write_locked(new, current, durable)
         except TimeoutError as err:
             raise CheckpointError(str(err)) from err
 
-    def _write_locked(self, data: CheckpointData, boot_id: str, durable: bool = True) -> None:
-        payload = data.to_dict()
-        doc = {"version": CHECKPOINT_VERSION, "bootID": boot_id, "checksum": checksum(payload), "data": payload}
-        raw = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    def _write_locked(self, data: CheckpointData, boot_id: str, durable: bool = True) -> CheckpointData:
+        raw, readback = _encode(data, boot_id)
+        self._last = None  # from here until the write is known to be complete, the file may be either version
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             if durable:
@@ -174,14 +215,25 @@ class Checkpoint:
                 _replace_unsynced(self.path, raw)
         except OSError as err:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {err.strerror or err}") from err
+        self._last = _Snapshot(raw, readback, boot_id)
+        return readback
 
     def _read_locked(self, current_boot: str) -> ReadResult:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            self._last = None
             return ReadResult(CheckpointData(), exists=False, boot_id=None, previous_boot=False)
         except OSError as err:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {err.strerror or err}") from err
+        last = self._last
+        if last is None or last.raw != raw:
+            self._last = None
+            last = self._last = _Snapshot(raw, *self._parse(raw))
+        return ReadResult(last.data, exists=True, boot_id=last.boot_id, previous_boot=last.boot_id != current_boot)
+
+    def _parse(self, raw: bytes) -> tuple[CheckpointData, str]:
+        """Verify and decode the file's bytes; a bad file is moved aside (CheckpointCorrupt)."""
         try:
             doc = json.loads(raw)
         except ValueError as err:
@@ -202,7 +254,7 @@ class Checkpoint:
             data = CheckpointData.from_dict(payload)
         except ValueError as err:
             self._corrupt(f"invalid data: {err}")
-        return ReadResult(data, exists=True, boot_id=boot, previous_boot=boot != current_boot)
+        return data, boot
 
     def _corrupt(self, reason: str) -> Any:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))

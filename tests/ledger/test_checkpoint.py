@@ -94,6 +94,53 @@ def test_state_from_a_previous_boot_is_reported_and_must_be_adopted_explicitly(t
     assert not result.previous_boot and result.boot_id == BOOT_2
 
 
+def test_two_writers_on_one_file_always_build_on_each_others_changes(tmp_path: Path) -> None:
+    # Each Checkpoint keeps the last state it read or wrote; it must never answer from it once another writer
+    # (a second daemon instance during a rolling update) has replaced the file.
+    a, b = cp_at(tmp_path), cp_at(tmp_path)
+    for i in range(6):
+        writer = a if i % 2 == 0 else b
+        writer.update(lambda d, i=i: d.with_claim(PreparedClaim(f"uid-{i}", "ns", f"c{i}", "PrepareStarted")))
+        assert sorted(a.read().data.claims) == sorted(b.read().data.claims) == [f"uid-{n}" for n in range(i + 1)]
+
+
+def test_a_same_size_rewrite_in_place_right_after_a_write_is_seen(tmp_path: Path) -> None:
+    from bridge.ledger.checkpoint import checksum
+
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM))
+    path = tmp_path / "checkpoint.json"
+    doc = json.loads(path.read_text())
+    doc["data"]["preparedClaims"]["uid-1"]["name"] = "claim-b"
+    doc["checksum"] = checksum(doc["data"])
+    text = json.dumps(doc, ensure_ascii=False)
+    text += " " * (path.stat().st_size - len(text.encode()))  # same size, same inode, same timestamp tick
+    with path.open("r+b") as f:
+        f.write(text.encode())
+    assert cp.read().data.claims["uid-1"].name == "claim-b"
+    assert cp.update(lambda d: d).claims["uid-1"].name == "claim-b"
+
+
+def test_data_that_could_not_be_read_back_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM))
+    before = (tmp_path / "checkpoint.json").read_bytes()
+    with pytest.raises(ValueError, match="could not be read back: ownership.sides"):
+        cp.update(lambda d: d.with_sides({DeviceID("GPU-aaa"): "nobody"}))  # type: ignore[dict-item]
+    assert (tmp_path / "checkpoint.json").read_bytes() == before
+    assert cp_at(tmp_path).read().data.claims == {"uid-1": CLAIM}
+
+
+def test_the_checksum_covers_the_data_exactly_as_stored(tmp_path: Path) -> None:
+    from bridge.ledger.checkpoint import checksum
+
+    cp_at(tmp_path).update(lambda d: d.with_claim(CLAIM).with_sides({DeviceID("GPU-aaa"): "dra"}, split="1"))
+    text = (tmp_path / "checkpoint.json").read_text()
+    doc = json.loads(text)
+    assert doc["checksum"] == checksum(doc["data"])
+    assert text.splitlines()[0] == '{"version": 1,'  # one top-level key per line, greppable
+
+
 @pytest.mark.parametrize(("mangle", "reason"), [
     (lambda text: text[: len(text) // 2], "not valid JSON"),
     (lambda text: text.replace('"claim-a"', '"claim-b"'), "checksum mismatch"),
