@@ -328,3 +328,12 @@ def test_resource_lists_carry_verbs_short_names_and_the_real_storage_version_has
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(urllib.request.Request(f"{server.url}/api/v1/namespaces", method="DELETE"), timeout=10)
     assert err.value.code == 405 and json.loads(err.value.read())["reason"] == "MethodNotAllowed"
+
+
+@pytest.mark.parametrize("rv", ["", "0"])
+def test_a_watch_without_a_specific_version_starts_with_the_current_objects(core, rv):
+    core.create_namespaced_config_map("default", cm("there"))
+    kwargs = {"resource_version": rv} if rv else {}
+    got = [(e["type"], e["object"].metadata.name)
+           for e in watch.Watch().stream(core.list_namespaced_config_map, "default", timeout_seconds=1, **kwargs)]
+    assert got == [("ADDED", "there")]

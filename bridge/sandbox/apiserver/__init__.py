@@ -8,8 +8,11 @@
 Layout: `store` (objects, resourceVersion, history), `rest` (what each verb means), `watch` (streams),
 `selectors`, `patch`, `conversion` (served versions <-> storage), `validation` + `dra_rules` (422 Invalid like the
 real server), `admission` (mutating webhooks over HTTPS), `faults`, `discovery`, `http` (the HTTP shell) and
-`server` (lifecycle). Written from the Kubernetes API conventions; see the report in the repository history for
-why it is not built on `kmock`.
+`server` (lifecycle). Written from the Kubernetes API conventions and apimachinery's behaviour, not on `kmock`:
+kmock (the kopf author's mock server) is an asyncio/aiohttp server driven by a DSL of scripted responses, with a
+loose in-memory Kubernetes mode; it documents none of what the bridge's tests stand on (resourceVersion
+preconditions, a bounded watch history with 410 Expired, list snapshots, OpenAPI + resource.k8s.io validation with
+the real 422 causes, field-selector rules per kind), so it would have been a thin layer under all of this code.
 """
 
 from .faults import Faults
