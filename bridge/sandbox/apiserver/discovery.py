@@ -1,8 +1,9 @@
 """Discovery documents (`/api`, `/apis`, group and group-version resource lists) and `/version`.
 
 Built from the registry, so what discovery lists is exactly what the router serves. The preferred version of a
-group is its newest served version (GA before beta before alpha), whatever order the versions were configured in. Aggregated discovery
-(`Accept: ...;g=apidiscovery.k8s.io`) is not offered; clients such as kubectl fall back to these documents.
+group is its newest served version (GA before beta before alpha), whatever order the versions were configured in.
+Aggregated discovery (`Accept: ...;g=apidiscovery.k8s.io`) is not offered; clients such as kubectl fall back to
+these documents.
 """
 
 from __future__ import annotations
