@@ -25,7 +25,7 @@ def _api(kubeconfig: str | None, context: str | None) -> KubeAPI:
 
 
 _kube_options = [
-    click.option("--kubeconfig", show_envvar=True, envvar=["BRIDGE_NAMESPACE_KUBECONFIG", "KUBECONFIG"], default=None,
+    click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_NAMESPACE_KUBECONFIG", default=None,
                  help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster)."),
     click.option("--context", show_envvar=True, envvar="BRIDGE_NAMESPACE_CONTEXT", default=None, help="Kubeconfig context."),
 ]

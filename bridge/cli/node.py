@@ -37,8 +37,9 @@ from bridge.logs import setup_logging
                    "cdi-annotations, cdi-cri (as NVIDIA's deviceListStrategy).")
 @click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default=":8080", show_default=True,
               help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT, or 'off'.")
-@click.option("--kubeconfig", show_envvar=True, envvar=["BRIDGE_KUBECONFIG", "KUBECONFIG"], default=None,
-              help="Kubeconfig for the API server (default: in-cluster service account when running in a pod).")
+@click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
+              help="Kubeconfig for the API server (default: KUBECONFIG, ~/.kube/config, then the in-cluster service "
+                   "account, like kubectl).")
 @click.option("--context", "kube_context", show_envvar=True, envvar="BRIDGE_CONTEXT", default=None,
               help="Kubeconfig context to use (default: the current context).")
 @click.option("--driver-name", show_envvar=True, envvar="BRIDGE_DRIVER_NAME", default="gpu.dra-bridge.io",

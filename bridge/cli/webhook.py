@@ -24,7 +24,7 @@ from bridge.logs import setup_logging
               help="Serving certificate (PEM); reloaded when it changes on disk (cert-manager rotation).")
 @click.option("--tls-key-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_KEY_FILE", required=True,
               type=click.Path(exists=True, dir_okay=False), help="Private key of the serving certificate (PEM).")
-@click.option("--kubeconfig", show_envvar=True, envvar=["BRIDGE_WEBHOOK_KUBECONFIG", "KUBECONFIG"], default=None,
+@click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_WEBHOOK_KUBECONFIG", default=None,
               help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster).")
 @click.option("--context", show_envvar=True, envvar="BRIDGE_WEBHOOK_CONTEXT", default=None, help="Kubeconfig context.")
 @click.option("--device-class", show_envvar=True, envvar="BRIDGE_WEBHOOK_DEVICE_CLASS", default="gpu.dra-bridge.io", show_default=True,

@@ -95,6 +95,8 @@ def dra_wanted(opts: DraOptions, environ: Mapping[str, str] | None = None) -> tu
         return False, "--dra off"
     if opts.kubeconfig:
         return True, "--dra auto: a kubeconfig is configured"
+    if env.get("KUBECONFIG"):
+        return True, "--dra auto: KUBECONFIG is set"
     if env.get("KUBERNETES_SERVICE_HOST"):
         return True, "--dra auto: running in a cluster"
     return False, ("--dra auto: no API connection configured (no --kubeconfig, not in a cluster): serving the "

@@ -151,3 +151,24 @@ def test_without_an_api_connection_auto_mode_serves_the_device_plugin_only_keepi
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "serving the device-plugin API only" in messages and "gpu-6, gpu-7" in messages
     assert not list((world.root / "kl" / "plugins_registry").glob("*.sock"))
+
+
+@pytest.mark.parametrize(
+    ("mode", "kubeconfig", "env", "wanted"),
+    [
+        ("auto", None, {}, False),
+        ("auto", "/etc/bridge/kubeconfig", {}, True),
+        ("auto", None, {"KUBECONFIG": "/a:/b"}, True),
+        ("auto", None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, True),
+        ("off", "/etc/bridge/kubeconfig", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False),
+        ("on", None, {}, True),
+    ],
+)
+def test_dra_auto_mode_follows_the_api_connection_like_kubectl(
+    mode: str, kubeconfig: str | None, env: dict[str, str], wanted: bool
+) -> None:
+    from bridge.node.dual import DraOptions, dra_wanted
+
+    on, reason = dra_wanted(DraOptions(mode=mode, kubeconfig=kubeconfig), env)  # type: ignore[arg-type]
+    assert on is wanted
+    assert reason.startswith(f"--dra {mode}")
