@@ -2,6 +2,12 @@
 
 Standard `logging`, one formatter for humans (`text`) and one for log pipelines (`json`). Context such as the
 claim, pod or device is passed with `extra={...}` and shows up as key=value pairs (text) or fields (json).
+
+`ContextLogger` carries a component's fixed context (node, resource, driver) AND keeps each call's `extra=`:
+`logging.LoggerAdapter` (Python 3.11) replaces a call's `extra` with its own, so a line such as
+`log.info("Allocate", extra={"devices": ...})` through an adapter carrying `{"resource": ...}` silently lost the
+device list. `ContextLogger` merges the two; the call's keys win on a clash. (Python 3.13's `merge_extra=True` does
+the same; we support 3.11.)
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came in through `extra=` and is context.
@@ -57,3 +64,14 @@ def setup_logging(fmt: str = "text", level: str | int = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level if isinstance(level, int) else level.upper())
+
+
+class ContextLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A component's context on every record, merged with (not replaced by) each call's `extra=`."""
+
+    def __init__(self, logger: logging.Logger, context: Mapping[str, object]) -> None:
+        super().__init__(logger, dict(context))
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        return msg, kwargs

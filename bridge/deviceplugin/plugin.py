@@ -37,7 +37,7 @@ from bridge.deviceplugin.registration import (
 )
 from bridge.deviceplugin.servicer import DevicePluginServicer, options
 from bridge.deviceplugin.state import DeviceTable
-from bridge.node.logctx import ContextLogger
+from bridge.logs import ContextLogger
 from bridge.node.sockets import check_socket_path, remove_stale_socket, unix_target
 
 log = logging.getLogger("bridge.deviceplugin")

@@ -23,7 +23,7 @@ from bridge.deviceplugin.allocate import AllocationConfig, ContainerAllocation, 
 from bridge.deviceplugin.metrics import DevicePluginMetrics
 from bridge.deviceplugin.preferred import PreferredAllocationError, Topology, preferred_allocation
 from bridge.deviceplugin.state import DeviceTable
-from bridge.node.logctx import ContextLogger
+from bridge.logs import ContextLogger
 
 log = logging.getLogger("bridge.deviceplugin")
 

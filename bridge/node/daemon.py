@@ -32,10 +32,10 @@ from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, Alloc
 from bridge.deviceplugin.plugin import DevicePlugin, PluginConfig
 from bridge.deviceplugin.state import DeviceTable, SideOf, all_legacy
 from bridge.inventory.model import DeviceSource, GpuDevice, HealthEvent
+from bridge.logs import ContextLogger
 from bridge.node.http import Check, HealthServer
 from bridge.node.metrics import NodeMetrics
 from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, adopt
-from bridge.node.logctx import ContextLogger
 from bridge.node.sockets import check_socket_path
 
 log = logging.getLogger("bridge.node")
