@@ -1,19 +1,25 @@
 """Webhook throughput and latency over TLS, against a bare echo endpoint on the same server in the same run.
 
     .venv/bin/python bench/webhook_bench.py [--seconds 3] [--concurrency 1,16,64] [--client auto|wrk|python]
-                                            [--pin] [--executor]
+                                            [--pin] [--executor] [--log off|text|json]
 
-The server runs in its own process (as in production) with `/mutate` (the real `Admitter`: a Deployment pod with
-2 GPUs and a GFD nodeSelector in a `dra` namespace, so full review, translation, CEL and JSONPatch) and `/echo`
-(the request body written back, no parsing) on the same `WebhookServer`. Load is closed-loop: `concurrency`
-keep-alive TLS connections, each with one request in flight, as the API server's webhook client does.
+The server runs in its own process (as in production), wired as `bridge webhook` wires it: an API emulator (in the
+bench's main process) holds namespace `team-a` labeled `dra-bridge.io/mode=dra`; the server process has the
+informer-fed `NamespaceCache`, a `TemplateEnsurer` and an `EventRecorder` on the official client, and serves
+`/mutate` with `Admitter.handle_inline` on the event loop (a Deployment pod with 2 GPUs and a GFD nodeSelector: full
+review, translation, CEL and JSONPatch; its template is created through the emulator by the warm-up and is a cache
+hit afterwards) and `/echo` (the request body written back, no parsing) on the same `WebhookServer`. Load is
+closed-loop: `concurrency` keep-alive TLS connections, each with one request in flight, as the API server's webhook
+client does.
 
 Client: `wrk` (C, epoll, one thread; Debian package `wrk`) when it is installed, else a single-process asyncio
 client with persistent TLS connections (Python; it costs the server more CPU on a shared machine, so its numbers
 are a pessimistic bound). The client used is printed. `--pin` pins the server process to CPU 0 and the client to
 CPU 1 (`os.sched_setaffinity`) so the two do not compete for a core; without it both float over all CPUs.
-`--executor` registers the handlers as blocking (run in the server's thread pool), the way a handler that may do
-API I/O is served, to show the cost of the thread hop.
+`--executor` registers the handlers as blocking (run in the server's thread pool, `/mutate` as `Admitter.handle`),
+to show the cost of the thread hop that the inline fast path saves. `--log text|json` keeps the one INFO line per
+review (to /dev/null) that production writes; by default logging is off so the numbers measure the webhook, not
+the log handler.
 
 For each concurrency it prints req/s, p50, p99 (ms) for mutate and echo, the ratio mutate/echo, and the server
 process's CPU time per request (user+system from /proc, all its threads): on a shared machine that column is the
@@ -38,8 +44,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bridge.kube import connect  # noqa: E402
+from bridge.kube.api import NAMESPACES  # noqa: E402
+from bridge.logs import setup_logging  # noqa: E402
+from bridge.sandbox.apiserver import ApiServer  # noqa: E402
 from bridge.webhook.app import Admitter  # noqa: E402
-from bridge.webhook.facts import ClusterFacts  # noqa: E402
+from bridge.webhook.effects import EventRecorder, NamespaceCache, TemplateEnsurer  # noqa: E402
+from bridge.webhook.facts import facts_from_discovery  # noqa: E402
 from bridge.webhook.metrics import WebhookMetrics  # noqa: E402
 from bridge.webhook.policy import PolicyConfig  # noqa: E402
 from bridge.webhook.review import ReviewConfig  # noqa: E402
@@ -66,16 +77,31 @@ def pin(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def serve(cert: str, key: str, cpu: int | None, executor: bool, ready: mp.Queue) -> None:  # type: ignore[type-arg]
+def serve(cert: str, key: str, kubeconfig: str, cpu: int | None, executor: bool, log_format: str,
+          ready: mp.Queue) -> None:  # type: ignore[type-arg]
     import logging
+    import threading
 
     pin(cpu)
-    logging.disable(logging.INFO)  # one INFO line per review would measure the log handler
+    if log_format == "off":
+        logging.disable(logging.INFO)
+    else:
+        setup_logging(log_format, "info")
+        for handler in logging.getLogger().handlers:
+            handler.setStream(open(os.devnull, "w"))  # type: ignore[attr-defined]
+    api = connect(kubeconfig)
+    facts = facts_from_discovery(api.discovery())
     metrics = WebhookMetrics()
-    admitter = Admitter(ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 35), "claims"),
-                        lambda ns: {"dra-bridge.io/mode": "dra"}, None, None, metrics)
-    paths = {"/mutate": admitter.handle, "/echo": lambda body: (200, body)}
-    # this Admitter has no API I/O (labels from a lambda, no templates/events), so it may run on the event loop
+    cache = NamespaceCache(api, metrics)
+    events = EventRecorder(api, metrics)
+    admitter = Admitter(ReviewConfig(PolicyConfig(own_namespace="dra-bridge"), facts, "claims"), cache.labels,
+                        TemplateEnsurer(api, metrics), events, metrics, peek_labels=cache.peek)
+    stop = threading.Event()
+    cache.start(stop)
+    events.start()
+    if not cache.wait_synced(30):
+        raise SystemExit("namespace cache did not sync")
+    paths = {"/mutate": admitter.handle if executor else admitter.handle_inline, "/echo": lambda body: (200, body)}
     srv = WebhookServer(paths, ReloadingContext(cert, key), host="127.0.0.1", port=0, metrics=metrics,
                         inline=() if executor else tuple(paths))
     ready.put(srv.port)
@@ -167,6 +193,8 @@ def main() -> None:
     ap.add_argument("--client", choices=("auto", "wrk", "python"), default="auto")
     ap.add_argument("--pin", action="store_true", help=f"server on CPU {SERVER_CPU}, client on CPU {CLIENT_CPU}")
     ap.add_argument("--executor", action="store_true", help="run handlers in the server's thread pool")
+    ap.add_argument("--log", choices=("off", "text", "json"), default="off",
+                    help="server logging: one INFO line per review to /dev/null (production), or none")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     client = args.client
@@ -187,11 +215,15 @@ def main() -> None:
         body_file.write_bytes(body)
         script = Path(d) / "post.lua"
         script.write_text(WRK_SCRIPT.replace("BODY_PATH", json.dumps(str(body_file))))
+        apiserver = ApiServer(version="1.35.0").start()
+        kubeconfig = apiserver.write_kubeconfig(Path(d) / "kubeconfig")
+        connect(str(kubeconfig)).create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": "team-a", "labels": {"dra-bridge.io/mode": "dra"}}})
         q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-        server = mp.Process(target=serve, args=(str(pki.cert_file), str(pki.key_file), server_cpu, args.executor, q),
-                            daemon=True)
+        server = mp.Process(target=serve, args=(str(pki.cert_file), str(pki.key_file), str(kubeconfig), server_cpu,
+                                                args.executor, args.log, q), daemon=True)
         server.start()
-        port = q.get(timeout=30)
+        port = q.get(timeout=60)
 
         def measure(path: str, c: int, seconds: float) -> tuple[Result, float]:
             """(req/s, p50, p99) and the server's CPU microseconds per request."""
@@ -205,7 +237,7 @@ def main() -> None:
 
         print(f"cpus={os.cpu_count()} body={len(body)}B seconds={args.seconds} python={sys.version.split()[0]} "
               f"client={client} pin={'server:%d client:%d' % (SERVER_CPU, CLIENT_CPU) if args.pin else 'off'} "
-              f"handlers={'executor' if args.executor else 'inline'}")
+              f"handlers={'executor' if args.executor else 'inline'} log={args.log}")
         print(f"{'conc':>4} {'endpoint':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'srv cpu us/req':>15}")
         try:
             measure("/mutate", 4, 1)  # warm-up: imports, caches, CEL compile
@@ -215,8 +247,12 @@ def main() -> None:
                 print(f"{c:>4} {'mutate':<8} {m[0]:>8.0f} {m[1]:>8.2f} {m[2]:>8.2f} {mcpu:>15.0f}")
                 print(f"{c:>4} {'echo':<8} {e[0]:>8.0f} {e[1]:>8.2f} {e[2]:>8.2f} {ecpu:>15.0f}")
                 print(f"{c:>4} ratio mutate/echo = {m[0] / e[0]:.2f}", flush=True)
+            templates = connect(str(kubeconfig)).list(
+                connect(str(kubeconfig)).resource_api().claim_templates, "team-a")["items"]
+            print(f"templates in team-a after the run: {[t['metadata']['name'] for t in templates]}")
         finally:
             server.terminate()
+            apiserver.stop()
 
 
 if __name__ == "__main__":

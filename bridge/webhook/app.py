@@ -3,6 +3,12 @@
 `Admitter.handle` is the `/mutate` handler: pure `review`, then the side effects the result asks for (unless the
 request is a dry run), then metrics and one log line. When a template the patch refers to cannot be created, the
 pod is admitted UNtranslated with a warning: a legacy pod that runs beats a DRA pod stuck on a missing template.
+
+`Admitter.handle_inline` is what the server actually runs for `/mutate`, on its event loop: the same review, but
+the namespace labels come from `peek` (cache only) and the templates from `ensure_cached` (TTL only). When both
+hit - every review of a namespace after its first pod - the whole answer is produced on the loop with no thread
+hop. When either misses it returns `lambda: handle(body)` (or the side effects alone) and the server runs that in
+its thread pool, where the blocking GET/create may wait. Events never block either way (bounded queue).
 """
 
 from __future__ import annotations
@@ -13,17 +19,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bridge.kube.api import KubeAPI
-from bridge.webhook.effects import EventRecorder, NamespaceCache, TemplateEnsurer
+from bridge.webhook.effects import MISS, EventRecorder, NamespaceCache, Peek, TemplateEnsurer
 from bridge.webhook.facts import DEFAULT_DEVICE_CLASS, ClusterFacts, facts_from_discovery
+from bridge.webhook.memo import ReviewMemo, encode
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.policy import SYSTEM_NAMESPACES, PolicyConfig
 from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, allow, review
-from bridge.webhook.server import MAX_BODY, WebhookServer
+from bridge.webhook.server import MAX_BODY, Deferred, Reply, WebhookServer
 from bridge.webhook.tls import ReloadingContext
 
 log = logging.getLogger(__name__)
@@ -46,43 +53,100 @@ class WebhookOptions:
     api_timeout: float = 3.0  # one API call on the admission path (namespace GET, template create)
 
 
+class _NeedsIO(Exception):
+    """Raised by the peeking label lookup on a cache miss: the review must be redone off the loop."""
+
+
+def _load(body: bytes) -> Any:
+    """The parsed body when it is a JSON object, else the raw bytes (then `review` parses them again and says what
+    is wrong: a parsed JSON string would be taken for a raw body)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    return doc if isinstance(doc, dict) else body
+
+
 class Admitter:
+    """`namespace_labels` may block (cache, then one GET); `peek_labels` must not (cache only, MISS otherwise).
+    Without `peek_labels` every namespace is a miss for `handle_inline`, which then always defers to the pool.
+    Reviews go through a `ReviewMemo` (`memo_capacity` entries; 0 turns it off)."""
+
     def __init__(self, config: ReviewConfig, namespace_labels: NamespaceLabels, templates: TemplateEnsurer | None,
-                 events: EventRecorder | None, metrics: WebhookMetrics) -> None:
+                 events: EventRecorder | None, metrics: WebhookMetrics, peek_labels: Peek | None = None,
+                 memo_capacity: int = 1024) -> None:
         self.config = config
         self._labels = namespace_labels
+        self._peek = peek_labels or (lambda ns: MISS)
         self._templates = templates
         self._events = events
         self._metrics = metrics
+        self.memo = ReviewMemo(config, memo_capacity) if memo_capacity else None
+        self._counters: dict[tuple[str, str, str], Any] = {}
 
-    def handle(self, body: bytes) -> tuple[int, bytes]:
+    def _review(self, body: bytes, doc: Any, labels: NamespaceLabels,
+                reraise: tuple[type[Exception], ...] = ()) -> tuple[ReviewResult, bytes]:
+        if self.memo is not None:
+            return self.memo.review(body, doc, labels, reraise)
+        result = review(doc, self.config, labels, reraise)
+        return result, encode(result.body)
+
+    def handle(self, body: bytes) -> Reply:
+        """The whole review, blocking I/O allowed (namespace GET, template creates): runs in the pool."""
         start = time.perf_counter()
-        result = review(body, self.config, self._labels)
-        if not result.dry_run:
-            result = self._side_effects(result, body)
-        self._metrics.reviews.labels(result.outcome, result.mode or "-", result.target or "-").inc()
-        log.info("review %s", result.outcome, extra={
-            "uid": result.uid, "namespace": result.namespace, "pod": result.pod, "mode": result.mode,
-            "target": result.target, "dry_run": result.dry_run, "reason": result.reason,
-            "ms": round((time.perf_counter() - start) * 1000, 2)})
-        return result.status, json.dumps(result.body, separators=(",", ":")).encode()
+        doc = _load(body)
+        result, encoded = self._review(body, doc, self._labels)
+        return self._finish(result, encoded, self._side_effects(result, doc), start)
 
-    def _side_effects(self, result: ReviewResult, body: bytes) -> ReviewResult:
-        if result.templates and self._templates is not None:
+    def handle_inline(self, body: bytes) -> Reply | Deferred:
+        """The whole review on the caller's thread when the caches answer; otherwise the blocking remainder as a
+        callable for the pool. Never does I/O itself."""
+        start = time.perf_counter()
+        doc = _load(body)
+
+        def peek(namespace: str) -> Mapping[str, str] | None:
+            found = self._peek(namespace)
+            if found is MISS:
+                raise _NeedsIO(namespace)
+            return found
+
+        try:
+            result, encoded = self._review(body, doc, peek, reraise=(_NeedsIO,))
+        except _NeedsIO:
+            return lambda: self.handle(body)
+        if (result.templates and not result.dry_run and self._templates is not None
+                and not self._templates.ensure_cached(result.templates)):
+            return lambda: self._finish(result, encoded, self._side_effects(result, doc), start)
+        return self._finish(result, encoded, self._side_effects(result, doc, ensure=False), start)
+
+    def _finish(self, reviewed: ReviewResult, encoded: bytes, result: ReviewResult, start: float) -> Reply:
+        """Metrics and the log line for `result`; its body is `encoded` unless the side effects replaced it."""
+        key = (result.outcome, result.mode or "-", result.target or "-")
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._metrics.reviews.labels(*key)
+        counter.inc()
+        if log.isEnabledFor(logging.INFO):
+            log.info("review %s", result.outcome, extra={
+                "uid": result.uid, "namespace": result.namespace, "pod": result.pod, "mode": result.mode,
+                "target": result.target, "dry_run": result.dry_run, "reason": result.reason,
+                "ms": round((time.perf_counter() - start) * 1000, 2)})
+        return result.status, encoded if result is reviewed else encode(result.body)
+
+    def _side_effects(self, result: ReviewResult, doc: Any, ensure: bool = True) -> ReviewResult:
+        """Templates (when `ensure`; the inline path has checked they are cached) and Events, unless dry run."""
+        if result.dry_run:
+            return result
+        if ensure and result.templates and self._templates is not None:
             errors = self._templates.ensure(result.templates)
             if errors:
                 log.warning("templates not ensured; admitting the pod untranslated", extra={"errors": errors})
-                return ReviewResult(200, allow(result.uid, warnings=[f"not translated: {e}" for e in errors]),
-                                    "error", result.mode, result.target, result.uid, result.namespace, result.pod,
-                                    result.dry_run, reason="template creation failed")
+                return replace(result, body=allow(result.uid, warnings=[f"not translated: {e}" for e in errors]),
+                               outcome="error", templates=(), reason="template creation failed")
         if result.events and self._events is not None:
-            pod: dict[str, Any] | None = None
-            try:
-                pod = json.loads(body)["request"]["object"]
-            except (ValueError, KeyError, TypeError):
-                pod = None
+            pod = (doc.get("request") or {}).get("object") if isinstance(doc, dict) else None
             for spec in result.events:
-                self._events.submit(spec, pod)
+                self._events.submit(spec, pod if isinstance(pod, dict) else None)
         return result
 
 
@@ -103,15 +167,18 @@ def build(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: W
     templates = TemplateEnsurer(api, metrics)
     events = EventRecorder(api, metrics)
     policy = PolicyConfig(own_namespace=own_namespace(options.namespace), excluded_namespaces=SYSTEM_NAMESPACES)
-    admitter = Admitter(ReviewConfig(policy, facts, options.target), cache.labels, templates, events, metrics)
+    admitter = Admitter(ReviewConfig(policy, facts, options.target), cache.labels, templates, events, metrics,
+                        peek_labels=cache.peek)
     tls = ReloadingContext(options.cert_file, options.key_file,
                            on_reload=lambda r: metrics.tls_reloads.labels(r).inc())
 
     def default_ready() -> tuple[bool, str]:
         return (True, "") if cache.synced else (False, "namespace cache not synced")
 
-    server = WebhookServer({"/mutate": admitter.handle}, tls, host=options.host, port=options.port,
-                           metrics=metrics, ready=ready or default_ready, max_body=options.max_body)
+    # /mutate runs on the event loop: handle_inline never blocks and hands cache misses to the pool itself
+    server = WebhookServer({"/mutate": admitter.handle_inline}, tls, host=options.host, port=options.port,
+                           metrics=metrics, ready=ready or default_ready, max_body=options.max_body,
+                           inline=["/mutate"])
     return server, cache, events
 
 

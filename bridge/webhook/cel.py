@@ -101,8 +101,11 @@ def _int_member(lhs: str, values: Sequence[int]) -> str:
 _INT = re.compile(r"^[0-9]{1,9}$")
 
 
+@functools.lru_cache(maxsize=4096)
 def map_requirement(req: Requirement, driver: str = DRIVER) -> Mapped:
-    """Translate one GFD requirement. Callers pass only keys in DEVICE_LABELS."""
+    """Translate one GFD requirement. Callers pass only keys in DEVICE_LABELS. Cached (pure, and the inputs repeat:
+    every pod of a Deployment carries the same selector), so the CEL is built and parse-checked once per distinct
+    requirement, not once per review."""
     op, vals = req.operator, req.values
     if req.key not in DEVICE_LABELS:
         return Mapped(None, reason=f"{req.key} describes the node, not a device")

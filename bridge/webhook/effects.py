@@ -2,13 +2,19 @@
 
 * `NamespaceCache`: the AdmissionReview does not carry namespace labels, so a watch (the kube layer's `Informer`)
   keeps `name -> labels` in memory; a miss (namespace created a moment ago, cache not yet synced) falls back to one
-  GET. Unknown or unreadable namespaces are treated as legacy by the policy (fail safe).
+  GET. Unknown or unreadable namespaces are treated as legacy by the policy (fail safe). `peek` is the
+  non-blocking half: the cached labels or `MISS`, never an API call.
 * `TemplateEnsurer`: creates the templates a translated pod references BEFORE the pod is admitted, so the claim
   controller never waits on a missing template. Create-if-absent: AlreadyExists is success. Names seen recently
   are remembered (TTL) so the hot path makes no API call; a failure is returned to the caller, which then admits
-  the pod untranslated rather than admitting a pod that cannot start.
+  the pod untranslated rather than admitting a pod that cannot start. `ensure_cached` is the non-blocking half:
+  it succeeds only when every template was ensured within the TTL.
 * `EventRecorder`: Events about untranslatable pods go through a bounded queue drained by one thread: they never
-  add latency to admission, and under a flood they are dropped (counted), never block.
+  add latency to admission, and under a flood they are dropped (counted), never block. `submit` only enqueues (the
+  Event object is built on the recorder's thread), so it is safe on the server's event loop.
+
+`peek`, `ensure_cached` and `submit` are what the webhook's inline fast path may call on the event loop: none of
+them does I/O or waits on anything but a lock held for a dict operation.
 
 The shell skips templates and Events entirely for dryRun requests (`sideEffects: NoneOnDryRun`).
 """
@@ -19,8 +25,9 @@ import logging
 import queue
 import threading
 import time
+import enum
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from bridge.kube.api import EVENTS, NAMESPACES, KubeAPI, ResourceAPI, WatchEvent
 from bridge.kube.errors import AlreadyExists, KubeError, NotFound
@@ -31,6 +38,14 @@ from bridge.webhook.policy import MODE_LABEL
 from bridge.webhook.review import EventSpec
 
 log = logging.getLogger(__name__)
+
+
+class _Miss(enum.Enum):
+    MISS = "miss"
+
+
+MISS: Final = _Miss.MISS  # `NamespaceCache.peek`: not in the cache; only the blocking `labels` can tell
+Peek = Callable[[str], "Mapping[str, str] | _Miss"]
 
 
 class NamespaceCache:
@@ -66,10 +81,15 @@ class NamespaceCache:
             for mode in ("legacy", "shadow", "dra"):
                 self._metrics.namespaces.labels(mode).set(sum(1 for m in modes if m == mode))
 
-    def labels(self, namespace: str) -> Mapping[str, str] | None:
+    def peek(self, namespace: str) -> Mapping[str, str] | _Miss:
+        """The cached labels of `namespace`, or MISS. Never blocks on the API."""
         with self._lock:
             found = self._labels.get(namespace)
-        if found is not None:
+        return MISS if found is None else found
+
+    def labels(self, namespace: str) -> Mapping[str, str] | None:
+        found = self.peek(namespace)
+        if found is not MISS:
             return found
         try:
             obj = self._api.get(NAMESPACES, namespace)
@@ -98,12 +118,23 @@ class TemplateEnsurer:
         if self._metrics is not None:
             self._metrics.templates.labels(result).inc()
 
+    def ensure_cached(self, templates: tuple[dict[str, Any], ...]) -> bool:
+        """True (each counted as `cached`) when every template was ensured within the TTL, so `ensure` would make
+        no API call; False, counting nothing, when any needs one. Never blocks on the API."""
+        now = self._clock()
+        with self._lock:
+            fresh = all(self._seen.get(_key(t), -1e18) > now - self._ttl for t in templates)
+        if fresh:
+            for _ in templates:
+                self._count("cached")
+        return fresh
+
     def ensure(self, templates: tuple[dict[str, Any], ...]) -> list[str]:
         """Create each template unless it exists; the error messages of those that could not be ensured."""
         errors: list[str] = []
         for t in templates:
             meta = t["metadata"]
-            key = (t["apiVersion"], meta["namespace"], meta["name"])
+            key = _key(t)
             now = self._clock()
             with self._lock:
                 fresh = self._seen.get(key, -1e18) > now - self._ttl
@@ -124,6 +155,11 @@ class TemplateEnsurer:
             with self._lock:
                 self._seen[key] = now
         return errors
+
+
+def _key(template: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = template["metadata"]
+    return (template["apiVersion"], meta["namespace"], meta["name"])
 
 
 def involved_object(spec: EventSpec, pod: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -147,7 +183,7 @@ class EventRecorder:
     def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None, capacity: int = 1000) -> None:
         self._api = api
         self._metrics = metrics
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
+        self._queue: queue.Queue[tuple[EventSpec, dict[str, Any]] | None] = queue.Queue(maxsize=capacity)
         self._thread: threading.Thread | None = None
 
     def _count(self, result: str) -> None:
@@ -155,15 +191,11 @@ class EventRecorder:
             self._metrics.events.labels(result).inc()
 
     def submit(self, spec: EventSpec, pod: Mapping[str, Any] | None = None) -> None:
+        """Enqueue an Event about `pod` (the object under review, for its name and controller); never blocks."""
         try:
-            event = build_event(involved_object(spec, pod), spec.reason, spec.message, type="Warning",
-                                component="dra-bridge-webhook")
-            self._queue.put_nowait(event)
+            self._queue.put_nowait((spec, involved_object(spec, pod)))
         except queue.Full:
             self._count("dropped")
-        except ValueError as err:
-            log.warning("event not recorded: %s", err)
-            self._count("failed")
 
     def start(self) -> threading.Thread:
         self._thread = threading.Thread(target=self._run, name="webhook-events", daemon=True)
@@ -180,9 +212,16 @@ class EventRecorder:
 
     def _run(self) -> None:
         while True:
-            event = self._queue.get()
-            if event is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            spec, involved = item
+            try:
+                event = build_event(involved, spec.reason, spec.message, type="Warning", component="dra-bridge-webhook")
+            except ValueError as err:
+                log.warning("event not recorded: %s", err)
+                self._count("failed")
+                continue
             try:
                 self._api.create(EVENTS, event, event["metadata"]["namespace"])
                 self._count("recorded")

@@ -18,6 +18,7 @@ Everything here is pure: labels and annotations in, a `Decision` out.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,7 @@ class Decision:
     warnings: tuple[str, ...] = ()
 
 
+@functools.lru_cache(maxsize=256)
 def parse_mode(value: str | None) -> tuple[Mode, str | None]:
     """The namespace's mode and a warning for an unrecognised value (treated as legacy: fail safe)."""
     if value is None or value == "":
@@ -79,6 +81,7 @@ def parse_mode(value: str | None) -> tuple[Mode, str | None]:
         )
 
 
+@functools.lru_cache(maxsize=256)
 def parse_target(value: str | None) -> tuple[Target | None, str | None]:
     if value is None or value == "":
         return None, None

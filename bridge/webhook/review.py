@@ -32,6 +32,8 @@ API_VERSION = "admission.k8s.io/v1"
 WARNING_PREFIX = "dra-bridge: "
 MAX_WARNING_LEN = 512
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 
 
@@ -78,7 +80,7 @@ def allow(uid: str, patch: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(_ENCODE(list(patch)).encode()).decode()
     if warnings:
         response["warnings"] = [(WARNING_PREFIX + w)[:MAX_WARNING_LEN] for w in warnings]
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
@@ -159,9 +161,14 @@ def _pod_shape_error(pod: Any) -> str | None:
     return None
 
 
-def review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels) -> ReviewResult:
+def review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels,
+           reraise: tuple[type[Exception], ...] = ()) -> ReviewResult:
+    """`raw`: the body, or the already-parsed JSON document. Exceptions of the `reraise` types raised by
+    `namespace_labels` propagate (the caller's way to abandon a review that needs I/O); nothing else does."""
     try:
         return _review(raw, config, namespace_labels)
+    except reraise:
+        raise
     except Exception as err:  # the contract: never raise; fail open with a message
         log.exception("admission review failed")
         doc = raw if isinstance(raw, dict) else None
@@ -202,7 +209,9 @@ def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Name
     dry_run = req.get("dryRun") is True
     base = {"uid": uid, "namespace": namespace, "pod": pod_name, "dry_run": dry_run}
 
-    decision = resolve(namespace, namespace_labels(namespace), pod, config.policy)
+    policy = config.policy
+    skip_namespace = namespace in policy.excluded_namespaces or namespace == policy.own_namespace
+    decision = resolve(namespace, None if skip_namespace else namespace_labels(namespace), pod, policy)
     target = effective_target(config.facts, config.target, decision.target)
     if decision.action is Action.SKIP:
         return ReviewResult(200, allow(uid, warnings=decision.warnings), "skipped", decision.mode.value,

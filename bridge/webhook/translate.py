@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -91,6 +92,10 @@ def _parse_count(value: Any) -> int | None:
     return None
 
 
+_NVIDIA = "nvidia.com/"
+_LEGACY_TOKEN = LEGACY_RESOURCE.replace("~", "~0").replace("/", "~1")
+
+
 def _why_untranslatable(name: str) -> str | None:
     if name.startswith("nvidia.com/mig-"):
         return (f"{name} is a MIG slice; the bridge serves whole GPUs: request a MIG DeviceClass through a "
@@ -114,7 +119,8 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[str]]:
             req = res.get("requests") or {}
             lim = res.get("limits") or {}
             cname = c.get("name", f"#{i}")
-            for n in sorted(set(req) | set(lim)):
+            # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ...
+            for n in sorted(k for k in req.keys() | lim.keys() if k.startswith(_NVIDIA) and k != LEGACY_RESOURCE):
                 why = _why_untranslatable(n)
                 if why:
                     reasons.append(f"container {cname}: {why}")
@@ -161,6 +167,20 @@ def _is_device_label(expr: Mapping[str, Any]) -> bool:
 
 
 def _selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
+    """The device selector of a pod and what stays on it. A pod with only a nodeSelector of strings (the common
+    case: every pod of a Deployment carries the same one) is answered from a cache keyed by that selector."""
+    ns = spec.get("nodeSelector")
+    if not spec.get("affinity") and (ns is None or type(ns) is dict and all(type(v) is str for v in ns.values())):
+        return _node_selector_only(tuple(ns.items()) if ns else (), driver)
+    return _compute_selectors(spec, driver)
+
+
+@functools.lru_cache(maxsize=1024)
+def _node_selector_only(items: tuple[tuple[str, str], ...], driver: str) -> _Selectors:
+    return _compute_selectors({"nodeSelector": dict(items)} if items else {}, driver)
+
+
+def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
     exprs: list[str] = []
     moved: list[str] = []
     warnings: list[str] = []
@@ -238,7 +258,9 @@ def _selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
     return _Selectors(expression, new_ns, new_aff, tuple(moved), tuple(warnings))
 
 
+@functools.lru_cache(maxsize=4096)
 def template_name(count: int, device_class: str, expression: str) -> str:
+    """Cached: a namespace's pods ask for a handful of (count, selector) pairs, and hashing costs microseconds."""
     digest = hashlib.sha256(json.dumps([device_class, expression]).encode()).hexdigest()[:8]
     return f"dra-bridge-gpu-{count}-{digest}"
 
@@ -278,8 +300,7 @@ def _annotation_ops(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[O
     return [{"op": "add", "path": f"/metadata/annotations/{escape(k)}", "value": v} for k, v in values.items()]
 
 
-def _compact(doc: Any) -> str:
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+_compact = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode  # one encoder, not one per call
 
 
 def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Target, facts: ClusterFacts) -> Translation:
@@ -296,6 +317,7 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
 
     ops: list[Obj] = []
     templates: list[Obj] = []
+    template_names: set[str] = set()
     warnings: list[str] = []
     summary = {"ok": True, "target": target.value,
                     "containers": {("init:" if g.kind == "initContainers" else "") + g.name: g.count for g in gpus}}
@@ -306,7 +328,7 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
             for part in ("requests", "limits"):
                 if LEGACY_RESOURCE in (res.get(part) or {}):
                     base = f"/spec/{g.kind}/{g.index}/resources/{part}"
-                    ops.append({"op": "remove", "path": f"{base}/{escape(LEGACY_RESOURCE)}"})
+                    ops.append({"op": "remove", "path": f"{base}/{_LEGACY_TOKEN}"})
                     ops.append({"op": "add", "path": f"{base}/{escape(new)}", "value": res[part][LEGACY_RESOURCE]})
         summary["resource"] = new
     else:
@@ -318,14 +340,15 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
             claim = _claim_name(g.name, taken)
             taken.add(claim)
             tname = template_name(g.count, facts.device_class, sel.expression)
-            if all(t["metadata"]["name"] != tname for t in templates):
+            if tname not in template_names:
+                template_names.add(tname)
                 templates.append(claim_template(tname, namespace, g.count, sel.expression, facts))
             new_claims.append({"name": claim, "resourceClaimTemplateName": tname})
             res = spec[g.kind][g.index]["resources"]
             base = f"/spec/{g.kind}/{g.index}/resources"
             for part in ("requests", "limits"):
                 if LEGACY_RESOURCE in (res.get(part) or {}):
-                    ops.append({"op": "remove", "path": f"{base}/{part}/{escape(LEGACY_RESOURCE)}"})
+                    ops.append({"op": "remove", "path": f"{base}/{part}/{_LEGACY_TOKEN}"})
             if isinstance(res.get("claims"), list):
                 ops.append({"op": "add", "path": f"{base}/claims/-", "value": {"name": claim}})
             else:
@@ -335,7 +358,7 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
         else:
             ops.append({"op": "add", "path": "/spec/resourceClaims", "value": new_claims})
         if sel.new_node_selector is not None:
-            ops.append({"op": "replace", "path": "/spec/nodeSelector", "value": sel.new_node_selector}
+            ops.append({"op": "replace", "path": "/spec/nodeSelector", "value": dict(sel.new_node_selector)}
                        if sel.new_node_selector else {"op": "remove", "path": "/spec/nodeSelector"})
         if sel.new_affinity is not None:
             ops.append({"op": "replace", "path": "/spec/affinity", "value": sel.new_affinity}

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from bridge.webhook.app import Admitter
 from bridge.webhook.facts import ClusterFacts
+from bridge.webhook.memo import encode
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.policy import PolicyConfig
 from bridge.webhook.review import ReviewConfig, review
@@ -95,6 +96,18 @@ def test_random_bytes_never_crash_the_pure_review(raw: bytes) -> None:
     check(review(raw, CONFIG, lambda ns: LABELS))
 
 
+MEMO_ADMITTER = Admitter(CONFIG, lambda ns: LABELS, None, None, WebhookMetrics(), peek_labels=lambda ns: LABELS)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reviews, st.booleans())
+def test_memoised_answers_to_random_reviews_equal_fresh_ones(doc: Any, compact: bool) -> None:
+    raw = json.dumps(doc, separators=(",", ":") if compact else None).encode()
+    fresh = review(raw, CONFIG, lambda ns: LABELS)
+    for _ in range(2):  # a miss, then (for memoisable answers) a hit
+        assert MEMO_ADMITTER.handle_inline(raw) == (fresh.status, encode(fresh.body))
+
+
 def test_deeply_nested_json_is_a_400_not_a_crash() -> None:
     result = review(b"[" * 100_000 + b"]" * 100_000, CONFIG, lambda ns: LABELS)
     assert result.status == 400 and "not JSON" in result.body["message"]
@@ -122,14 +135,37 @@ def test_memory_stays_flat_over_many_reviews() -> None:
     assert after - first < 256 * 1024, f"memory grew by {after - first} bytes over 2020 reviews"
 
 
+def test_memory_stays_flat_through_the_memo_once_it_is_full() -> None:
+    admitter = Admitter(CONFIG, lambda ns: LABELS, None, None, WebhookMetrics(), peek_labels=lambda ns: LABELS,
+                        memo_capacity=64)
+    pods = [deployment_pod(container("main", n % 8 + 1), app=f"app{n}") for n in range(300)]
+    counter = iter(range(10**9))
+
+    def burst() -> None:  # 300 distinct pods, each review with a fresh uid: the memo keeps replacing entries
+        for pod in pods:
+            assert isinstance(admitter.handle_inline(json.dumps(admission_review(pod, uid=f"u{next(counter)}")).encode()), tuple)
+
+    burst()
+    tracemalloc.start()
+    burst()
+    first, _ = tracemalloc.get_traced_memory()
+    for _ in range(5):
+        burst()
+    after, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert admitter.memo is not None and len(admitter.memo) == 64
+    assert after - first < 256 * 1024, f"memory grew by {after - first} bytes over 1500 reviews"
+
+
 @pytest.fixture(scope="module")
 def https(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WebhookServer, Pki]]:
     pki = Pki(Path(tmp_path_factory.mktemp("pki")))
     pki.issue()
     metrics = WebhookMetrics()
-    admitter = Admitter(CONFIG, lambda ns: LABELS, None, None, metrics)
-    srv = WebhookServer({"/mutate": admitter.handle}, ReloadingContext(str(pki.cert_file), str(pki.key_file)),
-                        host="127.0.0.1", port=0, metrics=metrics, max_body=64 * 1024, io_timeout=5)
+    admitter = Admitter(CONFIG, lambda ns: LABELS, None, None, metrics, peek_labels=lambda ns: LABELS)
+    srv = WebhookServer({"/mutate": admitter.handle_inline}, ReloadingContext(str(pki.cert_file), str(pki.key_file)),
+                        host="127.0.0.1", port=0, metrics=metrics, max_body=64 * 1024, io_timeout=5,
+                        inline=["/mutate"])
     with srv:
         yield srv, pki
 

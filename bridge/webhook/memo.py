@@ -1,0 +1,132 @@
+"""A bounded memo of review answers, so the pods of one Deployment are translated once, not once per replica.
+
+Why: `review` is pure - its answer depends only on the AdmissionReview request, the namespace's mode/target labels
+and the fixed `ReviewConfig` - and the pods a ReplicaSet or Job controller creates are identical requests except
+for `request.uid` (the pod name is generated after admission, so `generateName` is what the webhook sees). A
+scale-up of N replicas is N identical reviews. Finding the uid in the body is far cheaper than reviewing it.
+
+Invariants:
+* the key is everything the answer depends on: the request body as received with the request's uid cut out
+  (position and remaining bytes), plus the namespace's mode and target label values (or "unknown namespace"); the
+  config is fixed per memo. Cutting the first `"uid":"<uid>"` is exact: two bodies with the same key differ only
+  in that one JSON value, so either it is `request.uid` in both, or (when the request's uid is spelled elsewhere)
+  both have the same uid and are the same body. A body whose uid is not spelled that way is simply not memoised;
+* a hit returns exactly what a fresh review would: the stored answer with the request's uid put back, and the
+  encoded response byte-identical to encoding that answer;
+* only answers of the ordinary `allow` shape are stored; bodies that are not AdmissionReviews, and answers from the
+  internal-error path, are never stored (an internal error is retried, not remembered);
+* bounded (`capacity` entries of about one request body each, oldest dropped first), safe from several threads.
+
+Side effects are not the memo's business: a hit carries the same templates and Events as the fresh answer, and
+the shell performs (or skips, on dryRun) them as for any answer.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bridge.webhook.policy import MODE_LABEL, TARGET_LABEL
+from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, parse, review
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+_CACHED_OUTCOMES = frozenset({"translated", "shadow", "skipped", "no-gpu", "untranslatable", "invalid"})
+
+Key = tuple[object, int, bytes]
+
+
+def encode(body: Mapping[str, Any]) -> bytes:
+    """The response body as the webhook sends it (compact JSON)."""
+    return _ENCODE(body).encode()
+
+
+@dataclass(frozen=True)
+class _Entry:
+    result: ReviewResult  # as reviewed, for the uid it was reviewed with
+    tail: bytes  # the encoded response after the uid value
+
+    def bind(self, uid: str) -> tuple[ReviewResult, bytes]:
+        body = self.result.body
+        body = {**body, "response": {**body["response"], "uid": uid}}
+        return replace(self.result, uid=uid, body=body), _HEAD + _ENCODE(uid).encode() + self.tail
+
+    @classmethod
+    def of(cls, result: ReviewResult) -> _Entry | None:
+        """The entry for `result`, or None when it must not be stored (see the module invariants)."""
+        body = result.body
+        response = body.get("response")
+        if (result.outcome not in _CACHED_OUTCOMES or result.status != 200 or list(body) != ["apiVersion", "kind", "response"]
+                or not isinstance(response, dict) or next(iter(response), None) != "uid" or response["uid"] != result.uid):
+            return None
+        encoded = encode(body)
+        head = _HEAD + _ENCODE(result.uid).encode()
+        if not encoded.startswith(head):
+            return None
+        return cls(result, encoded[len(head):])
+
+
+class ReviewMemo:
+    def __init__(self, config: ReviewConfig, capacity: int = 1024) -> None:
+        if capacity < 1:
+            raise ValueError("memo capacity must be at least 1")
+        self.config = config
+        self._capacity = capacity
+        self._entries: dict[Key, _Entry] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def review(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels,
+               reraise: tuple[type[Exception], ...] = ()) -> tuple[ReviewResult, bytes]:
+        """`review(doc, config, namespace_labels, reraise)` and its encoded response, from the memo when possible.
+        `body` is the request body as received, `doc` its parsed JSON (or `body` itself when it did not parse)."""
+        key, labels = self._key(body, doc, namespace_labels)
+        if key is None:
+            result = review(doc, self.config, namespace_labels, reraise)
+            return result, encode(result.body)
+        uid = doc["request"]["uid"]
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is not None:
+            self.hits += 1
+            return entry.bind(uid)
+        self.misses += 1
+        result = review(doc, self.config, lambda _ns: labels, reraise)
+        entry = _Entry.of(result)
+        if entry is None:
+            return result, encode(result.body)
+        with self._lock:
+            if len(self._entries) >= self._capacity:
+                self._entries.pop(next(iter(self._entries)), None)
+            self._entries[key] = entry
+        return result, _HEAD + _ENCODE(uid).encode() + entry.tail
+
+    def _key(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels) -> tuple[Key | None, Mapping[str, str] | None]:
+        if not isinstance(doc, dict) or isinstance(parse(doc), ReviewResult):
+            return None, None
+        request = doc["request"]
+        namespace = request.get("namespace")
+        if not isinstance(namespace, str):
+            return None, None
+        value = _ENCODE(request["uid"]).encode()
+        at, token = -1, b""
+        for token in (b'"uid":' + value, b'"uid": ' + value):
+            at = body.find(token)
+            if at >= 0:
+                break
+        if at < 0:
+            return None, None
+        policy = self.config.policy
+        labels: Mapping[str, str] | None = None
+        label_key: object = "excluded"
+        if namespace not in policy.excluded_namespaces and namespace != policy.own_namespace:
+            labels = namespace_labels(namespace)
+            label_key = None if labels is None else (labels.get(MODE_LABEL), labels.get(TARGET_LABEL))
+        return (label_key, at, body[:at] + body[at + len(token):]), labels
