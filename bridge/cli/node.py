@@ -23,6 +23,9 @@ from bridge.logs import setup_logging
               help="This node's Kubernetes name (env BRIDGE_NODE_NAME or NODE_NAME, e.g. from the downward API).")
 @click.option("--devices", "devices", show_envvar=True, envvar="BRIDGE_DEVICES", default="nvml", show_default=True,
               help="Where GPUs come from: 'nvml', 'simulated:8xH100-80GB' or 'simulated:/path/devices.yaml'.")
+@click.option("--ignore-xids", show_envvar=True, envvar="BRIDGE_IGNORE_XIDS", default="",
+              help="XIDs that do NOT mark a GPU unhealthy, in addition to NVIDIA's defaults 13,31,43,45,68,109 "
+                   "(comma-separated, e.g. '48,79'; as the NVIDIA DRA driver's additionalXidsToIgnore).")
 @click.option("--kubelet-root", show_envvar=True, envvar="BRIDGE_KUBELET_ROOT", default="/var/lib/kubelet", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Kubelet root; device-plugins/, plugins/, plugins_registry/ and pod-resources/ live below it.")
@@ -69,7 +72,7 @@ from bridge.logs import setup_logging
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Least severe log level written.")
-def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
+def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
          device_list_strategy: str, http_address: str, kubeconfig: str | None, kube_context: str | None,
          driver_name: str, dra_mode: str, dra_devices: str | None, slice_taints: str, pod_uid: str | None,
          split_grace: float, cleanup: bool, log_format: str, log_level: str) -> None:
@@ -85,6 +88,7 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     from bridge.deviceplugin.allocate import StrategyError, parse_strategies
     from bridge.inventory.model import InventoryError
     from bridge.inventory.options import parse_devices_option
+    from bridge.inventory.xid import parse_xid_list
     from bridge.node.daemon import NodeConfig
     from bridge.node.http import AddressError, parse_address
     from bridge.node.podresources import AdoptionError
@@ -124,7 +128,11 @@ def node(node_name: str, devices: str, kubelet_root: Path, cdi_root: Path, state
     if pod_uid is not None and not all(c.isalnum() or c == "-" for c in pod_uid):
         raise click.BadParameter(f"{pod_uid!r} is not a pod UID (letters, digits and '-')", param_hint="--pod-uid")
     try:
-        source = parse_devices_option(devices, node_name)
+        extra_ignored = parse_xid_list(ignore_xids)
+    except InventoryError as err:
+        raise click.BadParameter(str(err), param_hint="--ignore-xids") from err
+    try:
+        source = parse_devices_option(devices, node_name, additional_ignored_xids=extra_ignored)
     except InventoryError as err:
         raise click.BadParameter(str(err), param_hint="--devices") from err
 

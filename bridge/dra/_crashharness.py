@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CORRUPT-CHECKPOINT-MOVED-TO {opened.corrupt.moved_to}", flush=True)
     print("READY", flush=True)
     try:
-        stop.wait()
+        while not stop.wait(0.5):  # timed: a signal taken by a gRPC thread still reaches the handler
+            pass
     finally:
         node.stop()
     return 0

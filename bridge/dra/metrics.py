@@ -1,8 +1,17 @@
-"""Prometheus metrics of the DRA half, registered on the daemon's own registry (never the global one)."""
+"""Prometheus metrics of the DRA half, registered on the daemon's own registry (never the global one).
+
+`DraMetrics` (prepare/unprepare results, latency, refusals, sweep) lives on the DRA node's registry, which the
+composition root (`bridge.node.dual`) registers as a collector on the daemon's `/metrics` registry;
+`SlicePublisherCollector` adds the ResourceSlice publisher's counters the same way.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 
 class DraMetrics:
@@ -29,3 +38,39 @@ class DraMetrics:
         self.swept = Counter(
             "bridge_dra_swept", "Half-finished prepares and leaked CDI specs undone at start", ["what"], registry=r
         )
+
+
+class SlicePublisherCollector:
+    """Exports the slice publisher's counters (`PublisherStats`) at scrape time, read without a lock (plain ints
+    updated by the publisher's one worker thread). A structural type keeps this module free of publisher imports."""
+
+    def __init__(self, stats: Callable[[], PublisherStatsLike], generation: Callable[[], int]) -> None:
+        self._stats = stats
+        self._generation = generation
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        writes = CounterMetricFamily("bridge_dra_slice_writes", "ResourceSlice writes by kind", labels=["kind"])
+        for kind, value in (("create", s.creates), ("update", s.updates), ("delete", s.deletes)):
+            writes.add_metric([kind], value)
+        yield writes
+        yield CounterMetricFamily("bridge_dra_slice_reconciles", "ResourceSlice reconciles (no-ops included)",
+                                  value=s.reconciles)
+        yield CounterMetricFamily("bridge_dra_slice_noops", "Reconciles that found the server already current "
+                                  "(nothing written)", value=s.noops)
+        yield CounterMetricFamily("bridge_dra_slice_failures", "Failed reconciles (API down, conflict, RBAC); "
+                                  "retried with backoff", value=s.failures)
+        yield CounterMetricFamily("bridge_dra_slice_restores", "Reconciles triggered by someone else deleting or "
+                                  "changing our slices (e.g. the kubelet's wipe)", value=s.restores)
+        yield GaugeMetricFamily("bridge_dra_slice_generation", "Pool generation last written or seen",
+                                value=self._generation())
+
+
+class PublisherStatsLike(Protocol):
+    reconciles: int
+    noops: int
+    creates: int
+    updates: int
+    deletes: int
+    failures: int
+    restores: int

@@ -207,6 +207,11 @@ class SlicePublisher:
                 self._cond.wait(min(left, 0.5))
         return True
 
+    @property
+    def generation(self) -> int:
+        """The pool generation this publisher last wrote or found on the server (0 before the first reconcile)."""
+        return self._last_generation
+
     # NodeComponent (bridge.node.daemon): an API outage must not make the pod restart, so no liveness check;
     # readiness says whether the pool on the server is current.
     def liveness(self) -> Mapping[str, Callable[[], str | None]]:

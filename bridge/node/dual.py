@@ -42,6 +42,7 @@ from typing import Literal
 
 from bridge.cdi import DEFAULT_DEVICE_PLUGIN_KIND, CdiSpecWriter
 from bridge.dra.component import DraConfig, DraNode
+from bridge.dra.metrics import SlicePublisherCollector
 from bridge.dra.plugin import PluginConfig as DraPluginConfig
 from bridge.dra.slicepublisher import SlicePublisher, TaintMode
 from bridge.dra.slices import DEFAULT_DRIVER, device_name
@@ -188,6 +189,10 @@ class DualNode:
         if not self.dra_on and self.opts.mode == "auto":
             log.warning("%s", self.dra_reason, extra={"node": cfg.node_name})
         self.devices = tuple(self.source.devices())
+        ignored = getattr(self.source, "ignored_xids", None)  # NVML and simulated sources apply an ignore list
+        if ignored is not None:
+            log.info("XIDs that do not mark a GPU unhealthy: %s", ",".join(str(x) for x in sorted(ignored)),
+                     extra={"node": cfg.node_name})
         self.opened = open_checkpoint(self.checkpoint)
         initial = self._initial_ownership(self.opened)
         if not self.dra_on:
@@ -220,6 +225,11 @@ class DualNode:
         self.daemon = NodeDaemon(cfg, self.source, side_of=self.split.side_of, on_adopted=self._adopted,
                                  components=[self.split, self.publisher, self.dra],
                                  health_listeners=[self.dra.on_health, self.publisher.set_health])
+        # The DRA half's metrics on the daemon's /metrics (its registry is created with the daemon).
+        publisher = self.publisher
+        self.daemon.metrics.registry.register(self.dra.metrics.registry)
+        self.daemon.metrics.registry.register(SlicePublisherCollector(lambda: publisher.stats,
+                                                                      lambda: publisher.generation))
         self.daemon.start()
 
     def _connect(self, deadline_s: float) -> KubeAPI:
@@ -276,11 +286,24 @@ class DualNode:
             self.daemon.stop()
 
     def run(self, stop: threading.Event) -> None:
+        """Start, serve until `stop` is set (the CLI's SIGTERM/SIGINT handler sets it), then stop."""
         self.start()
         try:
-            stop.wait()
+            wait_for_stop(stop)
         finally:
             self.stop()
+
+
+# How often the main thread wakes while serving: CPython runs signal handlers only in the main thread, when it
+# executes bytecode. A signal may be delivered to any of the daemon's threads (gRPC's C threads included); an
+# untimed `Event.wait()` then never returns and SIGTERM is ignored until the kubelet's SIGKILL.
+STOP_POLL_S = 0.5
+
+
+def wait_for_stop(stop: threading.Event, poll_s: float = STOP_POLL_S) -> None:
+    """Block until `stop` is set, waking every `poll_s` so the main thread runs pending signal handlers."""
+    while not stop.wait(poll_s):
+        pass
 
 
 @dataclass(frozen=True)
@@ -323,4 +346,4 @@ def cleanup(config: NodeConfig, opts: DraOptions, kube: KubeAPI | None) -> Clean
     return CleanupReport(deleted, tuple(removed_specs), tuple(sockets))
 
 
-__all__ = ["CleanupReport", "DRA_MODES", "DraOptions", "DualNode", "cleanup", "dra_wanted"]
+__all__ = ["CleanupReport", "DRA_MODES", "DraOptions", "DualNode", "cleanup", "dra_wanted", "wait_for_stop"]

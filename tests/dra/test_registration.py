@@ -179,3 +179,54 @@ def test_a_stale_socket_of_ours_is_replaced_at_start(short_tmp: Path, kubelet: D
         assert status is not None and status.registered
     finally:
         second.stop()
+
+
+def get_info(sock: Path) -> object:
+    from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb
+    from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as reg_grpc
+
+    with grpc.insecure_channel(f"unix://{sock}") as ch:
+        return reg_grpc.RegistrationStub(ch).GetInfo(reg_pb.InfoRequest(), timeout=10)
+
+
+def test_getinfo_names_the_driver_the_absolute_dra_socket_and_versions_newest_first(short_tmp: Path) -> None:
+    with_health = DraPlugin(PluginConfig(kubelet_root=str(short_tmp)), EchoCore(), board=_board())
+    with_health.start()
+    try:
+        info = get_info(with_health.config.registration_socket)
+        assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(short_tmp / "plugins" / DRIVER / "dra.sock"))
+        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                                 "v1alpha1.DRAResourceHealth"]
+    finally:
+        with_health.stop()
+    without = DraPlugin(PluginConfig(kubelet_root=str(short_tmp), health=False), EchoCore(), board=_board())
+    without.start()
+    try:
+        assert list(get_info(without.config.registration_socket).supported_versions) == ["v1.DRAPlugin",
+                                                                                          "v1beta1.DRAPlugin"]
+    finally:
+        without.stop()
+
+
+def test_the_registration_socket_keeps_answering_getinfo_after_the_kubelet_confirmed_it(
+        short_tmp: Path, kubelet: DraManager) -> None:
+    """Newer kubelets call GetInfo on registered sockets every 10 s and deregister after two failures."""
+    plugin = DraPlugin(PluginConfig(kubelet_root=str(short_tmp)), EchoCore())
+    plugin.start()
+    try:
+        status = plugin.registration.wait_for_status(20)
+        assert status is not None and status.registered
+        calls = plugin.registration.get_info_calls
+        for _ in range(3):
+            assert get_info(plugin.config.registration_socket).name == DRIVER
+        assert plugin.registration.get_info_calls == calls + 3
+        assert kubelet.plugin(DRIVER) is not None
+    finally:
+        plugin.stop()
+
+
+def _board():  # a health board over one device, for the plugin's health service
+    from bridge.dra.health import HealthBoard
+    from bridge.inventory.model import DeviceID
+
+    return HealthBoard("node-a", {DeviceID("GPU-1"): "gpu-0"})

@@ -82,3 +82,57 @@ def test_a_corrupt_checkpoint_is_moved_aside_and_reported_not_silently_emptied(
     assert "checksum mismatch" in opened.corrupt.reason
     assert opened.corrupt.moved_to.read_text().startswith('{"version": 1')
     assert any("is corrupt" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+HOLD_PU_LOCK = """
+import sys, time
+from bridge.ledger import serialize_lock
+serialize_lock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_prepare_and_unprepare_wait_for_another_process_holding_the_node_lock_then_fail_per_claim(
+        short_tmp: Path) -> None:
+    """A rolling update runs two instances: Prepare/Unprepare never interleave across them, and a wedged holder
+    turns into a per-claim error within the lock timeout (far below the kubelet's 45 s), not a hang."""
+    import subprocess
+    import sys
+
+    from bridge.dra.claims import ClaimRef
+    from bridge.dra.prepare import Preparer
+    from bridge.dra.slices import device_name
+    from bridge.dra.stores import ClaimCdi
+    from bridge.inventory.simulated import devices_from_spec
+    from bridge.kube.api import ResourceAPI
+    from tests.dra.fakekube import FakeKube
+
+    gpus = devices_from_spec("2xH100-80GB", "node-a")
+    kube = FakeKube()
+    kube.put(ResourceAPI("v1").claims, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "c1", "namespace": "ns", "uid": "uid-1"},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "node-a", "device": "gpu-1"}]}}}})
+    preparer = Preparer(kube=kube, driver="gpu.dra-bridge.io", pool="node-a", devices=gpus, device_name=device_name,
+                        side_of=lambda _u: "dra", store=CheckpointClaimStore(Checkpoint(short_tmp / "st",
+                                                                                        boot_id=lambda: "boot-1")),
+                        cdi=ClaimCdi(short_tmp / "cdi", "gpu.dra-bridge.io"), boot_id="boot-1", lock_timeout=0.5,
+                        record_events=False)
+    ref = ClaimRef("ns", "c1", "uid-1")
+    (short_tmp / "st").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_PU_LOCK, str(short_tmp / "st")], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        error = preparer.prepare([ref])["uid-1"].error
+        assert error.startswith("prepare not attempted: could not lock") and "pu.lock within 0.5s" in error
+        assert preparer.unprepare([ref])["uid-1"].startswith("unprepare not attempted: could not lock")
+        assert not list((short_tmp / "cdi").glob("*.json")), "nothing was prepared without the lock"
+    finally:
+        holder.kill()  # the kernel drops a dead holder's flock
+        holder.wait(30)
+    assert preparer.prepare([ref])["uid-1"].error == ""
+    assert preparer.unprepare([ref]) == {"uid-1": ""}

@@ -172,3 +172,30 @@ def test_dra_auto_mode_follows_the_api_connection_like_kubectl(
     on, reason = dra_wanted(DraOptions(mode=mode, kubeconfig=kubeconfig), env)  # type: ignore[arg-type]
     assert on is wanted
     assert reason.startswith(f"--dra {mode}")
+
+
+def test_the_dra_halfs_prepare_and_slice_metrics_are_on_the_daemons_metrics_endpoint(world: World) -> None:
+    from prometheus_client import generate_latest
+
+    from tests.dra.cluster import gpu, make_claim, make_pod
+
+    node = world.start()
+    assert node.daemon is not None and world.kubelet.dra is not None
+    world.kubelet.dra.wait_for_plugin(DRIVER, 30)
+    wait_until(lambda: set(world.slice_devices()) == {"gpu-6", "gpu-7"}, 30, "the slice")
+    pod = make_pod(world.api, "ns", "p", ["gpu"])
+    make_claim(world.api, "ns", "gpu", pod, [gpu("gpu-7")])
+    world.kubelet.dra.prepare_pod_with_retry(pod, timeout=30)
+
+    def scrape() -> str:  # exactly what GET /metrics serves (bridge.node.http renders this registry)
+        assert node.daemon is not None
+        return generate_latest(node.daemon.metrics.registry).decode()
+
+    text = scrape()
+    assert 'bridge_dra_claim_operations_total{op="prepare",result="ok"} 1.0' in text
+    assert "bridge_dra_prepared_claims 1.0" in text
+    assert 'bridge_dra_rpc_seconds_count{op="prepare"} 1.0' in text
+    assert 'bridge_dra_slice_writes_total{kind="create"} 1.0' in text
+    assert node.publisher is not None and node.publisher.generation >= 1
+    assert f"bridge_dra_slice_generation {float(node.publisher.generation)}" in text
+    assert "bridge_deviceplugin_registered" in text  # the device-plugin half is still there

@@ -261,6 +261,9 @@ class DraManager:
         claims_res = self.kube.resource_api().claims
         batches: dict[str, list[ClaimRecord]] = {}
         records: dict[str, ClaimRecord] = {}
+        checked: list[tuple[str, str, frozenset[str]]] = []  # (claim name, UID, drivers)
+        # Every claim is checked (reserved for the pod, allocated, its drivers registered) before anything is
+        # recorded: a missing driver fails the pod before the claim->pod references are checkpointed.
         for claim_name in pod_claim_names(pod):
             try:
                 claim = self.kube.get(claims_res, claim_name, namespace)
@@ -277,6 +280,8 @@ class DraManager:
             missing = sorted(d for d in drivers if self.plugin(d) is None)
             if missing:
                 raise PodPrepareError(f"DRA driver {missing[0]} is not registered")
+            checked.append((claim_name, uid, drivers))
+        for claim_name, uid, drivers in checked:
             with self._lock:
                 record = self._claims.get(uid)
                 if record is None:
