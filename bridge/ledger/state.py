@@ -72,9 +72,11 @@ class PreparedClaim:
     updated_at: str = ""  # RFC 3339, UTC
 
     def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "state": self.state,
-                "devices": [d.to_dict() for d in self.devices], "cdiSpecFile": self.cdi_spec_file,
-                "updatedAt": self.updated_at}
+        out: dict[str, Any] = {"namespace": self.namespace, "name": self.name, "state": self.state,
+                               "devices": [d.to_dict() for d in self.devices], "updatedAt": self.updated_at}
+        if self.cdi_spec_file:  # optional: the per-claim spec path follows from the claim UID (bridge.cdi.writer)
+            out["cdiSpecFile"] = self.cdi_spec_file
+        return out
 
     @classmethod
     def from_dict(cls, uid: str, d: Any) -> PreparedClaim:

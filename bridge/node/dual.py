@@ -272,7 +272,8 @@ class DualNode:
         try:
             node = self._connect(STARTUP_NODE_READ_DEADLINE_S).get(NODES, self.config.node_name)
             outcome = self.split.evaluate(node)
-            log.info("%s", outcome.message, extra={"node": self.config.node_name})
+            if not outcome.moves and not outcome.refused:  # the split logs moves and refusals itself
+                log.info("%s", outcome.message, extra={"node": self.config.node_name})
         except KubeError as err:
             log.warning("cannot read Node %s to evaluate the DRA split (%s); carrying on with the stored sides: "
                         "%d device(s) on the DRA side", self.config.node_name, err,

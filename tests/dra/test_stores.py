@@ -38,6 +38,7 @@ def test_claims_are_written_into_the_checkpoint_next_to_the_ownership_sides(shor
     doc = json.loads((short_tmp / "checkpoint.json").read_text())
     assert doc["data"]["ownership"] == {"sides": {UUID: "dra"}, "split": "1"}
     assert set(doc["data"]["preparedClaims"]) == {"u1", "u2"}
+    assert "cdiSpecFile" not in doc["data"]["preparedClaims"]["u1"], "no empty placeholder field in the file"
     assert store.load() == {"u1": record("u1", admin=True), "u2": record("u2")}
     store.commit(remove=["u1", "never-there"])
     assert set(store.load()) == {"u2"} and cp.read().data.sides == {UUID: "dra"}
