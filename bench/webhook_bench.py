@@ -21,7 +21,10 @@ to show the cost of the thread hop that the inline fast path saves. `--log text|
 review (to /dev/null) that production writes; by default logging is off so the numbers measure the webhook, not
 the log handler.
 
-For each concurrency it prints req/s, p50, p99 (ms) for mutate and echo, the ratio mutate/echo, and the server
+Every request carries its own `request.uid`, as the API server's do. `mutate` sends the same pod each time (the
+replicas of one Deployment: after the first, the review memo answers); `mutate-new` gives every request its own
+pod (a new generateName), so each one is reviewed from scratch - the worst case, and what a stream of unrelated
+pods costs. For each concurrency it prints req/s, p50, p99 (ms) for both and for echo, the ratios, and the server
 process's CPU time per request (user+system from /proc, all its threads): on a shared machine that column is the
 stable one, and in a closed loop latency ~= concurrency x per-request cost once the server's core is saturated.
 Targets (issue 5): p99 < 10 ms at concurrency 16 on 2 cores; mutate >= 60% of echo's throughput.
@@ -110,18 +113,38 @@ def serve(cert: str, key: str, kubeconfig: str, cpu: int | None, executor: bool,
 
 # --- wrk -------------------------------------------------------------------------------------------------------
 
+UID_MARK, POD_MARK = "XUIDX", "XPODX"  # replaced per request: the uid always, the pod's generateName for "mutate-new"
+
 WRK_SCRIPT = """
 local f = assert(io.open(BODY_PATH, "rb"))
-wrk.method = "POST"
-wrk.body = f:read("*a")
+local template = f:read("*a")
 f:close()
-wrk.headers["Content-Type"] = "application/json"
+local headers = {["Content-Type"] = "application/json"}
+local n = 0
+request = function()
+  n = n + 1
+  local body = template:gsub("XUIDX", "RUN_ID-" .. n):gsub("XPODX", VARY_POD and ("RUN_ID-" .. n) or "0")
+  return wrk.format("POST", nil, headers, body)
+end
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format("RESULT %d %d %d %d %d\\n", summary.requests, summary.duration,
     latency:percentile(50), latency:percentile(99), e.connect + e.read + e.write + e.status + e.timeout))
 end
 """
+
+
+def wrk_script(directory: Path, body_file: Path, vary_pod: bool, run_id: str) -> Path:
+    script = directory / f"post-{run_id}.lua"
+    script.write_text(WRK_SCRIPT.replace("BODY_PATH", json.dumps(str(body_file)))
+                      .replace("VARY_POD", "true" if vary_pod else "false").replace("RUN_ID", run_id))
+    return script
+
+
+def request_body(template: bytes, n: int, vary_pod: bool, run_id: str) -> bytes:
+    """What the wrk script sends as request `n` (the Python client's copy of it)."""
+    return template.replace(UID_MARK.encode(), f"{run_id}-{n}".encode()).replace(
+        POD_MARK.encode(), f"{run_id}-{n}".encode() if vary_pod else b"0")
 
 
 def run_wrk(port: int, path: str, script: Path, concurrency: int, seconds: float, cpu: int | None) -> Result:
@@ -140,16 +163,21 @@ def run_wrk(port: int, path: str, script: Path, concurrency: int, seconds: float
 
 # --- fallback: one-process asyncio client ----------------------------------------------------------------------
 
-def python_client(port: int, ca: str, path: str, body: bytes, concurrency: int, seconds: float,
-                  cpu: int | None, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def python_client(port: int, ca: str, path: str, template: bytes, vary_pod: bool, run_id: str, concurrency: int,
+                  seconds: float, cpu: int | None, out: mp.Queue) -> None:  # type: ignore[type-arg]
     pin(cpu)
-    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    counter = iter(range(1, 1 << 62))
+
+    def next_request() -> bytes:
+        body = request_body(template, next(counter), vary_pod, run_id)
+        return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
     async def one(lat: list[float], start_at: float, stop_at: float, ctx: ssl.SSLContext) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
         await asyncio.sleep(max(0.0, start_at - time.monotonic()))
         while True:
+            request = next_request()
             t0 = time.perf_counter()
             writer.write(request)
             head = await reader.readuntil(b"\r\n\r\n")
@@ -174,10 +202,10 @@ def python_client(port: int, ca: str, path: str, body: bytes, concurrency: int, 
     out.put(asyncio.run(main()))
 
 
-def run_python(port: int, ca: str, path: str, body: bytes, concurrency: int, seconds: float,
-               cpu: int | None) -> Result:
+def run_python(port: int, ca: str, path: str, template: bytes, vary_pod: bool, run_id: str, concurrency: int,
+               seconds: float, cpu: int | None) -> Result:
     q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
-    p = mp.Process(target=python_client, args=(port, ca, path, body, concurrency, seconds, cpu, q))
+    p = mp.Process(target=python_client, args=(port, ca, path, template, vary_pod, run_id, concurrency, seconds, cpu, q))
     p.start()
     lat = sorted(q.get(timeout=seconds + 120))
     p.join()
@@ -205,16 +233,15 @@ def main() -> None:
     if args.pin and (os.cpu_count() or 1) < 2:
         raise SystemExit("--pin needs at least 2 CPUs")
     server_cpu, client_cpu = (SERVER_CPU, CLIENT_CPU) if args.pin else (None, None)
-    body = json.dumps(admission_review(deployment_pod(container("trainer", 2), container("sidecar"),
-                                                      node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
-                                       "team-a")).encode()
+    pod = deployment_pod(container("trainer", 2), container("sidecar"),
+                         node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    pod["metadata"]["generateName"] = f"trainer-{POD_MARK}-"
+    body = json.dumps(admission_review(pod, "team-a", uid=UID_MARK)).encode()
     with tempfile.TemporaryDirectory() as d:
         pki = Pki(Path(d))
         pki.issue()
         body_file = Path(d) / "body.json"
         body_file.write_bytes(body)
-        script = Path(d) / "post.lua"
-        script.write_text(WRK_SCRIPT.replace("BODY_PATH", json.dumps(str(body_file))))
         apiserver = ApiServer(version="1.35.0").start()
         kubeconfig = apiserver.write_kubeconfig(Path(d) / "kubeconfig")
         connect(str(kubeconfig)).create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
@@ -225,28 +252,33 @@ def main() -> None:
         server.start()
         port = q.get(timeout=60)
 
-        def measure(path: str, c: int, seconds: float) -> tuple[Result, float]:
-            """(req/s, p50, p99) and the server's CPU microseconds per request."""
+        runs = iter(range(1, 1 << 30))
+
+        def measure(path: str, c: int, seconds: float, vary_pod: bool = False) -> tuple[Result, float]:
+            """(req/s, p50, p99) and the server's CPU microseconds per request. Every request has its own uid;
+            `vary_pod` gives every request its own pod too (no two reviews alike)."""
             assert server.pid is not None
+            run_id = f"r{next(runs)}"
             cpu0 = cpu_seconds(server.pid)
             if client == "wrk":
-                res = run_wrk(port, path, script, c, seconds, client_cpu)
+                res = run_wrk(port, path, wrk_script(Path(d), body_file, vary_pod, run_id), c, seconds, client_cpu)
             else:
-                res = run_python(port, str(pki.ca_file), path, body, c, seconds, client_cpu)
+                res = run_python(port, str(pki.ca_file), path, body, vary_pod, run_id, c, seconds, client_cpu)
             return res, (cpu_seconds(server.pid) - cpu0) * 1e6 / (res[0] * seconds)
 
         print(f"cpus={os.cpu_count()} body={len(body)}B seconds={args.seconds} python={sys.version.split()[0]} "
               f"client={client} pin={'server:%d client:%d' % (SERVER_CPU, CLIENT_CPU) if args.pin else 'off'} "
               f"handlers={'executor' if args.executor else 'inline'} log={args.log}")
-        print(f"{'conc':>4} {'endpoint':<8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'srv cpu us/req':>15}")
+        print(f"{'conc':>4} {'endpoint':<10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'srv cpu us/req':>15}")
         try:
             measure("/mutate", 4, 1)  # warm-up: imports, caches, CEL compile
             for c in levels:
                 m, mcpu = measure("/mutate", c, args.seconds)
+                n, ncpu = measure("/mutate", c, args.seconds, vary_pod=True)
                 e, ecpu = measure("/echo", c, args.seconds)
-                print(f"{c:>4} {'mutate':<8} {m[0]:>8.0f} {m[1]:>8.2f} {m[2]:>8.2f} {mcpu:>15.0f}")
-                print(f"{c:>4} {'echo':<8} {e[0]:>8.0f} {e[1]:>8.2f} {e[2]:>8.2f} {ecpu:>15.0f}")
-                print(f"{c:>4} ratio mutate/echo = {m[0] / e[0]:.2f}", flush=True)
+                for name, r, cpu in (("mutate", m, mcpu), ("mutate-new", n, ncpu), ("echo", e, ecpu)):
+                    print(f"{c:>4} {name:<10} {r[0]:>8.0f} {r[1]:>8.2f} {r[2]:>8.2f} {cpu:>15.0f}")
+                print(f"{c:>4} ratio mutate/echo = {m[0] / e[0]:.2f}  mutate-new/echo = {n[0] / e[0]:.2f}", flush=True)
             templates = connect(str(kubeconfig)).list(
                 connect(str(kubeconfig)).resource_api().claim_templates, "team-a")["items"]
             print(f"templates in team-a after the run: {[t['metadata']['name'] for t in templates]}")

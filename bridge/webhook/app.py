@@ -74,7 +74,7 @@ class Admitter:
 
     def __init__(self, config: ReviewConfig, namespace_labels: NamespaceLabels, templates: TemplateEnsurer | None,
                  events: EventRecorder | None, metrics: WebhookMetrics, peek_labels: Peek | None = None,
-                 memo_capacity: int = 1024) -> None:
+                 memo_capacity: int = 256) -> None:
         self.config = config
         self._labels = namespace_labels
         self._peek = peek_labels or (lambda ns: MISS)

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from bridge.webhook.policy import MODE_LABEL, TARGET_LABEL
-from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, parse, review
+from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, review
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_QUOTE = json.encoder.encode_basestring_ascii  # a str as the encoder writes it (ensure_ascii), without its overhead
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
 _CACHED_OUTCOMES = frozenset({"translated", "shadow", "skipped", "no-gpu", "untranslatable", "invalid"})
 
@@ -52,7 +54,7 @@ class _Entry:
     def bind(self, uid: str) -> tuple[ReviewResult, bytes]:
         body = self.result.body
         body = {**body, "response": {**body["response"], "uid": uid}}
-        return replace(self.result, uid=uid, body=body), _HEAD + _ENCODE(uid).encode() + self.tail
+        return replace(self.result, uid=uid, body=body), _HEAD + _QUOTE(uid).encode() + self.tail
 
     @classmethod
     def of(cls, result: ReviewResult) -> _Entry | None:
@@ -63,19 +65,20 @@ class _Entry:
                 or not isinstance(response, dict) or next(iter(response), None) != "uid" or response["uid"] != result.uid):
             return None
         encoded = encode(body)
-        head = _HEAD + _ENCODE(result.uid).encode()
+        head = _HEAD + _QUOTE(result.uid).encode()
         if not encoded.startswith(head):
             return None
         return cls(result, encoded[len(head):])
 
 
 class ReviewMemo:
-    def __init__(self, config: ReviewConfig, capacity: int = 1024) -> None:
+    def __init__(self, config: ReviewConfig, capacity: int = 256) -> None:
         if capacity < 1:
             raise ValueError("memo capacity must be at least 1")
         self.config = config
         self._capacity = capacity
-        self._entries: dict[Key, _Entry] = {}
+        # OrderedDict: dropping the oldest is O(1) (a dict's `next(iter())` after many front deletions is not)
+        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -104,18 +107,19 @@ class ReviewMemo:
             return result, encode(result.body)
         with self._lock:
             if len(self._entries) >= self._capacity:
-                self._entries.pop(next(iter(self._entries)), None)
+                self._entries.popitem(last=False)
             self._entries[key] = entry
-        return result, _HEAD + _ENCODE(uid).encode() + entry.tail
+        return result, _HEAD + _QUOTE(uid).encode() + entry.tail
 
     def _key(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels) -> tuple[Key | None, Mapping[str, str] | None]:
-        if not isinstance(doc, dict) or isinstance(parse(doc), ReviewResult):
+        # no full validation here: an answer to a body that is not an AdmissionReview is a 400, never stored
+        request = doc.get("request") if isinstance(doc, dict) else None
+        if not isinstance(request, dict):
             return None, None
-        request = doc["request"]
-        namespace = request.get("namespace")
-        if not isinstance(namespace, str):
+        uid, namespace = request.get("uid"), request.get("namespace")
+        if not isinstance(uid, str) or not uid or not isinstance(namespace, str):
             return None, None
-        value = _ENCODE(request["uid"]).encode()
+        value = _QUOTE(uid).encode()
         at, token = -1, b""
         for token in (b'"uid":' + value, b'"uid": ' + value):
             at = body.find(token)
