@@ -70,3 +70,17 @@ def test_a_bad_ignore_xids_list_exits_2_naming_the_option_and_the_value(
     code, out = invoke(short_tmp, "--ignore-xids", value)
     assert code == 2 and "--ignore-xids" in out and "expected comma-separated numbers" in out, out
     assert captured == []
+
+
+def test_a_pod_uid_puts_every_socket_name_per_instance_for_rolling_updates(
+        short_tmp: Path, captured: list[dual.DualNode]) -> None:
+    from bridge.dra.plugin import PluginConfig
+
+    code, out = invoke(short_tmp, "--pod-uid", "0b1c-77", env={"BRIDGE_DRA": "off"})
+    assert code == 0, out
+    built = captured[0]
+    assert built.config.device_plugin_socket_name == "dra-bridge-nvidia.com-gpu-0b1c-77.sock"
+    dra = PluginConfig(kubelet_root=str(built.config.kubelet_root), pod_uid=built.opts.pod_uid)
+    assert dra.registration_socket.name == "gpu.dra-bridge.io-0b1c-77-reg.sock"
+    assert dra.dra_socket.name == "dra-0b1c-77.sock"
+    assert invoke(short_tmp)[0] == 0 and captured[1].config.device_plugin_socket_name is None  # default names

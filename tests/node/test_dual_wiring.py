@@ -199,3 +199,44 @@ def test_the_dra_halfs_prepare_and_slice_metrics_are_on_the_daemons_metrics_endp
     assert node.publisher is not None and node.publisher.generation >= 1
     assert f"bridge_dra_slice_generation {float(node.publisher.generation)}" in text
     assert "bridge_deviceplugin_registered" in text  # the device-plugin half is still there
+
+
+def test_after_a_corrupt_checkpoint_claims_running_containers_use_are_rebuilt_and_their_gpu_stays_on_dra(
+        world: World) -> None:
+    """The bad file is kept aside and the daemon starts from what the kubelet (PodResources: which containers use
+    which DRA devices) and the API (the claims) say, never from nothing: the running claim's record and CDI spec are
+    rebuilt, and its GPU is not handed to the device plugin even though the Node now asks for split 0."""
+    from tests.dra.cluster import cdi_files, gpu, make_claim, make_pod
+
+    first = world.start()
+    assert world.kubelet.dra is not None
+    world.kubelet.dra.wait_for_plugin(DRIVER, 30)
+    assert world.kubelet.devices.wait_for(lambda m: world.counts() == (6, 2), 30)
+    pod = make_pod(world.api, "ns", "running", ["gpu"])
+    uid = make_claim(world.api, "ns", "gpu", pod, [gpu("gpu-7")])["metadata"]["uid"]
+    world.kubelet.dra.prepare_pod_with_retry(pod, timeout=30)
+    first.stop()
+    world.nodes.remove(first)
+
+    checkpoint = world.root / "st" / "checkpoint.json"
+    checkpoint.write_text("{ truncated")
+    node_obj = world.api.get(NODES, NODE)
+    node_obj["metadata"]["annotations"][SPLIT_KEY] = "0"
+    world.api.update(NODES, node_obj)
+
+    second = world.start()
+    assert second.opened is not None and second.opened.corrupt is not None
+    assert second.dra is not None and second.dra.recovered == {uid: ""}
+    assert set(cdi_files(world.root / "cdi")) == {uid}
+    doc = json.loads(checkpoint.read_text())
+    assert doc["data"]["preparedClaims"][uid]["state"] == "PrepareCompleted"
+    # gpu-6 (free) goes back to the device plugin; gpu-7 (held by the running container) stays on DRA.
+    assert world.kubelet.devices.wait_for(lambda m: world.counts() == (7, 1), 30)
+    assert world.gpus[7].uuid not in world.kubelet.devices.resource(RESOURCE).healthy
+    wait_until(lambda: set(world.slice_devices()) == {"gpu-7"}, 30, "only gpu-7 in the slice")
+    # After a kubelet restart the kubelet prepares again: answered from the rebuilt record.
+    world.kubelet.restart()
+    world.kubelet.dra.wait_for_plugin(DRIVER, 30)
+    calls = len(world.kubelet.dra.prepare_calls)
+    [dev] = world.kubelet.dra.prepare_pod_with_retry(pod, timeout=30)[uid].prepared[DRIVER]
+    assert dev.device == "gpu-7" and len(world.kubelet.dra.prepare_calls) > calls
