@@ -142,7 +142,8 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[str]]:
                 continue
             if lm > MAX_DEVICES_PER_CLAIM:
                 reasons.append(f"container {cname}: {lm} GPUs is more than a claim can allocate "
-                               f"({MAX_DEVICES_PER_CLAIM})")
+                               f"({MAX_DEVICES_PER_CLAIM}): split the work across pods, or keep this workload legacy "
+                               "(opt out with dra-bridge.io/translate=false)")
                 continue
             found.append(GpuContainer(kind, i, cname, lm, LEGACY_RESOURCE in req, True))
     return found, reasons

@@ -42,6 +42,8 @@ def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condit
 
 class Cluster:
     def __init__(self, srv: ApiServer, kubeconfig: Path, pki: Pki, target: str) -> None:
+        self.pki = pki
+        self.kubeconfig = str(kubeconfig)
         self.api = connect(str(kubeconfig))
         self.facts = facts_from_discovery(self.api.discovery())
         self.metrics = WebhookMetrics()

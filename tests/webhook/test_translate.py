@@ -197,6 +197,24 @@ UNTRANSLATABLE = {
 }
 
 
+# what the operator is told to do, for the names the issue calls out (MIG, time-slicing, more than 32)
+REMEDY = {"MIG slice": ("request a MIG DeviceClass through a ResourceClaim", "dra-bridge.io/translate=false"),
+          "time-sliced GPU": ("keep this workload legacy", "rewrite it with a claim and a sharing config"),
+          "33 GPUs": ("split the work across pods", "dra-bridge.io/translate=false")}
+
+
+@pytest.mark.parametrize("name", list(REMEDY))
+def test_untranslatable_warnings_and_events_say_why_and_what_to_do(name: str, config: ReviewConfig) -> None:
+    c, why = UNTRANSLATABLE[name]
+    result = run(config, deployment_pod(c))
+    (warning,) = result.body["response"]["warnings"]
+    (event,) = result.events
+    for text in (warning, event.message):
+        assert why in text and "container main" in text and "stays on the device plugin" in warning
+        assert all(remedy in text for remedy in REMEDY[name]), text
+    assert len(warning) <= 512 and len(event.message) <= 1024
+
+
 @pytest.mark.parametrize("name", list(UNTRANSLATABLE))
 def test_untranslatable_pods_are_left_untouched_with_warning_and_event(name: str, config: ReviewConfig) -> None:
     c, why = UNTRANSLATABLE[name]
