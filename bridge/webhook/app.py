@@ -203,7 +203,8 @@ def run(options: WebhookOptions, stop: threading.Event | None = None) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
+    while not stop.wait(0.5):  # timed: an untimed wait keeps CPython from running the signal handler when the
+        pass                   # kernel delivers SIGTERM to another thread
     log.info("webhook stopping")
     server.shutdown()
     events.stop()
