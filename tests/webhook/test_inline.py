@@ -188,3 +188,15 @@ def test_untranslatable_pods_are_answered_inline_and_their_event_reaches_the_api
     assert event["reason"] == "DRABridgeUntranslatable" and event["type"] == "Warning"
     assert event["involvedObject"]["kind"] == "ReplicaSet"  # the pod has no name yet; its controller does
     assert "MIG slice" in event["message"] and "opt out with dra-bridge.io/translate=false" in event["message"]
+
+
+def test_each_review_logs_one_structured_line(caplog: pytest.LogCaptureFixture) -> None:
+    admitter = Admitter(CONFIG, lambda ns: DRA, None, None, WebhookMetrics(), peek_labels=lambda ns: DRA)
+    with caplog.at_level("INFO", logger="bridge.webhook.app"):
+        admitter.handle_inline(body_of(deployment_pod(container("main", 1)), uid="u-log"))
+    (record,) = [r for r in caplog.records if r.name == "bridge.webhook.app"]
+    assert record.getMessage() == "review translated"
+    fields = {k: getattr(record, k) for k in ("uid", "namespace", "pod", "mode", "target", "dry_run", "reason")}
+    assert fields == {"uid": "u-log", "namespace": "team-a", "pod": "trainer-7d9f8b6c4-", "mode": "dra",
+                      "target": "claims", "dry_run": False, "reason": "translated to claims"}
+    assert record.ms >= 0  # type: ignore[attr-defined]
