@@ -213,10 +213,3 @@ class NodeDaemon:
     def wait_registered(self, timeout: float) -> bool:
         return self.plugin is not None and self.plugin.wait_registered(timeout)
 
-    def run(self, stop: threading.Event) -> None:
-        """Start, serve until `stop` is set (SIGTERM/SIGINT in the CLI), then stop and remove our sockets."""
-        self.start()
-        try:
-            stop.wait()
-        finally:
-            self.stop()
