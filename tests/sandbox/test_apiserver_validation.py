@@ -9,7 +9,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 
-from .conftest import client_for, pod, resource_slice
+from .conftest import client_for, resource_slice
 
 
 def rejected(call, *args, **kwargs) -> dict:

@@ -25,7 +25,6 @@ from .conversion import from_storage, to_storage
 from .registry import Registry, ResourceType
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
 from .status import (
-    ApiError,
     FieldError,
     already_exists,
     bad_request,

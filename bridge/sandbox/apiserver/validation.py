@@ -161,7 +161,7 @@ def metadata_errors(rt: ResourceType, obj: Obj) -> list[FieldError]:
         if not isinstance(value, str):
             errs.append(FieldError(f"metadata.labels[{key}]", "Invalid value", value, "must be a string"))
         else:
-            errs += names.label_value(f"metadata.labels", value)
+            errs += names.label_value("metadata.labels", value)
     for key in (meta.get("annotations") or {}):
         errs += names.qualified_label_key("metadata.annotations", key)
     return errs

@@ -121,7 +121,7 @@ class _Endpoint:
                 self._manager._on_list(self, msg)
         except grpc.RpcError as err:
             if not self.closed:
-                log.info("ListAndWatch for %s ended: %s", self.resource, getattr(err, "code", lambda: err)())
+                log.info("ListAndWatch for %s ended: %s", self.resource, err.code() if isinstance(err, grpc.Call) else err)
         finally:
             self._manager._on_stream_end(self)
 
