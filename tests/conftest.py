@@ -16,3 +16,17 @@ def short_tmp() -> Iterator[Path]:
     can be long on some machines."""
     with tempfile.TemporaryDirectory(prefix="br-", dir="/tmp" if os.path.isdir("/tmp") else None) as d:
         yield Path(d)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """Commands run in-process (click's CliRunner) call `setup_logging`, which sets the root logger's level and
+    handlers for the whole process. Put them back after each test, so no test inherits another's logging (an INFO
+    root level makes pytest's log capture keep every record, which e.g. memory-flatness tests would measure)."""
+    import logging
+
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
