@@ -117,11 +117,6 @@ def list_holdings(socket_path: str, resource_name: str, driver: str | None = Non
     return Holdings(held, tuple(dynamic))
 
 
-def read_assignments(socket_path: str, resource_name: str, timeout: float = 10.0) -> dict[str, list[Holder]]:
-    """Call PodResources `List` and return device ID -> holders for `resource_name`."""
-    return list_holdings(socket_path, resource_name, None, timeout).legacy
-
-
 def adopt(kubelet_root: str, resource_name: str, inventory: Collection[str], timeout: float = 10.0) -> Adoption:
     """Read existing assignments (if the PodResources socket exists) and split them into known and unknown IDs."""
     path = check_socket_path(os.path.join(kubelet_root, PODRESOURCES_SOCKET))
