@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bridge.kube import NAMESPACES, PODS, KubeAPI
+from tests.polling import wait_until  # noqa: F401  (re-exported to the tests here)
 
 DRIVER = "gpu.dra-bridge.io"
 NODE = "node-a"
-
-
-def wait_until(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ensure_namespace(api: KubeAPI, ns: str) -> None:

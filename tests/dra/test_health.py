@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -20,18 +18,9 @@ from bridge.dra import health
 from bridge.dra.health import HealthBoard, clip_message
 from bridge.inventory.model import DeviceID, HealthEvent
 from bridge.inventory.simulated import SimulatedSource
+from tests.polling import wait_until
 
 NODE = "node-a"
-
-
-def wait_until(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Stream:

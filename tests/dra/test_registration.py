@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -20,6 +19,7 @@ from bridge.dra.servicer import PrepareOutcome, PreparedDevice
 from bridge.node.sockets import SocketPathError
 from bridge.sandbox.kubelet.dramanager import DraManager
 from tests.dra.fakekube import FakeKube
+from tests.polling import wait_until
 
 DRIVER = "gpu.dra-bridge.io"
 
@@ -41,16 +41,6 @@ class EchoCore:
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
         self.unprepared += [c.uid for c in claims]
         return {c.uid: "" for c in claims}
-
-
-def wait_until(cond: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

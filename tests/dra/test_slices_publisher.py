@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +15,11 @@ from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import NODES, KubeAPI, RetryPolicy, connect
 from bridge.kube.errors import Invalid
 from bridge.sandbox.apiserver import ApiServer
+from tests.polling import wait_until as wait_for
 
 NODE = "node-a"
 DRIVER = "gpu.dra-bridge.io"
 FAST = RetryPolicy(initial_backoff=0.05, factor=2.0, max_backoff=0.5, deadline=2.0)
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def add_node(api: KubeAPI, name: str) -> dict:
@@ -348,7 +339,6 @@ def test_auto_taints_switch_to_removal_when_a_write_loses_them(api):
     assert device_names(our_slices(api)) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]  # written without the taint...
     pub.reconcile_once()  # ...and the triggered follow-up removes it
     assert device_names(our_slices(api)) == ["gpu-1", "gpu-2", "gpu-3"]
-
 
 
 def test_readiness_reports_unpublished_slices_until_the_first_publish(server, api):

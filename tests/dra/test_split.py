@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import EVENTS, NODES, KubeAPI, RetryPolicy, connect
 from bridge.ledger import Checkpoint, Ownership, OwnershipError
 from bridge.sandbox.apiserver import ApiServer
+from tests.polling import wait_until as wait_for
 
 NODE = "node-a"
 DEVICES = devices_from_spec("8xH100-80GB", NODE)
@@ -27,16 +27,6 @@ def node_obj(labels: dict[str, str] | None = None, annotations: dict[str, str] |
     if annotations:
         meta["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
-
-
-def wait_for(cond: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 # ---- where the target comes from ---------------------------------------------------------------------------------

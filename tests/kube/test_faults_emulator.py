@@ -24,19 +24,11 @@ from bridge.kube import (
     WatchEvent,
     load_configuration,
 )
+from tests.polling import wait_until
 
 
 def configmap(name: str, ns: str = "t", **data: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": dict(data)}
-
-
-def wait_until(cond: Any, timeout: float = 30.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_list_rides_out_five_seconds_of_refused_connections(server: Any, api: RestKube) -> None:

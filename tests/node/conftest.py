@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,16 +11,9 @@ from bridge.inventory.simulated import SimulatedSource
 from bridge.node.daemon import NodeConfig, NodeDaemon
 from bridge.node.podresources import Adoption
 from bridge.sandbox.kubelet import KubeletSimulator
+from tests.polling import wait_until  # noqa: F401  (re-exported to the tests here)
 
 RESOURCE = "nvidia.com/gpu"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

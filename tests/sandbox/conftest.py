@@ -4,7 +4,6 @@ a kubeconfig the emulator wrote (the path every real user takes)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,18 +12,7 @@ import kubernetes
 import pytest
 
 from bridge.sandbox.apiserver import ApiServer
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    """Poll until `condition()` is truthy; return its value or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
+from tests.polling import wait_until as wait_for
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,9 @@ from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.namespaces import read_status, set_mode
 from bridge.webhook.policy import Mode
 from tests.webhook.pki import Pki
+from tests.polling import wait_until as wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "webhook"
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Cluster:

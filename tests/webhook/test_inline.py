@@ -4,8 +4,7 @@ blocking remainder handed to the pool otherwise, and memoised answers identical 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from bridge.webhook.policy import PolicyConfig
 from bridge.webhook.review import ReviewConfig, review
 from tests.webhook.pods import admission_review, container, deployment_pod
 from tests.webhook.test_translate import CASES, UNTRANSLATABLE
+from tests.polling import wait_until as wait_for
 
 DRA = {"dra-bridge.io/mode": "dra"}
 CONFIG = ReviewConfig(PolicyConfig(own_namespace="dra-bridge"), ClusterFacts("v1", 1, 35), "claims")
@@ -136,14 +136,6 @@ def emulator(tmp_path: Path) -> Iterator[KubeAPI]:
         yield api
     finally:
         srv.stop()
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-    return value
 
 
 def test_an_unknown_template_is_created_off_the_loop_then_served_inline(emulator: KubeAPI) -> None:
