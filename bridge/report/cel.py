@@ -18,115 +18,40 @@ signature: a 5,000-node fleet costs a handful of evaluations per selector, not o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import celpy
 import celpy.celtypes as ct
 
 import bridge.webhook.cel as wcel
-
+from bridge.kvalues import cel as kcel
+from bridge.kvalues.quantity import quantity_int
 from bridge.report.features import BRIDGE_DRIVER
 from bridge.report.model import Device, Node, VersionValue
 from bridge.report.podspec import Requirement
-from bridge.report.quantity import QuantityError, parse_quantity, quantity_int
 
 _IDENTITY = ("uuid", "index", "minor", "pciBusID", "numaNode")
 
 
-class Quantity:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Fraction) -> None:
-        self.value = value
-
-
-class SemVer:
-    __slots__ = ("parts",)
-
-    def __init__(self, text: str) -> None:
-        nums = []
-        for p in str(text).lstrip("v").split("-", 1)[0].split(".")[:3]:
-            nums.append(int(p) if p.isdigit() else 0)
-        while len(nums) < 3:
-            nums.append(0)
-        self.parts = tuple(nums)
-
-
-def _cmp(a: Any, b: Any) -> int:
-    if isinstance(a, Quantity) and isinstance(b, Quantity):
-        return (a.value > b.value) - (a.value < b.value)
-    if isinstance(a, SemVer) and isinstance(b, SemVer):
-        return (a.parts > b.parts) - (a.parts < b.parts)
-    raise TypeError(f"cannot compare {type(a).__name__} with {type(b).__name__}")
-
-
-def _quantity(s: Any) -> Quantity:
-    try:
-        return Quantity(parse_quantity(str(s)))
-    except QuantityError as err:
-        raise ValueError(str(err)) from err
-
-
-# Quantity and SemVer are opaque values celpy carries between our own functions; its declared result type
-# (celtypes only) does not include them, hence Any.
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "quantity": _quantity,
-    "semver": lambda s: SemVer(str(s)),
-    "compareTo": lambda a, b: ct.IntType(_cmp(a, b)),
-    "isGreaterThan": lambda a, b: ct.BoolType(_cmp(a, b) > 0),
-    "isLessThan": lambda a, b: ct.BoolType(_cmp(a, b) < 0),
-    "major": lambda v: ct.IntType(v.parts[0]),
-    "minor": lambda v: ct.IntType(v.parts[1]),
-    "patch": lambda v: ct.IntType(v.parts[2]),
-    "lowerAscii": lambda s: ct.StringType(str(s).lower()),
-    "upperAscii": lambda s: ct.StringType(str(s).upper()),
-    "replace": lambda s, a, b: ct.StringType(str(s).replace(str(a), str(b))),
-    "asInteger": lambda q: ct.IntType(int(q.value)),
-}
-
-
-def _to_cel(v: Any) -> Any:
+def _to_attr(v: Any) -> Any:
     if isinstance(v, VersionValue):
-        return SemVer(v)
-    if isinstance(v, bool):
-        return ct.BoolType(v)
-    if isinstance(v, int):
-        return ct.IntType(v)
-    if isinstance(v, Fraction):
-        return Quantity(v)
-    return ct.StringType(str(v))
+        return kcel.Semver(v)
+    return v
 
 
 def device_activation(d: Device) -> dict[str, Any]:
-    def nest(m: dict[str, dict[str, Any]]) -> ct.MapType:
-        return ct.MapType(
-            {ct.StringType(dom): ct.MapType({ct.StringType(k): _to_cel(v) for k, v in ids.items()}) for dom, ids in m.items()}
-        )
-
-    return {
-        "device": ct.MapType(
-            {
-                ct.StringType("driver"): ct.StringType(d.driver),
-                ct.StringType("attributes"): nest(d.attributes),
-                ct.StringType("capacity"): nest(d.capacity),
-                ct.StringType("allowMultipleAllocations"): ct.BoolType(False),
-            }
-        )
-    }
+    attrs = {dom: {k: _to_attr(v) for k, v in ids.items()} for dom, ids in d.attributes.items()}
+    return kcel.device_activation(d.driver, attrs, d.capacity)
 
 
-class CelError(ValueError):
-    """An expression that does not compile."""
+CelError = kcel.CelError
 
 
 class SelectorEvaluator:
     """Compiles each expression once; memoises results by device signature (see module docstring)."""
 
     def __init__(self) -> None:
-        self._env = celpy.Environment()
         self._programs: dict[str, Any] = {}
         self._identity: dict[str, bool] = {}
         self._memo: dict[tuple[str, Any], bool] = {}
@@ -139,8 +64,8 @@ class SelectorEvaluator:
         prog = self._programs.get(expr)
         if prog is None:
             try:
-                prog = self._env.program(self._env.compile(expr), functions=_FUNCTIONS)
-            except Exception as err:  # celpy raises CELParseError and friends
+                prog = kcel.program(expr)
+            except CelError as err:
                 raise CelError(f"{expr!r}: {err}") from err
             self._programs[expr] = prog
             self._identity[expr] = any(name in expr for name in _IDENTITY)

@@ -27,7 +27,7 @@ from bridge.report.features import (
     SPLIT_LABEL,
 )
 from bridge.report.podspec import SpecInfo, analyse, desired_replicas, template_spec
-from bridge.report.quantity import QuantityError, parse_quantity, quantity_int
+from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
 from bridge.report.sources import ClusterData, ServerVersion
 
 Obj = dict[str, Any]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.report.features import GPU, IMPLICIT_PREFIX
-from bridge.report.quantity import quantity_int
+from bridge.kvalues.quantity import quantity_int
 
 Obj = dict[str, Any]
 

@@ -31,11 +31,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-import celpy
-import celpy.celtypes as ct
+from bridge.kvalues import cel as kcel
+from bridge.kvalues.cel import MAX_EXPRESSION_LEN, CelError, Quantity, Semver
+
+__all__ = ["CelError", "MAX_EXPRESSION_LEN", "Quantity", "Semver", "compile_checked", "device_activation", "evaluate"]
 
 DRIVER = "gpu.dra-bridge.io"
 
@@ -47,12 +48,6 @@ GFD_COMPUTE_MINOR = "nvidia.com/gpu.compute.minor"
 GFD_COUNT = "nvidia.com/gpu.count"
 # Labels that describe one device and therefore map to a device selector.
 DEVICE_LABELS = frozenset({GFD_PRODUCT, GFD_MEMORY, GFD_FAMILY, GFD_COMPUTE_MAJOR, GFD_COMPUTE_MINOR})
-
-MAX_EXPRESSION_LEN = 10 * 1024  # CELSelectorExpressionMaxLength
-
-
-class CelError(ValueError):
-    """An expression that does not parse (or is too long for the API server)."""
 
 
 @dataclass(frozen=True)
@@ -178,127 +173,19 @@ def _atomic(e: str) -> bool:
     return "&&" not in e and "||" not in e
 
 
-_ENV = celpy.Environment()
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse(expression: str) -> Any:
-    return _ENV.compile(expression)
-
-
 def compile_checked(expression: str) -> str:
     """Return `expression` if it parses as CEL and fits the API server's length limit, else raise CelError."""
-    if len(expression) > MAX_EXPRESSION_LEN:
-        raise CelError(f"CEL expression is {len(expression)} bytes, over the {MAX_EXPRESSION_LEN}-byte limit")
-    try:
-        _parse(expression)
-    except Exception as err:  # celpy raises parser-specific types
-        raise CelError(f"CEL does not parse: {err}") from err
-    return expression
-
-
-# --- evaluation with the Kubernetes CEL library functions the mapping uses -------------------------------------
-
-
-@functools.total_ordering
-class Semver:
-    def __init__(self, text: str) -> None:
-        m = re.match(r"^(\d+)\.(\d+)\.(\d+)", str(text))
-        if not m:
-            raise ValueError(f"not a semantic version: {text!r}")
-        self.parts = (int(m[1]), int(m[2]), int(m[3]))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Semver) and self.parts == other.parts
-
-    def __lt__(self, other: Semver) -> bool:
-        return self.parts < other.parts
-
-    def __hash__(self) -> int:
-        return hash(self.parts)
-
-
-_SUFFIX: dict[str, int | Fraction] = {
-    "": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}
-
-
-@functools.total_ordering
-class Quantity:
-    def __init__(self, text: str) -> None:
-        m = re.match(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$", str(text).strip())
-        if not m:
-            raise ValueError(f"not a quantity: {text!r}")
-        self.value = Fraction(m[1]) * _SUFFIX[m[2] or ""]
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Quantity) and self.value == other.value
-
-    def __lt__(self, other: Quantity) -> bool:
-        return self.value < other.value
-
-    def __hash__(self) -> int:
-        return hash(self.value)
-
-
-def _cmp(a: Any, b: Any) -> ct.IntType:
-    return ct.IntType((a > b) - (a < b))
-
-
-_FUNCTIONS: dict[str, Any] = {
-    "semver": lambda s: Semver(str(s)),
-    "quantity": lambda s: Quantity(str(s)),
-    "major": lambda v: ct.IntType(v.parts[0]),
-    "minor": lambda v: ct.IntType(v.parts[1]),
-    "patch": lambda v: ct.IntType(v.parts[2]),
-    "compareTo": _cmp,
-    "isGreaterThan": lambda a, b: ct.BoolType(a > b),
-    "isLessThan": lambda a, b: ct.BoolType(a < b),
-    "replace": lambda s, a, b: ct.StringType(str(s).replace(str(a), str(b))),
-    "lowerAscii": lambda s: ct.StringType(str(s).lower()),
-}
-
-
-def _to_cel(value: Any) -> Any:
-    if isinstance(value, (Semver, Quantity)):
-        return value
-    if isinstance(value, bool):
-        return ct.BoolType(value)
-    if isinstance(value, int):
-        return ct.IntType(value)
-    if isinstance(value, str):
-        return ct.StringType(value)
-    raise TypeError(f"unsupported attribute value {value!r}")
+    return kcel.compile_checked(expression)
 
 
 def device_activation(
     attributes: Mapping[str, Any], capacity: Mapping[str, Any], driver: str = DRIVER
 ) -> dict[str, Any]:
-    """The `device` variable for one device. `attributes` values: str, int, bool or Semver; `capacity` values:
-    Quantity or quantity strings (as in a ResourceSlice)."""
-    attrs = ct.MapType({ct.StringType(k): _to_cel(v) for k, v in attributes.items()})
-    caps = ct.MapType(
-        {ct.StringType(k): v if isinstance(v, Quantity) else Quantity(str(v)) for k, v in capacity.items()}
-    )
-    return {
-        "device": ct.MapType(
-            {
-                ct.StringType("driver"): ct.StringType(driver),
-                ct.StringType("attributes"): ct.MapType({ct.StringType(driver): attrs}),
-                ct.StringType("capacity"): ct.MapType({ct.StringType(driver): caps}),
-            }
-        )
-    }
+    """The `device` variable for one device of `driver`. `attributes` values: str, int, bool or Semver; `capacity`
+    values: Quantity or quantity strings (as in a ResourceSlice)."""
+    return kcel.device_activation(driver, {driver: attributes}, {driver: capacity})
 
 
 def evaluate(expression: str, attributes: Mapping[str, Any], capacity: Mapping[str, Any], driver: str = DRIVER) -> bool:
     """Evaluate a selector against one device. Raises CelError when evaluation fails (as the scheduler would)."""
-    program = _ENV.program(_parse(compile_checked(expression)), functions=_FUNCTIONS)
-    try:
-        result = program.evaluate(device_activation(attributes, capacity, driver))
-    except Exception as err:
-        raise CelError(f"CEL evaluation failed: {err}") from err
-    if not isinstance(result, (bool, ct.BoolType)):
-        raise CelError(f"CEL selector returned {type(result).__name__}, not bool")
-    return bool(result)
+    return kcel.evaluate(expression, device_activation(attributes, capacity, driver))

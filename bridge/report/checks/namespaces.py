@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from bridge.report.checks.context import CheckContext, ref_of
 from bridge.report.features import BRIDGE_CLASS, CLASS_DEVICES_QUOTA, GPU, MODE_LABEL, MODES
 from bridge.report.findings import Finding, ObjectRef, rule
-from bridge.report.quantity import QuantityError, parse_quantity
+from bridge.kvalues.quantity import QuantityError, parse_quantity
 
 
 def _q(v: object) -> object:

@@ -1,4 +1,7 @@
-"""Kubernetes resource quantities ("8", "80Gi", "500m", "1e3") as exact Fractions."""
+"""Kubernetes resource quantities ("8", "80Gi", "500m", "1e3") as exact Fractions.
+
+Written from k8s.io/apimachinery/pkg/api/resource/quantity.go (suffixes: decimal SI, binary SI, decimal exponent).
+"""
 
 from __future__ import annotations
 
