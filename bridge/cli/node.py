@@ -98,7 +98,7 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
     from bridge.dra.slices import SliceError, validate_driver_name
     from bridge.kube.errors import KubeError
     from bridge.ledger.checkpoint import CheckpointError
-    from bridge.ledger.ownership import OwnershipError, parse_split
+    from bridge.ledger.target import SplitError, parse_split
     from bridge.node.dual import DraOptions, DualNode, cleanup as run_cleanup, device_plugin_socket_name, dra_wanted
 
     if not node_name.strip():
@@ -121,7 +121,7 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
     if dra_devices is not None and dra_devices.strip():
         try:
             parse_split(dra_devices)
-        except OwnershipError as err:
+        except SplitError as err:
             raise click.BadParameter(str(err), param_hint="--dra-devices") from err
     if pod_uid is not None:
         pod_uid = pod_uid.strip() or None

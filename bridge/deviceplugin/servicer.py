@@ -5,7 +5,9 @@
   so stopping the gRPC server never waits on a blocked generator.
 * Allocate answers one container response per container request, or fails the whole call: unknown, unhealthy and
   not-legacy IDs are refused with INVALID_ARGUMENT (unknown) or FAILED_PRECONDITION (unhealthy / other owner),
-  the message naming the device and the reason; refusals are logged at WARNING and counted.
+  the message naming the device and the reason; refusals are logged at WARNING and counted. The ownership check is
+  the ledger's (`DeviceTable.claim`), made once for the whole call after the request is validated, so an allowed
+  Allocate is recorded as a holder in the same step.
 * GetPreferredAllocation is the pure `preferred_allocation`; PreStartContainer returns empty.
 """
 
@@ -138,6 +140,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 self._log.warning("Allocate refused: %s", message, extra={"device": device_id, "request": ",".join(ids)})
                 code = grpc.StatusCode.INVALID_ARGUMENT if kind == "unknown" else grpc.StatusCode.FAILED_PRECONDITION
                 context.abort(code, f"Allocate refused for {resource}: {message}")
+        claimed = self._table.claim([i for ids in requests for i in ids])
+        if claimed is not None:
+            kind, message = claimed
+            self._metrics.allocations.labels(resource, f"refused-{kind}").inc()
+            self._log.warning("Allocate refused: %s", message, extra={"request": ",".join(i for r in requests for i in r)})
+            code = grpc.StatusCode.INVALID_ARGUMENT if kind == "unknown" else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, f"Allocate refused for {resource}: {message}")
         responses = []
         for ids in requests:
             devices = [d for d in (self._table.device(i) for i in ids) if d is not None]

@@ -5,25 +5,29 @@ Invariants:
   and every change that could alter a message (health, ownership side) bumps `version` and wakes all streams.
 * A device is reported `Healthy` only if it is healthy AND on the legacy side of the ownership ledger. A DRA-side
   or withdrawn device is reported `Unhealthy`, so the kubelet's allocatable shrinks and no legacy pod gets it.
-* `refusal()` is the Allocate guard: unknown, unhealthy or not-legacy devices are refused, with the reason.
+* `refusal()` refuses unknown and unhealthy devices; `claim()` is the ownership ledger's Allocate guard
+  (`bridge.ledger.guard_allocate` through the split controller): only legacy-side devices, checked and recorded as
+  held in one step under the ledger's lock. Without a ledger (`guard=None`) every device is legacy.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from bridge.inventory.model import DeviceID, GpuDevice
+from bridge.ledger.ledger import Refusal
+from bridge.ledger.sides import Side
 
-LEGACY = "legacy"
+SideOf = Callable[[DeviceID], Side | None]
+# The ledger's Allocate guard: [] when the devices may be allocated (and are now recorded as held), else refusals.
+AllocateGuard = Callable[[Sequence[str]], Sequence[Refusal]]
 
-SideOf = Callable[[DeviceID], str]
 
-
-def all_legacy(_: DeviceID) -> str:
+def all_legacy(_: DeviceID) -> Side | None:
     """The ownership view when no ledger is wired in: every device belongs to the device plugin."""
-    return LEGACY
+    return Side.LEGACY
 
 
 @dataclass(frozen=True)
@@ -34,11 +38,13 @@ class DeviceReport:
     healthy: bool  # as reported: physically healthy and on the legacy side
     numa_node: int | None
     physically_healthy: bool
-    side: str
+    side: Side | None
 
 
 class DeviceTable:
-    def __init__(self, devices: Iterable[GpuDevice], side_of: SideOf = all_legacy) -> None:
+    def __init__(self, devices: Iterable[GpuDevice], side_of: SideOf = all_legacy,
+                 guard: AllocateGuard | None = None) -> None:
+        self._guard = guard
         self._devices = {d.uuid: d for d in devices}
         self._order = sorted(self._devices.values(), key=lambda d: (d.index, d.uuid))
         self._side_of = side_of
@@ -70,6 +76,11 @@ class DeviceTable:
             self._bump()
             return True
 
+    def unhealthy(self) -> frozenset[DeviceID]:
+        """Physically unhealthy devices (the device plugin reports them Unhealthy whatever their side)."""
+        with self._cond:
+            return frozenset(d for d, (ok, _) in self._health.items() if not ok)
+
     def ownership_changed(self) -> None:
         """The ledger moved a device between sides: push a fresh list to every stream."""
         with self._cond:
@@ -92,7 +103,7 @@ class DeviceTable:
         for d in self._order:
             side = self._side_of(d.uuid)
             ok = health[d.uuid][0]
-            reports.append(DeviceReport(d.uuid, ok and side == LEGACY, d.numa_node, ok, side))
+            reports.append(DeviceReport(d.uuid, ok and side is Side.LEGACY, d.numa_node, ok, side))
         return version, tuple(reports)
 
     def wait_for_change(self, seen_version: int, timeout: float) -> int:
@@ -105,7 +116,8 @@ class DeviceTable:
     def refusal(self, device_id: str) -> tuple[str, str] | None:
         """Why `device_id` must not be allocated, as (kind, message); None when it may be.
 
-        kind is `unknown` (not in the inventory), `unhealthy`, or `not-legacy` (owned by another side)."""
+        kind is `unknown` (not in the inventory), `unhealthy`, or `not-legacy` (owned by another side; checked here
+        only without a ledger guard, else by `claim`)."""
         dev = self._devices.get(DeviceID(device_id))
         if dev is None:
             return "unknown", f"device {device_id!r} is not in this node's inventory"
@@ -114,10 +126,24 @@ class DeviceTable:
         if not healthy:
             why = f": {reason}" if reason else ""
             return "unhealthy", f"device {device_id} (GPU {dev.index}) is unhealthy{why}"
+        if self._guard is not None:
+            return None
         side = self._side_of(dev.uuid)
-        if side != LEGACY:
+        if side is not Side.LEGACY:
             return "not-legacy", (
                 f"device {device_id} (GPU {dev.index}) is owned by the {side} side of the ownership ledger, "
                 f"not by the device plugin"
             )
         return None
+
+    def claim(self, device_ids: Sequence[str]) -> tuple[str, str] | None:
+        """The ownership ledger's verdict on allocating `device_ids` (all of one Allocate call), recording them as
+        held when allowed; (kind, message) when refused. Without a ledger guard: allowed."""
+        if self._guard is None:
+            return None
+        refusals = list(self._guard(device_ids))
+        if not refusals:
+            return None
+        first = refusals[0]
+        more = f" (and {len(refusals) - 1} more device(s))" if len(refusals) > 1 else ""
+        return ("not-legacy" if first.owner is not None else "unknown"), first.message + more

@@ -21,6 +21,7 @@ from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.plugin import PluginConfig
 from bridge.dra.stores import CheckpointClaimStore, open_checkpoint
 from bridge.inventory.model import DeviceID
+from bridge.ledger.sides import Side
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import connect
 from bridge.ledger.checkpoint import Checkpoint, read_boot_id
@@ -44,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     devices = devices_from_spec(args.devices, args.node)
     legacy = {devices[int(i)].uuid for i in args.legacy.split(",") if i}
 
-    def side_of(uuid: DeviceID) -> str:
-        return "legacy" if uuid in legacy else "dra"
+    def side_of(uuid: DeviceID) -> Side:
+        return Side.LEGACY if uuid in legacy else Side.DRA
 
     checkpoint = Checkpoint(args.state_dir, boot_id=lambda: read_boot_id(args.boot_id_file))
     opened = open_checkpoint(checkpoint)

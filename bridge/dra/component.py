@@ -22,7 +22,7 @@ from bridge.dra.claims import ClaimRef
 from bridge.dra.health import HealthBoard
 from bridge.dra.metrics import DraMetrics
 from bridge.dra.plugin import DraPlugin, PluginConfig
-from bridge.dra.prepare import ClaimStore, Preparer, SweepReport
+from bridge.dra.prepare import ClaimStore, PrepareGuard, Preparer, SweepReport
 from bridge.dra.registration import RegistrationStatus
 from bridge.dra.slices import device_name
 from bridge.dra.stores import ClaimCdi
@@ -30,6 +30,7 @@ from bridge.inventory.model import DeviceID, GpuDevice, HealthEvent
 from bridge.kube.api import KubeAPI
 from bridge.kube.errors import KubeError
 from bridge.ledger.checkpoint import BOOT_ID_PATH, read_boot_id
+from bridge.ledger.sides import Side
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,14 @@ class DraNode:
         config: DraConfig,
         kube: KubeAPI,
         devices: Sequence[GpuDevice],
-        side_of: Callable[[DeviceID], str],
+        side_of: Callable[[DeviceID], Side | None],
         store: ClaimStore,
         metrics: DraMetrics | None = None,
         *,
         on_registered: Callable[[], None] | None = None,
         recover_claims: ClaimsInUse | None = None,
         on_released: Callable[[], None] | None = None,
+        ownership: PrepareGuard | None = None,
     ) -> None:
         self.config = config
         self.kube = kube
@@ -81,6 +83,7 @@ class DraNode:
             metrics=self.metrics,
             lock_timeout=config.lock_timeout_s,
             on_released=on_released,
+            ownership=ownership,
         )
         self.plugin = DraPlugin(config.plugin, self.preparer, self.board, on_status=self._status)
         self.sweep_report: SweepReport | None = None

@@ -1,10 +1,13 @@
 """The prepare/unprepare core: plain dataclasses in and out, no protobuf, testable without gRPC.
 
-Invariants (ARCHITECTURE.md section 3, reference/kubelet-grpc.md 6.2/6.3):
-* One owner per device: a device not on the DRA side of the ownership ledger is refused, and so is a device
-  already prepared for ANOTHER claim (last line of defence against double booking; admin-access claims are
-  exempt, they only observe). A refusal is a per-claim error naming the device and its owner, logged, counted
-  and recorded as a Kubernetes Event on the claim: never silent sharing.
+Invariants (the kubelet's DRA manager contract: prepare per claim, idempotent, one result per claim UID):
+* One owner per device: the ownership ledger's prepare guard (`bridge.ledger.guard_prepare`, through the split
+  controller given as `ownership`) decides for every claim's devices. A device on the DRA side is fine; one the
+  ledger can take back from the device plugin because it is free there is taken back (an allocated claim is
+  never stranded); one held there is refused, naming the holder, and the kubelet's retry succeeds once it frees.
+  A device already prepared for ANOTHER claim is refused too (last line of defence against double booking;
+  admin-access claims are exempt, they only observe). A refusal is a per-claim error naming the device and its
+  owner, logged, counted and recorded as a Kubernetes Event on the claim: never silent sharing.
 * Two-phase, batched, crash-safe: one NodePrepareResources call (all of a pod's claims for this driver) makes ONE
   `PrepareStarted` checkpoint write for every claim that needs work, then writes their CDI specs, then ONE
   `PrepareCompleted` write (with the CDI IDs). A crash between the two leaves PrepareStarted records that the
@@ -44,12 +47,13 @@ from bridge.inventory.model import DeviceID, GpuDevice
 from bridge.kube.api import KubeAPI, Obj
 from bridge.kube.errors import KubeError, NotFound
 from bridge.kube.events import record_event
+from bridge.ledger.ledger import Refusal
 from bridge.ledger.lock import LockTimeout
+from bridge.ledger.sides import Side
 
 log = logging.getLogger(__name__)
 
 ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
-DRA_SIDE = "dra"
 DEFAULT_LOCK_TIMEOUT_S = 10.0  # NVIDIA's pu.lock acquire timeout; far below the kubelet's 45 s call deadline
 
 
@@ -71,6 +75,16 @@ class ClaimRecord:
     state: ClaimState
     boot_id: str
     devices: tuple[RecordedDevice, ...]
+
+
+class PrepareGuard(Protocol):
+    """The ownership ledger's side of a prepare (`bridge.node.split.SplitController`)."""
+
+    def guard_prepare(self, uuids: Sequence[str], claim: str, uid: str) -> list[Refusal]:
+        """[] when the claim's devices may be prepared (recorded as held until `prepare_done`), else refusals."""
+        ...
+
+    def prepare_done(self, uid: str) -> None: ...
 
 
 class ClaimStore(Protocol):
@@ -125,7 +139,7 @@ class Preparer:
         pool: str,
         devices: Sequence[GpuDevice],
         device_name: Callable[[GpuDevice], str],
-        side_of: Callable[[DeviceID], str],
+        side_of: Callable[[DeviceID], Side | None],
         store: ClaimStore,
         cdi: CdiStore,
         boot_id: str,
@@ -133,8 +147,10 @@ class Preparer:
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
         record_events: bool = True,
         on_released: Callable[[], None] | None = None,
+        ownership: PrepareGuard | None = None,
     ) -> None:
-        """`on_released` is called after an unprepare freed devices (the split retries a refused move at once)."""
+        """`ownership`: the ledger's guard (None: only `side_of` is checked, every device must be on DRA).
+        `on_released` is called after an unprepare freed devices (a device waiting for its holder moves at once)."""
         self.kube = kube
         self.driver = driver
         self.pool = pool
@@ -147,6 +163,7 @@ class Preparer:
         self.lock_timeout = lock_timeout
         self.record_events = record_events
         self.on_released = on_released
+        self.ownership = ownership
 
     # -- NodePrepareResources -------------------------------------------------------------------------------------
 
@@ -159,6 +176,10 @@ class Preparer:
         except LockTimeout as err:
             log.error("prepare: node lock not acquired", extra={"claims": len(claims), "error": str(err)})
             outcomes = {ref.uid: PrepareOutcome(error=f"prepare not attempted: {err}") for ref in claims}
+        finally:
+            if self.ownership is not None:
+                for ref in claims:
+                    self.ownership.prepare_done(ref.uid)
         for outcome in outcomes.values():
             self.metrics.claims.labels("prepare", "error" if outcome.error else "ok").inc()
         self.metrics.seconds.labels("prepare").observe(time.perf_counter() - start)
@@ -247,16 +268,22 @@ class Preparer:
     def _guard(self, alloc: ClaimAllocation, claim: Obj, others: Sequence[ClaimRecord]) -> None:
         """The last line of defence: one owner per device."""
         ref = alloc.ref
-        for dev in alloc.devices:
-            gpu = self.devices[dev.device]
-            side = self.side_of(gpu.uuid)
-            if side != DRA_SIDE:
-                self._refuse(
-                    claim,
-                    "ownership",
-                    f"device {dev.device} ({gpu.uuid}) is owned by the {side} side of the ownership ledger, not by "
-                    f"DRA: refusing to prepare it for ResourceClaim {ref.namespace}/{ref.name}",
-                )
+        if self.ownership is not None:
+            uuids = [str(self.devices[d.device].uuid) for d in alloc.devices]
+            refusals = self.ownership.guard_prepare(uuids, f"{ref.namespace}/{ref.name}", ref.uid)
+            if refusals:
+                self._refuse(claim, "ownership", "; ".join(r.message for r in refusals))
+        else:
+            for dev in alloc.devices:
+                gpu = self.devices[dev.device]
+                side = self.side_of(gpu.uuid)
+                if side is not Side.DRA:
+                    self._refuse(
+                        claim,
+                        "ownership",
+                        f"device {dev.device} ({gpu.uuid}) is owned by the {side} side of the ownership ledger, not "
+                        f"by DRA: refusing to prepare it for ResourceClaim {ref.namespace}/{ref.name}",
+                    )
         if alloc.admin_access:
             return
         wanted = {d.device for d in alloc.devices if not d.admin_access}

@@ -98,10 +98,13 @@ class SlicePublisher:
         resync_interval_s: float = 300.0,
         backoff: RetryPolicy | None = None,
         watch: bool = True,
+        on_published: Callable[[frozenset[DeviceID]], None] | None = None,
     ) -> None:
         """`inventory`: every GPU of the node; `dra_devices`: UUIDs on the DRA side now (changed later through
         `set_dra_devices`). `debounce_s` coalesces bursts (health storms, a kubelet wipe deleting several slices)
-        into one reconcile. `resync_interval_s`: a full reconcile at least this often, as a safety net."""
+        into one reconcile. `resync_interval_s`: a full reconcile at least this often, as a safety net.
+        `on_published(dra)` is called after a reconcile that confirmed a new DRA set on the server (the split waits
+        for that before a device withdrawn from DRA goes to the device plugin)."""
         if taints not in TAINT_MODES:
             raise ValueError(f"taints must be one of {', '.join(TAINT_MODES)}, not {taints!r}")
         if debounce_s < 0 or resync_interval_s <= 0:
@@ -114,12 +117,17 @@ class SlicePublisher:
         self.resync_interval_s = resync_interval_s
         self.backoff = backoff or RetryPolicy(initial_backoff=0.2, factor=2.0, max_backoff=10.0)
         self.watch_enabled = watch
+        self.on_published = on_published
         self.stats = PublisherStats()
         self.last_error: Exception | None = None
 
         self._inventory = {d.uuid: d for d in inventory}
         self._cond = threading.Condition()
         self._dra: frozenset[DeviceID] = self._known(dra_devices)
+        self._published: frozenset[DeviceID] | None = None  # the DRA set the server's pool was last confirmed to hold
+        # Held from before a write is sent until its resourceVersion is remembered, so the watch cannot take our own
+        # write's event for someone else's change (it waits for the writer instead).
+        self._writing = threading.Lock()
         self._unhealthy: dict[DeviceID, str] = {}
         self._requested = 0  # bumped by every trigger
         self._done = 0  # the request number the last successful reconcile covered
@@ -207,6 +215,12 @@ class SlicePublisher:
                 self._cond.wait(min(left, 0.5))
         return True
 
+    def published_dra(self) -> frozenset[DeviceID] | None:
+        """The DRA-side devices the API server's pool was last confirmed to reflect (None before the first
+        successful reconcile). A device absent from it is offered to no DRA consumer that reads the server."""
+        with self._cond:
+            return self._published
+
     @property
     def generation(self) -> int:
         """The pool generation this publisher last wrote or found on the server (0 before the first reconcile)."""
@@ -245,9 +259,9 @@ class SlicePublisher:
         return [s for s in items if (s.get("spec") or {}).get("nodeName") == self.node_name
                 and (s.get("spec") or {}).get("driver") == self.driver]
 
-    def desired(self, generation: int = 0) -> list[Obj]:
+    def desired(self, generation: int = 0, dra: frozenset[DeviceID] | None = None) -> list[Obj]:
         with self._cond:
-            dra = self._dra
+            dra = self._dra if dra is None else dra
             unhealthy = {u: r for u, r in self._unhealthy.items() if u in dra}
         taints = self._taints_supported() if unhealthy else self.taint_mode != "off"
         return desired_slices(SliceInputs(
@@ -258,15 +272,18 @@ class SlicePublisher:
         """One synchronous pass: list, compare, write the difference. Raises `KubeError` on failure."""
         self.stats.reconciles += 1
         rapi = self._resource_api()
+        with self._cond:
+            dra = self._dra
         existing = self.existing()
-        desired = self.desired()
+        desired = self.desired(dra=dra)
         if pool_unchanged(desired, existing):
             self.stats.noops += 1
             gen = pool_generation(existing)
             self._last_generation = max(self._last_generation, gen)
+            self._confirm(dra)
             return ReconcileResult(changed=False, generation=gen, slices=len(existing))
         generation = max(pool_generation(existing), self._last_generation) + 1
-        desired = self.desired(generation)
+        desired = self.desired(generation, dra=dra)
         by_name = {s["metadata"]["name"]: s for s in existing}
         created = updated = deleted = 0
         lost_taints = False
@@ -278,14 +295,15 @@ class SlicePublisher:
                 self._delete(rapi, name)
                 deleted += 1
                 have = None
-            if have is None:
-                stored = self.api.create(rapi.slices, want)
-                created += 1
-            else:
-                want["metadata"]["resourceVersion"] = have["metadata"].get("resourceVersion")  # freshly built
-                stored = self.api.update(rapi.slices, want)
-                updated += 1
-            self._remember(stored)
+            with self._writing:
+                if have is None:
+                    stored = self.api.create(rapi.slices, want)
+                    created += 1
+                else:
+                    want["metadata"]["resourceVersion"] = have["metadata"].get("resourceVersion")  # freshly built
+                    stored = self.api.update(rapi.slices, want)
+                    updated += 1
+                self._remember(stored)
             if any(device_has_taints(d) for d in want["spec"]["devices"]) and not any(
                     device_has_taints(d) for d in (stored.get("spec") or {}).get("devices") or []):
                 lost_taints = True
@@ -293,6 +311,7 @@ class SlicePublisher:
             self._delete(rapi, name)
             deleted += 1
         self._last_generation = generation
+        self._confirm(dra)
         self.stats.creates += created
         self.stats.updates += updated
         self.stats.deletes += deleted
@@ -321,6 +340,16 @@ class SlicePublisher:
         return count
 
     # ---- internals ---------------------------------------------------------------------------------------------
+
+    def _confirm(self, dra: frozenset[DeviceID]) -> None:
+        with self._cond:
+            changed = self._published != dra
+            self._published = dra
+        if changed and self.on_published is not None:
+            try:
+                self.on_published(dra)
+            except Exception:  # noqa: BLE001 - a listener must not fail the reconcile
+                log.exception("on_published listener failed")
 
     def _known(self, uuids: Iterable[str]) -> frozenset[DeviceID]:
         out = set()
@@ -439,7 +468,7 @@ class SlicePublisher:
     def _on_watch_event(self, ev: WatchEvent) -> None:
         rv = str((ev.object.get("metadata") or {}).get("resourceVersion", ""))
         name = str((ev.object.get("metadata") or {}).get("name"))
-        with self._cond:
+        with self._writing, self._cond:
             if ev.type == "DELETED":
                 ours = name in self._our_deletes
                 self._our_deletes.discard(name)

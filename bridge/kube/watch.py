@@ -78,6 +78,9 @@ class Informer:
         self.resumes = 0
         self.relists = 0
         self.last_error: KubeError | None = None
+        # False from a failed list/watch until the next one succeeds: whether `store` is current right now (a
+        # consumer that must not act on stale state, such as the split waiting for the Node's allocatable, checks it).
+        self.healthy = False
         self._lock = threading.Lock()
         self._stream: Any = None
 
@@ -119,6 +122,7 @@ class Informer:
                         changes = self._relist()
                         need_list = False
                         failures = 0
+                        self.healthy = True
                         self.synced.set()
                         yield from changes
                         continue
@@ -135,6 +139,7 @@ class Informer:
                         self._stream = stream
                     if stop.is_set():
                         break
+                    self.healthy = True
                     for ev in stream:
                         failures = 0
                         out = self._apply(ev)
@@ -148,6 +153,7 @@ class Informer:
                 except KubeError as err:
                     if stop.is_set():
                         break
+                    self.healthy = False
                     self.last_error = err
                     delay = self.backoff.backoff(failures)
                     failures += 1

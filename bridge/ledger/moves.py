@@ -1,72 +1,69 @@
-"""The safe move of one device between sides: withdraw -> grace -> verify -> offer (pure state machine).
+"""One device's move between the two APIs: the phases, as values (pure; `bridge.ledger.ledger` advances them).
 
-Time and observations come in as arguments (`now`, who holds the device), so the machine is deterministic and the
-dynamic-move loop that drives it owns all I/O.
+A move starts only when the device is free on its current side; its side becomes `withdrawn` at once, so neither
+API offers it from then on. It is done when the scheduler can see the withdrawal, and nothing grabbed the device:
 
-1. `begin_move`: only a device that is free on its current side (not `withdrawn`) may start; its side becomes
-   `withdrawn`, so neither API offers it from now on.
-2. `step_move` before `grace_s` has passed since the withdrawal: nothing changes (`waiting`). The grace period lets
-   the kubelet (ListAndWatch update) and the scheduler (ResourceSlice update) see the withdrawal; anything they
-   had already decided before seeing it shows up as a holder within the grace.
-3. `step_move` after the grace: the caller reports the holders it verified (PodResources for legacy, allocated
-   claims of pods bound to this node for dra). Any holder aborts the move: the device returns to its source side
-   (the holder got it through that API) and the abort names the holder. No holder: the device is offered on the
-   target side (`offered`).
+legacy -> dra
+  `waiting-node-status`: the device plugin reports the device Unhealthy, so the kubelet's allocatable shrinks; the
+  scheduler counts `nvidia.com/gpu` from the Node's `status.allocatable`, which the kubelet posts every
+  `nodeStatusUpdateFrequency` (10 s by default). The move waits until the Node shows a count no larger than what the
+  device plugin offers now (`Observations.node_allocatable`), seen for `settle_s` (the scheduler's informer lag).
+dra -> legacy
+  `waiting-slice`: the ResourceSlice without the device must be confirmed written (`Observations.published_dra`);
+  `waiting-scheduler`: then `scheduler_grace_s`, for the scheduler's informer and for bindings it already decided
+  on the old slice (PreBind writes the claim's allocation, then Bind) to land where we can see them.
+both
+  `verifying`: the holders of the source side must be known and empty. A holder aborts the move: the device goes
+  back to its source side (the holder got it through that API; it was never offered on the target side).
+
+Any phase ends after `move_timeout_s` (abort, back to the source side, and a cooldown before the device is tried
+again): a kubelet that does not post node status, or an API server that cannot be reached, must not keep a GPU
+offered to nobody. A device found `withdrawn` without a recorded move (a checkpoint from an older daemon) has an
+unknown source: its move checks both sides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from enum import StrEnum
 
 from bridge.inventory.model import DeviceID
-from bridge.ledger.ownership import Ownership, Refusal, Side
+from bridge.ledger.sides import Side
 
-Phase = Literal["withdrawn", "offered", "aborted"]
+
+class Phase(StrEnum):
+    NODE_STATUS = "waiting-node-status"
+    SLICE = "waiting-slice"
+    SCHEDULER = "waiting-scheduler"
+    VERIFY = "verifying"
 
 
 @dataclass(frozen=True)
 class Move:
     device: DeviceID
-    source: Side
-    target: Side
-    withdrawn_at: float
-    phase: Phase = "withdrawn"
-    reason: str = ""
+    source: Side  # LEGACY, DRA, or WITHDRAWN when unknown (see the module docstring)
+    target: Side  # LEGACY or DRA
+    started_at: float
+    phase: Phase
+    phase_since: float
+
+    @staticmethod
+    def begin(device: DeviceID, source: Side, target: Side, now: float) -> Move:
+        if target not in (Side.LEGACY, Side.DRA) or source == target:
+            raise ValueError(f"no move from {source} to {target}")
+        first = Phase.NODE_STATUS if target is Side.DRA else Phase.SLICE
+        return Move(device, source, target, now, first, now)
+
+    def at(self, phase: Phase, now: float) -> Move:
+        return replace(self, phase=phase, phase_since=now)
 
     @property
-    def done(self) -> bool:
-        return self.phase != "withdrawn"
+    def direction(self) -> str:
+        return f"{self.source}->{self.target}" if self.source is not Side.WITHDRAWN else f"?->{self.target}"
+
+    @property
+    def sides_to_verify(self) -> tuple[Side, ...]:
+        return (self.source,) if self.source in (Side.LEGACY, Side.DRA) else (Side.LEGACY, Side.DRA)
 
 
-def begin_move(own: Ownership, device: str, target: Side, now: float,
-               holders: Mapping[str, str]) -> tuple[Ownership, Move] | Refusal:
-    """Withdraw `device` from its side toward `target`; a Refusal when it may not move now."""
-    uuid = DeviceID(device)
-    source = own.side_of(uuid)
-    if source is None:
-        return Refusal(uuid, device, "unknown", f"device {device} is not a GPU of this node; move refused")
-    name = own.name_of(uuid)
-    if target == "withdrawn" or source == target:
-        return Refusal(uuid, name, source, f"device {name} is already {source}; cannot move it to {target}")
-    if source == "withdrawn":
-        return Refusal(uuid, name, source, f"device {name} is already being moved; wait for that move to finish")
-    if uuid in holders:
-        return Refusal(uuid, name, source,
-                       f"device {name} is held on the {source} side by {holders[uuid]}; move refused")
-    return own.with_sides({uuid: "withdrawn"}), Move(uuid, source, target, withdrawn_at=now)
-
-
-def step_move(own: Ownership, move: Move, now: float, grace_s: float,
-              holders: Mapping[str, str]) -> tuple[Ownership, Move]:
-    """Advance a move: wait out the grace, then verify `holders` (uuid -> who) and offer or abort."""
-    if move.done or now < move.withdrawn_at + grace_s:
-        return own, move
-    holder = holders.get(move.device)
-    if holder is not None:
-        name = own.name_of(move.device)
-        return (own.with_sides({move.device: move.source}),
-                replace(move, phase="aborted",
-                        reason=f"{name} was taken by {holder} during the grace period; returned to {move.source}"))
-    return own.with_sides({move.device: move.target}), replace(move, phase="offered")
+__all__ = ["Move", "Phase"]

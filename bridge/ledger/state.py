@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from bridge.inventory.model import DeviceID
-from bridge.ledger.ownership import SIDES, Side
+from bridge.ledger.sides import Side, parse_side
 
 ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
 CLAIM_STATES: tuple[ClaimState, ...] = ("PrepareStarted", "PrepareCompleted")
@@ -97,11 +97,15 @@ class PreparedClaim:
 
 @dataclass(frozen=True)
 class CheckpointData:
-    """The checkpoint's payload. Treat as a value: the `with_*`/`without_*` helpers return new instances."""
+    """The checkpoint's payload. Treat as a value: the `with_*`/`without_*` helpers return new instances.
+
+    `moves`: for each withdrawn device, the move under way (source, target), so a restart resumes it instead of
+    guessing where the device came from (a withdrawn device without one is checked on both sides)."""
 
     claims: Mapping[str, PreparedClaim] = field(default_factory=dict)
     sides: Mapping[DeviceID, Side] = field(default_factory=dict)
-    split: str = ""  # the target split last applied, e.g. "2"
+    split: str = ""  # the target split last evaluated, e.g. "2"
+    moves: Mapping[DeviceID, tuple[Side, Side]] = field(default_factory=dict)
 
     def with_claim(self, claim: PreparedClaim) -> CheckpointData:
         return replace(self, claims={**self.claims, claim.uid: claim})
@@ -114,15 +118,21 @@ class CheckpointData:
         assignments survive a reboot in its own checkpoint)."""
         return replace(self, claims={})
 
-    def with_sides(self, sides: Mapping[DeviceID, Side], split: str | None = None) -> CheckpointData:
-        return replace(self, sides=dict(sides), split=self.split if split is None else split)
+    def with_sides(self, sides: Mapping[DeviceID, Side | str], split: str | None = None,
+                   moves: Mapping[DeviceID, tuple[Side, Side]] | None = None) -> CheckpointData:
+        parsed = {DeviceID(u): parse_side(s, f"side of {u}") for u, s in sides.items()}
+        kept_moves = self.moves if moves is None else moves
+        return replace(self, sides=parsed, split=self.split if split is None else split,
+                       moves={u: m for u, m in kept_moves.items() if parsed.get(u) is Side.WITHDRAWN})
 
     def claims_in(self, state: ClaimState) -> tuple[PreparedClaim, ...]:
         return tuple(c for c in self.claims.values() if c.state == state)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"preparedClaims": {uid: c.to_dict() for uid, c in sorted(self.claims.items())},
-                "ownership": {"sides": dict(sorted(self.sides.items())), "split": self.split}}
+        own: dict[str, Any] = {"sides": {u: str(s) for u, s in sorted(self.sides.items())}, "split": self.split}
+        if self.moves:
+            own["moves"] = {u: {"from": str(a), "to": str(b)} for u, (a, b) in sorted(self.moves.items())}
+        return {"preparedClaims": {uid: c.to_dict() for uid, c in sorted(self.claims.items())}, "ownership": own}
 
     @classmethod
     def from_dict(cls, d: Any) -> CheckpointData:
@@ -133,10 +143,20 @@ class CheckpointData:
         if not isinstance(claims_raw, dict) or not isinstance(own, dict):
             raise ValueError("data: preparedClaims and ownership must be objects")
         sides_raw = own.get("sides", {})
-        if not isinstance(sides_raw, dict) or any(s not in SIDES for s in sides_raw.values()):
-            raise ValueError(f"ownership.sides: expected uuid -> one of {', '.join(SIDES)}")
+        if not isinstance(sides_raw, dict):
+            raise ValueError("ownership.sides: expected an object uuid -> side")
+        sides = {DeviceID(u): parse_side(s, f"ownership.sides[{u}]") for u, s in sides_raw.items()}
         split = own.get("split", "")
         if not isinstance(split, str):
             raise ValueError("ownership.split: expected a string")
+        moves_raw = own.get("moves", {})
+        if not isinstance(moves_raw, dict):
+            raise ValueError("ownership.moves: expected an object uuid -> {from, to}")
+        moves: dict[DeviceID, tuple[Side, Side]] = {}
+        for u, m in moves_raw.items():
+            if not isinstance(m, dict):
+                raise ValueError(f"ownership.moves[{u}]: expected an object")
+            moves[DeviceID(u)] = (parse_side(m.get("from"), f"ownership.moves[{u}].from"),
+                                  parse_side(m.get("to"), f"ownership.moves[{u}].to"))
         return cls(claims={uid: PreparedClaim.from_dict(uid, c) for uid, c in claims_raw.items()},
-                   sides={DeviceID(u): s for u, s in sides_raw.items()}, split=split)
+                   sides=sides, split=split, moves=moves)

@@ -13,8 +13,9 @@ Start order (each step only after the previous one succeeded, so a failure leave
 6. start further halves (`components`: the DRA half plugs in here) and the HTTP endpoint.
 Stop runs in reverse and removes our sockets. `stop()` is idempotent.
 
-The ledger is reached only through two narrow seams given to the constructor: `side_of(device) -> side` (what the
-device plugin may offer/allocate) and `on_adopted(Adoption)`. Without a ledger everything is legacy.
+The ledger is reached only through narrow seams given to the constructor: `side_of(device) -> Side` (what
+ListAndWatch offers), `allocate_guard(ids)` (the ledger's Allocate guard) and `on_adopted(Adoption)`. Without a
+ledger everything is legacy.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Protocol
 from bridge.cdi import DEFAULT_DEVICE_PLUGIN_KIND, CdiSpecWriter, build_device_plugin_spec
 from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, AllocationConfig, default_cdi_name
 from bridge.deviceplugin.plugin import DevicePlugin, PluginConfig
-from bridge.deviceplugin.state import DeviceTable, SideOf, all_legacy
+from bridge.deviceplugin.state import AllocateGuard, DeviceTable, SideOf, all_legacy
 from bridge.inventory.model import DeviceSource, GpuDevice, HealthEvent
 from bridge.logs import ContextLogger
 from bridge.node.http import Check, HealthServer
@@ -79,6 +80,7 @@ class NodeDaemon:
         source: DeviceSource,
         *,
         side_of: SideOf = all_legacy,
+        allocate_guard: AllocateGuard | None = None,
         on_adopted: Callable[[Adoption], None] | None = None,
         components: Sequence[NodeComponent] = (),
         health_listeners: Sequence[Callable[[HealthEvent], None]] = (),
@@ -87,6 +89,7 @@ class NodeDaemon:
         self.source = source
         self.metrics = NodeMetrics(config.node_name, config.resource_name)
         self._side_of = side_of
+        self._allocate_guard = allocate_guard
         self._on_adopted = on_adopted
         self.components = list(components)
         self.health_listeners = list(health_listeners)
@@ -122,7 +125,7 @@ class NodeDaemon:
         # 2. Devices.
         devices = self.source.devices()
         self.metrics.devices.set(len(devices))
-        self.table = DeviceTable(devices, self._side_of)
+        self.table = DeviceTable(devices, self._side_of, self._allocate_guard)
         self.metrics.deviceplugin.watch_table(self.table)
         plugin = DevicePlugin(self.table, self.allocation, self.metrics.deviceplugin, self.plugin_config)
         self._log.info("discovered %d GPU(s) from %s", len(devices), self.source.name,

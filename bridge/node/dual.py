@@ -6,22 +6,25 @@ Build order (`DualNode.start`), each step only after the previous one succeeded:
 2. open the node's one checkpoint (`bridge.dra.stores.open_checkpoint`): sides adopted as stored, or every device
    legacy on a fresh node; a corrupt file is logged at ERROR and the daemon goes on from what the kubelet says
    (devices that running containers hold through DRA start on the DRA side) and the API says (the split target);
-3. with DRA on: the `StaticSplit` (the ledger's only writer of sides), the `SlicePublisher`, the `DraNode`;
-   `side_of = split.side_of` for BOTH halves, so Allocate and NodePrepareResources read the same ledger;
+3. with DRA on: the pods bound to this node (`NodePods`), the holder sources (`HolderSources`), the
+   `SplitController` (the ledger's only writer of sides: `bridge.node.split`), the `SlicePublisher`, the `DraNode`;
+   the device plugin's ListAndWatch reads `split.side_of`, its Allocate calls `split.guard_allocate`, and
+   NodePrepareResources calls `split.guard_prepare`: both halves go through the same ledger under one lock;
 4. `NodeDaemon`: adopts PodResources assignments and, in that hook, evaluates the split ONCE before the device
-   plugin serves (API down: carry on with the stored sides; the split's Node watch and retry loop converge later);
-   then the device plugin, then the components in order split -> publisher -> DRA plugin (stopped in reverse).
+   plugin serves (API down: carry on with the stored sides; the split's Node watch and evaluation loop converge
+   later); then the device plugin, then the components in order pods -> split -> publisher -> DRA plugin (stopped
+   in reverse).
 
 Wiring (the invariant "one owner per device" depends on every line of it):
 * health events fan out from the one device source to the device table (ListAndWatch), `DraNode.on_health`
   (DRAResourceHealth stream) and `SlicePublisher.set_health` (NoSchedule taint or removal from the slice);
 * every ownership change reaches `NodeDaemon.ownership_changed()` (fresh ListAndWatch lists) and
   `SlicePublisher.set_dra_devices` (the slice), after the checkpoint recorded it;
-* the split's in-use checks read live state: `in_use_legacy` from the kubelet's PodResources `List` (containers
-  holding `nvidia.com/gpu` devices), `in_use_dra` from the prepared claims in the checkpoint (every DRA device in
-  use on this node was prepared through it), plus, after a corrupt checkpoint only, PodResources' DRA devices of
-  our driver (a running container's claim is in use even if its record was lost);
-* an unprepare that freed devices kicks the split, so a split refused because of them applies at once;
+* the split's holders are facts from every source the node has (`bridge.node.holders`): PodResources, the
+  kubelet's device-manager checkpoint with the pods' init-container states, the claims allocated to this node's
+  devices (from the pods bound to it), our prepared claims;
+* an unprepare that freed devices, a pod or claim change, a confirmed slice write and a health change kick the
+  split, so a device waiting for its holder moves at once;
 * each `NotifyRegistrationStatus(registered=True)` republishes the slices (the kubelet wipes them when it starts).
 
 DRA mode: `on`, `off`, or `auto` = on when an API connection is configured (`--kubeconfig`, `KUBECONFIG`) or the
@@ -35,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,26 +49,32 @@ from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.metrics import SlicePublisherCollector
 from bridge.dra.plugin import PluginConfig as DraPluginConfig
 from bridge.dra.slicepublisher import SlicePublisher, TaintMode
-from bridge.dra.slices import DEFAULT_DRIVER, device_name
-from bridge.dra.split import StaticSplit, ownership_listener_for_publisher
+from bridge.dra.slices import DEFAULT_DRIVER
 from bridge.dra.stores import CheckpointClaimStore, ClaimCdi, OpenedCheckpoint, open_checkpoint
 from bridge.inventory.model import DeviceID, DeviceSource, GpuDevice
 from bridge.kube.api import NODES, KubeAPI
 from bridge.kube.errors import KubeError
 from bridge.kube.retry import RetryPolicy
 from bridge.ledger.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
-from bridge.ledger.ownership import Ownership
+from bridge.ledger.holders import Holder
+from bridge.ledger.ledger import Ledger, LedgerConfig
+from bridge.ledger.sides import Side, device_name
 from bridge.node.daemon import NodeConfig, NodeDaemon
-from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, AdoptionError, Holder, Holdings, list_holdings
+from bridge.node.holders import HolderSources, prepared_holders
+from bridge.node.kubeletcheckpoint import CHECKPOINT_FILE
+from bridge.node.metrics import SplitMetrics
+from bridge.node.nodepods import NodePods
+from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, AdoptionError, Holdings, list_holdings
 from bridge.node.sockets import SocketPathError, remove_stale_socket
+from bridge.node.split import SplitConfig, SplitController, publisher_listener
 
 log = logging.getLogger("bridge.node")
 
 DraMode = Literal["auto", "on", "off"]
 DRA_MODES: tuple[DraMode, ...] = ("auto", "on", "off")
-# Split grace: a withdrawn device is offered to neither API this long before the in-use check is repeated. 5 s
-# covers a ListAndWatch push (< 1 s) and the scheduler's informer seeing a ResourceSlice change.
-DEFAULT_SPLIT_GRACE_S = 5.0
+# Defaults of the ledger's timings (derived from the kubelet's and the scheduler's periods: see LedgerConfig).
+DEFAULT_SPLIT_GRACE_S = LedgerConfig.scheduler_grace_s
+DEFAULT_MOVE_TIMEOUT_S = LedgerConfig.move_timeout_s
 # API calls retry transient failures for at most this long each: the publisher, the split's watch/retry loop and
 # the kubelet's prepare retries are the long-term retry loops, so a single call must not hold a thread (or the
 # kubelet's 45 s prepare deadline) for the client's default 30 s.
@@ -83,8 +93,14 @@ class DraOptions:
     dra_devices: str | None = None  # the cluster default split (`--dra-devices`); the Node overrides it
     slice_taints: TaintMode = "auto"
     pod_uid: str | None = None
-    split_grace_s: float = DEFAULT_SPLIT_GRACE_S
+    split_grace_s: float = DEFAULT_SPLIT_GRACE_S  # scheduler grace after a slice without a device is published
+    move_timeout_s: float = DEFAULT_MOVE_TIMEOUT_S  # a move the scheduler cannot see by then is aborted
+    settle_s: float = LedgerConfig.settle_s
     boot_id_path: Path = Path(BOOT_ID_PATH)
+
+    def ledger_config(self) -> LedgerConfig:
+        return LedgerConfig(scheduler_grace_s=self.split_grace_s, move_timeout_s=self.move_timeout_s,
+                            settle_s=self.settle_s)
 
 
 def dra_wanted(opts: DraOptions, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
@@ -102,10 +118,6 @@ def dra_wanted(opts: DraOptions, environ: Mapping[str, str] | None = None) -> tu
         return True, "--dra auto: running in a cluster"
     return False, ("--dra auto: no API connection configured (no --kubeconfig, not in a cluster): serving the "
                    "device-plugin API only; DRA claims, ResourceSlices and the split need the API")
-
-
-def holder_text(h: Holder) -> str:
-    return f"pod {h.namespace}/{h.pod} container {h.container}"
 
 
 def device_plugin_socket_name(resource_name: str, pod_uid: str | None) -> str | None:
@@ -129,20 +141,22 @@ class DualNode:
         self.checkpoint = Checkpoint(config.state_dir, boot_id=lambda: read_boot_id(dra.boot_id_path))
         self.opened: OpenedCheckpoint | None = None
         self.kube: KubeAPI | None = None
-        self.split: StaticSplit | None = None
+        self.pods: NodePods | None = None
+        self.sources: HolderSources | None = None
+        self.split: SplitController | None = None
         self.publisher: SlicePublisher | None = None
         self.dra: DraNode | None = None
         self.daemon: NodeDaemon | None = None
-        self._static: Ownership | None = None  # the ledger when DRA is off (never changes then)
+        self._static: Ledger | None = None  # the ledger when DRA is off (never changes then)
 
     # ---- seams -------------------------------------------------------------------------------------------------
 
-    def side_of(self, uuid: DeviceID) -> str:
+    def side_of(self, uuid: DeviceID) -> Side | None:
         if self.split is not None:
             return self.split.side_of(uuid)
         if self._static is not None:
-            return self._static.side_of(uuid) or "unknown"
-        return "unknown"
+            return self._static.side_of(uuid)
+        return None
 
     @property
     def podresources_socket(self) -> str:
@@ -156,22 +170,10 @@ class DualNode:
         return list_holdings(path, self.config.resource_name, self.opts.driver if self.dra_on else None,
                              self.config.adopt_timeout_s)
 
-    def in_use_legacy(self) -> dict[str, str]:
-        return {uuid: "; ".join(holder_text(h) for h in holders) for uuid, holders in self.holdings().legacy.items()}
-
-    def in_use_dra(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for claim in self.checkpoint.read().data.claims.values():
-            for d in claim.devices:
-                out.setdefault(d.uuid, f"claim {claim.namespace}/{claim.name} ({claim.state})")
-        if self.opened is None or self.opened.corrupt is None:
-            return out  # the checkpoint records every claim this node prepared: it is the whole truth
-        by_name = {device_name(g): g.uuid for g in self.devices}
-        for dh in self.holdings().dynamic:
-            uuid = by_name.get(dh.device)
-            if uuid is not None and dh.pool == self.config.node_name:
-                out.setdefault(uuid, f"claim {dh.claim_namespace}/{dh.claim_name} used by {holder_text(dh.holder)}")
-        return out
+    def prepared(self) -> list[tuple[DeviceID, Holder]]:
+        """Our prepared-claim records as DRA holders (the checkpoint: every device this node prepared)."""
+        claims = self.checkpoint.read().data.claims.values()
+        return prepared_holders((c.namespace, c.name, c.state, [d.uuid for d in c.devices]) for c in claims)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -197,7 +199,7 @@ class DualNode:
         initial = self._initial_ownership(self.opened)
         if not self.dra_on:
             self._static = initial
-            withheld = [device_name(g) for g in initial.devices if initial.sides[g.uuid] != "legacy"]
+            withheld = [device_name(g) for g in initial.devices if initial.sides[g.uuid] is not Side.LEGACY]
             if withheld:
                 log.warning("the checkpoint puts %s on the DRA side; with DRA off they stay withheld from the device "
                             "plugin (a DRA pod may still use them). Run with DRA on and split 0 to return them.",
@@ -206,28 +208,49 @@ class DualNode:
             self.daemon.start()
             return
         self.kube = self._connect(API_RETRY_DEADLINE_S)
-        self.split = StaticSplit(self.devices, node_name=cfg.node_name, api=self.kube, flag=self.opts.dra_devices,
-                                 initial=initial, checkpoint=self.checkpoint, in_use_legacy=self.in_use_legacy,
-                                 in_use_dra=self.in_use_dra, grace_s=self.opts.split_grace_s)
-        self.publisher = SlicePublisher(self.kube, self.devices, node_name=cfg.node_name, driver=self.opts.driver,
-                                        dra_devices=self.split.dra_uuids(), taints=self.opts.slice_taints)
-        self.split.add_listener(ownership_listener_for_publisher(self.publisher.set_dra_devices))
-        self.split.add_listener(lambda _own: self.daemon.ownership_changed() if self.daemon else None)
+        self.pods = NodePods(self.kube, cfg.node_name, resource=cfg.resource_name, driver=self.opts.driver,
+                             on_change=lambda: self.split.kick("a pod or claim on this node changed")
+                             if self.split else None)
+        self.sources = HolderSources(
+            self.devices, resource_name=cfg.resource_name, driver=self.opts.driver, node_name=cfg.node_name,
+            podresources_socket=self.podresources_socket,
+            kubelet_checkpoint=cfg.kubelet_root / "device-plugins" / CHECKPOINT_FILE, pods=self.pods,
+            prepared=self.prepared, timeout_s=min(cfg.adopt_timeout_s, 5.0))
+        self.publisher = SlicePublisher(
+            self.kube, self.devices, node_name=cfg.node_name, driver=self.opts.driver,
+            dra_devices=[g.uuid for g in initial.on(Side.DRA)], taints=self.opts.slice_taints,
+            on_published=lambda _dra: self.split.kick("a ResourceSlice write was confirmed") if self.split else None)
+        publisher = self.publisher
+        self.pods.start()  # early, so the first evaluation (before the device plugin serves) can know the holders
+        split_metrics = SplitMetrics()
+        self.split = SplitController(
+            self.devices, SplitConfig(cfg.node_name, cfg.resource_name, flag=self.opts.dra_devices,
+                                      ledger=self.opts.ledger_config()),
+            sources=self.sources, api=self.kube, checkpoint=self.checkpoint, initial=initial,
+            published=publisher.published_dra,
+            unhealthy=lambda: self.daemon.table.unhealthy() if self.daemon and self.daemon.table else frozenset(),
+            metrics=split_metrics)
+        split = self.split
+        split.add_listener(publisher_listener(publisher.set_dra_devices))
+        split.add_listener(lambda _led: self.daemon.ownership_changed() if self.daemon else None)
         self.dra = DraNode(
             DraConfig(cfg.node_name, DraPluginConfig(driver=self.opts.driver, kubelet_root=str(cfg.kubelet_root),
                                                      pod_uid=self.opts.pod_uid),
                       cdi_root=cfg.cdi_root, boot_id_path=self.opts.boot_id_path),
-            self.kube, self.devices, self.split.side_of, CheckpointClaimStore(self.checkpoint),
-            on_registered=lambda: self.publisher.republish("DRA plugin (re)registered") if self.publisher else None,
+            self.kube, self.devices, split.side_of, CheckpointClaimStore(self.checkpoint),
+            on_registered=lambda: publisher.republish("DRA plugin (re)registered"),
             recover_claims=self._claims_in_use if self.opened.corrupt is not None else None,
-            on_released=self.split.kick,
+            on_released=lambda: split.kick("an unprepare freed devices"),
+            ownership=split,
         )
-        self.daemon = NodeDaemon(cfg, self.source, side_of=self.split.side_of, on_adopted=self._adopted,
-                                 components=[self.split, self.publisher, self.dra],
-                                 health_listeners=[self.dra.on_health, self.publisher.set_health])
-        # The DRA half's metrics on the daemon's /metrics (its registry is created with the daemon).
-        publisher = self.publisher
+        self.daemon = NodeDaemon(cfg, self.source, side_of=split.side_of, allocate_guard=split.guard_allocate,
+                                 on_adopted=self._adopted,
+                                 components=[self.pods, split, publisher, self.dra],
+                                 health_listeners=[self.dra.on_health, publisher.set_health,
+                                                   lambda _ev: split.kick("device health changed")])
+        # The DRA half's and the split's metrics on the daemon's /metrics (its registry is created with the daemon).
         self.daemon.metrics.registry.register(self.dra.metrics.registry)
+        self.daemon.metrics.registry.register(split_metrics.registry)
         self.daemon.metrics.registry.register(SlicePublisherCollector(lambda: publisher.stats,
                                                                       lambda: publisher.generation))
         self.daemon.start()
@@ -238,14 +261,14 @@ class DualNode:
         return connect(self.opts.kubeconfig, self.opts.context, timeout=API_TIMEOUT_S,
                        retry=RetryPolicy(deadline=deadline_s))
 
-    def _initial_ownership(self, opened: OpenedCheckpoint) -> Ownership:
+    def _initial_ownership(self, opened: OpenedCheckpoint) -> Ledger:
         if opened.exists and opened.data.sides:
-            return Ownership.adopt(self.devices, opened.data.sides)
-        own = Ownership.all_legacy(self.devices)
+            return Ledger.adopt(self.devices, opened.data.sides, opened.data.moves, now=time.monotonic())
+        own = Ledger.all_legacy(self.devices)
         if opened.corrupt is None or not self.dra_on:
             return own
         # The stored sides are lost: a device a running container uses through DRA must not be offered to the
-        # device plugin. Start it on the DRA side; the split then converges with its usual in-use checks.
+        # device plugin. Start it on the DRA side; the split then converges with its usual holder checks.
         try:
             by_name = {device_name(g): g.uuid for g in self.devices}
             held = {by_name[d.device] for d in self.holdings().dynamic
@@ -257,7 +280,7 @@ class DualNode:
         if held:
             log.warning("checkpoint lost: %d device(s) held by running DRA containers start on the DRA side",
                         len(held), extra={"node": self.config.node_name})
-        return own.with_sides({u: "dra" for u in held})
+        return Ledger(own.devices, {**own.sides, **{u: Side.DRA for u in held}})
 
     def _claims_in_use(self) -> Sequence[tuple[str, str]]:
         seen: dict[tuple[str, str], None] = {}
@@ -267,20 +290,19 @@ class DualNode:
         return list(seen)
 
     def _adopted(self, adoption: Adoption) -> None:
-        """Before the device plugin serves: converge the split once (safe moves only)."""
+        """Before the device plugin serves: one evaluation from a fresh read of the Node (moves that can start do;
+        they finish later, once the scheduler can see them)."""
         assert self.split is not None
+        if self.pods is not None:
+            self.pods.informer.wait_synced(STARTUP_NODE_READ_DEADLINE_S)
         try:
             node = self._connect(STARTUP_NODE_READ_DEADLINE_S).get(NODES, self.config.node_name)
-            outcome = self.split.evaluate(node)
-            if not outcome.moves and not outcome.refused:  # the split logs moves and refusals itself
-                log.info("%s", outcome.message, extra={"node": self.config.node_name})
         except KubeError as err:
             log.warning("cannot read Node %s to evaluate the DRA split (%s); carrying on with the stored sides: "
                         "%d device(s) on the DRA side", self.config.node_name, err,
                         len(self.split.dra_uuids()), extra={"node": self.config.node_name})
-        except AdoptionError as err:
-            log.error("cannot verify which devices are in use (%s); the split is not applied now and is retried",
-                      err, extra={"node": self.config.node_name})
+            return
+        self.split.evaluate(node)
 
     def stop(self) -> None:
         if self.daemon is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bridge.ledger import Side
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, VOLUME_MOUNTS
 from bridge.inventory.model import DeviceID
@@ -142,7 +143,7 @@ def test_allocate_refuses_unhealthy_and_dra_side_devices(make_node: NodeFactory,
     source = SimulatedSource.from_spec("4xH100-80GB", "node-a")
     gpus = [d.uuid for d in source.devices()]
     dra_side = {gpus[2]}
-    daemon = make_node(source=source, side_of=lambda d: "dra" if d in dra_side else "legacy")
+    daemon = make_node(source=source, side_of=lambda d: Side.DRA if d in dra_side else Side.LEGACY)
     stub = dp_stub(daemon.plugin.socket_path)
 
     with pytest.raises(grpc.RpcError) as err:
@@ -170,7 +171,7 @@ def test_dra_side_devices_are_reported_unhealthy_to_the_kubelet(kubelet: Kubelet
     source = SimulatedSource.from_spec("4xH100-80GB", "node-a")
     gpus = [d.uuid for d in source.devices()]
     dra_side: set[str] = set()
-    daemon = make_node(source=source, side_of=lambda d: "dra" if d in dra_side else "legacy")
+    daemon = make_node(source=source, side_of=lambda d: Side.DRA if d in dra_side else Side.LEGACY)
     assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 4, 20)
     dra_side.add(gpus[0])
     daemon.ownership_changed()

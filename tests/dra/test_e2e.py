@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bridge.ledger import Side
 from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.plugin import PluginConfig
 from bridge.dra.stores import CheckpointClaimStore
@@ -28,7 +29,7 @@ def daemon(cluster: Cluster) -> Iterator[DraNode]:
     boot.write_text("boot-1\n")
 
     def side_of(uuid: DeviceID) -> str:
-        return "legacy" if uuid in LEGACY else "dra"
+        return Side.LEGACY if uuid in LEGACY else Side.DRA
 
     node = DraNode(
         DraConfig(NODE, PluginConfig(kubelet_root=str(cluster.kubelet_root), health_resend_interval=0.5),

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bridge.ledger import Side
 from bridge.dra.claims import ClaimRef
 from bridge.dra.prepare import ClaimRecord, Preparer, RecordedDevice
 from bridge.dra.slices import device_name
@@ -50,7 +51,7 @@ class Env:
         self.preparer = self.make()
 
     def side_of(self, uuid: DeviceID) -> str:
-        return "legacy" if uuid in self.legacy else "dra"
+        return Side.LEGACY if uuid in self.legacy else Side.DRA
 
     def make(self, boot_id: str | None = None) -> Preparer:
         return Preparer(kube=self.kube, driver=DRIVER, pool=NODE, devices=GPUS, device_name=device_name,

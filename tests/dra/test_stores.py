@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.ledger import Side
 from bridge.dra.prepare import ClaimRecord, RecordedDevice
 from bridge.dra.stores import CheckpointClaimStore, open_checkpoint
 from bridge.inventory.model import DeviceID
@@ -118,7 +119,7 @@ def test_prepare_and_unprepare_wait_for_another_process_holding_the_node_lock_th
         "status": {"allocation": {"devices": {"results": [
             {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "node-a", "device": "gpu-1"}]}}}})
     preparer = Preparer(kube=kube, driver="gpu.dra-bridge.io", pool="node-a", devices=gpus, device_name=device_name,
-                        side_of=lambda _u: "dra", store=CheckpointClaimStore(Checkpoint(short_tmp / "st",
+                        side_of=lambda _u: Side.DRA, store=CheckpointClaimStore(Checkpoint(short_tmp / "st",
                                                                                         boot_id=lambda: "boot-1")),
                         cdi=ClaimCdi(short_tmp / "cdi", "gpu.dra-bridge.io"), boot_id="boot-1", lock_timeout=0.5,
                         record_events=False)

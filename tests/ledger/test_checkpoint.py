@@ -126,7 +126,7 @@ def test_data_that_could_not_be_read_back_is_refused_and_nothing_is_written(tmp_
     cp.update(lambda d: d.with_claim(CLAIM))
     before = (tmp_path / "checkpoint.json").read_bytes()
     with pytest.raises(ValueError, match="could not be read back: ownership.sides"):
-        cp.update(lambda d: d.with_sides({DeviceID("GPU-aaa"): "nobody"}))  # type: ignore[dict-item]
+        cp.update(lambda d: replace(d, sides={DeviceID("GPU-aaa"): "nobody"}))  # type: ignore[dict-item]
     assert (tmp_path / "checkpoint.json").read_bytes() == before
     assert cp_at(tmp_path).read().data.claims == {"uid-1": CLAIM}
 

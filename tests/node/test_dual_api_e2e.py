@@ -23,11 +23,12 @@ import pytest
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.inventory.simulated import devices_from_spec
-from bridge.kube import EVENTS, NODES, KubeAPI, connect
+from bridge.kube import EVENTS, NODES, PODS, KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import KubeletSimulator
 from bridge.sandbox.kubelet.dramanager import PodPrepareError
 from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, wait_until
+from tests.node.nodestatus import NodeStatusPoster
 
 pytestmark = pytest.mark.slow
 
@@ -108,9 +109,11 @@ def env(short_tmp: Path) -> Iterator[Env]:
                            "metadata": {"name": NODE, "annotations": {SPLIT_KEY: "2"}}})
         kubelet = KubeletSimulator(short_tmp / "kl", kube=connect(str(kubeconfig)), node_name=NODE,
                                    dra_call_timeout=20, dra_health_retry=0.2).start()
+        status = NodeStatusPoster(api, NODE, kubelet.devices).start()
         try:
             yield Env(api, kubeconfig, short_tmp, kubelet)
         finally:
+            status.stop()
             kubelet.stop()
 
 
@@ -184,15 +187,21 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         wait_until(lambda: env.slice_devices() == {"gpu-6", "gpu-7"}, 60, "the slice republished after the wipe")
         assert uid in kubelet.dra.prepare_pod_with_retry(pod, timeout=30)  # the kubelet prepares again: idempotent
 
-        # Moving gpu-7 back to legacy while its claim is prepared is refused, with an Event on the Node ...
+        # Target 0: gpu-6 (free) goes back to the device plugin; gpu-7 stays on DRA while its claim is prepared, and
+        # an Event on the Node says why ...
         env.set_split("0")
         event = wait_until(lambda: next((e for e in api.list(EVENTS, namespace="default")["items"]
-                                         if e["reason"] == "DRASplitRefused"), None), 30, "the refusal Event")
+                                         if e["reason"] == "DRADeviceNotMoved" and "held by" in e["message"]), None),
+                           30, "the waiting Event")
         assert event["involvedObject"]["kind"] == "Node" and event["involvedObject"]["name"] == NODE
-        assert "gpu-7" in event["message"] and "team-a/gpu" in event["message"]
-        assert healthy_split(kubelet) == (6, 2) and env.slice_devices() == {"gpu-6", "gpu-7"}
-        # ... and applied once the claim is unprepared: all 8 GPUs back on the device plugin, none in the slice.
+        assert "gpu-7 held by claim team-a/gpu" in event["message"] and "will move when free" in event["message"]
+        assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (7, 1), 60), proc.lines[-20:]
+        wait_until(lambda: env.slice_devices() == {"gpu-7"}, 60, "only gpu-7 left in the slice")
+        # ... and follows once the pod is gone (unprepared, deleted, its claim deallocated and deleted): all 8 GPUs
+        # back on the device plugin, none in the slice.
         kubelet.dra.unprepare_pod_with_retry(pod, timeout=30)
+        api.delete(PODS, "trainer", "team-a")
+        api.delete(api.resource_api().claims, "gpu", "team-a")
         assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (8, 0), 60), proc.lines[-20:]
         wait_until(lambda: env.slice_devices() == set(), 60, "gpu-6 and gpu-7 gone from the slice")
     finally:

@@ -19,6 +19,7 @@ from bridge.node.dual import DraOptions, DualNode, dra_wanted
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import KubeletSimulator
 from tests.dra.cluster import DRIVER, NODE, wait_until
+from tests.node.nodestatus import NodeStatusPoster
 
 RESOURCE = "nvidia.com/gpu"
 SPLIT_KEY = "dra-bridge.io/dra-devices"
@@ -36,6 +37,7 @@ class World:
         self.source = SimulatedSource.from_spec("8xH100-80GB", NODE)
         self.gpus = self.source.devices()
         self.nodes: list[DualNode] = []
+        self.status = NodeStatusPoster(self.api, NODE, self.kubelet.devices).start()
 
     def config(self) -> NodeConfig:
         return NodeConfig(node_name=NODE, kubelet_root=self.root / "kl", cdi_root=self.root / "cdi",
@@ -66,7 +68,12 @@ def world(short_tmp: Path) -> Iterator[World]:
         finally:
             for n in reversed(w.nodes):
                 n.stop()
+            w.status.stop()
             w.kubelet.stop()
+
+
+def converged(node: DualNode) -> bool:
+    return node.split is not None and node.split.last is not None and node.split.last.state == "converged"
 
 
 def ready(node: DualNode) -> dict[str, str | None]:
@@ -78,6 +85,7 @@ def ready(node: DualNode) -> dict[str, str | None]:
 def test_a_health_event_reaches_the_device_plugin_the_dra_health_stream_and_the_slice(world: World) -> None:
     node = world.start()
     assert world.kubelet.devices.wait_for(lambda m: world.counts() == (6, 2), 30)
+    wait_until(lambda: set(world.slice_devices()) == {"gpu-6", "gpu-7"}, 30, "gpu-6 and gpu-7 moved to DRA")
     wait_until(lambda: ready(node) == {"dra-registered": None, "dra-slices": None}, 30, "both halves ready")
     assert world.kubelet.dra is not None
     wait_until(lambda: world.kubelet.dra.health(DRIVER, NODE, "gpu-6") is not None, 30, "the health stream")
@@ -117,6 +125,7 @@ def test_a_corrupt_checkpoint_is_moved_aside_logged_and_the_split_rebuilt_from_t
     assert node.opened.corrupt.moved_to.read_text() == "{ truncated"
     assert any("is corrupt" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
     assert world.kubelet.devices.wait_for(lambda m: world.counts() == (6, 2), 30)
+    wait_until(lambda: converged(node), 30, "the split rebuilt from the Node")
     doc = json.loads((state / "checkpoint.json").read_text())
     assert sorted(s for s in doc["data"]["ownership"]["sides"].values()) == ["dra"] * 2 + ["legacy"] * 6
 

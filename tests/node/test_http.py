@@ -7,6 +7,7 @@ import urllib.request
 
 import pytest
 
+from bridge.ledger import Side
 from bridge.node.http import AddressError, parse_address
 from bridge.sandbox.kubelet import KubeletSimulator
 
@@ -93,7 +94,7 @@ def test_device_health_metrics_follow_the_gpus_even_with_no_kubelet_connected(sh
     gpus = [d.uuid for d in source.devices()]
     dra_side = {gpus[0]}
     daemon = NodeDaemon(NodeConfig(node_name="node-a", kubelet_root=short_tmp, http_address=("127.0.0.1", 0)),
-                        source, side_of=lambda d: "dra" if d in dra_side else "legacy")
+                        source, side_of=lambda d: Side.DRA if d in dra_side else Side.LEGACY)
     daemon.start()  # no kubelet.sock: never registered, no ListAndWatch stream open
     try:
         def sample(text: str, name: str, **labels: str) -> str | None:

@@ -1,0 +1,103 @@
+"""Who holds a device, as facts (pure values; `bridge.node.holders` gathers them from the node's sources).
+
+A holder is someone a device must not be taken from. Each is tied to the side it got the device through:
+
+legacy (the device plugin):
+* `CONTAINER` — a container PodResources `List` reports (app containers and sidecars);
+* `INIT_CONTAINER` — a non-restartable init container, which the real PodResources omits: its devices come from
+  the kubelet's device-manager checkpoint, its liveness from the pod's status (see `bridge.node.holders`);
+* `ALLOCATE` — an `Allocate` we answered that the kubelet has not reported yet (the ledger records these itself);
+
+DRA:
+* `PREPARED` — a claim record in our checkpoint (`PrepareStarted` or `PrepareCompleted`);
+* `ALLOCATED` — a claim allocated to a device of this node's pool, read from the pods bound to this node, whether
+  prepared or not: the scheduler allocates and binds long before the kubelet prepares;
+* `PREPARING` — a `NodePrepareResources` past the guard whose record is not written yet (recorded by the ledger).
+
+`Facts.unknown` says which side's holders could not be read now (PodResources socket missing, API unreachable, a
+claim unreadable) and why; the ledger never moves a device off a side whose facts are unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from bridge.inventory.model import DeviceID
+from bridge.ledger.sides import Side
+
+
+class HolderKind(StrEnum):
+    CONTAINER = "container"
+    INIT_CONTAINER = "init-container"
+    ALLOCATE = "allocate"
+    PREPARED = "prepared"
+    ALLOCATED = "allocated"
+    PREPARING = "preparing"
+
+    @property
+    def side(self) -> Side:
+        return Side.LEGACY if self in (HolderKind.CONTAINER, HolderKind.INIT_CONTAINER, HolderKind.ALLOCATE) \
+            else Side.DRA
+
+
+_KIND_TEXT = {
+    HolderKind.CONTAINER: "legacy container",
+    HolderKind.INIT_CONTAINER: "legacy init container",
+    HolderKind.ALLOCATE: "device-plugin Allocate not yet visible in PodResources",
+    HolderKind.PREPARED: "DRA claim prepared",
+    HolderKind.ALLOCATED: "DRA claim allocated, not prepared yet",
+    HolderKind.PREPARING: "DRA NodePrepareResources in progress",
+}
+
+
+@dataclass(frozen=True)
+class Holder:
+    kind: HolderKind
+    who: str  # "pod ml/train-7 container main", "claim ml/gpu-0 (pod ml/train-7)"
+
+    @property
+    def side(self) -> Side:
+        return self.kind.side
+
+    def describe(self) -> str:
+        """For logs, Events and per-claim errors: `pod ml/train-7 container init (legacy init container)`."""
+        return f"{self.who} ({_KIND_TEXT[self.kind]})"
+
+
+def describe_all(holders: Iterable[Holder], limit: int = 3) -> str:
+    items = list(dict.fromkeys(h.describe() for h in holders))
+    text = "; ".join(items[:limit])
+    return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Holders by device, and the sides whose holders could not be read (side -> why)."""
+
+    holders: Mapping[DeviceID, tuple[Holder, ...]] = field(default_factory=dict)
+    unknown: Mapping[Side, str] = field(default_factory=dict)
+
+    def of(self, device: DeviceID, side: Side | None = None) -> tuple[Holder, ...]:
+        found = self.holders.get(device, ())
+        return found if side is None else tuple(h for h in found if h.side is side)
+
+    def known(self, side: Side) -> bool:
+        return side not in self.unknown
+
+    @staticmethod
+    def build(pairs: Iterable[tuple[DeviceID, Holder]], unknown: Mapping[Side, str] | None = None) -> Facts:
+        out: dict[DeviceID, list[Holder]] = {}
+        for device, holder in pairs:
+            got = out.setdefault(device, [])
+            if holder not in got:
+                got.append(holder)
+        return Facts({d: tuple(hs) for d, hs in out.items()}, dict(unknown or {}))
+
+    def merged(self, other: Facts) -> Facts:
+        pairs = [(d, h) for f in (self, other) for d, hs in f.holders.items() for h in hs]
+        return Facts.build(pairs, {**self.unknown, **other.unknown})
+
+
+__all__ = ["Facts", "Holder", "HolderKind", "describe_all"]

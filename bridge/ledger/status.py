@@ -1,0 +1,243 @@
+"""The node's split status: ONE versioned, documented schema, written by the node daemon, read by everyone else.
+
+Where: the Node annotation `dra-bridge.io/split-status` (JSON, compact). Chosen over a separate object because it
+travels with the Node: `kubectl get node -o yaml`, a `migrate-report` snapshot and `bridge node status` all see it
+without extra RBAC or a CRD, and it disappears with the Node. The daemon writes it (merge patch on the Node's
+metadata) only when its content changes, so a quiet node costs no writes; `updated` is the time of the last change,
+not a heartbeat (the daemon's liveness is its pod's readiness). Size: devices x (name, UUID, side, up to 4 holders)
+plus at most 8 pending entries and 5 refusals, every message cut at 300 characters: about 2 KiB for 8 GPUs, and
+`encode` drops the holder details if a document would still exceed 16 KiB, well inside the 256 KiB that all of a
+Node's annotations share.
+
+Schema, version 1 (readers accept any version they know and refuse newer ones, naming the version):
+
+    {"version": 1,
+     "node": "gpu-node-7",
+     "updated": "2025-06-01T12:00:00Z",                  RFC 3339 UTC, when the content last changed
+     "requested": {"value": "4", "source": "annotation"},   source: annotation | label | flag | default
+     "state": "converging",                              converged | converging | refused
+     "message": "…",                                     the refusal, or a one-line summary
+     "wanted": 4,                                        devices the target puts on DRA (null when refused)
+     "counts": {"legacy": 4, "dra": 3, "withdrawn": 1},
+     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy", "holders": ["pod a/b container c (legacy container)"]}],
+     "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "held",
+                  "reason": "gpu-5 held by pod ml/train-7 container init (legacy init container); will move when free"}],
+     "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}]}
+
+`pending[].phase` is a move phase (`waiting-node-status`, `waiting-slice`, `waiting-scheduler`, `verifying`) for a
+device in transit, or `held`, `unknown` (its side's holders cannot be read), `cooldown` (its last move timed out)
+for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bridge.ledger.holders import Facts
+from bridge.ledger.ledger import Decision
+from bridge.ledger.sides import SIDES, Side, device_name, parse_side
+from bridge.ledger.target import RequestSource, SplitRequest
+
+STATUS_KEY = "dra-bridge.io/split-status"
+STATUS_VERSION = 1
+MAX_MESSAGE = 300
+MAX_HOLDERS = 4
+MAX_PENDING = 8
+MAX_REFUSALS = 5
+MAX_BYTES = 16 * 1024
+STATES = ("converged", "converging", "refused")
+REFUSAL_APIS = ("split", "allocate", "prepare")
+_SOURCES = ("annotation", "label", "flag", "default")
+
+
+class StatusError(ValueError):
+    """A split-status annotation that cannot be read (not JSON, newer version, malformed field)."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    name: str
+    uuid: str
+    side: Side
+    holders: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PendingStatus:
+    device: str
+    source: Side
+    target: Side
+    phase: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RefusalStatus:
+    time: str
+    api: Literal["split", "allocate", "prepare"]
+    device: str
+    message: str
+
+
+@dataclass(frozen=True)
+class SplitStatus:
+    node: str
+    updated: str
+    requested: str
+    source: RequestSource
+    state: Literal["converged", "converging", "refused"]
+    message: str
+    wanted: int | None
+    devices: tuple[DeviceStatus, ...] = ()
+    pending: tuple[PendingStatus, ...] = ()
+    refusals: tuple[RefusalStatus, ...] = field(default=())
+
+    def counts(self) -> dict[str, int]:
+        return {s.value: sum(1 for d in self.devices if d.side is s) for s in SIDES}
+
+    def same_content(self, other: SplitStatus | None) -> bool:
+        """Equal apart from `updated` (the daemon writes only when this is False)."""
+        return other is not None and _doc(self, with_time=False) == _doc(other, with_time=False)
+
+    def encode(self) -> str:
+        doc = _doc(self, with_time=True)
+        text = json.dumps(doc, separators=(",", ":"), sort_keys=False)
+        if len(text.encode()) > MAX_BYTES:
+            for d in doc["devices"]:
+                d["holders"] = d["holders"][:1]
+            text = json.dumps(doc, separators=(",", ":"))
+        return text
+
+
+def _doc(s: SplitStatus, *, with_time: bool) -> dict[str, Any]:
+    doc: dict[str, Any] = {"version": STATUS_VERSION, "node": s.node}
+    if with_time:
+        doc["updated"] = s.updated
+    doc.update({
+        "requested": {"value": s.requested, "source": s.source},
+        "state": s.state,
+        "message": _cut(s.message),
+        "wanted": s.wanted,
+        "counts": s.counts(),
+        "devices": [{"name": d.name, "uuid": d.uuid, "side": d.side.value,
+                     "holders": [_cut(h) for h in d.holders[:MAX_HOLDERS]]
+                     + ([f"and {len(d.holders) - MAX_HOLDERS} more"] if len(d.holders) > MAX_HOLDERS else [])}
+                    for d in s.devices],
+        "pending": [{"device": p.device, "from": p.source.value, "to": p.target.value, "phase": p.phase,
+                     "reason": _cut(p.reason)} for p in s.pending[:MAX_PENDING]],
+        "refusals": [{"time": r.time, "api": r.api, "device": r.device, "message": _cut(r.message)}
+                     for r in s.refusals[-MAX_REFUSALS:]],
+    })
+    return doc
+
+
+def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    v = d.get(key)
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is int:
+        raise StatusError(f"{where}.{key}: unexpected value {v!r}")
+    return v
+
+
+def decode(text: str) -> SplitStatus:
+    """Read a split-status annotation; `StatusError` naming what is wrong."""
+    try:
+        doc = json.loads(text)
+    except ValueError as err:
+        raise StatusError(f"{STATUS_KEY} is not JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise StatusError(f"{STATUS_KEY}: expected a JSON object")
+    version = doc.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise StatusError(f"{STATUS_KEY}: missing or bad version {version!r}")
+    if version > STATUS_VERSION:
+        raise StatusError(f"{STATUS_KEY} has schema version {version}, written by a newer dra-bridge; this one reads "
+                          f"version {STATUS_VERSION}")
+    req = _field(doc, "requested", dict, "status")
+    source = _field(req, "source", str, "status.requested")
+    state = _field(doc, "state", str, "status")
+    if source not in _SOURCES or state not in STATES:
+        raise StatusError(f"{STATUS_KEY}: unknown requested.source {source!r} or state {state!r}")
+    wanted = doc.get("wanted")
+    if wanted is not None and (not isinstance(wanted, int) or isinstance(wanted, bool)):
+        raise StatusError(f"{STATUS_KEY}.wanted: expected a number or null, got {wanted!r}")
+    try:
+        devices = tuple(DeviceStatus(_field(d, "name", str, "devices[]"), str(d.get("uuid", "")),
+                                     parse_side(d.get("side"), "devices[].side"),
+                                     tuple(str(h) for h in d.get("holders") or []))
+                        for d in _field(doc, "devices", list, "status"))
+        pending = tuple(PendingStatus(_field(p, "device", str, "pending[]"), parse_side(p.get("from"), "pending[].from"),
+                                      parse_side(p.get("to"), "pending[].to"), str(p.get("phase", "")),
+                                      str(p.get("reason", "")))
+                        for p in doc.get("pending") or [])
+        refusals = tuple(RefusalStatus(str(r.get("time", "")), r["api"] if r.get("api") in REFUSAL_APIS else "split",
+                                       str(r.get("device", "")), str(r.get("message", "")))
+                         for r in doc.get("refusals") or [])
+    except (ValueError, TypeError, AttributeError) as err:
+        raise StatusError(f"{STATUS_KEY}: {err}") from err
+    return SplitStatus(node=str(doc.get("node", "")), updated=str(doc.get("updated", "")),
+                       requested=str(_field(req, "value", str, "status.requested")), source=source,
+                       state=state, message=str(doc.get("message", "")), wanted=wanted, devices=devices,
+                       pending=pending, refusals=refusals)
+
+
+def status_of(node: Mapping[str, Any] | None) -> SplitStatus | None:
+    """The status annotation of a Node object; None when there is none. Raises StatusError when unreadable."""
+    text = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(STATUS_KEY)
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return decode(text)
+
+
+def build_status(*, node: str, request: SplitRequest, decision: Decision, facts: Facts,
+                 refusals: Sequence[RefusalStatus], updated: str) -> SplitStatus:
+    """The status document for one evaluation (pure)."""
+    led = decision.ledger
+    devices = []
+    for gpu in led.devices:
+        side = led.sides[gpu.uuid]
+        sides = (side,) if side is not Side.WITHDRAWN else (Side.LEGACY, Side.DRA)
+        holders = tuple(dict.fromkeys(h.describe() for s in sides for h in led.holders(gpu.uuid, s, facts)))
+        devices.append(DeviceStatus(device_name(gpu), str(gpu.uuid), side, holders))
+    pending = [PendingStatus(w.name, led.moves[w.device].source if w.device in led.moves else w.side, w.target,
+                             w.phase, w.reason) for w in decision.waiting]
+    listed = {w.device for w in decision.waiting}
+    for uuid, mv in sorted(led.moves.items(), key=lambda kv: led.name_of(kv[0])):
+        if uuid not in listed:
+            pending.append(PendingStatus(led.name_of(uuid), mv.source, mv.target, mv.phase.value, "withdrawn just now"))
+    if decision.refusal:
+        message = decision.refusal
+    else:
+        message = summary_counts(devices)
+        if decision.wanted is not None and decision.state != "converged":
+            message += f"; the target puts {decision.wanted} on DRA"
+    return SplitStatus(node=node, updated=updated, requested=request.text, source=request.source,
+                       state=decision.state, message=message, wanted=decision.wanted, devices=tuple(devices),
+                       pending=tuple(pending), refusals=tuple(refusals))
+
+
+def summary_counts(devices: Sequence[DeviceStatus]) -> str:
+    c = {s: sum(1 for d in devices if d.side is s) for s in SIDES}
+    text = f"{c[Side.DRA]} of {len(devices)} GPUs on DRA"
+    return text + (f", {c[Side.WITHDRAWN]} moving" if c[Side.WITHDRAWN] else "")
+
+
+__all__ = [
+    "DeviceStatus",
+    "PendingStatus",
+    "RefusalStatus",
+    "STATUS_KEY",
+    "STATUS_VERSION",
+    "SplitStatus",
+    "StatusError",
+    "build_status",
+    "decode",
+    "status_of",
+    "summary_counts",
+]
