@@ -1,0 +1,280 @@
+"""The ownership ledger's decisions (pure): which devices move, when a move is done, what the guards allow."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bridge.inventory import DeviceID, devices_from_spec
+from bridge.ledger import (
+    Facts,
+    Holder,
+    HolderKind,
+    Ledger,
+    LedgerConfig,
+    Observations,
+    Phase,
+    Side,
+    choose_dra,
+    device_name,
+    guard_allocate,
+    guard_prepare,
+    parse_split,
+    reconcile,
+)
+
+GPUS = devices_from_spec("8xH100-80GB", "node-1")  # NUMA 0: gpu-0..3, NUMA 1: gpu-4..7, full NVLink mesh
+U = [g.uuid for g in GPUS]
+CFG = LedgerConfig(scheduler_grace_s=5, settle_s=1, move_timeout_s=60, cooldown_s=30)
+FREE = Facts()
+
+
+def names(ids) -> list[str]:  # type: ignore[no-untyped-def]
+    by = {g.uuid: device_name(g) for g in GPUS}
+    return sorted((by[i] for i in ids), key=lambda n: int(n.split("-")[1]))
+
+
+def sides(led: Ledger) -> dict[str, str]:
+    return {device_name(g): str(led.sides[g.uuid]) for g in GPUS}
+
+
+def held(i: int, kind: HolderKind = HolderKind.CONTAINER, who: str = "pod ml/train-7 container main") -> Facts:
+    return Facts.build([(U[i], Holder(kind, who))])
+
+
+def obs(now: float, alloc: int | None = None, at: float = -100.0, published: list[int] | None = None) -> Observations:
+    return Observations(now=now, node_allocatable=alloc, node_changed_at=at if alloc is not None else None,
+                        published_dra=None if published is None else frozenset(U[i] for i in published))
+
+
+def settle(led: Ledger, target: str, facts: Facts = FREE, *, start: float = 0.0) -> Ledger:
+    """Drive moves to the end as a well-behaved kubelet and publisher would (node status and slice follow)."""
+    now = start
+    for _ in range(20):
+        legacy = led.legacy_offered()
+        published = [i for i, g in enumerate(GPUS) if led.sides[g.uuid] is Side.DRA]
+        d = reconcile(led, parse_split(target), facts, obs(now, legacy, now - 2, published), CFG)
+        led = d.ledger
+        if d.state == "converged":
+            return led
+        now += 6
+    raise AssertionError(f"did not converge: {sides(led)}")
+
+
+# ---- choice -------------------------------------------------------------------------------------------------------
+
+def test_a_count_on_an_idle_node_takes_the_highest_indexes_of_one_numa_node() -> None:
+    assert names(choose_dra(GPUS, 2, on_dra=())) == ["gpu-6", "gpu-7"]
+    assert names(choose_dra(GPUS, 4, on_dra=())) == ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+    assert names(choose_dra(GPUS, 6, on_dra=())) == ["gpu-2", "gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+
+
+def test_busy_devices_are_avoided_while_a_free_one_can_take_their_place() -> None:
+    assert names(choose_dra(GPUS, 2, on_dra=(), busy={U[7]})) == ["gpu-5", "gpu-6"]
+    everything_busy = set(U)
+    assert names(choose_dra(GPUS, 1, on_dra=(), busy=everything_busy)) == ["gpu-7"]
+
+
+def test_devices_already_on_dra_stay_and_only_the_difference_moves() -> None:
+    assert names(choose_dra(GPUS, 2, on_dra={U[1], U[2]})) == ["gpu-1", "gpu-2"]
+    # shrinking releases the free, least attached, lowest devices first: the NUMA-0 pair goes
+    assert names(choose_dra(GPUS, 4, on_dra={U[2], U[3], U[4], U[5], U[6], U[7]})) == ["gpu-4", "gpu-5", "gpu-6",
+                                                                                       "gpu-7"]
+    assert names(choose_dra(GPUS, 1, on_dra={U[6], U[7]}, busy={U[6]})) == ["gpu-6"]
+
+
+def test_growing_joins_the_numa_island_of_the_devices_already_there() -> None:
+    assert names(choose_dra(GPUS, 3, on_dra={U[1]})) == ["gpu-1", "gpu-2", "gpu-3"]
+
+
+def test_a_move_in_flight_is_cancelled_before_a_settled_device_moves() -> None:
+    assert names(choose_dra(GPUS, 1, on_dra={U[3], U[7]}, in_flight={U[3]})) == ["gpu-7"]
+
+
+# ---- reconcile: legacy -> dra -------------------------------------------------------------------------------------
+
+def test_legacy_to_dra_withdraws_at_once_and_finishes_only_when_the_node_shows_the_smaller_count() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("2"), FREE, obs(0, alloc=8), CFG)
+    assert [e.describe() for e in d.events] == ["gpu-6 withdrawn, moving legacy->dra",
+                                                "gpu-7 withdrawn, moving legacy->dra"]
+    assert d.state == "converging" and d.ledger.legacy_offered() == 6
+    d = reconcile(d.ledger, parse_split("2"), FREE, obs(30, alloc=8), CFG)  # the kubelet has not posted yet
+    assert d.ledger.on(Side.DRA) == () and "it shows 8" in d.waiting[0].reason
+    d = reconcile(d.ledger, parse_split("2"), FREE, obs(30.5, alloc=6, at=30.0), CFG)  # posted, scheduler lag
+    assert d.ledger.on(Side.DRA) == ()
+    d = reconcile(d.ledger, parse_split("2"), FREE, obs(31.5, alloc=6, at=30.0), CFG)
+    assert d.state == "converged" and [device_name(g) for g in d.ledger.on(Side.DRA)] == ["gpu-6", "gpu-7"]
+    assert {e.kind for e in d.events} == {"finished"}
+
+
+def test_an_unknown_node_status_never_finishes_a_move_and_the_timeout_aborts_it() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("1"), FREE, obs(0), CFG)
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(59), CFG)
+    assert d.ledger.side_of(U[7]) is Side.WITHDRAWN
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(60, alloc=8), CFG)
+    [abort] = d.events
+    assert abort.kind == "aborted" and "still shows 8" in abort.reason and "node status" in abort.reason
+    assert d.ledger.side_of(U[7]) is Side.LEGACY and U[7] in d.ledger.cooldown
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(61, alloc=8), CFG)
+    assert d.waiting[0].phase == "cooldown" and d.ledger.side_of(U[7]) is Side.LEGACY
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(91, alloc=8), CFG)
+    assert d.ledger.side_of(U[7]) is Side.WITHDRAWN  # tried again after the cooldown
+
+
+def test_a_device_taken_while_withdrawn_aborts_the_move_back_to_its_side() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("1"), FREE, obs(0, alloc=8), CFG)
+    d = reconcile(d.ledger, parse_split("1"), held(7), obs(5, alloc=7, at=2), CFG)
+    [abort] = d.events
+    assert abort.kind == "aborted" and "taken by pod ml/train-7 container main (legacy container)" in abort.reason
+    assert d.ledger.side_of(U[7]) is Side.LEGACY
+    d = reconcile(d.ledger, parse_split("1"), held(7), obs(6, alloc=7, at=2), CFG)
+    assert d.ledger.side_of(U[6]) is Side.WITHDRAWN  # another free device takes its place
+
+
+# ---- reconcile: dra -> legacy -------------------------------------------------------------------------------------
+
+def test_dra_to_legacy_waits_for_the_slice_without_it_and_the_scheduler_grace() -> None:
+    led = settle(Ledger.all_legacy(GPUS), "2")
+    d = reconcile(led, parse_split("1"), FREE, obs(100, 6, published=[6, 7]), CFG)
+    assert [e.describe() for e in d.events] == ["gpu-6 withdrawn, moving dra->legacy"]
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(101, 6, published=[6, 7]), CFG)
+    assert d.waiting[0].phase == Phase.SLICE
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(102, 6, published=[7]), CFG)
+    assert d.waiting[0].phase == Phase.SCHEDULER and d.ledger.side_of(U[6]) is Side.WITHDRAWN
+    d = reconcile(d.ledger, parse_split("1"), FREE, obs(107, 6, published=[7]), CFG)
+    assert d.state == "converged" and d.ledger.side_of(U[6]) is Side.LEGACY
+
+
+def test_a_claim_allocated_during_the_grace_keeps_the_device_on_dra() -> None:
+    led = settle(Ledger.all_legacy(GPUS), "1")
+    d = reconcile(led, parse_split("0"), FREE, obs(100, 7, published=[7]), CFG)
+    d = reconcile(d.ledger, parse_split("0"), FREE, obs(101, 7, published=[]), CFG)
+    allocated = held(7, HolderKind.ALLOCATED, "claim ml/gpu (pod ml/infer-0)")
+    d = reconcile(d.ledger, parse_split("0"), allocated, obs(106, 7, published=[]), CFG)
+    assert d.ledger.side_of(U[7]) is Side.DRA and d.events[0].kind == "aborted"
+    d = reconcile(d.ledger, parse_split("0"), allocated, obs(107, 7, published=[7]), CFG)
+    assert d.waiting[0].reason == ("gpu-7 held by claim ml/gpu (pod ml/infer-0) (DRA claim allocated, not prepared "
+                                   "yet); will move when free")
+
+
+# ---- reconcile: busy devices, unknown holders, target changes -----------------------------------------------------
+
+def test_free_devices_move_now_and_busy_ones_wait_with_their_holder_named() -> None:
+    facts = Facts.build([(U[i], Holder(HolderKind.CONTAINER, f"pod ml/p{i} container c")) for i in (0, 1, 2)])
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("all"), facts, obs(0, 8), CFG)
+    assert names(u for u, m in d.ledger.moves.items()) == ["gpu-3", "gpu-4", "gpu-5", "gpu-6", "gpu-7"]
+    assert [w.reason for w in d.waiting] == [f"gpu-{i} held by pod ml/p{i} container c (legacy container); will move "
+                                             "when free" for i in (0, 1, 2)]
+
+
+def test_unknown_holders_mean_do_not_move() -> None:
+    unknown = Facts(unknown={Side.LEGACY: "no PodResources socket at /var/lib/kubelet/pod-resources/kubelet.sock"})
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("2"), unknown, obs(0, 8), CFG)
+    assert d.events == () and d.ledger.moves == {}
+    assert "holders are unknown (no PodResources socket" in d.waiting[0].reason
+
+
+def test_changing_the_target_before_a_move_finishes_returns_the_device_at_once() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("1"), FREE, obs(0, 8), CFG)
+    d = reconcile(d.ledger, parse_split("0"), FREE, obs(1, 8), CFG)
+    assert d.ledger.side_of(U[7]) is Side.LEGACY and d.state == "converged"
+    assert "the target changed" in d.events[0].reason
+
+
+def test_a_target_that_does_not_fit_keeps_the_current_split() -> None:
+    led = settle(Ledger.all_legacy(GPUS), "2")
+    d = reconcile(led, parse_split("9"), FREE, obs(200, 6, published=[6, 7]), CFG)
+    assert d.state == "refused" and d.wanted is None and "asks for 9 devices but this node has 8" in d.refusal
+    assert d.ledger.sides == led.sides
+
+
+def test_a_device_withdrawn_without_a_recorded_move_is_checked_on_both_sides() -> None:
+    led = Ledger.adopt(GPUS, {U[7]: Side.WITHDRAWN})
+    claim = held(7, HolderKind.PREPARED, "claim ml/c")
+    d = reconcile(led, parse_split("0"), claim, obs(0, 7, published=[]), CFG)
+    assert d.events[0].kind == "started" and d.ledger.moves[U[7]].sides_to_verify == (Side.LEGACY, Side.DRA)
+    for now in (1, 7):
+        d = reconcile(d.ledger, parse_split("0"), claim, obs(now, 7, published=[]), CFG)
+    assert d.ledger.side_of(U[7]) is Side.DRA  # a DRA claim holds it: back where the holder got it
+
+
+def test_a_stored_move_resumes_from_its_first_phase() -> None:
+    led = Ledger.adopt(GPUS, {**{u: Side.LEGACY for u in U}, U[7]: Side.WITHDRAWN}, {U[7]: (Side.LEGACY, Side.DRA)},
+                       now=50)
+    assert led.moves[U[7]].phase is Phase.NODE_STATUS and led.moves[U[7]].started_at == 50
+
+
+# ---- guards ---------------------------------------------------------------------------------------------------------
+
+def test_allocate_refuses_devices_of_the_other_side_and_changes_nothing() -> None:
+    led = settle(Ledger.all_legacy(GPUS), "1")
+    new, refusals, _ = guard_allocate(led, [U[0], U[7]], 0.0, CFG)
+    assert new is led and [r.name for r in refusals] == ["gpu-7"]
+    assert "is on the dra side of the ownership ledger, not legacy; device-plugin Allocate refused" in \
+        refusals[0].message
+    assert guard_allocate(led, ["GPU-nope"], 0.0, CFG)[1][0].owner is None
+
+
+def test_an_answered_allocate_holds_the_device_until_podresources_can_show_it() -> None:
+    new, refusals, _ = guard_allocate(Ledger.all_legacy(GPUS), [U[7]], 0.0, CFG)
+    assert refusals == []
+    d = reconcile(new, parse_split("1"), FREE, obs(1, 8), CFG)
+    assert d.ledger.side_of(U[7]) is Side.LEGACY and d.ledger.side_of(U[6]) is Side.WITHDRAWN
+    d = reconcile(new, parse_split("gpu-7"), FREE, obs(1, 8), CFG)
+    assert "device-plugin Allocate not yet visible in PodResources" in d.waiting[0].reason
+    d = reconcile(new, parse_split("gpu-7"), FREE, obs(31, 8), CFG)  # expired
+    assert d.ledger.side_of(U[7]) is Side.WITHDRAWN
+
+
+def test_an_allocate_racing_a_withdrawal_wins_and_aborts_the_move() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("1"), FREE, obs(0, 8), CFG)
+    new, refusals, events = guard_allocate(d.ledger, [U[7]], 0.2, CFG)
+    assert refusals == [] and new.side_of(U[7]) is Side.LEGACY and U[7] not in new.moves
+    assert events[0].kind == "aborted" and "before the kubelet saw the withdrawal" in events[0].reason
+
+
+def test_prepare_takes_a_free_device_back_from_the_device_plugin() -> None:
+    new, refusals, events = guard_prepare(Ledger.all_legacy(GPUS), [U[3]], "ml/c", "uid-1", lambda: FREE, 0.0, CFG)
+    assert refusals == [] and new.side_of(U[3]) is Side.DRA
+    assert events[0].kind == "reclaimed" and "taken back for ResourceClaim ml/c" in events[0].reason
+    # the prepare in progress is a DRA holder until it ends
+    d = reconcile(new, parse_split("0"), FREE, obs(1, 7, published=[3]), CFG)
+    assert "NodePrepareResources in progress" in d.waiting[0].reason
+    assert reconcile(new.prepare_done("uid-1"), parse_split("0"), FREE, obs(1, 7, published=[3]), CFG).events
+
+
+def test_prepare_for_a_device_held_by_a_legacy_pod_is_refused_naming_the_holder() -> None:
+    new, refusals, _ = guard_prepare(Ledger.all_legacy(GPUS), [U[3]], "ml/c", "uid-1",
+                                     lambda: held(3, HolderKind.INIT_CONTAINER, "pod ml/train-7 container init"), 0.0, CFG)
+    assert new.side_of(U[3]) is Side.LEGACY
+    assert refusals[0].message == (f"device gpu-3 ({U[3]}) is held on the legacy side by pod ml/train-7 container "
+                                   "init (legacy init container); ResourceClaim ml/c is prepared once it is free")
+
+
+def test_prepare_with_unknown_legacy_holders_is_refused_and_retried() -> None:
+    unknown = Facts(unknown={Side.LEGACY: "the kubelet is not running"})
+    _, refusals, _ = guard_prepare(Ledger.all_legacy(GPUS), [U[3]], "ml/c", "u", lambda: unknown, 0.0, CFG)
+    assert "device-plugin holders are unknown (the kubelet is not running); retried" in refusals[0].message
+
+
+def test_prepare_for_a_device_moving_to_legacy_keeps_it_on_dra() -> None:
+    led = settle(Ledger.all_legacy(GPUS), "1")
+    d = reconcile(led, parse_split("0"), FREE, obs(100, 7, published=[7]), CFG)
+    calls: list[int] = []
+    new, refusals, events = guard_prepare(d.ledger, [U[7]], "ml/c", "u", lambda: calls.append(1) or FREE, 100.5, CFG)
+    assert refusals == [] and new.side_of(U[7]) is Side.DRA and calls == []
+    assert "allocated it before the scheduler saw the withdrawal" in events[0].reason
+
+
+def test_the_ledger_rejects_sides_that_do_not_match_its_devices() -> None:
+    with pytest.raises(ValueError, match="do not match the devices"):
+        Ledger(tuple(GPUS), {U[0]: Side.LEGACY})
+    led = Ledger.all_legacy(GPUS)
+    with pytest.raises(ValueError, match="move of .* is recorded but the device is legacy"):
+        replace(led, moves={U[0]: reconcile(led, parse_split("gpu-0"), FREE, obs(0), CFG).ledger.moves[U[0]]})
+
+
+def test_devices_new_to_the_node_start_legacy_and_vanished_ones_are_dropped() -> None:
+    led = Ledger.adopt(GPUS[:7], {U[7]: Side.DRA, U[0]: Side.DRA, DeviceID("GPU-gone"): Side.DRA})
+    assert led.side_of(U[0]) is Side.DRA and led.side_of(U[1]) is Side.LEGACY and led.side_of("GPU-gone") is None

@@ -1,0 +1,84 @@
+"""The split-status annotation: one versioned schema, small, read back exactly, refused clearly when unreadable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bridge.inventory import devices_from_spec
+from bridge.ledger import (
+    STATUS_KEY,
+    Facts,
+    Holder,
+    HolderKind,
+    Ledger,
+    Observations,
+    StatusError,
+    build_status,
+    decode,
+    parse_split,
+    reconcile,
+    requested_split,
+    status_of,
+)
+from bridge.ledger.status import MAX_BYTES, RefusalStatus
+
+GPUS = devices_from_spec("8xH100-80GB", "node-1")
+
+
+def status_for(target: str, facts: Facts = Facts(), refusals: tuple[RefusalStatus, ...] = ()):  # type: ignore[no-untyped-def]
+    req = requested_split({"metadata": {"annotations": {"dra-bridge.io/dra-devices": target}}})
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split(target), facts, Observations(now=0, node_allocatable=8,
+                                                                                   node_changed_at=-10))
+    return build_status(node="node-1", request=req, decision=d, facts=facts, refusals=refusals,
+                        updated="2025-06-01T12:00:00Z")
+
+
+def test_the_document_round_trips_and_says_what_a_reader_needs() -> None:
+    busy = Facts.build([(GPUS[7].uuid, Holder(HolderKind.INIT_CONTAINER, "pod ml/train-7 container init"))])
+    s = status_for("gpu-5,gpu-7", busy, (RefusalStatus("2025-06-01T11:59:00Z", "allocate", "gpu-6", "refused"),))
+    doc = json.loads(s.encode())
+    assert doc["version"] == 1 and doc["node"] == "node-1" and doc["requested"] == {"value": "gpu-5,gpu-7",
+                                                                                   "source": "annotation"}
+    assert doc["state"] == "converging" and doc["wanted"] == 2
+    assert doc["counts"] == {"legacy": 7, "dra": 0, "withdrawn": 1}
+    gpu7 = doc["devices"][7]
+    assert gpu7 == {"name": "gpu-7", "uuid": GPUS[7].uuid, "side": "legacy",
+                    "holders": ["pod ml/train-7 container init (legacy init container)"]}
+    assert {p["device"]: p["phase"] for p in doc["pending"]} == {"gpu-7": "held", "gpu-5": "waiting-node-status"}
+    assert "will move when free" in next(p["reason"] for p in doc["pending"] if p["device"] == "gpu-7")
+    assert doc["refusals"][0]["api"] == "allocate"
+    assert decode(s.encode()) == s
+    assert status_of({"metadata": {"annotations": {STATUS_KEY: s.encode()}}}) == s
+
+
+def test_content_comparison_ignores_the_update_time() -> None:
+    a = status_for("2")
+    from dataclasses import replace
+
+    assert a.same_content(replace(a, updated="2030-01-01T00:00:00Z"))
+    assert not a.same_content(status_for("3"))
+
+
+def test_a_document_stays_small_even_with_many_holders() -> None:
+    many = Facts.build([(g.uuid, Holder(HolderKind.CONTAINER, f"pod ns/{'p' * 200}{i} container c"))
+                        for g in GPUS for i in range(50)])
+    text = status_for("all", many).encode()
+    assert len(text.encode()) <= MAX_BYTES
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{nope", "is not JSON"),
+    ('{"version": 2}', "schema version 2, written by a newer dra-bridge"),
+    ('{"version": 1, "requested": {"value": "1", "source": "moon"}, "state": "converged"}', "unknown requested.source"),
+    ('{"version": 1, "requested": {"value": "1", "source": "label"}, "state": "converged", "devices": [{"name": "g", '
+     '"side": "sideways"}]}', "expected one of legacy, dra, withdrawn"),
+])
+def test_an_unreadable_status_is_refused_naming_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(StatusError, match=message):
+        decode(text)
+
+
+def test_a_node_without_the_annotation_has_no_status() -> None:
+    assert status_of({"metadata": {"annotations": {}}}) is None and status_of(None) is None
