@@ -1,9 +1,11 @@
-"""`bridge node`: the node daemon, ONE process serving the GPUs through the device-plugin API AND DRA.
+"""`bridge node`: the node daemon, ONE process serving the GPUs through the device-plugin API AND DRA; and
+`bridge node status NODE`, which shows a node's split from anywhere with API access.
 
 Thin shell: options (each also an env var), validation, then one library call: `DualNode.run()` (or
 `cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes:
 0 clean stop / cleanup done, 2 bad options, 1 start failure (message on stderr: e.g. a socket path over 107 bytes,
-an NVML error, an unwritable state directory, an unreadable kubeconfig).
+an NVML error, an unwritable state directory, an unreadable kubeconfig). `bridge node status`: 0 shown, 1 the node
+has no (readable) split status, 2 bad options, no API connection or no such node.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import click
 from bridge.logs import setup_logging
 
 
-@click.command("node")
-@click.option("--node-name", show_envvar=True, envvar=["BRIDGE_NODE_NAME", "NODE_NAME"], required=True,
-              help="This node's Kubernetes name (env BRIDGE_NODE_NAME or NODE_NAME, e.g. from the downward API).")
+@click.group("node", invoke_without_command=True)
+@click.option("--node-name", show_envvar=True, envvar=["BRIDGE_NODE_NAME", "NODE_NAME"], default=None,
+              help="This node's Kubernetes name (env BRIDGE_NODE_NAME or NODE_NAME, e.g. from the downward API). "
+                   "Required to run the daemon.")
 @click.option("--devices", "devices", show_envvar=True, envvar="BRIDGE_DEVICES", default="nvml", show_default=True,
               help="Where GPUs come from: 'nvml', 'simulated:8xH100-80GB' or 'simulated:/path/devices.yaml'.")
 @click.option("--ignore-xids", show_envvar=True, envvar="BRIDGE_IGNORE_XIDS", default="",
@@ -63,7 +66,14 @@ from bridge.logs import setup_logging
                    "side by side during a rolling update.")
 @click.option("--split-grace", show_envvar=True, envvar="BRIDGE_SPLIT_GRACE", type=click.FloatRange(min=0),
               default=5.0, show_default=True,
-              help="Seconds a moving device is offered to neither API before it is checked again and handed over.")
+              help="A GPU leaving DRA is offered to the device plugin only this many seconds after the ResourceSlice "
+                   "without it is published (the scheduler's informer and bindings it decided on the old slice), "
+                   "and only if no claim then holds it.")
+@click.option("--move-timeout", show_envvar=True, envvar="BRIDGE_MOVE_TIMEOUT", type=click.FloatRange(min=1),
+              default=60.0, show_default=True,
+              help="A GPU leaving the device plugin goes to DRA only once the Node's allocatable shows the smaller "
+                   "count (the kubelet posts node status every 10 s); a move the scheduler cannot see after this "
+                   "many seconds is aborted and retried later. Raise it with a longer nodeStatusUpdateFrequency.")
 @click.option("--cleanup", is_flag=True, show_envvar=True, envvar="BRIDGE_CLEANUP", default=False,
               help="Uninstall: delete this node's ResourceSlices of the driver, remove our CDI specs and sockets, "
                    "exit 0.")
@@ -72,10 +82,12 @@ from bridge.logs import setup_logging
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Least severe log level written.")
-def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
-         device_list_strategy: str, http_address: str, kubeconfig: str | None, kube_context: str | None,
-         driver_name: str, dra_mode: str, dra_devices: str | None, slice_taints: str, pod_uid: str | None,
-         split_grace: float, cleanup: bool, log_format: str, log_level: str) -> None:
+@click.pass_context
+def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: str, kubelet_root: Path, cdi_root: Path,
+         state_dir: Path, resource_name: str, device_list_strategy: str, http_address: str, kubeconfig: str | None,
+         kube_context: str | None, driver_name: str, dra_mode: str, dra_devices: str | None, slice_taints: str,
+         pod_uid: str | None, split_grace: float, move_timeout: float, cleanup: bool, log_format: str,
+         log_level: str) -> None:
     """Run the node daemon: discover GPUs and serve each one to exactly one kubelet API, the device plugin
     (v1beta1, nvidia.com/gpu) or DRA (v1/v1beta1 kubelet plugin, ResourceSlices, CDI), from one inventory.
 
@@ -84,7 +96,13 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
       bridge node --node-name $NODE_NAME --kubeconfig /etc/bridge/kubeconfig --dra-devices 2
     Uninstall (delete this node's slices, CDI specs and sockets):
       bridge node --node-name $NODE_NAME --cleanup
+    A node's split (sides, holders, moves not done yet and why, refusals), from anywhere:
+      bridge node status NODE
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    if node_name is None:
+        raise click.MissingParameter(ctx=ctx, param=next(p for p in ctx.command.params if p.name == "node_name"))
     from bridge.deviceplugin.allocate import StrategyError, parse_strategies
     from bridge.inventory.model import InventoryError
     from bridge.inventory.options import parse_devices_option
@@ -143,7 +161,7 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
                         check_host_device_nodes=devices.strip() == "nvml")
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
                       driver=driver_name, dra_devices=dra_devices, slice_taints=slice_taints,  # type: ignore[arg-type]
-                      pod_uid=pod_uid, split_grace_s=split_grace)
+                      pod_uid=pod_uid, split_grace_s=split_grace, move_timeout_s=move_timeout)
     if cleanup:
         try:
             kube = None
@@ -172,4 +190,37 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
         DualNode(config, source, opts).run(stop)
     except (SocketPathError, InventoryError, AdoptionError, CheckpointError, KubeError, OSError) as err:
         click.echo(f"bridge node: {err}", err=True)
+        sys.exit(1)
+
+
+@node.command("status")
+@click.argument("name", metavar="NODE")
+@click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NODE_STATUS_OUTPUT",
+              type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
+              help="Kubeconfig for the API server (default: KUBECONFIG, ~/.kube/config, then in-cluster).")
+@click.option("--context", "kube_context", show_envvar=True, envvar="BRIDGE_CONTEXT", default=None,
+              help="Kubeconfig context to use (default: the current context).")
+@click.option("--timeout", show_envvar=True, envvar="BRIDGE_NODE_STATUS_TIMEOUT", type=click.FloatRange(min=0.1),
+              default=10.0, show_default=True, help="Seconds to wait for the API server.")
+def status(name: str, output: str, kubeconfig: str | None, kube_context: str | None, timeout: float) -> None:
+    """Show NODE's DRA split: what it asks for, each GPU's side and holders, the GPUs not yet where the target
+    asks and why, and the latest refusals (from the daemon's dra-bridge.io/split-status annotation)."""
+    from bridge.kube import NODES, connect
+    from bridge.kube.errors import KubeError, NotFound
+    from bridge.kube.retry import RetryPolicy
+    from bridge.node.statusview import render_json, render_table, view_of
+
+    try:
+        api = connect(kubeconfig, kube_context, timeout=timeout, retry=RetryPolicy(deadline=timeout))
+        obj = api.get(NODES, name)
+    except NotFound:
+        click.echo(f"bridge node status: node {name!r} not found", err=True)
+        sys.exit(2)
+    except KubeError as err:
+        click.echo(f"bridge node status: {err.message}", err=True)
+        sys.exit(2)
+    view = view_of(obj)
+    click.echo(render_json(view) if output == "json" else render_table(view))
+    if view.status is None:
         sys.exit(1)

@@ -15,6 +15,8 @@ import pytest
 
 from bridge.sandbox.kubelet import KubeletSimulator
 
+from tests.polling import wait_until
+
 from .conftest import RESOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +60,10 @@ def test_bridge_node_registers_serves_health_and_exits_cleanly_on_sigterm(
                      "BRIDGE_STATE_DIR": str(short_tmp / "state"), "BRIDGE_CDI_ROOT": str(short_tmp / "cdi")})
     try:
         assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 8, 30), proc.lines
-        port_line = next(entry for entry in proc.logs() if "health and metrics on" in str(entry["msg"]))
+        # The HTTP endpoint starts after the device plugin registered: wait for its log line, do not read once.
+        port_line = wait_until(lambda: next((entry for entry in proc.logs()
+                                             if "health and metrics on" in str(entry["msg"])), None), 30,
+                               "the 'health and metrics on' log line")
         url = str(port_line["msg"]).split(" on ", 1)[1]
         with urllib.request.urlopen(url + "healthz", timeout=10) as r:
             assert r.status == 200

@@ -1,0 +1,91 @@
+"""`bridge node status`: a Node's split, read from the API (pure rendering; the CLI fetches the Node).
+
+What it shows: the split the Node asks for now (label/annotation, parsed by `bridge.ledger.requested_split`), and
+from the daemon's split-status annotation (`bridge.ledger.status`) the state, every device's side and holders, the
+devices not yet where the target asks and why, and the latest refusals. When the daemon has not evaluated the
+current request yet (or is not running), it says so instead of showing stale data as current.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.ledger.status import SplitStatus, StatusError, status_of, summary_counts
+from bridge.ledger.target import SplitRequest, requested_split
+
+
+@dataclass(frozen=True)
+class NodeSplitView:
+    node: str
+    request: SplitRequest
+    status: SplitStatus | None
+    problem: str = ""  # why there is no usable status
+
+    @property
+    def current(self) -> bool:
+        """The status answers the Node's request as it stands now."""
+        return self.status is not None and self.status.requested == self.request.text
+
+
+def view_of(node: Mapping[str, Any]) -> NodeSplitView:
+    name = str((node.get("metadata") or {}).get("name", ""))
+    request = requested_split(node)
+    try:
+        status = status_of(node)
+    except StatusError as err:
+        return NodeSplitView(name, request, None, str(err))
+    if status is None:
+        return NodeSplitView(name, request, None, f"node {name} has no split status: is `bridge node` running there "
+                                                  "with DRA on (it writes the annotation after its first evaluation)?")
+    return NodeSplitView(name, request, status)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def render_table(v: NodeSplitView) -> str:
+    lines = [f"Node {v.node}: requested {v.request.describe()}"]
+    if v.request.conflict:
+        lines.append(f"warning: {v.request.conflict}")
+    s = v.status
+    if s is None:
+        lines.append(v.problem)
+        return "\n".join(lines)
+    if not v.current:
+        lines.append(f"note: the daemon last evaluated {s.requested!r}; it has not written a status for the current "
+                     "request yet (or is not running)")
+    lines.append(f"state: {s.state} — {s.message} (updated {s.updated})")
+    rows = [["DEVICE", "SIDE", "UUID", "HOLDERS"]]
+    rows += [[d.name, d.side.value, d.uuid, "; ".join(d.holders) or "-"] for d in s.devices]
+    lines += ["", *_table(rows)]
+    if s.pending:
+        rows = [["DEVICE", "MOVE", "PHASE", "WHY"]]
+        rows += [[p.device, f"{p.source.value}->{p.target.value}", p.phase, p.reason] for p in s.pending]
+        lines += ["", "Not yet where the target asks:", *_table(rows)]
+    if s.refusals:
+        rows = [["TIME", "API", "DEVICE", "MESSAGE"]]
+        rows += [[r.time, r.api, r.device or "-", r.message] for r in s.refusals]
+        lines += ["", "Latest refusals:", *_table(rows)]
+    return "\n".join(lines)
+
+
+def render_json(v: NodeSplitView) -> str:
+    s = v.status
+    doc: dict[str, Any] = {
+        "node": v.node,
+        "requested": {"value": v.request.text, "source": v.request.source, "conflict": v.request.conflict},
+        "current": v.current,
+        "problem": v.problem,
+        "status": None if s is None else json.loads(s.encode()),
+    }
+    if s is not None:
+        doc["summary"] = summary_counts(s.devices)
+    return json.dumps(doc, indent=2)
+
+
+__all__ = ["NodeSplitView", "render_json", "render_table", "view_of"]
