@@ -12,7 +12,8 @@ exactly this code.
 * `guard_allocate(ledger, ids)`: the device plugin's last line of defence. Only legacy-side devices may be
   allocated, except a device whose move to DRA has not finished: the kubelet chose it before it saw the
   withdrawal, the device was never offered to DRA, so the Allocate wins and the move is aborted. Every answered
-  Allocate is recorded as a holder until PodResources can show it.
+  Allocate is recorded as a holder until PodResources (or the kubelet's checkpoint) shows it, or for
+  `pending_allocate_s` (a pod that failed admission afterwards never shows).
 * `guard_prepare(ledger, ids, claim)`: NodePrepareResources' last line of defence, and the rule that an allocated
   claim is never stranded: a device on the DRA side is fine; one whose move to legacy has not finished comes back;
   one on the legacy side (or moving to DRA) that is free there is taken back at once (withdraw, verify, DRA); one
@@ -210,6 +211,16 @@ class Ledger:
             return self
         return replace(self, pending=pending, cooldown=cooldown)
 
+    def seen_in(self, facts: Facts) -> Ledger:
+        """Drop answered Allocates that PodResources (or the kubelet's checkpoint) now shows: from here on that
+        visible holder is the fact, and the device is free as soon as it goes away."""
+        def visible(p: Pending) -> bool:
+            return p.holder.kind is HolderKind.ALLOCATE and any(
+                h.kind in (HolderKind.CONTAINER, HolderKind.INIT_CONTAINER) for h in facts.of(p.device, Side.LEGACY))
+
+        pending = tuple(p for p in self.pending if not visible(p))
+        return self if len(pending) == len(self.pending) else replace(self, pending=pending)
+
     def prepare_done(self, token: str) -> Ledger:
         """A NodePrepareResources ended (its records are in the checkpoint, or it failed): drop its holders."""
         pending = tuple(p for p in self.pending if not (p.token == token and p.holder.kind is HolderKind.PREPARING))
@@ -344,7 +355,7 @@ class _Pass:
 def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, obs: Observations,
               cfg: LedgerConfig = LedgerConfig()) -> Decision:
     """One evaluation (see the module docstring). `target` is the parsed request, or the error parsing it raised."""
-    ledger = ledger.expired(obs.now)
+    ledger = ledger.expired(obs.now).seen_in(facts)
     refusal = ""
     want: frozenset[DeviceID] | None = None
     if isinstance(target, SplitError):

@@ -172,6 +172,35 @@ def fit_target(target: SplitTarget, inventory: Sequence[tuple[str, str]]) -> Fit
     return Fit(len(pinned), tuple(pinned))
 
 
+@dataclass(frozen=True)
+class TargetResult:
+    """What a request means on one node, as the daemon decides it: the devices it puts on DRA, or the refusal."""
+
+    request: SplitRequest
+    total: int
+    wanted: int | None  # None when refused
+    refusal: str = ""
+
+    def column(self) -> str:
+        """The request and its meaning here, for reports: `2 (2/8)`, `gpu-7 (1/8)`, `9 (refused)`."""
+        return f"{self.request.text} (refused)" if self.wanted is None else \
+            f"{self.request.text} ({self.wanted}/{self.total})"
+
+    def short(self) -> str:
+        """For narrow tables: `2/8`, `refused`."""
+        return "refused" if self.wanted is None else f"{self.wanted}/{self.total}"
+
+
+def evaluate_request(request: SplitRequest, inventory: Sequence[tuple[str, str]]) -> TargetResult:
+    """Parse and fit a request to a node's (name, UUID) inventory: the same answer the daemon's evaluation gives
+    (`bridge.ledger.reconcile` refuses with exactly this message and puts exactly this many devices on DRA)."""
+    try:
+        fit = fit_target(parse_split(request.text), inventory)
+    except SplitError as err:
+        return TargetResult(request, len(inventory), None, str(err))
+    return TargetResult(request, len(inventory), fit.count)
+
+
 __all__ = [
     "DEFAULT_SPLIT",
     "Fit",
@@ -180,6 +209,8 @@ __all__ = [
     "SplitError",
     "SplitRequest",
     "SplitTarget",
+    "TargetResult",
+    "evaluate_request",
     "fit_target",
     "parse_split",
     "requested_split",

@@ -8,7 +8,8 @@ This class feeds them and carries them out:
   sides (`bridge.node.holders`: PodResources, the kubelet's device-manager checkpoint, the pods bound to this node
   and their claims, our prepared claims). What the slice publisher confirmed on the API server. Device health.
 * **Evaluations.** On every change of those inputs, when a move's next deadline comes (settle, scheduler grace,
-  timeout), and every `resync_s` while the node has not converged: gather facts, `reconcile`, and when sides or
+  timeout), every `held_poll_s` while a device waits for a holder (PodResources has no watch), and every
+  `resync_s` while the node has not converged: gather facts, `reconcile`, and when sides or
   moves changed persist them through the checkpoint's one `update()` path BEFORE either API hears of it (listeners:
   the device plugin's ListAndWatch, the slice publisher), so a crash never leaves a device offered on a side the
   checkpoint does not record; a move under way is resumed after a restart from the checkpoint.
@@ -74,6 +75,9 @@ class SplitConfig:
     flag: str | None = None  # the cluster default (`--dra-devices`); the Node overrides it
     ledger: LedgerConfig = field(default_factory=LedgerConfig)
     resync_s: float = 30.0  # evaluate at least this often while the node has not converged
+    # ... and this often while a device waits for its holder or for unknown holders to become readable: PodResources
+    # and the kubelet checkpoint have no watch, and a pod's status can reach us before PodResources drops it.
+    held_poll_s: float = 5.0
     status_interval_s: float = 1.0  # at most one status annotation write per this
 
 
@@ -491,6 +495,8 @@ class SplitController:
         due += list(led.cooldown.values()) + [p.expires for p in led.pending]
         if d.state != "converged":
             due.append(now + self.config.resync_s)
+        if any(w.phase in ("held", "unknown") for w in d.waiting):
+            due.append(now + self.config.held_poll_s)
         if self._status is None or self._status_error or self._status_dirty:
             due.append(self._status_at + max(self.config.status_interval_s, 5.0 if self._status_error else 0.0))
         future = [t for t in due if t > now]

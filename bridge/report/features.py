@@ -11,12 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from bridge.ledger.target import SPLIT_KEY
+
 # Facts fixed by the project (other components use the same values).
 BRIDGE_DRIVER = "gpu.dra-bridge.io"
 BRIDGE_CLASS = "gpu.dra-bridge.io"
 MODE_LABEL = "dra-bridge.io/mode"
 MODES = ("legacy", "shadow", "dra")
-SPLIT_LABEL = "dra-bridge.io/dra-devices"
+SPLIT_LABEL = SPLIT_KEY  # the node daemon's key, from its parser's module
 BRIDGE_DS_LABELS = {"app.kubernetes.io/name": "dra-bridge", "app.kubernetes.io/component": "node"}
 
 GPU = "nvidia.com/gpu"

@@ -7,7 +7,9 @@
   host paths, NVIDIA_VISIBLE_DEVICES).
 * Namespaces: mode from the `dra-bridge.io/mode` label (absent = legacy), demand summed over workloads.
 * Nodes: which backends serve GPUs today (vendor device plugin, the bridge, another DRA driver), capacity and
-  allocatable `nvidia.com/gpu`, the bridge's split label, the devices published in ResourceSlices.
+  allocatable `nvidia.com/gpu`, the split the node asks for (label or annotation, read by the node daemon's own
+  parser: `bridge.ledger.requested_split`) and the daemon's split status annotation, the devices published in
+  ResourceSlices.
 
 Everything is indexed by name or owner before use; no step is quadratic in pods or nodes.
 """
@@ -18,13 +20,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.ledger.status import SplitStatus, StatusError, status_of
+from bridge.ledger.target import SplitRequest, TargetResult, evaluate_request, requested_split
 from bridge.report.features import (
     BRIDGE_DRIVER,
     BRIDGE_DS_LABELS,
     GPU,
     MODE_LABEL,
     MODES,
-    SPLIT_LABEL,
 )
 from bridge.report.podspec import SpecInfo, analyse, desired_replicas, template_spec
 from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
@@ -105,7 +108,25 @@ class Node:
     runtime: str  # status.nodeInfo.containerRuntimeVersion, e.g. "containerd://2.0.4"
     backends: set[str] = field(default_factory=set)  # "device-plugin", "bridge", "dra:<driver>"
     devices: list[Device] = field(default_factory=list)  # published in ResourceSlices
-    split: str = ""  # bridge split label value ("0", "N", "all") or ""
+    split: str = ""  # the requested split ("0", "N", "all", "gpu-7", ...) from the annotation or label, or ""
+    split_request: SplitRequest | None = None  # None when the node says nothing
+    split_status: SplitStatus | None = None  # the node daemon's dra-bridge.io/split-status annotation
+    split_status_error: str = ""  # why that annotation could not be read
+
+    def split_inventory(self) -> list[tuple[str, str]]:
+        """(name, UUID) of the node's GPUs as well as the report knows them: the daemon's own list when it wrote a
+        status, else gpu-0..gpu-<total-1> with the UUIDs the ResourceSlices publish."""
+        if self.split_status is not None and self.split_status.devices:
+            return [(d.name, d.uuid) for d in self.split_status.devices]
+        uuids = {d.name: str(d.attributes.get(BRIDGE_DRIVER, {}).get("uuid", "")) for d in self.devices
+                 if d.driver == BRIDGE_DRIVER}
+        return [(f"gpu-{i}", uuids.get(f"gpu-{i}", "")) for i in range(self.gpu_total)]
+
+    def split_result(self) -> TargetResult | None:
+        """What the daemon makes of the request on this node (the same parser and fit), None without a request."""
+        if self.split_request is None:
+            return None
+        return evaluate_request(self.split_request, self.split_inventory())
 
     @property
     def gpu_total(self) -> int:
@@ -318,13 +339,21 @@ def build_model(data: ClusterData) -> ClusterModel:
         m = _meta(n)
         st = n.get("status") or {}
         labels = m.get("labels") or {}
+        request = requested_split(n)
+        try:
+            split_status, status_error = status_of(n), ""
+        except StatusError as err:
+            split_status, status_error = None, str(err)
         nodes[m.get("name", "")] = Node(
             m.get("name", ""),
             labels,
             _extended(st.get("capacity")),
             _extended(st.get("allocatable")),
             str((st.get("nodeInfo") or {}).get("containerRuntimeVersion", "")),
-            split=str(labels.get(SPLIT_LABEL, "")),
+            split=request.text if request.source != "default" else "",
+            split_request=request if request.source != "default" else None,
+            split_status=split_status,
+            split_status_error=status_error,
         )
     for s in data.of("ResourceSlice"):
         for d in _slice_devices(s):

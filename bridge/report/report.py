@@ -15,7 +15,7 @@ from bridge.report.checks import CheckContext, ReportOptions, run_checks
 from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity, wave_order
 from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
 from bridge.report.findings import SEVERITY_RANK, Finding
-from bridge.report.model import ClusterModel, Workload, build_model
+from bridge.report.model import ClusterModel, Node, Workload, build_model
 from bridge.report.shape import find_malformed
 from bridge.report.sources import ClusterData, MalformedInput, bulk_allocation
 
@@ -54,6 +54,13 @@ class NamespaceRow:
     capacity: NamespaceCapacity | None
 
 
+def _split_column(node: Node) -> tuple[str, str]:
+    """The SPLIT column, long and short: the request and what the daemon makes of it on this node
+    (`bridge.ledger.evaluate_request`: the same parser and fit the node daemon uses)."""
+    result = node.split_result()
+    return ("-", "-") if result is None else (result.column(), result.short())
+
+
 @dataclass(frozen=True)
 class NodeRow:
     name: str
@@ -61,9 +68,10 @@ class NodeRow:
     gpus: int
     allocatable: int  # nvidia.com/gpu through the device plugin
     dra_devices: int  # devices published in ResourceSlices
-    split: str
+    split: str  # "2 (2/8)", "9 (refused)", "-"
     status: str
     rules: tuple[str, ...]
+    split_short: str = "-"  # "2/8", "refused": for narrow tables
 
 
 @dataclass(frozen=True)
@@ -188,9 +196,11 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
         if not node.gpu_total and not node.backends:
             continue
         fs = by_obj.get(("Node", "", node.name), [])
+        split, split_short = _split_column(node)
         node_rows.append(NodeRow(node.name, tuple(sorted(node.backends)), node.gpu_total,
-                                 node.allocatable.get(GPU, 0), len(node.devices), node.split or "-",
-                                 status_of(fs), tuple(sorted({f.rule for f in fs if f.severity != "info"}))))
+                                 node.allocatable.get(GPU, 0), len(node.devices), split,
+                                 status_of(fs), tuple(sorted({f.rule for f in fs if f.severity != "info"})),
+                                 split_short))
 
     version = model.version
     features = [

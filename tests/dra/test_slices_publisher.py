@@ -220,6 +220,36 @@ def test_someone_editing_our_slice_is_reverted(api):
         wait_for(lambda: device_names(our_slices(api)) == ["gpu-0", "gpu-1"], what="edit reverted")
 
 
+def test_our_own_writes_are_not_mistaken_for_someone_elses(api, caplog):
+    """The watch sees our update's event, possibly before the writer remembered its resourceVersion: it waits for
+    the writer instead of logging a restore (and reconciling again) after each of our own writes."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="bridge.dra.slicepublisher")
+    devices = devices_from_spec("8xH100-80GB", NODE)
+    with publisher(api, devices, debounce_s=0) as pub:
+        for n in list(range(1, 9)) * 3:
+            pub.set_dra_devices([d.uuid for d in devices[:n]])
+            assert pub.wait_synced(30)
+        assert pub.published_dra() == frozenset(d.uuid for d in devices)
+        time.sleep(0.3)  # let the watch deliver the last events
+    assert not [r for r in caplog.records if "by someone else" in r.getMessage()]
+    assert pub.stats.restores == 0
+
+
+def test_the_published_dra_set_is_confirmed_after_each_successful_write(api):
+    devices = devices_from_spec("4xH100-80GB", NODE)
+    confirmed: list[frozenset[str]] = []
+    pub = publisher(api, devices, dra=devices[:2], watch=False, on_published=confirmed.append)
+    assert pub.published_dra() is None
+    pub.reconcile_once()
+    pub.set_dra_devices([devices[0].uuid])
+    pub.reconcile_once()
+    pub.reconcile_once()  # nothing changed: no second confirmation of the same set
+    assert confirmed == [frozenset(d.uuid for d in devices[:2]), frozenset({devices[0].uuid})]
+    assert device_names(our_slices(api)) == ["gpu-0"]
+
+
 def outage_survived(server: ApiServer, api: KubeAPI, seconds: float) -> None:
     devices = devices_from_spec("4xH100-80GB", NODE)
     with publisher(api, devices, backoff=RetryPolicy(initial_backoff=0.1, max_backoff=1.0)) as pub:

@@ -178,6 +178,7 @@ class NodeModel(RuleBasedStateMachine):
             target = parse_split(self.target)
         except SplitError as err:
             target = err
+        offered_before = self.ledger.legacy_offered()
         d = reconcile(self.ledger, target, self.facts(), self.observations(), CFG)  # type: ignore[arg-type]
         for e in d.events:
             if e.kind == "finished" and e.target is Side.LEGACY:
@@ -187,7 +188,10 @@ class NodeModel(RuleBasedStateMachine):
             if e.kind == "finished" and e.target is Side.DRA:
                 assert not any(p.device == e.device and p.holds() for p in self.pods), \
                     f"{e.name} handed to DRA while a legacy container holds it"
-                assert self.node_posted <= d.ledger.legacy_offered(), \
+                # The count the scheduler uses must not include it: what the Node shows is at most what the device
+                # plugin offered when the move was decided (a withdrawal started in the same pass opens its own
+                # window, which its own move waits out).
+                assert self.node_posted <= offered_before, \
                     f"{e.name} handed to DRA while the Node still shows {self.node_posted} {Side.LEGACY} GPUs"
         self.apply(d.ledger)
         self.last = d

@@ -1,196 +1,234 @@
-"""The static split: where the target comes from, how it is applied, and how unsafe changes are refused."""
+"""The split controller against the API emulator: it follows the Node, finishes moves only when the Node's
+allocatable shows them, persists moves, and tells people (one log line per evaluation, metrics, Events, the
+split-status annotation) without repeating itself."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
-from bridge.dra.slicepublisher import SlicePublisher
-from bridge.dra.split import SPLIT_KEY, StaticSplit, ownership_listener_for_publisher, requested_split
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import EVENTS, NODES, KubeAPI, RetryPolicy, connect
-from bridge.ledger import Checkpoint, Ownership, OwnershipError
+from bridge.ledger import (
+    SPLIT_KEY,
+    STATUS_KEY,
+    Checkpoint,
+    Facts,
+    Holder,
+    HolderKind,
+    Ledger,
+    LedgerConfig,
+    Side,
+    SplitError,
+    status_of,
+)
+from bridge.node.split import SplitConfig, SplitController
 from bridge.sandbox.apiserver import ApiServer
-from tests.polling import wait_until as wait_for
+from tests.polling import wait_until
 
 NODE = "node-a"
-DEVICES = devices_from_spec("8xH100-80GB", NODE)
+GPUS = devices_from_spec("8xH100-80GB", NODE)
+FAST = LedgerConfig(scheduler_grace_s=0.1, settle_s=0.05, move_timeout_s=20, cooldown_s=1)
 
 
-def node_obj(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": NODE}
-    if labels:
-        meta["labels"] = labels
-    if annotations:
-        meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+class Sources:
+    """Fake holder sources: the facts a test sets."""
 
+    def __init__(self) -> None:
+        self.now = Facts()
 
-# ---- where the target comes from ---------------------------------------------------------------------------------
+    def facts(self, *, fresh_claims: bool = False) -> Facts:
+        return self.now
 
-def test_node_that_says_nothing_and_no_flag_means_all_legacy():
-    req = requested_split(node_obj(), None)
-    assert req.text == "0" and "default" in req.origin
+    def legacy_facts(self) -> Facts:
+        return self.now
 
-
-def test_flag_applies_when_the_node_says_nothing():
-    assert requested_split(node_obj(), "2").text == "2"
-
-
-def test_node_label_overrides_the_flag():
-    req = requested_split(node_obj(labels={SPLIT_KEY: "all"}), "2")
-    assert req.text == "all" and "label" in req.origin
-
-
-def test_node_annotation_overrides_label_and_flag():
-    req = requested_split(node_obj(labels={SPLIT_KEY: "all"}, annotations={SPLIT_KEY: "gpu-6,gpu-7"}), "2")
-    assert req.text == "gpu-6,gpu-7" and "annotation" in req.origin
-
-
-# ---- applying, without an API server -----------------------------------------------------------------------------
-
-def test_label_saying_2_puts_the_two_highest_gpus_on_the_dra_side():
-    split = StaticSplit(DEVICES, node_name=NODE, grace_s=0)
-    outcome = split.evaluate(node_obj(labels={SPLIT_KEY: "2"}))
-    assert outcome.applied
-    assert sorted(split.dra_uuids()) == sorted([DEVICES[6].uuid, DEVICES[7].uuid])
-    assert split.side_of(DEVICES[0].uuid) == "legacy"
-    assert split.side_of(DEVICES[7].uuid) == "dra"
-    assert "gpu-6 legacy->dra" in outcome.message and "2 of 8 GPUs serve DRA" in outcome.message
-
-
-def test_busy_device_refuses_the_whole_split_and_changes_nothing():
-    listener_calls: list[Ownership] = []
-    busy = {DEVICES[7].uuid: "pod team-a/trainer container main"}
-    split = StaticSplit(DEVICES, node_name=NODE, grace_s=0, in_use_legacy=lambda: busy,
-                        listeners=[listener_calls.append])
-    outcome = split.evaluate(node_obj(labels={SPLIT_KEY: "2"}))
-    assert outcome.refused
-    assert "gpu-7" in outcome.message and "pod team-a/trainer container main" in outcome.message
-    assert "Nothing was changed" in outcome.message
-    assert split.dra_uuids() == ()
-    assert listener_calls == []
-
-
-def test_device_grabbed_during_the_grace_aborts_the_move_and_restores_sides():
-    holders: dict[str, str] = {}
-    seen: list[tuple[str, ...]] = []
-
-    def listener(own: Ownership) -> None:
-        seen.append(tuple(own.sides[d.uuid] for d in DEVICES[6:]))
-        if own.sides[DEVICES[7].uuid] == "withdrawn":
-            holders[DEVICES[7].uuid] = "pod team-b/late container c"  # the kubelet raced us
-
-    split = StaticSplit(DEVICES, node_name=NODE, grace_s=0.05, in_use_legacy=lambda: holders, listeners=[listener])
-    outcome = split.evaluate(node_obj(labels={SPLIT_KEY: "2"}))
-    assert outcome.refused and "grace" in outcome.message
-    assert seen == [("withdrawn", "withdrawn"), ("legacy", "legacy")]
-    assert split.dra_uuids() == ()
-
-
-@pytest.mark.parametrize(("value", "message"), [("9", "asks for 9 devices but this node has 8"),
-                                                 ("gpu-12", "unknown device 'gpu-12'"),
-                                                 ("two", "neither a count")])
-def test_target_that_does_not_fit_the_node_is_refused_clearly(value, message):
-    split = StaticSplit(DEVICES, node_name=NODE, grace_s=0)
-    outcome = split.evaluate(node_obj(annotations={SPLIT_KEY: value}))
-    assert outcome.refused and message in outcome.message and "Nothing was changed" in outcome.message
-    assert split.dra_uuids() == ()
-
-
-def test_bad_flag_is_a_configuration_error_at_start():
-    with pytest.raises(OwnershipError, match="neither a count"):
-        StaticSplit(DEVICES, node_name=NODE, flag="lots")
-
-
-def test_applied_split_is_persisted_in_the_checkpoint(short_tmp: Path):
-    cp = Checkpoint(short_tmp, boot_id=lambda: "boot-1")
-    split = StaticSplit(DEVICES, node_name=NODE, grace_s=0, checkpoint=cp)
-    split.evaluate(node_obj(labels={SPLIT_KEY: "all"}))
-    stored = cp.read()
-    assert stored.data.split == "all"
-    assert set(stored.data.sides.values()) == {"dra"}
-    restarted = StaticSplit(DEVICES, node_name=NODE, initial=Ownership.adopt(DEVICES, stored.data.sides))
-    assert len(restarted.dra_uuids()) == 8
-
-
-def test_moving_back_to_legacy_is_refused_while_a_claim_holds_the_device():
-    holders: dict[str, str] = {}
-    split = StaticSplit(DEVICES, node_name=NODE, grace_s=0, in_use_dra=lambda: holders)
-    split.evaluate(node_obj(labels={SPLIT_KEY: "2"}))
-    holders[DEVICES[6].uuid] = "claim team-a/gpu-claim"
-    outcome = split.evaluate(node_obj(labels={SPLIT_KEY: "0"}))
-    assert outcome.refused and "claim team-a/gpu-claim" in outcome.message
-    assert len(split.dra_uuids()) == 2
-
-
-# ---- against the API emulator: Node watch, Events, slices --------------------------------------------------------
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[KubeAPI]:
-    with ApiServer(version="1.34.2", resource_versions=("v1", "v1beta2", "v1beta1")) as srv:
+    with ApiServer() as srv:
         srv.write_kubeconfig(tmp_path / "kc")
         client = connect(tmp_path / "kc", retry=RetryPolicy(initial_backoff=0.05, max_backoff=0.5, deadline=2.0))
-        client.create(NODES, node_obj())
+        client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+        post_allocatable(client, 8)
         yield client
 
 
-def published(api: KubeAPI) -> list[str]:
-    items = api.list(api.resource_api().slices, field_selector=f"spec.nodeName={NODE}")["items"]
-    return sorted(d["name"] for s in items for d in s["spec"]["devices"])
+def post_allocatable(api: KubeAPI, n: int) -> None:
+    """What the kubelet's node-status loop posts for our resource."""
+    api.patch(NODES, NODE, {"status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": str(n)}}},
+              subresource="status")
 
 
-def label_node(api: KubeAPI, value: str) -> None:
-    api.patch(NODES, NODE, {"metadata": {"labels": {SPLIT_KEY: value}}})
+def set_split(api: KubeAPI, value: str, where: str = "labels") -> None:
+    api.patch(NODES, NODE, {"metadata": {where: {SPLIT_KEY: value}}})
 
 
-def test_labelling_the_node_publishes_exactly_the_dra_side_devices(api):
-    pub = SlicePublisher(api, DEVICES, node_name=NODE, backoff=RetryPolicy(initial_backoff=0.05, max_backoff=0.5))
-    split = StaticSplit(DEVICES, node_name=NODE, api=api, grace_s=0.05,
-                        listeners=[ownership_listener_for_publisher(pub.set_dra_devices)])
-    with pub:
-        split.start()
-        try:
-            label_node(api, "2")
-            wait_for(lambda: published(api) == ["gpu-6", "gpu-7"], what="two devices published")
-            label_node(api, "all")
-            wait_for(lambda: len(published(api)) == 8, what="all devices published")
-        finally:
-            split.stop()
+def controller(api: KubeAPI | None, sources: Sources | None = None, **kw: Any) -> SplitController:
+    published: set[str] = set()
+
+    def on_change(led: Ledger) -> None:  # a publisher that confirms at once
+        published.clear()
+        published.update(g.uuid for g in led.on(Side.DRA))
+
+    ctl = SplitController(GPUS, SplitConfig(NODE, ledger=FAST, status_interval_s=0.0, **kw.pop("config", {})),
+                          sources=sources or Sources(), api=api, published=lambda: frozenset(published),
+                          listeners=[on_change], **kw)
+    return ctl
 
 
-def test_refused_split_leaves_slices_alone_and_records_a_warning_event(api):
-    busy = {DEVICES[7].uuid: "pod team-a/trainer container main"}
-    pub = SlicePublisher(api, DEVICES, node_name=NODE, watch=False)
-    split = StaticSplit(DEVICES, node_name=NODE, api=api, grace_s=0, in_use_legacy=lambda: busy,
-                        listeners=[ownership_listener_for_publisher(pub.set_dra_devices)])
-    pub.reconcile_once()
-    label_node(api, "2")
-    outcome = split.evaluate()
-    pub.reconcile_once()
-    assert outcome.refused
-    assert published(api) == []
-    events = api.list(EVENTS, "default")["items"]
-    (event,) = [e for e in events if e["reason"] == "DRASplitRefused"]
-    assert event["type"] == "Warning"
-    assert event["involvedObject"]["name"] == NODE and event["involvedObject"]["kind"] == "Node"
-    assert "gpu-7" in event["message"] and "team-a/trainer" in event["message"]
-    split.evaluate()  # the same refusal again: no second Event
-    assert len([e for e in api.list(EVENTS, "default")["items"] if e["reason"] == "DRASplitRefused"]) == 1
+def side_names(ctl: SplitController, side: Side) -> list[str]:
+    return [f"gpu-{g.index}" for g in ctl.ledger.on(side)]
 
 
-def test_refused_split_applies_by_itself_once_the_device_is_free(api):
-    busy = {DEVICES[7].uuid: "pod team-a/trainer container main"}
-    split = StaticSplit(DEVICES, node_name=NODE, api=api, grace_s=0, retry_interval_s=0.1,
-                        in_use_legacy=lambda: dict(busy))
-    split.start()
+def test_a_label_moves_free_gpus_and_they_reach_dra_only_after_the_node_shows_the_smaller_count(api: KubeAPI) -> None:
+    ctl = controller(api)
+    ctl.start()
     try:
-        label_node(api, "2")
-        wait_for(lambda: split.outcomes and split.outcomes[-1].refused, what="refusal")
-        busy.clear()
-        wait_for(lambda: len(split.dra_uuids()) == 2, what="split applied after the pod finished")
+        set_split(api, "2")
+        wait_until(lambda: side_names(ctl, Side.WITHDRAWN) == ["gpu-6", "gpu-7"], what="both withdrawn")
+        status = wait_until(lambda: status_of(api.get(NODES, NODE)), what="a status annotation")
+        assert status.state == "converging"
+        assert {p.device: p.phase for p in status.pending} == {"gpu-6": "waiting-node-status",
+                                                               "gpu-7": "waiting-node-status"}
+        assert side_names(ctl, Side.DRA) == []
+        post_allocatable(api, 6)
+        wait_until(lambda: side_names(ctl, Side.DRA) == ["gpu-6", "gpu-7"], what="both on DRA")
+        done = wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.state == "converged" and s, what="done")
+        assert done.counts() == {"legacy": 6, "dra": 2, "withdrawn": 0} and done.pending == ()
+        events = [e for e in api.list(EVENTS, "default")["items"] if e["involvedObject"]["name"] == NODE]
+        assert {e["reason"] for e in events} >= {"DRADeviceMoved", "DRASplitApplied"}
     finally:
-        split.stop()
+        ctl.stop()
+
+
+def test_every_evaluation_logs_and_counts_the_requested_and_the_applied_split(
+        api: KubeAPI, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="bridge.node.split")
+    set_split(api, "ALL", "annotations")
+    ctl = controller(api)
+    d = ctl.evaluate(api.get(NODES, NODE))
+    lines = [r for r in caplog.records if r.getMessage().startswith("DRA split ")]
+    assert len(lines) == 1
+    assert lines[0].getMessage().startswith(
+        "DRA split converging: requested 'ALL' (from node annotation dra-bridge.io/dra-devices), applied 0 of 8 GPUs "
+        "on DRA; the target puts 8 there; 8 moving")
+    assert lines[0].requested == "ALL" and lines[0].applied == 0 and lines[0].state == "converging"  # type: ignore[attr-defined]
+    assert d.wanted == 8
+    text = generate_latest(ctl.metrics.registry).decode()
+    assert "dra_bridge_split_requested_devices 8.0" in text and "dra_bridge_split_applied_devices 0.0" in text
+    assert 'dra_bridge_split_target_info{requested="ALL",source="annotation",state="converging"} 1.0' in text
+    assert 'dra_bridge_split_devices{side="withdrawn"} 8.0' in text
+    assert 'dra_bridge_split_moves_total{direction="legacy->dra",result="started"} 8.0' in text
+    set_split(api, "0", "annotations")
+    ctl.evaluate(api.get(NODES, NODE))
+    text = generate_latest(ctl.metrics.registry).decode()
+    assert 'requested="ALL"' not in text and 'dra_bridge_split_target_info{requested="0",source="annotation"' in text
+
+
+def test_a_refused_target_is_said_once_in_the_log_an_event_the_status_and_a_metric(
+        api: KubeAPI, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    set_split(api, "9")
+    ctl = controller(api)
+    for _ in range(3):
+        d = ctl.evaluate(api.get(NODES, NODE))
+    assert d.state == "refused" and ctl.ledger.sides == Ledger.all_legacy(GPUS).sides
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["DRA device split '9' (from node label dra-bridge.io/dra-devices) refused: DRA device split '9' "
+                      "asks for 9 devices but this node has 8. The current split stays (0 of 8 GPUs on DRA)."]
+    events = [e for e in api.list(EVENTS, "default")["items"] if e["reason"] == "DRASplitRefused"]
+    assert len(events) == 1 and "asks for 9 devices" in events[0]["message"]
+    status = status_of(api.get(NODES, NODE))
+    assert status is not None and status.state == "refused" and status.wanted is None
+    assert [r.api for r in status.refusals] == ["split"]
+    assert 'dra_bridge_split_refusals_total{api="split"} 1.0' in generate_latest(ctl.metrics.registry).decode()
+
+
+def test_label_and_annotation_disagreeing_is_warned_once_not_per_evaluation(
+        api: KubeAPI, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    api.patch(NODES, NODE, {"metadata": {"labels": {SPLIT_KEY: "1"}, "annotations": {SPLIT_KEY: "2"}}})
+    ctl = controller(api)
+    ctl.start()
+    try:
+        node = api.get(NODES, NODE)
+        for _ in range(3):
+            ctl.evaluate(node)
+        post_allocatable(api, 6)
+        wait_until(lambda: side_names(ctl, Side.DRA) == ["gpu-6", "gpu-7"], what="applied")
+    finally:
+        ctl.stop()
+    warned = [r for r in caplog.records if "disagree" in r.getMessage()]
+    assert len(warned) == 1 and "the annotation wins" in warned[0].getMessage()
+
+
+def test_a_device_that_is_held_waits_and_the_event_names_its_holder_once(api: KubeAPI) -> None:
+    sources = Sources()
+    sources.now = Facts.build([(GPUS[7].uuid, Holder(HolderKind.INIT_CONTAINER, "pod ml/train-7 container init"))])
+    set_split(api, "gpu-7")
+    ctl = controller(api, sources)
+    for _ in range(3):
+        d = ctl.evaluate(api.get(NODES, NODE))
+    assert d.waiting[0].reason == ("gpu-7 held by pod ml/train-7 container init (legacy init container); will move "
+                                   "when free")
+    events = [e for e in api.list(EVENTS, "default")["items"] if e["reason"] == "DRADeviceNotMoved"]
+    assert [e["message"] for e in events] == [d.waiting[0].reason]
+    status = status_of(api.get(NODES, NODE))
+    assert status is not None and status.pending[0].phase == "held"
+    assert status.devices[7].holders == ("pod ml/train-7 container init (legacy init container)",)
+
+
+def test_a_move_under_way_is_in_the_checkpoint_and_resumes_after_a_restart(api: KubeAPI, short_tmp: Path) -> None:
+    cp = Checkpoint(short_tmp, boot_id=lambda: "boot-1")
+    set_split(api, "1")
+    first = controller(api, checkpoint=cp)
+    first.evaluate(api.get(NODES, NODE))
+    stored = cp.read().data
+    assert stored.sides[GPUS[7].uuid] is Side.WITHDRAWN and stored.moves == {GPUS[7].uuid: (Side.LEGACY, Side.DRA)}
+    assert stored.split == "1"
+    second = controller(api, checkpoint=cp, initial=Ledger.adopt(GPUS, stored.sides, stored.moves, now=0))
+    post_allocatable(api, 7)
+    second.start()
+    try:
+        wait_until(lambda: side_names(second, Side.DRA) == ["gpu-7"], what="the resumed move finished")
+    finally:
+        second.stop()
+    assert cp.read().data.moves == {} and cp.read().data.sides[GPUS[7].uuid] is Side.DRA
+
+
+def test_an_allocate_refusal_is_counted_and_shown_in_the_status(api: KubeAPI) -> None:
+    set_split(api, "1")
+    ctl = controller(api)
+    ctl.start()
+    try:
+        post_allocatable(api, 7)
+        wait_until(lambda: side_names(ctl, Side.DRA) == ["gpu-7"], what="gpu-7 on DRA")
+        [refusal] = ctl.guard_allocate([GPUS[7].uuid])
+        assert "is on the dra side of the ownership ledger" in refusal.message
+        status = wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.refusals and s, what="the refusal")
+        assert status.refusals[-1].api == "allocate" and status.refusals[-1].device == "gpu-7"
+        text = generate_latest(ctl.metrics.registry).decode()
+        assert 'dra_bridge_split_refusals_total{api="allocate"} 1.0' in text
+    finally:
+        ctl.stop()
+
+
+def test_the_status_is_written_only_when_its_content_changes(api: KubeAPI) -> None:
+    ctl = controller(api)
+    ctl.evaluate(api.get(NODES, NODE))
+    rv = api.get(NODES, NODE)["metadata"]["resourceVersion"]
+    for _ in range(3):
+        ctl.evaluate(api.get(NODES, NODE))
+    assert api.get(NODES, NODE)["metadata"]["resourceVersion"] == rv
+    assert STATUS_KEY in api.get(NODES, NODE)["metadata"]["annotations"]
+
+
+def test_a_bad_cluster_default_is_a_configuration_error_at_start() -> None:
+    with pytest.raises(SplitError, match="neither a count"):
+        SplitController(GPUS, SplitConfig(NODE, flag="lots"), sources=Sources())

@@ -85,15 +85,32 @@ def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("DRB013", "The bridge's split label")
 def split_label(ctx: CheckContext) -> Iterator[Finding]:
+    """The node's split request read and fitted with the node daemon's own parser (`bridge.ledger`), so the report
+    says exactly what the daemon does with it; and what the daemon itself reports (its split-status annotation)."""
     for node in ctx.model.nodes.values():
-        if "bridge" not in node.backends or not node.split:
+        if "bridge" not in node.backends:
             continue
-        if node.split != "all" and not node.split.isdigit():
+        key = "annotation" if node.split_request is not None and node.split_request.source == "annotation" else "label"
+        verb = "annotate" if key == "annotation" else "label"
+        result = node.split_result()
+        if node.split_request is not None and node.split_request.conflict:
+            yield Finding("DRB013", "info", _node(node.name), node.split_request.conflict,
+                          "Remove the label or make both say the same: kubectl label node NODE "
+                          "dra-bridge.io/dra-devices-")
+        if result is not None and result.wanted is None:
             yield Finding("DRB013", "warning", _node(node.name),
-                          f"dra-bridge.io/dra-devices={node.split!r} is not 0, a number, or all: the node daemon keeps "
-                          "its current split",
-                          "kubectl label node --overwrite NODE dra-bridge.io/dra-devices=<0|N|all>")
-        elif node.split.isdigit() and node.gpu_total and int(node.split) > node.gpu_total:
-            yield Finding("DRB013", "info", _node(node.name),
-                          f"dra-bridge.io/dra-devices={node.split} exceeds the node's {node.gpu_total} GPUs; all go to DRA",
-                          "Set the label to all")
+                          f"dra-bridge.io/dra-devices={node.split!r} ({key}): {result.refusal}; the node daemon refuses "
+                          "it and keeps its current split",
+                          f"kubectl {verb} node --overwrite {node.name} dra-bridge.io/dra-devices=<0|N|all|gpu-I>"
+                          f" (this node has {result.total} GPUs)")
+        if node.split_status_error:
+            yield Finding("DRB013", "warning", _node(node.name), node.split_status_error,
+                          "Check the node daemon's version on this node")
+        status = node.split_status
+        if status is not None and status.state == "converging":
+            held = [p for p in status.pending if p.phase in ("held", "unknown", "cooldown")]
+            if held:
+                yield Finding("DRB013", "info", _node(node.name),
+                              f"the node daemon has not moved {len(held)} GPU(s) yet: "
+                              + "; ".join(p.reason for p in held[:3]),
+                              f"bridge node status {node.name} shows every device and its holders")

@@ -67,10 +67,10 @@ def render_table(report: Report, colour: bool = False) -> str:
                     [20, 6, 12, 3, 22, 12, 13], s, status_col=2)
     lines.append("")
     lines.append(s.bold("Nodes"))
-    rows = [[r.name, ",".join(r.backends) or "-", str(r.gpus), str(r.allocatable), str(r.dra_devices), r.split,
+    rows = [[r.name, ",".join(r.backends) or "-", str(r.gpus), str(r.allocatable), str(r.dra_devices), r.split_short,
              r.status, " ".join(r.rules)] for r in report.nodes]
     lines += _table(["NODE", "BACKENDS", "GPUS", "DP", "DRA", "SPLIT", "STATUS", "RULES"], rows,
-                    [20, 25, 4, 4, 4, 5, 12, 12], s, status_col=6)
+                    [20, 23, 4, 4, 4, 7, 12, 12], s, status_col=6)
     lines.append("")
     lines.append(s.bold("Workloads"))
     rows = [[f"{w.namespace}/{w.kind}/{w.name}", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status, " ".join(w.rules)]
