@@ -3,7 +3,8 @@
 Run:  .venv/bin/python bench/deviceplugin_bench.py [--calls 2000] [--updates 100] [--restarts 20] [--starts 3]
 
 What it measures (targets from issue 2, for a 2-core machine):
-* Allocate p50/p99 of the bridge's device plugin (1 GPU per call) vs a bare echo DevicePlugin servicer (same
+* Allocate p50/p99 of the bridge's device plugin (1 GPU per call, through the ownership ledger's guard as `bridge
+  node` wires it with DRA on; `--no-ledger` for the plugin alone) vs a bare echo DevicePlugin servicer (same
   proto messages, no logic) on the same kind of unix socket in the same process: ratio p99 target <= 1.5x.
 * ListAndWatch update latency: device-table change -> message received by a client stream (while the simulated
   kubelet's own stream is open too, as on a node), vs the bare servicer yielding on a trigger (ratio, no target),
@@ -89,11 +90,32 @@ def time_calls(fn: Callable[[], object], n: int) -> list[float]:
     return out
 
 
+def ledger_seams(source: SimulatedSource) -> dict[str, object]:
+    """The production wiring of the ownership ledger into the device plugin (as `bridge node` with DRA on): the
+    split controller's side_of for ListAndWatch and its guard for Allocate (every device legacy here)."""
+    from bridge.ledger import Facts
+    from bridge.node.split import SplitConfig, SplitController
+
+    class NoHolders:
+        def facts(self, *, fresh_claims: bool = False) -> Facts:
+            return Facts()
+
+        def legacy_facts(self) -> Facts:
+            return Facts()
+
+    split = SplitController(source.devices(), SplitConfig("bench"), sources=NoHolders())
+    return {"side_of": split.side_of, "allocate_guard": split.guard_allocate}
+
+
+LEDGER = True  # --no-ledger: the device plugin alone (as with --dra off, or before the ledger guarded Allocate)
+
+
 def bench_allocate_and_stream(tmp: Path, calls: int, updates: int) -> dict[str, float]:
     results: dict[str, float] = {}
     sim = KubeletSimulator(tmp / "k").start()
     source = SimulatedSource.from_spec("8xH100-80GB", "bench")
-    daemon = NodeDaemon(NodeConfig(node_name="bench", kubelet_root=tmp / "k", http_address=None), source)
+    daemon = NodeDaemon(NodeConfig(node_name="bench", kubelet_root=tmp / "k", http_address=None), source,
+                        **(ledger_seams(source) if LEDGER else {}))  # type: ignore[arg-type]
     daemon.start()
     assert daemon.wait_registered(20)
     echo = EchoPlugin()
@@ -212,7 +234,10 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--restarts", type=int, default=20)
     ap.add_argument("--starts", type=int, default=3)
+    ap.add_argument("--no-ledger", action="store_true", help="the device plugin without the ownership ledger's guard")
     args = ap.parse_args()
+    global LEDGER
+    LEDGER = not args.no_ledger
     logging.disable(logging.WARNING)  # the daemon logs every injected XID; keep the output to the numbers
     with tempfile.TemporaryDirectory(prefix="brb-", dir="/tmp") as d:
         tmp = Path(d)
@@ -223,7 +248,8 @@ def main() -> None:
     def line(label: str, value: str, target: str, ok: bool) -> None:
         print(f"{label:<48} {value:>22}   target {target:<12} {'ok' if ok else 'MISSED'}")
 
-    print(f"device-plugin bench ({os.cpu_count()} CPUs, {args.calls} Allocate calls per side, {args.updates} updates)")
+    print(f"device-plugin bench ({os.cpu_count()} CPUs, {args.calls} Allocate calls per side, {args.updates} updates, "
+          f"ownership ledger {'on' if LEDGER else 'off'})")
     ratio = r["allocate_ours_p99"] / r["allocate_echo_p99"]
     print(f"{'Allocate ours   p50/p99':<48} {ms(r['allocate_ours_p50'])} / {ms(r['allocate_ours_p99'])}")
     print(f"{'Allocate echo   p50/p99':<48} {ms(r['allocate_echo_p50'])} / {ms(r['allocate_echo_p99'])}")

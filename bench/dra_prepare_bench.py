@@ -1,6 +1,7 @@
 """NodePrepareResources latency against the local API emulator, with a bare echo RPC as the in-run baseline.
 
     .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--state-dir DIR] [--cdi-dir DIR]
+    BENCH_NO_LEDGER=1 ...   # without the ownership ledger's prepare guard (the node daemon always wires it)
 
 Three processes, as on a node: the API emulator (`python -m bridge sandbox apiserver`), the DRA daemon
 (`DraNode`: prepare core + gRPC servers; this script re-run with `--daemon`), and this process as the kubelet
@@ -60,14 +61,28 @@ def run_daemon(kubeconfig: str, root: Path, cdi_root: Path, state_dir: Path) -> 
     from bridge.dra.plugin import PluginConfig
     from bridge.dra.stores import CheckpointClaimStore
     from bridge.inventory.simulated import devices_from_spec
+    from bridge.ledger import Facts, Ledger, Side
     from bridge.ledger.checkpoint import Checkpoint
+    from bridge.node.split import SplitConfig, SplitController
+
+    class NoHolders:
+        def facts(self, *, fresh_claims: bool = False) -> Facts:
+            return Facts()
+
+        def legacy_facts(self) -> Facts:
+            return Facts()
 
     (root / "boot_id").write_text(BOOT_ID + "\n")
+    devices = devices_from_spec("8xH100-80GB", NODE)
+    checkpoint = Checkpoint(state_dir, boot_id=lambda: BOOT_ID)
+    # The production wiring (`bridge node` with DRA on): every prepare goes through the ownership ledger's guard.
+    split = None if os.environ.get("BENCH_NO_LEDGER") else SplitController(
+        devices, SplitConfig(NODE), sources=NoHolders(), checkpoint=checkpoint,
+        initial=Ledger(tuple(devices), {g.uuid: Side.DRA for g in devices}))
     node = DraNode(
         DraConfig(NODE, PluginConfig(kubelet_root=str(root / "kl"), health=False), cdi_root=cdi_root,
                   boot_id_path=root / "boot_id"),
-        connect(kubeconfig), devices_from_spec("8xH100-80GB", NODE), lambda _: "dra",
-        CheckpointClaimStore(Checkpoint(state_dir, boot_id=lambda: BOOT_ID)),
+        connect(kubeconfig), devices, lambda _: Side.DRA, CheckpointClaimStore(checkpoint), ownership=split,
     )
     node.start()
     print(READY, node.config.plugin.dra_socket, node.config.plugin.registration_socket, flush=True)

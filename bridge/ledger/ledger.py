@@ -144,12 +144,14 @@ class Ledger:
     cooldown: Mapping[DeviceID, float] = field(default_factory=dict)  # no new move before this time
 
     def __post_init__(self) -> None:
-        known = {g.uuid for g in self.devices}
-        if set(self.sides) != known:
+        if len(self.sides) != len(self.devices) or any(g.uuid not in self.sides for g in self.devices):
+            known = {g.uuid for g in self.devices}
             raise ValueError(f"ledger sides do not match the devices: missing {sorted(known - set(self.sides))}, "
                              f"unknown {sorted(set(self.sides) - known)}")
         for uuid, side in self.sides.items():
-            parse_side(side, f"side of {uuid}")
+            if not isinstance(side, Side):  # callers parse stored values (`adopt`, the checkpoint) first
+                parse_side(side, f"side of {uuid}")
+                raise ValueError(f"side of {uuid}: {side!r} is a string, not a Side")
         for uuid, mv in self.moves.items():
             if self.sides.get(uuid) is not Side.WITHDRAWN:
                 raise ValueError(f"a move of {uuid} is recorded but the device is {self.sides.get(uuid)}")
@@ -453,7 +455,11 @@ def guard_allocate(ledger: Ledger, ids: Iterable[str], now: float,
         events.append(MoveEvent(mv.device, ledger.name_of(mv.device), mv.source, mv.target, "aborted",
                                 f"taken by {who} before the kubelet saw the withdrawal"))
     holder = Holder(HolderKind.ALLOCATE, who)
-    pending = ledger.pending + tuple(Pending(u, holder, now + cfg.pending_allocate_s) for u in wanted)
+    # One answered Allocate per device is enough: the kubelet hands a device to one container at a time, so a newer
+    # answer replaces an older one (and the table stays as small as the node).
+    kept = tuple(p for p in ledger.expired(now).pending if not (p.holder.kind is HolderKind.ALLOCATE
+                                                                   and p.device in wanted))
+    pending = kept + tuple(Pending(u, holder, now + cfg.pending_allocate_s) for u in wanted)
     return Ledger(ledger.devices, sides, moves, pending, ledger.cooldown), [], events
 
 
@@ -506,7 +512,8 @@ def guard_prepare(ledger: Ledger, ids: Iterable[str], claim: str, uid: str, lega
         sides[uuid] = Side.DRA
         moves.pop(uuid, None)
     holder = Holder(HolderKind.PREPARING, f"claim {claim}")
-    pending = ledger.pending + tuple(Pending(u, holder, now + cfg.pending_prepare_s, uid) for u in wanted)
+    kept = tuple(p for p in ledger.expired(now).pending if not (p.holder.kind is HolderKind.PREPARING and p.token == uid))
+    pending = kept + tuple(Pending(u, holder, now + cfg.pending_prepare_s, uid) for u in wanted)
     return Ledger(ledger.devices, sides, moves, pending, ledger.cooldown), [], list(changes.values())
 
 
