@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from bridge.cdi.driver import CONTROL_DEVICE_NODES, DeviceNode, DriverFiles, HostFile, Root, Symlink
@@ -144,38 +144,39 @@ def _is_lib_name(name: str) -> bool:
     return rest == "" or rest.startswith(".")
 
 
+def _library_search_entries(root: Root) -> Iterator[tuple[str, str]]:
+    """(directory, file name) for every entry of the library search dirs that exist, directories resolved."""
+    for search in LIBRARY_SEARCH_DIRS:
+        real = resolve_in_root(root.view, search)
+        if real is not None:
+            for name in _listdir(root.view_path(real)):
+                yield real, name
+
+
 def driver_library_dirs(root: Root, version: str) -> list[str]:
     """The directories (container paths, symlinks resolved) holding a `lib*.so.<version>` file."""
     suffix = ".so." + version
     dirs: list[str] = []
-    for search in LIBRARY_SEARCH_DIRS:
-        real = resolve_in_root(root.view, search)
-        if real is None:
+    for real, name in _library_search_entries(root):
+        if not (name.startswith("lib") and name.endswith(suffix)):
             continue
-        for name in _listdir(root.view_path(real)):
-            if not (name.startswith("lib") and name.endswith(suffix)):
-                continue
-            resolved = resolve_in_root(root.view, _join(real, name))
-            if resolved is None or not _is_file(root.view_path(resolved)):
-                continue
-            parent = resolved.rsplit("/", 1)[0] or "/"
-            if parent not in dirs:
-                dirs.append(parent)
+        resolved = resolve_in_root(root.view, _join(real, name))
+        if resolved is None or not _is_file(root.view_path(resolved)):
+            continue
+        parent = resolved.rsplit("/", 1)[0] or "/"
+        if parent not in dirs:
+            dirs.append(parent)
     return dirs
 
 
 def installed_versions(root: Root) -> list[str]:
     """Driver versions whose `libcuda.so.<v>` / `libnvidia-ml.so.<v>` exist in the search dirs (for error messages)."""
     found: list[str] = []
-    for search in LIBRARY_SEARCH_DIRS:
-        real = resolve_in_root(root.view, search)
-        if real is None:
-            continue
-        for name in _listdir(root.view_path(real)):
-            for stem in ("libcuda.so.", "libnvidia-ml.so."):
-                version = name[len(stem):] if name.startswith(stem) else ""
-                if _VERSION_RE.fullmatch(version) and version not in found:
-                    found.append(version)
+    for _, name in _library_search_entries(root):
+        for stem in ("libcuda.so.", "libnvidia-ml.so."):
+            version = name[len(stem):] if name.startswith(stem) else ""
+            if _VERSION_RE.fullmatch(version) and version not in found:
+                found.append(version)
     return found
 
 
