@@ -48,7 +48,7 @@ import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from bridge.cdi.driver import CONTROL_DEVICE_NODES, DeviceNode, DriverFiles, HostFile, Root, Symlink
+from bridge.cdi.driver import CONTROL_DEVICE_NODES, DeviceNode, DriverFiles, HostFile, Root, Symlink, join_host
 
 # pkg/lookup/library.go NewLibraryLocator (order kept: the first directory holding a library wins on duplicates)
 LIBRARY_SEARCH_DIRS = (
@@ -108,6 +108,17 @@ def resolve_in_root(view: Path, path: str) -> str | None:
             done = []
         todo.extend(p for p in reversed(target.split("/")) if p)
     return "/" + "/".join(done)
+
+
+def host_root_path(host_root_view: Path | str, host: str) -> Root:
+    """The host directory `host` as this process can read it through a view of the host's `/` (e.g. a hostPath
+    mount at /host). Symlinks on the way are resolved inside the view: on most hosts `/var/run` is a link to
+    `/run`, which the kernel would follow to the DAEMON's /run, not the host's. The host path stays as given."""
+    root = Root.on_host(host, host_root_view)
+    if str(host_root_view) in ("", "/"):
+        return root
+    resolved = resolve_in_root(Path(host_root_view), root.host)
+    return root if resolved is None else Root(root.host, Path(join_host(str(host_root_view), resolved)))
 
 
 def _listdir(path: Path) -> list[str]:
@@ -345,7 +356,7 @@ def discover_device_nodes(dev_root: Root, minors: Iterable[int], *, check: bool 
 def find_hook(candidates: Sequence[str], host_root_view: Path | str = "/") -> str | None:
     """The host path of the first candidate that is an executable file (seen through the host-root view)."""
     for host_path in candidates:
-        if _is_executable(Root.on_host(host_path, host_root_view).view):
+        if _is_executable(host_root_path(host_root_view, host_path).view):
             return host_path
     return None
 

@@ -34,6 +34,7 @@ from bridge.cdi.discovery import (
     discover_driver_files,
     discover_ipc_sockets,
     find_hook,
+    host_root_path,
     read_firmware_class_path,
 )
 from bridge.cdi.driver import CONTROL_DEVICE_NODES, DriverFiles, DriverInventory, Root
@@ -87,8 +88,9 @@ class NodeCdi:
         versions = sorted({g.driver_version for g in gpus})
         self.version = versions[0] if versions else ""
         self._versions = versions
-        self.driver_root = Root.on_host(options.driver_root, options.host_root) if options.driver_root else None
+        self.driver_root: Root | None = None
         self.dev_root = Root.on_host(options.dev_root, options.host_root)
+        self._locate_roots()
         self.toolkit = ToolkitSpecs(options.spec_dirs, options.host_root,
                                     ignore_prefixes=[file_prefix(k) for k in own_kinds])
         self._kernel_release = kernel_release if kernel_release is not None else os.uname().release
@@ -100,10 +102,18 @@ class NodeCdi:
 
     # -- inventory ------------------------------------------------------------------------------------------------
 
+    def _locate_roots(self) -> None:
+        """Where this process reads the driver and dev roots (again at each files refresh: a driver root that
+        appears late, under the GPU Operator, may be a symlink)."""
+        opts = self.options
+        self.driver_root = host_root_path(opts.host_root, opts.driver_root) if opts.driver_root else None
+        self.dev_root = host_root_path(opts.host_root, opts.dev_root)
+
     def driver_files(self) -> DriverFiles:
         with self._lock:
             now = self._clock()
             if self._files is None or now - self._files_at >= self.options.files_ttl_s:
+                self._locate_roots()
                 self._files = self._discover_files()
                 self._files_at = now
             return self._files

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from bridge.cdi.driver import Root
+from bridge.cdi.discovery import host_root_path
 from bridge.cdi.schema import spec_problems
 from bridge.inventory.model import DeviceID, GpuDevice
 
@@ -140,7 +140,8 @@ class ToolkitSpecs:
     def __init__(self, spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS, host_root: Path | str = "/",
                  *, ignore_prefixes: Sequence[str] = ()) -> None:
         """`ignore_prefixes`: file-name prefixes of our own specs (never the toolkit's, skip parsing them)."""
-        self.dirs = [Root.on_host(d, host_root) for d in spec_dirs]
+        self.spec_dirs = tuple(spec_dirs)
+        self.host_root = host_root
         self.ignore_prefixes = tuple(ignore_prefixes)
         self._cache: dict[str, tuple[tuple[int, int, int], Mapping[str, Any] | None, str | None]] = {}
 
@@ -178,7 +179,7 @@ class ToolkitSpecs:
         files: list[str] = []
         problems: list[str] = []
         seen: set[str] = set()
-        for priority, root in enumerate(self.dirs):
+        for priority, root in enumerate(host_root_path(self.host_root, d) for d in self.spec_dirs):
             try:
                 names = sorted(os.listdir(root.view))
             except OSError:

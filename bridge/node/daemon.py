@@ -171,8 +171,9 @@ class NodeDaemon:
             for level, line in self.node_cdi.describe():
                 self._log.log(level, "%s", line)
         self.node_cdi.check()
-        dev_root = self.node_cdi.dev_root
-        host_has = (lambda p: is_char_device(dev_root.view_path(p))) if cfg.cdi.check_device_nodes else None
+        node_cdi = self.node_cdi
+        dev_root = node_cdi.dev_root
+        host_has = (lambda p: is_char_device(node_cdi.dev_root.view_path(p))) if cfg.cdi.check_device_nodes else None
         if self.allocation.strategies & {CDI_ANNOTATIONS, CDI_CRI}:
             self.dp_cdi = DevicePluginCdi(cfg.cdi_root, self.node_cdi, devices)
             self.allocation = replace(self.allocation, cdi_devices=self.dp_cdi.cdi_devices, host_has=host_has,

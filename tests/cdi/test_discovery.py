@@ -136,3 +136,18 @@ def test_the_hook_is_the_first_executable_candidate(tmp_path: Path) -> None:
     assert find_hook(candidates, tmp_path) is None
     make_hook(tmp_path, "/usr/local/nvidia/toolkit/nvidia-cdi-hook")
     assert find_hook(candidates, tmp_path) == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+
+
+def test_host_paths_are_read_through_the_host_root_with_its_symlinks_resolved_inside_it(tmp_path: Path) -> None:
+    from bridge.cdi.discovery import host_root_path
+
+    (tmp_path / "run/nvidia").mkdir(parents=True)
+    (tmp_path / "opt/driver").mkdir(parents=True)
+    (tmp_path / "run/nvidia/driver").symlink_to("/opt/driver")  # absolute: the host's /opt, not ours
+    assert host_root_path(tmp_path, "/run/nvidia/driver") == Root("/run/nvidia/driver", tmp_path / "opt/driver")
+    assert host_root_path("/", "/run/nvidia/driver") == Root("/run/nvidia/driver", Path("/run/nvidia/driver"))
+    make_hook(tmp_path, "/opt/toolkit/nvidia-cdi-hook")
+    (tmp_path / "usr/local/nvidia").mkdir(parents=True)
+    (tmp_path / "usr/local/nvidia/toolkit").symlink_to("/opt/toolkit")
+    assert find_hook(["/usr/local/nvidia/toolkit/nvidia-cdi-hook"], tmp_path) == \
+        "/usr/local/nvidia/toolkit/nvidia-cdi-hook"

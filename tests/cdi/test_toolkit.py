@@ -93,3 +93,14 @@ def test_a_changed_file_is_read_again(tmp_path: Path) -> None:
     assert specs.scan().name_for(GPUS[1]) == f"nvidia.com/gpu={GPUS[1].uuid}"
     path.unlink()
     assert specs.scan().files == ()
+
+
+def test_through_a_host_root_mount_var_run_is_the_hosts_run_not_the_daemons(tmp_path: Path) -> None:
+    """On most hosts /var/run is an absolute link to /run; read through a hostPath mount of / at /host, the
+    kernel would follow it into the daemon's own /run. The scan resolves it inside the host's tree."""
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var/run").symlink_to("/run")
+    put(tmp_path, "/run/cdi/nvidia.yaml", toolkit_spec(GPUS))
+    result = scan(tmp_path)
+    assert result.files == ("/var/run/cdi/nvidia.yaml",)  # named by the host path the runtime reads
+    assert result.name_for(GPUS[0]) == f"nvidia.com/gpu={GPUS[0].uuid}"
