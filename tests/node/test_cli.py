@@ -138,13 +138,15 @@ def test_cleanup_without_an_api_removes_our_sockets_and_cdi_specs_and_leaves_oth
     cdi = short_tmp / "cdi"
     cdi.mkdir()
     (cdi / "k8s.gpu.dra-bridge.io-claim_uid-1.json").write_text("{}")
-    (cdi / "nvidia.com-gpu.json").write_text("{}")
+    (cdi / "k8s.device-plugin.dra-bridge.io-gpu_node.json").write_text("{}")  # the device plugin's
+    (cdi / "nvidia.com-gpu_node.json").write_text("{}")  # what earlier builds wrote for the device plugin
+    (cdi / "nvidia.com-gpu.json").write_text("{}")  # the toolkit's: never touched
     out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
                           "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), "--cdi-root", str(cdi),
                           "--cleanup"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
     assert out.returncode == 0, out.stderr
-    assert "ResourceSlices not touched" in out.stderr and "removed 1 CDI spec(s) and 2 socket(s)" in out.stdout
+    assert "ResourceSlices not touched" in out.stderr and "removed 3 CDI spec(s) and 2 socket(s)" in out.stdout
     assert not any(p.exists() for p in ours) and theirs.exists()
     assert sorted(p.name for p in cdi.iterdir()) == ["nvidia.com-gpu.json"]
 
