@@ -13,6 +13,7 @@ it (one GPU, a new claim UID each time):
   write      CdiSpecWriter.write: validate + temp file + fsync + rename + fsync dir
   full       inventory + build + write: the whole per-claim CDI cost inside NodePrepareResources
   toolkit    NodeCdi.toolkit_names() with a toolkit spec on the node (directory listing + stat, cached parse)
+Spec files go to /dev/shm when the machine has it (/var/run/cdi is a tmpfs on a node).
 Printed: mean and p99 in ms, and each as a ratio of the baseline.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -69,13 +71,14 @@ def main() -> int:
         node = NodeCdi(CdiOptions(driver_root="/", check_device_nodes=True, host_root=host), gpus,
                        kernel_release="6.8.0", firmware_class_path="")
         kind = claim_kind()
-        writer = CdiSpecWriter(Path(d) / "cdi", kind)
+        # /var/run/cdi is a tmpfs on a node: write to /dev/shm where the machine has it
+        cdi_dir = Path(tempfile.mkdtemp(prefix="cdi-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else d))
+        writer = CdiSpecWriter(cdi_dir, kind)
         n = args.iterations
         gpu = [gpus[3]]
         inv = node.inventory(gpu)
         def old_write(i: int) -> None:
             doc = build_claim_spec(f"old-{i}", gpu).document
-            (Path(d) / "cdi").mkdir(exist_ok=True)
             atomic_write_bytes(writer.path_for(f"old-{i}"), (json.dumps(doc, indent=2) + "\n").encode())
 
         rows = {
@@ -90,6 +93,7 @@ def main() -> int:
         put_spec(host, "/var/run/cdi/nvidia.yaml", toolkit_spec(gpus))
         rows["toolkit"] = timed(n, lambda i: node.toolkit_names(gpu))
         mounts = len(build_claim_spec("x", gpu, inventory=inv).document["containerEdits"]["mounts"])
+        shutil.rmtree(cdi_dir, ignore_errors=True)
     base = statistics.mean(rows["baseline"])
     print(f"per-claim CDI spec, 1 GPU, {mounts} mounts, {n} iterations")
     print(f"{'':10} {'mean ms':>9} {'p99 ms':>9} {'x baseline':>11}")

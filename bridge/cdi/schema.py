@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -56,10 +57,13 @@ def _validator() -> jsonschema.Draft7Validator:
 
 
 @functools.cache
-def _edits_validator() -> jsonschema.Draft7Validator:
-    """The schema of one `containerEdits` object alone (what the spec-level edits must satisfy)."""
-    schema = load_schema()
-    return jsonschema.Draft7Validator({"$ref": "#/definitions/containerEdits", "definitions": schema["definitions"]})
+def _part_validator(part: str) -> jsonschema.Draft7Validator:
+    """The schema of one part alone: `spec-edits` (the spec-level containerEdits) or `device-edits` (a device's
+    containerEdits, which must also not be empty)."""
+    definitions = load_schema()["definitions"]
+    schema = load_schema()["properties"]["containerEdits"] if part == "spec-edits" else \
+        definitions["device"]["properties"]["containerEdits"]
+    return jsonschema.Draft7Validator({**schema, "definitions": definitions})
 
 
 def _where(path: Any) -> str:
@@ -69,38 +73,92 @@ def _where(path: Any) -> str:
     return out
 
 
-def _message(e: jsonschema.ValidationError) -> str:
-    if e.validator == "anyOf" and list(e.absolute_path)[-1:] == ["containerEdits"]:
+def _message(e: jsonschema.ValidationError, part: str) -> str:
+    if e.validator == "anyOf" and part == "device-edits" and not e.absolute_path:
         return "a device's containerEdits must not be empty (the loader: 'invalid device, empty device edits')"
     return e.message
 
 
-def _errors(validator: jsonschema.Draft7Validator, doc: Any, prefix: tuple[Any, ...] = ()) -> list[str]:
+def _errors(validator: jsonschema.Draft7Validator, doc: Any, prefix: tuple[Any, ...] = (),
+            part: str = "spec") -> list[str]:
     found = sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
-    return [f"{_where((*prefix, *e.absolute_path))}: {_message(e)}" for e in found]
+    return [f"{_where((*prefix, *e.absolute_path))}: {_message(e, part)}" for e in found]
 
 
-@functools.lru_cache(maxsize=64)
-def _edits_problems(edits_json: str) -> tuple[str, ...]:
-    return tuple(_errors(_edits_validator(), json.loads(edits_json), ("containerEdits",)))
+@functools.lru_cache(maxsize=256)
+def _cached_part_problems(part: str, edits_json: str) -> tuple[tuple[Any, ...], ...]:
+    found = sorted(_part_validator(part).iter_errors(json.loads(edits_json)),
+                   key=lambda e: list(map(str, e.absolute_path)))
+    return tuple((tuple(e.absolute_path), _message(e, part)) for e in found)
+
+
+def _part_problems(part: str, edits: Any, prefix: tuple[Any, ...]) -> list[str]:
+    try:
+        key = json.dumps(edits, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON at all: validate it as it is
+        return _errors(_part_validator(part), edits, prefix, part)
+    return [f"{_where((*prefix, *path))}: {message}" for path, message in _cached_part_problems(part, key)]
+
+
+# Stands in for a device's containerEdits while the rest of the document is validated (its real edits are
+# validated on their own, cached): valid, and as small as possible.
+_EDITS_STAND_IN = {"env": ["CDI_SCHEMA_STAND_IN=1"]}
+
+
+@functools.cache
+def _device_name_pattern() -> re.Pattern[str]:
+    return re.compile(load_schema()["definitions"]["device"]["properties"]["name"]["pattern"])
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_skeleton_problems(skeleton_json: str) -> tuple[str, ...]:
+    return tuple(_errors(_validator(), json.loads(skeleton_json)))
+
+
+def _skeleton_problems(rest: dict[str, Any]) -> list[str]:
+    """The document without its edits. Device names (a claim UID in each: never the same twice) are checked
+    against the schema's own name pattern directly, the rest validated once per distinct shape and cached."""
+    devices = rest.get("devices")
+    names: list[tuple[int, Any]] = []
+    if isinstance(devices, list):
+        skeleton = []
+        for i, d in enumerate(devices):
+            if isinstance(d, dict):
+                if isinstance(d.get("name"), str):
+                    names.append((i, d["name"]))
+                    d = {**d, "name": f"n{i}"}
+                if "containerEdits" in d:
+                    d = {**d, "containerEdits": _EDITS_STAND_IN}
+            skeleton.append(d)
+        rest = {**rest, "devices": skeleton}
+    try:
+        problems = list(_cached_skeleton_problems(json.dumps(rest, sort_keys=True)))
+    except (TypeError, ValueError):  # not JSON at all
+        problems = _errors(_validator(), rest)
+    pattern = _device_name_pattern()
+    problems += [f"$.devices[{i}].name: {name!r} does not match {pattern.pattern!r}"
+                 for i, name in names if not pattern.search(name)]
+    return problems
 
 
 def spec_problems(doc: Mapping[str, Any]) -> list[str]:
     """Every violation, as `"<json path>: <message>"`; empty when the spec would load.
 
-    The spec-level `containerEdits` (the driver's mounts and hooks: the bulk of a spec, and the same for every
-    claim until the node's driver files change) are validated once per distinct content and the result cached;
-    the rest of the document every time. Both together are exactly the whole schema: the top-level
-    `containerEdits` property has a schema of its own that no other part refers to."""
+    Fast without a second rule set: the containerEdits objects (the driver's mounts and hooks at spec level, a
+    GPU's device node per device: the same for every claim until the node's driver files change) are validated
+    on their own against their part of the schema, once per distinct content, the result cached; so is the rest
+    (version, kind, annotations) per distinct shape, with valid stand-ins where the edits and device names were;
+    the names are matched against the schema's own pattern. The parts together are exactly the whole schema:
+    nothing else in it refers to those properties."""
     rest = {k: v for k, v in doc.items() if k != "containerEdits"}
-    problems = _errors(_validator(), rest)
+    problems = _skeleton_problems(rest)
+    devices = rest.get("devices")
+    device_edits = [(i, d["containerEdits"]) for i, d in enumerate(devices if isinstance(devices, list) else [])
+                    if isinstance(d, dict) and "containerEdits" in d]
     if "containerEdits" in doc:
-        try:
-            key = json.dumps(doc["containerEdits"], sort_keys=True)
-        except (TypeError, ValueError):
-            problems += _errors(_edits_validator(), doc["containerEdits"], ("containerEdits",))
-        else:
-            problems += _edits_problems(key)
+        problems += _part_problems("spec-edits", doc["containerEdits"], ("containerEdits",))
+    for i, edits in device_edits:
+        problems += _part_problems("device-edits", edits, ("devices", i, "containerEdits"))
     if problems:
         return problems
     names = [str(d["name"]) for d in doc["devices"]]
