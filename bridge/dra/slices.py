@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.inventory.model import DeviceID, GpuDevice
+from bridge.ledger.sides import device_name as ledger_device_name
 
 Obj = dict[str, Any]
 
@@ -170,9 +171,10 @@ def slice_name(node: str, driver: str, n: int) -> str:
 
 
 def device_name(dev: GpuDevice) -> str:
+    """The ledger's device name (`gpu-<index>`), refused for an index a slice cannot carry."""
     if dev.index < 0:
         raise SliceError(f"device {dev.uuid} has a negative index {dev.index}")
-    return f"gpu-{dev.index}"
+    return ledger_device_name(dev)
 
 
 def _string(value: str) -> dict[str, str]:

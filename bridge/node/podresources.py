@@ -52,10 +52,6 @@ class Adoption:
     unknown: dict[str, tuple[Holder, ...]] = field(default_factory=dict)  # device ID not in inventory -> holders
     source_available: bool = False
 
-    def in_use_legacy(self) -> dict[str, str]:
-        """device ID -> holder text, the shape the ownership ledger's split planning takes for busy devices."""
-        return {d: ", ".join(map(str, holders)) for d, holders in self.in_use.items()}
-
 
 @dataclass(frozen=True)
 class DynamicHolder:

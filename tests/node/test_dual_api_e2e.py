@@ -20,14 +20,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube import EVENTS, NODES, PODS, KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import KubeletSimulator
 from bridge.sandbox.kubelet.dramanager import PodPrepareError
 from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, wait_until
+from tests.node.kubeletcalls import allocate_directly
 from tests.node.nodestatus import NodeStatusPoster
 
 pytestmark = pytest.mark.slow
@@ -122,18 +121,6 @@ def healthy_split(kubelet: KubeletSimulator) -> tuple[int, int]:
     return len(state.healthy), len(state.devices) - len(state.healthy)
 
 
-def allocate_directly(env: Env, device_id: str) -> grpc.RpcError | None:
-    """Call our device plugin's Allocate like a misbehaving kubelet would: with a device it reported Unhealthy."""
-    [sock] = [p for p in (env.kubelet_root / "device-plugins").glob("dra-bridge-*.sock")]
-    with grpc.insecure_channel(f"unix://{sock}") as ch:
-        try:
-            dp_grpc.DevicePluginStub(ch).Allocate(dp_pb.AllocateRequest(
-                container_requests=[dp_pb.ContainerAllocateRequest(devices_ids=[device_id])]), timeout=10)
-        except grpc.RpcError as err:
-            return err
-    return None
-
-
 def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_and_a_split_change(env: Env) -> None:
     kubelet, api = env.kubelet, env.api
     assert kubelet.dra is not None
@@ -164,7 +151,7 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
             [("trainer", "c", "gpu-7")]
 
         # The device plugin refuses gpu-7 even if asked directly, naming the owner.
-        err = allocate_directly(env, GPUS[7].uuid)
+        err = allocate_directly(env.kubelet_root, GPUS[7].uuid)
         assert err is not None and err.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "dra" in err.details() and GPUS[7].uuid in err.details()
         # ... while a legacy pod still gets a legacy GPU through the kubelet.

@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.inventory.simulated import SimulatedSource
 from bridge.kube import EVENTS, NODES, PODS, KubeAPI, connect
 from bridge.ledger import SPLIT_KEY, SplitStatus, status_of
@@ -28,6 +25,7 @@ from bridge.sandbox.kubelet import KubeletSimulator
 from bridge.sandbox.kubelet.dramanager import PodPrepareError
 from bridge.sandbox.kubelet.devicemanager import Assignment
 from tests.dra.cluster import DRIVER, NODE, ensure_namespace, gpu, make_claim, make_pod, wait_until
+from tests.node.kubeletcalls import allocate_directly
 from tests.node.nodestatus import NodeStatusPoster
 
 pytestmark = pytest.mark.slow
@@ -166,25 +164,13 @@ def test_a_claim_allocated_and_bound_but_not_prepared_keeps_its_gpu_on_dra_and_p
     node.check_one_owner()
 
 
-def allocate_directly(node: Node, device_id: str) -> grpc.RpcError | None:
-    """The device plugin's Allocate as a kubelet calls it that chose the device before it saw the withdrawal."""
-    [sock] = [p for p in (node.root / "kl" / "device-plugins").glob("dra-bridge-*.sock")]
-    with grpc.insecure_channel(f"unix://{sock}") as ch:
-        try:
-            dp_grpc.DevicePluginStub(ch).Allocate(dp_pb.AllocateRequest(
-                container_requests=[dp_pb.ContainerAllocateRequest(devices_ids=[device_id])]), timeout=10)
-        except grpc.RpcError as err:
-            return err
-    return None
-
-
 def test_a_legacy_allocate_while_the_node_status_lags_wins_and_another_gpu_moves(node: Node) -> None:
     node.status.pause()  # the kubelet has not posted the smaller allocatable yet
     node.set_split("1")
     assert node.daemon.split is not None
     gpu7 = node.gpus[7].uuid
     wait_until(lambda: node.daemon.split.side_of(gpu7) == "withdrawn", 30, "gpu-7 withdrawn")
-    assert allocate_directly(node, gpu7) is None  # never offered to DRA: the Allocate wins, the move is aborted
+    assert allocate_directly(node.root / "kl", gpu7) is None  # never offered to DRA: the Allocate wins, the move is aborted
     assert node.daemon.split.side_of(gpu7) == "legacy"
     node.status.resume()
     wait_until(lambda: node.published() == {"gpu-6"} and node.converged(), 60, "gpu-6 moved instead")
