@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from bridge.ledger import Side
 from bridge._proto.podresources.v1 import podresources_pb2 as pb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
 from bridge.dra.component import DraConfig, DraNode
@@ -67,7 +68,7 @@ def test_podresources_reports_prepared_claims_as_dynamic_resources_also_after_a_
     boot.write_text("boot-1\n")
     dra = DraNode(DraConfig(NODE, PluginConfig(kubelet_root=str(short_tmp / "kl")), cdi_root=short_tmp / "cdi",
                             boot_id_path=boot),
-                  connect(str(kubeconfig)), GPUS, lambda _: "dra",
+                  connect(str(kubeconfig)), GPUS, lambda _: Side.DRA,
                   CheckpointClaimStore(Checkpoint(short_tmp / "st", boot_id=lambda: "boot-1")))
     dra.start()
     try:
