@@ -14,9 +14,14 @@ Run:  .venv/bin/python bench/ledger_bench.py [--moves 100] [--calls 20000]
    checkpoint updates) measured alone.
 2. Guard cost per call, in-process (no gRPC): `SplitController.guard_allocate` (legacy GPU: lock, check, record
    the answered Allocate), `guard_prepare` + `prepare_done` (DRA GPU), vs `DeviceTable.refusal` (the per-device
-   check Allocate made before) and a bare lock acquire. The end-to-end figures are bench/deviceplugin_bench.py and
-   bench/dra_prepare_bench.py, which wire the guard as `bridge node` does (`--no-ledger` / `BENCH_NO_LEDGER=1`
-   without it).
+   check Allocate made before) and a bare lock acquire.
+3. The same handlers with and without the ledger, interleaved call by call in this process (so machine noise hits
+   both alike): the device plugin's `Allocate` handler (protobuf in and out, a stub gRPC context) and the prepare
+   core `Preparer.prepare` (claim from an in-memory API, records in memory, CDI spec on /dev/shm), each
+   followed by its undo outside the timing. The end-to-end figures over real sockets are
+   bench/deviceplugin_bench.py and bench/dra_prepare_bench.py, which wire the guard as `bridge node` does
+   (`--no-ledger` / `BENCH_NO_LEDGER=1` without it); on a shared 2-core machine their run-to-run noise is larger
+   than the guard.
 """
 
 from __future__ import annotations
@@ -180,16 +185,81 @@ def bench_guards(calls: int) -> dict[str, list[float]]:
             "DeviceTable.refusal (before)": timed(old_check, calls), "bare lock": timed(bare_lock, calls)}
 
 
+class StubContext:
+    """What the Allocate handler needs of a gRPC context (aborting raises, as grpc does)."""
+
+    def abort(self, code, details):  # type: ignore[no-untyped-def]
+        raise RuntimeError(f"{code}: {details}")
+
+
+def bench_handlers(calls: int) -> dict[str, list[float]]:
+    from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+    from bridge.deviceplugin.allocate import AllocationConfig
+    from bridge.deviceplugin.metrics import DevicePluginMetrics
+    from bridge.deviceplugin.servicer import DevicePluginServicer
+    from bridge.dra.claims import ClaimRef
+    from bridge.dra.prepare import Preparer
+    from bridge.dra.slices import device_name
+    from bridge.dra.stores import ClaimCdi
+    from bridge.kube.api import ResourceAPI
+    from tests.dra.fakekube import FakeKube
+    from tests.dra.memstore import MemoryClaimStore
+
+    devices = devices_from_spec("8xH100-80GB", NODE)
+    ids = [g.uuid for g in devices]
+    legacy = SplitController(devices, SplitConfig(NODE), sources=NoHolders())
+    dra = SplitController(devices, SplitConfig(NODE), sources=NoHolders(),
+                          initial=Ledger(tuple(devices), {g.uuid: Side.DRA for g in devices}))
+    from prometheus_client import CollectorRegistry
+
+    alloc = {name: DevicePluginServicer(DeviceTable(devices, guard=guard), AllocationConfig(),
+                                        DevicePluginMetrics(CollectorRegistry(), RESOURCE))
+             for name, guard in (("off", None), ("on", legacy.guard_allocate))}
+    kube = FakeKube()
+    claims = ResourceAPI("v1").claims
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(prefix="brl-cdi-", dir=shm) as cdi_dir:
+        prep = {name: Preparer(kube=kube, driver="gpu.dra-bridge.io", pool=NODE, devices=devices,
+                               device_name=device_name, side_of=lambda _u: Side.DRA, store=MemoryClaimStore(),
+                               cdi=ClaimCdi(cdi_dir, "gpu.dra-bridge.io"), boot_id="bench", ownership=own,
+                               record_events=False)
+                for name, own in (("off", None), ("on", dra))}
+        out: dict[str, list[float]] = {k: [] for k in ("Allocate off", "Allocate on", "prepare off", "prepare on")}
+        ctx = StubContext()
+        for i in range(calls):
+            for mode in ("off", "on") if i % 2 else ("on", "off"):
+                req = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[ids[i % 8]])])
+                t = time.perf_counter()
+                alloc[mode].Allocate(req, ctx)  # type: ignore[arg-type]
+                out[f"Allocate {mode}"].append(time.perf_counter() - t)
+                uid = f"uid-{mode}-{i}"
+                kube.put(claims, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                  "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+                                  "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+                                  "status": {"allocation": {"devices": {"results": [
+                                      {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": NODE,
+                                       "device": f"gpu-{i % 8}"}]}}}})
+                ref = ClaimRef("ns", uid, uid)
+                t = time.perf_counter()
+                outcome = prep[mode].prepare([ref])[uid]
+                out[f"prepare {mode}"].append(time.perf_counter() - t)
+                assert not outcome.error, outcome.error
+                prep[mode].unprepare([ref])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--moves", type=int, default=100)
     ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--handler-calls", type=int, default=2000)
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     logging.getLogger("bridge").setLevel(logging.WARNING)  # one INFO line per evaluation is the product, not the bench
     with tempfile.TemporaryDirectory(prefix="brl-", dir="/tmp") as d:
         moves = bench_moves(Path(d), args.moves)
     guards = bench_guards(args.calls)
+    handlers = bench_handlers(args.handler_calls)
     print(f"ledger bench ({os.cpu_count()} CPUs; {args.moves} moves each way; {args.calls} guard calls each)")
     floor = statistics.median(moves["floor"])
     for key in ("legacy->dra", "dra->legacy"):
@@ -201,6 +271,11 @@ def main() -> None:
     for key, v in guards.items():
         print(f"{key:<32} p50/p99 {us(pct(v, 50))} / {us(pct(v, 99))}   median / bare lock "
               f"{statistics.median(v) / base:7.1f}x")
+    for op in ("Allocate", "prepare"):
+        off, on = handlers[f"{op} off"], handlers[f"{op} on"]
+        print(f"{op + ' handler, ledger off/on':<32} p50 {us(pct(off, 50))} / {us(pct(on, 50))}   p99 "
+              f"{us(pct(off, 99))} / {us(pct(on, 99))}   added p50 {us(pct(on, 50) - pct(off, 50))} "
+              f"({pct(on, 50) / pct(off, 50):4.2f}x)")
 
 
 if __name__ == "__main__":

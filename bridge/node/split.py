@@ -228,9 +228,7 @@ class SplitController:
     def _after_guard(self, events: Sequence[MoveEvent]) -> None:
         self._notify()
         with self._lock:
-            self._queued.extend(events)
-        for e in events:
-            log.warning("%s", e.describe(), extra={"node": self.node_name, "device": e.name})
+            self._queued.extend(events)  # logged, counted and recorded as Events by the evaluation this wakes
         self.kick("a guard changed sides")
 
     def _note_refusals(self, api: Literal["allocate", "prepare"], refusals: Sequence[Refusal]) -> None:
@@ -353,6 +351,7 @@ class SplitController:
                 log.warning("%s", e.describe(), extra={"node": node, "device": e.name})
                 self._event("DRADeviceMoveAborted", e.describe(), "Warning")
             else:
+                log.warning("%s", e.describe(), extra={"node": node, "device": e.name})
                 self._event("DRADeviceReclaimed", e.describe(), "Normal")
         waiting_now: dict[DeviceID, str] = {}
         for w in d.waiting:

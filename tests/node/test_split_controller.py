@@ -232,3 +232,54 @@ def test_the_status_is_written_only_when_its_content_changes(api: KubeAPI) -> No
 def test_a_bad_cluster_default_is_a_configuration_error_at_start() -> None:
     with pytest.raises(SplitError, match="neither a count"):
         SplitController(GPUS, SplitConfig(NODE, flag="lots"), sources=Sources())
+
+
+# ---- bridge node status ----------------------------------------------------------------------------------------------
+
+def run_status(kubeconfig: Path, *args: str):  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+
+    return CliRunner().invoke(main, ["node", "status", *args, "--kubeconfig", str(kubeconfig), "--timeout", "5"])
+
+
+def test_bridge_node_status_prints_sides_holders_pending_moves_and_refusals(api: KubeAPI, tmp_path: Path) -> None:
+    sources = Sources()
+    sources.now = Facts.build([(GPUS[7].uuid, Holder(HolderKind.CONTAINER, "pod ml/train-7 container main"))])
+    set_split(api, "gpu-6,gpu-7", "annotations")
+    ctl = controller(api, sources)
+    ctl.evaluate(api.get(NODES, NODE))
+    assert ctl.guard_prepare([GPUS[7].uuid], "ml/c", "uid-c")  # held by the legacy pod: refused
+    ctl.evaluate(api.get(NODES, NODE))
+    out = run_status(tmp_path / "kc", NODE)
+    assert out.exit_code == 0, out.output
+    assert f"Node {NODE}: requested 'gpu-6,gpu-7' (from node annotation dra-bridge.io/dra-devices)" in out.output
+    assert "state: converging" in out.output
+    assert "gpu-7   legacy" in out.output and "pod ml/train-7 container main (legacy container)" in out.output
+    assert "gpu-6   withdrawn" in out.output
+    assert "gpu-7 held by pod ml/train-7 container main (legacy container); will move when free" in out.output
+    assert "Latest refusals:" in out.output and "prepare" in out.output and "is prepared once it is free" in out.output
+    as_json = run_status(tmp_path / "kc", NODE, "-o", "json")
+    import json
+
+    doc = json.loads(as_json.output)
+    assert doc["current"] is True and doc["status"]["counts"] == {"legacy": 7, "dra": 0, "withdrawn": 1}
+
+
+def test_bridge_node_status_says_when_there_is_no_status_or_no_node(api: KubeAPI, tmp_path: Path) -> None:
+    out = run_status(tmp_path / "kc", NODE)
+    assert out.exit_code == 1 and "has no split status: is `bridge node` running there" in out.output
+    missing = run_status(tmp_path / "kc", "nope")
+    assert missing.exit_code == 2 and "node 'nope' not found" in missing.output
+    set_split(api, "3")
+    controller(api).evaluate(api.get(NODES, NODE))
+    set_split(api, "4")  # the daemon has not evaluated this yet
+    stale = run_status(tmp_path / "kc", NODE)
+    assert stale.exit_code == 0 and "the daemon last evaluated '3'" in stale.output
+
+
+def test_bridge_node_status_without_an_api_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "kc").write_text("not: a kubeconfig\n")
+    out = run_status(tmp_path / "kc", NODE)
+    assert out.exit_code == 2 and "bridge node status:" in out.output

@@ -1,0 +1,180 @@
+"""Holder facts from the node's sources: PodResources, the kubelet's device-manager checkpoint with the pods' init
+status, the claims allocated to this node's devices, our prepared claims; unknown sources say so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.inventory.simulated import devices_from_spec
+from bridge.ledger import Holder, HolderKind, Side
+from bridge.node import kubeletcheckpoint
+from bridge.node.holders import HolderSources
+from bridge.node.nodepods import ClaimView, PodsSnapshot, allocated_devices, pod_view
+from bridge.sandbox.kubelet.devicemanager import Assignment, DeviceManager
+from bridge.sandbox.kubelet.podresources import PodResourcesServer
+
+NODE = "node-a"
+GPUS = devices_from_spec("4xH100-80GB", NODE)
+RESOURCE = "nvidia.com/gpu"
+
+
+def pod(name: str, uid: str, *, init_gpus: int = 0, init_state: str | None = "running", phase: str = "Pending",
+        claims: tuple[str, ...] = (), template_claim: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": NODE, "containers": [{"name": "main", "image": "x"}]}
+    status: dict[str, Any] = {"phase": phase}
+    if init_gpus:
+        spec["initContainers"] = [{"name": "init", "image": "x", "resources": {"limits": {RESOURCE: str(init_gpus)}}}]
+        if init_state:
+            status["initContainerStatuses"] = [{"name": "init", "state": {init_state: {}}}]
+    if claims or template_claim:
+        spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
+        if template_claim:
+            spec["resourceClaims"].append({"name": "t", "resourceClaimTemplateName": "tmpl"})
+            status["resourceClaimStatuses"] = [{"name": "t", "resourceClaimName": template_claim}]
+    return {"metadata": {"name": name, "namespace": "ml", "uid": uid}, "spec": spec, "status": status}
+
+
+class Pods:
+    def __init__(self, snap: PodsSnapshot) -> None:
+        self.snap = snap
+
+    def snapshot(self) -> PodsSnapshot:
+        return self.snap
+
+    def refresh_claims(self, *, every: bool = False, ended_interval_s: float = 5.0) -> None:
+        return None
+
+
+def listed(*pods: dict[str, Any], claims: dict[tuple[str, str], ClaimView] | None = None) -> PodsSnapshot:
+    return PodsSnapshot(True, True, "", tuple(pod_view(p, RESOURCE) for p in pods), claims or {})
+
+
+def write_checkpoint(path: Path, entries: list[tuple[str, str, list[str]]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"Data": {"PodDeviceEntries": [
+        {"PodUID": u, "ContainerName": c, "ResourceName": RESOURCE, "DeviceIDs": {"-1": ids}, "AllocResp": ""}
+        for u, c, ids in entries], "RegisteredDevices": {}}, "Checksum": 1}))
+
+
+@pytest.fixture
+def kubelet(short_tmp: Path):  # type: ignore[no-untyped-def]
+    manager = DeviceManager(short_tmp / "device-plugins")
+    server = PodResourcesServer(short_tmp, manager)
+    server.start()
+    yield short_tmp, manager
+    server.stop()
+
+
+def sources(root: Path, pods: PodsSnapshot | None, prepared: list[tuple[Any, Holder]] | None = None) -> HolderSources:
+    return HolderSources(GPUS, resource_name=RESOURCE, driver="gpu.dra-bridge.io", node_name=NODE,
+                         podresources_socket=root / "pod-resources" / "kubelet.sock",
+                         kubelet_checkpoint=root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE,
+                         pods=Pods(pods) if pods is not None else None,
+                         prepared=lambda: prepared or [], timeout_s=2)
+
+
+def test_podresources_containers_are_legacy_holders(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, manager = kubelet
+    manager.seed_assignment(Assignment("u1", "ml", "train-0", "main", RESOURCE, (GPUS[1].uuid,)))
+    facts = sources(root, listed()).facts()
+    assert facts.of(GPUS[1].uuid) == (Holder(HolderKind.CONTAINER, "pod ml/train-0 container main"),)
+    assert facts.known(Side.LEGACY) and facts.known(Side.DRA)
+
+
+def test_a_missing_podresources_socket_makes_the_legacy_side_unknown(short_tmp: Path) -> None:
+    facts = sources(short_tmp, listed()).facts()
+    assert not facts.known(Side.LEGACY) and "no PodResources socket" in facts.unknown[Side.LEGACY]
+
+
+def test_a_running_init_container_holds_what_the_kubelet_checkpoint_gave_it(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, _ = kubelet
+    write_checkpoint(root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE,
+                     [("uid-7", "init", [GPUS[3].uuid]), ("uid-done", "init", [GPUS[2].uuid])])
+    pods = listed(pod("train-7", "uid-7", init_gpus=1),
+                  pod("done", "uid-done", init_gpus=1, init_state="terminated", phase="Running"))
+    facts = sources(root, pods).legacy_facts()
+    assert facts.of(GPUS[3].uuid) == (Holder(HolderKind.INIT_CONTAINER, "pod ml/train-7 container init"),)
+    assert facts.of(GPUS[2].uuid) == ()  # its init container terminated: the GPU is free
+
+
+def test_a_running_gpu_init_container_without_the_kubelet_checkpoint_makes_legacy_unknown(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, _ = kubelet
+    facts = sources(root, listed(pod("train-7", "uid-7", init_gpus=1))).legacy_facts()
+    assert "runs init container init" in facts.unknown[Side.LEGACY] and "is missing" in facts.unknown[Side.LEGACY]
+    assert sources(root, listed(pod("cpu-only", "u"))).legacy_facts().known(Side.LEGACY)
+
+
+def test_checkpoint_entries_of_pods_not_seen_yet_hold_for_a_while_then_are_leftovers(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, _ = kubelet
+    write_checkpoint(root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE, [("uid-new", "init", [GPUS[0].uuid])])
+    now = [100.0]
+    src = sources(root, listed())
+    src.clock = lambda: now[0]
+    assert src.legacy_facts().of(GPUS[0].uuid)[0].who.startswith("pod UID uid-new container init")
+    now[0] += 31
+    assert src.legacy_facts().of(GPUS[0].uuid) == ()
+
+
+def test_an_unreadable_kubelet_checkpoint_is_unknown_only_when_it_matters(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, _ = kubelet
+    path = root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    assert "unreadable" in sources(root, listed(pod("t", "u", init_gpus=1))).legacy_facts().unknown[Side.LEGACY]
+    assert sources(root, listed()).legacy_facts().known(Side.LEGACY)
+
+
+def test_claims_allocated_to_our_devices_are_dra_holders_prepared_or_not(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, _ = kubelet
+    claims = {("ml", "direct"): ClaimView("ml", "direct", ("gpu-1",)),
+              ("ml", "gen-1"): ClaimView("ml", "gen-1", ("gpu-2",))}
+    pods = listed(pod("p", "u", claims=("direct",), template_claim="gen-1"), claims=claims)
+    prepared = [(GPUS[3].uuid, Holder(HolderKind.PREPARED, "claim ml/old"))]
+    facts = sources(root, pods, prepared).facts()
+    assert facts.of(GPUS[1].uuid) == (Holder(HolderKind.ALLOCATED, "claim ml/direct (pod ml/p)"),)
+    assert facts.of(GPUS[2].uuid) == (Holder(HolderKind.ALLOCATED, "claim ml/gen-1 (pod ml/p)"),)
+    assert facts.of(GPUS[3].uuid, Side.DRA) == (Holder(HolderKind.PREPARED, "claim ml/old"),)
+
+
+def test_a_pod_watch_that_is_down_or_a_claim_that_cannot_be_read_makes_dra_unknown(kubelet) -> None:  # type: ignore[no-untyped-def]
+    root, _ = kubelet
+    down = PodsSnapshot(False, False, "the watch on the pods bound to node node-a is down (connection refused)")
+    facts = sources(root, down).facts()
+    assert "is down" in facts.unknown[Side.DRA] and "is down" in facts.unknown[Side.LEGACY]
+    bad = PodsSnapshot(True, False, "ResourceClaim ml/c cannot be read (forbidden)",
+                       (pod_view(pod("p", "u", claims=("c",)), RESOURCE),), {("ml", "c"): ClaimView("ml", "c", error="x")})
+    facts = sources(root, bad).facts()
+    assert "cannot be read" in facts.unknown[Side.DRA] and facts.known(Side.LEGACY)
+
+
+def test_only_our_driver_and_pool_count_in_a_claims_allocation() -> None:
+    claim = {"status": {"allocation": {"devices": {"results": [
+        {"request": "a", "driver": "gpu.dra-bridge.io", "pool": NODE, "device": "gpu-1"},
+        {"request": "b", "driver": "gpu.dra-bridge.io", "pool": "other-node", "device": "gpu-2"},
+        {"request": "c", "driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-3"}]}}}}
+    assert allocated_devices(claim, "gpu.dra-bridge.io", NODE) == ("gpu-1",)
+    assert allocated_devices({}, "gpu.dra-bridge.io", NODE) == ()
+
+
+def test_the_claims_a_pod_uses_include_generated_and_extended_resource_claims() -> None:
+    p = pod("p", "u", claims=("named",), template_claim="from-template")
+    p["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "p-extended-resources-xyz"}
+    assert pod_view(p, RESOURCE).claims == ("named", "from-template", "p-extended-resources-xyz")
+
+
+def test_the_kubelet_checkpoint_parser_reads_both_formats_and_refuses_garbage() -> None:
+    new = {"Data": {"PodDeviceEntries": [{"PodUID": "u", "ContainerName": "c", "ResourceName": RESOURCE,
+                                          "DeviceIDs": {"0": ["a"], "1": ["b"]}}]}, "Checksum": 1}
+    old = {"Data": {"PodDeviceEntries": [{"PodUID": "u", "ContainerName": "c", "ResourceName": RESOURCE,
+                                          "DeviceIDs": ["a", "b"]}]}}
+    assert kubeletcheckpoint.parse(json.dumps(new))[0].device_ids == ("a", "b")
+    assert kubeletcheckpoint.parse(json.dumps(old))[0].device_ids == ("a", "b")
+    with pytest.raises(kubeletcheckpoint.KubeletCheckpointError, match="DeviceIDs"):
+        kubeletcheckpoint.parse(json.dumps({"Data": {"PodDeviceEntries": [
+            {"PodUID": "u", "ContainerName": "c", "ResourceName": RESOURCE, "DeviceIDs": 5}]}}))
+    with pytest.raises(kubeletcheckpoint.KubeletCheckpointError, match="not JSON"):
+        kubeletcheckpoint.parse("{")
