@@ -35,7 +35,6 @@ a pod is placed by looking at a few buckets, not at every node (bench/controller
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -170,7 +169,7 @@ class _Planner:
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
     def floor(self, pool: str) -> int:
-        return math.ceil(self.policy.share(pool) * self.pool_total[pool] - 1e-9)
+        return self.policy.min_legacy(pool, self.pool_total[pool])
 
     def index(self, c: Constraints) -> _Index:
         idx = self.indexes.get(c)

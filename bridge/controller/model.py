@@ -16,8 +16,10 @@ written (`NodeView.safe_range`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from bridge.controller.placement import Constraints, Taint
@@ -122,6 +124,11 @@ class Policy:
     def share(self, pool: str) -> float:
         p = self.pools.get(pool)
         return p.min_legacy_share if p is not None else self.min_legacy_share
+
+    def min_legacy(self, pool: str, total: int) -> int:
+        """GPUs of a pool of `total` that stay legacy: the share rounded up, read as the decimal an operator wrote
+        (0.3 x 10 is 3, not 4 as float arithmetic would round it)."""
+        return math.ceil(Fraction(self.share(pool)).limit_denominator(10**6) * total)
 
 
 BlockReason = Literal["no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen"]
