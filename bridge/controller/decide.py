@@ -16,7 +16,8 @@ Four steps, each over whole-GPU counts (bridge.controller.model):
    the other API (best fit: large blocks stay whole for larger pods), then the name. Only free GPUs move, so every
    target stays inside `NodeView.safe_range` (never a held device).
 4. **Limits.** A node an operator pinned, one still settling its previous target and one whose state is unknown
-   are never changed; a reversal on a node (to DRA, then back to legacy) waits for the cool-down; a pool never goes
+   are never changed; a node with moves under way changes further only in their direction; a reversal on a node
+   (to DRA, then back to legacy) waits for the cool-down; a pool never goes
    below its minimum legacy share; the moves of the last 60 s never exceed `max_moves_per_minute` (a pod that needs
    more moves than the budget left gets what is left now, the rest in the next minutes).
 
@@ -143,7 +144,7 @@ class _Planner:
         for v in sorted(nodes, key=lambda v: v.name):
             if v.frozen == "unknown":
                 continue
-            self.nodes[v.name] = _Node(v, {a: v.free(a) for a in APIS}, v.dra)
+            self.nodes[v.name] = _Node(v, {a: v.free(a) for a in APIS}, v.dra, direction=v.moving)
         self.top = max((n.view.total for n in self.nodes.values()), default=0)
         # Pools: totals and planned legacy counts over every known node (frozen ones count toward the share).
         self.pool_total: dict[str, int] = defaultdict(int)
@@ -160,7 +161,7 @@ class _Planner:
             for d in ("to-dra", "to-legacy"):
                 if memory.in_cooldown(n.view.name, d, policy, now) > 0:
                     self.cooling[d].add(n.view.name)
-                else:
+                elif n.direction is None or n.direction == d:  # never against moves under way
                     self.move_ok[d].add(n.view.name)
         self.indexes: dict[Constraints, _Index] = {}
         self.members: dict[str, list[_Index]] = defaultdict(list)
@@ -338,8 +339,11 @@ class _Planner:
                for n in changeable):
             n = changeable[0]
             left = self.memory.in_cooldown(n.view.name, d, self.policy, self.now)
-            return "cooldown", (f"needs {want}; the nodes with room changed the other way recently "
-                                f"(e.g. {n.view.name}, {left:.0f}s of cool-down left)")
+            if left > 0:
+                return "cooldown", (f"needs {want}; the nodes with room changed the other way recently "
+                                    f"(e.g. {n.view.name}, {left:.0f}s of cool-down left)")
+            return "cooldown", (f"needs {want}; the nodes with room are moving GPUs the other way "
+                                f"(e.g. {n.view.name}); they change direction once those moves land")
         pools = sorted({n.view.pool for n in changeable})
         return "min-legacy-share", (f"needs {want}; the pools with room are at their minimum legacy share "
                                     f"({', '.join(p or '(default)' for p in pools)})")

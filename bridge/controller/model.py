@@ -30,7 +30,7 @@ Direction = Literal["to-dra", "to-legacy"]
 
 # Why the controller leaves a node's target alone (the node still offers its free GPUs to pods):
 # pinned     an operator owns the target (see bridge.controller.nodestatus for the pin forms)
-# settling   moves are in flight, or the daemon has not yet acted on the current target
+# settling   the daemon has not yet acted on the current target, or moves are in flight both ways
 # unknown    no readable split status (no daemon, unreadable, newer schema): never touched, offers nothing
 Frozen = Literal["", "pinned", "settling", "unknown"]
 
@@ -59,6 +59,9 @@ class NodeView:
     unschedulable: bool = False
     # Free devices per topology group (NVLink island / NUMA node) on each side, largest first; () when unknown.
     groups: Mapping[Api, tuple[int, ...]] = field(default_factory=dict)
+    # The direction of moves under way (they count as landed in `dra`); the node may move further that way now,
+    # the other way only once they have landed.
+    moving: Direction | None = None
 
     def __post_init__(self) -> None:
         if self.total < 0 or not 0 <= self.dra <= self.total:

@@ -27,9 +27,12 @@ pods bound to the node (the status may lag a fresh binding).
 * `pinned`: the annotation or label `dra-bridge.io/split-pinned: "true"` (any value but "false" pins, so a typo
   errs on the safe side), or the *label* `dra-bridge.io/dra-devices` (the operator's form of the key; writing the
   annotation would silently override it, since the daemon reads the annotation first).
-* `settling`: a device is withdrawn (a move is under way), the daemon has not yet acted on the target the Node
-  carries now (`requested` differs from the annotation), a claim is allocated a device not on the DRA side (the
-  daemon is taking it back), some holders are unknown, or the daemon refused the target (its message is kept).
+* `settling`: the daemon has not yet acted on the target the Node carries now (`requested` differs from the
+  annotation), moves are under way in both directions, a withdrawn device has no pending entry, a claim is
+  allocated a device not on the DRA side (the daemon is taking it back), some holders are unknown, or the daemon
+  refused the target (its message is kept).
+Moves under way in one direction do not freeze a node: they count as landed (`dra`), and `NodeView.moving` lets the
+core add more moves that way (a second pod for the same node) but none the other way until they land.
 * `unknown`: no status (no daemon on the node), an unreadable status, a status about another node, or a Node
   whose Ready condition is False/Unknown.
 """
@@ -42,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.controller.model import Api, Frozen, NodeView
+from bridge.controller.model import Api, Direction, Frozen, NodeView
 from bridge.controller.placement import taints_of
 from bridge.ledger import parse_split
 
@@ -217,14 +220,23 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
         "legacy": [d for d in by_side["legacy"] if not d.held],
     }
     groups = {api: _groups(devs) for api, devs in free_devices.items()}
+    directions = {status.moving_to.get(d.name) for d in by_side["withdrawn"]}
+    moving: Direction | None = None
+    if directions == {"dra"}:
+        moving = "to-dra"
+    elif directions == {"legacy"}:
+        moving = "to-legacy"
     return NodeView(name, total, dra, dra_held=len(held_dra), legacy_held=held_legacy, frozen=frozen,
-                    frozen_reason=reason, groups=groups, **common)
+                    frozen_reason=reason, groups=groups, moving=moving, **common)
 
 
 def _settling(status: NodeStatus, target: str, stray: set[str]) -> str:
-    if status.moving_to or any(d.side == "withdrawn" for d in status.devices):
-        moving = ", ".join(sorted(status.moving_to)) or "a device"
-        return f"moves under way ({moving})"
+    withdrawn = [d.name for d in status.devices if d.side == "withdrawn"]
+    directions = {status.moving_to.get(d) for d in withdrawn}
+    if None in directions or "" in directions:
+        return f"withdrawn devices without a move under way ({', '.join(sorted(withdrawn))})"
+    if len(directions) > 1:
+        return f"moves under way in both directions ({', '.join(sorted(withdrawn))})"
     if status.state == "refused":
         return f"the node daemon refused its target: {status.message}"
     if stray:

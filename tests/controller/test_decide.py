@@ -195,3 +195,11 @@ def test_decisions_are_deterministic() -> None:
     nodes = [NodeView(f"n{i}", 8, i % 3, legacy_held=i % 4) for i in range(20)]
     pods = dra_pods(15, 3) + legacy_pods(10, 2)
     assert decide(nodes, pods, FREE) == decide(list(reversed(nodes)), list(reversed(pods)), FREE)
+
+
+def test_a_node_with_moves_under_way_moves_further_their_way_only() -> None:
+    moving = NodeView("m", 8, 2, moving="to-dra")
+    assert [(c.node, c.dra) for c in decide([moving], dra_pods(1, 4), FREE).changes] == [("m", 4)]
+    back = decide([moving], legacy_pods(1, 7), FREE)
+    assert back.changes == () and back.blocked[0].reason == "cooldown"
+    assert "moving GPUs the other way" in back.blocked[0].message

@@ -1,6 +1,7 @@
 """Properties of the decision core over generated clusters (hypothesis, derandomized: the same examples every run).
 
-* never a target that would move a held device, and never a change on a pinned/settling/unknown node;
+* never a target that would move a held device, never a change on a pinned/settling/unknown node, never one
+  against the moves under way on a node;
 * the plan the core makes fits: no node is asked for more GPUs of a side than it has free;
 * demand is met whenever free capacity of the right kind exists somewhere: a pod left pending has no node with
   enough free GPUs on either side (after the pods served before it);
@@ -33,9 +34,10 @@ def node_views(draw: st.DrawFn, index: int, max_gpus: int, frozen: bool) -> Node
     state = draw(st.sampled_from(["", "", "", "pinned", "settling", "unknown"])) if frozen else ""
     if state == "unknown":
         return NodeView(f"n{index}", 0, 0, frozen="unknown", pool=draw(st.sampled_from("ab")))
+    moving = draw(st.sampled_from([None, None, "to-dra", "to-legacy"])) if frozen else None
     return NodeView(f"n{index}", total, dra, dra_held=draw(st.integers(0, dra)),
                     legacy_held=draw(st.integers(0, total - dra)), pool=draw(st.sampled_from("ab")),
-                    frozen=state)  # type: ignore[arg-type]
+                    frozen=state, moving=moving)  # type: ignore[arg-type]
 
 
 @st.composite
@@ -85,6 +87,7 @@ def test_no_target_moves_a_held_device_or_touches_a_frozen_node(nodes: list[Node
     for c in d.changes:
         node = by_name[c.node]
         assert node.frozen == "", f"changed a {node.frozen} node: {c}"
+        assert node.moving in (None, c.direction), f"{c} goes against the moves under way on {node}"
         lo, hi = node.safe_range
         assert lo <= c.dra <= hi, f"{c} would move a held device of {node}"
         assert c.previous == node.dra

@@ -23,11 +23,15 @@ def test_the_scheduler_facts_count_even_when_the_status_lags() -> None:
     assert (v.legacy_held, v.dra_held) == (4, 1)
 
 
-def test_a_move_under_way_counts_as_landed_and_the_node_settles() -> None:
+def test_a_move_under_way_counts_as_landed_and_allows_more_moves_only_its_way() -> None:
     pending = [{"device": "gpu-7", "from": "legacy", "to": "dra", "phase": "waiting-node-status", "reason": ""}]
     v = node_view(gpu_node("n1", [L] * 7 + [W], target="1", state="converging", pending=pending))
-    assert v.dra == 1
-    assert v.frozen == "settling" and "gpu-7" in v.frozen_reason
+    assert (v.dra, v.free("dra"), v.free("legacy"), v.moving, v.frozen) == (1, 1, 7, "to-dra", "")
+    back = [{"device": "gpu-6", "from": "dra", "to": "legacy", "phase": "waiting-slice", "reason": ""}]
+    both = node_view(gpu_node("n1", [L] * 6 + [W, W], target="1", state="converging", pending=pending + back))
+    assert both.frozen == "settling" and "both directions" in both.frozen_reason
+    lost = node_view(gpu_node("n1", [L] * 7 + [W], target="1", state="converging"))
+    assert lost.frozen == "settling" and "without a move under way" in lost.frozen_reason
 
 
 def test_a_target_the_daemon_has_not_acted_on_yet_settles_the_node() -> None:
