@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from bridge.controller.decide import decide
 from bridge.controller.model import Api, Decision, Memory, NodeView, PendingPod, Policy, PoolPolicy
 
-PROPS = settings(max_examples=250, deadline=None, derandomize=True)
+PROPS = settings(max_examples=120, deadline=None, derandomize=True)
 UNLIMITED = Policy(max_moves_per_minute=10_000, cooldown_s=0)
 
 
@@ -151,7 +151,7 @@ def brute_force_moves(nodes: list[NodeView], fixed: dict[str, dict[Api, int]], p
     return best
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(clusters(max_nodes=3, max_gpus=4), pending(max_pods=5, max_gpus=3))
 def test_moves_are_minimal_by_brute_force_on_small_clusters(nodes: list[NodeView], pods: list[PendingPod]) -> None:
     d = decide(nodes, pods, UNLIMITED)
