@@ -28,7 +28,8 @@ pods bound to the node (the status may lag a fresh binding).
   errs on the safe side), or the *label* `dra-bridge.io/dra-devices` (the operator's form of the key; writing the
   annotation would silently override it, since the daemon reads the annotation first).
 * `settling`: the daemon has not yet acted on the target the Node carries now (`requested` differs from the
-  annotation), moves are under way in both directions, a withdrawn device has no pending entry, a claim is
+  annotation; the node is then planned with the split that target gives, when free devices can reach it, so the
+  pods a fresh target was written for are not served a second time elsewhere), moves are under way in both directions, a withdrawn device has no pending entry, a claim is
   allocated a device not on the DRA side (the daemon is taking it back), some holders are unknown, or the daemon
   refused the target (its message is kept).
 Moves under way in one direction do not freeze a node: they count as landed (`dra`), and `NodeView.moving` lets the
@@ -141,6 +142,19 @@ def pin_reason(node: Mapping[str, Any]) -> str:
     return ""
 
 
+def _dra_count(text: str, total: int) -> int | None:
+    try:
+        t = parse_split(text)
+    except ValueError:
+        return None
+    count = {"none": 0, "all": total}.get(t.kind, t.count if t.kind == "count" else len(t.devices))
+    return count if count <= total else None
+
+
+def _acted_on(status: NodeStatus, target: str) -> bool:
+    return status.source == "annotation" and _same_split(target, status.requested)
+
+
 def _same_split(a: str, b: str) -> bool:
     if a.strip() == b.strip():
         return True
@@ -215,6 +229,13 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
         reason = _settling(status, target, set(allocated) - dra_side_names)
         if reason:
             frozen = "settling"
+    if target and not _acted_on(status, target):
+        # The daemon has not seen the Node's target yet (typically the one this controller just wrote): plan with
+        # the split it will have, when that is reachable by moving free devices only, so the pods it was written
+        # for are not given GPUs a second time elsewhere.
+        pending = _dra_count(target, total)
+        if pending is not None and len(held_dra) <= pending <= total - held_legacy:
+            dra = pending
     free_devices: dict[Api, list[DeviceState]] = {
         "dra": [d for d in by_side["dra"] if d.name not in held_dra],
         "legacy": [d for d in by_side["legacy"] if not d.held],
@@ -244,7 +265,7 @@ def _settling(status: NodeStatus, target: str, stray: set[str]) -> str:
     if status.unknown_holders:
         return f"holders of {', '.join(status.unknown_holders)} cannot be read by the node daemon"
     if target:
-        if status.source != "annotation" or not _same_split(target, status.requested):
+        if not _acted_on(status, target):
             return f"the node daemon has not acted on {SPLIT_KEY}={target!r} yet (it reports {status.requested!r})"
     elif status.source == "annotation":
         return "the node daemon still reports the removed annotation"

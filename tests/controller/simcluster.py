@@ -4,9 +4,10 @@ Per step (one simulated second): pods finish, new pods arrive, a scheduler binds
 advances its moves, and (every `interval` steps) the controller decides. The pieces follow the real components
 closely enough for the properties under test, and no further:
 
-* **Node daemon** (like bridge.ledger's reconcile): the Node's count target is met by moving only *free* devices
-  (withdrawn at once, offered on the other side `move_time` steps later); a device held by a pod never moves (the
-  daemon waits for it). Its status is the real schema-1 JSON document (bridge.controller.nodestatus reads it).
+* **Node daemon** (like bridge.ledger's reconcile): it sees a new target `daemon_lag` steps after it was written,
+  then meets it by moving only *free* devices (withdrawn at once, offered on the other side `move_time` steps
+  later); a device held by a pod never moves (the daemon waits for it). Its status is the real schema-1 JSON
+  document (bridge.controller.nodestatus reads it), reporting the target it has acted on.
 * **Scheduler**: pending pods in queue order (priority, then age), each bound to a node with enough free devices of
   its API, chosen at random among those that fit (the real scheduler's GPU-agnostic scoring is not a best fit, so
   the controller's prediction is not assumed to be right).
@@ -56,14 +57,16 @@ class SimNode:
     name: str
     devices: list[Device]
     target: int | None = None  # the annotation (None: absent, the daemon's default "0")
+    seen: int | None = None  # the target the daemon has acted on (it lags the annotation by `daemon_lag` steps)
+    written_at: int = 0
 
     def status(self, move_time: int) -> str:
         pending = [{"device": d.name, "from": "legacy" if d.to == "dra" else "dra", "to": d.to,
                     "phase": "waiting-scheduler", "reason": "moving"} for d in self.devices if d.side == "withdrawn"]
-        requested = {"value": str(self.target), "source": "annotation"} if self.target is not None else {
+        requested = {"value": str(self.seen), "source": "annotation"} if self.seen is not None else {
             "value": "0", "source": "default"}
         doc = {"version": 1, "node": self.name, "updated": "", "requested": requested,
-               "state": "converging" if pending else "converged", "message": "", "wanted": self.target,
+               "state": "converging" if pending else "converged", "message": "", "wanted": self.seen,
                "devices": [{"name": d.name, "uuid": "", "side": d.side, "holders": [d.holder] if d.holder else []}
                            for d in self.devices], "pending": pending, "refusals": []}
         return json.dumps(doc)
@@ -85,6 +88,7 @@ class Sim:
     seed: int = 0
     move_time: int = 3
     interval: int = 2
+    daemon_lag: int = 0  # steps before a daemon sees a new target (its watch, its reconcile period)
     now: int = 0
     memory: Memory = field(default_factory=Memory)
     pending: list[SimPod] = field(default_factory=list)
@@ -132,7 +136,9 @@ class Sim:
                     if d.holder:
                         self.violations.append(f"{n.name}/{d.name} was taken while withdrawn")
                     d.side, d.to = d.to, ""
-            target = n.target or 0
+            if n.target != n.seen and self.now - n.written_at >= self.daemon_lag:
+                n.seen = n.target
+            target = n.seen or 0
             on_dra = sum(1 for d in n.devices if d.side == "dra" or d.to == "dra")
             if on_dra < target:
                 for d in n.free("legacy")[: target - on_dra]:
@@ -153,6 +159,7 @@ class Sim:
             if not lo <= c.dra <= hi:
                 self.violations.append(f"target {c.dra} for {c.node} would move a held device ({view})")
             self.by_name[c.node].target = c.dra
+            self.by_name[c.node].written_at = self.now
             self.changes.append((self.now, c.node, c.direction, c.moves))
         self.memory = self.memory.after(decision, float(self.now)).forget(set(self.by_name), self.policy,
                                                                            float(self.now))

@@ -8,7 +8,9 @@ One step is one second. Promises:
 * no flapping: no node reverses direction inside the cool-down, and the number of target changes stays bounded
   (never more than the pods that arrived; none once the work is done);
 * no pending pod waits, while enough free GPUs for it exist on one node (either side), longer than the cool-down
-  plus one move, plus one decision interval for the controller to notice and one step for the scheduler to bind;
+  plus one move, plus one decision interval for the controller to notice, the daemon's lag in seeing the target,
+  and one step for the scheduler to bind;
+* GPUs are not moved twice for the same pods while a daemon has not yet acted on a target;
 * every pod runs in the end.
 """
 
@@ -26,8 +28,8 @@ QUIET_FROM = 450  # no arrivals after this step: the tail shows the controller g
 
 
 def run(seed: int, *, nodes: int, gpus: int, burst_every: int, burst: tuple[int, int], durations: tuple[int, int],
-        policy: Policy, move_time: int = 3, interval: int = 2) -> tuple[Sim, int]:
-    sim = Sim(cluster(nodes, gpus), policy, seed=seed, move_time=move_time, interval=interval)
+        policy: Policy, move_time: int = 3, interval: int = 2, daemon_lag: int = 0) -> tuple[Sim, int]:
+    sim = Sim(cluster(nodes, gpus), policy, seed=seed, move_time=move_time, interval=interval, daemon_lag=daemon_lag)
     rng = random.Random(seed)
     arrivals = 0
     for t in range(STEPS):
@@ -46,23 +48,28 @@ def run(seed: int, *, nodes: int, gpus: int, burst_every: int, burst: tuple[int,
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize(("shape", "nodes", "burst_every", "burst", "durations"), [
-    ("moderate", 6, 50, (5, 15), (20, 120)),
-    ("heavy", 4, 25, (4, 12), (10, 60)),
+@pytest.mark.parametrize(("shape", "nodes", "burst_every", "burst", "durations", "lag"), [
+    ("moderate", 6, 50, (5, 15), (20, 120), 0),
+    ("heavy", 4, 25, (4, 12), (10, 60), 0),
+    ("slow-daemons", 4, 25, (4, 12), (10, 60), 4),  # daemons see a target only after two decisions
 ])
 def test_bursty_workload_converges_without_flapping(seed: int, shape: str, nodes: int, burst_every: int,
-                                                     burst: tuple[int, int], durations: tuple[int, int]) -> None:
+                                                     burst: tuple[int, int], durations: tuple[int, int],
+                                                     lag: int) -> None:
     policy = Policy(max_moves_per_minute=10_000, cooldown_s=30)
     move_time, interval = 3, 2
     sim, arrivals = run(seed, nodes=nodes, gpus=8, burst_every=burst_every, burst=burst, durations=durations,
-                        policy=policy, move_time=move_time, interval=interval)
+                        policy=policy, move_time=move_time, interval=interval, daemon_lag=lag)
     assert sim.violations == []
     assert sim.reversals_inside_cooldown() == []
     assert 0 < len(sim.changes) <= arrivals
     last_bound = max(p.bound_at for p in sim.finished + sim.running)
     assert all(t <= last_bound for t, *_ in sim.changes), "a target changed after every pod had been served"
-    bound = policy.cooldown_s + move_time + interval + 1
+    bound = policy.cooldown_s + lag + move_time + interval + 1
     assert sim.worst_wait_with_room() <= bound
+    moved = sum(m for *_, m in sim.changes)
+    asked = sum(p.gpus for p in sim.finished + sim.running)
+    assert moved <= asked, "never more GPUs moved than the pods asked for (no pod is served twice)"
     assert sim.pending == [], "every pod runs in the end"
 
 

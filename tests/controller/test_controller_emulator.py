@@ -106,13 +106,14 @@ def test_pending_dra_pods_get_free_legacy_gpus_with_an_event_and_a_record(
         cluster: tuple[ApiServer, RestKube, Path], start_app: Callable[..., App]) -> None:
     _, api, _ = cluster
     add_node(api, "gpu-node-1", [L] * 8, held=[0, 1, 2, 3, 4, 5, 6])  # one free GPU: too few for any pod
+    add_node(api, "gpu-node-9", [L] * 8)  # where the pods would go if gpu-node-4's new target were forgotten
     add_node(api, "gpu-node-4", [L] * 8, held=[0, 1])
     for i in range(3):
         add_dra_pod(api, f"train-{i}", 2)
     app = start_app()
     target = wait_until(lambda: annotation(api, "gpu-node-4", SPLIT_KEY), what="a target on gpu-node-4")
     assert target == "6"
-    assert annotation(api, "gpu-node-1", SPLIT_KEY) is None
+    assert annotation(api, "gpu-node-1", SPLIT_KEY) is None and annotation(api, "gpu-node-9", SPLIT_KEY) is None
     record = decode(annotation(api, "gpu-node-4", DECISION_KEY) or "")
     assert (record.controller, record.dry_run, record.previous, record.target, record.moves) == (
         "ctl-a", False, "", "6", 6)
@@ -122,6 +123,10 @@ def test_pending_dra_pods_get_free_legacy_gpus_with_an_event_and_a_record(
     assert event["involvedObject"]["name"] == "gpu-node-4" and event["type"] == "Normal"
     assert "3 pending DRA pods in team-a need 6 GPUs" in event["message"]
     assert event["source"]["component"] == "dra-bridge-controller"
+    # Decisions before the daemon acts plan with the target it was given: nothing is asked twice elsewhere.
+    decisions = app.metrics.decisions._value.get()
+    wait_until(lambda: app.metrics.decisions._value.get() >= decisions + 3, what="more decisions")
+    assert len(events(api, "SplitTargetChanged")) == 1 and events(api, "GPUDemandBlocked") == []
     # The daemon applies it; the pods are still pending (not yet bound): nothing more changes.
     act_as_daemon(api, "gpu-node-4", [L] * 2 + [D] * 6, held=[0, 1])
     decisions = app.metrics.decisions._value.get()

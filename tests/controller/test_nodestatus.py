@@ -34,9 +34,12 @@ def test_a_move_under_way_counts_as_landed_and_allows_more_moves_only_its_way() 
     assert lost.frozen == "settling" and "without a move under way" in lost.frozen_reason
 
 
-def test_a_target_the_daemon_has_not_acted_on_yet_settles_the_node() -> None:
+def test_a_target_the_daemon_has_not_acted_on_yet_settles_the_node_and_counts_as_landed() -> None:
     v = node_view(gpu_node("n1", [L] * 8, target="2", requested="0"))
     assert v.frozen == "settling" and "has not acted on" in v.frozen_reason
+    assert (v.dra, v.free("dra")) == (2, 2), "the pods it was written for fit there, not elsewhere"
+    out_of_reach = node_view(gpu_node("n1", [L] * 8, held=list(range(7)), target="2", requested="0"))
+    assert out_of_reach.dra == 0, "a target that needs a held device is not counted on"
     assert node_view(gpu_node("n1", [L] * 6 + [D, D], target="2", requested=" 2 ")).frozen == ""
     assert node_view(gpu_node("n1", [L] * 6 + [D, D], target="gpu-6,gpu-7", requested="GPU-6,gpu-7")).frozen == ""
 
