@@ -6,18 +6,19 @@
 Part 1, the pure core (`bridge.controller.decide.decide`), on --nodes x --gpus with --pending pending pods, per
 scenario (best of --repeat runs):
   fits         every pod fits GPUs already free on its side (prediction of the scheduler only, no move)
-  moves        free GPUs sit on the wrong side: most pods need moves (half DRA, half legacy demand)
+  moves        every GPU is legacy, half of them free; 80 % of the pods want DRA: they need moves
   scarce       demand far above capacity: most pods are blocked (the diagnosis path)
   constrained  pods spread over 40 node-selector/toleration shapes (40 eligibility indexes)
 Baseline, same process: the same scenario at a tenth of the nodes and pods. The ratio shows how the cost scales
-(10.0 = linear).
+(10.0 = linear). "writing it" is what the shell would send for that decision: per change one Node patch and one
+Event, plus at most 20 Warning Events for pods newly blocked (bridge/controller/writer.py).
 Also timed: building the core's input from Kubernetes objects (node_view over --nodes Nodes carrying the daemon's
 status JSON, pending_demand over --pending pending + 3 x --pending bound pods): the shell's per-decision work.
 
-Part 2, requests: the real shell (informers, leader election, writer) against the API emulator with --api-nodes
-nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, split by verb,
-for the first decision (which changes targets) and for the following steady-state decisions (which should send
-none). Reads never cost a request per decision: they come from the watches.
+Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
+nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
+first decision (which changes targets), a second one before the daemons act, and one after. Reads never cost a
+request per decision: they come from the watches.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from bridge.controller.demand import legacy_requested_by_node, pending_demand  #
 from bridge.controller.model import Api, Decision, NodeView, PendingPod, Policy  # noqa: E402
 from bridge.controller.nodestatus import STATUS_KEY, node_view  # noqa: E402
 from bridge.controller.placement import Constraints, Taint, Toleration  # noqa: E402
+from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
 PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
@@ -52,8 +54,7 @@ def nodes_for(scenario: str, n: int, gpus: int, rng: random.Random) -> list[Node
         if scenario == "fits":
             v = NodeView(f"node-{i:05d}", gpus, gpus // 2, dra_held=1, legacy_held=1, labels=labels)
         elif scenario == "moves":
-            dra = gpus if i % 2 else 0  # half the nodes all-DRA, half all-legacy, half of each side held
-            v = NodeView(f"node-{i:05d}", gpus, dra, dra_held=dra // 2, legacy_held=(gpus - dra) // 2, labels=labels)
+            v = NodeView(f"node-{i:05d}", gpus, 0, legacy_held=gpus // 2, labels=labels)  # half free, all legacy
         elif scenario == "scarce":
             v = NodeView(f"node-{i:05d}", gpus, gpus // 2, dra_held=gpus // 2 - 1, legacy_held=gpus // 2 - 1,
                          labels=labels)
@@ -68,7 +69,7 @@ def nodes_for(scenario: str, n: int, gpus: int, rng: random.Random) -> list[Node
 def pods_for(scenario: str, n: int, rng: random.Random) -> list[PendingPod]:
     out = []
     for i in range(n):
-        api: Api = "dra" if i % 2 else "legacy"
+        api: Api = ("dra" if i % 5 else "legacy") if scenario == "moves" else ("dra" if i % 2 else "legacy")
         gpus = rng.randint(1, 2) if scenario == "fits" else rng.randint(1, 4)
         c = Constraints()
         if scenario == "constrained":
@@ -93,8 +94,9 @@ def summary(d: Decision) -> str:
     for b in d.blocked:
         reasons[b.reason] = reasons.get(b.reason, 0) + 1
     fitted = sum(1 for p in d.placements if p.moves == 0)
+    writes = 2 * len(d.changes) + min(MAX_BLOCKED_EVENTS, len(d.blocked))
     return (f"{fitted} fit, {len(d.placements) - fitted} by moves, {len(d.changes)} target changes, "
-            f"{d.moves} GPUs moved, blocked {reasons or 0}")
+            f"{d.moves} GPUs moved, blocked {reasons or 0}; writing it: {writes} requests")
 
 
 def core(args: argparse.Namespace) -> None:
@@ -150,21 +152,23 @@ def state(args: argparse.Namespace) -> None:
 
 
 def requests(args: argparse.Namespace) -> None:
-    from bridge.controller.app import App, AppOptions, LeaseOptions
-    from bridge.controller.loop import ControllerOptions
+    from bridge.controller.loop import Controller, ControllerOptions
+    from bridge.controller.metrics import ControllerMetrics
+    from bridge.controller.nodestatus import SPLIT_KEY
     from bridge.kube import NAMESPACES, NODES, PODS, RetryPolicy, connect
     from bridge.sandbox.apiserver import ApiServer
-    from tests.controller.status_docs import gpu_node
+    from tests.controller.status_docs import status_doc
 
+    sides = ["legacy"] * args.gpus
     with ApiServer(validate=False) as srv, tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kubeconfig"
         srv.write_kubeconfig(path)
         api = connect(path, retry=RetryPolicy(deadline=10))
         api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-        api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra-bridge"}})
         rapi = api.resource_api()
         for i in range(args.api_nodes):
-            api.create(NODES, gpu_node(f"node-{i:04d}", ["legacy"] * args.gpus, held=[0, 1]))
+            api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i:04d}", "annotations": {
+                STATUS_KEY: status_doc(f"node-{i:04d}", sides, held=[0, 1])}}})
         for i in range(args.api_pending):
             api.create(rapi.claims, {"apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaim",
                                      "metadata": {"name": f"c{i}", "namespace": "team-a"},
@@ -174,32 +178,40 @@ def requests(args: argparse.Namespace) -> None:
                               "spec": {"containers": [{"name": "m", "image": "x", "resources": {"claims": [
                                   {"name": "g"}]}}], "resourceClaims": [{"name": "g", "resourceClaimName": f"c{i}"}]}},
                        "team-a")
-        opts = AppOptions(controller=ControllerOptions(interval_s=0.2, resync_s=0.5),
-                          lease=LeaseOptions(namespace="dra-bridge"), identity="bench", http_address=None)
-        app = App(connect(path, retry=RetryPolicy(deadline=10)), opts).start()
-        m = app.metrics
+        metrics = ControllerMetrics()
+        ctl = Controller(api, ControllerOptions(policy=POLICY), identity="bench", metrics=metrics, is_leader=lambda: True,
+                         resource_api=rapi).start()
+        ctl.wait_synced(60)
 
-        def sent() -> dict[str, float]:
-            return {s.labels["verb"]: s.value for metric in m.api_requests.collect() for s in metric.samples
+        def sent() -> dict[str, int]:
+            return {s.labels["verb"]: int(s.value) for m in metrics.api_requests.collect() for s in m.samples
                     if s.name.endswith("_total")}
 
-        deadline = time.monotonic() + 60
-        while m.decisions._value.get() < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        first = sent()
-        decisions = m.decisions._value.get()
-        d = app.controller.last_decision
-        while m.decisions._value.get() < decisions + 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        steady = {k: v - first.get(k, 0) for k, v in sent().items()}
-        n_steady = m.decisions._value.get() - decisions
-        app.stop()
-    changes = len(d.changes) if d else 0
-    print(f"requests: {args.api_nodes} nodes x {args.gpus} GPUs, {args.api_pending} pending DRA pods (emulator)")
-    print(f"  first decision: {changes} target changes, {len(d.blocked) if d else 0} blocked -> requests "
-          f"{ {k: int(v) for k, v in first.items()} } (= {int(sum(first.values()))}; per change: 1 patch + 1 Event)")
-    print(f"  next {int(n_steady)} decisions (nothing to change): requests "
-          f"{ {k: int(v) for k, v in steady.items() if v} or 0}")
+        def decision(what: str) -> None:
+            before = sent()
+            t = time.perf_counter()
+            d = ctl.decide_once()
+            took = time.perf_counter() - t
+            delta = {k: v - before.get(k, 0) for k, v in sent().items() if v - before.get(k, 0)}
+            assert d is not None
+            print(f"  {what:<34} {len(d.changes):>4} changes {len(d.blocked):>4} blocked -> "
+                  f"{sum(delta.values()):>4} requests {delta or ''} ({took * 1000:.0f}ms)")
+
+        print(f"requests: {args.api_nodes} nodes x {args.gpus} GPUs, {args.api_pending} pending DRA pods x 2 GPUs "
+              f"(real shell against the emulator; reads come from the watches)")
+        decision("first decision")
+        decision("again, daemons not yet acted")
+        for node in api.list(NODES)["items"]:
+            name, target = node["metadata"]["name"], (node["metadata"].get("annotations") or {}).get(SPLIT_KEY)
+            if target:
+                n = int(target)
+                api.patch(NODES, name, {"metadata": {"annotations": {STATUS_KEY: status_doc(
+                    name, ["legacy"] * (args.gpus - n) + ["dra"] * n, held=[0, 1], requested=target,
+                    source="annotation")}}})
+        time.sleep(1.0)  # the node informer sees the daemons' status
+        decision("after the daemons acted")
+        ctl.stop()
+    print("  (plus the Lease: one update per --retry-period while leading, one get per retry while standing by)")
 
 
 def main() -> None:

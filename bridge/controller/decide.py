@@ -86,22 +86,20 @@ class _Node:
 class _Index:
     """The eligible nodes of one constraint group, bucketed by free counts.
 
-    `fit[(l, d)]`: nodes (any but unknown) with exactly `l` free legacy and `d` free DRA GPUs (step 1).
+    `fit[api][c][o]`: nodes (any but unknown) with exactly `c` free GPUs of `api` and `o` of the other (step 1);
+    emptied buckets are dropped, so a lookup visits only counts some node has.
     `move[direction][pool][(c_to, c_from)]`: changeable nodes that may change in `direction`, with `c_to` free GPUs
     of the receiving API and `c_from` of the giving one (step 3)."""
 
     def __init__(self, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]) -> None:
-        self.fit: dict[tuple[int, int], dict[str, None]] = defaultdict(dict)
+        self.fit: dict[Api, dict[int, dict[int, dict[str, None]]]] = {a: defaultdict(dict) for a in APIS}
+        self.nodes: list[_Node] = list(nodes)
         self.move: dict[Direction, dict[str, dict[tuple[int, int], dict[str, None]]]] = {
             "to-dra": defaultdict(lambda: defaultdict(dict)), "to-legacy": defaultdict(lambda: defaultdict(dict))}
         self.move_ok = move_ok
-        self.size = 0
-        self.frozen_names: list[str] = []
-        for n in nodes:
-            self.size += 1
+        self.size = len(self.nodes)
+        for n in self.nodes:
             self._add(n)
-            if not n.changeable:
-                self.frozen_names.append(n.view.name)
 
     def _keys(self, n: _Node) -> list[tuple[Direction, tuple[int, int]]]:
         out: list[tuple[Direction, tuple[int, int]]] = []
@@ -114,23 +112,30 @@ class _Index:
         return out
 
     def _add(self, n: _Node) -> None:
-        self.fit[(n.free["legacy"], n.free["dra"])][n.view.name] = None
+        for api in APIS:
+            self.fit[api][n.free[api]].setdefault(n.free[other(api)], {})[n.view.name] = None
         for d, key in self._keys(n):
             self.move[d][n.view.pool][key][n.view.name] = None
 
     def _remove(self, n: _Node) -> None:
-        self.fit[(n.free["legacy"], n.free["dra"])].pop(n.view.name, None)
+        for api in APIS:
+            by_other = self.fit[api][n.free[api]]
+            bucket = by_other.get(n.free[other(api)])
+            if bucket is not None:
+                bucket.pop(n.view.name, None)
+                if not bucket:
+                    del by_other[n.free[other(api)]]
         for d, key in self._keys(n):
             self.move[d][n.view.pool][key].pop(n.view.name, None)
 
     def best_fit(self, api: Api, gpus: int, top: int) -> str | None:
         """The node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free
         GPUs a later move could use stay together)."""
+        by_free = self.fit[api]
         for c in range(gpus, top + 1):
-            for o in range(top + 1):
-                bucket = self.fit.get((c, o) if api == "legacy" else (o, c))
-                if bucket:
-                    return next(iter(bucket))
+            by_other = by_free.get(c)
+            if by_other:
+                return next(iter(by_other[min(by_other)]))
         return None
 
 
@@ -152,6 +157,7 @@ class _Planner:
         for n in self.nodes.values():
             self.pool_total[n.view.pool] += n.view.total
             self.pool_legacy[n.view.pool] += n.view.total - n.dra
+        self.floors: dict[str, int] = {}
         # Nodes that may change in each direction now (changeable, and no reversal inside the cool-down).
         self.move_ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
         self.cooling: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
@@ -163,6 +169,10 @@ class _Planner:
                     self.cooling[d].add(n.view.name)
                 elif n.direction is None or n.direction == d:  # never against moves under way
                     self.move_ok[d].add(n.view.name)
+        shape_ids: dict[object, int] = {}
+        self.shapes = {n.view.name: shape_ids.setdefault(
+            (tuple(sorted(n.view.labels.items())), n.view.taints, n.view.unschedulable), len(shape_ids))
+            for n in self.nodes.values()}
         self.indexes: dict[Constraints, _Index] = {}
         self.members: dict[str, list[_Index]] = defaultdict(list)
         self.diagnosis: dict[tuple[Constraints, Api, int], tuple[BlockReason, str]] = {}
@@ -170,13 +180,26 @@ class _Planner:
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
     def floor(self, pool: str) -> int:
-        return self.policy.min_legacy(pool, self.pool_total[pool])
+        f = self.floors.get(pool)
+        if f is None:
+            f = self.floors[pool] = self.policy.min_legacy(pool, self.pool_total[pool])
+        return f
 
     def index(self, c: Constraints) -> _Index:
         idx = self.indexes.get(c)
         if idx is None:
-            eligible = [n for n in self.nodes.values()
-                        if c.allows(n.view.name, n.view.labels, n.view.taints, n.view.unschedulable)]
+            # Nodes alike in labels, taints and cordon answer alike (unless a term names nodes): one check per kind.
+            by_name = any(t.fields for t in c.terms)
+            verdicts: dict[object, bool] = {}
+            eligible = []
+            for n in self.nodes.values():
+                v = n.view
+                key = (v.name if by_name else "", self.shapes[v.name])
+                ok = verdicts.get(key)
+                if ok is None:
+                    ok = verdicts[key] = c.allows(v.name, v.labels, v.taints, v.unschedulable)
+                if ok:
+                    eligible.append(n)
             idx = _Index(eligible, self.move_ok)
             self.indexes[c] = idx
             for n in eligible:
@@ -323,7 +346,7 @@ class _Planner:
             return "no-matching-node", (f"needs {want}; no GPU node with a known split passes its node selector, "
                                         f"affinity and taints")
         d = direction_to(pod.api)
-        eligible = [n for n in self.nodes.values() if idx in self.members.get(n.view.name, ())]
+        eligible = idx.nodes
         roomy = [n for n in eligible if n.free["legacy"] + n.free["dra"] >= pod.gpus]
         if not roomy:
             most = max((n.free["legacy"] + n.free["dra"] for n in eligible), default=0)
