@@ -20,13 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from bridge.controller.decide import decide
 from bridge.controller.demand import Demand, Names, allocated_by_node, legacy_requested_by_node, pending_demand, pod_key
 from bridge.controller.metrics import ControllerMetrics
 from bridge.controller.model import Decision, Memory, NodeView, Policy
-from bridge.controller.nodestatus import PIN_KEY, POOL_LABEL, SPLIT_KEY, STATUS_KEY, node_view
+from bridge.controller.nodestatus import POOL_LABEL, SPLIT_KEY, STATUS_KEY, node_view
 from bridge.controller.policy import PolicyError, describe, policy_from_configmap
 from bridge.controller.record import EVENT_COMPONENT
 from bridge.controller.writer import Writer
@@ -263,10 +262,6 @@ class Controller:
         if not self.synced():
             return "informers not synced yet"
         return None
-
-    def describe(self) -> dict[str, Any]:
-        return {"identity": self.identity, "dryRun": self.options.dry_run, "policy": describe(self.policy),
-                "pinKey": PIN_KEY}
 
 
 __all__ = ["Controller", "ControllerOptions", "State", "UNFINISHED_PODS", "is_gpu_node"]
