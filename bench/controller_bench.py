@@ -171,8 +171,9 @@ def requests(args: argparse.Namespace) -> None:
         api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
         rapi = api.resource_api()
         for i in range(args.api_nodes):
-            api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i:04d}", "annotations": {
-                STATUS_KEY: status_doc(f"node-{i:04d}", sides, held=[0, 1])}}})
+            name = f"node-{i:04d}"
+            api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "annotations": {STATUS_KEY: status_doc(name, sides, held=[0, 1])}}})
         for i in range(args.api_pending):
             api.create(rapi.claims, {"apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaim",
                                      "metadata": {"name": f"c{i}", "namespace": "team-a"},
@@ -183,8 +184,8 @@ def requests(args: argparse.Namespace) -> None:
                                   {"name": "g"}]}}], "resourceClaims": [{"name": "g", "resourceClaimName": f"c{i}"}]}},
                        "team-a")
         metrics = ControllerMetrics()
-        ctl = Controller(api, ControllerOptions(policy=POLICY), identity="bench", metrics=metrics, is_leader=lambda: True,
-                         resource_api=rapi).start()
+        ctl = Controller(api, ControllerOptions(policy=POLICY), identity="bench", metrics=metrics,
+                         is_leader=lambda: True, resource_api=rapi).start()
         ctl.wait_synced(60)
 
         def sent() -> dict[str, int]:

@@ -29,9 +29,9 @@ pods bound to the node (the status may lag a fresh binding).
   annotation would silently override it, since the daemon reads the annotation first).
 * `settling`: the daemon has not yet acted on the target the Node carries now (`requested` differs from the
   annotation; the node is then planned with the split that target gives, when free devices can reach it, so the
-  pods a fresh target was written for are not served a second time elsewhere), moves are under way in both directions, a withdrawn device has no pending entry, a claim is
-  allocated a device not on the DRA side (the daemon is taking it back), some holders are unknown, or the daemon
-  refused the target (its message is kept).
+  pods a fresh target was written for are not served a second time elsewhere), moves are under way in both
+  directions, a withdrawn device has no pending entry, a claim is allocated a device not on the DRA side (the
+  daemon is taking it back), some holders are unknown, or the daemon refused the target (its message is kept).
 Moves under way in one direction do not freeze a node: they count as landed (`dra`), and `NodeView.moving` lets the
 core add more moves that way (a second pod for the same node) but none the other way until they land.
 * `unknown`: no status (no daemon on the node), an unreadable status, a status about another node, or a Node
@@ -40,12 +40,12 @@ core add more moves that way (a second pod for the same node) but none the other
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.controller.jsondoc import load_versioned
 from bridge.controller.model import Api, Direction, Frozen, NodeView
 from bridge.controller.placement import taints_of
 from bridge.ledger import parse_split
@@ -86,18 +86,8 @@ class NodeStatus:
 
 
 def decode_status(text: str) -> NodeStatus:
-    try:
-        doc = json.loads(text)
-    except ValueError as err:
-        raise StatusError(f"{STATUS_KEY} is not JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise StatusError(f"{STATUS_KEY}: expected a JSON object")
-    version = doc.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise StatusError(f"{STATUS_KEY}: missing or bad version {version!r}")
-    if version > STATUS_VERSION:
-        raise StatusError(f"{STATUS_KEY} has schema version {version}; this controller reads version "
-                          f"{STATUS_VERSION} (upgrade the controller with the node daemons)")
+    doc = load_versioned(text, STATUS_KEY, STATUS_VERSION, StatusError,
+                         "upgrade the controller with the node daemons")
     req = doc.get("requested") or {}
     devices_doc = doc.get("devices")
     if not isinstance(req, dict) or not isinstance(devices_doc, list):
@@ -162,7 +152,10 @@ def _same_split(a: str, b: str) -> bool:
         x, y = parse_split(a), parse_split(b)
     except ValueError:
         return False
-    return (x.kind, x.count, tuple(d.lower() for d in x.devices)) == (y.kind, y.count, tuple(d.lower() for d in y.devices))
+    def norm(t: Any) -> tuple[str, int, tuple[str, ...]]:
+        return t.kind, t.count, tuple(d.lower() for d in t.devices)
+
+    return norm(x) == norm(y)
 
 
 def _ready(node: Mapping[str, Any]) -> bool:

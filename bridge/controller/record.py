@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bridge.controller.jsondoc import load_versioned
+
 DECISION_KEY = "dra-bridge.io/split-decision"
 DECISION_VERSION = 1
 EVENT_COMPONENT = "dra-bridge-controller"
@@ -89,18 +91,7 @@ def _int(doc: Mapping[str, Any], key: str) -> int:
 
 
 def decode(text: str) -> DecisionRecord:
-    try:
-        doc = json.loads(text)
-    except ValueError as err:
-        raise RecordError(f"{DECISION_KEY} is not JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise RecordError(f"{DECISION_KEY}: expected a JSON object")
-    version = doc.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise RecordError(f"{DECISION_KEY}: missing or bad version {version!r}")
-    if version > DECISION_VERSION:
-        raise RecordError(f"{DECISION_KEY} has schema version {version}, written by a newer dra-bridge; this one "
-                          f"reads version {DECISION_VERSION}")
+    doc = load_versioned(text, DECISION_KEY, DECISION_VERSION, RecordError, "written by a newer dra-bridge")
     direction = doc.get("direction")
     if direction not in ("to-dra", "to-legacy"):
         raise RecordError(f"{DECISION_KEY}.direction: expected to-dra or to-legacy, got {direction!r}")

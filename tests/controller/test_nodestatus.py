@@ -76,7 +76,7 @@ def test_pin_false_does_not_pin() -> None:
 @pytest.mark.parametrize(("text", "why"), [
     (None, "no dra-bridge.io/split-status annotation"),
     ("{not json", "is not JSON"),
-    (status_doc("n1", [L], version=2), "has schema version 2; this controller reads version 1"),
+    (status_doc("n1", [L], version=2), "has schema version 2; this one reads version 1 (upgrade the controller"),
     (status_doc("other", [L]), "describes node 'other'"),
 ])
 def test_a_node_without_a_readable_status_is_unknown(text: str | None, why: str) -> None:

@@ -68,6 +68,19 @@ def candidates() -> Iterator[list[Candidate]]:
         c.halt()
 
 
+def leader_and_standby(candidates: list[Candidate], leader_api: Any, standby_api: Any,
+                       **leader_kw: Any) -> tuple[Candidate, Candidate]:
+    """Start `a` until it leads, then `b`, and let `b` see the lease held."""
+    a = Candidate(leader_api, "a", **leader_kw).start()
+    candidates.append(a)
+    wait_until(a.elector.is_leader, what="a leads")
+    b = Candidate(standby_api, "b").start()
+    candidates.append(b)
+    wait_until(lambda: b.elector.leader() == "a", what="b sees a leading")
+    assert not b.elector.is_leader()
+    return a, b
+
+
 def lease(api: RestKube) -> dict[str, Any]:
     return api.get(LEASES, "ctl", NS)["spec"]
 
@@ -93,13 +106,7 @@ def test_one_candidate_leads_and_the_lease_records_it(api: RestKube, candidates:
 
 def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(api: RestKube,
                                                                      candidates: list[Candidate]) -> None:
-    a = Candidate(api, "a").start()
-    candidates.append(a)
-    wait_until(a.elector.is_leader, what="a leads")
-    b = Candidate(api, "b").start()
-    candidates.append(b)
-    time.sleep(0.5)
-    assert not b.elector.is_leader()
+    a, b = leader_and_standby(candidates, api, api)
     stopped = time.monotonic()
     a.halt()
     wait_until(b.elector.is_leader, what="b takes over")
@@ -110,12 +117,7 @@ def test_a_stopped_leader_releases_and_the_other_takes_over_at_once(api: RestKub
 
 def test_a_crashed_leader_is_replaced_after_its_lease_runs_out_and_not_before(api: RestKube,
                                                                               candidates: list[Candidate]) -> None:
-    a = Candidate(api, "a", release_on_stop=False).start()
-    candidates.append(a)
-    wait_until(a.elector.is_leader, what="a leads")
-    b = Candidate(api, "b").start()
-    candidates.append(b)
-    time.sleep(0.5)
+    a, b = leader_and_standby(candidates, api, api, release_on_stop=False)
     a.halt()  # no release: the lease stays with a until it expires
     last_renewal = time.monotonic()
     wait_until(b.elector.is_leader, timeout=30, what="b takes over")
@@ -127,12 +129,7 @@ def test_a_crashed_leader_is_replaced_after_its_lease_runs_out_and_not_before(ap
 def test_a_leader_that_cannot_renew_stops_acting_before_anyone_else_can_lead(api: RestKube,
                                                                               candidates: list[Candidate]) -> None:
     cut_off = Partition(api)
-    a = Candidate(cut_off, "a").start()
-    candidates.append(a)
-    wait_until(a.elector.is_leader, what="a leads")
-    b = Candidate(api, "b").start()
-    candidates.append(b)
-    time.sleep(0.5)
+    a, b = leader_and_standby(candidates, cut_off, api)
     cut_off.cut.set()
     cut_at = time.monotonic()
     wait_until(lambda: not a.elector.is_leader(), what="a stops acting")
