@@ -19,11 +19,13 @@ Schema, version 1 (readers accept any version they know and refuse newer ones, n
      "message": "…",                                     the refusal, or a one-line summary
      "wanted": 4,                                        devices the target puts on DRA (null when refused)
      "counts": {"legacy": 4, "dra": 3, "withdrawn": 1},
-     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy", "holders": ["pod a/b container c (legacy container)"]}],
+     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy", "numa": 0,
+                  "holders": ["pod a/b container c (legacy container)"]}],
      "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "held",
                   "reason": "gpu-5 held by pod ml/train-7 container init (legacy init container); will move when free"}],
      "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}]}
 
+`devices[].numa` is the GPU's NUMA node, absent when unknown (`bridge controller` groups free devices by it).
 `pending[].phase` is a move phase (`waiting-node-status`, `waiting-slice`, `waiting-scheduler`, `verifying`) for a
 device in transit, or `held`, `unknown` (its side's holders cannot be read), `cooldown` (its last move timed out)
 for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`.
@@ -67,6 +69,7 @@ class DeviceStatus:
     uuid: str
     side: Side
     holders: tuple[str, ...] = ()
+    numa: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ def _doc(s: SplitStatus, *, with_time: bool) -> dict[str, Any]:
         "wanted": s.wanted,
         "counts": s.counts(),
         "devices": [{"name": d.name, "uuid": d.uuid, "side": d.side.value,
+                     **({"numa": d.numa} if d.numa is not None else {}),
                      "holders": [_cut(h) for h in d.holders[:MAX_HOLDERS]]
                      + ([f"and {len(d.holders) - MAX_HOLDERS} more"] if len(d.holders) > MAX_HOLDERS else [])}
                     for d in s.devices],
@@ -170,7 +174,8 @@ def decode(text: str) -> SplitStatus:
     try:
         devices = tuple(DeviceStatus(_field(d, "name", str, "devices[]"), str(d.get("uuid", "")),
                                      parse_side(d.get("side"), "devices[].side"),
-                                     tuple(str(h) for h in d.get("holders") or []))
+                                     tuple(str(h) for h in d.get("holders") or []),
+                                     d["numa"] if isinstance(d.get("numa"), int) else None)
                         for d in _field(doc, "devices", list, "status"))
         pending = tuple(PendingStatus(_field(p, "device", str, "pending[]"), parse_side(p.get("from"), "pending[].from"),
                                       parse_side(p.get("to"), "pending[].to"), str(p.get("phase", "")),
@@ -204,7 +209,7 @@ def build_status(*, node: str, request: SplitRequest, decision: Decision, facts:
         side = led.sides[gpu.uuid]
         sides = (side,) if side is not Side.WITHDRAWN else (Side.LEGACY, Side.DRA)
         holders = tuple(dict.fromkeys(h.describe() for s in sides for h in led.holders(gpu.uuid, s, facts)))
-        devices.append(DeviceStatus(device_name(gpu), str(gpu.uuid), side, holders))
+        devices.append(DeviceStatus(device_name(gpu), str(gpu.uuid), side, holders, gpu.numa_node))
     pending = [PendingStatus(w.name, led.moves[w.device].source if w.device in led.moves else w.side, w.target,
                              w.phase, w.reason) for w in decision.waiting]
     listed = {w.device for w in decision.waiting}

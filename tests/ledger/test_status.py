@@ -44,7 +44,7 @@ def test_the_document_round_trips_and_says_what_a_reader_needs() -> None:
     assert doc["state"] == "converging" and doc["wanted"] == 2
     assert doc["counts"] == {"legacy": 7, "dra": 0, "withdrawn": 1}
     gpu7 = doc["devices"][7]
-    assert gpu7 == {"name": "gpu-7", "uuid": GPUS[7].uuid, "side": "legacy",
+    assert gpu7 == {"name": "gpu-7", "uuid": GPUS[7].uuid, "side": "legacy", "numa": GPUS[7].numa_node,
                     "holders": ["pod ml/train-7 container init (legacy init container)"]}
     assert {p["device"]: p["phase"] for p in doc["pending"]} == {"gpu-7": "held", "gpu-5": "waiting-node-status"}
     assert "will move when free" in next(p["reason"] for p in doc["pending"] if p["device"] == "gpu-7")
@@ -82,3 +82,15 @@ def test_an_unreadable_status_is_refused_naming_what_is_wrong(text: str, message
 
 def test_a_node_without_the_annotation_has_no_status() -> None:
     assert status_of({"metadata": {"annotations": {}}}) is None and status_of(None) is None
+
+
+def test_bridge_controller_reads_the_document_the_daemon_writes() -> None:
+    """The schema contract with `bridge controller` (bridge/controller/nodestatus.py reads what this writes)."""
+    from bridge.controller.nodestatus import decode_status
+
+    busy = Facts.build([(GPUS[7].uuid, Holder(HolderKind.CONTAINER, "pod ml/p container c"))])
+    read = decode_status(status_for("gpu-5,gpu-7", busy).encode())
+    assert read.node == "node-1" and read.requested == "gpu-5,gpu-7" and read.source == "annotation"
+    assert read.moving_to == {"gpu-5": "dra"} and read.unknown_holders == ()
+    assert [d.name for d in read.devices if d.held] == ["gpu-7"]
+    assert {d.group for d in read.devices} == {"0", "1"}  # NUMA nodes, for its whole-group preference
