@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.controller.jsondoc import load_versioned
+from bridge.kvalues.versioned import load_versioned
 from bridge.controller.model import Api, Direction, Frozen, NodeView
 from bridge.controller.placement import taints_of
 from bridge.ledger import parse_split

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bridge.controller.jsondoc import load_versioned
+from bridge.kvalues.versioned import load_versioned
 
 DECISION_KEY = "dra-bridge.io/split-decision"
 DECISION_VERSION = 1

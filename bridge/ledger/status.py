@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.kvalues.versioned import load_versioned
 from bridge.ledger.holders import Facts
 from bridge.ledger.ledger import Decision
 from bridge.ledger.sides import SIDES, Side, device_name, parse_side
@@ -151,18 +152,7 @@ def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where:
 
 def decode(text: str) -> SplitStatus:
     """Read a split-status annotation; `StatusError` naming what is wrong."""
-    try:
-        doc = json.loads(text)
-    except ValueError as err:
-        raise StatusError(f"{STATUS_KEY} is not JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise StatusError(f"{STATUS_KEY}: expected a JSON object")
-    version = doc.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise StatusError(f"{STATUS_KEY}: missing or bad version {version!r}")
-    if version > STATUS_VERSION:
-        raise StatusError(f"{STATUS_KEY} has schema version {version}, written by a newer dra-bridge; this one reads "
-                          f"version {STATUS_VERSION}")
+    doc = load_versioned(text, STATUS_KEY, STATUS_VERSION, StatusError, "written by a newer dra-bridge: upgrade this one")
     req = _field(doc, "requested", dict, "status")
     source = _field(req, "source", str, "status.requested")
     state = _field(doc, "state", str, "status")

@@ -70,7 +70,7 @@ def test_a_document_stays_small_even_with_many_holders() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("{nope", "is not JSON"),
-    ('{"version": 2}', "schema version 2, written by a newer dra-bridge"),
+    ('{"version": 2}', "schema version 2; this one reads version 1 \\(written by a newer dra-bridge"),
     ('{"version": 1, "requested": {"value": "1", "source": "moon"}, "state": "converged"}', "unknown requested.source"),
     ('{"version": 1, "requested": {"value": "1", "source": "label"}, "state": "converged", "devices": [{"name": "g", '
      '"side": "sideways"}]}', "expected one of legacy, dra, withdrawn"),

@@ -1,4 +1,5 @@
-"""Reading the versioned JSON documents the bridge keeps in annotations (pure): one shape of errors for all.
+"""Reading the versioned JSON documents the bridge keeps in annotations (pure): one shape of errors for all (the node
+daemon's split status, bridge/ledger/status.py, and the controller's decision record, bridge/controller/record.py).
 
 A reader accepts every version up to the one it knows and refuses a newer one by name, so an old controller or
 report never half-understands a document a newer dra-bridge wrote.
