@@ -223,7 +223,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             except (ValueError, OSError) as err:  # the CDI side: a GPU without its device node, a spec not written
                 self._metrics.allocations.labels(resource, "cdi-error").inc()
                 self._log.error("Allocate failed: %s", err, extra={"request": ",".join(ids)})
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"Allocate for {resource}: CDI: {err}")
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"Allocate for {resource}: CDI: {err}")
             responses.append(to_proto(allocation))
             self._metrics.allocations.labels(resource, "ok").inc()
         self._log.info("Allocate", extra={"containers": len(requests), "devices": ";".join(",".join(i) for i in requests)})
