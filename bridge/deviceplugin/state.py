@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from bridge.deviceplugin.requests import show_id
 from bridge.inventory.model import DeviceID, GpuDevice
 from bridge.ledger.ledger import Refusal
 from bridge.ledger.sides import Side
@@ -113,20 +114,21 @@ class DeviceTable:
                 self._cond.wait(timeout)
             return self._version
 
-    def refusal(self, device_id: str) -> tuple[str, str] | None:
+    def refusal(self, device_id: str, *, allocating: bool = False) -> tuple[str, str] | None:
         """Why `device_id` must not be allocated, as (kind, message); None when it may be.
 
-        kind is `unknown` (not in the inventory), `unhealthy`, or `not-legacy` (owned by another side; checked here
-        only without a ledger guard, else by `claim`)."""
+        kind is `unknown` (not in the inventory), `unhealthy`, or `not-legacy` (owned by another side). With a ledger
+        guard and `allocating`, the side is left to `claim` (the ledger lets an Allocate win a move that has not
+        reached DRA yet); hints (GetPreferredAllocation) always see the side as ListAndWatch reports it."""
         dev = self._devices.get(DeviceID(device_id))
         if dev is None:
-            return "unknown", f"device {device_id!r} is not in this node's inventory"
+            return "unknown", f"device {show_id(device_id)} is not in this node's inventory"
         with self._cond:
             healthy, reason = self._health[dev.uuid]
         if not healthy:
             why = f": {reason}" if reason else ""
             return "unhealthy", f"device {device_id} (GPU {dev.index}) is unhealthy{why}"
-        if self._guard is not None:
+        if allocating and self._guard is not None:
             return None
         side = self._side_of(dev.uuid)
         if side is not Side.LEGACY:
