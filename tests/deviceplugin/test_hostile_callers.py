@@ -13,6 +13,7 @@ import urllib.request
 import grpc
 import pytest
 
+from bridge.ledger import Side
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge.inventory.simulated import SimulatedSource
 from bridge.node.grpcserver import DEFAULT_MAX_STREAMS
@@ -77,7 +78,7 @@ def test_preferred_allocation_never_returns_dra_side_or_unhealthy_devices(make_n
                                                                          dp_stub) -> None:  # type: ignore[no-untyped-def]
     source = SimulatedSource.from_spec("4xH100-80GB", "node-a")
     gpus = [d.uuid for d in source.devices()]
-    daemon = make_node(source=source, side_of=lambda d: "dra" if d == gpus[0] else "legacy")
+    daemon = make_node(source=source, side_of=lambda d: Side.DRA if d == gpus[0] else Side.LEGACY)
     source.set_unhealthy(gpus[1])
     wait_until(lambda: daemon.table is not None and daemon.table.refusal(gpus[1]) is not None, what="health event")
     stub = dp_stub(daemon.plugin.socket_path)
