@@ -178,22 +178,39 @@ def _default_slice_spec(spec: Obj, _old: Any, _profile: KubernetesProfile) -> No
                 taint["timeAdded"] = now_rfc3339()
 
 
-def _default_pod_spec(spec: Obj, _old: Any, _profile: KubernetesProfile) -> None:
+def _defaulted_pod(pod: Obj) -> Obj:
+    """The pod with requests defaulted from limits; the same object when nothing changes (the common case: this
+    runs twice on every pod write, so it copies only the containers it changes)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    new_spec: Obj | None = None
     for field_name in ("initContainers", "containers", "ephemeralContainers"):
-        for ctr in spec.get(field_name) or []:
+        ctrs = spec.get(field_name)
+        if not isinstance(ctrs, list):
+            continue
+        new_ctrs: list[Any] | None = None
+        for i, ctr in enumerate(ctrs):
             resources = ctr.get("resources") if isinstance(ctr, dict) else None
             if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
                 continue
-            requests = dict(resources.get("requests") or {})
-            for name, value in resources["limits"].items():
-                requests.setdefault(name, value)
-            resources["requests"] = requests
+            requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
+            missing = {k: v for k, v in resources["limits"].items() if k not in requests}
+            if not missing:
+                continue
+            if new_ctrs is None:
+                new_ctrs = list(ctrs)
+            new_ctrs[i] = {**ctr, "resources": {**resources, "requests": {**requests, **missing}}}
+        if new_ctrs is not None:
+            new_spec = dict(spec) if new_spec is None else new_spec
+            new_spec[field_name] = new_ctrs
+    return pod if new_spec is None else {**pod, "spec": new_spec}
 
 
 def apply_defaults(rt: ResourceType, stored: Obj, profile: KubernetesProfile) -> Obj:
     """`stored` (v1 shape) with the server-side defaults filled in (resource.k8s.io requests, pod requests)."""
     if rt.group == "" and rt.plural == "pods":
-        return _apply(stored, "spec", None, _default_pod_spec, profile)
+        return _defaulted_pod(stored)
     if rt.group != RESOURCE_GROUP:
         return stored
     if rt.kind == "ResourceClaim":
@@ -219,6 +236,8 @@ def drop_disabled_fields(rt: ResourceType, stored: Obj, old: Obj | None, profile
         if rt.kind == "DeviceClass":
             return _apply(stored, "spec", old, _device_class, profile)
     if rt.group == "" and rt.plural == "pods":
+        if "extendedResourceClaimStatus" not in (stored.get("status") or {}):
+            return stored  # the hot path: nothing gated in it, no copy
         return _apply(stored, "status", old, _pod_status, profile)
     return stored
 

@@ -15,7 +15,8 @@ real controller through client-go. Written from kubernetes/kubernetes pkg/contro
 * `syncClaim` drops stale reservations, deallocates and un-finalizes claims nobody reserves, and deletes generated
   claims whose pod is done. A reservation of a pod missing from the informer is checked with a GET first, so a pod
   the informer has not seen yet is never dropped.
-Events go through core/v1 with source component `resource_claim`, as the controller's event recorder does.
+Events go through core/v1 with source component `resource_claim`, as the controller's event recorder does,
+repeated ones counted on the first (the EventCorrelator).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from bridge.kube import PODS, Conflict, Informer, KubeAPI, KubeError, NotFound, WatchEvent, record_event
+from bridge.kube import EVENTS, PODS, Conflict, Informer, KubeAPI, KubeError, NotFound, WatchEvent, record_event
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
 from . import logic
@@ -80,6 +81,7 @@ class ClaimController:
         # The pod index by claim (podResourceClaimIndex): "ns/claim" -> pod keys, and each pod's entries.
         self._pods_by_claim: dict[str, set[str]] = {}
         self._claims_of_pod: dict[str, list[str]] = {}
+        self._events: dict[tuple[str, str, str, str], list[Any]] = {}
         self._lock = threading.Lock()
         self.created = 0
         self.deleted_claims = 0
@@ -351,9 +353,26 @@ class ClaimController:
                     pass
 
     def _event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
+        """client-go's record.EventRecorder with its EventCorrelator: the same event again (same object, reason,
+        message, type, source) increments `count` and moves `lastTimestamp` on the stored Event instead of creating
+        another one."""
+        key = (str(pod["metadata"].get("uid")), reason, message, type_)
+        with self._lock:
+            seen = self._events.get(key)
+            if seen is not None:
+                seen[1] += 1
         try:
-            record_event(self.api, pod, reason, message, "Warning" if type_ == "Warning" else "Normal",
-                         component="resource_claim")
+            if seen is not None:
+                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                self.api.patch(EVENTS, seen[0], {"count": seen[1], "lastTimestamp": now},
+                               str(pod["metadata"]["namespace"]))
+                return
+            made = record_event(self.api, pod, reason, message, "Warning" if type_ == "Warning" else "Normal",
+                                component="resource_claim")
+            with self._lock:
+                if len(self._events) > 4096:
+                    self._events.clear()
+                self._events[key] = [str(made["metadata"]["name"]), 1]
         except KubeError as err:
             log.warning("could not record event %s: %s", reason, err.message)
 

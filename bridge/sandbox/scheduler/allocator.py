@@ -128,7 +128,7 @@ class Pool:
     driver: str
     name: str
     generation: int
-    slices: list[Obj]
+    slices: list[Mapping[str, Any]]
     incomplete: bool = False
     invalid: str = ""
 
@@ -164,11 +164,11 @@ def gather_pools(slices: Iterable[Mapping[str, Any]], node: Mapping[str, Any], f
         gen = int(pool_spec.get("generation") or 0)
         pool = pools.get(key)
         if pool is None:
-            pools[key] = Pool(key[0], key[1], gen, [dict(s)])
+            pools[key] = Pool(key[0], key[1], gen, [s])
         elif gen > pool.generation:
-            pools[key] = Pool(key[0], key[1], gen, [dict(s)])
+            pools[key] = Pool(key[0], key[1], gen, [s])
         elif gen == pool.generation:
-            pool.slices.append(dict(s))
+            pool.slices.append(s)
     for pool in pools.values():
         want = int(((pool.slices[0].get("spec") or {}).get("pool") or {}).get("resourceSliceCount") or 0)
         pool.incomplete = len(pool.slices) != want
@@ -194,13 +194,13 @@ class _Req:
     spec: Obj  # the exact request fields (deviceClassName, selectors, allocationMode, count, ...)
     cls: Obj
     count: int = 0
-    all_devices: list[tuple[Pool, Obj, Obj]] = field(default_factory=list)
+    all_devices: list[tuple[Pool, Mapping[str, Any], Obj]] = field(default_factory=list)
 
 
 @dataclass
 class _Candidate:
     pool: Pool
-    slice: Obj
+    slice: Mapping[str, Any]
     device: Obj
 
     @property

@@ -83,6 +83,31 @@ class Snapshot:
     slices: list[Obj]
     allocated: AllocatedState
     pending_allocation: set[str] = field(default_factory=set)  # claim uids with an allocation in flight
+    # Parsed node allocatable by node name (optional: computed from the nodes when absent).
+    allocatable: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def slices_for(self, node_name: str) -> list[Obj]:
+        """The slices that can serve a node: its own (spec.nodeName) and every slice not bound to one node; the
+        allocator's GatherPools still checks each (an index, not a decision)."""
+        if self._by_node is None:
+            self._by_node, self._shared = {}, []
+            for s in self.slices:
+                owner = (s.get("spec") or {}).get("nodeName")
+                if owner:
+                    self._by_node.setdefault(str(owner), []).append(s)
+                else:
+                    self._shared.append(s)
+        return self._by_node.get(node_name, []) + self._shared
+
+    _by_node: dict[str, list[Obj]] | None = None
+    _shared: list[Obj] = field(default_factory=list)
+
+    def node_allocatable(self, node: Mapping[str, Any]) -> dict[str, int]:
+        name = str((node.get("metadata") or {}).get("name"))
+        found = self.allocatable.get(name)
+        if found is None:
+            found = self.allocatable[name] = allocatable(node)
+        return found
 
 
 @dataclass(frozen=True)
@@ -117,7 +142,7 @@ class Unschedulable:
     delete_claim: Obj | None = None  # PostFilter: the stale extended-resource claim to delete
 
 
-class _Reject(Exception):
+class Reject(Exception):
     def __init__(self, message: str, *, gated: bool = False) -> None:
         super().__init__(message)
         self.message, self.gated = message, gated
@@ -143,7 +168,7 @@ def can_be_reserved(claim: Mapping[str, Any]) -> bool:
 
 def claim_name(pod: Mapping[str, Any], pod_claim: Mapping[str, Any]) -> tuple[str | None, bool]:
     """resourceclaim.Name: (name or None when intentionally not created, whether the owner must be checked).
-    Raises _Reject(gated) when a template claim has not been created yet."""
+    Raises Reject(gated) when a template claim has not been created yet."""
     if pod_claim.get("resourceClaimName"):
         return str(pod_claim["resourceClaimName"]), False
     if pod_claim.get("resourceClaimTemplateName"):
@@ -151,8 +176,8 @@ def claim_name(pod: Mapping[str, Any], pod_claim: Mapping[str, Any]) -> tuple[st
             if st.get("name") == pod_claim.get("name"):
                 name = st.get("resourceClaimName")
                 return (str(name) if name else None), True
-        raise _Reject(f'pod "{_kobj(pod)}": ResourceClaim not created yet', gated=True)
-    raise _Reject(f'pod "{_kobj(pod)}", spec.resourceClaim "{pod_claim.get("name")}": none of the supported fields '
+        raise Reject(f'pod "{_kobj(pod)}": ResourceClaim not created yet', gated=True)
+    raise Reject(f'pod "{_kobj(pod)}", spec.resourceClaim "{pod_claim.get("name")}": none of the supported fields '
                   "are set", gated=True)
 
 
@@ -162,7 +187,7 @@ def is_owned_by(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
 
 
 def pod_claims(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Obj]) -> list[Obj]:
-    """foreachPodResourceClaim (PreEnqueue and PreFilter): the pod's claims, or _Reject(gated)."""
+    """foreachPodResourceClaim (PreEnqueue and PreFilter): the pod's claims, or Reject(gated)."""
     ns = str(_meta(pod).get("namespace"))
     out: list[Obj] = []
     for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
@@ -171,11 +196,11 @@ def pod_claims(pod: Mapping[str, Any], claims: Mapping[tuple[str, str], Obj]) ->
             continue
         claim = claims.get((ns, name))
         if claim is None:
-            raise _Reject(f'resourceclaim.resource.k8s.io "{name}" not found', gated=True)
+            raise Reject(f'resourceclaim.resource.k8s.io "{name}" not found', gated=True)
         if _meta(claim).get("deletionTimestamp"):
-            raise _Reject(f'resourceclaim "{name}" is being deleted', gated=True)
+            raise Reject(f'resourceclaim "{name}" is being deleted', gated=True)
         if check_owner and not is_owned_by(claim, pod):
-            raise _Reject(f"ResourceClaim {ns}/{name} was not created for pod {_kobj(pod)} (pod is not owner)",
+            raise Reject(f"ResourceClaim {ns}/{name} was not created for pod {_kobj(pod)} (pod is not owner)",
                           gated=True)
         out.append(claim)
     return out
@@ -189,10 +214,10 @@ def _check_classes(claim: Mapping[str, Any], classes: Mapping[str, Obj], feature
             if not cls:
                 raise AllocatorError(f"request {name}: unsupported request type")
             if cls not in classes:
-                raise _Reject(f"request {name}: device class {cls} does not exist")
+                raise Reject(f"request {name}: device class {cls} does not exist")
         elif req.get("firstAvailable"):
             if not features.prioritized_list:
-                raise _Reject(f"resource claim {_kobj(claim)}, request {name}: has subrequests, but the "
+                raise Reject(f"resource claim {_kobj(claim)}, request {name}: has subrequests, but the "
                               "DRAPrioritizedList feature is disabled")
             for sub in req["firstAvailable"]:
                 cls = (sub or {}).get("deviceClassName") or ""
@@ -200,9 +225,9 @@ def _check_classes(claim: Mapping[str, Any], classes: Mapping[str, Obj], feature
                 if not cls:
                     raise AllocatorError(f"request {qual}: unsupported request type")
                 if cls not in classes:
-                    raise _Reject(f"request {qual}: device class {cls} does not exist")
+                    raise Reject(f"request {qual}: device class {cls} does not exist")
         else:
-            raise _Reject(f"resource claim {_kobj(claim)}, request {name}: unknown request type")
+            raise Reject(f"resource claim {_kobj(claim)}, request {name}: unknown request type")
 
 
 def _fit_error(total: int, reasons: Mapping[str, list[str]], prefilter: str, postfilter: list[str]) -> str:
@@ -265,11 +290,11 @@ def _prefilter(pod: Obj, snap: Snapshot, profile: Profile, requests: Mapping[str
         status = claim.get("status") or {}
         if status.get("allocation"):
             if not can_be_reserved(claim) and not is_reserved_for(pod, claim):
-                raise _Reject("resourceclaim in use")
+                raise Reject("resourceclaim in use")
             continue
         to_allocate.append(i)
         if _meta(claim).get("uid") and _meta(claim)["uid"] in snap.pending_allocation:
-            raise _Reject(f"resource claim {_kobj(claim)} is in the process of being allocated")
+            raise Reject(f"resource claim {_kobj(claim)} is in the process of being allocated")
         if claim is extended:
             continue
         _check_classes(claim, snap.classes, profile.features)
@@ -283,7 +308,7 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
     requests = pod_requests(pod)
     try:
         dra = _prefilter(pod, snap, profile, requests)
-    except _Reject as rej:
+    except Reject as rej:
         if rej.gated:
             return Unschedulable(rej.message, gated=True)
         if total == 0:
@@ -308,7 +333,7 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
         if reason:
             reasons[name], unresolvable[name] = [reason], True
             continue
-        alloc = allocatable(node)
+        alloc = snap.node_allocatable(node)
         left_to_dra = {r for r in dra.ext_requests if alloc.get(r, 0) == 0}
         fit = fits(requests, alloc, usage.requested, usage.pods, left_to_dra=left_to_dra)
         if fit:
@@ -334,7 +359,7 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
     for node, allocations, node_ext, mappings in feasible:
         name = str(node["metadata"]["name"])
         usage = snap.usage.get(name) or NodeUsage()
-        score = least_allocated_score(requests, allocatable(node), usage.nonzero) + preferred_affinity_score(pod, node)
+        score = least_allocated_score(requests, snap.node_allocatable(node), usage.nonzero) + preferred_affinity_score(pod, node)
         scored.append((score, node, allocations, node_ext, mappings))
     best = max(s[0] for s in scored)
     _, node, allocations, node_ext, mappings = rng.choice([s for s in scored if s[0] == best])
@@ -375,7 +400,8 @@ def _filter_dra(pod: Obj, node: Obj, alloc: Mapping[str, int], dra: _DraState, s
         to_allocate.append(claim)
     allocations = None
     if to_allocate:
-        allocations = allocate(node, to_allocate, classes=snap.classes, slices=snap.slices, allocated=snap.allocated,
+        allocations = allocate(node, to_allocate, classes=snap.classes,
+                               slices=snap.slices_for(str(node["metadata"]["name"])), allocated=snap.allocated,
                                features=profile.features, cache=cache)
         if allocations is None or len(allocations) != len(to_allocate):
             return "cannot allocate all claims"
@@ -425,6 +451,6 @@ def _plans(pod: Obj, dra: _DraState, allocations: list[Obj] | None, node_ext: Ob
 
 
 __all__ = [
-    "ClaimPlan", "FINALIZER", "NodeUsage", "Profile", "Scheduled", "Snapshot", "Unschedulable", "can_be_reserved",
+    "ClaimPlan", "FINALIZER", "Reject", "NodeUsage", "Profile", "Scheduled", "Snapshot", "Unschedulable", "can_be_reserved",
     "is_reserved_for", "pod_claims", "schedule",
 ]

@@ -37,6 +37,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,19 @@ from bridge.kube.api import NODES
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
 from .allocator import AllocatedState, Features, MatchCache
-from .cycle import FINALIZER, NodeUsage, Profile, Scheduled, Snapshot, Unschedulable, is_reserved_for, schedule
-from .podresources import pod_requests
+from .cycle import (
+    FINALIZER,
+    NodeUsage,
+    Profile,
+    Reject,
+    Scheduled,
+    Snapshot,
+    Unschedulable,
+    is_reserved_for,
+    pod_claims,
+    schedule,
+)
+from .podresources import allocatable, pod_requests
 from .recorder import EventRecorder
 
 log = logging.getLogger("bridge.sandbox.scheduler")
@@ -76,6 +88,26 @@ def _pod_fingerprint(pod: Obj) -> str:
             if k not in ("resourceVersion", "generation", "managedFields", "finalizers")}
     claims = (pod.get("status") or {}).get("resourceClaimStatuses")
     return json.dumps([meta, pod.get("spec"), claims], sort_keys=True, default=str)
+
+
+def _claim_keys(pod: Obj) -> set[str]:
+    ns = (pod.get("metadata") or {}).get("namespace")
+    statuses = {st.get("name"): st.get("resourceClaimName")
+                for st in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    out = set()
+    for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = pc.get("resourceClaimName") or statuses.get(pc.get("name"))
+        if name:
+            out.add(f"{ns}/{name}")
+    ext = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    if ext:
+        out.add(f"{ns}/{ext}")
+    return out
+
+
+def _flight_key(pod: Obj, claim: Obj) -> str:
+    meta = claim.get("metadata") or {}
+    return _key(claim) if meta.get("name") else f"{(pod.get('metadata') or {}).get('uid')}/<extended-resources>"
 
 
 def _terminal(pod: Obj) -> bool:
@@ -120,6 +152,7 @@ class Scheduler:
         max_backoff: float = MAX_BACKOFF,
         host: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        bind_workers: int = 4,
     ) -> None:
         self.api = api
         self.profile = profile
@@ -140,12 +173,18 @@ class Scheduler:
         self._gated: set[str] = set()
         self._assumed_claims: dict[str, Obj] = {}
         self._assumed_pods: dict[str, str] = {}  # pod key -> node
+        # Allocations decided but not yet written (inFlightAllocations): they count as allocated.
+        self._in_flight: dict[str, Obj] = {}
+        self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="scheduler-bind")
         self._requests: dict[tuple[str, str], dict[str, int]] = {}
         self._conditions: dict[str, tuple[str, str]] = {}  # pod key -> last (reason, message) written
         self._fingerprints: dict[str, str] = {}
+        self._pod_claims: dict[str, set[str]] = {}  # waiting pod -> "ns/claim" keys it uses
+        self._claim_allocated: dict[str, bool] = {}
         self.scheduled = 0
         self.attempts = 0
         self.bind_latency: list[float] = []
+        self._allocatable: dict[tuple[str, str], dict[str, int]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> Scheduler:
@@ -168,6 +207,7 @@ class Scheduler:
         with self._cond:
             self._cond.notify_all()
         deadline = time.monotonic() + timeout
+        self._binder.shutdown(wait=True, cancel_futures=True)
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
         self._threads = [t for t in self._threads if t.is_alive()]
@@ -188,11 +228,9 @@ class Scheduler:
                     self._pod_event(ev)
                 else:
                     if kind == "claims":
-                        key = _key(ev.object)
-                        assumed = self._assumed_claims.get(key)
-                        if assumed is not None and (ev.type == "DELETED" or _rv(ev.object) >= _rv(assumed)):
-                            del self._assumed_claims[key]
-                    self._cluster_event()
+                        self._claim_event(ev)
+                    else:
+                        self._cluster_event()
                 self._cond.notify_all()
         return handle
 
@@ -209,11 +247,13 @@ class Scheduler:
             self._waiting.pop(key, None)
             self._gated.discard(key)
             self._fingerprints.pop(key, None)
+            self._pod_claims.pop(key, None)
             if ev.type == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
                 self._assumed_pods.pop(key, None)
             if ev.type == "DELETED" and (pod.get("spec") or {}).get("nodeName") or _terminal(pod):
                 self._cluster_event()  # resources were freed
             return
+        self._pod_claims[key] = _claim_keys(pod)
         fingerprint = _pod_fingerprint(pod)
         changed = self._fingerprints.get(key) != fingerprint
         self._fingerprints[key] = fingerprint
@@ -239,10 +279,28 @@ class Scheduler:
             return
         self._push(pod)
 
-    def _cluster_event(self) -> None:
+    def _cluster_event(self, only: Callable[[str], bool] | None = None) -> None:
         for key in list(self._waiting) + list(self._gated):
+            if only is not None and not only(key):
+                continue
             self._gated.discard(key)
             self._retry(key)
+
+    def _claim_event(self, ev: WatchEvent) -> None:
+        """The DynamicResources queueing hint (isSchedulableAfterClaimChange): a deallocated claim may help any
+        waiting pod; any other change only the pods that use the claim."""
+        key = _key(ev.object)
+        assumed = self._assumed_claims.get(key)
+        if assumed is not None and (ev.type == "DELETED" or _rv(ev.object) >= _rv(assumed)):
+            del self._assumed_claims[key]
+        allocated_now = ev.type != "DELETED" and bool((ev.object.get("status") or {}).get("allocation"))
+        allocated_before = self._claim_allocated.pop(key, False)
+        if allocated_now:
+            self._claim_allocated[key] = True
+        if allocated_before and not allocated_now:
+            self._cluster_event()
+        else:
+            self._cluster_event(lambda pod_key: key in self._pod_claims.get(pod_key, ()))
 
     # -- the loop ----------------------------------------------------------------------------------------------------
     def _next(self) -> str | None:
@@ -296,6 +354,7 @@ class Scheduler:
             pods = self._informers["pods"].snapshot()
             claims = {k: v for k, v in self._informers["claims"].snapshot().items()}
             claims.update(self._assumed_claims)
+            in_flight = list(self._in_flight.values())
             classes = {str(c["metadata"]["name"]): c for c in self._informers["classes"].snapshot().values()}
             slices = list(self._informers["slices"].snapshot().values())
             assumed_pods = dict(self._assumed_pods)
@@ -310,8 +369,27 @@ class Scheduler:
         for claim in claims.values():
             meta = claim.get("metadata") or {}
             by_key[(str(meta.get("namespace")), str(meta.get("name")))] = claim
+        pending: set[str] = set()
+        for claim in in_flight:
+            meta = claim.get("metadata") or {}
+            if meta.get("name"):
+                by_key[(str(meta.get("namespace")), str(meta.get("name")))] = claim
+            else:
+                allocated.add_claim(claim)  # an extended-resource claim not created yet
+            pending.add(str(meta.get("uid")))
+        for claim in by_key.values():
             allocated.add_claim(claim)
-        return Snapshot(nodes, usage, by_key, classes, slices, allocated)
+        alloc: dict[str, dict[str, int]] = {}
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            cache_key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+            parsed = self._allocatable.get(cache_key)
+            if parsed is None:
+                if len(self._allocatable) > 10_000:
+                    self._allocatable.clear()
+                parsed = self._allocatable[cache_key] = allocatable(node)
+            alloc[str(meta.get("name"))] = parsed
+        return Snapshot(nodes, usage, by_key, classes, slices, allocated, pending, alloc)
 
     def _pod_requests(self, pod: Obj) -> dict[str, int]:
         meta = pod.get("metadata") or {}
@@ -331,11 +409,43 @@ class Scheduler:
                 self._gated.add(key)
             self._set_condition(pod, "SchedulingGated", GATED_MESSAGE)
             return
+        current = self._informers["claims"].snapshot()
+        with self._cond:
+            current.update(self._assumed_claims)
+        claims: dict[tuple[str, str], Obj] = {}
+        for k, v in current.items():
+            ns, _, name = k.partition("/")
+            claims[(ns, name)] = v
+        try:
+            pod_claims(pod, claims)
+        except Reject as rej:
+            if rej.gated:  # PreEnqueue: no snapshot, no cycle
+                self._failed(pod, Unschedulable(rej.message, gated=True))
+                return
         decision = schedule(pod, self._snapshot(), self.cycle_profile, cache=self.cache, rng=self.rng)
         if isinstance(decision, Scheduled):
-            self._bind(pod, decision)
+            # Reserve: assume the pod on its node and the allocations as made, then bind in the background
+            # (the binding cycle runs in parallel with the next scheduling cycles, as in kube-scheduler).
+            with self._cond:
+                self._assumed_pods[key] = decision.node
+                for plan in decision.claims:
+                    if plan.allocation is not None:
+                        assumed = copy.deepcopy(plan.claim)
+                        assumed.setdefault("status", {})["allocation"] = plan.allocation
+                        self._in_flight[_flight_key(pod, plan.claim)] = assumed
+            try:
+                self._binder.submit(self._bind, pod, decision)
+            except RuntimeError:  # stopping
+                with self._cond:
+                    self._forget(pod, decision)
         else:
             self._failed(pod, decision)
+
+    def _forget(self, pod: Obj, decision: Scheduled) -> None:
+        """Undo the Reserve assumptions (lock held)."""
+        self._assumed_pods.pop(_key(pod), None)
+        for plan in decision.claims:
+            self._in_flight.pop(_flight_key(pod, plan.claim), None)
 
     # -- failure -----------------------------------------------------------------------------------------------------
     def _backoff(self, key: str, *, unschedulable: bool) -> None:
@@ -435,6 +545,7 @@ class Scheduler:
                 reserved.append(stored)
                 with self._cond:
                     self._assumed_claims[_key(stored)] = stored
+                    self._in_flight.pop(_flight_key(pod, plan.claim), None)
                 if plan.extended:
                     self.api.patch(PODS, str(pod["metadata"]["name"]), {"status": {"extendedResourceClaimStatus": {
                         "requestMappings": plan.mappings, "resourceClaimName": stored["metadata"]["name"]}}},
@@ -451,6 +562,8 @@ class Scheduler:
         except (KubeError, _BindError) as err:
             message = err.message
             log.warning("binding pod %s to %s failed: %s", key, decision.node, message)
+            with self._cond:
+                self._forget(pod, decision)
             self._unreserve(pod, reserved, created)
             self.recorder.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
             self._set_condition(pod, "SchedulerError", message)
@@ -458,10 +571,11 @@ class Scheduler:
                 self._backoff(key, unschedulable=False)
             return
         with self._cond:
-            self._assumed_pods[key] = decision.node
             self._waiting.pop(key, None)
-        self.scheduled += 1
-        self.bind_latency.append(time.monotonic() - started)
+            self._cond.notify_all()
+        with self._cond:
+            self.scheduled += 1
+            self.bind_latency.append(time.monotonic() - started)
         log.info("pod %s bound to %s", key, decision.node)
         self.recorder.event(pod, "Normal", "Scheduled", "Binding",
                             f"Successfully assigned {key} to {decision.node}")
