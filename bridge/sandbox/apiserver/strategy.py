@@ -194,7 +194,7 @@ def _defaulted_pod(pod: Obj) -> Obj:
             resources = ctr.get("resources") if isinstance(ctr, dict) else None
             if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
                 continue
-            requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
+            requests: Obj = resources["requests"] if isinstance(resources.get("requests"), dict) else {}
             missing = {k: v for k, v in resources["limits"].items() if k not in requests}
             if not missing:
                 continue
