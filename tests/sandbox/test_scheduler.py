@@ -78,6 +78,13 @@ class Cluster:
                               what=f"claim of {pod_name}")
         return self.api.get(self.rapi.claims, statuses[0]["resourceClaimName"], "default")
 
+    def claim_gone(self, name: str) -> bool:
+        try:
+            self.api.get(self.rapi.claims, name, "default")
+        except NotFound:
+            return True
+        return False
+
     def events(self, name: str, reason: str) -> list[Obj]:
         return [e for e in self.api.list(EVENTS, "default")["items"]
                 if e["involvedObject"]["name"] == name and e["reason"] == reason]
@@ -168,15 +175,7 @@ def test_deleting_a_dra_pod_releases_and_deletes_its_claim_so_the_device_serves_
     c.dra_pod("second")
     wait_until(lambda: c.events("second", "FailedScheduling"), what="second waits")
     c.api.delete(PODS, "first", "default")
-
-    def gone() -> bool:
-        try:
-            c.api.get(c.rapi.claims, claim["metadata"]["name"], "default")
-        except NotFound:
-            return True
-        return False
-
-    wait_until(gone, what="claim of the deleted pod removed")
+    wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="claim of the deleted pod removed")
     assert c.bound("second") == "n1"
     assert c.claim_of("second")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
 
@@ -189,15 +188,7 @@ def test_a_finished_pod_is_dropped_from_reserved_for_and_its_claim_deallocated_a
     c.bound("job")
     name = c.claim_of("job")["metadata"]["name"]
     c.api.patch(PODS, "job", {"status": {"phase": "Succeeded"}}, "default", subresource="status")
-
-    def deleted() -> bool:
-        try:
-            c.api.get(c.rapi.claims, name, "default")
-        except NotFound:
-            return True
-        return False
-
-    wait_until(deleted, what="claim of the finished pod deleted")
+    wait_until(lambda: c.claim_gone(name), what="claim of the finished pod deleted")
     assert c.controller.deallocated >= 1 and c.controller.deleted_claims >= 1
 
 
@@ -216,15 +207,7 @@ def test_extended_resource_pod_gets_a_scheduler_made_claim_on_a_node_without_the
                                           "resourceName": f"deviceclass.resource.kubernetes.io/{DRIVER}",
                                           "requestName": "container-0-request-0"}]
     c.api.delete(PODS, "ext", "default")
-
-    def gone() -> bool:
-        try:
-            c.api.get(c.rapi.claims, claim["metadata"]["name"], "default")
-        except NotFound:
-            return True
-        return False
-
-    wait_until(gone, what="extended claim removed with its pod")
+    wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="extended claim removed with its pod")
 
 
 def test_a_class_extended_resource_name_goes_to_the_device_plugin_where_the_node_has_it(cluster):

@@ -31,6 +31,7 @@ from typing import Any
 from bridge.kube import EVENTS, PODS, Conflict, Informer, KubeAPI, KubeError, NotFound, WatchEvent, record_event
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
+from ..threads import join_all
 from . import logic
 from .workqueue import WorkQueue
 
@@ -108,12 +109,7 @@ class ClaimController:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self.queue.shutdown()
-        deadline = time.monotonic() + timeout
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        self._threads = [t for t in self._threads if t.is_alive()]
-        if self._threads:
-            log.warning("claim controller stand-in: %d threads still running after %.1fs", len(self._threads), timeout)
+        self._threads = join_all(self._threads, timeout, "claim controller stand-in", log)
 
     def __enter__(self) -> ClaimController:
         return self.start()

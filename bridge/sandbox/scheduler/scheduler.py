@@ -23,7 +23,9 @@ Written from kubernetes/kubernetes pkg/scheduler:
 * scheduling_queue.go: an unschedulable pod waits until a cluster event (node, ResourceSlice, ResourceClaim,
   DeviceClass change; an assigned pod deleted or finished; the pod itself updated) may help, then retries after
   its backoff (1 s doubling to 10 s per attempt); errors go to backoff directly; every unschedulable pod is retried
-  after 5 minutes regardless. Queueing hints are not modelled: every cluster event retries every waiting pod.
+  after 5 minutes regardless. Queueing hints: only DynamicResources' claim hint is modelled (a claim change retries
+  the pods using that claim; a deallocation retries every waiting pod); every other cluster event retries every
+  waiting pod. A gated pod is held before any snapshot is taken (PreEnqueue).
 Assigned pods count against their node until they are deleted or reach Succeeded/Failed.
 """
 
@@ -45,6 +47,7 @@ from bridge.kube import PODS, Conflict, Informer, KubeAPI, KubeError, NotFound, 
 from bridge.kube.api import NODES
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
+from ..threads import join_all
 from .allocator import AllocatedState, Features, MatchCache
 from .cycle import (
     FINALIZER,
@@ -79,6 +82,22 @@ def _rv(obj: Obj | None) -> int:
         return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+_MEMO_LIMIT = 50_000
+
+
+def _memo(cache: dict[tuple[str, str], dict[str, int]], obj: Obj,
+          compute: Callable[[Obj], dict[str, int]]) -> dict[str, int]:
+    """`compute(obj)` cached by (uid, resourceVersion): an object's parsed quantities change only with a write."""
+    meta = obj.get("metadata") or {}
+    key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+    value = cache.get(key)
+    if value is None:
+        if len(cache) > _MEMO_LIMIT:
+            cache.clear()
+        value = cache[key] = compute(obj)
+    return value
 
 
 def _pod_fingerprint(pod: Obj) -> str:
@@ -206,13 +225,8 @@ class Scheduler:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        deadline = time.monotonic() + timeout
         self._binder.shutdown(wait=True, cancel_futures=True)
-        for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-        self._threads = [t for t in self._threads if t.is_alive()]
-        if self._threads:
-            log.warning("scheduler stand-in: %d threads still running after %.1fs", len(self._threads), timeout)
+        self._threads = join_all(self._threads, timeout, "scheduler stand-in", log)
 
     def __enter__(self) -> Scheduler:
         return self.start()
@@ -381,25 +395,11 @@ class Scheduler:
             allocated.add_claim(claim)
         alloc: dict[str, dict[str, int]] = {}
         for node in nodes:
-            meta = node.get("metadata") or {}
-            cache_key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-            parsed = self._allocatable.get(cache_key)
-            if parsed is None:
-                if len(self._allocatable) > 10_000:
-                    self._allocatable.clear()
-                parsed = self._allocatable[cache_key] = allocatable(node)
-            alloc[str(meta.get("name"))] = parsed
+            alloc[str((node.get("metadata") or {}).get("name"))] = _memo(self._allocatable, node, allocatable)
         return Snapshot(nodes, usage, by_key, classes, slices, allocated, pending, alloc)
 
     def _pod_requests(self, pod: Obj) -> dict[str, int]:
-        meta = pod.get("metadata") or {}
-        key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
-        reqs = self._requests.get(key)
-        if reqs is None:
-            if len(self._requests) > 50_000:
-                self._requests.clear()
-            reqs = self._requests[key] = pod_requests(pod)
-        return reqs
+        return _memo(self._requests, pod, pod_requests)
 
     def _schedule_one(self, pod: Obj) -> None:
         key = _key(pod)
