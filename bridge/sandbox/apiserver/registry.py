@@ -164,9 +164,8 @@ _CUSTOM_FIELD_ERRORS = frozenset({"namespaces", "nodes", "pods", "events", "secr
 # Kinds whose storage sets `ReturnDeletedObject: true` (DELETE answers the object, not a Status). Read in
 # kubernetes/kubernetes pkg/registry/<group>/<kind>/storage/storage.go for: pods, services (the 1.23+ REST),
 # namespaces, serviceaccounts, resourcequotas, resourceclaims, resourceclaimtemplates, resourceslices,
-# deviceclasses (true); nodes, events, configmaps, secrets, deployments, statefulsets, jobs, leases,
-# priorityclasses, mutatingwebhookconfigurations (not set: a Status). daemonsets, replicasets, cronjobs and
-# validatingwebhookconfigurations were not read and follow their siblings (not set).
+# deviceclasses (true); nodes, events, configmaps, secrets, deployments, statefulsets, daemonsets, replicasets,
+# jobs, cronjobs, leases, priorityclasses, mutating- and validatingwebhookconfigurations (not set: a Status).
 _RETURNS_DELETED_OBJECT = frozenset({
     ("", "pods"), ("", "services"), ("", "namespaces"), ("", "serviceaccounts"), ("", "resourcequotas"),
     (RESOURCE_GROUP, "resourceclaims"), (RESOURCE_GROUP, "resourceclaimtemplates"),
