@@ -113,6 +113,7 @@ class ApiServer:
         self._threads: set[threading.Thread] = set()
         self._conns: set[socket.socket] = set()
         self._watches: set[_Watch] = set()
+        self._drops = 0  # how many times drop_watches ran (a watch admitted before a drop is cut on registering)
         self._timers: list[threading.Timer] = []
         self._handler = type("BoundHandler", (Handler,), {"app": self})
         self._default_namespaces = frozenset(default_namespaces)
@@ -220,9 +221,20 @@ class ApiServer:
             except OSError:
                 pass
 
-    def register_watch(self, handle: _Watch) -> None:
+    def drop_generation(self) -> int:
+        """Taken by a request before its fault check (see `register_watch`)."""
+        with self._lock:
+            return self._drops
+
+    def register_watch(self, handle: _Watch, generation: int | None = None) -> None:
+        """Track an open watch. A watch whose request passed the fault check before a `drop_watches` (it had
+        `generation`, an older `drop_generation()`) but was not registered yet is cut at once: a drop cuts every
+        watch the server had accepted, as closing the real server's connections does."""
         with self._lock:
             self._watches.add(handle)
+            missed = generation is not None and generation != self._drops
+        if missed:
+            handle.cut()
 
     def unregister_watch(self, handle: _Watch) -> None:
         with self._lock:
@@ -230,6 +242,7 @@ class ApiServer:
 
     def _drop_watches(self) -> int:
         with self._lock:
+            self._drops += 1
             watches = list(self._watches)
         for w in watches:
             w.cut()
