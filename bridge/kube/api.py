@@ -142,7 +142,13 @@ class KubeAPI(Protocol):
         `on_page(count_so_far)` is called after each page (progress bars)."""
         ...
 
-    def create(self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False) -> Obj: ...
+    def create(
+        self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False,
+        subresource: str | None = None,
+    ) -> Obj:
+        """POST a new object; with `subresource` ("binding" for pods) POST to `<plural>/<metadata.name>/<sub>`
+        and return the server's answer (a Status for pods/binding)."""
+        ...
 
     def update(self, res: Resource, obj: Obj, namespace: str | None = None, *, subresource: str | None = None) -> Obj:
         """PUT with the object's metadata.resourceVersion as precondition (Conflict when stale)."""

@@ -248,20 +248,24 @@ class RestKube:
             }
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def create(self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False) -> Obj:
+    def create(
+        self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False,
+        subresource: str | None = None,
+    ) -> Obj:
         ns = self._namespace(res, namespace, obj)
         meta = obj.get("metadata") or {}
         name = meta.get("name")
-        if not name and not meta.get("generateName"):
-            raise ValueError(f"create {res.kind}: metadata.name or metadata.generateName is required")
+        if not name and (subresource or not meta.get("generateName")):
+            raise ValueError(f"create {res.kind}{'/' + subresource if subresource else ''}: metadata.name"
+                             f"{'' if subresource else ' or metadata.generateName'} is required")
         query: list[tuple[str, str | int]] = [("dryRun", "All")] if dry_run else []
         ambiguous: list[bool] = []
         try:
             return self._call(
                 "POST",
-                res.path(ns),
+                res.path(ns, name, subresource) if subresource else res.path(ns),
                 verb="create",
-                label=resource_label(res),
+                label=resource_label(res, subresource),
                 name=name or f"{meta.get('generateName')}*",
                 query=query,
                 body=obj,

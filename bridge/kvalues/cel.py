@@ -9,6 +9,11 @@ compile DeviceClass and request selectors in) and the Kubernetes CEL libraries i
 * `quantity("80Gi")` with `compareTo`, `isGreaterThan`, `isLessThan`, `asInteger`; `semver("1.2.3")` with
   `major()`, `minor()`, `patch()`, `compareTo`, `isGreaterThan`, `isLessThan`; strings `lowerAscii`, `upperAscii`,
   `replace`.
+* `cel.bind(name, init, expr)` (cel-go's ext.Bindings, enabled in compile.go), so
+  `cel.bind(dra, device.attributes["dra.example.com"], dra.a && dra.b)` works as on the real server.
+* `device.attributes[domain]` / `device.capacity[domain]` for a domain the device does not have is an **empty map**,
+  not an error (compile.go `newStringInterfaceMapWithDefault`): `"x" in device.attributes["other.io"]` is false,
+  while `device.attributes["other.io"].x` is still a "no such key" runtime error.
 
 Evaluation follows the scheduler's rule (structured/allocator.go `selectorsMatch`): a runtime error — a missing
 map key, a type mismatch — is an **error** that aborts allocation for the pod, not "no match". `evaluate` raises
@@ -28,6 +33,8 @@ from typing import Any
 
 import celpy
 import celpy.celtypes as ct
+import lark
+from celpy.evaluation import Evaluator
 
 from bridge.kvalues.quantity import QuantityError, parse_quantity
 
@@ -113,7 +120,47 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "replace": lambda s, a, b: ct.StringType(str(s).replace(str(a), str(b))),
 }
 
-_ENV = celpy.Environment()
+class _DomainMap(ct.MapType):
+    """The outer attributes/capacity map: a missing domain reads as an empty map (compile.go's mapper.Find)."""
+
+    def __missing__(self, key: Any) -> ct.MapType:
+        return ct.MapType({})
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return super().get(key, ct.MapType({}))
+
+
+class _BindingEvaluator(Evaluator):
+    """celpy's evaluator plus the `cel.bind(var, init, expr)` macro of cel-go's ext.Bindings."""
+
+    def sub_evaluator(self, ast: lark.Tree[Any]) -> Evaluator:
+        return _BindingEvaluator(ast, activation=self.activation)
+
+    def member_dot_arg(self, tree: lark.Tree[Any]) -> Any:
+        member, method = tree.children[0], tree.children[1]
+        if getattr(method, "value", None) == "bind" and _is_ident(member, "cel") and len(tree.children) > 2:
+            args = tree.children[2]
+            var_tree, init_tree, body_tree = args.children
+            name = next(var_tree.find_data("ident")).children[0].value  # type: ignore[union-attr]
+            value = self.visit(init_tree)
+            return self.sub_evaluator(body_tree).evaluate({name: value})
+        return super().member_dot_arg(tree)
+
+
+def _is_ident(tree: Any, name: str) -> bool:
+    """`tree` is a bare identifier `name` (member -> primary -> ident)."""
+    while isinstance(tree, lark.Tree) and tree.data in ("member", "primary") and len(tree.children) == 1:
+        tree = tree.children[0]
+    return (isinstance(tree, lark.Tree) and tree.data == "ident"
+            and getattr(tree.children[0], "value", None) == name)
+
+
+class _Runner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _BindingEvaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
+_ENV = celpy.Environment(runner_class=_Runner)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -165,7 +212,7 @@ def device_activation(
     """The `device` variable for one device; `attributes` and `capacity` are keyed by domain, then by name."""
 
     def nest(by_domain: Mapping[str, Mapping[str, Any]], convert: Callable[[Any], Any]) -> ct.MapType:
-        return ct.MapType(
+        return _DomainMap(
             {
                 ct.StringType(dom): ct.MapType({ct.StringType(k): convert(v) for k, v in ids.items()})
                 for dom, ids in by_domain.items()

@@ -48,7 +48,10 @@ class FakeKube:
             if self.objects.pop((res.plural, namespace or "", name), None) is None:
                 raise NotFound(f'{res.plural} "{name}" not found', status=404)
 
-    def create(self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False) -> Obj:
+    def create(
+        self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False,
+        subresource: str | None = None,
+    ) -> Obj:
         self.calls.append(("create", res.plural))
         if self.down:
             raise Unavailable("connection refused (fake API down)", request_sent=False)

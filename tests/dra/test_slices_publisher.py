@@ -33,7 +33,8 @@ def connect_to(srv: ApiServer, path: Path, retry: RetryPolicy = FAST) -> KubeAPI
 
 @pytest.fixture
 def server() -> Iterator[ApiServer]:
-    with ApiServer(version="1.34.2", resource_versions=("v1", "v1beta2", "v1beta1")) as srv:
+    # 1.36: DRADeviceTaints is on (beta), so the server keeps device taints; a 1.34 server drops them.
+    with ApiServer(version="1.36.2", resource_versions=("v1", "v1beta2", "v1beta1")) as srv:
         yield srv
 
 

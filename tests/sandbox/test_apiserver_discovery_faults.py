@@ -166,6 +166,35 @@ def test_drop_watches_cuts_open_streams_mid_stream(server, core):
     assert outcome["ended"] != "clean"
 
 
+def test_drop_watches_also_cuts_a_watch_admitted_just_before_the_drop(server, core, monkeypatch):
+    # The race: a watch request passes its fault check, then the drop runs before the stream is registered.
+    real_check = server.faults.check
+
+    def check_then_drop(path: str):
+        answer = real_check(path)
+        if path.endswith("/pods"):
+            server.faults.drop_watches()
+        return answer
+
+    monkeypatch.setattr(server.faults, "check", check_then_drop)
+    outcome: dict[str, object] = {}
+
+    def consume() -> None:
+        try:
+            resp = core.list_namespaced_pod("default", watch=True, _preload_content=False, timeout_seconds=60)
+            for _ in resp.stream(1024):
+                pass
+            outcome["ended"] = "clean"
+        except Exception as err:
+            outcome["ended"] = type(err).__name__
+
+    t = threading.Thread(target=consume)
+    t.start()
+    t.join(timeout=20)
+    assert not t.is_alive(), "the watch admitted before the drop kept streaming"
+    assert outcome["ended"] != "clean"
+
+
 def test_stop_closes_everything_and_leaks_no_threads(tmp_path):
     before = threading.active_count()
     srv = ApiServer(bookmark_interval=0.1).start()

@@ -32,11 +32,15 @@ def test_slice_with_129_devices_is_rejected_like_the_real_server(dra):
     assert dra.create_resource_slice(resource_slice("ok", devices=128)).metadata.name == "ok"
 
 
-def test_slice_with_taints_allows_only_64_devices(dra):
+def test_slice_with_taints_allows_only_64_devices(make_server, tmp_path):
+    # Device taints are kept from 1.36 (DRADeviceTaints beta); on 1.34 they would be dropped before validation.
+    client = client_for(make_server(version="1.36.0"), tmp_path)
+    dra = kubernetes.client.ResourceV1Api(client)
     s = resource_slice("tainted", devices=65)
     s["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
     body = rejected(dra.create_resource_slice, s)
     assert "spec.devices: Too many: 65: must have at most 64 items" in body["message"]
+    client.close()
 
 
 def test_bad_attribute_name_is_rejected_with_its_field_path(dra):
@@ -95,12 +99,21 @@ def test_claim_request_limits(dra):
     many = [{"name": f"r{i}", "exactly": {"deviceClassName": "gpu.bridge.dev"}} for i in range(33)]
     body = rejected(dra.create_namespaced_resource_claim, "default", claim("c", many))
     assert "spec.devices.requests: Too many: 33: must have at most 32 items" in body["message"]
-    zero = [{"name": "r", "exactly": {"deviceClassName": "gpu.bridge.dev", "count": 0}}]
-    body = rejected(dra.create_namespaced_resource_claim, "default", claim("c", zero))
-    assert "spec.devices.requests[0].exactly.count: Invalid value: 0: must be greater than zero" in body["message"]
+    negative = [{"name": "r", "exactly": {"deviceClassName": "gpu.bridge.dev", "count": -1}}]
+    body = rejected(dra.create_namespaced_resource_claim, "default", claim("c", negative))
+    assert "spec.devices.requests[0].exactly.count: Invalid value: -1: must be greater than zero" in body["message"]
     long_cel = [{"name": "r", "exactly": {"deviceClassName": "gpu.bridge.dev", "selectors": [{"cel": {"expression": "true || " * 1400 + "true"}}]}}]
     body = rejected(dra.create_namespaced_resource_claim, "default", claim("c", long_cel))
     assert "spec.devices.requests[0].exactly.selectors[0].cel.expression: Too long: may not be more than 10240 bytes" in body["message"]
+
+
+def test_an_exact_request_defaults_to_one_device_even_when_count_is_zero(dra):
+    # pkg/apis/resource/v1/defaults.go: allocationMode defaults to ExactCount, then a zero count to 1.
+    zero = [{"name": "r", "exactly": {"deviceClassName": "gpu.bridge.dev", "count": 0}},
+            {"name": "s", "exactly": {"deviceClassName": "gpu.bridge.dev"}}]
+    made = dra.create_namespaced_resource_claim("default", claim("c", zero))
+    assert [(r.exactly.allocation_mode, r.exactly.count) for r in made.spec.devices.requests] == [
+        ("ExactCount", 1), ("ExactCount", 1)]
 
 
 def test_claim_spec_is_immutable_but_status_is_writable(dra):

@@ -8,7 +8,8 @@
 Layout: `store` (objects, resourceVersion, history), `rest` (what each verb means), `watch` (streams),
 `selectors`, `patch`, `conversion` (served versions <-> storage), `validation` + `dra_rules` (422 Invalid like the
 real server), `admission` (mutating webhooks over HTTPS), `faults`, `discovery`, `http` (the HTTP shell) and
-`server` (lifecycle). Written from the Kubernetes API conventions and apimachinery's behaviour, not on `kmock`:
+`server` (lifecycle), `profiles` (what an emulated minor serves and enables), `strategy` (defaulting and the
+gate-dependent dropDisabledFields of the registry strategies), `pod_rules` (pods' DRA validation). Written from the Kubernetes API conventions and apimachinery's behaviour, not on `kmock`:
 kmock (the kopf author's mock server) is an asyncio/aiohttp server driven by a DSL of scripted responses, with a
 loose in-memory Kubernetes mode; it documents none of what the bridge's tests stand on (resourceVersion
 preconditions, a bounded watch history with 410 Expired, list snapshots, OpenAPI + resource.k8s.io validation with
@@ -17,7 +18,8 @@ the real 422 causes, field-selector rules per kind), so it would have been a thi
 
 from .faults import Faults
 from .loader import LoadError
+from .profiles import KubernetesProfile, profile_for
 from .server import ApiServer
 from .status import ApiError, FieldError
 
-__all__ = ["ApiError", "ApiServer", "FieldError", "Faults", "LoadError"]
+__all__ = ["ApiError", "ApiServer", "FieldError", "Faults", "KubernetesProfile", "LoadError", "profile_for"]

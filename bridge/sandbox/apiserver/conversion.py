@@ -6,6 +6,11 @@ shape); v1beta1 differs in two places, converted both ways here:
 * ResourceSlice devices: v1beta1 wraps everything but `name` in `basic: {...}`; v1/v1beta2 are flat.
 * ResourceClaim(Template) requests: v1beta1 puts deviceClassName/selectors/allocationMode/count/adminAccess/
   tolerations/capacity directly on the request; v1/v1beta2 nest them under `exactly` (unless `firstAvailable`).
+`events.k8s.io/v1` Events are the core/v1 Events under another name: one storage (core shape), converted on the
+way in and out like kubernetes/kubernetes pkg/apis/events/v1/conversion.go does (`regarding` <-> `involvedObject`,
+`note` <-> `message`, `reportingController` <-> `reportingComponent`, `deprecatedSource` <-> `source`,
+`deprecatedFirstTimestamp`/`deprecatedLastTimestamp`/`deprecatedCount` <-> `firstTimestamp`/`lastTimestamp`/`count`).
+So an Event the scheduler stand-in records through the events API is what `kubectl describe pod` lists.
 Conversion functions are pure and return new dicts.
 """
 
@@ -21,7 +26,29 @@ Obj = dict[str, Any]
 _EXACT_FIELDS = ("deviceClassName", "selectors", "allocationMode", "count", "adminAccess", "tolerations", "capacity")
 
 
+EVENTS_GROUP = "events.k8s.io"
+# events.k8s.io/v1 field -> core/v1 field (the rest have the same name in both).
+_EVENT_FIELDS = {
+    "regarding": "involvedObject",
+    "note": "message",
+    "reportingController": "reportingComponent",
+    "deprecatedSource": "source",
+    "deprecatedFirstTimestamp": "firstTimestamp",
+    "deprecatedLastTimestamp": "lastTimestamp",
+    "deprecatedCount": "count",
+}
+_EVENT_FIELDS_BACK = {v: k for k, v in _EVENT_FIELDS.items()}
+
+
+def _rename(obj: Obj, names: dict[str, str]) -> Obj:
+    return {names.get(k, k): v for k, v in obj.items()}
+
+
 def to_storage(rt: ResourceType, obj: Obj) -> Obj:
+    if rt.group == EVENTS_GROUP and rt.kind == "Event":
+        out = _rename(obj, _EVENT_FIELDS)
+        out["apiVersion"], out["kind"] = "v1", "Event"
+        return out
     out = dict(obj)
     out["apiVersion"] = rt.stored_api_version
     out["kind"] = rt.kind
@@ -31,6 +58,10 @@ def to_storage(rt: ResourceType, obj: Obj) -> Obj:
 
 
 def from_storage(rt: ResourceType, obj: Obj) -> Obj:
+    if rt.group == EVENTS_GROUP and rt.kind == "Event":
+        out = _rename(obj, _EVENT_FIELDS_BACK)
+        out["apiVersion"] = rt.group_version
+        return out
     if rt.group == RESOURCE_GROUP and rt.version == "v1beta1":
         out = _v1_to_beta1(rt.kind, obj)
     elif obj.get("apiVersion") == rt.group_version:

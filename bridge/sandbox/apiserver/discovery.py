@@ -71,7 +71,8 @@ def group_doc(reg: Registry, group: str) -> Obj | None:
 
 def storage_version_hash(rt: ResourceType) -> str:
     """The real server's hash: base64 of the first 8 bytes of sha256("<group>/<storage version>/<kind>")."""
-    gvk = f"{rt.group}/{rt.storage_version or rt.version}/{rt.kind}"
+    group, _, version = rt.stored_api_version.rpartition("/")
+    gvk = f"{group}/{version}/{rt.kind}"
     return base64.b64encode(hashlib.sha256(gvk.encode()).digest()[:8]).decode()
 
 

@@ -7,13 +7,31 @@ domain <= 63), exactly one value per attribute, strings/versions <= 64 character
 subdomain <= 63, pool names of DNS subdomains separated by '/', exactly one node selection field, CEL expressions
 <= 10 KiB, <= 32 requests / constraints / config entries per claim, count >= 1, and the immutable fields on update.
 Rules run on the storage (v1) shape, so paths are v1 paths whichever version the client used. Pure functions.
+
+From kubernetes/kubernetes pkg/apis/resource/validation/validation.go as well:
+* CEL selectors are compiled, type-checked and cost-estimated (`validateCELSelector`, via
+  bridge.kvalues.celcheck): a selector that does not compile is a 422 `Invalid value: "<expr>": compilation failed:
+  ERROR: <input>:1:17: ...`, one over the cost limit `Forbidden: too complex, exceeds cost limit`. A selector list
+  that is unchanged on update counts as *stored* and is checked in the stored-expression environment (every field
+  declared, whatever the gates).
+* device taints (`validateDeviceTaint`): key a qualified name (required), value a label value, effect required and
+  one of NoSchedule/NoExecute (plus None from 1.35); tolerations (`validateDeviceToleration`): key a qualified name
+  when set, operator Exists (value must be empty) or Equal (value a label value), effect one of the taint effects.
+* ResourceClaim(Template) updates only check that the spec is unchanged (`ValidateResourceClaimUpdate`: "the only
+  actionable error is for the immutability violation").
+* DeviceClass `extendedResourceName` must be an extended resource name (pkg/apis/core/validation
+  `validateExtendedResourceName`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from bridge.kvalues.celcheck import MAX_COST, compile_selector
+
 from . import names
+from .profiles import KubernetesProfile, profile_for
 from .status import FieldError, render_value
 
 Obj = dict[str, Any]
@@ -45,13 +63,30 @@ def _dict(value: object) -> Obj | None:
     return value if isinstance(value, dict) else None
 
 
-def validate(kind: str, obj: Obj, old: Obj | None) -> list[FieldError]:
+_DEFAULT_PROFILE = profile_for("1.34")
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What validation depends on besides the object: the emulated minor's gates and message variants."""
+
+    consumable_capacity: bool
+    taint_effects: tuple[str, ...]
+
+
+def _ctx(profile: KubernetesProfile | None) -> _Ctx:
+    p = profile or _DEFAULT_PROFILE
+    return _Ctx(p.enabled("DRAConsumableCapacity"), p.device_taint_effects)
+
+
+def validate(kind: str, obj: Obj, old: Obj | None, profile: KubernetesProfile | None = None) -> list[FieldError]:
+    ctx = _ctx(profile)
     spec = _dict(obj.get("spec"))
     if spec is None:
         spec = {}
     old_spec = _dict((old or {}).get("spec"))
     if kind == "ResourceSlice":
-        errs = slice_spec(spec)
+        errs = slice_spec(spec, ctx)
         if old_spec is not None:
             for f, path in (("driver", "spec.driver"), ("nodeName", "spec.nodeName")):
                 if spec.get(f) != old_spec.get(f):
@@ -60,26 +95,34 @@ def validate(kind: str, obj: Obj, old: Obj | None) -> list[FieldError]:
                 errs.append(FieldError("spec.pool.name", "Invalid value", (spec.get("pool") or {}).get("name"), "field is immutable"))
         return errs
     if kind == "ResourceClaim":
-        errs = claim_spec("spec", spec) + claim_status(obj.get("status") or {})
-        if old_spec is not None and spec != old_spec:
-            errs.append(FieldError("spec", "Invalid value", "object", "field is immutable", show_value=False))
-        return errs
+        if old_spec is not None:
+            errs = claim_status(obj.get("status") or {})
+            if spec != old_spec:
+                errs.append(FieldError("spec", "Invalid value", "object", "field is immutable", show_value=False))
+            return errs
+        return claim_spec("spec", spec, ctx) + claim_status(obj.get("status") or {})
     if kind == "ResourceClaimTemplate":
+        if old_spec is not None:
+            if spec != old_spec:
+                return [FieldError("spec", "Invalid value", "object", "field is immutable", show_value=False)]
+            return []
         inner = _dict(spec.get("spec"))
         if inner is None:
             inner = {}
-        errs = claim_spec("spec.spec", inner)
-        if old_spec is not None and spec != old_spec:
-            errs.append(FieldError("spec", "Invalid value", "object", "field is immutable", show_value=False))
-        return errs
+        return claim_spec("spec.spec", inner, ctx)
     if kind == "DeviceClass":
-        errs = selectors("spec.selectors", spec.get("selectors"))
+        stored = old_spec is not None and old_spec.get("selectors") == spec.get("selectors")
+        errs = selectors("spec.selectors", spec.get("selectors"), ctx, stored=stored)
         errs += configs("spec.config", spec.get("config"))
+        ern = spec.get("extendedResourceName")
+        if ern is not None:
+            errs += names.extended_resource_name("spec.extendedResourceName", ern)
         return errs
     return []
 
 
-def slice_spec(spec: Obj) -> list[FieldError]:
+def slice_spec(spec: Obj, ctx: _Ctx | None = None) -> list[FieldError]:
+    ctx = ctx or _ctx(None)
     errs: list[FieldError] = []
     driver = spec.get("driver") or ""
     if not driver:
@@ -128,11 +171,12 @@ def slice_spec(spec: Obj) -> list[FieldError]:
             if name in seen:
                 errs.append(FieldError(f"{path}.name", "Duplicate value", name))
             seen.add(name)
-        errs += device(path, dev, spec.get("perDeviceNodeSelection") is True)
+        errs += device(path, dev, spec.get("perDeviceNodeSelection") is True, ctx)
     return errs
 
 
-def device(path: str, dev: Obj, per_device_nodes: bool) -> list[FieldError]:
+def device(path: str, dev: Obj, per_device_nodes: bool, ctx: _Ctx | None = None) -> list[FieldError]:
+    ctx = ctx or _ctx(None)
     errs: list[FieldError] = []
     attrs = dev.get("attributes") or {}
     caps = dev.get("capacity") or {}
@@ -151,9 +195,7 @@ def device(path: str, dev: Obj, per_device_nodes: bool) -> list[FieldError]:
     if len(taints) > MAX_TAINTS:
         errs.append(too_many(f"{path}.taints", len(taints), MAX_TAINTS))
     for j, taint in enumerate(taints):
-        effect = (taint or {}).get("effect")
-        if effect not in ("NoSchedule", "NoExecute", "None"):
-            errs.append(FieldError(f"{path}.taints[{j}].effect", "Unsupported value", effect, 'supported values: "NoExecute", "NoSchedule", "None"'))
+        errs += device_taint(f"{path}.taints[{j}]", taint if isinstance(taint, dict) else {}, ctx.taint_effects)
     node_fields = [f for f in ("nodeName", "nodeSelector", "allNodes") if dev.get(f)]
     if node_fields and not per_device_nodes:
         errs.append(FieldError(f"{path}.{node_fields[0]}", "Forbidden", detail="must be unset unless `spec.perDeviceNodeSelection` is true"))
@@ -178,7 +220,47 @@ def attribute(path: str, attr: Any) -> list[FieldError]:
     return errs
 
 
-def selectors(path: str, items: Any) -> list[FieldError]:
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f'"{v}"' for v in sorted(values))
+
+
+def device_taint(path: str, taint: Obj, effects: tuple[str, ...]) -> list[FieldError]:
+    # metav1validation.ValidateLabelName "includes checking for non-empty": an empty key is Invalid, not Required.
+    errs = names.qualified_label_key(f"{path}.key", str(taint["key"])) if taint.get("key") else [
+        FieldError(f"{path}.key", "Invalid value", "", "name part must be non-empty")]
+    if taint.get("value"):
+        errs += names.label_value(f"{path}.value", str(taint["value"]))
+    effect = taint.get("effect") or ""
+    if not effect:
+        errs.append(FieldError(f"{path}.effect", "Required value"))
+    elif effect not in effects:
+        errs.append(FieldError(f"{path}.effect", "Unsupported value", effect, f"supported values: {_quoted(effects)}"))
+    return errs
+
+
+def device_toleration(path: str, tol: Obj, effects: tuple[str, ...]) -> list[FieldError]:
+    errs: list[FieldError] = []
+    if tol.get("key"):
+        errs += names.qualified_label_key(f"{path}.key", str(tol["key"]))
+    op = tol.get("operator") or ""
+    value = tol.get("value") or ""
+    if op == "Exists":
+        if value:
+            errs.append(FieldError(f"{path}.value", "Invalid value", value, "must be empty for operator `Exists`"))
+    elif op == "Equal":
+        errs += names.label_value(f"{path}.value", str(value))
+    elif op == "":
+        errs.append(FieldError(f"{path}.operator", "Required value"))
+    else:
+        errs.append(FieldError(f"{path}.operator", "Unsupported value", op, 'supported values: "Equal", "Exists"'))
+    effect = tol.get("effect") or ""
+    if effect and effect not in effects:
+        errs.append(FieldError(f"{path}.effect", "Unsupported value", effect, f"supported values: {_quoted(effects)}"))
+    return errs
+
+
+def selectors(path: str, items: Any, ctx: _Ctx | None = None, *, stored: bool = False) -> list[FieldError]:
+    ctx = ctx or _ctx(None)
     items = items or []
     errs: list[FieldError] = []
     if len(items) > MAX_SELECTORS:
@@ -194,6 +276,17 @@ def selectors(path: str, items: Any) -> list[FieldError]:
             errs.append(FieldError(epath, "Required value"))
         elif len(expr) > MAX_CEL_LEN:
             errs.append(FieldError(epath, "Too long", detail=f"may not be more than {MAX_CEL_LEN} bytes"))
+        else:
+            result = compile_selector(expr, consumable_capacity=ctx.consumable_capacity or stored)
+            if result.issue is not None:
+                if result.issue.type == "Required":
+                    errs.append(FieldError(epath, "Required value", detail=result.issue.detail))
+                elif result.issue.type == "Invalid":
+                    errs.append(FieldError(epath, "Invalid value", expr, result.issue.detail))
+                else:
+                    errs.append(FieldError(epath, "Internal error", detail=result.issue.detail))
+            elif result.max_cost > MAX_COST:
+                errs.append(FieldError(epath, "Forbidden", detail="too complex, exceeds cost limit"))
     return errs
 
 
@@ -212,7 +305,7 @@ def configs(path: str, items: Any) -> list[FieldError]:
     return errs
 
 
-def _exact(path: str, req: Obj) -> list[FieldError]:
+def _exact(path: str, req: Obj, ctx: _Ctx) -> list[FieldError]:
     errs: list[FieldError] = []
     cls = req.get("deviceClassName") or ""
     if not cls:
@@ -227,14 +320,17 @@ def _exact(path: str, req: Obj) -> list[FieldError]:
         errs.append(FieldError(f"{path}.count", "Invalid value", count, "must be greater than zero"))
     if mode == "All" and count not in (None, 0):
         errs.append(FieldError(f"{path}.count", "Invalid value", count, "must not be specified when allocationMode is 'All'"))
-    errs += selectors(f"{path}.selectors", req.get("selectors"))
+    errs += selectors(f"{path}.selectors", req.get("selectors"), ctx)
     tolerations = req.get("tolerations") or []
     if len(tolerations) > MAX_TOLERATIONS:
         errs.append(too_many(f"{path}.tolerations", len(tolerations), MAX_TOLERATIONS))
+    for j, tol in enumerate(tolerations):
+        errs += device_toleration(f"{path}.tolerations[{j}]", tol if isinstance(tol, dict) else {}, ctx.taint_effects)
     return errs
 
 
-def claim_spec(path: str, spec: Obj) -> list[FieldError]:
+def claim_spec(path: str, spec: Obj, ctx: _Ctx | None = None) -> list[FieldError]:
+    ctx = ctx or _ctx(None)
     devices = spec.get("devices") or {}
     requests = devices.get("requests") or []
     errs: list[FieldError] = []
@@ -259,7 +355,7 @@ def claim_spec(path: str, spec: Obj) -> list[FieldError]:
             ftype = "Invalid value" if has_exact else "Required value"
             errs.append(FieldError(p, ftype, None, "exactly one of `exactly` or `firstAvailable` is required", show_value=False))
         if has_exact:
-            errs += _exact(f"{p}.exactly", req["exactly"])
+            errs += _exact(f"{p}.exactly", req["exactly"], ctx)
         subs = req.get("firstAvailable") or []
         if len(subs) > MAX_SUBREQUESTS:
             errs.append(too_many(f"{p}.firstAvailable", len(subs), MAX_SUBREQUESTS))
@@ -267,7 +363,7 @@ def claim_spec(path: str, spec: Obj) -> list[FieldError]:
             sp = f"{p}.firstAvailable[{j}]"
             if isinstance(sub, dict):
                 errs += names.dns_label(f"{sp}.name", sub.get("name") or "") if sub.get("name") else [FieldError(f"{sp}.name", "Required value")]
-                errs += _exact(sp, sub)
+                errs += _exact(sp, sub, ctx)
     constraints = devices.get("constraints") or []
     if len(constraints) > MAX_CONSTRAINTS:
         errs.append(too_many(f"{path}.devices.constraints", len(constraints), MAX_CONSTRAINTS))

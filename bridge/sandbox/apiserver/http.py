@@ -60,6 +60,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "bridge-sandbox-apiserver"
     app: ApiServer  # set on the subclass the server builds
+    _drop_generation: int | None = None  # the server's drop generation when this request passed the fault check
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature from the base class
         log.debug("%s " + format, self.client_address[0], *args)
@@ -120,6 +121,7 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
             body = self._read_body()
+            self._drop_generation = app.drop_generation()
             sleep, error = app.faults.check(url.path)
             if sleep:
                 time.sleep(sleep)
@@ -239,7 +241,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         handle = _Watch(self.connection)
-        app.register_watch(handle)
+        app.register_watch(handle, self._drop_generation)
         try:
             def write(event: Obj) -> None:
                 if handle.dropped.is_set():

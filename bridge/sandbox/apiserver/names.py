@@ -129,3 +129,23 @@ def qualified_device_name(path: str, name: str) -> list[FieldError]:
     if not C_IDENTIFIER_RE.match(ident):
         errs.append(FieldError(path, "Invalid value", ident, C_IDENTIFIER_MSG))
     return errs
+
+
+def is_qualified_name(value: str) -> bool:
+    return not qualified_label_key("", value)
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """k8s.io/kubernetes pkg/apis/core/v1/helper `IsExtendedResourceName`: has a domain that is not
+    `kubernetes.io/`-prefixed (those are native), does not start with `requests.`, and `requests.<name>` is a
+    qualified name (so it can be a quota key). Note: `deviceclass.resource.kubernetes.io/<class>` is *not* one; the
+    scheduler accepts it separately (pkg/scheduler/util `IsDRAExtendedResourceName`)."""
+    if "/" not in name or "kubernetes.io/" in name or name.startswith("requests."):
+        return False
+    return is_qualified_name("requests." + name)
+
+
+def extended_resource_name(path: str, value: str) -> list[FieldError]:
+    if is_extended_resource_name(value):
+        return []
+    return [FieldError(path, "Invalid value", value, "must be a valid extended resource name")]

@@ -55,6 +55,7 @@ _MERGE_KEYS = {
     "topologySpreadConstraints": "topologyKey",
     "resourceClaims": "name",
     "reservedFor": "uid",
+    "resourceClaimStatuses": "name",
     "addresses": "type",
 }
 _PRIMITIVE_SETS = frozenset({"finalizers"})

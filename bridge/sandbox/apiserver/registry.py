@@ -45,6 +45,10 @@ class ResourceType:
     field_errors: str = "meta"
     namespace_field: bool = True  # whether `metadata.namespace` is a selectable field (not for ResourceSlice)
     has_generation: bool = False  # the strategy sets metadata.generation = 1 and bumps it on spec changes
+    # Another group resource whose storage this one shares (events.k8s.io Events are core Events).
+    storage_resource: str = ""
+    # DELETE answers the deleted object instead of a Status (the registry's `ReturnDeletedObject`).
+    returns_deleted_object: bool = False
 
     @property
     def group_version(self) -> str:
@@ -52,10 +56,14 @@ class ResourceType:
 
     @property
     def storage_key(self) -> str:
+        if self.storage_resource:
+            return self.storage_resource
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
     def stored_api_version(self) -> str:
+        if self.storage_resource:
+            return "v1"
         v = self.storage_version or self.version
         return f"{self.group}/{v}" if self.group else v
 
@@ -153,6 +161,16 @@ _EVENT_FIELDS = frozenset(
 _SLICE_FIELDS = frozenset({"spec.nodeName", "spec.driver"})
 # Kinds with their own field-label conversion function ("field label not supported: X").
 _CUSTOM_FIELD_ERRORS = frozenset({"namespaces", "nodes", "pods", "events", "secrets", "services", "jobs"})
+# Kinds whose storage sets `ReturnDeletedObject: true` (DELETE answers the object, not a Status). Read in
+# kubernetes/kubernetes pkg/registry/<group>/<kind>/storage/storage.go for: pods, services (the 1.23+ REST),
+# namespaces, serviceaccounts, resourcequotas, resourceclaims, resourceclaimtemplates, resourceslices,
+# deviceclasses (true); nodes, events, configmaps, secrets, deployments, statefulsets, daemonsets, replicasets,
+# jobs, cronjobs, leases, priorityclasses, mutating- and validatingwebhookconfigurations (not set: a Status).
+_RETURNS_DELETED_OBJECT = frozenset({
+    ("", "pods"), ("", "services"), ("", "namespaces"), ("", "serviceaccounts"), ("", "resourcequotas"),
+    (RESOURCE_GROUP, "resourceclaims"), (RESOURCE_GROUP, "resourceclaimtemplates"),
+    (RESOURCE_GROUP, "resourceslices"), (RESOURCE_GROUP, "deviceclasses"),
+})
 # Kinds whose registry strategy maintains metadata.generation (1 on create, +1 per spec change).
 _WITH_GENERATION = frozenset({
     "pods", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs",
@@ -205,7 +223,7 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
             "validatingwebhookconfiguration",
         ),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
-        ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
+        ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",), storage_resource="events"),
     ]
     for rt in core + apps + batch + other:
         reg.add(_behaviour(rt))
@@ -231,5 +249,6 @@ def _behaviour(rt: ResourceType) -> ResourceType:
     return replace(
         rt,
         has_generation=rt.plural in _WITH_GENERATION,
+        returns_deleted_object=(rt.group, rt.plural) in _RETURNS_DELETED_OBJECT,
         field_errors="custom" if rt.group in ("", "batch") and rt.plural in _CUSTOM_FIELD_ERRORS else rt.field_errors,
     )

@@ -6,6 +6,8 @@ strategy (server-owned metadata, status reset, defaults) -> mutating admission (
 validation -> commit under the store lock with the resourceVersion precondition. An update whose object changed
 between read and commit is retried when the caller gave no resourceVersion, and answered 409 Conflict when it did.
 A write that changes nothing is a no-op (no new resourceVersion, no event), like the real server.
+Defaulting and the gate-dependent `dropDisabledFields` of the registry strategies (`strategy.py`) run on the storage
+shape right before validation, with the emulated minor's `KubernetesProfile`.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from . import patch as patches
+from .clock import now_rfc3339
 from .conversion import from_storage, to_storage
+from .profiles import KubernetesProfile, profile_for
 from .registry import Registry, ResourceType
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
 from .status import (
+    ApiError,
     FieldError,
     already_exists,
     bad_request,
@@ -37,9 +41,11 @@ from .status import (
     too_large_resource_version,
 )
 from .store import Key, Store, object_key
+from .strategy import apply_defaults, drop_disabled_fields
 
 Obj = dict[str, Any]
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_MAX_GENERATED_BASE = 58
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 # Resources whose status is reset by the server on create (their status is owned by controllers).
 _STATUS_RESET_ON_CREATE = {
@@ -53,14 +59,6 @@ _STATUS_RESET_ON_CREATE = {
     "jobs": None,
     "cronjobs": None,
 }
-
-
-# Kinds whose DELETE answers the deleted object rather than a Status (ReturnDeletedObject in their registry).
-_RETURNS_DELETED_OBJECT = {"": frozenset({"pods", "services", "namespaces"})}
-
-
-def now_rfc3339(delta_seconds: float = 0) -> str:
-    return (datetime.now(UTC) + timedelta(seconds=delta_seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Validator(Protocol):
@@ -151,12 +149,14 @@ class Rest:
         validator: Validator | None = None,
         admitter: Admitter | None = None,
         graceful_pod_deletion: bool = False,
+        profile: KubernetesProfile | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.validator = validator
         self.admitter = admitter
         self.graceful_pod_deletion = graceful_pod_deletion
+        self.profile = profile or profile_for("1.34")
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def wire(self, rt: ResourceType, stored: Obj) -> Obj:
@@ -278,7 +278,9 @@ class Rest:
             meta.pop("namespace", None)
         if not meta.get("name"):
             if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + "".join(random.choices(_GENERATE_ALPHABET, k=5))
+                # apiserver names.SimpleNameGenerator: the base is cut to 63 - 5 characters, then 5 random ones.
+                base = str(meta["generateName"])[:_MAX_GENERATED_BASE]
+                meta["name"] = base + "".join(random.choices(_GENERATE_ALPHABET, k=5))
             else:
                 raise invalid(rt.kind, rt.group, "", [FieldError("metadata.name", "Required value", detail="name or generateName is required")])
         if meta.get("resourceVersion") and not system:
@@ -287,6 +289,7 @@ class Rest:
         for k in _SERVER_META:
             meta.pop(k, None)
         self._prepare_create(rt, obj, system)
+        obj = apply_defaults(rt, obj, self.profile)  # decoding defaults: what mutating webhooks see
         warnings: list[str] = []
         if self.admitter is not None and not system:
             obj, warnings = self.admitter.admit("CREATE", rt, obj, None, dry_run, user)
@@ -295,7 +298,7 @@ class Rest:
             if rt.namespaced:
                 meta["namespace"] = namespace or meta.get("namespace") or "default"
         self._fix_invariants(rt, obj)
-        stored = to_storage(rt, obj)
+        stored = self._strategy(rt, to_storage(rt, obj), None)
         if validate:
             self._validate(rt, obj, stored, None)
         with self.store.lock:
@@ -361,6 +364,10 @@ class Rest:
             labels = dict(meta.get("labels") or {})
             labels["kubernetes.io/metadata.name"] = meta.get("name", "")
             meta["labels"] = labels
+
+    def _strategy(self, rt: ResourceType, stored: Obj, old: Obj | None) -> Obj:
+        """Defaults, then the fields of disabled feature gates dropped (PrepareForCreate / PrepareForUpdate)."""
+        return drop_disabled_fields(rt, apply_defaults(rt, stored, self.profile), old, self.profile)
 
     def _validate(self, rt: ResourceType, wire: Obj, stored: Obj, old: Obj | None) -> None:
         if self.validator is None:
@@ -428,10 +435,11 @@ class Rest:
             new = self._merge_update(rt, current_wire, new, subresource)
             warnings: list[str] = []
             if self.admitter is not None and subresource is None:
+                new = apply_defaults(rt, new, self.profile)  # decoding defaults: what mutating webhooks see
                 new, warnings = self.admitter.admit("UPDATE", rt, new, current_wire, dry_run, user)
                 new = self._merge_update(rt, current_wire, self._check_body(rt, new), subresource)
             self._fix_invariants(rt, new)
-            stored = to_storage(rt, new)
+            stored = self._strategy(rt, to_storage(rt, new), current)
             self._check_finalizers(rt, current, stored)
             self._validate(rt, new, stored, current)
             with self.store.lock:
@@ -503,10 +511,10 @@ class Rest:
             final = self._delete_locked(rt, current, options, query, dry_run)
         # Deletion pending (finalizers, grace period): the object is answered with its deletionTimestamp.
         still_there = bool(_meta(final).get("deletionTimestamp"))
-        if still_there or _RETURNS_DELETED_OBJECT.get(rt.group) and rt.plural in _RETURNS_DELETED_OBJECT[rt.group]:
+        if still_there or rt.returns_deleted_object:
             return Result(self.wire(rt, final), 200)  # waiting for finalizers / grace, or a kind that returns it
         # Removed for good: most kinds answer a Status that names what was deleted (the generic registry's
-        # finalizeDelete); pods, services and namespaces answer the object itself.
+        # finalizeDelete); kinds whose storage sets ReturnDeletedObject (registry.py) answer the object itself.
         meta = _meta(final)
         details: Obj = {"name": meta.get("name", "")}
         if rt.group:
@@ -648,16 +656,64 @@ class Rest:
 
     # -- pods/binding --------------------------------------------------------------------------------------------------
     def bind(self, rt: ResourceType, namespace: str | None, name: str, body: Any, query: dict[str, str], user: Obj) -> Result:
-        if not isinstance(body, dict) or not isinstance(body.get("target"), dict) or not body["target"].get("name"):
-            raise bad_request("a Binding needs target.name (the node)")
-        node = body["target"]["name"]
+        """POST pods/<name>/binding, as kubernetes/kubernetes pkg/registry/core/pod/storage/storage.go `BindingREST`:
+        the Binding's name must be the pod's ("name in URL does not match name in Binding object", 400);
+        `ValidatePodBinding` (target.kind empty or Node, target.name required) fails as a plain error, which the
+        handler answers 500 with an empty reason; the Binding's uid / resourceVersion are preconditions on the pod;
+        a pod being deleted or already assigned is a 409 on `pods/binding`; success sets `spec.nodeName`, merges the
+        Binding's annotations and sets the `PodScheduled` condition to True. The node is *not* checked: binding to
+        a node that does not exist succeeds, as on a real server. The answer is a Status `Success` (201)."""
+        if not isinstance(body, dict):
+            raise bad_request(f"not a Binding object: {type(body).__name__}")
+        meta: Obj = body["metadata"] if isinstance(body.get("metadata"), dict) else {}
+        if meta.get("name") != name:
+            raise bad_request("name in URL does not match name in Binding object")
+        target: Obj = body["target"] if isinstance(body.get("target"), dict) else {}
+        errors = []
+        if target.get("kind") not in (None, "", "Node"):
+            errors.append(str(FieldError("target.kind", "Unsupported value", target.get("kind"),
+                                         'supported values: "<empty>", "Node"')))
+        if not target.get("name"):
+            errors.append(str(FieldError("target.name", "Required value")))
+        if errors:
+            message = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            raise ApiError(500, "", message)
+        node = str(target["name"])
         with self.store.lock:
             current = self._require(rt, namespace, name)
+            cmeta = _meta(current)
+            if meta.get("uid") and meta["uid"] != cmeta.get("uid"):
+                raise conflict(rt.plural, rt.group, name,
+                               f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {cmeta.get('uid')}")
+            if meta.get("resourceVersion") and meta["resourceVersion"] != cmeta.get("resourceVersion"):
+                raise conflict(rt.plural, rt.group, name, "the object has been modified; please apply your changes "
+                                                          "to the latest version and try again")
+            if cmeta.get("deletionTimestamp"):
+                raise conflict("pods/binding", "", name, f"pod {name} is being deleted, cannot be assigned to a host")
             if (current.get("spec") or {}).get("nodeName"):
-                raise conflict(rt.plural, rt.group, name, f"pod {name} is already assigned to node \"{current['spec']['nodeName']}\"")
+                raise conflict("pods/binding", "", name,
+                               f"pod {name} is already assigned to node \"{current['spec']['nodeName']}\"")
             new = copy.deepcopy(current)
             new.setdefault("spec", {})["nodeName"] = node
+            if meta.get("annotations"):
+                new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **meta["annotations"]}
+            _set_condition(new, "PodScheduled", "True")
             new["metadata"]["resourceVersion"] = str(self.store.next_rv())
             if query.get("dryRun") != "All":
                 self.store.put(rt.storage_key, new, "MODIFIED")
         return Result({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+
+
+def _set_condition(pod: Obj, kind: str, status: str) -> None:
+    """pkg/api/v1/pod UpdatePodCondition: replace the condition of that type (keeping lastProbeTime), else append;
+    lastTransitionTime moves only when the status changes."""
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    now = now_rfc3339()
+    for i, cond in enumerate(conditions):
+        if isinstance(cond, dict) and cond.get("type") == kind:
+            changed = cond.get("status") != status
+            conditions[i] = {k: v for k, v in {**cond, "status": status,
+                                               "lastTransitionTime": now if changed else cond.get("lastTransitionTime"),
+                                               }.items() if v is not None and k not in ("reason", "message")}
+            return
+    conditions.append({"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": now})

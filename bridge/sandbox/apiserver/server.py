@@ -1,5 +1,10 @@
 """`ApiServer`: the emulator's lifecycle (start, stop, faults on real sockets), kubeconfig and preloading.
 
+The emulated Kubernetes minor decides what is served and enabled: `ApiServer(version="1.37.0")` takes
+`profile_for("1.37")` (profiles.py: served resource.k8s.io versions, DRA feature gates); `resource_versions=` and
+`feature_gates=` override it, like an administrator's `--runtime-config` / `--feature-gates`. The stand-in scheduler
+and claim controller take the same profile (`srv.profile`).
+
 Threads: one accept loop, one thread per client connection (tracked, so `stop()` can close and join every one of
 them: no leaked threads), and a timer while connections are being refused. `stop()` closes the listener, cuts
 every open connection, wakes every watch and joins all threads.
@@ -16,6 +21,7 @@ import ssl
 import tempfile
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from http.server import HTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -28,7 +34,8 @@ from .admission import WebhookAdmitter
 from .discovery import parse_version
 from .faults import Faults
 from .http import Handler, _Watch
-from .registry import KNOWN_RESOURCE_VERSIONS, default_registry
+from .profiles import KubernetesProfile, profile_for
+from .registry import default_registry
 from .rest import Rest
 from .status import ApiError
 from .store import Store
@@ -67,7 +74,7 @@ class ApiServer:
         host: str = "127.0.0.1",
         port: int = 0,
         version: str = "1.34.2",
-        resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS,
+        resource_versions: Iterable[str] | None = None,
         tls: bool = False,
         validate: bool = True,
         history_limit: int = 1000,
@@ -76,18 +83,24 @@ class ApiServer:
         graceful_pod_deletion: bool = False,
         webhooks: bool = True,
         default_namespaces: Iterable[str] = DEFAULT_NAMESPACES,
+        feature_gates: dict[str, bool] | None = None,
+        profile: KubernetesProfile | None = None,
     ) -> None:
         parse_version(version)
         self.host, self.port, self.version, self.tls = host, port, version.lstrip("v"), tls
-        self.resource_versions = tuple(resource_versions)
+        base = profile or profile_for(self.version)
+        if resource_versions is not None:
+            base = replace(base, resource_versions=tuple(resource_versions))
+        self.profile = base.with_gates(feature_gates)
+        self.resource_versions = self.profile.resource_versions
         self.bookmark_interval = bookmark_interval
         self.registry = default_registry(self.resource_versions)
         self.store = Store(history_limit)
-        validator = SchemaValidator(self.version) if validate else None
+        validator = SchemaValidator(self.version, self.profile) if validate else None
         self.admission = WebhookAdmitter(self.store) if webhooks else None
         self.rest = Rest(
             self.store, self.registry, validator=validator, admitter=self.admission,
-            graceful_pod_deletion=graceful_pod_deletion,
+            graceful_pod_deletion=graceful_pod_deletion, profile=self.profile,
         )
         self.faults = Faults(self._refuse, self._drop_watches)
         self.stopping = threading.Event()
@@ -100,6 +113,7 @@ class ApiServer:
         self._threads: set[threading.Thread] = set()
         self._conns: set[socket.socket] = set()
         self._watches: set[_Watch] = set()
+        self._drops = 0  # how many times drop_watches ran (a watch admitted before a drop is cut on registering)
         self._timers: list[threading.Timer] = []
         self._handler = type("BoundHandler", (Handler,), {"app": self})
         self._default_namespaces = frozenset(default_namespaces)
@@ -207,9 +221,20 @@ class ApiServer:
             except OSError:
                 pass
 
-    def register_watch(self, handle: _Watch) -> None:
+    def drop_generation(self) -> int:
+        """Taken by a request before its fault check (see `register_watch`)."""
+        with self._lock:
+            return self._drops
+
+    def register_watch(self, handle: _Watch, generation: int | None = None) -> None:
+        """Track an open watch. A watch whose request passed the fault check before a `drop_watches` (it had
+        `generation`, an older `drop_generation()`) but was not registered yet is cut at once: a drop cuts every
+        watch the server had accepted, as closing the real server's connections does."""
         with self._lock:
             self._watches.add(handle)
+            missed = generation is not None and generation != self._drops
+        if missed:
+            handle.cut()
 
     def unregister_watch(self, handle: _Watch) -> None:
         with self._lock:
@@ -217,6 +242,7 @@ class ApiServer:
 
     def _drop_watches(self) -> int:
         with self._lock:
+            self._drops += 1
             watches = list(self._watches)
         for w in watches:
             w.cut()

@@ -7,7 +7,8 @@ Three layers, all collected before answering (the real server reports every erro
    Kubernetes minor not newer than the emulated one, never older than 1.34 so `resource.k8s.io/v1` exists);
    validators are built once per kind and cached, because loading the 1.5 MB definitions file per request would
    dominate every write;
-3. rules the schemas do not carry: resource.k8s.io (`dra_rules`) and what pod updates may change.
+3. rules the schemas do not carry: resource.k8s.io (`dra_rules`, which depend on the emulated minor's
+   `KubernetesProfile`), pods' DRA fields (`pod_rules`) and what pod updates may change.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
-from . import dra_rules, names
+from . import dra_rules, names, pod_rules
+from .profiles import KubernetesProfile, profile_for
 from .registry import RESOURCE_GROUP, ResourceType
 from .status import FieldError
 
@@ -97,8 +99,9 @@ def _build_validator(version: tuple[int, int], api_version: str, kind: str) -> j
 
 
 class SchemaValidator:
-    def __init__(self, server_version: str) -> None:
+    def __init__(self, server_version: str, profile: KubernetesProfile | None = None) -> None:
         self.schema_version = pick_schema_version(server_version)
+        self.profile = profile or profile_for(server_version)
 
     def _validator(self, api_version: str, kind: str) -> jsonschema.protocols.Validator | None:
         with _validator_lock:
@@ -113,9 +116,11 @@ class SchemaValidator:
                     break
                 errs.append(_schema_error(e))
         if rt.group == RESOURCE_GROUP:
-            errs += dra_rules.validate(rt.kind, stored, old_stored)
-        if rt.group == "" and rt.plural == "pods" and old_stored is not None:
-            errs += pod_update_errors(stored, old_stored)
+            errs += dra_rules.validate(rt.kind, stored, old_stored, self.profile)
+        if rt.group == "" and rt.plural == "pods":
+            errs += pod_rules.validate_pod(stored)
+            if old_stored is not None:
+                errs += pod_update_errors(stored, old_stored)
         return errs
 
 

@@ -1,0 +1,134 @@
+"""What an emulated Kubernetes minor serves and enables: `resource.k8s.io` versions and the DRA feature gates.
+
+    profile = profile_for("1.37")                 # or "1.37.2", "v1.37.0"
+    profile.enabled("DRADeviceTaints")            # True
+    profile.with_gates({"DRADeviceTaints": False})  # a cluster whose admin turned a gate off
+
+The API emulator (`ApiServer(version=...)`), the scheduler and claim-controller stand-ins and `bridge sandbox
+cluster` all take one `KubernetesProfile`, so the server drops the fields a disabled gate guards (as the registry
+strategies' `dropDisabledFields` do) and the scheduler allocates with the same features the real kube-scheduler of
+that minor would (`structured.Features` built from the gates in
+kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go `New`).
+
+Sources: the versioned feature-gate table (kubernetes/kubernetes pkg/features/kube_features.go; the gates' alpha /
+beta / GA releases as listed in KEPs 4381, 5018, 4816, 4817, 5055, 4815, 5075, 5007, 5004). A beta gate is on by
+default, an alpha gate off, a GA gate on (and locked). `DynamicResourceAllocation` itself was beta and *off by
+default* in 1.32/1.33: an emulated 1.32/1.33 is a cluster whose administrator enabled it (otherwise nothing of
+`resource.k8s.io` would be served and the bridge's DRA half would have nothing to talk to).
+
+Served `resource.k8s.io` versions: v1beta1 from 1.32, v1beta2 from 1.33, v1 from 1.34 (the alpha v1alpha3 of
+1.31-1.33 is not emulated). Beta versions stay served in 1.35-1.37 here: their removal release was not verified
+against the release notes, and serving one more beta version does not change what a client that prefers the newest
+version (as `bridge.kube` does) talks to.
+
+Messages that changed between minors are recorded here too, so stand-ins do not hard-code one release:
+`detailed_taint_reason` — kube-scheduler's TaintToleration Filter reason was `node(s) had untolerated taint {k: v}`
+(pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go as read for 1.30-1.33) and is
+`node(s) had untolerated taint(s)` in newer releases (observed in 1.34+ events; the exact release of the change is
+inferred, not read). `device_taint_effect_none` — the `None` device-taint effect
+(pkg/apis/resource/validation/validation.go `validDeviceTaintEffects`) arrived with DeviceTaintRules in 1.35.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+SUPPORTED_MINORS = (32, 33, 34, 35, 36, 37)
+
+# gate -> (first minor where it exists, first minor where it is on by default, or None if never on by default yet).
+# Beta-on minors are where the gate went beta (on by default) or GA.
+_GATES: dict[str, tuple[int, int | None]] = {
+    "DynamicResourceAllocation": (26, 32),  # see the module docstring: enabled in every emulated minor
+    "DRAAdminAccess": (32, 34),
+    "DRAResourceClaimDeviceStatus": (32, 33),
+    "DRAPrioritizedList": (33, 34),
+    "DRADeviceTaints": (33, 36),
+    "DRAPartitionableDevices": (33, 36),
+    "DRAConsumableCapacity": (34, 36),
+    "DRADeviceBindingConditions": (34, 36),
+    "DRAExtendedResource": (34, 36),
+    "DRADeviceTaintRules": (35, 37),  # beta in 1.36 but off by default, GA in 1.37
+}
+KNOWN_GATES = frozenset(_GATES)
+
+
+def _served(minor: int) -> tuple[str, ...]:
+    if minor >= 34:
+        return ("v1", "v1beta2", "v1beta1")
+    if minor == 33:
+        return ("v1beta2", "v1beta1")
+    return ("v1beta1",)
+
+
+def parse_minor(version: str) -> int:
+    """"1.37", "1.37.2", "v1.37.0" -> 37. Raises ValueError for anything else or an unsupported minor."""
+    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", version.strip())
+    if not m:
+        raise ValueError(f"Kubernetes version must look like 1.MINOR or 1.MINOR.PATCH (e.g. 1.37 or 1.37.2), got {version!r}")
+    minor = int(m.group(1))
+    if minor not in SUPPORTED_MINORS:
+        raise ValueError(
+            f"Kubernetes 1.{minor} is not emulated; supported: "
+            + ", ".join(f"1.{v}" for v in SUPPORTED_MINORS)
+        )
+    return minor
+
+
+@dataclass(frozen=True)
+class KubernetesProfile:
+    minor: int
+    resource_versions: tuple[str, ...]
+    gates: Mapping[str, bool] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def version(self) -> str:
+        """The minor as "1.37" (callers add a patch level where a full version is needed)."""
+        return f"1.{self.minor}"
+
+    def enabled(self, gate: str) -> bool:
+        """Whether the gate is on; a gate that does not exist yet in this minor is off. Unknown names raise
+        KeyError (a typo must not read as "off")."""
+        if gate not in _GATES:
+            raise KeyError(f"unknown feature gate {gate!r}; known: {', '.join(sorted(_GATES))}")
+        return self.gates.get(gate, False)
+
+    def with_gates(self, overrides: Mapping[str, bool] | None) -> KubernetesProfile:
+        """A copy with some gates forced (like `--feature-gates` on every component). Unknown gates and gates that do
+        not exist yet in this minor are rejected: a real component refuses to start with them."""
+        if not overrides:
+            return self
+        gates = dict(self.gates)
+        for name, value in overrides.items():
+            if name not in _GATES:
+                raise ValueError(f"unknown feature gate {name!r}; known: {', '.join(sorted(_GATES))}")
+            if _GATES[name][0] > self.minor:
+                raise ValueError(f"feature gate {name!r} does not exist in Kubernetes 1.{self.minor} "
+                                 f"(added in 1.{_GATES[name][0]})")
+            gates[name] = bool(value)
+        return replace(self, gates=MappingProxyType(gates))
+
+    # -- messages that differ between minors (see the module docstring) ------------------------------------------
+    @property
+    def detailed_taint_reason(self) -> bool:
+        return self.minor <= 33
+
+    @property
+    def device_taint_effects(self) -> tuple[str, ...]:
+        return ("NoExecute", "NoSchedule", "None") if self.minor >= 35 else ("NoExecute", "NoSchedule")
+
+
+def profile_for(version: str) -> KubernetesProfile:
+    minor = parse_minor(version)
+    gates = {
+        name: (beta is not None and minor >= beta)
+        for name, (alpha, beta) in _GATES.items()
+        if alpha <= minor
+    }
+    gates["DynamicResourceAllocation"] = True
+    return KubernetesProfile(minor, _served(minor), MappingProxyType(gates))
+
+
+__all__ = ["KNOWN_GATES", "KubernetesProfile", "SUPPORTED_MINORS", "parse_minor", "profile_for"]

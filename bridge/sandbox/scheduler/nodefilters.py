@@ -1,0 +1,189 @@
+"""The node-only filters of the default kube-scheduler profile, in its order, and their reasons (pure).
+
+Each filter returns None (the node passes) or the reason the real plugin reports; the scheduler stops at the first
+failing filter per node, as the framework's RunFilterPlugins does. Written from kubernetes/kubernetes:
+* pkg/scheduler/framework/plugins/nodeunschedulable: `spec.unschedulable` unless the pod tolerates
+  `node.kubernetes.io/unschedulable:NoSchedule` -> "node(s) were unschedulable".
+* pkg/scheduler/framework/plugins/tainttoleration: the first NoSchedule/NoExecute taint the pod does not tolerate
+  -> "node(s) had untolerated taint {key: value}" (1.33 and older) / "node(s) had untolerated taint(s)" (newer,
+  see apiserver/profiles.py); toleration matching from k8s.io/api core/v1 toleration.go `ToleratesTaint`.
+* pkg/scheduler/framework/plugins/nodeaffinity with k8s.io/component-helpers/scheduling/corev1/nodeaffinity:
+  `nodeSelector` (every label equal) and `requiredDuringSchedulingIgnoredDuringExecution` (terms ORed,
+  requirements ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt; `matchFields` on metadata.name; an empty term
+  matches nothing) -> "node(s) didn't match Pod's node affinity/selector".
+* pkg/scheduler/framework/plugins/noderesources/fit.go (`fitsRequest`): one pod more than allocatable `pods`
+  -> "Too many pods"; cpu, memory, ephemeral-storage and each extended resource against allocatable minus what the
+  node's pods request -> "Insufficient <name>". With DRAExtendedResource, an extended resource that a DeviceClass
+  maps and the node has 0 of is left to the DynamicResources plugin instead (KEP-5004).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+Obj = dict[str, Any]
+
+UNSCHEDULABLE = "node(s) were unschedulable"
+AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+TOO_MANY_PODS = "Too many pods"
+_DO_NOT_SCHEDULE = ("NoSchedule", "NoExecute")
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """core/v1 Toleration.ToleratesTaint."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if key != (taint.get("key") or "") and not (key == "" and operator == "Exists"):
+        return False
+    if operator == "Exists":
+        return True
+    if operator == "Equal":
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return False
+
+
+def untolerated_taint(taints: Iterable[Mapping[str, Any]], tolerations: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for taint in taints:
+        if taint.get("effect") not in _DO_NOT_SCHEDULE:
+            continue
+        if not any(tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def _tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [t for t in (pod.get("spec") or {}).get("tolerations") or [] if isinstance(t, dict)]
+
+
+def node_unschedulable(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    if not (node.get("spec") or {}).get("unschedulable"):
+        return None
+    taint = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    return None if any(tolerates(t, taint) for t in _tolerations(pod)) else UNSCHEDULABLE
+
+
+def taint_toleration(pod: Mapping[str, Any], node: Mapping[str, Any], *, detailed: bool) -> str | None:
+    taint = untolerated_taint((node.get("spec") or {}).get("taints") or [], _tolerations(pod))
+    if taint is None:
+        return None
+    if detailed:
+        return f"node(s) had untolerated taint {{{taint.get('key', '')}: {taint.get('value', '')}}}"
+    return "node(s) had untolerated taint(s)"
+
+
+def _requirement(req: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
+    key, op = req.get("key") or "", req.get("operator") or ""
+    values = [str(v) for v in req.get("values") or []]
+    present = key in values_of
+    value = values_of.get(key, "")
+    if op == "In":
+        return present and value in values
+    if op == "NotIn":
+        return not present or value not in values
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return not present
+    if op in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        try:
+            have, want = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def node_selector_matches(selector: Mapping[str, Any] | None, node: Mapping[str, Any]) -> bool:
+    """A v1.NodeSelector (terms ORed). No terms, or only empty terms, matches nothing."""
+    if not selector:
+        return False
+    meta = node.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    fields = {"metadata.name": str(meta.get("name") or "")}
+    for term in selector.get("nodeSelectorTerms") or []:
+        exprs = (term or {}).get("matchExpressions") or []
+        field_reqs = (term or {}).get("matchFields") or []
+        if not exprs and not field_reqs:
+            continue
+        if all(_requirement(r, labels) for r in exprs) and all(_requirement(r, fields) for r in field_reqs):
+            return True
+    return False
+
+
+def node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    spec = pod.get("spec") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return AFFINITY
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required is not None and not node_selector_matches(required, node):
+        return AFFINITY
+    return None
+
+
+def fits(requests: Mapping[str, int], allocatable: Mapping[str, int], used: Mapping[str, int], pods_on_node: int,
+         *, left_to_dra: Collection[str] = ()) -> list[str]:
+    """noderesources fitsRequest: every insufficient resource, in the plugin's order (pods, cpu, memory,
+    ephemeral-storage, then the others). `left_to_dra`: extended resources the DynamicResources plugin serves on this
+    node (DRA-backed, node allocatable 0): not checked here."""
+    reasons: list[str] = []
+    if pods_on_node + 1 > allocatable.get("pods", 0):
+        reasons.append(TOO_MANY_PODS)
+    for name in ("cpu", "memory", "ephemeral-storage"):
+        want = requests.get(name, 0)
+        if want > 0 and want > allocatable.get(name, 0) - used.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    for name in sorted(requests):
+        if name in ("cpu", "memory", "ephemeral-storage", "pods"):
+            continue
+        want = requests[name]
+        if want == 0 or name in left_to_dra:
+            continue
+        if want > allocatable.get(name, 0) - used.get(name, 0):
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
+# -- scoring ---------------------------------------------------------------------------------------------------------
+# pkg/scheduler/util/pod_resources.go: requests of 0 count as 100m CPU / 200Mi memory for scoring only.
+DEFAULT_MILLI_CPU = 100
+DEFAULT_MEMORY = 200 * 1024 * 1024
+MAX_NODE_SCORE = 100
+
+
+def least_allocated_score(requests: Mapping[str, int], allocatable: Mapping[str, int],
+                          used_nonzero: Mapping[str, int]) -> int:
+    """noderesources LeastAllocated over cpu and memory (weight 1 each), with the non-zero defaults:
+    ((allocatable - requested) * 100 / allocatable) averaged."""
+    total = 0
+    for name, default in (("cpu", DEFAULT_MILLI_CPU), ("memory", DEFAULT_MEMORY)):
+        cap = allocatable.get(name, 0)
+        want = (requests.get(name, 0) or default) + used_nonzero.get(name, 0)
+        total += 0 if cap == 0 or want > cap else (cap - want) * MAX_NODE_SCORE // cap
+    return total // 2
+
+
+def preferred_affinity_score(pod: Mapping[str, Any], node: Mapping[str, Any]) -> int:
+    preferred = ((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                 .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    score = 0
+    for term in preferred:
+        pref = (term or {}).get("preference") or {}
+        if node_selector_matches({"nodeSelectorTerms": [pref]}, node):
+            score += int((term or {}).get("weight") or 0)
+    return score
+
+
+__all__ = [
+    "AFFINITY", "TOO_MANY_PODS", "UNSCHEDULABLE", "fits", "least_allocated_score", "node_affinity",
+    "node_selector_matches", "node_unschedulable", "preferred_affinity_score", "taint_toleration", "tolerates",
+    "untolerated_taint",
+]

@@ -1,0 +1,669 @@
+"""The scheduler stand-in's I/O shell: informers, the scheduling queue, the binding cycle, Events, pod conditions.
+
+A stand-in for kube-scheduler (never imported by production code). It talks to the API server only through
+`bridge.kube.KubeAPI`, as the real scheduler talks through client-go: list+watch informers on pods, nodes,
+ResourceSlices, ResourceClaims and DeviceClasses; claim updates; `pods/binding`; Events through events.k8s.io.
+The decisions are made by the pure `cycle.schedule` (see there for the plugins and messages it reproduces).
+
+Written from kubernetes/kubernetes pkg/scheduler:
+* schedule_one.go: one pod at a time, highest `spec.priority` first, then the oldest (PrioritySort); pods whose
+  `spec.schedulerName` (default "default-scheduler") is ours, without `spec.nodeName`, not being deleted;
+  `spec.schedulingGates` keep a pod out with the condition `PodScheduled=False, reason SchedulingGated`
+  ("Scheduling is blocked due to non-empty scheduling gates").
+* Binding cycle: Reserve (the allocation is assumed in memory, so the next pod does not get the same devices)
+  -> PreBind (DynamicResources `bindClaim`: create the extended-resource claim if the pod needs one; add the
+  `resource.kubernetes.io/delete-protection` finalizer with an update; write `status.allocation` and append the pod to
+  `status.reservedFor` with an UpdateStatus, re-reading on conflict; patch the pod's
+  `status.extendedResourceClaimStatus`) -> Bind (DefaultBinder: POST `pods/<name>/binding` with the pod's uid) ->
+  Event `Scheduled` "Successfully assigned ns/pod to node". A failure runs Unreserve (drop the pod from
+  `reservedFor` with a strategic-merge patch, delete a claim created in this cycle) and is reported like an error.
+* handleSchedulingFailure: an Event `FailedScheduling` (Warning, action Scheduling) with the FitError message, and
+  the pod condition `PodScheduled=False` with reason `Unschedulable` (or `SchedulerError` for errors) and the same
+  message, patched only when it changes. PostFilter's deallocation / deletion of claims is carried out.
+* scheduling_queue.go: an unschedulable pod waits until a cluster event (node, ResourceSlice, ResourceClaim,
+  DeviceClass change; an assigned pod deleted or finished; the pod itself updated) may help, then retries after
+  its backoff (1 s doubling to 10 s per attempt); errors go to backoff directly; every unschedulable pod is retried
+  after 5 minutes regardless. Queueing hints: only DynamicResources' claim hint is modelled (a claim change retries
+  the pods using that claim; a deallocation retries every waiting pod); every other cluster event retries every
+  waiting pod. A gated pod is held before any snapshot is taken (PreEnqueue).
+Assigned pods count against their node until they are deleted or reach Succeeded/Failed.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.kube import PODS, Conflict, Informer, KubeAPI, KubeError, NotFound, Resource, WatchEvent
+from bridge.kube.api import NODES
+from bridge.sandbox.apiserver.profiles import KubernetesProfile
+
+from ..threads import join_all
+from .allocator import AllocatedState, Features, MatchCache
+from .cycle import (
+    FINALIZER,
+    NodeUsage,
+    Profile,
+    Reject,
+    Scheduled,
+    Snapshot,
+    Unschedulable,
+    is_reserved_for,
+    pod_claims,
+    schedule,
+)
+from .podresources import allocatable, pod_requests
+from .recorder import EventRecorder
+
+log = logging.getLogger("bridge.sandbox.scheduler")
+Obj = dict[str, Any]
+INITIAL_BACKOFF = 1.0  # podInitialBackoffDuration
+MAX_BACKOFF = 10.0  # podMaxBackoffDuration
+MAX_UNSCHEDULABLE = 300.0  # podMaxInUnschedulablePodsDuration
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+def _key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+
+def _rv(obj: Obj | None) -> int:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+_MEMO_LIMIT = 50_000
+
+
+def _memo(cache: dict[tuple[str, str], dict[str, int]], obj: Obj,
+          compute: Callable[[Obj], dict[str, int]]) -> dict[str, int]:
+    """`compute(obj)` cached by (uid, resourceVersion): an object's parsed quantities change only with a write."""
+    meta = obj.get("metadata") or {}
+    key = (str(meta.get("uid")), str(meta.get("resourceVersion")))
+    value = cache.get(key)
+    if value is None:
+        if len(cache) > _MEMO_LIMIT:
+            cache.clear()
+        value = cache[key] = compute(obj)
+    return value
+
+
+def _pod_fingerprint(pod: Obj) -> str:
+    """scheduling_queue.go isPodUpdated: the pod without resourceVersion, generation, managedFields, finalizers and
+    status (except status.resourceClaimStatuses, which unblocks pods waiting for their claims)."""
+    meta = {k: v for k, v in (pod.get("metadata") or {}).items()
+            if k not in ("resourceVersion", "generation", "managedFields", "finalizers")}
+    claims = (pod.get("status") or {}).get("resourceClaimStatuses")
+    return json.dumps([meta, pod.get("spec"), claims], sort_keys=True, default=str)
+
+
+def _claim_keys(pod: Obj) -> set[str]:
+    ns = (pod.get("metadata") or {}).get("namespace")
+    statuses = {st.get("name"): st.get("resourceClaimName")
+                for st in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    out = set()
+    for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = pc.get("resourceClaimName") or statuses.get(pc.get("name"))
+        if name:
+            out.add(f"{ns}/{name}")
+    ext = ((pod.get("status") or {}).get("extendedResourceClaimStatus") or {}).get("resourceClaimName")
+    if ext:
+        out.add(f"{ns}/{ext}")
+    return out
+
+
+def _flight_key(pod: Obj, claim: Obj) -> str:
+    meta = claim.get("metadata") or {}
+    return _key(claim) if meta.get("name") else f"{(pod.get('metadata') or {}).get('uid')}/<extended-resources>"
+
+
+def _terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def profile_of(profile: KubernetesProfile) -> Profile:
+    """structured.Features from the gates, as dynamicresources.go `New` builds them."""
+    return Profile(
+        Features(
+            admin_access=profile.enabled("DRAAdminAccess"),
+            prioritized_list=profile.enabled("DRAPrioritizedList"),
+            partitionable_devices=profile.enabled("DRAPartitionableDevices"),
+            device_taints=profile.enabled("DRADeviceTaints"),
+            consumable_capacity=profile.enabled("DRAConsumableCapacity"),
+            device_binding=profile.enabled("DRADeviceBindingConditions")
+            and profile.enabled("DRAResourceClaimDeviceStatus"),
+        ),
+        extended_resources=profile.enabled("DRAExtendedResource"),
+        detailed_taint_reason=profile.detailed_taint_reason,
+    )
+
+
+@dataclass
+class _Waiting:
+    attempts: int = 0
+    ready_at: float = 0.0  # backoff end
+    since: float = 0.0  # when it became unschedulable
+
+
+class Scheduler:
+    """`Scheduler(api, profile=profile_for("1.37")).start()`; `stop()` ends every thread it started."""
+
+    def __init__(
+        self,
+        api: KubeAPI,
+        *,
+        profile: KubernetesProfile,
+        scheduler_name: str = "default-scheduler",
+        rng: random.Random | None = None,
+        initial_backoff: float = INITIAL_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
+        host: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        bind_workers: int = 4,
+    ) -> None:
+        self.api = api
+        self.profile = profile
+        self.cycle_profile = profile_of(profile)
+        self.scheduler_name = scheduler_name
+        self.rng = rng or random.Random()
+        self.initial_backoff, self.max_backoff = initial_backoff, max_backoff
+        self.clock = clock
+        self.recorder = EventRecorder(api, scheduler_name, host=host)
+        self.cache = MatchCache()
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._informers: dict[str, Informer] = {}
+        self._active: list[tuple[int, str, str]] = []  # heap of (-priority, creationTimestamp, key)
+        self._queued: set[str] = set()
+        self._waiting: dict[str, _Waiting] = {}  # unschedulable or in backoff
+        self._gated: set[str] = set()
+        self._assumed_claims: dict[str, Obj] = {}
+        self._assumed_pods: dict[str, str] = {}  # pod key -> node
+        # Allocations decided but not yet written (inFlightAllocations): they count as allocated.
+        self._in_flight: dict[str, Obj] = {}
+        self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="scheduler-bind")
+        self._requests: dict[tuple[str, str], dict[str, int]] = {}
+        self._conditions: dict[str, tuple[str, str]] = {}  # pod key -> last (reason, message) written
+        self._fingerprints: dict[str, str] = {}
+        self._pod_claims: dict[str, set[str]] = {}  # waiting pod -> "ns/claim" keys it uses
+        self._claim_allocated: dict[str, bool] = {}
+        self.scheduled = 0
+        self.attempts = 0
+        self.bind_latency: list[float] = []
+        self._allocatable: dict[tuple[str, str], dict[str, int]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def start(self) -> Scheduler:
+        rapi = self.api.resource_api()
+        for name, res in (("nodes", NODES), ("slices", rapi.slices), ("classes", rapi.device_classes),
+                          ("claims", rapi.claims), ("pods", PODS)):
+            inf = Informer(self.api, res, on_event=self._on_event(name), watch_timeout=300)
+            self._informers[name] = inf
+            self._threads.append(inf.start(self._stop))
+        for inf in self._informers.values():
+            inf.wait_synced(30)
+        loop = threading.Thread(target=self._loop, name="scheduler-loop", daemon=True)
+        loop.start()
+        self._threads.append(loop)
+        log.info("scheduler stand-in %s started (Kubernetes %s)", self.scheduler_name, self.profile.version)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._binder.shutdown(wait=True, cancel_futures=True)
+        self._threads = join_all(self._threads, timeout, "scheduler stand-in", log)
+
+    def __enter__(self) -> Scheduler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- informer callbacks ----------------------------------------------------------------------------------------
+    def _on_event(self, kind: str) -> Callable[[WatchEvent], None]:
+        def handle(ev: WatchEvent) -> None:
+            with self._cond:
+                if kind == "pods":
+                    self._pod_event(ev)
+                else:
+                    if kind == "claims":
+                        self._claim_event(ev)
+                    else:
+                        self._cluster_event()
+                self._cond.notify_all()
+        return handle
+
+    def _ours(self, pod: Obj) -> bool:
+        spec = pod.get("spec") or {}
+        return ((spec.get("schedulerName") or "default-scheduler") == self.scheduler_name
+                and not spec.get("nodeName") and not (pod.get("metadata") or {}).get("deletionTimestamp")
+                and not _terminal(pod))
+
+    def _pod_event(self, ev: WatchEvent) -> None:
+        pod, key = ev.object, _key(ev.object)
+        if ev.type == "DELETED" or not self._ours(pod):
+            self._queued.discard(key)
+            self._waiting.pop(key, None)
+            self._gated.discard(key)
+            self._fingerprints.pop(key, None)
+            self._pod_claims.pop(key, None)
+            if ev.type == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
+                self._assumed_pods.pop(key, None)
+            if ev.type == "DELETED" and (pod.get("spec") or {}).get("nodeName") or _terminal(pod):
+                self._cluster_event()  # resources were freed
+            return
+        self._pod_claims[key] = _claim_keys(pod)
+        fingerprint = _pod_fingerprint(pod)
+        changed = self._fingerprints.get(key) != fingerprint
+        self._fingerprints[key] = fingerprint
+        if key in self._waiting or key in self._gated:
+            if changed:  # isPodUpdated: the scheduler's own status writes do not count
+                self._gated.discard(key)
+                self._retry(key)
+            return
+        self._push(pod)
+
+    def _push(self, pod: Obj) -> None:
+        key = _key(pod)
+        if key in self._queued:
+            return
+        prio = int((pod.get("spec") or {}).get("priority") or 0)
+        heapq.heappush(self._active, (-prio, str((pod.get("metadata") or {}).get("creationTimestamp") or ""), key))
+        self._queued.add(key)
+
+    def _retry(self, key: str) -> None:
+        pod = self._informers["pods"].store.get(key) if "pods" in self._informers else None
+        if pod is None or not self._ours(pod):
+            self._waiting.pop(key, None)
+            return
+        self._push(pod)
+
+    def _cluster_event(self, only: Callable[[str], bool] | None = None) -> None:
+        for key in list(self._waiting) + list(self._gated):
+            if only is not None and not only(key):
+                continue
+            self._gated.discard(key)
+            self._retry(key)
+
+    def _claim_event(self, ev: WatchEvent) -> None:
+        """The DynamicResources queueing hint (isSchedulableAfterClaimChange): a deallocated claim may help any
+        waiting pod; any other change only the pods that use the claim."""
+        key = _key(ev.object)
+        assumed = self._assumed_claims.get(key)
+        if assumed is not None and (ev.type == "DELETED" or _rv(ev.object) >= _rv(assumed)):
+            del self._assumed_claims[key]
+        allocated_now = ev.type != "DELETED" and bool((ev.object.get("status") or {}).get("allocation"))
+        allocated_before = self._claim_allocated.pop(key, False)
+        if allocated_now:
+            self._claim_allocated[key] = True
+        if allocated_before and not allocated_now:
+            self._cluster_event()
+        else:
+            self._cluster_event(lambda pod_key: key in self._pod_claims.get(pod_key, ()))
+
+    # -- the loop ----------------------------------------------------------------------------------------------------
+    def _next(self) -> str | None:
+        now = self.clock()
+        deferred: list[tuple[int, str, str]] = []
+        chosen = None
+        while self._active:
+            item = heapq.heappop(self._active)
+            w = self._waiting.get(item[2])
+            if w is not None and w.ready_at > now:
+                deferred.append(item)
+                continue
+            chosen = item[2]
+            break
+        for item in deferred:
+            heapq.heappush(self._active, item)
+        if chosen is not None:
+            self._queued.discard(chosen)
+        return chosen
+
+    def _wait_time(self) -> float:
+        now = self.clock()
+        times = [w.ready_at - now for k, w in self._waiting.items() if k in self._queued]
+        times += [w.since + MAX_UNSCHEDULABLE - now for k, w in self._waiting.items() if k not in self._queued]
+        return max(0.01, min([0.5] + times))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                now = self.clock()
+                for waiting, w in list(self._waiting.items()):
+                    if waiting not in self._queued and now - w.since >= MAX_UNSCHEDULABLE:
+                        self._retry(waiting)  # flushUnschedulablePodsLeftover
+                key = self._next()
+                if key is None:
+                    self._cond.wait(self._wait_time())
+                    continue
+                pod = self._informers["pods"].store.get(key)
+            if pod is None or not self._ours(pod) or key in self._assumed_pods:
+                continue
+            try:
+                self._schedule_one(copy.deepcopy(pod))
+            except Exception:  # noqa: BLE001 - one broken pod must not stop the scheduler
+                log.exception("scheduling %s failed unexpectedly", key)
+                with self._cond:
+                    self._backoff(key, unschedulable=False)
+
+    def _snapshot(self) -> Snapshot:
+        with self._cond:
+            nodes = sorted(self._informers["nodes"].snapshot().values(), key=lambda n: str(n["metadata"]["name"]))
+            pods = self._informers["pods"].snapshot()
+            claims = {k: v for k, v in self._informers["claims"].snapshot().items()}
+            claims.update(self._assumed_claims)
+            in_flight = list(self._in_flight.values())
+            classes = {str(c["metadata"]["name"]): c for c in self._informers["classes"].snapshot().values()}
+            slices = list(self._informers["slices"].snapshot().values())
+            assumed_pods = dict(self._assumed_pods)
+        usage: dict[str, NodeUsage] = {}
+        for key, pod in pods.items():
+            node = (pod.get("spec") or {}).get("nodeName") or assumed_pods.get(key)
+            if not node or _terminal(pod):
+                continue
+            usage.setdefault(node, NodeUsage()).add(self._pod_requests(pod))
+        allocated = AllocatedState()
+        by_key: dict[tuple[str, str], Obj] = {}
+        for claim in claims.values():
+            meta = claim.get("metadata") or {}
+            by_key[(str(meta.get("namespace")), str(meta.get("name")))] = claim
+        pending: set[str] = set()
+        for claim in in_flight:
+            meta = claim.get("metadata") or {}
+            if meta.get("name"):
+                by_key[(str(meta.get("namespace")), str(meta.get("name")))] = claim
+            else:
+                allocated.add_claim(claim)  # an extended-resource claim not created yet
+            pending.add(str(meta.get("uid")))
+        for claim in by_key.values():
+            allocated.add_claim(claim)
+        alloc: dict[str, dict[str, int]] = {}
+        for node in nodes:
+            alloc[str((node.get("metadata") or {}).get("name"))] = _memo(self._allocatable, node, allocatable)
+        return Snapshot(nodes, usage, by_key, classes, slices, allocated, pending, alloc)
+
+    def _pod_requests(self, pod: Obj) -> dict[str, int]:
+        return _memo(self._requests, pod, pod_requests)
+
+    def _schedule_one(self, pod: Obj) -> None:
+        key = _key(pod)
+        self.attempts += 1
+        if (pod.get("spec") or {}).get("schedulingGates"):
+            with self._cond:
+                self._gated.add(key)
+            self._set_condition(pod, "SchedulingGated", GATED_MESSAGE)
+            return
+        current = self._informers["claims"].snapshot()
+        with self._cond:
+            current.update(self._assumed_claims)
+        claims: dict[tuple[str, str], Obj] = {}
+        for k, v in current.items():
+            ns, _, name = k.partition("/")
+            claims[(ns, name)] = v
+        try:
+            pod_claims(pod, claims)
+        except Reject as rej:
+            if rej.gated:  # PreEnqueue: no snapshot, no cycle
+                self._failed(pod, Unschedulable(rej.message, gated=True))
+                return
+        decision = schedule(pod, self._snapshot(), self.cycle_profile, cache=self.cache, rng=self.rng)
+        if isinstance(decision, Scheduled):
+            # Reserve: assume the pod on its node and the allocations as made, then bind in the background
+            # (the binding cycle runs in parallel with the next scheduling cycles, as in kube-scheduler).
+            with self._cond:
+                self._assumed_pods[key] = decision.node
+                for plan in decision.claims:
+                    if plan.allocation is not None:
+                        assumed = copy.deepcopy(plan.claim)
+                        assumed.setdefault("status", {})["allocation"] = plan.allocation
+                        self._in_flight[_flight_key(pod, plan.claim)] = assumed
+            try:
+                self._binder.submit(self._bind, pod, decision)
+            except RuntimeError:  # stopping
+                with self._cond:
+                    self._forget(pod, decision)
+        else:
+            self._failed(pod, decision)
+
+    def _forget(self, pod: Obj, decision: Scheduled) -> None:
+        """Undo the Reserve assumptions (lock held)."""
+        self._assumed_pods.pop(_key(pod), None)
+        for plan in decision.claims:
+            self._in_flight.pop(_flight_key(pod, plan.claim), None)
+
+    # -- failure -----------------------------------------------------------------------------------------------------
+    def _backoff(self, key: str, *, unschedulable: bool) -> None:
+        w = self._waiting.setdefault(key, _Waiting())
+        w.attempts += 1
+        now = self.clock()
+        w.ready_at = now + min(self.max_backoff, self.initial_backoff * (2 ** (w.attempts - 1)))
+        w.since = now
+        if not unschedulable:
+            pod = self._informers["pods"].store.get(key)
+            if pod is not None:
+                self._push(pod)
+
+    def _failed(self, pod: Obj, why: Unschedulable) -> None:
+        key = _key(pod)
+        if why.gated:
+            log.debug("pod %s waits before scheduling: %s", key, why.message)
+            with self._cond:
+                self._gated.add(key)
+            return
+        log.info("pod %s unschedulable: %s", key, why.message)
+        if why.deallocate is not None:
+            self._deallocate(why.deallocate)
+        if why.delete_claim is not None:
+            self._delete_claim(why.delete_claim)
+        self.recorder.event(pod, "Warning", "FailedScheduling", "Scheduling", why.message)
+        self._set_condition(pod, "SchedulerError" if why.error else "Unschedulable", why.message)
+        with self._cond:
+            self._backoff(key, unschedulable=not why.error)
+
+    def _set_condition(self, pod: Obj, reason: str, message: str) -> None:
+        key = _key(pod)
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                    and cond.get("reason") == reason and cond.get("message") == message):
+                return
+        if self._conditions.get(key) == (reason, message):
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
+                                            "message": message, "lastProbeTime": None, "lastTransitionTime": now}]}}
+        try:
+            self.api.patch(PODS, str(pod["metadata"]["name"]), patch, str(pod["metadata"]["namespace"]),
+                           patch_type="strategic", subresource="status")
+            self._conditions[key] = (reason, message)
+        except KubeError as err:
+            log.warning("could not update the condition of pod %s: %s", key, err.message)
+
+    def _deallocate(self, claim: Obj) -> None:
+        rapi = self.api.resource_api()
+        new = copy.deepcopy(claim)
+        status = new.setdefault("status", {})
+        for f in ("reservedFor", "allocation", "devices"):
+            status.pop(f, None)
+        try:
+            self.api.update(rapi.claims, new, subresource="status")
+        except KubeError as err:
+            log.warning("could not deallocate claim %s: %s", _key(claim), err.message)
+
+    def _delete_claim(self, claim: Obj) -> None:
+        rapi = self.api.resource_api()
+        name, ns = str(claim["metadata"]["name"]), str(claim["metadata"]["namespace"])
+        try:
+            self._drop_finalizer(rapi.claims, name, ns)
+            self.api.delete(rapi.claims, name, ns)
+        except NotFound:
+            pass
+        except KubeError as err:
+            log.warning("could not delete claim %s/%s: %s", ns, name, err.message)
+
+    def _drop_finalizer(self, res: Resource, name: str, ns: str) -> None:
+        for _ in range(5):
+            current = self.api.get(res, name, ns)
+            finalizers = current["metadata"].get("finalizers") or []
+            if FINALIZER not in finalizers:
+                return
+            current["metadata"]["finalizers"] = [f for f in finalizers if f != FINALIZER]
+            try:
+                self.api.update(res, current, ns)
+                return
+            except Conflict:
+                continue
+
+    # -- binding cycle -----------------------------------------------------------------------------------------------
+    def _bind(self, pod: Obj, decision: Scheduled) -> None:
+        key = _key(pod)
+        started = time.monotonic()
+        reserved: list[Obj] = []
+        created: list[Obj] = []
+        try:
+            for plan in decision.claims:
+                claim = plan.claim
+                if plan.extended and not (claim.get("metadata") or {}).get("name"):
+                    claim = self._create_extended_claim(plan.claim)
+                    created.append(claim)
+                stored = self._bind_claim(pod, claim, plan.allocation)
+                reserved.append(stored)
+                with self._cond:
+                    self._assumed_claims[_key(stored)] = stored
+                    self._in_flight.pop(_flight_key(pod, plan.claim), None)
+                if plan.extended:
+                    self.api.patch(PODS, str(pod["metadata"]["name"]), {"status": {"extendedResourceClaimStatus": {
+                        "requestMappings": plan.mappings, "resourceClaimName": stored["metadata"]["name"]}}},
+                        str(pod["metadata"]["namespace"]), patch_type="strategic", subresource="status")
+            try:
+                self.api.create(PODS, {
+                    "apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"],
+                                 "uid": pod["metadata"]["uid"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": decision.node},
+                }, str(pod["metadata"]["namespace"]), subresource="binding")
+            except KubeError as err:
+                raise _BindError(f'running Bind plugin "DefaultBinder": {err.message}') from err
+        except (KubeError, _BindError) as err:
+            message = err.message
+            log.warning("binding pod %s to %s failed: %s", key, decision.node, message)
+            with self._cond:
+                self._forget(pod, decision)
+            self._unreserve(pod, reserved, created)
+            self.recorder.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+            self._set_condition(pod, "SchedulerError", message)
+            with self._cond:
+                self._backoff(key, unschedulable=False)
+            return
+        with self._cond:
+            self._waiting.pop(key, None)
+            self._cond.notify_all()
+        with self._cond:
+            self.scheduled += 1
+            self.bind_latency.append(time.monotonic() - started)
+        log.info("pod %s bound to %s", key, decision.node)
+        self.recorder.event(pod, "Normal", "Scheduled", "Binding",
+                            f"Successfully assigned {key} to {decision.node}")
+
+    def _create_extended_claim(self, claim: Obj) -> Obj:
+        rapi = self.api.resource_api()
+        body = copy.deepcopy(claim)
+        body["metadata"].pop("name", None)
+        body["metadata"].pop("uid", None)
+        body.pop("status", None)
+        try:
+            return self.api.create(rapi.claims, body, str(body["metadata"]["namespace"]))
+        except KubeError as err:
+            raise _BindError(f'running PreBind plugin "DynamicResources": create claim for extended resources '
+                             f"{body['metadata']['namespace']}/<extended-resources>: {err.message}") from err
+
+    def _bind_claim(self, pod: Obj, claim: Obj, allocation: Obj | None) -> Obj:
+        """dynamicresources.go bindClaim: finalizer with a normal update, then allocation + reservedFor with
+        UpdateStatus; on conflict re-read and try again (retry.DefaultRetry: 5 attempts)."""
+        rapi = self.api.resource_api()
+        name, ns = str(claim["metadata"]["name"]), str(claim["metadata"]["namespace"])
+        current = claim
+        fresh = False
+        last: KubeError | None = None
+        for _ in range(5):
+            try:
+                if fresh:
+                    current = self.api.get(rapi.claims, name, ns)
+                fresh = True
+                if (current.get("metadata") or {}).get("deletionTimestamp"):
+                    raise _BindError(f"claim {ns}/{name} got deleted in the meantime")
+                new = copy.deepcopy(current)
+                if allocation is not None:
+                    if (new.get("status") or {}).get("allocation"):
+                        raise _BindError(f"claim {ns}/{name} got allocated elsewhere in the meantime")
+                    if FINALIZER not in (new["metadata"].get("finalizers") or []):
+                        new["metadata"]["finalizers"] = [*(new["metadata"].get("finalizers") or []), FINALIZER]
+                        new = self.api.update(rapi.claims, new, ns)
+                    new.setdefault("status", {})["allocation"] = allocation
+                if is_reserved_for(pod, new):
+                    return new
+                status = new.setdefault("status", {})
+                status["reservedFor"] = [*(status.get("reservedFor") or []),
+                                         {"resource": "pods", "name": pod["metadata"]["name"],
+                                          "uid": pod["metadata"]["uid"]}]
+                return self.api.update(rapi.claims, new, ns, subresource="status")
+            except Conflict as err:
+                last = err
+                continue
+            except _BindError as err:
+                raise _BindError(f'running PreBind plugin "DynamicResources": {err.message}') from err
+            except KubeError as err:
+                what = "add allocation and reservation to" if allocation is not None else "add reservation to"
+                raise _BindError(f'running PreBind plugin "DynamicResources": {what} claim {ns}/{name}: '
+                                 f"{err.message}") from err
+        assert last is not None
+        raise _BindError(f'running PreBind plugin "DynamicResources": {last.message}')
+
+    def _unreserve(self, pod: Obj, reserved: list[Obj], created: list[Obj]) -> None:
+        rapi = self.api.resource_api()
+        created_names = {_key(c) for c in created}
+        for claim in reserved:
+            with self._cond:
+                self._assumed_claims.pop(_key(claim), None)
+            if _key(claim) in created_names:
+                continue
+            patch = {"metadata": {"uid": claim["metadata"]["uid"]},
+                     "status": {"reservedFor": [{"$patch": "delete", "uid": pod["metadata"]["uid"]}]}}
+            try:
+                self.api.patch(rapi.claims, str(claim["metadata"]["name"]), patch, str(claim["metadata"]["namespace"]),
+                               patch_type="strategic", subresource="status")
+            except KubeError as err:
+                log.warning("unreserve %s: %s", _key(claim), err.message)
+        for claim in created:
+            self._delete_claim(claim)
+
+    # -- introspection (tests, bench) ------------------------------------------------------------------------------
+    def idle(self) -> bool:
+        """Nothing queued that could be scheduled now."""
+        with self._cond:
+            now = self.clock()
+            return all(self._waiting.get(k, _Waiting()).ready_at > now for _, _, k in self._active)
+
+
+class _BindError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+__all__ = ["Scheduler", "profile_of"]

@@ -1,0 +1,62 @@
+"""What an emulated Kubernetes minor serves and enables (bridge/sandbox/apiserver/profiles.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.sandbox.apiserver import ApiServer, profile_for
+
+
+@pytest.mark.parametrize(("version", "served"), [
+    ("1.32", ("v1beta1",)),
+    ("1.33.4", ("v1beta2", "v1beta1")),
+    ("v1.34.0", ("v1", "v1beta2", "v1beta1")),
+    ("1.37", ("v1", "v1beta2", "v1beta1")),
+])
+def test_each_minor_serves_the_resource_versions_of_its_release(version, served):
+    assert profile_for(version).resource_versions == served
+
+
+@pytest.mark.parametrize(("gate", "off_in", "on_in"), [
+    ("DRAAdminAccess", "1.33", "1.34"),
+    ("DRAPrioritizedList", "1.33", "1.34"),
+    ("DRADeviceTaints", "1.35", "1.36"),
+    ("DRAExtendedResource", "1.35", "1.36"),
+    ("DRAConsumableCapacity", "1.35", "1.36"),
+    ("DRADeviceTaintRules", "1.36", "1.37"),
+])
+def test_beta_gates_turn_on_in_the_release_they_went_beta(gate, off_in, on_in):
+    assert not profile_for(off_in).enabled(gate)
+    assert profile_for(on_in).enabled(gate)
+
+
+def test_a_gate_that_does_not_exist_yet_is_off_and_cannot_be_forced_on():
+    p = profile_for("1.33")
+    assert not p.enabled("DRAExtendedResource")
+    with pytest.raises(ValueError, match="does not exist in Kubernetes 1.33"):
+        p.with_gates({"DRAExtendedResource": True})
+
+
+def test_unknown_gates_and_versions_are_errors_not_silently_off():
+    with pytest.raises(KeyError, match="unknown feature gate"):
+        profile_for("1.37").enabled("DRADeviceTaint")
+    with pytest.raises(ValueError, match="unknown feature gate"):
+        profile_for("1.37").with_gates({"Nope": True})
+    with pytest.raises(ValueError, match="1.31 is not emulated"):
+        profile_for("1.31.0")
+    with pytest.raises(ValueError, match="1.MINOR"):
+        profile_for("latest")
+
+
+def test_api_server_takes_its_profile_from_the_version_and_lets_gates_be_overridden():
+    srv = ApiServer(version="1.37.0", feature_gates={"DRADeviceTaints": False})
+    assert srv.profile.minor == 37 and not srv.profile.enabled("DRADeviceTaints")
+    assert srv.resource_versions == ("v1", "v1beta2", "v1beta1")
+    assert ApiServer(version="1.32.5").resource_versions == ("v1beta1",)
+    assert ApiServer(version="1.36.0", resource_versions=("v1beta2",)).resource_versions == ("v1beta2",)
+
+
+def test_message_variants_follow_the_release():
+    assert profile_for("1.33").detailed_taint_reason and not profile_for("1.34").detailed_taint_reason
+    assert "None" not in profile_for("1.34").device_taint_effects
+    assert "None" in profile_for("1.35").device_taint_effects

@@ -1,0 +1,259 @@
+"""The scheduler and claim-controller stand-ins together against the API emulator, through bridge.kube only: what a
+user of the sandbox sees (pods bound, claims created, reserved and released, Events, conditions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.kube import EVENTS, NODES, PODS, KubeAPI, NotFound, connect
+from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.claimcontroller import ClaimController
+from bridge.sandbox.scheduler import Scheduler
+from tests.polling import wait_until
+
+Obj = dict[str, Any]
+DRIVER = "gpu.dra-bridge.io"
+
+
+@dataclass
+class Cluster:
+    srv: ApiServer
+    api: KubeAPI
+    scheduler: Scheduler
+    controller: ClaimController
+
+    @property
+    def rapi(self) -> Any:
+        return self.api.resource_api()
+
+    def add_node(self, name: str, gpus: int = 0, dra_gpus: int = 0, memory: str = "80Gi") -> None:
+        self.api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        self.api.patch(NODES, name, {"status": {"allocatable": alloc, "capacity": alloc}}, subresource="status")
+        if dra_gpus:
+            self.add_slice(name, dra_gpus, memory)
+
+    def add_slice(self, node: str, gpus: int, memory: str = "80Gi", product: str = "H100") -> None:
+        devices = [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}, "index": {"int": i}},
+                    "capacity": {"memory": {"value": memory}}} for i in range(gpus)]
+        self.api.create(self.rapi.slices, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1,
+                                                                  "resourceSliceCount": 1}, "devices": devices}})
+
+    def template(self, name: str, selector: str | None = None, count: int = 1) -> None:
+        exactly: Obj = {"deviceClassName": DRIVER, "count": count}
+        if selector:
+            exactly["selectors"] = [{"cel": {"expression": selector}}]
+        self.api.create(self.rapi.claim_templates, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}})
+
+    def dra_pod(self, name: str, template: str = "one-gpu") -> None:
+        self.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                               "spec": {"containers": [{"name": "main", "image": "cuda",
+                                                        "resources": {"claims": [{"name": "gpu"}]}}],
+                                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}]}},
+                        "default")
+
+    def legacy_pod(self, name: str, gpus: int, resource: str = "nvidia.com/gpu") -> None:
+        self.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                               "spec": {"containers": [{"name": "main", "image": "cuda",
+                                                        "resources": {"limits": {resource: str(gpus)}}}]}}, "default")
+
+    def pod(self, name: str) -> Obj:
+        return self.api.get(PODS, name, "default")
+
+    def bound(self, name: str) -> str:
+        return str(wait_until(lambda: self.pod(name)["spec"].get("nodeName"), what=f"{name} bound"))
+
+    def claim_of(self, pod_name: str) -> Obj:
+        statuses = wait_until(lambda: self.pod(pod_name)["status"].get("resourceClaimStatuses"),
+                              what=f"claim of {pod_name}")
+        return self.api.get(self.rapi.claims, statuses[0]["resourceClaimName"], "default")
+
+    def claim_gone(self, name: str) -> bool:
+        try:
+            self.api.get(self.rapi.claims, name, "default")
+        except NotFound:
+            return True
+        return False
+
+    def events(self, name: str, reason: str) -> list[Obj]:
+        return [e for e in self.api.list(EVENTS, "default")["items"]
+                if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+
+@pytest.fixture
+def cluster(make_server: Callable[..., ApiServer], tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    made: list[Cluster] = []
+
+    def make(version: str = "1.37.0", extended_resource_name: str | None = None) -> Cluster:
+        srv = make_server(version=version)
+        srv.write_kubeconfig(tmp_path / f"kc-{srv.port}")
+        api = connect(tmp_path / f"kc-{srv.port}", timeout=5.0)
+        spec: Obj = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
+        if extended_resource_name:
+            spec["extendedResourceName"] = extended_resource_name
+        api.create(api.resource_api().device_classes, {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                                       "metadata": {"name": DRIVER}, "spec": spec})
+        sched = Scheduler(api, profile=srv.profile, initial_backoff=0.05, max_backoff=0.2).start()
+        ctl = ClaimController(api, profile=srv.profile).start()
+        c = Cluster(srv, api, sched, ctl)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.scheduler.stop()
+        c.controller.stop()
+
+
+def test_legacy_and_dra_pods_all_run_and_no_gpu_is_given_twice(cluster):
+    c = cluster()
+    for n in ("n1", "n2"):
+        c.add_node(n, gpus=4, dra_gpus=4)
+    c.template("one-gpu")
+    c.template("big-h100", f'device.attributes["{DRIVER}"].productName == "H100" && '
+                           f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0')
+    for i, gpus in enumerate((1, 2, 1, 2)):
+        c.legacy_pod(f"legacy-{i}", gpus)
+    for i in range(6):
+        c.dra_pod(f"dra-{i}", "big-h100" if i % 2 else "one-gpu")
+    legacy_use: dict[str, int] = {}
+    for i, gpus in enumerate((1, 2, 1, 2)):
+        n = c.bound(f"legacy-{i}")
+        legacy_use[n] = legacy_use.get(n, 0) + gpus
+    assert all(v <= 4 for v in legacy_use.values())
+    held = set()
+    for i in range(6):
+        node = c.bound(f"dra-{i}")
+        claim = c.claim_of(f"dra-{i}")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["pool"] == node
+        held.add((node, result["device"]))
+        assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": f"dra-{i}",
+                                                   "uid": c.pod(f"dra-{i}")["metadata"]["uid"]}]
+        assert claim["metadata"]["generateName"] == f"dra-{i}-gpu-"
+        assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+    assert len(held) == 6
+    assert c.events("dra-0", "Scheduled")[0]["message"].startswith("Successfully assigned default/dra-0 to ")
+
+
+def test_a_claim_matching_nothing_stays_pending_with_a_failed_scheduling_event_until_devices_appear(cluster):
+    c = cluster()
+    c.add_node("n1", dra_gpus=2)
+    c.template("b200", f'device.attributes["{DRIVER}"].productName == "B200"')
+    c.dra_pod("waits", "b200")
+    (event,) = wait_until(lambda: c.events("waits", "FailedScheduling"), what="FailedScheduling")
+    assert event["message"] == ("0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, "
+                                "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+    assert event["reportingComponent"] == "default-scheduler" and event["type"] == "Warning"
+    cond = wait_until(lambda: [x for x in c.pod("waits")["status"].get("conditions") or []
+                               if x["type"] == "PodScheduled"], what="condition")[0]
+    assert cond["status"] == "False" and cond["reason"] == "Unschedulable" and cond["message"] == event["message"]
+    assert not c.pod("waits")["spec"].get("nodeName")
+    c.add_node("n2")
+    c.add_slice("n2", 1, product="B200")  # a cluster event: the pod is retried and fits now
+    assert c.bound("waits") == "n2"
+
+
+def test_deleting_a_dra_pod_releases_and_deletes_its_claim_so_the_device_serves_the_next_pod(cluster):
+    c = cluster()
+    c.add_node("n1", dra_gpus=1)
+    c.template("one-gpu")
+    c.dra_pod("first")
+    c.bound("first")
+    claim = c.claim_of("first")
+    c.dra_pod("second")
+    wait_until(lambda: c.events("second", "FailedScheduling"), what="second waits")
+    c.api.delete(PODS, "first", "default")
+    wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="claim of the deleted pod removed")
+    assert c.bound("second") == "n1"
+    assert c.claim_of("second")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
+def test_a_finished_pod_is_dropped_from_reserved_for_and_its_claim_deallocated_and_deleted(cluster):
+    c = cluster()
+    c.add_node("n1", dra_gpus=1)
+    c.template("one-gpu")
+    c.dra_pod("job")
+    c.bound("job")
+    name = c.claim_of("job")["metadata"]["name"]
+    c.api.patch(PODS, "job", {"status": {"phase": "Succeeded"}}, "default", subresource="status")
+    wait_until(lambda: c.claim_gone(name), what="claim of the finished pod deleted")
+    assert c.controller.deallocated >= 1 and c.controller.deleted_claims >= 1
+
+
+def test_extended_resource_pod_gets_a_scheduler_made_claim_on_a_node_without_the_plugin_resource(cluster):
+    c = cluster("1.37.0")
+    c.add_node("dp-node", gpus=8)
+    c.add_node("dra-node", dra_gpus=2)
+    c.legacy_pod("ext", 1, resource=f"deviceclass.resource.kubernetes.io/{DRIVER}")
+    assert c.bound("ext") == "dra-node"
+    status = wait_until(lambda: c.pod("ext")["status"].get("extendedResourceClaimStatus"), what="claim status")
+    claim = c.api.get(c.rapi.claims, status["resourceClaimName"], "default")
+    assert claim["metadata"]["name"].startswith("ext-extended-resources-")
+    assert claim["metadata"]["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+    assert claim["metadata"]["ownerReferences"][0]["name"] == "ext"
+    assert status["requestMappings"] == [{"containerName": "main",
+                                          "resourceName": f"deviceclass.resource.kubernetes.io/{DRIVER}",
+                                          "requestName": "container-0-request-0"}]
+    c.api.delete(PODS, "ext", "default")
+    wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="extended claim removed with its pod")
+
+
+def test_a_class_extended_resource_name_goes_to_the_device_plugin_where_the_node_has_it(cluster):
+    c = cluster("1.37.0", extended_resource_name="nvidia.com/gpu")
+    c.add_node("dp-node", gpus=2)
+    c.legacy_pod("legacy", 1)
+    assert c.bound("legacy") == "dp-node"
+    assert not c.pod("legacy")["status"].get("extendedResourceClaimStatus")
+
+
+def test_a_cel_runtime_error_is_reported_as_a_scheduler_error(cluster):
+    c = cluster()
+    c.add_node("n1", dra_gpus=1)
+    c.template("broken", f'device.attributes["{DRIVER}"].noSuchAttribute == 1')
+    c.dra_pod("broken", "broken")
+    (event,) = wait_until(lambda: c.events("broken", "FailedScheduling"), what="FailedScheduling")
+    assert event["message"].startswith('running "DynamicResources" filter plugin: claim default/broken-gpu-')
+    assert "CEL runtime error" in event["message"]
+    cond = wait_until(lambda: [x for x in c.pod("broken")["status"].get("conditions") or []
+                               if x["type"] == "PodScheduled"], what="condition")[0]
+    assert cond["reason"] == "SchedulerError"
+
+
+def test_a_missing_template_is_an_event_from_the_claim_controller_and_the_pod_waits_without_scheduler_events(cluster):
+    c = cluster()
+    c.add_node("n1", dra_gpus=1)
+    c.dra_pod("orphan", "no-such-template")
+    wait_until(lambda: (c.events("orphan", "FailedResourceClaimCreation") or [{}])[0].get("count", 0) >= 2,
+               what="the controller retrying")
+    (event,) = c.events("orphan", "FailedResourceClaimCreation")  # retries count on one Event
+    assert event["message"] == ('PodResourceClaim gpu: resource claim template "no-such-template": '
+                                'resourceclaimtemplate.resource.k8s.io "no-such-template" not found')
+    assert event["source"]["component"] == "resource_claim"
+    assert not c.events("orphan", "FailedScheduling")
+    c.template("no-such-template")  # created late: the controller's retry creates the claim, the scheduler binds
+    assert c.bound("orphan") == "n1"
+
+
+def test_scheduling_gates_keep_a_pod_out_with_the_scheduling_gated_condition(cluster):
+    c = cluster()
+    c.add_node("n1")
+    c.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated", "namespace": "default"},
+                        "spec": {"schedulingGates": [{"name": "example.com/wait"}],
+                                 "containers": [{"name": "main", "image": "x"}]}}, "default")
+    cond = wait_until(lambda: [x for x in c.pod("gated")["status"].get("conditions") or []
+                               if x["type"] == "PodScheduled"], what="condition")[0]
+    assert cond["reason"] == "SchedulingGated"
+    assert cond["message"] == "Scheduling is blocked due to non-empty scheduling gates"
+    assert not c.events("gated", "FailedScheduling")
