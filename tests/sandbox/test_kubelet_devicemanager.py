@@ -131,10 +131,13 @@ def test_extended_resource_names_follow_kubernetes_rules(name: str, ok: bool) ->
 def test_register_rejects_unsupported_versions_and_bad_resource_names(kubelet: KubeletSimulator) -> None:
     with pytest.raises(grpc.RpcError) as err:
         register(kubelet, "w.sock", version="v1alpha")
-    assert "version 'v1alpha' is not supported" in err.value.details()
+    # The kubelet answers with plain Go errors (gRPC code Unknown) worded as in devicemanager/plugin/v1beta1/api.go.
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert err.value.details() == ('requested API version "v1alpha" is not supported by kubelet. '
+                                   'Supported version is ["v1beta1"]')
     with pytest.raises(grpc.RpcError) as err:
         register(kubelet, "w.sock", resource="kubernetes.io/widget")
-    assert "not an extended resource name" in err.value.details()
+    assert err.value.details() == 'the ResourceName "kubernetes.io/widget" is invalid'
     assert kubelet.devices.resource("kubernetes.io/widget").registrations == 0
 
 
@@ -145,8 +148,8 @@ def test_register_fails_when_the_plugin_endpoint_cannot_be_dialled(kubelet: Kube
     try:
         with pytest.raises(grpc.RpcError) as err:
             register(kubelet, "dead.sock")
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert "failed to dial device plugin" in err.value.details()
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
+        assert err.value.details().startswith("failed to dial device plugin:")
         assert kubelet.devices.resource(RES).registrations == 0
     finally:
         dead.close()

@@ -177,16 +177,34 @@ def test_one_prepare_call_per_driver_per_pod_carries_all_of_its_claims(env: Env)
     assert ours.calls[1:] == [("prepare", (uid_c,))]
 
 
-def test_a_response_that_leaves_out_a_claim_fails_the_pod_and_the_claim_is_asked_for_again(env: Env) -> None:
+def test_a_response_that_leaves_out_a_claim_fails_the_pod_and_every_claim_of_the_batch_is_asked_for_again(
+        env: Env) -> None:
     script = env.plugin()
     registered(env, DRIVER)
     pod, uids = pod_with_claims(env, "p", {"a": [gpu("gpu-0")], "b": [gpu("gpu-1")]})
     script.drop = {uids["b"]}
     with pytest.raises(PodPrepareError, match="NodePrepareResources skipped 1 ResourceClaims"):
         env.kubelet.prepare_pod(pod)
+    assert not env.kubelet.claim(uids["a"]).fully_prepared  # type: ignore[union-attr]  # answered, not prepared
     script.drop = set()
     env.kubelet.prepare_pod(pod)
-    assert script.calls[-1] == ("prepare", (uids["b"],))  # "a" was answered, only "b" is asked again
+    # manager.go marks claims prepared only once every batch succeeded: "a" is asked for again with "b".
+    assert script.calls[-1] == ("prepare", (uids["a"], uids["b"]))
+    assert env.kubelet.claim(uids["a"]).fully_prepared  # type: ignore[union-attr]
+
+
+def test_a_claim_counts_as_prepared_only_after_every_driver_batch_of_the_pod_succeeded(env: Env) -> None:
+    ours, theirs = env.plugin(DRIVER), env.plugin(OTHER)
+    registered(env, DRIVER, OTHER)
+    pod, uids = pod_with_claims(env, "p", {"a": [gpu("gpu-0")], "nic": [gpu("nic-0", driver=OTHER)]})
+    theirs.errors = {uids["nic"]: "link down"}
+    with pytest.raises(PodPrepareError, match="failed for ResourceClaim nic: link down"):
+        env.kubelet.prepare_pod(pod)
+    theirs.errors = {}
+    env.kubelet.prepare_pod(pod)
+    # Our driver answered the first attempt, yet the retry asks it again: nothing was prepared until all succeeded.
+    assert ours.calls == [("prepare", (uids["a"],)), ("prepare", (uids["a"],))]
+    assert theirs.calls == [("prepare", (uids["nic"],)), ("prepare", (uids["nic"],))]
 
 
 def test_a_response_for_a_uid_that_was_not_requested_fails_the_pod(env: Env) -> None:
