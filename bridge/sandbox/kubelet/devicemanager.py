@@ -232,7 +232,7 @@ class DeviceManager:
         self.dial_timeout_s = dial_timeout_s
         self.version = version or KubeletVersion.parse(DEFAULT_VERSION)
         self.stop_grace_period_s = stop_grace_period_s
-        self._clock = clock
+        self.clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._resources: dict[str, ResourceState] = {}
@@ -293,7 +293,7 @@ class DeviceManager:
         back with empty device sets and a stopped endpoint, so capacity is 0 until its plugin registers again."""
         self.stop()
         with self._lock:
-            now = self._clock()
+            now = self.clock()
             for state in self._resources.values():
                 state.devices = {}
                 state.connected = False
@@ -408,7 +408,7 @@ class DeviceManager:
             # markResourceUnhealthy + setStopTime on the resource's endpoint.
             state.devices = {k: DeviceInfo(v.id, False, v.numa_nodes) for k, v in state.devices.items()}
             state.connected = False
-            state.stopped_at = self._clock()
+            state.stopped_at = self.clock()
             log.info("device plugin endpoint became unhealthy", extra={"resource": client.resource,
                                                                       "endpoint": client.socket})
             self._changed.notify_all()
@@ -438,7 +438,7 @@ class DeviceManager:
         alloc: dict[str, int] = {}
         removed: list[str] = []
         with self._lock:
-            now = self._clock()
+            now = self.clock()
             for name, state in list(self._resources.items()):
                 if state.stopped_at is not None and now - state.stopped_at > self.stop_grace_period_s:
                     del self._resources[name]
