@@ -2,7 +2,8 @@
 
 Thin shell: options (each also an env var), validation, then one library call: `DualNode.run()` (or
 `cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes:
-0 clean stop / cleanup done, 2 bad options, 1 start failure (message on stderr: e.g. a socket path over 107 bytes,
+0 clean stop / cleanup done, 2 bad options or a CDI setup that cannot work (`--cdi-source toolkit` without a
+toolkit spec naming the GPUs), 1 start failure (message on stderr: e.g. a socket path over 107 bytes,
 an NVML error, an unwritable state directory, an unreadable kubeconfig).
 """
 
@@ -31,6 +32,27 @@ from bridge.logs import setup_logging
               help="Kubelet root; device-plugins/, plugins/, plugins_registry/ and pod-resources/ live below it.")
 @click.option("--cdi-root", show_envvar=True, envvar="BRIDGE_CDI_ROOT", default="/var/run/cdi", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Directory for CDI spec files.")
+@click.option("--driver-root", show_envvar=True, envvar="BRIDGE_DRIVER_ROOT", default=None,
+              help="Host path of the NVIDIA driver's user space (libraries, nvidia-smi, firmware) for CDI specs: '/' "
+                   "for a driver installed on the host, '/run/nvidia/driver' under the GPU Operator. Default: '/' "
+                   "with --devices nvml; none with simulated GPUs (specs then carry device nodes only).")
+@click.option("--dev-root", show_envvar=True, envvar="BRIDGE_DEV_ROOT", default=None,
+              help="Host path under which dev/nvidia* exist (default '/'). With --devices nvml, and with simulated "
+                   "GPUs when given, specs list only the device nodes that exist there.")
+@click.option("--host-root", show_envvar=True, envvar="BRIDGE_HOST_ROOT", default="/", show_default=True,
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Where this process sees the host's '/': '/' on the host, the mount point of a read-only "
+                   "hostPath volume of '/' (e.g. /host) in a DaemonSet. --driver-root, --dev-root, the hook and "
+                   "/etc/cdi, /var/run/cdi are read through it; specs always name host paths.")
+@click.option("--cdi-hook-path", show_envvar=True, envvar="BRIDGE_CDI_HOOK_PATH", default=None,
+              help="Host path of the NVIDIA Container Toolkit's nvidia-cdi-hook; specs run its create-symlinks and "
+                   "update-ldcache hooks when it exists. Default: /usr/bin/nvidia-cdi-hook, then "
+                   "/usr/local/nvidia/toolkit/nvidia-cdi-hook (GPU Operator).")
+@click.option("--cdi-source", show_envvar=True, envvar="BRIDGE_CDI_SOURCE", type=click.Choice(["auto", "toolkit", "own"]),
+              default="auto", show_default=True,
+              help="Whose CDI names claims and Allocate hand out. auto: the NVIDIA Container Toolkit's "
+                   "(nvidia.com/gpu=GPU-<uuid>) when its spec in /etc/cdi or /var/run/cdi names the GPUs, else our "
+                   "own spec; toolkit: require the toolkit's (exit 2 at start without one); own: always ours.")
 @click.option("--state-dir", show_envvar=True, envvar="BRIDGE_STATE_DIR", default="/var/lib/dra-bridge", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Checkpoint and ledger directory.")
 @click.option("--resource-name", show_envvar=True, envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
@@ -72,7 +94,9 @@ from bridge.logs import setup_logging
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Least severe log level written.")
-def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi_root: Path, state_dir: Path, resource_name: str,
+def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi_root: Path, driver_root: str | None,
+         dev_root: str | None, host_root: Path, cdi_hook_path: str | None, cdi_source: str, state_dir: Path,
+         resource_name: str,
          device_list_strategy: str, http_address: str, kubeconfig: str | None, kube_context: str | None,
          driver_name: str, dra_mode: str, dra_devices: str | None, slice_taints: str, pod_uid: str | None,
          split_grace: float, cleanup: bool, log_format: str, log_level: str) -> None:
@@ -84,7 +108,20 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
       bridge node --node-name $NODE_NAME --kubeconfig /etc/bridge/kubeconfig --dra-devices 2
     Uninstall (delete this node's slices, CDI specs and sockets):
       bridge node --node-name $NODE_NAME --cleanup
+
+    \b
+    Host paths a DaemonSet must mount (hostPath volumes):
+      /var/lib/kubelet  at the same path (--kubelet-root: plugin sockets, pod-resources)
+      /var/run/cdi      at the same path, read-write (--cdi-root: the specs we write)
+      /var/lib/dra-bridge at the same path (--state-dir: checkpoint)
+      /                 read-only at /host with mountPropagation HostToContainer, and --host-root /host
+                        (the driver root, /dev/nvidia*, nvidia-cdi-hook and /etc/cdi are read through it;
+                        HostToContainer lets a GPU Operator driver root mounted later appear)
+    Under the GPU Operator add --driver-root /run/nvidia/driver (and --dev-root /run/nvidia/driver if the
+    driver container creates the device nodes there).
     """
+    from bridge.cdi import CdiConfigError, CdiOptions
+    from bridge.cdi.provider import DEFAULT_HOOK_PATHS
     from bridge.deviceplugin.allocate import StrategyError, parse_strategies
     from bridge.inventory.model import InventoryError
     from bridge.inventory.options import parse_devices_option
@@ -136,11 +173,19 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
     except InventoryError as err:
         raise click.BadParameter(str(err), param_hint="--devices") from err
 
+    for value, hint in ((driver_root, "--driver-root"), (dev_root, "--dev-root"), (cdi_hook_path, "--cdi-hook-path")):
+        if value is not None and not value.startswith("/"):
+            raise click.BadParameter(f"{value!r} is not an absolute host path", param_hint=hint)
+    real_gpus = devices.strip() == "nvml"
+    cdi = CdiOptions(source=cdi_source,  # type: ignore[arg-type]
+                     driver_root=driver_root if driver_root is not None else ("/" if real_gpus else None),
+                     dev_root=dev_root or "/", check_device_nodes=real_gpus or dev_root is not None,
+                     host_root=host_root, hook_paths=(cdi_hook_path,) if cdi_hook_path else DEFAULT_HOOK_PATHS)
+
     setup_logging(log_format, log_level)
     config = NodeConfig(node_name=node_name, kubelet_root=kubelet_root, cdi_root=cdi_root, state_dir=state_dir,
                         resource_name=resource_name, device_list_strategy=strategies, http_address=address,
-                        device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid),
-                        check_host_device_nodes=devices.strip() == "nvml")
+                        device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid), cdi=cdi)
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
                       driver=driver_name, dra_devices=dra_devices, slice_taints=slice_taints,  # type: ignore[arg-type]
                       pod_uid=pod_uid, split_grace_s=split_grace)
@@ -170,6 +215,9 @@ def node(node_name: str, devices: str, ignore_xids: str, kubelet_root: Path, cdi
     try:
         ensure_state_dir(state_dir)
         DualNode(config, source, opts).run(stop)
+    except CdiConfigError as err:
+        click.echo(f"bridge node: {err}", err=True)
+        sys.exit(2)
     except (SocketPathError, InventoryError, AdoptionError, CheckpointError, KubeError, OSError) as err:
         click.echo(f"bridge node: {err}", err=True)
         sys.exit(1)

@@ -10,17 +10,24 @@ any combination of:
 * `cdi-annotations`: a container annotation `cdi.k8s.io/<plugin>_<resource>` listing fully-qualified CDI names.
 * `cdi-cri`: the CRI `cdi_devices` field with the same names.
 
+CDI names come from `AllocationConfig.cdi_devices` (one call per container, so a container gets either the NVIDIA
+Container Toolkit's names or ours, never a mix; the daemon wires `bridge.cdi.DevicePluginCdi.cdi_devices`). Our own
+names use the vendor `k8s.device-plugin.dra-bridge.io` (`k8s.device-plugin.dra-bridge.io/gpu=<uuid>`), never
+`nvidia.com/gpu`: the toolkit's spec owns that kind, and the same name in two spec files of one directory makes the
+CDI cache drop it from both, breaking every GPU container on the node.
+
 When only CDI strategies are chosen, `NVIDIA_VISIBLE_DEVICES=void` is still set: CUDA base images bake
 `NVIDIA_VISIBLE_DEVICES=all` into their env, and a runtime with the legacy hook would otherwise hand the container
 every GPU on the node.
 
-Device specs (`/dev/nvidia<minor>` per GPU plus the control nodes every CUDA process opens: `/dev/nvidiactl`,
-`/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`) are passed by default so the container's device cgroup admits them
+Device specs (`/dev/nvidia<minor>` per GPU plus the control nodes a CUDA process may open: `/dev/nvidiactl`,
+`/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools`, `/dev/nvidia-modeset`) are passed by default so the container's device cgroup admits them
 even without the NVIDIA hook (`pass_device_specs`, like NVIDIA's `passDeviceSpecs`). Order is stable: devices in
 request order, control nodes last. On a real node the control nodes are optional, as in NVIDIA's plugin: the UVM
 nodes appear only once `nvidia-uvm` is loaded, and a device spec whose host path is missing makes the runtime fail
 the container ("no such file or directory"), so with `host_has` set a missing control node is left out. The GPU's
-own node is always passed: a missing one is a broken GPU and should fail loudly.
+own node is always passed: a missing one is a broken GPU and should fail loudly. Host paths are under `dev_root`
+(`--dev-root`, e.g. `/run/nvidia/driver` when the driver container creates the nodes there).
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from bridge.cdi.driver import CONTROL_DEVICE_NODES, join_host
 from bridge.cdi.names import qualified_name
-from bridge.cdi.spec import DEFAULT_DEVICE_PLUGIN_KIND
+from bridge.cdi.spec import DEVICE_PLUGIN_KIND
 from bridge.inventory.model import GpuDevice
 
 ENVVAR = "envvar"
@@ -41,9 +49,8 @@ STRATEGIES = (ENVVAR, VOLUME_MOUNTS, CDI_ANNOTATIONS, CDI_CRI)
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
-CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
-DEFAULT_CDI_KIND = DEFAULT_DEVICE_PLUGIN_KIND
+DEFAULT_CDI_KIND = DEVICE_PLUGIN_KIND
 
 
 class StrategyError(ValueError):
@@ -62,10 +69,10 @@ def parse_strategies(value: str | Iterable[str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def default_cdi_name(device: GpuDevice) -> str:
-    """`nvidia.com/gpu=<uuid>`: the name of one whole GPU in the node's device-plugin CDI spec
-    (`bridge.cdi.build_device_plugin_spec`, written by the daemon when a CDI strategy is on)."""
-    return qualified_name(DEFAULT_CDI_KIND, device.uuid)
+def default_cdi_devices(devices: Sequence[GpuDevice]) -> tuple[str, ...]:
+    """`k8s.device-plugin.dra-bridge.io/gpu=<uuid>` per GPU: the names of whole GPUs in the node's device-plugin
+    CDI spec (`bridge.cdi.build_device_plugin_spec`, written by the daemon when a CDI strategy is on)."""
+    return tuple(qualified_name(DEFAULT_CDI_KIND, d.uuid) for d in devices)
 
 
 @dataclass(frozen=True)
@@ -73,10 +80,13 @@ class AllocationConfig:
     strategies: frozenset[str] = frozenset({ENVVAR})
     resource_name: str = "nvidia.com/gpu"
     pass_device_specs: bool = True
-    cdi_name: Callable[[GpuDevice], str] = default_cdi_name
+    # The CDI names for one container's devices (all from one spec: ours or the toolkit's).
+    cdi_devices: Callable[[Sequence[GpuDevice]], Sequence[str]] = default_cdi_devices
     plugin_name: str = "dra-bridge"
-    # None: pass every control node (simulated devices); on real GPUs: a host-path check such as os.path.exists.
+    # None: pass every control node (simulated devices); on real GPUs: whether a node (container path such as
+    # /dev/nvidia-uvm) exists under the dev root.
     host_has: Callable[[str], bool] | None = None
+    dev_root: str = "/"  # host path under which dev/nvidia* live
 
     @property
     def cdi_annotation_key(self) -> str:
@@ -127,14 +137,14 @@ def container_allocation(devices: Sequence[GpuDevice], config: AllocationConfig)
         envs[VISIBLE_DEVICES_ENV] = "void"
 
     if CDI_ANNOTATIONS in strategies or CDI_CRI in strategies:
-        cdi = tuple(config.cdi_name(d) for d in devices)
+        cdi = tuple(config.cdi_devices(devices))
     if CDI_ANNOTATIONS in strategies:
         annotations[config.cdi_annotation_key] = ",".join(cdi)
 
     specs: list[DeviceNodeSpec] = []
     if config.pass_device_specs:
-        specs = [DeviceNodeSpec(d.device_node, d.device_node, "rw") for d in devices]
-        specs += [DeviceNodeSpec(p, p, "rw") for p in CONTROL_DEVICE_NODES
+        specs = [DeviceNodeSpec(d.device_node, join_host(config.dev_root, d.device_node), "rw") for d in devices]
+        specs += [DeviceNodeSpec(p, join_host(config.dev_root, p), "rw") for p in CONTROL_DEVICE_NODES
                   if config.host_has is None or config.host_has(p)]
 
     return ContainerAllocation(

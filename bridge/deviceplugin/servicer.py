@@ -141,7 +141,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         responses = []
         for ids in requests:
             devices = [d for d in (self._table.device(i) for i in ids) if d is not None]
-            responses.append(to_proto(container_allocation(devices, self._config)))
+            try:
+                allocation = container_allocation(devices, self._config)
+            except (ValueError, OSError) as err:  # the CDI side: a GPU without its device node, a spec not written
+                self._metrics.allocations.labels(resource, "cdi-error").inc()
+                self._log.error("Allocate failed: %s", err, extra={"request": ",".join(ids)})
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"Allocate for {resource}: CDI: {err}")
+            responses.append(to_proto(allocation))
             self._metrics.allocations.labels(resource, "ok").inc()
             self._log.info("Allocate", extra={"devices": ",".join(ids)})
         return pb.AllocateResponse(container_responses=responses)

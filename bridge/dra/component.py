@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridge.cdi import NodeCdi
 from bridge.dra.claims import ClaimRef
 from bridge.dra.health import HealthBoard
 from bridge.dra.metrics import DraMetrics
@@ -60,7 +61,9 @@ class DraNode:
         on_registered: Callable[[], None] | None = None,
         recover_claims: ClaimsInUse | None = None,
         on_released: Callable[[], None] | None = None,
+        cdi: NodeCdi | None = None,
     ) -> None:
+        """`cdi`: the node's CDI inventory and source policy (None: device-node-only specs, for tests)."""
         self.config = config
         self.kube = kube
         self._on_registered = on_registered
@@ -76,7 +79,7 @@ class DraNode:
             device_name=device_name,
             side_of=side_of,
             store=store,
-            cdi=ClaimCdi(config.cdi_root, config.plugin.driver),
+            cdi=ClaimCdi(config.cdi_root, config.plugin.driver, cdi),
             boot_id=read_boot_id(config.boot_id_path),
             metrics=self.metrics,
             lock_timeout=config.lock_timeout_s,

@@ -97,7 +97,9 @@ class CdiStore(Protocol):
 
     def remove(self, claim_uid: str) -> bool: ...
 
-    def exists(self, claim_uid: str) -> bool: ...
+    def exists(self, claim_uid: str, cdi_ids: Sequence[str] = ()) -> bool:
+        """Whether the claim's recorded CDI devices (`cdi_ids`) are still in place (our spec file, when ours)."""
+        ...
 
     def claim_uids(self) -> set[str]:
         """Claims that have a spec file on disk (the sweep removes those without a record)."""
@@ -219,7 +221,7 @@ class Preparer:
         try:
             record = records.get(ref.uid)
             if record is not None and record.state == "PrepareCompleted" and record.boot_id == self.boot_id:
-                if not self.cdi.exists(ref.uid):
+                if not self.cdi.exists(ref.uid, [i for d in record.devices for i in d.cdi_ids]):
                     log.warning("CDI spec of a prepared claim was missing; re-creating it", extra=ctx)
                     self._write_spec(record)
                 log.debug("claim already prepared", extra=ctx)

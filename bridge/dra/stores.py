@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bridge.cdi import CdiSpecWriter, build_claim_spec, claim_kind
+from bridge.cdi import CdiOptions, CdiSpecWriter, NodeCdi, build_claim_spec, claim_kind
 from bridge.dra.prepare import ClaimRecord, RecordedDevice
 from bridge.inventory.model import DeviceID, GpuDevice
 from bridge.ledger.checkpoint import Checkpoint, CheckpointCorrupt
@@ -26,22 +26,39 @@ log = logging.getLogger(__name__)
 
 
 class ClaimCdi:
-    """`CdiStore` over `bridge.cdi`: one spec file per claim under `root` (e.g. /var/run/cdi)."""
+    """`CdiStore` over `bridge.cdi`: the CDI devices of one claim, under `root` (e.g. /var/run/cdi).
 
-    def __init__(self, root: str | Path, driver: str) -> None:
+    With the NVIDIA Container Toolkit's spec naming every GPU of the claim (`--cdi-source auto|toolkit`,
+    `NodeCdi.toolkit_names`), the claim gets the toolkit's names (`nvidia.com/gpu=GPU-<uuid>`) and no file of
+    ours; otherwise one spec file per claim, built from the node's driver inventory, named by the claim UID."""
+
+    def __init__(self, root: str | Path, driver: str, node_cdi: NodeCdi | None = None) -> None:
+        """`node_cdi` None: specs with device nodes only, listed unchecked (simulated GPUs, tests)."""
         self.kind = claim_kind(driver)
         self.writer = CdiSpecWriter(root, self.kind)
         self.writer.sweep_temp_files()
+        self.node_cdi = node_cdi if node_cdi is not None else NodeCdi(CdiOptions(source="own"), ())
 
     def write(self, claim_uid: str, devices: Sequence[tuple[str, GpuDevice]]) -> dict[str, tuple[str, ...]]:
-        built = build_claim_spec(claim_uid, [gpu for _, gpu in devices], kind=self.kind)
+        gpus = [gpu for _, gpu in devices]
+        names = self.node_cdi.toolkit_names(gpus)  # CdiConfigError (a ValueError) with --cdi-source toolkit
+        if names is not None:
+            if self.writer.remove(claim_uid):  # our own spec from an earlier prepare of this claim
+                log.info("claim now uses the NVIDIA Container Toolkit's CDI names; removed our spec",
+                         extra={"uid": claim_uid})
+            return {name: (names[gpu.uuid],) for name, gpu in devices}
+        built = build_claim_spec(claim_uid, gpus, kind=self.kind, inventory=self.node_cdi.inventory(gpus))
         self.writer.write(claim_uid, built.document)
         return {name: (built.cdi_ids[gpu.uuid],) for name, gpu in devices}
 
     def remove(self, claim_uid: str) -> bool:
         return self.writer.remove(claim_uid)
 
-    def exists(self, claim_uid: str) -> bool:
+    def exists(self, claim_uid: str, cdi_ids: Sequence[str] = ()) -> bool:
+        """Whether the claim's CDI devices are in place: our file, when the IDs are ours (or unknown). IDs of the
+        toolkit's spec need no file of ours."""
+        if cdi_ids and not any(i.startswith(self.kind + "=") for i in cdi_ids):
+            return True
         return self.writer.path_for(claim_uid).is_file()
 
     def claim_uids(self) -> set[str]:

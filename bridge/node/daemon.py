@@ -2,12 +2,15 @@
 
 Start order (each step only after the previous one succeeded, so a failure leaves nothing half-served):
 1. validate every socket path (too long -> `SocketPathError` naming the path and its length);
-2. discover devices (the source's `devices()`), build the device table;
+2. discover devices (the source's `devices()`), build the device table; the node's CDI inventory (`NodeCdi`:
+   driver root, device nodes, toolkit spec) is set up and explained in the log, and a CDI configuration that
+   cannot work (`--cdi-source toolkit` without a toolkit spec naming the GPUs) fails the start here;
 3. adopt existing assignments from the kubelet PodResources API and hand them to the ownership ledger
    (`on_adopted`), so a later split never moves a device a running container holds;
-4. write the node's device-plugin CDI spec (`nvidia.com/gpu=<uuid>|<index>|all`) when a CDI strategy is on (left
-   in place at stop: running containers are re-created from it), then start the device plugin (serve, then
-   register; it re-registers after kubelet restarts by itself);
+4. write the node's device-plugin CDI spec (`k8s.device-plugin.dra-bridge.io/gpu=<uuid>|<index>|all`,
+   `bridge.cdi.DevicePluginCdi`) when a CDI strategy is on (left in place at stop: running containers are
+   re-created from it), then start the device plugin (serve, then register; it re-registers after kubelet
+   restarts by itself);
 5. pump health events from the source into the device table (-> ListAndWatch updates) and to every
    `health_listeners` callback (the DRA half's health board);
 6. start further halves (`components`: the DRA half plugs in here) and the HTTP endpoint.
@@ -20,15 +23,15 @@ device plugin may offer/allocate) and `on_adopted(Adoption)`. Without a ledger e
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from bridge.cdi import DEFAULT_DEVICE_PLUGIN_KIND, CdiSpecWriter, build_device_plugin_spec
-from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, AllocationConfig, default_cdi_name
+from bridge.cdi import DEVICE_PLUGIN_KIND, CdiOptions, DevicePluginCdi, NodeCdi
+from bridge.cdi.discovery import is_char_device
+from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, AllocationConfig
 from bridge.deviceplugin.plugin import DevicePlugin, PluginConfig
 from bridge.deviceplugin.state import DeviceTable, SideOf, all_legacy
 from bridge.inventory.model import DeviceSource, GpuDevice, HealthEvent
@@ -52,12 +55,11 @@ class NodeConfig:
     http_address: tuple[str, int] | None = ("0.0.0.0", 8080)
     plugin_poll_interval_s: float = 0.1
     adopt_timeout_s: float = 10.0
-    cdi_name: Callable[[GpuDevice], str] = field(default=default_cdi_name)
     # None: `dra-bridge-<resource>.sock`; a rolling update gives each instance its own (pod UID in the name)
     device_plugin_socket_name: str | None = None
-    # Real GPUs: leave control device nodes the host lacks (/dev/nvidia-uvm before the module loads) out of
-    # Allocate's device specs. Off for simulated GPUs, whose /dev nodes exist nowhere.
-    check_host_device_nodes: bool = False
+    # Driver root, dev root, host-root view, hook, --cdi-source. `check_device_nodes` (real GPUs) also leaves
+    # control nodes the host lacks (/dev/nvidia-uvm before the module loads) out of Allocate's device specs.
+    cdi: CdiOptions = CdiOptions()
 
 
 class NodeComponent(Protocol):
@@ -82,7 +84,9 @@ class NodeDaemon:
         on_adopted: Callable[[Adoption], None] | None = None,
         components: Sequence[NodeComponent] = (),
         health_listeners: Sequence[Callable[[HealthEvent], None]] = (),
+        node_cdi: NodeCdi | None = None,
     ) -> None:
+        """`node_cdi`: the node's CDI inventory when the caller shares it with the DRA half (else built here)."""
         self.config = config
         self.source = source
         self.metrics = NodeMetrics(config.node_name, config.resource_name)
@@ -93,9 +97,9 @@ class NodeDaemon:
         self.plugin_config = PluginConfig(
             kubelet_root=config.kubelet_root, resource_name=config.resource_name,
             socket_name=config.device_plugin_socket_name, poll_interval_s=config.plugin_poll_interval_s)
-        self.allocation = AllocationConfig(
-            strategies=config.device_list_strategy, resource_name=config.resource_name, cdi_name=config.cdi_name,
-            host_has=os.path.exists if config.check_host_device_nodes else None)
+        self.allocation = AllocationConfig(strategies=config.device_list_strategy, resource_name=config.resource_name)
+        self.node_cdi = node_cdi
+        self.dp_cdi: DevicePluginCdi | None = None
         self.table: DeviceTable | None = None
         self.plugin: DevicePlugin | None = None
         self.http: HealthServer | None = None
@@ -122,6 +126,7 @@ class NodeDaemon:
         # 2. Devices.
         devices = self.source.devices()
         self.metrics.devices.set(len(devices))
+        self._setup_cdi(devices)
         self.table = DeviceTable(devices, self._side_of)
         self.metrics.deviceplugin.watch_table(self.table)
         plugin = DevicePlugin(self.table, self.allocation, self.metrics.deviceplugin, self.plugin_config)
@@ -134,10 +139,8 @@ class NodeDaemon:
         if self._on_adopted is not None:
             self._on_adopted(self.adoption)
         # 4. Device plugin: the node's CDI spec first when a strategy hands out CDI names.
-        if self.allocation.strategies & {CDI_ANNOTATIONS, CDI_CRI}:
-            path = CdiSpecWriter(cfg.cdi_root, DEFAULT_DEVICE_PLUGIN_KIND).write(
-                "node", build_device_plugin_spec(devices))
-            self._log.info("wrote the device-plugin CDI spec %s", path)
+        if self.dp_cdi is not None:
+            self.dp_cdi.start()
         plugin.start()
         self.plugin = plugin
         self._started.append(plugin.stop)
@@ -159,6 +162,24 @@ class NodeDaemon:
             self.http.start()
             self._started.append(self.http.stop)
             self._log.info("health and metrics on http://%s:%d/", self.http.host, self.http.port)
+
+    def _setup_cdi(self, devices: Sequence[GpuDevice]) -> None:
+        """The node's CDI inventory (explained in the log), and the Allocate settings that depend on it."""
+        cfg = self.config
+        if self.node_cdi is None:
+            self.node_cdi = NodeCdi(cfg.cdi, devices, own_kinds=(DEVICE_PLUGIN_KIND,))
+            for level, line in self.node_cdi.describe():
+                self._log.log(level, "%s", line)
+        self.node_cdi.check()
+        node_cdi = self.node_cdi
+        dev_root = node_cdi.dev_root
+        host_has = (lambda p: is_char_device(node_cdi.dev_root.view_path(p))) if cfg.cdi.check_device_nodes else None
+        if self.allocation.strategies & {CDI_ANNOTATIONS, CDI_CRI}:
+            self.dp_cdi = DevicePluginCdi(cfg.cdi_root, self.node_cdi, devices)
+            self.allocation = replace(self.allocation, cdi_devices=self.dp_cdi.cdi_devices, host_has=host_has,
+                                      dev_root=dev_root.host)
+        else:
+            self.allocation = replace(self.allocation, host_has=host_has, dev_root=dev_root.host)
 
     def _pump_health(self) -> None:
         assert self.table is not None

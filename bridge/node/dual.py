@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from bridge.cdi import DEFAULT_DEVICE_PLUGIN_KIND, CdiSpecWriter
+from bridge.cdi import DEVICE_PLUGIN_KIND, CdiSpecWriter, NodeCdi, claim_kind
+from bridge.cdi.dpspec import legacy_spec_writer
 from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.metrics import SlicePublisherCollector
 from bridge.dra.plugin import PluginConfig as DraPluginConfig
@@ -189,6 +190,11 @@ class DualNode:
         if not self.dra_on and self.opts.mode == "auto":
             log.warning("%s", self.dra_reason, extra={"node": cfg.node_name})
         self.devices = tuple(self.source.devices())
+        # One CDI inventory for both halves, explained once; a CDI setup that cannot work fails here (exit 2).
+        node_cdi = NodeCdi(cfg.cdi, self.devices, own_kinds=(claim_kind(self.opts.driver), DEVICE_PLUGIN_KIND))
+        for level, line in node_cdi.describe():
+            log.log(level, "%s", line, extra={"node": cfg.node_name})
+        node_cdi.check()
         ignored = getattr(self.source, "ignored_xids", None)  # NVML and simulated sources apply an ignore list
         if ignored is not None:
             log.info("XIDs that do not mark a GPU unhealthy: %s", ",".join(str(x) for x in sorted(ignored)),
@@ -202,7 +208,7 @@ class DualNode:
                 log.warning("the checkpoint puts %s on the DRA side; with DRA off they stay withheld from the device "
                             "plugin (a DRA pod may still use them). Run with DRA on and split 0 to return them.",
                             ", ".join(withheld), extra={"node": cfg.node_name})
-            self.daemon = NodeDaemon(cfg, self.source, side_of=self.side_of)
+            self.daemon = NodeDaemon(cfg, self.source, side_of=self.side_of, node_cdi=node_cdi)
             self.daemon.start()
             return
         self.kube = self._connect(API_RETRY_DEADLINE_S)
@@ -221,10 +227,11 @@ class DualNode:
             on_registered=lambda: self.publisher.republish("DRA plugin (re)registered") if self.publisher else None,
             recover_claims=self._claims_in_use if self.opened.corrupt is not None else None,
             on_released=self.split.kick,
+            cdi=node_cdi,
         )
         self.daemon = NodeDaemon(cfg, self.source, side_of=self.split.side_of, on_adopted=self._adopted,
                                  components=[self.split, self.publisher, self.dra],
-                                 health_listeners=[self.dra.on_health, self.publisher.set_health])
+                                 health_listeners=[self.dra.on_health, self.publisher.set_health], node_cdi=node_cdi)
         # The DRA half's metrics on the daemon's /metrics (its registry is created with the daemon).
         publisher = self.publisher
         self.daemon.metrics.registry.register(self.dra.metrics.registry)
@@ -325,10 +332,12 @@ def cleanup(config: NodeConfig, opts: DraOptions, kube: KubeAPI | None) -> Clean
     for uid, path in claim_cdi.writer.list().items():
         claim_cdi.remove(uid)
         removed_specs.append(str(path))
-    dp_writer = CdiSpecWriter(config.cdi_root, DEFAULT_DEVICE_PLUGIN_KIND)
-    for key, path in dp_writer.list().items():
-        dp_writer.remove(key)
-        removed_specs.append(str(path))
+    for dp_writer in (CdiSpecWriter(config.cdi_root, DEVICE_PLUGIN_KIND), legacy_spec_writer(config.cdi_root)):
+        for key, path in dp_writer.list().items():
+            if dp_writer.kind != DEVICE_PLUGIN_KIND and key != "node":
+                continue  # of the legacy kind only our own old file, never the toolkit's
+            dp_writer.remove(key)
+            removed_specs.append(str(path))
     sockets: list[str] = []
     dra_cfg = DraPluginConfig(driver=opts.driver, kubelet_root=str(config.kubelet_root))
     from bridge.deviceplugin.plugin import default_socket_name

@@ -21,7 +21,7 @@ GPUS = devices_from_spec("8xH100-80GB", "node-1")
 UID = "a3f1c2d4-5b6e-4f70-8a9b-0c1d2e3f4a5b"
 
 
-def test_a_claim_spec_gives_each_gpu_its_node_and_the_claim_the_common_nodes_and_uuids() -> None:
+def test_a_claim_spec_without_a_driver_inventory_gives_each_gpu_its_node_and_the_claim_the_control_nodes() -> None:
     built = build_claim_spec(UID, [GPUS[3], GPUS[5]])
     doc = built.document
     assert doc["kind"] == "k8s.gpu.dra-bridge.io/claim"
@@ -29,8 +29,11 @@ def test_a_claim_spec_gives_each_gpu_its_node_and_the_claim_the_common_nodes_and
     assert doc["devices"][0]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia3"}]}
     assert doc["devices"][1]["containerEdits"] == {"deviceNodes": [{"path": "/dev/nvidia5"}]}
     assert doc["containerEdits"]["deviceNodes"] == [
-        {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidia-uvm-tools"}]
-    assert doc["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={GPUS[3].uuid},{GPUS[5].uuid}"]
+        {"path": "/dev/nvidiactl"}, {"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidia-uvm-tools"},
+        {"path": "/dev/nvidia-modeset"}]
+    # void, not the UUIDs: a default NVIDIA runtime must not inject a second set of devices
+    assert doc["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert "mounts" not in doc["containerEdits"] and "hooks" not in doc["containerEdits"]
     assert built.cdi_ids == {GPUS[3].uuid: f"k8s.gpu.dra-bridge.io/claim={UID}-gpu-3",
                              GPUS[5].uuid: f"k8s.gpu.dra-bridge.io/claim={UID}-gpu-5"}
     for cdi_id in built.cdi_ids.values():
@@ -65,19 +68,21 @@ def test_bad_claim_specs_are_refused(uid: str, gpus: list, needle: str) -> None:
         build_claim_spec(uid, gpus)
 
 
-def test_device_plugin_spec_names_every_gpu_by_uuid_and_index_plus_all() -> None:
-    doc = build_device_plugin_spec(GPUS[:2])
-    assert doc["kind"] == "nvidia.com/gpu"
+def test_device_plugin_spec_names_every_gpu_by_uuid_and_index_plus_all_under_our_own_vendor() -> None:
+    doc = build_device_plugin_spec(GPUS[:2]).document
+    assert doc["kind"] == "k8s.device-plugin.dra-bridge.io/gpu"  # never nvidia.com/gpu: the toolkit's kind
     names = [d["name"] for d in doc["devices"]]
     assert names == [GPUS[0].uuid, "0", GPUS[1].uuid, "1", "all"]
     assert doc["devices"][-1]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia1"}]
+    assert doc["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert doc["cdiVersion"] == "0.5.0"  # "0" starts with a digit
-    assert build_device_plugin_spec(GPUS[:2], names="uuid")["cdiVersion"] == "0.3.0"
+    assert build_device_plugin_spec(GPUS[:2], names="uuid").document["cdiVersion"] == "0.3.0"
 
 
 def test_device_plugin_cdi_ids_follow_the_strategy() -> None:
-    assert device_plugin_cdi_ids([GPUS[2].uuid], GPUS) == [f"nvidia.com/gpu={GPUS[2].uuid}"]
-    assert device_plugin_cdi_ids([GPUS[2].uuid], GPUS, strategy="index") == ["nvidia.com/gpu=2"]
+    kind = "k8s.device-plugin.dra-bridge.io/gpu"
+    assert device_plugin_cdi_ids([GPUS[2].uuid], GPUS) == [f"{kind}={GPUS[2].uuid}"]
+    assert device_plugin_cdi_ids([GPUS[2].uuid], GPUS, strategy="index") == [f"{kind}=2"]
     with pytest.raises(CdiNameError, match="unknown device 'GPU-nope'"):
         device_plugin_cdi_ids(["GPU-nope"], GPUS)
 

@@ -48,7 +48,7 @@ def test_volume_mounts_win_over_envvar_when_both_are_asked() -> None:
 def test_cdi_cri_fills_the_cdi_field_and_voids_the_legacy_env() -> None:
     devs = GPUS[:8]
     got = container_allocation(devs, AllocationConfig(strategies=frozenset({CDI_CRI})))
-    assert got.cdi_devices == tuple(f"nvidia.com/gpu={d.uuid}" for d in devs)
+    assert got.cdi_devices == tuple(f"k8s.device-plugin.dra-bridge.io/gpu={d.uuid}" for d in devs)
     assert got.envs == {"NVIDIA_VISIBLE_DEVICES": "void"}
     assert got.annotations == {}
 
@@ -57,13 +57,13 @@ def test_cdi_annotations_use_a_valid_cdi_annotation_key() -> None:
     devs = GPUS[:2]
     got = container_allocation(devs, AllocationConfig(strategies=frozenset({CDI_ANNOTATIONS})))
     assert got.annotations == {
-        "cdi.k8s.io/dra-bridge_nvidia.com-gpu": ",".join(f"nvidia.com/gpu={d.uuid}" for d in devs)}
+        "cdi.k8s.io/dra-bridge_nvidia.com-gpu": ",".join(f"k8s.device-plugin.dra-bridge.io/gpu={d.uuid}" for d in devs)}
     assert got.cdi_devices == ()
 
 
 def test_strategies_combine_and_use_the_configured_cdi_names() -> None:
     cfg = AllocationConfig(strategies=frozenset({ENVVAR, CDI_CRI, CDI_ANNOTATIONS}),
-                           cdi_name=lambda d: f"example.com/gpu=gpu{d.index}")
+                           cdi_devices=lambda ds: [f"example.com/gpu=gpu{d.index}" for d in ds])
     got = container_allocation(GPUS[:2], cfg)
     assert got.envs["NVIDIA_VISIBLE_DEVICES"] == f"{GPUS[0].uuid},{GPUS[1].uuid}"
     assert got.cdi_devices == ("example.com/gpu=gpu0", "example.com/gpu=gpu1")
@@ -74,6 +74,13 @@ def test_on_a_real_node_control_nodes_the_host_lacks_are_left_out_but_the_gpu_no
     present = {"/dev/nvidiactl", "/dev/nvidia-uvm"}  # nvidia-uvm-tools not created yet; no /dev/nvidia0 either
     got = container_allocation(GPUS[:1], AllocationConfig(host_has=present.__contains__))
     assert [s.host_path for s in got.devices] == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+
+
+def test_device_specs_name_host_paths_under_the_dev_root() -> None:
+    got = container_allocation(GPUS[:1], AllocationConfig(host_has={"/dev/nvidiactl"}.__contains__,
+                                                          dev_root="/run/nvidia/driver"))
+    assert [(s.container_path, s.host_path) for s in got.devices] == [
+        ("/dev/nvidia0", "/run/nvidia/driver/dev/nvidia0"), ("/dev/nvidiactl", "/run/nvidia/driver/dev/nvidiactl")]
 
 
 def test_device_specs_can_be_left_to_the_runtime() -> None:

@@ -69,7 +69,7 @@ def test_kubelet_allocation_returns_env_device_nodes_and_records_the_assignment(
     minors = {d.uuid: d.minor for d in daemon.source.devices()}
     assert [d.container_path for d in resp.devices] == (
         [f"/dev/nvidia{minors[DeviceID(i)]}" for i in assigned.device_ids]
-        + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"])
+        + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"])
 
 
 def test_allocation_fails_when_not_enough_gpus_are_free(kubelet: KubeletSimulator, make_node: NodeFactory) -> None:
@@ -90,7 +90,7 @@ def test_each_device_list_strategy_reaches_the_kubelet(kubelet: KubeletSimulator
     kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 8, 20)
     resp = kubelet.devices.allocate("pod-1", "main", RESOURCE, 2)
     ids = kubelet.devices.assignments()[0].device_ids
-    cdi_names = [f"nvidia.com/gpu={i}" for i in ids]
+    cdi_names = [f"k8s.device-plugin.dra-bridge.io/gpu={i}" for i in ids]  # our vendor, never nvidia.com
     assert [c.name for c in resp.cdi_devices] == (cdi_names if CDI_CRI in strategies else [])
     assert dict(resp.annotations) == (
         {"cdi.k8s.io/dra-bridge_nvidia.com-gpu": ",".join(cdi_names)} if CDI_ANNOTATIONS in strategies else {})
@@ -304,11 +304,14 @@ def test_log_lines_carry_both_the_component_context_and_the_call_context(
 
 def test_with_host_device_checks_on_allocate_passes_only_control_nodes_that_exist(
         kubelet: KubeletSimulator, short_tmp: Path) -> None:
+    from bridge.cdi import CdiOptions
     from bridge.node.daemon import NodeConfig, NodeDaemon
+    from tests.fakedriver import make_dev
 
     source = SimulatedSource.from_spec("2xH100-80GB", "node-a")
+    host = make_dev(short_tmp / "host", [d.minor for d in source.devices()], control=("nvidiactl",))
     daemon = NodeDaemon(NodeConfig(node_name="node-a", kubelet_root=short_tmp, http_address=None,
-                                   check_host_device_nodes=True), source)
+                                   cdi=CdiOptions(check_device_nodes=True, host_root=host)), source)
     daemon.start()
     try:
         kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 2, 20)
@@ -317,5 +320,6 @@ def test_with_host_device_checks_on_allocate_passes_only_control_nodes_that_exis
         daemon.stop()
     (gpu,) = kubelet.devices.assignments()[0].device_ids
     minor = next(d.minor for d in source.devices() if d.uuid == gpu)
-    controls = [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools") if os.path.exists(p)]
-    assert [d.host_path for d in resp.devices] == [f"/dev/nvidia{minor}", *controls]
+    # /dev/nvidia-uvm* and /dev/nvidia-modeset do not exist on this host: a device spec for them would fail the
+    # container; host paths are the host's (no view prefix)
+    assert [d.host_path for d in resp.devices] == [f"/dev/nvidia{minor}", "/dev/nvidiactl"]

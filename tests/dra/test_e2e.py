@@ -56,7 +56,7 @@ def test_a_claim_allocated_to_gpu_3_is_prepared_into_a_cdi_spec_and_unprepared(
     spec = json.loads(cdi_files(cluster.cdi_root)[uid].read_text())
     assert spec["devices"][0]["name"] == f"{uid}-gpu-3"
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": f"/dev/nvidia{GPUS[3].minor}"}]
-    assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={GPUS[3].uuid}"]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]  # the runtime must not add GPUs
     assert daemon.plugin.registration.status is not None and daemon.plugin.registration.status.registered
 
     assert kubelet.unprepare_pod(pod) == [uid]

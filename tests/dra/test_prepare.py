@@ -77,7 +77,7 @@ def test_prepare_writes_the_cdi_spec_for_the_allocated_gpu_and_returns_its_id(en
     spec = env.spec("uid-1")
     assert spec is not None and spec["kind"] == f"k8s.{DRIVER}/claim"
     assert spec["devices"] == [{"name": "uid-1-gpu-3", "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{GPUS[3].minor}"}]}}]
-    assert f"NVIDIA_VISIBLE_DEVICES={GPUS[3].uuid}" in spec["containerEdits"]["env"]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= {n["path"] for n in spec["containerEdits"]["deviceNodes"]}
     # Two-phase: started (atomic, not fsynced), then completed (fsynced).
     assert env.store.history == [("put", "uid-1", "PrepareStarted unsynced"),

@@ -138,13 +138,15 @@ def test_cleanup_without_an_api_removes_our_sockets_and_cdi_specs_and_leaves_oth
     cdi = short_tmp / "cdi"
     cdi.mkdir()
     (cdi / "k8s.gpu.dra-bridge.io-claim_uid-1.json").write_text("{}")
-    (cdi / "nvidia.com-gpu.json").write_text("{}")
+    (cdi / "k8s.device-plugin.dra-bridge.io-gpu_node.json").write_text("{}")  # the device plugin's
+    (cdi / "nvidia.com-gpu_node.json").write_text("{}")  # what earlier builds wrote for the device plugin
+    (cdi / "nvidia.com-gpu.json").write_text("{}")  # the toolkit's: never touched
     out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
                           "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), "--cdi-root", str(cdi),
                           "--cleanup"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
     assert out.returncode == 0, out.stderr
-    assert "ResourceSlices not touched" in out.stderr and "removed 1 CDI spec(s) and 2 socket(s)" in out.stdout
+    assert "ResourceSlices not touched" in out.stderr and "removed 3 CDI spec(s) and 2 socket(s)" in out.stdout
     assert not any(p.exists() for p in ours) and theirs.exists()
     assert sorted(p.name for p in cdi.iterdir()) == ["nvidia.com-gpu.json"]
 
@@ -161,3 +163,55 @@ def test_an_unusable_state_dir_exits_1_naming_the_option_and_the_path(short_tmp:
     assert f"bridge node: state directory {str(state)!r} (--state-dir) cannot be used: Not a directory" in r.stderr
     assert blocker.read_text() == "not a directory"  # nothing of the user's was touched
     assert not (short_tmp / "kl" / "device-plugins").exists()  # nothing was served
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--driver-root", "run/nvidia/driver"], "'run/nvidia/driver' is not an absolute host path"),
+    (["--dev-root", "dev"], "'dev' is not an absolute host path"),
+    (["--cdi-hook-path", "nvidia-cdi-hook"], "'nvidia-cdi-hook' is not an absolute host path"),
+    (["--host-root", "/nonexistent/host"], "Directory '/nonexistent/host' does not exist"),
+    (["--cdi-source", "nvidia"], "'nvidia' is not one of 'auto', 'toolkit', 'own'"),
+])
+def test_bad_cdi_options_exit_2_naming_the_option(short_tmp: Path, args: list[str], message: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and message in " ".join(out.stderr.split()), out.stderr
+
+
+def test_cdi_source_toolkit_without_the_toolkits_spec_exits_2_before_serving(short_tmp: Path) -> None:
+    host = short_tmp / "host"
+    host.mkdir()
+    out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), "--state-dir",
+                          str(short_tmp / "st"), "--dra", "off", "--http-address", "off", "--host-root", str(host)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "BRIDGE_CDI_SOURCE": "toolkit"})
+    assert out.returncode == 2, out.stderr
+    assert "bridge node: --cdi-source toolkit: no spec of kind nvidia.com/gpu in /etc/cdi, /var/run/cdi" in out.stderr
+    assert not (short_tmp / "device-plugins").exists() or not list((short_tmp / "device-plugins").glob("dra-*"))
+
+
+def test_the_start_log_explains_the_driver_root_and_whose_cdi_names_containers_get(
+        kubelet: KubeletSimulator, short_tmp: Path) -> None:
+    from bridge.inventory.simulated import DEFAULT_DRIVER_VERSION, devices_from_spec
+    from tests.fakedriver import make_driver_files, put_spec, toolkit_spec
+
+    host = make_driver_files(short_tmp / "host", DEFAULT_DRIVER_VERSION)
+    put_spec(host, "/etc/cdi/nvidia.yaml", toolkit_spec(devices_from_spec("2xH100-80GB", "node-cli")))
+    proc = Proc(["--node-name", "node-cli", "--devices", "simulated:2xH100-80GB", "--kubelet-root", str(short_tmp),
+                 "--state-dir", str(short_tmp / "st"), "--cdi-root", str(short_tmp / "cdi"), "--dra", "off",
+                 "--http-address", "off", "--log-format", "json", "--device-list-strategy", "cdi-cri"],
+                env={"BRIDGE_DRIVER_ROOT": "/", "BRIDGE_HOST_ROOT": str(host)})
+    try:
+        assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 2, 30), proc.lines
+        resp = kubelet.devices.allocate("uid-1", "main", RESOURCE, 1)
+    finally:
+        proc.p.send_signal(signal.SIGTERM)
+        assert proc.finish() == 0, proc.lines
+    messages = [str(e["msg"]) for e in proc.logs()]
+    assert any(m.startswith(f"CDI: driver {DEFAULT_DRIVER_VERSION} at driver root / (read at {host}): ")
+               for m in messages), messages
+    assert any(m.startswith("CDI source: toolkit (--cdi-source auto): /etc/cdi/nvidia.yaml names all 2 GPU(s)")
+               for m in messages), messages
+    assert [c.name for c in resp.cdi_devices][0].startswith("nvidia.com/gpu=GPU-")

@@ -154,7 +154,7 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         [dev] = records[uid].prepared[DRIVER]
         assert (dev.device, dev.cdi_ids) == ("gpu-7", (f"k8s.{DRIVER}/claim={uid}-gpu-7",))
         spec = json.loads(cdi_files(env.cdi_root)[uid].read_text())
-        assert spec["containerEdits"]["env"] == [f"NVIDIA_VISIBLE_DEVICES={GPUS[7].uuid}"]
+        assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
         assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": f"/dev/nvidia{GPUS[7].minor}"}]
         # PodResources reports the DRA device on the container, as the kubelet does.
         assert [(a.pod_name, a.container, a.device) for a in kubelet.dra.dynamic_assignments()] == \
