@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# The whole-cluster fixture (`sandbox_cluster`) for every topic's whole-flow tests.
+pytest_plugins = ["tests.sandbox_cluster"]
+
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:

@@ -182,3 +182,30 @@ class PodResourcesServer:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
+
+
+@dataclass(frozen=True)
+class ListedDevice:
+    """One device in a PodResources `List` answer: a device-plugin device or a DRA claim's device."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str  # the extended resource name, or "<driver>" for DRA devices
+    device: str  # device-plugin ID, or "<pool>/<device>" for DRA devices
+    claim: str = ""  # "<namespace>/<name>" of the claim, for DRA devices
+
+
+def list_devices(socket_path: Path | str, timeout: float = 10.0) -> list[ListedDevice]:
+    """Call `List` on a PodResources socket (ours or a real kubelet's) and flatten the answer."""
+    out: list[ListedDevice] = []
+    with grpc.insecure_channel(f"unix://{socket_path}") as ch:
+        resp = pb_grpc.PodResourcesListerStub(ch).List(pb.ListPodResourcesRequest(), timeout=timeout)
+    for p in resp.pod_resources:
+        for c in p.containers:
+            out.extend(ListedDevice(p.namespace, p.name, c.name, d.resource_name, i)
+                       for d in c.devices for i in d.device_ids)
+            out.extend(ListedDevice(p.namespace, p.name, c.name, r.driver_name, f"{r.pool_name}/{r.device_name}",
+                                    f"{dr.claim_namespace}/{dr.claim_name}")
+                       for dr in c.dynamic_resources for r in dr.claim_resources)
+    return out

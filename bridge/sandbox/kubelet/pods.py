@@ -390,7 +390,7 @@ class PodRunner:
 
     def _event(self, rec: PodRecord, type_: str, reason: str, message: str) -> None:
         try:
-            record_event(self.kube, rec.obj, reason, message, "Warning" if type_ == "Warning" else "Normal",
-                         component="kubelet", host=self.node_name)
+            record_event(self.kube, {**rec.obj, "apiVersion": "v1", "kind": "Pod"}, reason, message,
+                         "Warning" if type_ == "Warning" else "Normal", component="kubelet", host=self.node_name)
         except (KubeError, ValueError) as err:
             log.debug("recording an event failed: %s", err)
