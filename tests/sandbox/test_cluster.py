@@ -166,3 +166,35 @@ def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["sandbox", "cluster", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
+
+
+def test_a_dra_pod_on_a_bridge_node_is_prepared_by_the_real_daemon_and_unprepared_when_deleted(
+        bridged: SandboxCluster) -> None:
+    """Allocated by hand (the scheduler's part): the kubelet simulator and the real node daemon do the rest."""
+    cluster, api = bridged, bridged.api
+    cluster.wait_daemons_settled(60)
+    rapi = api.resource_api()
+    (slice_,) = api.list(rapi.slices, field_selector="spec.nodeName=node-0")["items"]
+    device = slice_["spec"]["devices"][0]["name"]
+    pod = api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "namespace": "default"},
+                            "spec": {"nodeName": "node-0", "resourceClaims": [{"name": "gpu", "resourceClaimName": "one"}],
+                                     "containers": [{"name": "main", "image": "cuda:12",
+                                                     "resources": {"claims": [{"name": "gpu"}]}}]}}, "default")
+    claim = api.create(rapi.claims, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaim",
+        "metadata": {"name": "one", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}},
+    }, "default")
+    claim["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "node-0", "device": device}]}},
+        "reservedFor": [{"resource": "pods", "name": "infer", "uid": pod["metadata"]["uid"]}]}
+    api.update(rapi.claims, claim, "default", subresource="status")
+    cluster.wait_pod_phase("default", "infer", "Running", 60)
+    node = cluster.node("node-0")
+    specs = lambda: [p.name for p in node.cdi_root.glob("*claim_*")]  # noqa: E731
+    wait_until(lambda: any(claim["metadata"]["uid"] in n for n in specs()), 30, "the claim's CDI spec")
+    assert any(h == {"claim default/one"} for h in holders(cluster).values())
+    api.delete(PODS, "infer", "default")
+    cluster.wait_pod_phase("default", "infer", "Gone", 60)
+    wait_until(lambda: not any(claim["metadata"]["uid"] in n for n in specs()), 30, "the CDI spec to be removed")
+    assert node.kubelet.dra is not None and node.kubelet.dra.claim(claim["metadata"]["uid"]) is None
