@@ -250,3 +250,14 @@ def test_before_1_36_the_extended_resource_claim_is_not_prepared(env: Env) -> No
     world = env.start("1.34")  # DRAExtendedResource is alpha (off) in 1.34
     wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
     assert world.dra.calls == []
+
+
+def test_after_a_kubelet_restart_the_claims_of_running_pods_are_prepared_again(world: World) -> None:
+    pod = world.pod("steady", claims=["gpu"])
+    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+    wait_until(lambda: world.phase("steady") == "Running", 30, "the DRA pod to run")
+    world.kubelet.restart()
+    assert world.kubelet.dra is not None
+    world.kubelet.dra.wait_for_plugin(DRIVER, 30)
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 30, "NodePrepareResources again")
+    assert world.phase("steady") == "Running"

@@ -23,6 +23,8 @@ good by the kubelet) and pkg/kubelet/cm/dra/manager.go. What it reproduces:
   back (`UpdateAllocatedDevices`), the terminal status is written, and a pod being deleted is deleted for good.
 * A kubelet restart (`resync`) forgets which claims were prepared, so every running pod's claims are prepared
   again, as the real kubelet does after a restart.
+* Every `reconcile_period` (60 s) claims still referenced by pods that are no longer active are unprepared
+  (cm/dra/manager.go `reconcileLoop`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 RUN_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/run-seconds"
 EXIT_CODE_ANNOTATION = "sandbox.dra-bridge.io/exit-code"
 SYNC_RETRY_S = 10.0  # pod_workers.go backOffPeriod
+RECONCILE_PERIOD_S = 60.0  # cm/dra/manager.go defaultReconcilePeriod
 RESTART_BACKOFF_S = 10.0
 RESTART_BACKOFF_MAX_S = 300.0
 KILLED_EXIT_CODE = 143  # 128 + SIGTERM
@@ -91,7 +94,7 @@ class PodRecord:
 class PodRunner:
     def __init__(self, kube: KubeAPI, node_name: str, devices: DeviceManager, dra: DraManager | None, *,
                  version: KubeletVersion, machine: MachineInfo | None = None, sync_retry: float = SYNC_RETRY_S,
-                 restart_backoff: float = RESTART_BACKOFF_S) -> None:
+                 restart_backoff: float = RESTART_BACKOFF_S, reconcile_period: float = RECONCILE_PERIOD_S) -> None:
         self.kube = kube
         self.node_name = node_name
         self.devices = devices
@@ -100,6 +103,8 @@ class PodRunner:
         self.machine = machine or MachineInfo()
         self.sync_retry = sync_retry
         self.restart_backoff = restart_backoff
+        self.reconcile_period = reconcile_period
+        self._reconciler: threading.Thread | None = None
         self._lock = threading.RLock()
         self._admit_lock = threading.Lock()
         self._pods: dict[str, PodRecord] = {}
@@ -115,6 +120,18 @@ class PodRunner:
         self._informer = Informer(self.kube, PODS, field_selector=f"spec.nodeName={self.node_name}",
                                   on_event=self._on_event)
         self._informer_thread = self._informer.start(self._stop)
+        self._reconciler = threading.Thread(target=self._reconcile, name="dra-reconcile", daemon=True)
+        self._reconciler.start()
+
+    def _reconcile(self) -> None:
+        """The DRA manager's `reconcileLoop`: claims still referenced by pods that are no longer active (a
+        termination whose unprepare kept failing, a pod deleted while the kubelet was down) are unprepared."""
+        while not self._stop.wait(self.reconcile_period):
+            if self.dra is None:
+                continue
+            with self._lock:
+                active = {r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")}
+            self.dra.unprepare_inactive(active)
 
     def stop(self) -> None:
         """The kubelet going away: workers stop, the pods' "containers" keep running (nothing is torn down)."""
@@ -125,6 +142,8 @@ class PodRunner:
             r.wake.set()
         if self._informer_thread is not None:
             self._informer_thread.join(timeout=15)
+        if self._reconciler is not None:
+            self._reconciler.join(timeout=15)
         for w in workers:
             w.join(timeout=15)
 
