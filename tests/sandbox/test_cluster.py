@@ -132,20 +132,29 @@ def test_the_cli_prints_what_runs_where_and_stops_everything_on_sigterm(short_tm
     assert not Path(f"/proc/{daemon}").exists(), "the node daemon is gone"
 
 
-def test_a_killed_cluster_takes_its_node_daemons_with_it(short_tmp: Path) -> None:
-    work = short_tmp / "w"
-    proc = _run_cli("--nodes", "1", "--gpus", "2xL4", "--bridge", "--work-dir", str(work))
+def test_a_killed_cluster_takes_its_children_with_it(short_tmp: Path) -> None:
+    """No one calls stop() after SIGKILL: the children's death signal (orphanguard, PR_SET_PDEATHSIG) ends them."""
+    script = (
+        "import sys, time; from pathlib import Path; from bridge.sandbox.cluster.processes import ChildProcess\n"
+        "c = ChildProcess('sleeper', ['sleep', '120'], Path(sys.argv[1])).start()\n"
+        "print(c.pid, flush=True); time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script, str(short_tmp / "child.log")], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not _bridge_node_pids(proc.pid):
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.1)
-        (daemon,) = _bridge_node_pids(proc.pid)
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        wait_until(lambda: _cmdline(child).startswith("sleep"), 30, "orphanguard to exec the child")
     finally:
-        proc.kill()
-        proc.communicate(timeout=60)
-    # No one called stop(): the daemon's death signal (orphanguard's PR_SET_PDEATHSIG) ends it.
-    wait_until(lambda: not Path(f"/proc/{daemon}").exists() or _zombie(daemon), 30, "the orphaned daemon to exit")
+        parent.kill()
+        parent.communicate(timeout=30)
+    wait_until(lambda: not Path(f"/proc/{child}").exists() or _zombie(child), 30, "the orphaned child to exit")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def _zombie(pid: int) -> bool:
