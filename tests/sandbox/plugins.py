@@ -113,13 +113,6 @@ def stop_plugin(served: list[Served], plugin: FakePlugin) -> None:
 
 
 @pytest.fixture
-def kubelet(short_tmp: Path) -> Iterator[KubeletSimulator]:
-    sim = KubeletSimulator(short_tmp).start()
-    yield sim
-    sim.stop()
-
-
-@pytest.fixture
 def served(kubelet: KubeletSimulator) -> Iterator[list[Served]]:
     out: list[Served] = []
     yield out

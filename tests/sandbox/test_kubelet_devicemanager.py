@@ -17,7 +17,7 @@ from bridge._proto.podresources.v1 import podresources_pb2 as prpb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
 from bridge.sandbox.kubelet import AllocationFailed, Assignment, DynamicAssignment, KubeletSimulator
-from tests.sandbox.plugins import RES, Served, kubelet, register, served, start_plugin  # noqa: F401 (fixtures)
+from tests.sandbox.plugins import RES, Served, register, served, start_plugin  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("name,ok", [
