@@ -184,7 +184,9 @@ def test_a_dra_pod_on_a_bridge_node_is_prepared_by_the_real_daemon_and_unprepare
     cluster.wait_daemons_settled(60)
     rapi = api.resource_api()
     (slice_,) = api.list(rapi.slices, field_selector="spec.nodeName=node-0")["items"]
-    device = slice_["spec"]["devices"][0]["name"]
+    taken = {r["device"] for c in api.list(rapi.claims)["items"]
+             for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []}
+    device = next(d["name"] for d in slice_["spec"]["devices"] if d["name"] not in taken)  # free DRA-side GPU
     pod = api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "namespace": "default"},
                             "spec": {"nodeName": "node-0", "resourceClaims": [{"name": "gpu", "resourceClaimName": "one"}],
                                      "containers": [{"name": "main", "image": "cuda:12",

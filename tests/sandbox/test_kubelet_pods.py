@@ -109,8 +109,10 @@ class Env:
 
 
 @pytest.fixture
-def env(short_tmp: Path) -> Iterator[Env]:
-    with ApiServer(graceful_pod_deletion=True) as srv:
+def env(short_tmp: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    """The API server at the release in `request.param` (indirect parametrization), 1.34 by default."""
+    version = getattr(request, "param", "1.34.2")
+    with ApiServer(graceful_pod_deletion=True, version=version) as srv:
         api = connect(str(srv.write_kubeconfig(short_tmp / "kubeconfig")))
         ensure_namespace(api, NS)
         e = Env(api, short_tmp)
@@ -237,6 +239,7 @@ def extended_resource_pod(env: Env) -> tuple[dict[str, Any], str]:
     return pod, claim["metadata"]["uid"]
 
 
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)  # a 1.34 API server drops the field (gate off)
 def test_from_1_36_the_scheduler_made_extended_resource_claim_is_prepared_for_the_pod(env: Env) -> None:
     _, uid = extended_resource_pod(env)
     world = env.start("1.36")
@@ -245,9 +248,10 @@ def test_from_1_36_the_scheduler_made_extended_resource_claim_is_prepared_for_th
     assert world.widgets.allocations == []  # the DRA-backed name is not a device-plugin resource
 
 
-def test_before_1_36_the_extended_resource_claim_is_not_prepared(env: Env) -> None:
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
+def test_a_1_34_kubelet_does_not_prepare_the_extended_resource_claim(env: Env) -> None:
     extended_resource_pod(env)
-    world = env.start("1.34")  # DRAExtendedResource is alpha (off) in 1.34
+    world = env.start("1.34")  # kubelet skew: DRAExtendedResource is alpha (off) in a 1.34 kubelet
     wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
     assert world.dra.calls == []
 
