@@ -6,8 +6,15 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from bridge.sandbox.kubelet import KubeletSimulator
+
+# The whole-cluster fixture (`sandbox_cluster`) for every topic's whole-flow tests.
+pytest_plugins = ["tests.sandbox_cluster"]
 
 
 @pytest.fixture
@@ -30,3 +37,13 @@ def _restore_root_logging() -> Iterator[None]:
     yield
     root.setLevel(level)
     root.handlers[:] = handlers
+
+
+@pytest.fixture
+def kubelet(short_tmp: Path) -> Iterator["KubeletSimulator"]:
+    """A kubelet simulator (device manager + PodResources, no API side) in a short temp dir."""
+    from bridge.sandbox.kubelet import KubeletSimulator
+
+    sim = KubeletSimulator(short_tmp).start()
+    yield sim
+    sim.stop()

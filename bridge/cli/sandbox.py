@@ -1,8 +1,10 @@
-"""`bridge sandbox`: stand-ins for a cluster on one machine (the API emulator; the kubelet simulator joins later)."""
+"""`bridge sandbox`: stand-ins for a cluster on one machine: the API emulator, the kubelet simulator, and a whole
+cluster of both with the control-plane stand-ins and the real bridge components (`cluster`)."""
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -100,46 +102,206 @@ def apiserver(
     click.echo("stopped", err=True)
 
 
+def _kubelet_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from bridge.sandbox.kubelet.version import KubeletVersion, VersionError
+
+    try:
+        KubeletVersion.parse(value)
+    except VersionError as err:
+        raise click.BadParameter(str(err)) from err
+    return value
+
+
+def _labels(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        for part in item.split(","):
+            key, sep, val = part.strip().partition("=")
+            if not part.strip():
+                continue
+            if not sep or not key:
+                raise click.BadParameter(f"expected KEY=VALUE, got {part!r}")
+            out[key] = val
+    return out
+
+
 @sandbox.command()
 @click.option("--root", type=click.Path(file_okay=False, path_type=Path), required=True, show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_ROOT",
               help="Kubelet root to simulate (device-plugins/, plugins/, plugins_registry/, pod-resources/ below it).")
 @click.option("--node-name", required=True, show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_NODE_NAME", help="The node this kubelet runs.")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBECONFIG",
-              help="API server for the DRA side (claims, ResourceSlice wipe at start); without it, device plugins only.")
+              help="API server: registers the Node, posts its status, runs the pods bound to it and serves the DRA "
+                   "side (claims, ResourceSlice wipes). Without it, device plugins and PodResources only.")
+@click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBERNETES_VERSION",
+              help="Kubelet release to play (1.32-1.37): decides e.g. the device-plugin disconnect rule (1.37 "
+                   "disconnects only the plugin instance whose stream ended) and DRA extended resources (1.36+).")
+@click.option("--node-status-frequency", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_NODE_STATUS_FREQUENCY",
+              help="Seconds between Node status updates (the kubelet's nodeStatusUpdateFrequency).")
+@click.option("--node-label", "node_labels", multiple=True, callback=_labels, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_KUBELET_NODE_LABELS",
+              help="KEY=VALUE label to register the Node with (repeatable or comma-separated; the kubelet's "
+                   "--node-labels).")
+@click.option("--register-node/--no-register-node", default=True, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_KUBELET_REGISTER_NODE",
+              help="Create the Node (or reconcile an existing one) and post its status, as a kubelet does.")
+@click.option("--run-pods/--no-run-pods", default=True, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_KUBELET_RUN_PODS",
+              help="Run the pods bound to this node (admission, Allocate, NodePrepareResources, status).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_LOG_LEVEL")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_LOG_FORMAT")
-def kubelet(root: Path, node_name: str, kubeconfig: Path | None, log_level: str, log_format: str) -> None:
-    """Run the kubelet simulator until Ctrl-C: device-plugin registration, PodResources and (with --kubeconfig)
-    the DRA plugin watcher, on real unix sockets under --root.
+def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, node_status_frequency: float,
+            node_labels: dict[str, str], register_node: bool, run_pods: bool, log_level: str, log_format: str) -> None:
+    """Run the kubelet simulator until Ctrl-C: device-plugin registration, PodResources and, with --kubeconfig,
+    the Node's registration and status, the pods bound to it and the DRA plugin watcher, on real unix sockets
+    under --root.
 
     \b
     Example:
       bridge sandbox kubelet --root /tmp/kl --node-name node-a --kubeconfig /tmp/sandbox.kubeconfig
     """
     from bridge.node.sockets import SocketPathError
-    from bridge.sandbox.kubelet import KubeletSimulator
+    from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
 
     setup_logging(log_format, log_level.upper())
     kube = None
     if kubeconfig is not None:
-        from bridge.kube import connect
+        from bridge.kube import ConfigError, connect
 
-        kube = connect(str(kubeconfig))
+        try:
+            kube = connect(str(kubeconfig))
+        except ConfigError as err:
+            raise click.BadParameter(str(err), param_hint="--kubeconfig") from err
+    on_api = kube is not None
+    config = KubeletConfig(version=version, register_node=register_node and on_api, run_pods=run_pods and on_api,
+                           node_status_frequency=node_status_frequency, machine=MachineInfo(labels=node_labels))
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        sim = KubeletSimulator(root, kube=kube, node_name=node_name if kube is not None else None).start()
+        sim = KubeletSimulator(root, kube=kube, node_name=node_name if on_api else None, config=config).start()
     except (SocketPathError, OSError) as err:
         raise click.ClickException(str(err)) from err
-    click.echo(f"kubelet simulator for node {node_name} serving under {root} (DRA side "
-               f"{'on' if kube is not None else 'off: no --kubeconfig'})")
+    parts = [f"DRA side {'on' if on_api else 'off: no --kubeconfig'}"]
+    if on_api:
+        parts += [f"Node registration {'on' if config.register_node else 'off'}",
+                  f"pods {'run' if config.run_pods else 'not run'}"]
+    click.echo(f"kubelet simulator v{sim.version.git_version[1:]} for node {node_name} serving under {root} "
+               f"({', '.join(parts)})")
     try:
         while not stop.wait(0.5):
             pass
     finally:
         sim.stop()
+    click.echo("stopped", err=True)
+
+
+@sandbox.command()
+@click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_KUBERNETES_VERSION",
+              help="Kubernetes release (1.32-1.37) of the API emulator and the kubelets: the served resource.k8s.io "
+                   "versions and the DRA features follow it.")
+@click.option("--nodes", "node_count", type=click.IntRange(1, 64), default=2, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_NODES", help="Number of nodes (node-0, node-1, ...).")
+@click.option("--gpus", default="8xH100-80GB", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_GPUS",
+              help="Simulated GPUs per node, as `bridge node --devices simulated:<spec>` takes them "
+                   "(e.g. 8xH100-80GB, 4xA100-40GB,2xL4).")
+@click.option("--nodes-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_NODES_FILE",
+              help="YAML listing the nodes instead (name, gpus, labels, split per node; format in "
+                   "bridge/sandbox/cluster/spec.py). Excludes --nodes and --gpus.")
+@click.option("--bridge/--no-bridge", "with_bridge", default=False, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_BRIDGE",
+              help="Run a real `bridge node` per node with the simulated GPUs, and create the bridge's DeviceClass.")
+@click.option("--split", default=None, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_SPLIT",
+              help="Which GPUs of each node serve DRA (`bridge node --dra-devices`: 0, N, all, gpu-6,gpu-7); a "
+                   "node's own split in --nodes-file wins. Needs --bridge.")
+@click.option("--webhook/--no-webhook", "with_webhook", default=False, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_WEBHOOK",
+              help="Run the real `bridge webhook` (HTTPS, throwaway CA) and register it in the API emulator. Needs "
+                   "--bridge.")
+@click.option("--kubeconfig-out", type=click.Path(dir_okay=False, path_type=Path), default=None, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_KUBECONFIG_OUT",
+              help="Also write the kubeconfig here (it is always written into the work directory).")
+@click.option("--host", default="127.0.0.1", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_HOST",
+              help="Address of the API emulator (loopback by default; it has no authentication).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_PORT", help="Port of the API emulator; 0 picks a free one.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_WORK_DIR",
+              help="Where sockets, state, CDI specs and logs go (at most 40 bytes long: unix socket paths are "
+                   "limited). Default: a temporary directory, removed on exit; a given one is kept.")
+@click.option("--node-status-frequency", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_NODE_STATUS_FREQUENCY",
+              help="The kubelets' nodeStatusUpdateFrequency in seconds (GPU moves from the device plugin to DRA "
+                   "wait for the Node status to show them).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_TIMEOUT", help="Seconds to wait for everything to start.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
+              show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_LEVEL",
+              help="Log level of the in-process parts (emulator, kubelets, control plane); each node daemon and the "
+                   "webhook log to their own files.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
+def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
+            with_webhook: bool, kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
+            node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
+    """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
+    node (registers its Node, runs the pods bound to it), the scheduler and claim-controller stand-ins and,
+    optionally, a real `bridge node` per node with simulated GPUs and the real `bridge webhook`.
+
+    \b
+    Examples:
+      bridge sandbox cluster --nodes 2 --gpus 8xH100-80GB --bridge --split 4 --kubeconfig-out /tmp/sb.kubeconfig
+      bridge sandbox cluster --kubernetes-version 1.37 --nodes-file nodes.yaml --bridge --webhook
+      kubectl --kubeconfig /tmp/sb.kubeconfig get nodes
+
+    Exit codes: 0 after Ctrl-C/SIGTERM (everything stopped, the temporary work directory removed), 1 when a part
+    fails to start (its log's tail is printed), 2 on bad options.
+    """
+    from bridge.sandbox.cluster import ClusterError, ClusterSpec, SandboxCluster, SpecError, nodes_from_count
+    from bridge.sandbox.cluster.spec import nodes_from_file
+
+    ctx = click.get_current_context()
+    if nodes_file is not None:
+        for opt in ("node_count", "gpus"):
+            if ctx.get_parameter_source(opt) not in (click.core.ParameterSource.DEFAULT, None):
+                raise click.UsageError("--nodes-file lists the nodes: do not combine it with --nodes or --gpus")
+    if split is not None and not with_bridge:
+        raise click.BadParameter("the split is applied by the bridge's node daemons: add --bridge", param_hint="--split")
+    if split is not None:
+        from bridge.ledger import parse_split
+
+        try:
+            parse_split(split)
+        except ValueError as err:  # the ledger's split errors are ValueErrors
+            raise click.BadParameter(str(err), param_hint="--split") from err
+    try:
+        nodes = nodes_from_file(nodes_file) if nodes_file is not None else nodes_from_count(node_count, gpus)
+        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, bridge=with_bridge, webhook=with_webhook,
+                           split=split, node_status_frequency=node_status_frequency)
+        sandbox_cluster = SandboxCluster(spec, work_dir=work_dir, kubeconfig_out=kubeconfig_out, host=host, port=port)
+    except SpecError as err:
+        raise click.BadParameter(str(err), param_hint="--nodes-file" if nodes_file else "--gpus") from err
+    setup_logging(log_format, log_level.upper())
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        sandbox_cluster.start(timeout=timeout)
+    except (ClusterError, OSError) as err:
+        click.echo(f"bridge sandbox cluster: {err}", err=True)
+        sys.exit(1)
+    try:
+        click.echo(sandbox_cluster.describe())
+        click.echo("ready; Ctrl-C to stop", err=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        click.echo("stopping", err=True)
+        sandbox_cluster.stop()
     click.echo("stopped", err=True)

@@ -20,13 +20,6 @@ RESOURCE = "nvidia.com/gpu"
 WAIT_S = 20.0
 
 
-@pytest.fixture
-def kubelet(short_tmp: Path) -> Iterator[KubeletSimulator]:
-    sim = KubeletSimulator(short_tmp).start()
-    yield sim
-    sim.stop()
-
-
 NodeFactory = Callable[..., NodeDaemon]
 
 

@@ -88,7 +88,7 @@ def test_claims_the_kubelet_would_not_send_are_still_answered_per_claim(
     kubelet.wait_for_plugin(DRIVER)
     pod = make_pod(cluster.api, "team-c", "p", ["bare"])
     make_claim(cluster.api, "team-c", "bare", pod, None)
-    with pytest.raises(PodPrepareError, match="is not allocated"):
+    with pytest.raises(PodPrepareError, match="ResourceClaim bare: not allocated"):
         kubelet.prepare_pod(pod)
     assert kubelet.prepare_calls == []
 

@@ -10,17 +10,9 @@ import pytest
 from bridge.inventory.simulated import SimulatedSource
 from bridge.node.daemon import NodeConfig, NodeDaemon
 from bridge.node.podresources import Adoption
-from bridge.sandbox.kubelet import KubeletSimulator
 from tests.polling import wait_until  # noqa: F401  (re-exported to the tests here)
 
 RESOURCE = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def kubelet(short_tmp: Path) -> Iterator[KubeletSimulator]:
-    sim = KubeletSimulator(short_tmp).start()
-    yield sim
-    sim.stop()
 
 
 @pytest.fixture

@@ -8,114 +8,16 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import pytest
 
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge._proto.podresources.v1 import podresources_pb2 as prpb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
 from bridge.sandbox.kubelet import AllocationFailed, Assignment, DynamicAssignment, KubeletSimulator
-
-RES = "example.com/widget"
-
-
-class FakePlugin(pb_grpc.DevicePluginServicer):
-    """A minimal device plugin: a fixed device list whose health the test flips; records Allocate calls."""
-
-    def __init__(self, ids: list[str], preferred: list[str] | None = None) -> None:
-        self.health = {i: "Healthy" for i in ids}
-        self.preferred = preferred
-        self.allocations: list[list[str]] = []
-        self.cond = threading.Condition()
-        self.version = 0
-        self.closed = threading.Event()
-
-    def set(self, device: str, health: str) -> None:
-        with self.cond:
-            self.health[device] = health
-            self.version += 1
-            self.cond.notify_all()
-
-    def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]
-        return pb.DevicePluginOptions(get_preferred_allocation_available=self.preferred is not None)
-
-    def ListAndWatch(self, request, context):  # type: ignore[no-untyped-def]
-        seen = -1
-        while context.is_active() and not self.closed.is_set():
-            with self.cond:
-                if self.version == seen:
-                    self.cond.wait(0.1)
-                    continue
-                seen = self.version
-                msg = pb.ListAndWatchResponse(devices=[
-                    pb.Device(ID=i, health=h, topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n % 2)]))
-                    for n, (i, h) in enumerate(sorted(self.health.items()))])
-            yield msg
-
-    def GetPreferredAllocation(self, request, context):  # type: ignore[no-untyped-def]
-        size = request.container_requests[0].allocation_size
-        return pb.PreferredAllocationResponse(container_responses=[
-            pb.ContainerPreferredAllocationResponse(deviceIDs=(self.preferred or [])[:size])])
-
-    def Allocate(self, request, context):  # type: ignore[no-untyped-def]
-        ids = list(request.container_requests[0].devices_ids)
-        self.allocations.append(ids)
-        return pb.AllocateResponse(container_responses=[
-            pb.ContainerAllocateResponse(envs={"IDS": ",".join(ids)})])
-
-
-class Served:
-    def __init__(self, path: Path, servicer: FakePlugin) -> None:
-        self.path = path
-        self.servicer = servicer
-        self.pool = ThreadPoolExecutor(8)
-        self.server = grpc.server(self.pool)
-        pb_grpc.add_DevicePluginServicer_to_server(servicer, self.server)
-        self.server.add_insecure_port("unix:" + str(path))
-        self.server.start()
-
-    def stop(self) -> None:
-        self.servicer.closed.set()
-        self.server.stop(0).wait()
-        self.pool.shutdown()
-
-
-@pytest.fixture
-def kubelet(short_tmp: Path) -> Iterator[KubeletSimulator]:
-    sim = KubeletSimulator(short_tmp).start()
-    yield sim
-    sim.stop()
-
-
-@pytest.fixture
-def served(kubelet: KubeletSimulator) -> Iterator[list[Served]]:
-    out: list[Served] = []
-    yield out
-    for s in out:
-        s.stop()
-
-
-def register(kubelet: KubeletSimulator, endpoint: str, resource: str = RES, version: str = "v1beta1") -> None:
-    with grpc.insecure_channel(f"unix://{kubelet.kubelet_socket}") as ch:
-        pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
-            version=version, endpoint=endpoint, resource_name=resource,
-            options=pb.DevicePluginOptions()), timeout=15)
-
-
-def start_plugin(kubelet: KubeletSimulator, served: list[Served], ids: list[str], name: str = "w.sock",
-                 preferred: list[str] | None = None) -> FakePlugin:
-    plugin = FakePlugin(ids, preferred)
-    served.append(Served(kubelet.device_plugin_dir / name, plugin))
-    register(kubelet, name)
-    assert kubelet.devices.wait_for(lambda m: m.resource(RES).capacity == len(ids), 20)
-    return plugin
+from tests.sandbox.plugins import RES, Served, register, served, start_plugin  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("name,ok", [
@@ -131,10 +33,13 @@ def test_extended_resource_names_follow_kubernetes_rules(name: str, ok: bool) ->
 def test_register_rejects_unsupported_versions_and_bad_resource_names(kubelet: KubeletSimulator) -> None:
     with pytest.raises(grpc.RpcError) as err:
         register(kubelet, "w.sock", version="v1alpha")
-    assert "version 'v1alpha' is not supported" in err.value.details()
+    # The kubelet answers with plain Go errors (gRPC code Unknown) worded as in devicemanager/plugin/v1beta1/api.go.
+    assert err.value.code() == grpc.StatusCode.UNKNOWN
+    assert err.value.details() == ('requested API version "v1alpha" is not supported by kubelet. '
+                                   'Supported version is ["v1beta1"]')
     with pytest.raises(grpc.RpcError) as err:
         register(kubelet, "w.sock", resource="kubernetes.io/widget")
-    assert "not an extended resource name" in err.value.details()
+    assert err.value.details() == 'the ResourceName "kubernetes.io/widget" is invalid'
     assert kubelet.devices.resource("kubernetes.io/widget").registrations == 0
 
 
@@ -145,8 +50,8 @@ def test_register_fails_when_the_plugin_endpoint_cannot_be_dialled(kubelet: Kube
     try:
         with pytest.raises(grpc.RpcError) as err:
             register(kubelet, "dead.sock")
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert "failed to dial device plugin" in err.value.details()
+        assert err.value.code() == grpc.StatusCode.UNKNOWN
+        assert err.value.details().startswith("failed to dial device plugin:")
         assert kubelet.devices.resource(RES).registrations == 0
     finally:
         dead.close()

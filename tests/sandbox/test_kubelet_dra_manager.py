@@ -10,104 +10,18 @@ what a real kubelet would catch.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
-from bridge._proto.dra.v1 import dra_pb2 as pb
-from bridge._proto.dra.v1 import dra_pb2_grpc as pb_grpc
-from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb
-from bridge.dra.registration import RegistrationServicer, add_to_server, supported_versions
 from bridge.kube import KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import dramanager
 from bridge.sandbox.kubelet.dramanager import DraManager, PodPrepareError, PodUnprepareError
 from tests.dra.cluster import NODE, gpu, make_claim, make_pod, wait_until
-
-DRIVER = "gpu.dra-bridge.io"
-OTHER = "nic.example.com"
-
-
-@dataclass
-class Script:
-    """What the scripted plugin does with each call; records what it was asked."""
-
-    drop: set[str] = field(default_factory=set)  # claim UIDs left out of the answer
-    extra_uid: str = ""  # an answer for a UID nobody asked for
-    errors: dict[str, str] = field(default_factory=dict)  # claim UID -> per-claim error
-    delay_s: float = 0.0
-    calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (rpc, claim UIDs)
-
-
-class ScriptedDra(pb_grpc.DRAPluginServicer):
-    def __init__(self, script: Script) -> None:
-        self.script = script
-
-    def NodePrepareResources(self, request: pb.NodePrepareResourcesRequest,  # noqa: N802
-                             context: grpc.ServicerContext) -> pb.NodePrepareResourcesResponse:
-        s = self.script
-        s.calls.append(("prepare", tuple(c.uid for c in request.claims)))
-        time.sleep(s.delay_s)
-        out = pb.NodePrepareResourcesResponse()
-        for c in request.claims:
-            if c.uid in s.drop:
-                continue
-            if c.uid in s.errors:
-                out.claims[c.uid].error = s.errors[c.uid]
-            else:
-                out.claims[c.uid].devices.add(pool_name=NODE, device_name="gpu-0",
-                                              cdi_device_ids=[f"k8s.{DRIVER}/claim={c.uid}-gpu-0"])
-        if s.extra_uid:
-            out.claims[s.extra_uid].SetInParent()
-        return out
-
-    def NodeUnprepareResources(self, request: pb.NodeUnprepareResourcesRequest,  # noqa: N802
-                               context: grpc.ServicerContext) -> pb.NodeUnprepareResourcesResponse:
-        s = self.script
-        s.calls.append(("unprepare", tuple(c.uid for c in request.claims)))
-        out = pb.NodeUnprepareResourcesResponse()
-        for c in request.claims:
-            if c.uid not in s.drop:
-                out.claims[c.uid].error = s.errors.get(c.uid, "")
-        return out
-
-
-class SlowRegistration(RegistrationServicer):
-    def __init__(self, *args: object, get_info_delay_s: float, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.get_info_delay_s = get_info_delay_s
-
-    def GetInfo(self, request: reg_pb.InfoRequest, context: grpc.ServicerContext) -> reg_pb.PluginInfo:  # noqa: N802
-        time.sleep(self.get_info_delay_s)
-        return super().GetInfo(request, context)
-
-
-class ScriptedPlugin:
-    """A DRA plugin double on real sockets: `<root>/plugins_registry/<driver>-reg.sock` + `<root>/<driver>.sock`."""
-
-    def __init__(self, root: Path, driver: str, script: Script, *, get_info_delay_s: float = 0.0) -> None:
-        self.script = script
-        endpoint = root / f"{driver}.sock"
-        (root / "plugins_registry").mkdir(parents=True, exist_ok=True)
-        self.registration = SlowRegistration(driver, str(endpoint), supported_versions(health=False),
-                                             get_info_delay_s=get_info_delay_s)
-        self.dra = grpc.server(futures.ThreadPoolExecutor(4))
-        pb_grpc.add_DRAPluginServicer_to_server(ScriptedDra(script), self.dra)
-        self.dra.add_insecure_port(f"unix://{endpoint}")
-        self.reg = grpc.server(futures.ThreadPoolExecutor(2))
-        add_to_server(self.registration, self.reg)
-        self.reg.add_insecure_port(f"unix://{root / 'plugins_registry' / f'{driver}-reg.sock'}")
-        self.dra.start()
-        self.reg.start()
-
-    def stop(self) -> None:
-        self.reg.stop(0)
-        self.dra.stop(0)
+from tests.sandbox.draplugins import DRIVER, OTHER, Script, ScriptedPlugin
 
 
 @dataclass
@@ -177,16 +91,34 @@ def test_one_prepare_call_per_driver_per_pod_carries_all_of_its_claims(env: Env)
     assert ours.calls[1:] == [("prepare", (uid_c,))]
 
 
-def test_a_response_that_leaves_out_a_claim_fails_the_pod_and_the_claim_is_asked_for_again(env: Env) -> None:
+def test_a_response_that_leaves_out_a_claim_fails_the_pod_and_every_claim_of_the_batch_is_asked_for_again(
+        env: Env) -> None:
     script = env.plugin()
     registered(env, DRIVER)
     pod, uids = pod_with_claims(env, "p", {"a": [gpu("gpu-0")], "b": [gpu("gpu-1")]})
     script.drop = {uids["b"]}
     with pytest.raises(PodPrepareError, match="NodePrepareResources skipped 1 ResourceClaims"):
         env.kubelet.prepare_pod(pod)
+    assert not env.kubelet.claim(uids["a"]).fully_prepared  # type: ignore[union-attr]  # answered, not prepared
     script.drop = set()
     env.kubelet.prepare_pod(pod)
-    assert script.calls[-1] == ("prepare", (uids["b"],))  # "a" was answered, only "b" is asked again
+    # manager.go marks claims prepared only once every batch succeeded: "a" is asked for again with "b".
+    assert script.calls[-1] == ("prepare", (uids["a"], uids["b"]))
+    assert env.kubelet.claim(uids["a"]).fully_prepared  # type: ignore[union-attr]
+
+
+def test_a_claim_counts_as_prepared_only_after_every_driver_batch_of_the_pod_succeeded(env: Env) -> None:
+    ours, theirs = env.plugin(DRIVER), env.plugin(OTHER)
+    registered(env, DRIVER, OTHER)
+    pod, uids = pod_with_claims(env, "p", {"a": [gpu("gpu-0")], "nic": [gpu("nic-0", driver=OTHER)]})
+    theirs.errors = {uids["nic"]: "link down"}
+    with pytest.raises(PodPrepareError, match="failed for ResourceClaim nic: link down"):
+        env.kubelet.prepare_pod(pod)
+    theirs.errors = {}
+    env.kubelet.prepare_pod(pod)
+    # Our driver answered the first attempt, yet the retry asks it again: nothing was prepared until all succeeded.
+    assert ours.calls == [("prepare", (uids["a"],)), ("prepare", (uids["a"],))]
+    assert theirs.calls == [("prepare", (uids["nic"],)), ("prepare", (uids["nic"],))]
 
 
 def test_a_response_for_a_uid_that_was_not_requested_fails_the_pod(env: Env) -> None:

@@ -1,18 +1,44 @@
-"""The kubelet's device manager, simulated: the Registration server on `kubelet.sock` and one client per plugin.
+"""The kubelet's device manager, simulated: the Registration server on `kubelet.sock`, one client per plugin, the
+healthy/unhealthy device sets, `GetCapacity` for the node status and the per-container allocation.
 
-What it reproduces (reference/kubelet-grpc.md section 1.4, limits-and-timeouts.md section 1b):
-* `Register` checks the version (∈ ["v1beta1"]) and that the resource is an extended resource name, then dials
-  `<device-plugins dir>/<endpoint>` with a 10 s blocking dial, calls `GetDevicePluginOptions` and only then
-  answers; the ListAndWatch stream is opened in the background and kept open. A failure is a gRPC error.
-* Each ListAndWatch message is the complete device list: healthy / unhealthy sets are replaced, capacity is the
-  number of devices, allocatable the number of healthy ones. When the stream ends, every device of the resource
-  becomes unhealthy (allocatable 0, capacity unchanged). A re-registration replaces the old client.
-* `allocate()` picks from healthy devices not assigned to any container, asks GetPreferredAllocation when the
-  plugin offers it (and checks the answer like the kubelet: right size, only available devices), then calls
-  Allocate with exactly one container request and records the assignment; `remove_pod()` frees it.
-* `restart()` is a kubelet restart: clients dropped, every unix socket in `device-plugins/` deleted (regular files
-  such as `kubelet_internal_checkpoint` and `DEPRECATION` are kept), and a fresh `kubelet.sock` served.
-  Assignments survive, as they do through the kubelet's checkpoint.
+Written from kubernetes/kubernetes pkg/kubelet/cm/devicemanager/ (manager.go @7510f32, types.go,
+plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
+
+* `Register` (server.go) checks the version (∈ ["v1beta1"]) and that the resource is an extended resource name,
+  then *synchronously* connects: the client is recorded, the plugin dialled (10 s, blocking), `PluginConnected`
+  calls `GetDevicePluginOptions` and **overwrites** the resource's endpoint; only then does `Register` answer. The
+  ListAndWatch stream runs in the background. Errors are plain Go errors, so the plugin sees gRPC code UNKNOWN
+  with upstream's messages (`requested API version "x" is not supported by kubelet. Supported version is
+  ["v1beta1"]`, `the ResourceName "x" is invalid`, `failed to dial device plugin: ...`).
+* A re-registration does **not** stop the old client: its stream keeps feeding the resource's device sets
+  (`PluginListAndWatchReceiver` is keyed by resource name only), until it ends.
+* Each ListAndWatch message replaces the resource's healthy/unhealthy sets (`genericDeviceUpdateCallback`):
+  capacity = all devices, allocatable = healthy ones.
+* When a stream ends, who gets disconnected depends on the release (`KubeletVersion`):
+  - through 1.36 (handler.go @f449697): `runClient` looks the client up **by resource name** and disconnects
+    whatever is registered *now*. After a surge rollout (A registered, B registered, A stops) that is B: B's
+    connection is closed, the resource's healthy devices all become unhealthy (allocatable 0 at once, capacity
+    unchanged) and the endpoint gets a stop time. B's own stream then ends, finds no client, and the kubelet stays
+    cut off until the plugin registers again.
+  - from 1.37 (handler.go @00ca7a18, PR #135437): clients are kept per socket path and only the instance whose
+    stream ended is disconnected; while another instance of the resource is connected it stays the resource's
+    endpoint and nothing is marked unhealthy. A second registration on a socket path that is already connected is
+    refused (the duplicate check PR #139338 describes). The manager side of that PR was not readable here; what
+    is modelled is the PR's stated intent: one instance's lifecycle does not touch another's.
+* `capacity()` is `GetCapacity`: a resource whose endpoint stopped more than `endpointStopGracePeriod` (5 min)
+  ago is dropped and reported as removed (the node status then writes capacity 0 for it: nodestatus/setters.go).
+  Re-registering within the grace period restores it.
+* Allocation (`Allocate` + `devicesToAllocate`): a container first reuses devices its pod's non-restartable init
+  containers held (`devicesToReuse`), then takes healthy unallocated devices, asks GetPreferredAllocation when
+  the plugin offers it (the hint is used only as far as it names available devices), and calls `Allocate` with
+  exactly one container request. Restartable init containers (sidecars) keep their devices. Errors carry the
+  kubelet's messages ("cannot allocate unregistered device", "no healthy devices present; cannot allocate
+  unhealthy devices", "requested number of devices unavailable for R. Requested: N, Available: M", "no containers
+  return in allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
+  give their devices back.
+* `restart()` is a kubelet restart (`CleanupPluginDirectory`): clients dropped, every unix socket in
+  `device-plugins/` deleted (regular files such as `kubelet_internal_checkpoint` and `DEPRECATION` kept), and a
+  fresh `kubelet.sock` served. Assignments survive, as they do through the kubelet's checkpoint.
 """
 
 from __future__ import annotations
@@ -25,8 +51,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import NoReturn, Protocol
 from pathlib import Path
+from typing import NoReturn, Protocol
 
 import grpc
 
@@ -34,6 +60,7 @@ from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
 from bridge.node.sockets import check_socket_path
+from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
 log = logging.getLogger("bridge.sandbox.kubelet")
 
@@ -41,6 +68,8 @@ SUPPORTED_VERSIONS = ("v1beta1",)
 DIAL_TIMEOUT_S = 10.0
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
 KUBELET_SOCKET = "kubelet.sock"
+ENDPOINT_STOP_GRACE_PERIOD_S = 300.0  # types.go endpointStopGracePeriod
+
 
 class AllocationFailed(RuntimeError):
     """The device manager could not admit the container (not enough devices, plugin error, bad answer)."""
@@ -61,6 +90,7 @@ class Assignment:
     container: str
     resource: str
     device_ids: tuple[str, ...]
+    init_only: bool = False  # held by a non-restartable init container (PodResources does not report these)
 
 
 @dataclass
@@ -70,6 +100,7 @@ class ResourceState:
     registrations: int = 0
     updates: int = 0
     options: pb.DevicePluginOptions | None = None
+    stopped_at: float | None = None  # monotonic time the endpoint stopped (PluginDisconnected), None while serving
 
     @property
     def capacity(self) -> int:
@@ -84,6 +115,15 @@ class ResourceState:
         return {d.id for d in self.devices.values() if d.healthy}
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """`GetCapacity`'s three answers: per resource, all devices and healthy devices; resources past the grace."""
+
+    capacity: dict[str, int]
+    allocatable: dict[str, int]
+    removed: tuple[str, ...]
+
+
 class _ResponseStream(Protocol):
     """What the reader needs of a server-streaming call: its messages, and a way to end it."""
 
@@ -92,25 +132,38 @@ class _ResponseStream(Protocol):
     def cancel(self) -> bool: ...
 
 
-class _Endpoint:
-    """The kubelet's client for one registered plugin: a channel and the ListAndWatch reader thread."""
+class _Client:
+    """The kubelet's client for one plugin instance (client.go): a channel and the ListAndWatch reader thread."""
 
-    def __init__(self, manager: DeviceManager, resource: str, path: str) -> None:
+    def __init__(self, manager: DeviceManager, resource: str, socket: str) -> None:
         self.resource = resource
-        self.path = path
-        self.channel = grpc.insecure_channel("unix://" + path)
+        self.socket = socket
+        self.channel = grpc.insecure_channel("unix://" + socket)
         self.stub = pb_grpc.DevicePluginStub(self.channel)
+        self.options: pb.DevicePluginOptions | None = None
         self._manager = manager
         self._stream: _ResponseStream | None = None
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
         self.closed = False
 
     def connect(self, dial_timeout: float) -> pb.DevicePluginOptions:
-        grpc.channel_ready_future(self.channel).result(timeout=dial_timeout)
-        return self.stub.GetDevicePluginOptions(pb.Empty())
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=dial_timeout)
+        except grpc.FutureTimeoutError as err:
+            raise _Rejected(f"failed to dial device plugin: context deadline exceeded ({self.socket})") from err
+        try:
+            self.options = self.stub.GetDevicePluginOptions(pb.Empty())
+        except grpc.RpcError as err:
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            raise _Rejected(f"failed to get device plugin options: {details}") from err
+        return self.options
 
     def run(self) -> None:
-        self._stream = self.stub.ListAndWatch(pb.Empty())
+        with self._lock:
+            if self.closed:
+                return
+            self._stream = self.stub.ListAndWatch(pb.Empty())
         self._thread = threading.Thread(target=self._read, name=f"kubelet-law-{self.resource}", daemon=True)
         self._thread.start()
 
@@ -121,17 +174,25 @@ class _Endpoint:
                 self._manager._on_list(self, msg)
         except grpc.RpcError as err:
             if not self.closed:
-                log.info("ListAndWatch for %s ended: %s", self.resource, err.code() if isinstance(err, grpc.Call) else err)
+                log.info("ListAndWatch ended unexpectedly for device plugin %s (%s): %s", self.resource, self.socket,
+                         err.code() if isinstance(err, grpc.Call) else err)
+        except ValueError:  # the channel was closed under the reader
+            pass
         finally:
             self._manager._on_stream_end(self)
 
     def close(self) -> None:
-        self.closed = True
-        if self._stream is not None:
-            self._stream.cancel()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+        """`Disconnect`: close the gRPC connection (which ends this client's stream)."""
+        with self._lock:
+            self.closed = True
+            stream = self._stream
+        if stream is not None:
+            stream.cancel()
         self.channel.close()
+
+    def join(self, timeout: float = 10.0) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=timeout)
 
 
 class _RegistrationServicer(pb_grpc.RegistrationServicer):
@@ -142,27 +203,45 @@ class _RegistrationServicer(pb_grpc.RegistrationServicer):
         try:
             self._manager._register(request)
         except _Rejected as err:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.UNAVAILABLE, str(err))
+            # The kubelet returns plain Go errors: grpc-go turns them into code Unknown.
+            context.abort(grpc.StatusCode.UNKNOWN, str(err))
         return pb.Empty()
 
 
 class _Rejected(Exception):
-    def __init__(self, message: str, invalid: bool) -> None:
-        super().__init__(message)
-        self.invalid = invalid
+    pass
+
+
+@dataclass
+class _PodDevices:
+    """`podDevices` for one pod: container -> resource -> device IDs, plus which containers are init containers."""
+
+    namespace: str
+    name: str
+    containers: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    reusable: dict[str, set[str]] = field(default_factory=dict)  # resource -> devices freed by init containers
+    init_containers: set[str] = field(default_factory=set)  # the non-restartable init containers among them
 
 
 class DeviceManager:
-    def __init__(self, plugin_dir: Path, *, dial_timeout_s: float = DIAL_TIMEOUT_S) -> None:
+    def __init__(self, plugin_dir: Path, *, dial_timeout_s: float = DIAL_TIMEOUT_S,
+                 version: KubeletVersion | None = None,
+                 stop_grace_period_s: float = ENDPOINT_STOP_GRACE_PERIOD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.dial_timeout_s = dial_timeout_s
+        self.version = version or KubeletVersion.parse(DEFAULT_VERSION)
+        self.stop_grace_period_s = stop_grace_period_s
+        self.clock = clock
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._resources: dict[str, ResourceState] = {}
-        self._endpoints: dict[str, _Endpoint] = {}
-        self._assignments: dict[tuple[str, str, str], Assignment] = {}
+        self._clients: dict[str, list[_Client]] = {}  # handler.go `clients` (one per resource through 1.36)
+        self._endpoints: dict[str, _Client] = {}  # manager.go `endpoints`: the resource's current endpoint
+        self._pods: dict[str, _PodDevices] = {}
         self._server: grpc.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._orphans: list[_Client] = []  # disconnected clients whose reader threads are joined at stop
         self.register_errors: list[str] = []
 
     @property
@@ -193,17 +272,32 @@ class DeviceManager:
             self._pool.shutdown(wait=True)
             self._pool = None
         with self._lock:
-            endpoints = list(self._endpoints.values())
+            clients = [c for cs in self._clients.values() for c in cs] + list(self._endpoints.values())
+            clients += self._orphans
+            self._clients.clear()
             self._endpoints.clear()
-        for ep in endpoints:
-            ep.close()
+            self._orphans = []
+            for state in self._resources.values():
+                state.connected = False
+        for c in set(clients):
+            c.close()
+        for c in set(clients):
+            c.join()
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
 
     def restart(self) -> None:
+        """A kubelet restart. The new process reads its checkpoint (`readCheckpoint`): each registered resource comes
+        back with empty device sets and a stopped endpoint, so capacity is 0 until its plugin registers again."""
         self.stop()
+        with self._lock:
+            now = self.clock()
+            for state in self._resources.values():
+                state.devices = {}
+                state.connected = False
+                state.stopped_at = now
         self.start()
 
     def _cleanup_dir(self) -> None:
@@ -216,48 +310,66 @@ class DeviceManager:
             except FileNotFoundError:
                 pass
 
-    # -- registration -------------------------------------------------------------------------------------------
+    # -- registration (server.go Register, handler.go connectClient) ------------------------------------------------
 
     def _register(self, request: pb.RegisterRequest) -> None:
-        def reject(message: str, invalid: bool = True) -> NoReturn:
+        def reject(message: str) -> NoReturn:
             self.register_errors.append(message)
             log.warning("Register rejected: %s", message)
-            raise _Rejected(message, invalid)
+            raise _Rejected(message)
 
         if request.version not in SUPPORTED_VERSIONS:
-            reject(f"requested device plugin API version {request.version!r} is not supported by the kubelet; "
-                   f"supported versions: {list(SUPPORTED_VERSIONS)}")
+            reject(f'requested API version "{request.version}" is not supported by kubelet. Supported version is '
+                   f'[{" ".join(chr(34) + v + chr(34) for v in SUPPORTED_VERSIONS)}]')
         if not is_extended_resource_name(request.resource_name):
-            reject(f"invalid name of device plugin socket / resource: {request.resource_name!r} is not an "
-                   f"extended resource name")
+            reject(f'the ResourceName "{request.resource_name}" is invalid')
         if not request.endpoint or "/" in request.endpoint:
-            reject(f"endpoint {request.endpoint!r} must be a socket file name inside {self.plugin_dir}")
-        path = str(self.plugin_dir / request.endpoint)
-        endpoint = _Endpoint(self, request.resource_name, path)
+            reject(f"failed to dial device plugin: endpoint {request.endpoint!r} is not a socket file name in "
+                   f"{self.plugin_dir}")
+        resource, socket = request.resource_name, str(self.plugin_dir / request.endpoint)
+        client = _Client(self, resource, socket)
+        with self._lock:
+            if self.version.per_instance_device_plugin_clients:
+                if any(c.socket == socket for c in self._clients.get(resource, [])):
+                    client.channel.close()
+                    reject(f"device plugin endpoint {socket} is already registered for resource {resource}")
+                self._clients.setdefault(resource, []).append(client)
+            else:
+                self._clients[resource] = [client]  # registerClient overwrites; the old client keeps running
         try:
-            opts = endpoint.connect(self.dial_timeout_s)
-        except (grpc.FutureTimeoutError, grpc.RpcError) as err:
-            endpoint.close()
-            reject(f"failed to dial device plugin at {path}: {type(err).__name__} {err}", invalid=False)
+            opts = client.connect(self.dial_timeout_s)
+        except _Rejected as err:
+            self._deregister_client(resource, client)
+            client.close()
+            reject(str(err))
         with self._lock:
-            old = self._endpoints.pop(request.resource_name, None)
-        if old is not None:
-            old.close()
-        with self._lock:
-            state = self._resources.setdefault(request.resource_name, ResourceState())
+            state = self._resources.setdefault(resource, ResourceState())
             state.registrations += 1
             state.options = opts
             state.connected = True
-            self._endpoints[request.resource_name] = endpoint
+            state.stopped_at = None
+            self._endpoints[resource] = client  # PluginConnected overwrites the endpoint
             self._changed.notify_all()
-        endpoint.run()
-        log.info("device plugin registered", extra={"resource": request.resource_name, "endpoint": path})
+        client.run()
+        log.info("device plugin registered", extra={"resource": resource, "endpoint": socket})
 
-    def _on_list(self, endpoint: _Endpoint, msg: pb.ListAndWatchResponse) -> None:
+    def _deregister_client(self, resource: str, client: _Client) -> None:
         with self._lock:
-            if self._endpoints.get(endpoint.resource) is not endpoint:
+            clients = self._clients.get(resource, [])
+            if self.version.per_instance_device_plugin_clients:
+                remaining = [c for c in clients if c is not client]
+            else:
+                remaining = []  # deregisterClient(name) deletes the resource's entry, whoever it is
+            if remaining:
+                self._clients[resource] = remaining
+            else:
+                self._clients.pop(resource, None)
+
+    def _on_list(self, client: _Client, msg: pb.ListAndWatchResponse) -> None:
+        with self._lock:
+            if client.closed:
                 return
-            state = self._resources[endpoint.resource]
+            state = self._resources.setdefault(client.resource, ResourceState())
             state.devices = {
                 d.ID: DeviceInfo(d.ID, d.health == "Healthy", tuple(n.ID for n in d.topology.nodes))
                 for d in msg.devices
@@ -265,17 +377,40 @@ class DeviceManager:
             state.updates += 1
             self._changed.notify_all()
 
-    def _on_stream_end(self, endpoint: _Endpoint) -> None:
+    def _on_stream_end(self, ended: _Client) -> None:
+        """`runClient` after `Run` returned: which client is disconnected is the release's rule."""
         with self._lock:
-            state = self._resources.get(endpoint.resource)
-            if state is None:
+            if self.version.per_instance_device_plugin_clients:
+                victim = ended if ended in self._clients.get(ended.resource, []) else None
+            else:
+                current = self._clients.get(ended.resource, [])
+                victim = current[0] if current else None  # getClient(name): whoever is registered now
+            if victim is None:
+                self._changed.notify_all()
                 return
-            if self._endpoints.get(endpoint.resource) in (endpoint, None):
-                # The kubelet marks every device unhealthy when its plugin's stream ends: allocatable 0.
-                state.devices = {k: DeviceInfo(v.id, False, v.numa_nodes) for k, v in state.devices.items()}
-                state.connected = False
-                if self._endpoints.get(endpoint.resource) is endpoint:
-                    del self._endpoints[endpoint.resource]
+            self._deregister_client(victim.resource, victim)
+            self._orphans.append(victim)
+        victim.close()  # Disconnect: close the connection (ends the victim's own stream) ...
+        self._plugin_disconnected(victim)  # ... then PluginDisconnected
+
+    def _plugin_disconnected(self, client: _Client) -> None:
+        with self._lock:
+            state = self._resources.get(client.resource)
+            if state is None or client.resource not in self._endpoints:
+                return
+            if self.version.per_instance_device_plugin_clients:
+                others = [c for c in self._clients.get(client.resource, []) if c is not client]
+                if others:
+                    # Another instance of the resource is connected: it is (and stays) the endpoint.
+                    self._endpoints[client.resource] = others[-1]
+                    self._changed.notify_all()
+                    return
+            # markResourceUnhealthy + setStopTime on the resource's endpoint.
+            state.devices = {k: DeviceInfo(v.id, False, v.numa_nodes) for k, v in state.devices.items()}
+            state.connected = False
+            state.stopped_at = self.clock()
+            log.info("device plugin endpoint became unhealthy", extra={"resource": client.resource,
+                                                                      "endpoint": client.socket})
             self._changed.notify_all()
 
     # -- queries ------------------------------------------------------------------------------------------------
@@ -284,7 +419,37 @@ class DeviceManager:
         """A copy of what the device manager knows about `name` (empty when never registered)."""
         with self._lock:
             s = self._resources.get(name, ResourceState())
-            return ResourceState(dict(s.devices), s.connected, s.registrations, s.updates, s.options)
+            return ResourceState(dict(s.devices), s.connected, s.registrations, s.updates, s.options, s.stopped_at)
+
+    def clients(self, resource: str) -> list[str]:
+        """Socket paths of the clients registered for `resource` (the handler's view)."""
+        with self._lock:
+            return [c.socket for c in self._clients.get(resource, [])]
+
+    def endpoint(self, resource: str) -> str | None:
+        """Socket path of the resource's current endpoint (the one Allocate calls), None when there is none."""
+        with self._lock:
+            c = self._endpoints.get(resource)
+            return c.socket if c is not None else None
+
+    def capacity(self) -> Capacity:
+        """`GetCapacity`: drops resources whose endpoint stopped longer than the grace period ago."""
+        cap: dict[str, int] = {}
+        alloc: dict[str, int] = {}
+        removed: list[str] = []
+        with self._lock:
+            now = self.clock()
+            for name, state in list(self._resources.items()):
+                if state.stopped_at is not None and now - state.stopped_at > self.stop_grace_period_s:
+                    del self._resources[name]
+                    self._endpoints.pop(name, None)
+                    removed.append(name)
+                    continue
+                cap[name] = state.capacity
+                alloc[name] = state.allocatable
+            if removed:
+                self._changed.notify_all()
+        return Capacity(cap, alloc, tuple(sorted(removed)))
 
     def wait_for(self, predicate: Callable[[DeviceManager], bool], timeout: float) -> bool:
         """Wait until `predicate(self)` holds (re-checked on every change and every 100 ms)."""
@@ -303,63 +468,148 @@ class DeviceManager:
 
     def assignments(self) -> list[Assignment]:
         with self._lock:
-            return list(self._assignments.values())
+            return [Assignment(uid, p.namespace, p.name, container, resource, ids, container in p.init_containers)
+                    for uid, p in self._pods.items() for container, by_res in p.containers.items()
+                    for resource, ids in by_res.items()]
 
     def allocated_ids(self, resource: str) -> set[str]:
         with self._lock:
-            return {i for a in self._assignments.values() if a.resource == resource for i in a.device_ids}
+            return {i for p in self._pods.values() for by_res in p.containers.values()
+                    for i in by_res.get(resource, ())}
+
+    def container_devices(self, pod_uid: str, container: str) -> dict[str, tuple[str, ...]]:
+        with self._lock:
+            pod = self._pods.get(pod_uid)
+            return dict(pod.containers.get(container, {})) if pod is not None else {}
+
+    def has_pod(self, pod_uid: str) -> bool:
+        with self._lock:
+            return pod_uid in self._pods
 
     # -- allocation ---------------------------------------------------------------------------------------------
 
     def seed_assignment(self, assignment: Assignment) -> None:
         """Record an assignment made before this process started (as if read from the kubelet checkpoint)."""
         with self._lock:
-            self._assignments[(assignment.pod_uid, assignment.container, assignment.resource)] = assignment
+            pod = self._pods.setdefault(assignment.pod_uid, _PodDevices(assignment.namespace, assignment.pod_name))
+            pod.containers.setdefault(assignment.container, {})[assignment.resource] = assignment.device_ids
+            if assignment.init_only:
+                pod.init_containers.add(assignment.container)
 
     def allocate(self, pod_uid: str, container: str, resource: str, count: int, *, namespace: str = "default",
-                 pod_name: str | None = None) -> pb.ContainerAllocateResponse:
-        """Admit one container asking for `count` devices of `resource`, like the kubelet's device manager."""
+                 pod_name: str | None = None, init: bool = False,
+                 restartable: bool = False) -> pb.ContainerAllocateResponse:
+        """Admit one container asking for `count` devices of `resource`, like the kubelet's device manager.
+
+        `init`: a non-restartable init container, whose devices later containers of the pod may reuse;
+        `restartable` (with `init`): a sidecar, which keeps its devices."""
         with self._lock:
-            endpoint = self._endpoints.get(resource)
-            state = self._resources.get(resource)
-            if endpoint is None or state is None:
-                raise AllocationFailed(f"cannot allocate unregistered device {resource}")
-            available = sorted(state.healthy - self.allocated_ids(resource))
-            if len(available) < count:
-                raise AllocationFailed(
-                    f"requested number of devices unavailable for {resource}. Requested: {count}, "
-                    f"Available: {len(available)}")
-            opts = state.options
-        chosen = available[:count]
+            pod = self._pods.setdefault(pod_uid, _PodDevices(namespace, pod_name or pod_uid))
+            existing = pod.containers.get(container, {}).get(resource)
+            if existing is not None:
+                if len(existing) != count:
+                    raise AllocationFailed(f'pod "{pod_uid}" container "{container}" changed request for resource '
+                                           f'"{resource}" from {len(existing)} to {count}')
+                chosen = list(existing)
+                client = self._endpoints.get(resource)
+                if client is None:
+                    raise AllocationFailed(f"cannot allocate unregistered device {resource}")
+            else:
+                client, chosen = self._devices_to_allocate(pod, resource, count)
+            opts = client.options
         try:
-            if opts is not None and opts.get_preferred_allocation_available:
-                pref = endpoint.stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
-                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=available, must_include_deviceIDs=[],
-                                                           allocation_size=count)]))
-                answer = list(pref.container_responses[0].deviceIDs) if pref.container_responses else []
-                # The kubelet uses the hint only when it is a valid choice.
-                if len(answer) == count and set(answer) <= set(available):
-                    chosen = answer
-            resp = endpoint.stub.Allocate(pb.AllocateRequest(
+            if existing is None and opts is not None and opts.get_preferred_allocation_available:
+                chosen = self._preferred(client, pod, resource, chosen, count)
+            resp = client.stub.Allocate(pb.AllocateRequest(
                 container_requests=[pb.ContainerAllocateRequest(devices_ids=chosen)]))
         except grpc.RpcError as err:
             details = err.details() if isinstance(err, grpc.Call) else str(err)
             code = err.code() if isinstance(err, grpc.Call) else None
+            self._drop_if_empty(pod_uid)
             raise AllocationFailed(f"Allocate for {resource} failed: {code}: {details}") from err
+        except ValueError as err:  # the endpoint's channel was closed (stopped endpoint)
+            self._drop_if_empty(pod_uid)
+            raise AllocationFailed(f"endpoint {client.socket} has been stopped") from err
         if not resp.container_responses:
+            self._drop_if_empty(pod_uid)
             raise AllocationFailed("no containers return in allocation response")
         with self._lock:
-            taken = self.allocated_ids(resource) & set(chosen)
+            taken = (self.allocated_ids(resource) - set(pod.containers.get(container, {}).get(resource, ()))
+                     - pod.reusable.get(resource, set())) & set(chosen)
             if taken:
                 raise AllocationFailed(f"devices {sorted(taken)} were assigned concurrently")
-            self._assignments[(pod_uid, container, resource)] = Assignment(
-                pod_uid, namespace, pod_name or pod_uid, container, resource, tuple(chosen))
+            pod.containers.setdefault(container, {})[resource] = tuple(chosen)
+            reuse = pod.reusable.setdefault(resource, set())
+            if init and not restartable:
+                reuse.update(chosen)  # addContainerAllocatedResources: later containers may reuse them
+                pod.init_containers.add(container)
+            else:
+                reuse.difference_update(chosen)  # removeContainerAllocatedResources
         return resp.container_responses[0]
+
+    def _devices_to_allocate(self, pod: _PodDevices, resource: str, count: int) -> tuple[_Client, list[str]]:
+        """`devicesToAllocate` (lock held): reusable devices first, then healthy unallocated ones."""
+        state = self._resources.get(resource)
+        client = self._endpoints.get(resource)
+        if state is None or client is None:
+            raise AllocationFailed(f"cannot allocate unregistered device {resource}")
+        healthy = state.healthy
+        if not healthy:
+            raise AllocationFailed(f"no healthy devices present; cannot allocate unhealthy devices {resource}")
+        chosen = sorted(pod.reusable.get(resource, set()) & healthy)[:count]
+        needed = count - len(chosen)
+        if needed > 0:
+            available = sorted(healthy - self.allocated_ids(resource))
+            if len(available) < needed:
+                raise AllocationFailed(f"requested number of devices unavailable for {resource}. Requested: "
+                                       f"{needed}, Available: {len(available)}")
+            chosen += available[:needed]
+        return client, chosen
+
+    def _preferred(self, client: _Client, pod: _PodDevices, resource: str, chosen: list[str],
+                   count: int) -> list[str]:
+        with self._lock:
+            reused = [d for d in chosen if d in pod.reusable.get(resource, set())]
+            state = self._resources.get(resource, ResourceState())
+            available = sorted((state.healthy - self.allocated_ids(resource)) | set(reused))
+        if len(reused) >= count:
+            return chosen
+        pref = client.stub.GetPreferredAllocation(pb.PreferredAllocationRequest(container_requests=[
+            pb.ContainerPreferredAllocationRequest(available_deviceIDs=available, must_include_deviceIDs=reused,
+                                                   allocation_size=count)]))
+        answer = list(pref.container_responses[0].deviceIDs) if pref.container_responses else []
+        # The kubelet takes the hint only as far as it names available devices, then fills up itself.
+        picked = list(reused)
+        for d in answer + chosen:
+            if len(picked) == count:
+                break
+            if d in available and d not in picked:
+                picked.append(d)
+        return picked
+
+    def _drop_if_empty(self, pod_uid: str) -> None:
+        with self._lock:
+            pod = self._pods.get(pod_uid)
+            if pod is not None and not pod.containers:
+                del self._pods[pod_uid]
 
     def remove_pod(self, pod_uid: str) -> list[Assignment]:
         with self._lock:
-            gone = [k for k in self._assignments if k[0] == pod_uid]
-            return [self._assignments.pop(k) for k in gone]
+            gone = [a for a in self.assignments() if a.pod_uid == pod_uid]
+            self._pods.pop(pod_uid, None)
+            self._changed.notify_all()
+            return gone
+
+    def update_allocated(self, active_pod_uids: Iterable[str]) -> list[str]:
+        """`UpdateAllocatedDevices`: forget the devices of every pod not in `active_pod_uids`."""
+        active = set(active_pod_uids)
+        with self._lock:
+            gone = [uid for uid in self._pods if uid not in active]
+            for uid in gone:
+                del self._pods[uid]
+            if gone:
+                self._changed.notify_all()
+            return gone
 
 
 def device_ids(assignments: Iterable[Assignment]) -> set[str]:

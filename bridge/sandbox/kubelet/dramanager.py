@@ -1,22 +1,29 @@
 """The kubelet's DRA manager, simulated: plugin handler, NodePrepare/Unprepare caller, health-stream consumer.
 
-What it reproduces (reference/kubelet-grpc.md sections 2, 6.1-6.2; limits-and-timeouts.md section 1a):
+Written from kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go @001332b0 (`prepareResources`,
+`unprepareResources`, `reconcileLoop`) and pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go (`add`, `get`,
+`validateSupportedServices`, `HandleConn`); timeouts from reference kubelet-grpc.md 6.1. What it reproduces:
+
 * registration: `validate_plugin` picks the first entry of the *plugin's* list that this kubelet supports
-  (`v1.DRAPlugin`, `v1beta1.DRAPlugin`); an empty list or no supported entry is rejected. The health service is
-  chosen like a master kubelet: `v1.DRAResourceHealth` over `v1alpha1.DRAResourceHealth`, none if neither is
-  advertised.
-* `prepare_pod`: GET every ResourceClaim of the pod, require the pod in `status.reservedFor` and an allocation,
-  group claims by the drivers in `status.allocation.devices.results`, fail the pod before calling anything when a
-  driver has no registered plugin, skip claims already prepared (a claim shared by pods is prepared once), send
-  ONE `NodePrepareResources` per driver with all of the pod's claims for it under a **45 s** deadline, and check
-  the answer exactly like the kubelet: gRPC error, an entry for a UID it did not ask for, an entry with `error`,
-  or missing entries ("skipped N ResourceClaims") all fail the pod start (`PodPrepareError`), to be retried.
+  (`v1.DRAPlugin`, `v1beta1.DRAPlugin`); an empty list or no supported entry is rejected; an endpoint already
+  registered for the driver is refused. Several instances per driver may be registered; calls go to the newest
+  *connected* one, else the newest. The health service is `v1.DRAResourceHealth` over `v1alpha1`.
+* the gRPC connection of each instance is watched (ConnBegin/ConnEnd); when no instance of a driver is usable,
+  its slices on this node are wiped 30 s later unless one comes back; at start all of the node's slices are wiped
+  in the background (`SliceWiper`).
+* `prepare_pod`: GET every ResourceClaim of the pod (plus the scheduler-made extended-resource claim on 1.36+),
+  check template claims are owned by the pod, require the pod in `status.reservedFor` and an allocation, fail the
+  pod before recording anything when a driver has no registered plugin, skip claims already prepared (a claim
+  shared by pods is prepared once), send ONE `NodePrepareResources` per driver with all of the pod's unprepared
+  claims for it under a **45 s** deadline, and check the answer like the kubelet: gRPC error, an entry for a UID
+  it did not ask for, an entry with `error`, or missing entries ("skipped N ResourceClaims") all fail the pod start
+  (`PodPrepareError`), to be retried. Claims are marked prepared only after every batch succeeded.
 * `unprepare_pod`: drops the pod's reference; a claim whose last pod went away is unprepared (one call per
   driver, every requested claim must be in the answer); a failure keeps the record so a retry calls again.
+  `unprepare_inactive` is the reconcile loop's pass over pods that are no longer active.
 * `restart()`: what a kubelet restart looks like to a plugin: registrations dropped and rediscovered, the
   in-memory "prepared" flags lost (so Prepare is called again), the claim->pod references kept (they are in the
-  kubelet's checkpoint), and all ResourceSlices of the node wiped (`DeleteCollection` with
-  `fieldSelector=spec.nodeName=<node>`), as at every kubelet start.
+  kubelet's checkpoint), and all ResourceSlices of the node wiped again in the background.
 * the health stream: one `NodeWatchResources` per registered plugin, reconnected every 5 s when it fails; the
   latest status per (driver, pool, device) is kept for tests to read.
 * PodResources: `dynamic_assignments()` (a `DynamicResourcesSource`) reports every device prepared for a claim
@@ -27,6 +34,7 @@ What it reproduces (reference/kubelet-grpc.md sections 2, 6.1-6.2; limits-and-ti
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +55,18 @@ from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as health_v1alph
 from bridge.kube.api import KubeAPI, Obj
 from bridge.kube.errors import KubeError
 from bridge.sandbox.kubelet.pluginwatcher import PluginRejected, PluginWatcher
+from bridge.sandbox.kubelet.podclaims import (
+    ClaimNotReady,
+    PodClaim,
+    check_for_pod,
+    containers_using,
+    pod_claim_names,
+    pod_claims,
+    reserved_for_pod,
+)
 from bridge.sandbox.kubelet.podresources import DynamicAssignment
+from bridge.sandbox.kubelet.slicewipe import BACKOFF_INITIAL_S, WIPING_DELAY_S, SliceWiper
+from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -99,6 +118,7 @@ class PluginConn:
     channel: grpc.Channel
     stop: threading.Event = field(default_factory=threading.Event)
     stream: Any = None  # the open health stream, cancelled on deregistration
+    connected: bool = False  # the gRPC connection is up (grpc stats ConnBegin .. ConnEnd)
 
     @property
     def pb(self) -> ModuleType:
@@ -125,7 +145,9 @@ class ClaimRecord:
     name: str
     drivers: frozenset[str]
     pods: set[str] = field(default_factory=set)
-    prepared: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)  # driver -> devices
+    prepared: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)  # driver -> devices, once prepared
+    pending: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)  # answers of the current attempt
+    is_prepared: bool = False  # set only after every batch of the preparing pod succeeded
     # pod UID -> (namespace, pod name, containers using this claim); checkpointed like `pods`
     pod_refs: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
     # driver -> devices of the last successful prepare; survives a restart (claim-info checkpoint)
@@ -133,7 +155,7 @@ class ClaimRecord:
 
     @property
     def fully_prepared(self) -> bool:
-        return set(self.prepared) >= set(self.drivers)
+        return self.is_prepared
 
 
 @dataclass(frozen=True)
@@ -157,27 +179,41 @@ class DraManager:
         call_timeout: float = CALL_TIMEOUT_S,
         health_retry: float = HEALTH_RETRY_S,
         poll_interval: float = 0.1,
+        version: KubeletVersion | None = None,
+        wiping_delay: float = WIPING_DELAY_S,
+        wipe_backoff: float = BACKOFF_INITIAL_S,
+        startup_wipe_delay: float = 0.0,
     ) -> None:
         self.kube = kube
         self.node_name = node_name
         self.call_timeout = call_timeout
         self.health_retry = health_retry
+        self.poll_interval = poll_interval
+        self.version = version or KubeletVersion.parse(DEFAULT_VERSION)
         self.watcher = PluginWatcher(registry_dir, {"DRAPlugin": self}, poll_interval=poll_interval)
+        self.wiper = SliceWiper(kube, node_name, wiping_delay=wiping_delay, backoff_initial=wipe_backoff,
+                                startup_delay=startup_wipe_delay)
         self._lock = threading.RLock()
         self._plugins: dict[str, list[PluginConn]] = {}
         self._claims: dict[str, ClaimRecord] = {}
         self._health: dict[tuple[str, str, str], DeviceHealthSeen] = {}
+        self._threads: set[threading.Thread] = set()
         self.prepare_calls: list[tuple[str, tuple[str, ...]]] = []  # (driver, claim UIDs) per NodePrepare call
         self.unprepare_calls: list[tuple[str, tuple[str, ...]]] = []
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.wipe_node_slices()
+        self.wiper.start()  # the startup wipe runs in the background and may land after a driver registered
         self.watcher.start()
 
     def stop(self) -> None:
         self.watcher.stop()  # deregisters every plugin (closes channels, ends health streams)
+        self.wiper.stop()
+        with self._lock:
+            threads = list(self._threads)
+        for th in threads:
+            th.join(timeout=10)
 
     def restart(self) -> None:
         """A kubelet restart: registrations and prepared flags are lost, claim references survive."""
@@ -185,21 +221,18 @@ class DraManager:
         with self._lock:
             for record in self._claims.values():
                 record.prepared.clear()
+                record.is_prepared = False
         self.start()
 
     def wipe_node_slices(self) -> None:
-        try:
-            slices = self.kube.resource_api().slices
-            self.kube.delete_collection(slices, field_selector=f"spec.nodeName={self.node_name}")
-            log.info("wiped this node's ResourceSlices", extra={"node": self.node_name})
-        except KubeError as err:
-            log.warning("could not wipe this node's ResourceSlices", extra={"node": self.node_name, "error": str(err)})
+        """Delete all of this node's ResourceSlices now (synchronously; `start` does it in the background)."""
+        self.wiper._wipe("")
 
     # -- PluginHandler ----------------------------------------------------------------------------------------------
 
     def validate_plugin(self, name: str, endpoint: str, versions: list[str]) -> None:
         if not name:
-            raise PluginRejected("DRA plugin registration without a driver name")
+            raise PluginRejected("DRA driver name is empty")
         choose_service(versions)
 
     def register_plugin(self, name: str, endpoint: str, versions: list[str]) -> None:
@@ -211,10 +244,16 @@ class DraManager:
             channel=grpc.insecure_channel("unix:" + endpoint),
         )
         with self._lock:
+            if any(c.endpoint == endpoint for c in self._plugins.get(name, [])):
+                conn.channel.close()
+                # dra_plugin_manager.go add(): one instance cannot hijack the endpoint of another.
+                raise PluginRejected(f"endpoint {endpoint} already registered for DRA driver plugin {name}")
             self._plugins.setdefault(name, []).append(conn)
+            self._sync(name)
         log.info("DRA plugin registered", extra={"driver": name, "service": conn.service, "endpoint": endpoint})
+        self._spawn(self._monitor, conn, f"dra-conn-{name}")
         if conn.health_service is not None:
-            threading.Thread(target=self._watch_health, args=(conn,), name=f"health-{name}", daemon=True).start()
+            self._spawn(self._watch_health, conn, f"health-{name}")
 
     def deregister_plugin(self, name: str, endpoint: str) -> None:
         with self._lock:
@@ -223,18 +262,58 @@ class DraManager:
             self._plugins[name] = [c for c in conns if c.endpoint != endpoint]
             if not self._plugins[name]:
                 del self._plugins[name]
+            self._sync(name)
         for conn in gone:
             conn.stop.set()
             if conn.stream is not None:
                 conn.stream.cancel()
             conn.channel.close()
 
+    def _spawn(self, target: Callable[[PluginConn], None], conn: PluginConn, name: str) -> None:
+        def run() -> None:
+            try:
+                target(conn)
+            finally:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
+
+        th = threading.Thread(target=run, name=name, daemon=True)
+        with self._lock:
+            self._threads.add(th)
+        th.start()
+
+    def _sync(self, driver: str) -> None:
+        """`DRAPluginManager.sync` (lock held): wipe the driver's slices later unless an instance is usable."""
+        self.wiper.sync(driver, any(c.connected for c in self._plugins.get(driver, [])))
+
+    def _monitor(self, conn: PluginConn) -> None:
+        """Track whether the plugin's endpoint is reachable: the kubelet's grpc stats handler flips `connected` on
+        ConnBegin/ConnEnd and asks gRPC to reconnect while it is down. The simulator probes the unix socket
+        instead (a connect and close, every `poll_interval`): up while a server accepts there, down once the plugin
+        process is gone, without touching gRPC's channel internals."""
+        while not conn.stop.is_set():
+            up = _accepts(conn.endpoint)
+            with self._lock:
+                if up != conn.connected and not conn.stop.is_set():
+                    conn.connected = up
+                    log.info("DRA plugin connection changed", extra={"driver": conn.driver, "connected": up,
+                                                                     "endpoint": conn.endpoint})
+                    self._sync(conn.driver)
+            conn.stop.wait(self.poll_interval)
+
     # -- queries for tests ------------------------------------------------------------------------------------------
 
     def plugin(self, driver: str) -> PluginConn | None:
+        """`GetPlugin`: the newest connected instance, else the newest one."""
         with self._lock:
             conns = self._plugins.get(driver)
-            return conns[-1] if conns else None
+            if not conns:
+                return None
+            return next((c for c in reversed(conns) if c.connected), conns[-1])
+
+    def plugins(self, driver: str) -> list[PluginConn]:
+        with self._lock:
+            return list(self._plugins.get(driver, []))
 
     def wait_for_plugin(self, driver: str, timeout: float = 30.0) -> PluginConn:
         deadline = time.monotonic() + timeout
@@ -249,50 +328,87 @@ class DraManager:
         with self._lock:
             return self._claims.get(uid)
 
+    def claims(self) -> list[ClaimRecord]:
+        with self._lock:
+            return list(self._claims.values())
+
     def health(self, driver: str, pool: str, device: str) -> DeviceHealthSeen | None:
         with self._lock:
             return self._health.get((driver, pool, device))
 
+    def has_pod_reference(self, pod_uid: str) -> bool:
+        """`PodMightNeedToUnprepareResources`."""
+        with self._lock:
+            return any(pod_uid in r.pods for r in self._claims.values())
+
     # -- prepare ----------------------------------------------------------------------------------------------------
 
     def prepare_pod(self, pod: Obj) -> dict[str, ClaimRecord]:
-        """Prepare every claim of `pod` (claim UID -> record). Raises PodPrepareError like a failed pod start."""
+        """Prepare every claim of `pod` (claim UID -> record). Raises PodPrepareError like a failed pod start.
+
+        A claim counts as prepared only after EVERY batch of the pod succeeded (manager.go marks the pod's claims
+        prepared at the very end): a failure in one driver's batch means every claim of the pod is asked for
+        again on the retry, including those another batch already answered."""
         pod_uid, namespace = pod["metadata"]["uid"], pod["metadata"]["namespace"]
+        pod_name = pod["metadata"].get("name", "")
         claims_res = self.kube.resource_api().claims
-        batches: dict[str, list[ClaimRecord]] = {}
-        records: dict[str, ClaimRecord] = {}
-        checked: list[tuple[str, str, frozenset[str]]] = []  # (claim name, UID, drivers)
-        # Every claim is checked (reserved for the pod, allocated, its drivers registered) before anything is
-        # recorded: a missing driver fails the pod before the claim->pod references are checkpointed.
-        for claim_name in pod_claim_names(pod):
+        try:
+            wanted = pod_claims(pod, extended_resources=self.version.dra_extended_resource)
+        except ClaimNotReady as err:
+            raise PodPrepareError(str(err)) from err
+        checked: list[tuple[PodClaim, str, frozenset[str]]] = []  # (pod claim, UID, drivers)
+        # Validation pass without touching the claim cache: a missing driver fails the pod before anything is
+        # checkpointed, so the pod can be deleted without getting stuck.
+        for pc in wanted:
             try:
-                claim = self.kube.get(claims_res, claim_name, namespace)
+                claim = self.kube.get(claims_res, pc.name, namespace)
             except KubeError as err:
-                raise PodPrepareError(f"fetch ResourceClaim {namespace}/{claim_name}: {err}") from err
+                raise PodPrepareError(f"fetch ResourceClaim {pc.name}: {err}") from err
+            if pc.must_check_owner:
+                try:
+                    check_for_pod(pod, claim)
+                except ClaimNotReady as err:
+                    raise PodPrepareError(str(err)) from err
             uid = claim["metadata"]["uid"]
+            if not reserved_for_pod(pod, claim):
+                raise PodPrepareError(f"pod {pod_name} ({pod_uid}) is not allowed to use ResourceClaim "
+                                      f"{pc.name} ({uid})")
             status = claim.get("status") or {}
-            if not any(ref.get("uid") == pod_uid for ref in status.get("reservedFor") or []):
-                raise PodPrepareError(f"pod {pod_uid} is not allowed to use ResourceClaim {namespace}/{claim_name}")
-            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             if not status.get("allocation"):
-                raise PodPrepareError(f"ResourceClaim {namespace}/{claim_name} is not allocated")
+                raise PodPrepareError(f"ResourceClaim {pc.name}: not allocated")  # claiminfo.go
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
             drivers = frozenset(r["driver"] for r in results)
             missing = sorted(d for d in drivers if self.plugin(d) is None)
             if missing:
                 raise PodPrepareError(f"DRA driver {missing[0]} is not registered")
-            checked.append((claim_name, uid, drivers))
-        for claim_name, uid, drivers in checked:
-            with self._lock:
-                record = self._claims.get(uid)
+            checked.append((pc, uid, drivers))
+        batches: dict[str, list[ClaimRecord]] = {}
+        records: dict[str, ClaimRecord] = {}
+        to_prepare: list[ClaimRecord] = []
+        with self._lock:
+            for pc, uid, drivers in checked:
+                record = next((r for r in self._claims.values()
+                               if r.namespace == namespace and r.name == pc.name), None)
+                if record is not None and record.uid != uid:
+                    raise PodPrepareError(f"old ResourceClaim with same name {pc.name} and different UID "
+                                          f"{record.uid} still exists (previous pod force-deleted?!)")
                 if record is None:
-                    record = self._claims[uid] = ClaimRecord(uid, namespace, claim_name, drivers)
+                    record = self._claims[uid] = ClaimRecord(uid, namespace, pc.name, drivers)
                 record.pods.add(pod_uid)  # checkpointed before calling the plugin, as the kubelet does
-                record.pod_refs[pod_uid] = (namespace, pod["metadata"]["name"], containers_using(pod, claim_name))
-            records[uid] = record
-            for driver in sorted(drivers - set(record.prepared)):
-                batches.setdefault(driver, []).append(record)
+                record.pod_refs[pod_uid] = (namespace, pod_name, containers_using(pod, pc))
+                records[uid] = record
+                if record.is_prepared:
+                    continue
+                record.pending = {}
+                to_prepare.append(record)
+                for driver in sorted(record.drivers):
+                    batches.setdefault(driver, []).append(record)
         for driver, batch in batches.items():
             self._prepare_batch(driver, batch)
+        with self._lock:
+            for record in to_prepare:
+                record.prepared = dict(record.pending)
+                record.is_prepared = True
         return records
 
     def _prepare_batch(self, driver: str, batch: list[ClaimRecord]) -> None:
@@ -308,8 +424,10 @@ class DraManager:
             response = conn.stub().NodePrepareResources(request, timeout=self.call_timeout)
         except grpc.RpcError as err:
             raise PodPrepareError(
-                f"NodePrepareResources failed: {err.code().name}: {err.details()}"
+                f"NodePrepareResources: {err.code().name}: {err.details()}"
             ) from err
+        except ValueError as err:  # the channel was closed by a deregistration
+            raise PodPrepareError(f"NodePrepareResources: DRA driver {driver}: connection closed") from err
         wanted = {r.uid: r for r in batch}
         for uid, result in response.claims.items():
             record = wanted.get(uid)
@@ -322,7 +440,7 @@ class DraManager:
                 for d in result.devices
             )
             with self._lock:
-                record.prepared[driver] = devices
+                record.pending[driver] = devices
                 record.known_devices[driver] = devices
         skipped = len(wanted) - len(response.claims)
         if skipped > 0:
@@ -335,17 +453,31 @@ class DraManager:
     # -- unprepare --------------------------------------------------------------------------------------------------
 
     def unprepare_pod(self, pod: Obj) -> list[str]:
-        """Drop the pod's claim references and unprepare claims no other pod uses; returns the unprepared UIDs."""
+        """Drop the pod's claim references and unprepare claims no other pod uses; returns the unprepared UIDs.
+
+        Claim names come from the claim cache; when it knows none for the pod (a lost checkpoint), from the pod's
+        spec and status (manager.go `unprepareResourcesForPod`)."""
         pod_uid, namespace = pod["metadata"]["uid"], pod["metadata"]["namespace"]
-        names = set(pod_claim_names(pod))
         with self._lock:
-            mine = [r for r in self._claims.values() if r.namespace == namespace and r.name in names]
+            mine = [r for r in self._claims.values() if pod_uid in r.pods]
+        if not mine:
+            try:
+                names = set(pod_claim_names(pod, extended_resources=self.version.dra_extended_resource))
+            except ClaimNotReady:
+                names = set()
+            with self._lock:
+                mine = [r for r in self._claims.values() if r.namespace == namespace and r.name in names]
+        return self.unprepare_claims(pod_uid, mine)
+
+    def unprepare_claims(self, pod_uid: str, mine: list[ClaimRecord]) -> list[str]:
+        with self._lock:
             to_unprepare = []
             for record in mine:
-                record.pods.discard(pod_uid)
-                record.pod_refs.pop(pod_uid, None)
-                if not record.pods:
-                    to_unprepare.append(record)
+                if len(record.pods - {pod_uid}) > 0:
+                    record.pods.discard(pod_uid)
+                    record.pod_refs.pop(pod_uid, None)
+                    continue
+                to_unprepare.append(record)
         batches: dict[str, list[ClaimRecord]] = {}
         for record in to_unprepare:
             for driver in sorted(record.drivers):
@@ -356,6 +488,21 @@ class DraManager:
             for record in to_unprepare:
                 self._claims.pop(record.uid, None)
         return [r.uid for r in to_unprepare]
+
+    def unprepare_inactive(self, active_pod_uids: set[str]) -> list[str]:
+        """`reconcileLoop`: unprepare the claims still referenced by pods that are no longer active."""
+        done: list[str] = []
+        with self._lock:
+            inactive = {uid for r in self._claims.values() for uid in r.pods if uid not in active_pod_uids}
+        for pod_uid in sorted(inactive):
+            with self._lock:
+                mine = [r for r in self._claims.values() if pod_uid in r.pods]
+            try:
+                done += self.unprepare_claims(pod_uid, mine)
+            except PodUnprepareError as err:
+                log.info("unpreparing pod resources in reconcile loop failed, will retry",
+                         extra={"podUID": pod_uid, "error": str(err)})
+        return done
 
     def _unprepare_batch(self, driver: str, batch: list[ClaimRecord]) -> None:
         conn = self.plugin(driver)
@@ -370,22 +517,21 @@ class DraManager:
             response = conn.stub().NodeUnprepareResources(request, timeout=self.call_timeout)
         except grpc.RpcError as err:
             raise PodUnprepareError(
-                f"NodeUnprepareResources failed: {err.code().name}: {err.details()}"
+                f"NodeUnprepareResources: {err.code().name}: {err.details()}"
             ) from err
-        wanted = {r.uid for r in batch}
-        unknown = set(response.claims) - wanted
+        except ValueError as err:
+            raise PodUnprepareError(f"NodeUnprepareResources: DRA driver {driver}: connection closed") from err
+        wanted = {r.uid: r for r in batch}
+        unknown = set(response.claims) - set(wanted)
         if unknown:
             raise PodUnprepareError(f"NodeUnprepareResources returned result for unknown claim UID {sorted(unknown)[0]}")
         for uid, result in response.claims.items():
             if result.error:
-                raise PodUnprepareError(f"NodeUnprepareResources failed for claim {uid}: {result.error}")
+                raise PodUnprepareError(f"NodeUnprepareResources failed for ResourceClaim {wanted[uid].name}: "
+                                        f"{result.error}")
         skipped = len(wanted) - len(response.claims)
         if skipped > 0:
             raise PodUnprepareError(f"NodeUnprepareResources skipped {skipped} ResourceClaims")
-        with self._lock:
-            for record in batch:
-                record.prepared.pop(driver, None)
-                record.known_devices.pop(driver, None)
 
     def unprepare_pod_with_retry(self, pod: Obj, timeout: float = 30.0, interval: float = 0.2) -> list[str]:
         return _retry(lambda: self.unprepare_pod(pod), PodUnprepareError, timeout, interval)
@@ -440,6 +586,18 @@ class DraManager:
             conn.stop.wait(self.health_retry)
 
 
+def _accepts(path: str) -> bool:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(1.0)
+        sock.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
 def _retry(call: Callable[[], _T], error: type[Exception], timeout: float, interval: float) -> _T:
     deadline = time.monotonic() + timeout
     while True:
@@ -449,29 +607,3 @@ def _retry(call: Callable[[], _T], error: type[Exception], timeout: float, inter
             if time.monotonic() + interval > deadline:
                 raise
             time.sleep(interval)
-
-
-def containers_using(pod: Obj, claim_name: str) -> tuple[str, ...]:
-    """The containers (init containers included) whose `resources.claims` reference the pod claim that resolves
-    to ResourceClaim `claim_name`."""
-    generated = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
-    pod_names = {ref["name"] for ref in (pod.get("spec") or {}).get("resourceClaims") or []
-                 if (ref.get("resourceClaimName") or generated.get(ref["name"])) == claim_name}
-    spec = pod.get("spec") or {}
-    return tuple(c["name"] for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-                 if any(r.get("name") in pod_names for r in (c.get("resources") or {}).get("claims") or []))
-
-
-def pod_claim_names(pod: Obj) -> list[str]:
-    """The ResourceClaim names a pod uses: direct `resourceClaimName`s, and for templates the generated name from
-    `status.resourceClaimStatuses` (a pod whose generated claim is not yet recorded cannot start)."""
-    generated = {s["name"]: s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
-    names: list[str] = []
-    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
-        if ref.get("resourceClaimName"):
-            names.append(ref["resourceClaimName"])
-        elif generated.get(ref["name"]):
-            names.append(generated[ref["name"]])
-        else:
-            raise PodPrepareError(f"pod claim {ref['name']!r} has no ResourceClaim yet")
-    return names

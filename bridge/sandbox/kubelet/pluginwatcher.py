@@ -1,23 +1,34 @@
-"""The kubelet's plugin watcher, simulated: discovers registration sockets in `plugins_registry` and registers them.
+"""The kubelet's plugin manager, simulated: watcher, desired/actual state of the world, reconciler, registration.
 
-What it reproduces (reference/kubelet-grpc.md section 3, limits-and-timeouts.md section 1c):
-* sockets already present at start count like newly created ones; sub-directories are walked; names starting
-  with "." and non-sockets are ignored;
-* per socket: dial (10 s), `GetInfo` with the kubelet's **1 s** deadline, handler chosen by `PluginInfo.type`
-  (unknown type -> `NotifyRegistrationStatus(false)`), empty endpoint replaced by the socket path, the handler's
-  validation and registration, then `NotifyRegistrationStatus(true)` with a **5 s** deadline; any failure is
-  reported with `NotifyRegistrationStatus(false, reason)` and retried from scratch with exponential backoff
-  (0.5 s doubling, capped at 2 min as in the kubelet);
-* a socket that disappears (or is replaced by a new file at the same path: a plugin restart) deregisters the
-  plugin.
+Written from kubernetes/kubernetes pkg/kubelet/pluginmanager/: `pluginwatcher/plugin_watcher.go`,
+`reconciler/reconciler.go`, `cache/{desired,actual}_state_of_world.go` and
+`operationexecutor/operation_generator.go`. What it reproduces:
 
-The watcher polls the directory (every `poll_interval`, 0.1 s by default) instead of using inotify: it sees the
-same create/remove transitions, and works on any filesystem. It owns no protocol knowledge beyond
-pluginregistration; type-specific work is the handler's (`PluginHandler`, e.g. `DraManager`).
+* The watcher sees the directory through **inotify** (fsnotify in the kubelet), by name and event: a Create of a
+  socket (also at start, for sockets already there, and for every socket below a newly created directory) adds
+  the path to the *desired* state with a fresh timestamp (`AddOrUpdatePlugin`), a Remove deletes it. Names
+  starting with "." and non-sockets are ignored; a move out of the directory (fsnotify Rename) is ignored too.
+  So a plugin that restarts and re-creates its socket under the same name is seen even when the new socket
+  reuses the old inode: the Create event carries a new timestamp.
+* The reconciler (every `poll_interval`; the kubelet's loop sleeps 1 s) first unregisters plugins that are gone
+  from the desired state or whose timestamp changed (a re-created socket), then registers every desired plugin
+  whose timestamp the actual state does not have.
+* Registration of one socket (operation_generator.go): dial (10 s), `GetInfo` with a **1 s** deadline, handler by
+  `PluginInfo.type` (unknown type -> `NotifyRegistrationStatus(false)`), empty endpoint replaced by the socket
+  path, the handler's validation and registration, then `NotifyRegistrationStatus(true)` with a **5 s** deadline.
+  A failure is told to the plugin (`NotifyRegistrationStatus(false, reason)`) and retried with exponential
+  backoff per socket (500 ms doubling, capped at 2 min 2 s: nestedpendingoperations/exponentialbackoff).
+  Operations run in their own threads, one at a time per socket, like the kubelet's operation executor.
+
+Where inotify is missing (non-Linux), a stat poll stands in, comparing (inode, ctime): it can miss a socket
+re-created within one poll interval with the same inode and ctime, which inotify never misses; a warning says so.
+Not modelled: the connection monitor of newer kubelets (pluginwatcher/monitor.go: GetInfo every 10 s, two
+failures remove the plugin from the desired state).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
@@ -30,6 +41,7 @@ import grpc
 
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as pb
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as pb_grpc
+from bridge.sandbox.kubelet.inotify import FileEvent, Inotify, InotifyUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +49,7 @@ DIAL_TIMEOUT_S = 10.0
 GET_INFO_TIMEOUT_S = 1.0
 NOTIFY_TIMEOUT_S = 5.0
 BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 120.0
+BACKOFF_MAX_S = 122.0
 
 
 class PluginRejected(Exception):
@@ -59,22 +71,23 @@ class RegisteredPlugin:
     name: str
     endpoint: str
     versions: tuple[str, ...]
-    inode: int
+    timestamp: int  # the desired-state timestamp this registration answered
 
 
 @dataclass
-class _Attempt:
-    inode: int
+class _Backoff:
     next_at: float = 0.0
-    backoff: float = BACKOFF_INITIAL_S
+    delay: float = BACKOFF_INITIAL_S
     failures: int = 0
     last_error: str = ""
 
 
 @dataclass
-class WatcherState:
-    registered: dict[str, RegisteredPlugin] = field(default_factory=dict)
-    pending: dict[str, _Attempt] = field(default_factory=dict)
+class _World:
+    desired: dict[str, int] = field(default_factory=dict)  # socket -> timestamp of its latest Create
+    actual: dict[str, RegisteredPlugin] = field(default_factory=dict)
+    backoff: dict[str, _Backoff] = field(default_factory=dict)
+    in_flight: set[str] = field(default_factory=set)
 
 
 class PluginWatcher:
@@ -85,21 +98,40 @@ class PluginWatcher:
         *,
         poll_interval: float = 0.1,
         backoff_max: float = BACKOFF_MAX_S,
+        use_inotify: bool = True,
     ) -> None:
         self.registry_dir = os.path.abspath(os.fspath(registry_dir))
         self.handlers = dict(handlers)
         self.poll_interval = poll_interval
         self.backoff_max = backoff_max
-        self._state = WatcherState()
+        self.use_inotify = use_inotify
+        self._world = _World()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._ops: set[threading.Thread] = set()
+        self._inotify: Inotify | None = None
+        self._polled: dict[str, tuple[int, int]] = {}  # fallback only: socket -> (inode, ctime_ns)
+        self._ticks = itertools.count(1)
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
         os.makedirs(self.registry_dir, mode=0o755, exist_ok=True)
         self._stop.clear()
+        self._world = _World()
+        self._polled = {}
+        self._inotify = None
+        if self.use_inotify:
+            try:
+                self._inotify = Inotify()
+            except InotifyUnavailable as err:
+                log.warning("plugin watcher falls back to polling (a socket re-created within one poll with the "
+                            "same inode is missed): %s", err)
+        if self._inotify is not None:
+            self._traverse(self.registry_dir)
+        else:
+            self._poll()
         self._thread = threading.Thread(target=self._run, name="plugin-watcher", daemon=True)
         self._thread.start()
 
@@ -109,8 +141,15 @@ class PluginWatcher:
             self._thread.join(timeout=15)
             self._thread = None
         with self._lock:
-            plugins = list(self._state.registered.values())
-            self._state = WatcherState()
+            ops = list(self._ops)
+        for op in ops:
+            op.join(timeout=15)
+        if self._inotify is not None:
+            self._inotify.close()
+            self._inotify = None
+        with self._lock:
+            plugins = list(self._world.actual.values())
+            self._world = _World()
         for plugin in plugins:
             self._deregister(plugin)
 
@@ -119,64 +158,123 @@ class PluginWatcher:
     def registered(self) -> dict[str, RegisteredPlugin]:
         """Socket path -> plugin, for every plugin currently registered."""
         with self._lock:
-            return dict(self._state.registered)
+            return dict(self._world.actual)
+
+    def desired(self) -> dict[str, int]:
+        """Socket path -> timestamp of its latest creation event (the desired state of the world)."""
+        with self._lock:
+            return dict(self._world.desired)
 
     def last_error(self, socket: str) -> str:
         with self._lock:
-            attempt = self._state.pending.get(os.path.abspath(socket))
-            return attempt.last_error if attempt else ""
+            b = self._world.backoff.get(os.path.abspath(socket))
+            return b.last_error if b else ""
 
-    # -- the loop ---------------------------------------------------------------------------------------------------
+    # -- the watcher ------------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.sync_once()
+                if self._inotify is not None:
+                    for event in self._inotify.read(self.poll_interval):
+                        self._handle(event)
+                else:
+                    self._stop.wait(self.poll_interval)
+                    self._poll()
+                self.reconcile_once()
             except Exception:  # a watcher bug must not kill the simulated kubelet silently
                 log.exception("plugin watcher iteration failed")
-            self._stop.wait(self.poll_interval)
+                self._stop.wait(self.poll_interval)
 
-    def _scan(self) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for root, dirs, files in os.walk(self.registry_dir):
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
+    def _add_or_update(self, socket: str) -> None:
+        with self._lock:
+            self._world.desired[socket] = next(self._ticks)
+
+    def _remove(self, socket: str) -> None:
+        with self._lock:
+            self._world.desired.pop(socket, None)
+
+    def _handle(self, event: FileEvent) -> None:
+        if event.overflow:
+            log.error("plugin watcher: inotify queue overflow, events were lost")  # the kubelet only logs it too
+            return
+        if event.removed:
+            self._remove(event.path)
+            return
+        if not event.created or os.path.basename(event.path).startswith("."):
+            return
+        try:
+            st = os.lstat(event.path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            self._traverse(event.path)
+        elif stat.S_ISSOCK(st.st_mode):
+            self._add_or_update(event.path)
+
+    def _traverse(self, directory: str) -> None:
+        """`traversePluginDir`: watch the directory and everything below it; existing sockets count as created."""
+        assert self._inotify is not None
+        try:
+            self._inotify.add_watch(directory)
+        except OSError as err:
+            log.error("plugin watcher cannot watch %s: %s", directory, err)
+            return
+        for root, dirs, files in os.walk(directory):
+            for d in dirs:
+                try:
+                    self._inotify.add_watch(os.path.join(root, d))
+                except OSError as err:
+                    log.error("plugin watcher cannot watch %s: %s", os.path.join(root, d), err)
             for name in files:
-                if name.startswith("."):
-                    continue
+                self._handle(FileEvent(os.path.join(root, name), True, False, False))
+
+    def _poll(self) -> None:
+        found: dict[str, tuple[int, int]] = {}
+        for root, _dirs, files in os.walk(self.registry_dir):
+            for name in files:
                 path = os.path.join(root, name)
                 try:
                     st = os.lstat(path)
                 except FileNotFoundError:
                     continue
-                if stat.S_ISSOCK(st.st_mode):
-                    found[path] = st.st_ino
-        return found
+                if stat.S_ISSOCK(st.st_mode) and not name.startswith("."):
+                    found[path] = (st.st_ino, st.st_ctime_ns)
+        for path in set(self._polled) - set(found):
+            self._remove(path)
+        for path, ident in found.items():
+            if self._polled.get(path) != ident:
+                self._add_or_update(path)
+        self._polled = found
 
-    def sync_once(self) -> None:
-        """One reconcile pass: deregister vanished sockets, register new ones whose backoff has expired."""
-        found = self._scan()
+    # -- the reconciler ---------------------------------------------------------------------------------------------
+
+    def reconcile_once(self) -> None:
+        """One reconciler pass: unregistrations first, then registrations whose backoff allows them."""
         with self._lock:
-            gone = [p for p, reg in self._state.registered.items() if found.get(p) != reg.inode]
-            removed = [self._state.registered.pop(p) for p in gone]
-            for p in [p for p, a in self._state.pending.items() if found.get(p) != a.inode]:
-                del self._state.pending[p]
-            todo = []
+            w = self._world
+            stale = [p for s, p in w.actual.items() if w.desired.get(s) != p.timestamp and s not in w.in_flight]
+            for p in stale:
+                del w.actual[p.socket]
             now = time.monotonic()
-            for path, inode in found.items():
-                if path in self._state.registered:
-                    continue
-                attempt = self._state.pending.setdefault(path, _Attempt(inode))
-                if attempt.next_at <= now:
-                    todo.append((path, attempt))
-        for plugin in removed:
+            todo = [(s, ts) for s, ts in w.desired.items()
+                    if s not in w.actual and s not in w.in_flight and w.backoff.get(s, _Backoff()).next_at <= now]
+            for s, _ts in todo:
+                w.in_flight.add(s)
+        for plugin in stale:
             self._deregister(plugin)
-        for path, attempt in todo:
+        for socket, ts in todo:
             if self._stop.is_set():
-                return
-            self._register(path, attempt)
+                with self._lock:
+                    self._world.in_flight.discard(socket)
+                continue
+            op = threading.Thread(target=self._register, args=(socket, ts), name="plugin-register", daemon=True)
+            with self._lock:
+                self._ops.add(op)
+            op.start()
 
     def _deregister(self, plugin: RegisteredPlugin) -> None:
-        log.info("plugin socket gone: deregistering", extra={"plugin": plugin.name, "socket": plugin.socket})
+        log.info("deregistering plugin", extra={"plugin": plugin.name, "socket": plugin.socket})
         handler = self.handlers.get(plugin.type)
         if handler is not None:
             try:
@@ -184,25 +282,32 @@ class PluginWatcher:
             except Exception:
                 log.exception("deregistering plugin failed", extra={"plugin": plugin.name})
 
-    def _register(self, path: str, attempt: _Attempt) -> None:
-        channel = grpc.insecure_channel("unix://" + path)
+    def _register(self, socket: str, timestamp: int) -> None:
+        channel = grpc.insecure_channel("unix://" + socket)
         try:
-            plugin = self._register_over(channel, path, attempt.inode)
-        except _Failed as err:
-            attempt.failures += 1
-            attempt.last_error = str(err)
-            attempt.next_at = time.monotonic() + attempt.backoff
-            attempt.backoff = min(attempt.backoff * 2, self.backoff_max)
-            log.warning("plugin registration failed", extra={"socket": path, "error": str(err)})
-            return
+            try:
+                plugin = self._register_over(channel, socket, timestamp)
+            except _Failed as err:
+                with self._lock:
+                    b = self._world.backoff.setdefault(socket, _Backoff())
+                    b.failures += 1
+                    b.last_error = str(err)
+                    b.next_at = time.monotonic() + b.delay
+                    b.delay = min(b.delay * 2, self.backoff_max)
+                log.warning("plugin registration failed", extra={"socket": socket, "error": str(err)})
+                return
+            finally:
+                channel.close()
+            with self._lock:
+                self._world.backoff.pop(socket, None)
+                self._world.actual[socket] = plugin
+            log.info("plugin registered", extra={"plugin": plugin.name, "type": plugin.type, "socket": socket})
         finally:
-            channel.close()
-        with self._lock:
-            self._state.pending.pop(path, None)
-            self._state.registered[path] = plugin
-        log.info("plugin registered", extra={"plugin": plugin.name, "type": plugin.type, "socket": path})
+            with self._lock:
+                self._world.in_flight.discard(socket)
+                self._ops.discard(threading.current_thread())
 
-    def _register_over(self, channel: grpc.Channel, path: str, inode: int) -> RegisteredPlugin:
+    def _register_over(self, channel: grpc.Channel, path: str, timestamp: int) -> RegisteredPlugin:
         try:
             grpc.channel_ready_future(channel).result(timeout=DIAL_TIMEOUT_S)
         except grpc.FutureTimeoutError as err:
@@ -229,7 +334,7 @@ class PluginWatcher:
             if handler is not None:
                 handler.deregister_plugin(info.name, endpoint)
             raise _Failed(f"NotifyRegistrationStatus failed: {err.code().name}") from err
-        return RegisteredPlugin(path, info.type, info.name, endpoint, tuple(versions), inode)
+        return RegisteredPlugin(path, info.type, info.name, endpoint, tuple(versions), timestamp)
 
     @staticmethod
     def _notify(stub: pb_grpc.RegistrationStub, ok: bool, error: str) -> None:

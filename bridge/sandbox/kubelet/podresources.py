@@ -1,17 +1,23 @@
 """The kubelet's PodResources service (`pod-resources/kubelet.sock`), simulated: `List`, `Get`,
 `GetAllocatableResources`.
 
-Device-plugin assignments come from the simulated device manager, grouped per container and resource by NUMA node
-as the kubelet does (one `ContainerDevices` per NUMA node; devices without topology in one group). DRA assignments
-come from any number of `DynamicResourcesSource`s (the DRA side of the simulator adds one) and are reported as
-`dynamic_resources` on the container they were prepared for.
+Written from kubernetes/kubernetes pkg/kubelet/apis/podresources/server_v1.go (@b7fd57a: `List` walks the active
+pods and reports, per pod, the restartable init containers (sidecars) and the regular containers; **ordinary init
+containers are not reported**, so a device an init container holds is invisible here, even while the init
+container runs) and pkg/kubelet/cm/devicemanager/pod_devices.go (`getContainerDevices`: one `ContainerDevices` per
+resource and NUMA node; devices without topology in one group).
+
+Pods: when a pods provider is set (the simulator's pod runner: the kubelet's active pods), every active pod is
+listed, with or without devices; otherwise the pods the device manager has assignments for. DRA assignments come
+from any number of `DynamicResourcesSource`s (the DRA side of the simulator adds one) and are reported as
+`dynamic_resources` on the containers using the claim.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +27,7 @@ import grpc
 
 from bridge._proto.podresources.v1 import podresources_pb2 as pb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
+from bridge.kube.api import Obj
 from bridge.node.sockets import check_socket_path
 from bridge.sandbox.kubelet.devicemanager import Assignment, DeviceManager
 
@@ -95,24 +102,46 @@ class PodResourcesServer:
         self.socket_path = Path(kubelet_root) / SOCKET_DIR / SOCKET_NAME
         self.manager = manager
         self._dynamic: list[DynamicResourcesSource] = []
+        self._pods_provider: Callable[[], list[Obj]] | None = None
         self._server: grpc.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def add_dynamic_source(self, source: DynamicResourcesSource) -> None:
         self._dynamic.append(source)
 
+    def set_pods_provider(self, provider: Callable[[], list[Obj]]) -> None:
+        """The kubelet's active pods (pod objects); `List` then reports every one of them."""
+        self._pods_provider = provider
+
     def pods(self) -> list[pb.PodResources]:
-        # (namespace, pod) -> container -> (device assignments, dynamic assignments)
+        # (namespace, pod) -> container -> (device assignments, dynamic assignments), in the order reported
         pods: dict[tuple[str, str], dict[str, tuple[list[Assignment], list[DynamicAssignment]]]] = {}
+        listed: set[tuple[str, str, str]] | None = None  # (ns, pod, container) a pod spec says to report
+        if self._pods_provider is not None:
+            listed = set()
+            for pod in self._pods_provider():
+                meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+                key = (meta.get("namespace", ""), meta.get("name", ""))
+                containers = pods.setdefault(key, {})
+                for c in [*(c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"),
+                          *(spec.get("containers") or [])]:
+                    containers.setdefault(c["name"], ([], []))
+                    listed.add((*key, c["name"]))
         for a in self.manager.assignments():
+            if a.init_only or (listed is not None and (a.namespace, a.pod_name, a.container) not in listed):
+                continue
             pods.setdefault((a.namespace, a.pod_name), {}).setdefault(a.container, ([], []))[0].append(a)
         for src in self._dynamic:
             for d in src.dynamic_assignments():
+                if listed is not None and (d.namespace, d.pod_name, d.container) not in listed:
+                    continue
                 pods.setdefault((d.namespace, d.pod_name), {}).setdefault(d.container, ([], []))[1].append(d)
         out = []
-        for (ns, name), containers in sorted(pods.items()):
+        items = pods.items() if listed is not None else sorted(pods.items())
+        for (ns, name), containers in items:
             crs = []
-            for cname, (assigned, dynamic) in sorted(containers.items()):
+            ordered = containers.items() if listed is not None else sorted(containers.items())
+            for cname, (assigned, dynamic) in ordered:
                 crs.append(pb.ContainerResources(
                     name=cname,
                     devices=_container_devices(self.manager, assigned),
@@ -153,3 +182,30 @@ class PodResourcesServer:
             os.unlink(self.socket_path)
         except FileNotFoundError:
             pass
+
+
+@dataclass(frozen=True)
+class ListedDevice:
+    """One device in a PodResources `List` answer: a device-plugin device or a DRA claim's device."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str  # the extended resource name, or "<driver>" for DRA devices
+    device: str  # device-plugin ID, or "<pool>/<device>" for DRA devices
+    claim: str = ""  # "<namespace>/<name>" of the claim, for DRA devices
+
+
+def list_devices(socket_path: Path | str, timeout: float = 10.0) -> list[ListedDevice]:
+    """Call `List` on a PodResources socket (ours or a real kubelet's) and flatten the answer."""
+    out: list[ListedDevice] = []
+    with grpc.insecure_channel(f"unix://{socket_path}") as ch:
+        resp = pb_grpc.PodResourcesListerStub(ch).List(pb.ListPodResourcesRequest(), timeout=timeout)
+    for p in resp.pod_resources:
+        for c in p.containers:
+            out.extend(ListedDevice(p.namespace, p.name, c.name, d.resource_name, i)
+                       for d in c.devices for i in d.device_ids)
+            out.extend(ListedDevice(p.namespace, p.name, c.name, r.driver_name, f"{r.pool_name}/{r.device_name}",
+                                    f"{dr.claim_namespace}/{dr.claim_name}")
+                       for dr in c.dynamic_resources for r in dr.claim_resources)
+    return out

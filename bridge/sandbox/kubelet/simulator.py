@@ -1,26 +1,34 @@
-"""`KubeletSimulator`: one object playing the kubelet for a node daemon under test or in `bridge demo`.
+"""`KubeletSimulator`: one object playing the kubelet for a node daemon under test or in `bridge sandbox cluster`.
 
 It owns the kubelet root layout (`device-plugins/`, `plugins/`, `plugins_registry/`, `pod-resources/`) and
 composes the simulated device manager (legacy device plugins), the PodResources server and, when given an API
 client and a node name, the DRA manager (plugin watcher on `plugins_registry`, NodePrepare/Unprepare caller,
-health-stream consumer), whose prepared claims PodResources reports as `dynamic_resources`.
+health-stream consumer, slice wiping), whose prepared claims PodResources reports as `dynamic_resources`. With
+`KubeletConfig.register_node` it registers its Node and posts the Node's status every
+`node_status_frequency`; with `run_pods` it runs the pods bound to it (admission, devices, status, termination).
 
-Lifecycle like the kubelet's: `start()` wipes the node's ResourceSlices (DRA side), serves PodResources and
-`kubelet.sock`, and watches `plugins_registry`; `restart()` drops every plugin connection, deletes the device-plugin
-sockets, serves a fresh `kubelet.sock`, forgets which claims are prepared (so Prepare is called again), wipes the
-node's ResourceSlices again and rediscovers the DRA registration sockets. Further parts join through `add_component`.
+Lifecycle like the kubelet's: `start()` serves PodResources and `kubelet.sock`, watches `plugins_registry` and
+wipes the node's ResourceSlices in the background; `restart()` drops every plugin connection, deletes the
+device-plugin sockets, serves a fresh `kubelet.sock`, forgets which claims are prepared (so Prepare is called again
+for the pods it runs), wipes the node's ResourceSlices again and rediscovers the DRA registration sockets. Further
+parts join through `add_component`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
 from bridge.kube.api import KubeAPI
-from bridge.sandbox.kubelet.devicemanager import DeviceManager
+from bridge.sandbox.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD_S, DeviceManager
 from bridge.sandbox.kubelet.dramanager import DraManager
+from bridge.sandbox.kubelet.nodestatus import UPDATE_FREQUENCY_S, MachineInfo, NodeStatusReporter
 from bridge.sandbox.kubelet.podresources import PodResourcesServer
+from bridge.sandbox.kubelet.pods import SYNC_RETRY_S, PodRunner
+from bridge.sandbox.kubelet.slicewipe import WIPING_DELAY_S
+from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
 SUBDIRS = ("device-plugins", "plugins", "plugins_registry", "pod-resources")
 
@@ -31,19 +39,58 @@ class Component(Protocol):
     def stop(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class KubeletConfig:
+    """What the simulated kubelet is and does. Defaults are the real kubelet's; tests shorten the periods."""
+
+    version: str = DEFAULT_VERSION  # decides the release-dependent rules (bridge.sandbox.kubelet.version)
+    register_node: bool = False  # create/reconcile the Node and post its status (needs the API side)
+    node_status_frequency: float = UPDATE_FREQUENCY_S  # nodeStatusUpdateFrequency
+    run_pods: bool = False  # run the pods bound to this node (needs the API side)
+    machine: MachineInfo = field(default_factory=MachineInfo)
+    sync_retry: float = SYNC_RETRY_S  # pod workers' retry after a failed sync
+    restart_backoff: float = 10.0  # first container restart delay (crash-loop backoff)
+    stop_grace_period: float = ENDPOINT_STOP_GRACE_PERIOD_S  # device plugin endpoint grace before removal
+    wiping_delay: float = WIPING_DELAY_S  # DRA slices wiped this long after a driver's last connection
+    startup_wipe_delay: float = 0.0  # delay the startup wipe's first attempt (to test a late wipe)
+    dra_poll_interval: float = 0.1  # plugin watcher reconcile / connection probe period
+
+
 class KubeletSimulator:
     def __init__(self, root: Path, *, kube: KubeAPI | None = None, node_name: str | None = None,
-                 dra_call_timeout: float = 45.0, dra_health_retry: float = 5.0) -> None:
+                 dra_call_timeout: float = 45.0, dra_health_retry: float = 5.0,
+                 config: KubeletConfig | None = None) -> None:
         if (kube is None) != (node_name is None):
             raise ValueError("the DRA side needs both an API client and the node name")
+        self.config = config or KubeletConfig()
+        if kube is None and (self.config.register_node or self.config.run_pods):
+            raise ValueError("registering the Node and running pods need an API client and the node name")
         self.root = Path(root)
-        self.devices = DeviceManager(self.root / "device-plugins")
+        self.node_name = node_name
+        self.version = KubeletVersion.parse(self.config.version)
+        self.devices = DeviceManager(self.root / "device-plugins", version=self.version,
+                                     stop_grace_period_s=self.config.stop_grace_period)
         self.podresources = PodResourcesServer(self.root, self.devices)
         self.dra: DraManager | None = None
+        self.node_status: NodeStatusReporter | None = None
+        self.pods: PodRunner | None = None
         if kube is not None and node_name is not None:
             self.dra = DraManager(kube, node_name, str(self.root / "plugins_registry"),
-                                  call_timeout=dra_call_timeout, health_retry=dra_health_retry)
+                                  call_timeout=dra_call_timeout, health_retry=dra_health_retry,
+                                  poll_interval=self.config.dra_poll_interval, version=self.version,
+                                  wiping_delay=self.config.wiping_delay,
+                                  startup_wipe_delay=self.config.startup_wipe_delay)
             self.podresources.add_dynamic_source(self.dra)
+            if self.config.register_node:
+                self.node_status = NodeStatusReporter(
+                    kube, node_name, self.devices.capacity, version=self.version, machine=self.config.machine,
+                    update_frequency=self.config.node_status_frequency,
+                    fresh_device_state=lambda: not self.devices.assignments())
+            if self.config.run_pods:
+                self.pods = PodRunner(kube, node_name, self.devices, self.dra, version=self.version,
+                                      machine=self.config.machine, sync_retry=self.config.sync_retry,
+                                      restart_backoff=self.config.restart_backoff)
+                self.podresources.set_pods_provider(self.pods.active_pods)
         self._extra: list[Component] = []
         self.restarts = 0
         self._running = False
@@ -72,8 +119,12 @@ class KubeletSimulator:
         if podresources:
             self.podresources.start()
         self.devices.start()
+        if self.node_status is not None:
+            self.node_status.start()
         if self.dra is not None:
             self.dra.start()
+        if self.pods is not None:
+            self.pods.start()
         for c in self._extra:
             c.start()
         self._running = True
@@ -82,8 +133,12 @@ class KubeletSimulator:
     def stop(self) -> None:
         for c in reversed(self._extra):
             c.stop()
+        if self.pods is not None:
+            self.pods.stop()
         if self.dra is not None:
             self.dra.stop()
+        if self.node_status is not None:
+            self.node_status.stop()
         self.devices.stop()
         self.podresources.stop()
         self._running = False
@@ -97,6 +152,8 @@ class KubeletSimulator:
         self.devices.restart()
         if self.dra is not None:
             self.dra.restart()
+        if self.pods is not None:
+            self.pods.resync()
         for c in self._extra:
             c.start()
         self.restarts += 1

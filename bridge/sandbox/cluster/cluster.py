@@ -1,0 +1,311 @@
+"""`SandboxCluster`: a whole GPU cluster on loopback, for tests, `bridge demo` and trying the bridge out.
+
+    spec = ClusterSpec(nodes=nodes_from_count(2, "8xH100-80GB"), kubernetes_version="1.36", bridge=True, split="4")
+    with SandboxCluster(spec) as cluster:          # start() ... stop()
+        api = cluster.api                          # a KubeAPI on the emulator (bridge.kube)
+        cluster.kubeconfig                         # the kubeconfig file, for processes and kubectl
+        cluster.node("node-0").kubelet             # the node's KubeletSimulator
+        cluster.wait_pod_phase("ns", "pod", "Running")
+
+What runs, in start order (stop is the reverse, and leaves nothing behind: sockets, temp dirs, processes):
+1. the API emulator (`ApiServer`) at the Kubernetes version's served `resource.k8s.io` versions, with graceful
+   pod deletion (the kubelets finish deleted pods, as real kubelets do);
+2. with `bridge`, the bridge's DeviceClass (as `examples/deviceclass.yaml`);
+3. one kubelet simulator per node (in this process): it registers its Node with the node's labels (plus GPU
+   Feature Discovery's), posts the Node's status and runs the pods bound to it;
+4. the control plane (`controlplane.stand_ins`): the scheduler and claim-controller stand-ins, or the minimal
+   binder while they are not installed;
+5. with `bridge`, one real `bridge node` process per node with simulated GPUs (`--devices simulated:<gpus>`), its
+   split from the node's spec or the cluster's; the cluster waits until every node daemon is registered with its
+   kubelet through both APIs;
+6. with `webhook`, the real `bridge webhook` process, registered in the emulator (TLS, CA bundle).
+
+Work files live under one short temp directory (unix socket paths are limited to 107 bytes), removed on stop
+unless the caller passed `work_dir`. Child processes get SIGTERM if this process dies (`orphanguard`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from bridge.inventory.simulated import devices_from_spec
+from bridge.kube.api import NODES, PODS, KubeAPI, Obj
+from bridge.kube.errors import KubeError, NotFound
+from bridge.ledger import parse_split
+from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.cluster.controlplane import Controller, stand_ins
+from bridge.sandbox.cluster.processes import ChildProcess
+from bridge.sandbox.cluster.spec import ClusterSpec, NodeSpec, check
+from bridge.sandbox.cluster.webhook import SandboxWebhook
+from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
+
+log = logging.getLogger(__name__)
+
+DRIVER = "gpu.dra-bridge.io"
+GPU_RESOURCE = "nvidia.com/gpu"
+SPLIT_ANNOTATION = "dra-bridge.io/dra-devices"
+_MAX_WORK_DIR = 40  # bytes: leaves room for <work>/n99/kl/plugins_registry/<driver>-<pod uid>-reg.sock
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not start; the message says which part and why (with its log's tail)."""
+
+
+def device_class(api_version: str, driver: str = DRIVER) -> Obj:
+    """The bridge's DeviceClass, as examples/deviceclass.yaml (resource.k8s.io/v1) and deviceclass-v1beta1.yaml."""
+    return {"apiVersion": f"resource.k8s.io/{api_version}", "kind": "DeviceClass",
+            "metadata": {"name": driver, "labels": {"app.kubernetes.io/name": "dra-bridge",
+                                                    "app.kubernetes.io/component": "deviceclass"}},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
+
+
+@dataclass
+class SandboxNode:
+    spec: NodeSpec
+    root: Path  # the node's work directory
+    kubelet: KubeletSimulator
+    daemon: ChildProcess | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kl"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def cdi_root(self) -> Path:
+        return self.root / "cdi"
+
+
+class SandboxCluster:
+    def __init__(self, spec: ClusterSpec, *, work_dir: Path | None = None, kubeconfig_out: Path | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.spec = check(spec)
+        self._given_work_dir = work_dir
+        self.kubeconfig_out = kubeconfig_out
+        self.host, self.port = host, port
+        self.work_dir: Path | None = None
+        self.server: ApiServer | None = None
+        self.nodes: list[SandboxNode] = []
+        self.controllers: list[Controller] = []
+        self.control_plane = ""
+        self.webhook: SandboxWebhook | None = None
+        self._api: KubeAPI | None = None
+        self._started = False
+
+    # -- lifecycle --------------------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> SandboxCluster:
+        if self._started:
+            raise RuntimeError("SandboxCluster already started")
+        self._started = True
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        self.work_dir = self._make_work_dir()
+        self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
+                                resource_versions=self.spec.resource_versions, graceful_pod_deletion=True).start()
+        self.port = self.server.port
+        self.server.write_kubeconfig(self.kubeconfig)
+        if self.kubeconfig_out is not None:
+            self.server.write_kubeconfig(self.kubeconfig_out)
+        from bridge.kube import connect
+
+        self._api = connect(str(self.kubeconfig))
+        if self.spec.bridge:
+            self._api.create(self._api.resource_api().device_classes,
+                             device_class(self._api.resource_api().version))
+        for i, n in enumerate(self.spec.nodes):
+            root = self.work_dir / f"n{i}"
+            kubelet = KubeletSimulator(root / "kl", kube=connect(str(self.kubeconfig)), node_name=n.name,
+                                       config=KubeletConfig(
+                                           version=self.spec.kubernetes_version, register_node=True, run_pods=True,
+                                           node_status_frequency=self.spec.node_status_frequency,
+                                           sync_retry=self.spec.sync_retry,
+                                           machine=MachineInfo(labels=n.all_labels())))
+            self.nodes.append(SandboxNode(n, root, kubelet))
+            kubelet.start()
+        for node in self.nodes:
+            assert node.kubelet.node_status is not None
+            if not node.kubelet.node_status.wait_registered(max(1.0, deadline - time.monotonic())):
+                raise ClusterError(f"the kubelet of {node.name} could not register its Node: "
+                                   f"{node.kubelet.node_status.last_error}")
+            split = node.spec.split
+            if split is not None:
+                self._api.patch(NODES, node.name, {"metadata": {"annotations": {SPLIT_ANNOTATION: split}}})
+        self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version)
+        if self.spec.bridge:
+            for node in self.nodes:
+                node.daemon = ChildProcess(f"bridge node {node.name}", self._node_argv(node),
+                                           node.root / "node.log").start()
+            for node in self.nodes:
+                self._wait_daemon(node, deadline)
+        if self.spec.webhook:
+            self.webhook = SandboxWebhook(self.work_dir, self.kubeconfig, extra_args=self.spec.webhook_args)
+            self.webhook.start(self._api, timeout=max(1.0, deadline - time.monotonic()))
+        log.info("sandbox cluster running", extra={"nodes": len(self.nodes), "api": self.server.url})
+
+    def _make_work_dir(self) -> Path:
+        if self._given_work_dir is not None:
+            d = self._given_work_dir.resolve()
+            d.mkdir(parents=True, exist_ok=True)
+        else:
+            d = Path(tempfile.mkdtemp(prefix="brc-", dir="/tmp" if Path("/tmp").is_dir() else None))
+        if len(str(d).encode()) > _MAX_WORK_DIR:
+            if self._given_work_dir is None:
+                shutil.rmtree(d, ignore_errors=True)
+            raise ClusterError(f"work directory {d} is {len(str(d).encode())} bytes long; unix socket paths below "
+                               f"it would pass the 107-byte limit: use one of at most {_MAX_WORK_DIR} bytes")
+        return d
+
+    def _node_argv(self, node: SandboxNode) -> list[str]:
+        argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
+                "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
+                "--state-dir", str(node.state_dir), "--cdi-root", str(node.cdi_root),
+                "--kubeconfig", str(self.kubeconfig), "--dra", "on", "--http-address", "off",
+                "--log-format", "json"]
+        if self.spec.split is not None:
+            argv += ["--dra-devices", self.spec.split]
+        if self.spec.split_grace is not None:
+            argv += ["--split-grace", str(self.spec.split_grace)]
+        return argv + list(self.spec.node_args)
+
+    def _wait_daemon(self, node: SandboxNode, deadline: float) -> None:
+        dra = node.kubelet.dra
+        assert node.daemon is not None and dra is not None
+        while time.monotonic() < deadline:
+            if not node.daemon.alive():
+                raise ClusterError(f"bridge node {node.name} exited with status {node.daemon.proc and node.daemon.proc.returncode}:"
+                                   f"\n{node.daemon.log_tail()}")
+            if node.kubelet.devices.resource(GPU_RESOURCE).connected and dra.plugin(DRIVER) is not None:
+                return
+            time.sleep(0.05)
+        raise ClusterError(f"bridge node {node.name} did not register with its kubelet (device plugin and DRA) in "
+                           f"time:\n{node.daemon.log_tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop everything in reverse order and remove the work directory (unless the caller gave it)."""
+        if self.webhook is not None:
+            self.webhook.stop(grace)
+        for node in self.nodes:
+            if node.daemon is not None:
+                code = node.daemon.stop(grace)
+                if code not in (0, None):
+                    log.warning("bridge node %s exited with status %s", node.name, code)
+        for c in self.controllers:
+            c.stop(5.0)
+        self.controllers = []
+        for node in self.nodes:
+            node.kubelet.stop()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.work_dir is not None and self._given_work_dir is None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> SandboxCluster:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- access -----------------------------------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.work_dir is not None, "start() the cluster first"
+        return self.work_dir / "kubeconfig"
+
+    @property
+    def api(self) -> KubeAPI:
+        assert self._api is not None, "start() the cluster first"
+        return self._api
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None, "start() the cluster first"
+        return self.server.url
+
+    def node(self, name: str) -> SandboxNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r} in this sandbox (nodes: {', '.join(n.name for n in self.nodes)})")
+
+    def describe(self) -> str:
+        """What runs where, for people."""
+        lines = [f"API emulator  {self.url}  (Kubernetes v{self.spec.api_version}, resource.k8s.io "
+                 f"{','.join(self.spec.resource_versions)})",
+                 f"kubeconfig    {self.kubeconfig_out or self.kubeconfig}",
+                 f"control plane {self.control_plane}"]
+        for n in self.nodes:
+            lines.append(f"node {n.name}: {n.spec.gpus}, kubelet simulator under {n.kubelet_root}")
+            if n.daemon is not None:
+                lines.append(f"  bridge node pid {n.daemon.pid}, log {n.daemon.log_path}")
+        if self.webhook is not None and self.webhook.process is not None:
+            lines.append(f"webhook       {self.webhook.url} pid {self.webhook.process.pid}, log "
+                         f"{self.webhook.process.log_path}")
+        lines.append(f"work dir      {self.work_dir}" + ("" if self._given_work_dir else " (removed on stop)"))
+        return "\n".join(lines)
+
+    # -- waiting (tests, demo) --------------------------------------------------------------------------------------
+
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.api.get(PODS, name, namespace)
+        except NotFound:
+            return None
+
+    def wait_pod_phase(self, namespace: str, name: str, phase: str, timeout: float = 60.0) -> Obj:
+        """Wait for the pod's phase (`"Gone"` waits for the pod to be deleted); TimeoutError names the last state."""
+        deadline = time.monotonic() + timeout
+        last: Obj | None = None
+        while time.monotonic() < deadline:
+            try:
+                last = self.pod(namespace, name)
+            except KubeError:
+                last = None
+            current = "Gone" if last is None else (last.get("status") or {}).get("phase")
+            if current == phase:
+                return last or {}
+            time.sleep(0.05)
+        state = "gone" if last is None else (last.get("status") or {})
+        raise TimeoutError(f"pod {namespace}/{name} not {phase} within {timeout:.0f}s; last status: {state}")
+
+    def wait_daemons_settled(self, timeout: float = 60.0) -> None:
+        """Wait until every node daemon applied its split: the kubelet's healthy `nvidia.com/gpu` devices are the
+        legacy side and the node's ResourceSlices hold the DRA side, each GPU counted once."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self._settled(n) for n in self.nodes):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the node daemons did not settle their splits in time")
+
+    def _settled(self, node: SandboxNode) -> bool:
+        total = len(devices_from_spec(node.spec.gpus, node.name))
+        target = parse_split(node.spec.split if node.spec.split is not None else self.spec.split)
+        want = {"all": total, "count": min(target.count, total), "devices": len(target.devices)}.get(target.kind, 0)
+        legacy = node.kubelet.devices.resource(GPU_RESOURCE).allocatable
+        slices = self.api.list(self.api.resource_api().slices, field_selector=f"spec.nodeName={node.name}")["items"]
+        dra = sum(len(s["spec"].get("devices") or []) for s in slices)
+        return (legacy, dra) == (total - want, want)

@@ -1,0 +1,161 @@
+"""What a sandbox cluster consists of (pure): the Kubernetes version, the nodes with their simulated GPUs and
+labels, and which real bridge components run on it.
+
+Nodes come from a count and one GPU spec (`--nodes 2 --gpus 8xH100-80GB`: `node-0`, `node-1`) or from a YAML file:
+
+    nodes:
+      - name: gpu-a
+        gpus: 8xH100-80GB          # a spec `bridge node --devices simulated:<spec>` accepts
+        labels: {zone: a}          # registered by the node's kubelet (its --node-labels)
+        split: "4"                 # dra-bridge.io/dra-devices on the Node (see `bridge node --help`)
+      - name: gpu-b
+        gpus: 4xA100-40GB,2xL4
+
+Every node also gets the labels GPU Feature Discovery would put there for its first GPU (`nvidia.com/gpu.product`,
+`nvidia.com/gpu.memory` in MiB, `nvidia.com/gpu.count`, `nvidia.com/gpu.present`), so GFD-label selectors work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bridge.inventory.model import InventoryError
+from bridge.inventory.simulated import devices_from_spec
+from bridge.sandbox.kubelet.version import KubeletVersion, VersionError
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_NODES = 64
+DEFAULT_GPUS = "8xH100-80GB"
+
+
+class SpecError(ValueError):
+    """The cluster description is unusable; the message names the field."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    gpus: str = DEFAULT_GPUS
+    labels: Mapping[str, str] = field(default_factory=dict)
+    split: str | None = None  # the Node's dra-bridge.io/dra-devices annotation
+
+    def all_labels(self) -> dict[str, str]:
+        return {**gfd_labels(self.name, self.gpus), **self.labels}
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    nodes: tuple[NodeSpec, ...]
+    kubernetes_version: str = "1.34"
+    bridge: bool = False  # a real `bridge node` per node
+    webhook: bool = False  # the real `bridge webhook`, registered in the API emulator
+    split: str | None = None  # `bridge node --dra-devices` (cluster default; a node's own split wins)
+    node_status_frequency: float = 10.0  # the kubelets' nodeStatusUpdateFrequency
+    sync_retry: float = 10.0  # the kubelets' pod-sync retry
+    split_grace: float | None = None  # `bridge node --split-grace`
+    node_args: tuple[str, ...] = ()  # extra `bridge node` arguments
+    webhook_args: tuple[str, ...] = ()  # extra `bridge webhook` arguments
+
+    @property
+    def version(self) -> KubeletVersion:
+        return KubeletVersion.parse(self.kubernetes_version)
+
+    @property
+    def api_version(self) -> str:
+        """MAJOR.MINOR.PATCH for the API emulator."""
+        v = self.version
+        return f"1.{v.minor}.{v.patch}"
+
+    @property
+    def resource_versions(self) -> tuple[str, ...]:
+        """The resource.k8s.io versions a real API server of this release serves by default (v1 from 1.34,
+        v1beta2 from 1.33, v1beta1 from 1.32)."""
+        minor = self.version.minor
+        return tuple(v for v, since in (("v1", 34), ("v1beta2", 33), ("v1beta1", 32)) if minor >= since)
+
+
+def gfd_labels(node_name: str, gpus: str) -> dict[str, str]:
+    """The labels NVIDIA GPU Feature Discovery sets, for the node's first GPU (gpu-feature-discovery `lm/`)."""
+    devices = devices_from_spec(gpus, node_name)
+    first = devices[0]
+    return {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": first.product_name.replace(" ", "-"),
+        "nvidia.com/gpu.memory": str(first.memory_bytes // 2**20),
+        "nvidia.com/gpu.count": str(len(devices)),
+    }
+
+
+def check(spec: ClusterSpec) -> ClusterSpec:
+    """Validate the whole description (raises SpecError naming the problem) and return it."""
+    try:
+        spec.version
+    except VersionError as err:
+        raise SpecError(f"kubernetes version: {err}") from err
+    if not spec.nodes:
+        raise SpecError("a cluster needs at least one node")
+    if len(spec.nodes) > MAX_NODES:
+        raise SpecError(f"at most {MAX_NODES} nodes (each runs a kubelet simulator, and a node daemon with --bridge)")
+    seen: set[str] = set()
+    for n in spec.nodes:
+        if len(n.name) > 63 or not _DNS_SUBDOMAIN.match(n.name):
+            raise SpecError(f"node name {n.name!r} is not a lower-case DNS name of at most 63 characters")
+        if n.name in seen:
+            raise SpecError(f"node name {n.name!r} is used twice")
+        seen.add(n.name)
+        try:
+            devices_from_spec(n.gpus, n.name)
+        except InventoryError as err:
+            raise SpecError(f"node {n.name}: gpus {n.gpus!r}: {err}") from err
+    if spec.webhook and not spec.bridge:
+        raise SpecError("the webhook translates pods to the bridge's DRA devices: it needs the bridge nodes (--bridge)")
+    return spec
+
+
+def nodes_from_count(count: int, gpus: str = DEFAULT_GPUS, *, prefix: str = "node-") -> tuple[NodeSpec, ...]:
+    if count < 1:
+        raise SpecError(f"--nodes must be at least 1, got {count}")
+    return tuple(NodeSpec(f"{prefix}{i}", gpus) for i in range(count))
+
+
+def nodes_from_yaml(text: str, source: str = "nodes file") -> tuple[NodeSpec, ...]:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise SpecError(f"{source}: not YAML: {err}") from err
+    items = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not items:
+        raise SpecError(f"{source}: expected a mapping with a non-empty list under 'nodes'")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{source}: nodes[{i}]"
+        if not isinstance(item, dict):
+            raise SpecError(f"{where}: expected a mapping with name, gpus, labels, split")
+        unknown = set(item) - {"name", "gpus", "labels", "split"}
+        if unknown:
+            raise SpecError(f"{where}: unknown field(s) {sorted(unknown)} (known: name, gpus, labels, split)")
+        name, gpus = item.get("name"), item.get("gpus", DEFAULT_GPUS)
+        labels: Any = item.get("labels") or {}
+        split = item.get("split")
+        if not isinstance(name, str) or not isinstance(gpus, str):
+            raise SpecError(f"{where}: name and gpus must be strings")
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise SpecError(f"{where}: labels must map strings to strings (quote numbers: \"8\")")
+        if split is not None and not isinstance(split, (str, int)):
+            raise SpecError(f"{where}: split must be a string such as \"4\", \"all\" or \"gpu-6,gpu-7\"")
+        out.append(NodeSpec(name, gpus, dict(labels), None if split is None else str(split)))
+    return tuple(out)
+
+
+def nodes_from_file(path: Path) -> tuple[NodeSpec, ...]:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(f"cannot read the nodes file {path}: {err.strerror}") from err
+    return nodes_from_yaml(text, str(path))

@@ -1,0 +1,116 @@
+"""The real `bridge webhook` in a sandbox cluster: a child process serving HTTPS on loopback with a throwaway
+certificate, registered in the API emulator by a MutatingWebhookConfiguration whose `caBundle` is that
+certificate, with the settings `examples/webhook/mutatingwebhookconfiguration.yaml` recommends (opt-in
+`namespaceSelector` on `dra-bridge.io/mode`, fail open, 5 s, reinvocation, no side effects on dry run) and a `url`
+instead of a Service (the emulator calls URLs only)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import socket
+import ssl
+import sys
+import time
+from pathlib import Path
+
+from bridge.kube.api import MUTATING_WEBHOOKS, NAMESPACES, KubeAPI, Obj
+from bridge.kube.errors import AlreadyExists
+from bridge.sandbox.apiserver.tls import write_self_signed
+from bridge.sandbox.cluster.processes import ChildProcess
+
+WEBHOOK_NAMESPACE = "dra-bridge"
+CONFIG_NAME = "dra-bridge"
+
+
+class StartError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def configuration(url: str, ca_pem: bytes) -> Obj:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIG_NAME, "labels": {"app.kubernetes.io/name": "dra-bridge-webhook",
+                                                     "app.kubernetes.io/managed-by": "dra-bridge"}},
+        "webhooks": [{
+            "name": "pods.dra-bridge.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                       "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [
+                {"key": "dra-bridge.io/mode", "operator": "In", "values": ["shadow", "dra"]},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": ["kube-system", WEBHOOK_NAMESPACE]}]},
+            "objectSelector": {"matchExpressions": [
+                {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["dra-bridge"]}]},
+            "failurePolicy": "Ignore",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "NoneOnDryRun",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+        }],
+    }
+
+
+class SandboxWebhook:
+    def __init__(self, work_dir: Path, kubeconfig: Path, *, extra_args: tuple[str, ...] = ()) -> None:
+        self.dir = work_dir / "webhook"
+        self.kubeconfig = kubeconfig
+        self.extra_args = extra_args
+        self.port = 0
+        self.process: ChildProcess | None = None
+        self.ca_pem = b""
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/mutate"
+
+    def start(self, api: KubeAPI, timeout: float = 60.0) -> SandboxWebhook:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cert, key = write_self_signed(self.dir, "127.0.0.1")
+        self.ca_pem = cert.read_bytes()
+        self.port = free_port()
+        self.process = ChildProcess("webhook", [
+            sys.executable, "-m", "bridge", "webhook", "--port", str(self.port), "--bind-address", "127.0.0.1",
+            "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--kubeconfig", str(self.kubeconfig),
+            "--namespace", WEBHOOK_NAMESPACE, "--log-format", "json", *self.extra_args,
+        ], self.dir / "webhook.log").start()
+        self._wait_healthy(timeout)
+        try:
+            api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WEBHOOK_NAMESPACE}})
+        except AlreadyExists:
+            pass
+        api.create(MUTATING_WEBHOOKS, configuration(self.url, self.ca_pem))
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        assert self.process is not None
+        ctx = ssl.create_default_context(cadata=self.ca_pem.decode())
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if not self.process.alive():
+                raise StartError(f"bridge webhook exited ({self.process.proc and self.process.proc.returncode}):\n"
+                                 f"{self.process.log_tail()}")
+            try:
+                conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=2)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    return
+            except (OSError, ssl.SSLError, http.client.HTTPException) as err:
+                last = str(err)
+            time.sleep(0.1)
+        raise StartError(f"bridge webhook did not answer /healthz within {timeout:.0f}s ({last}):\n"
+                         f"{self.process.log_tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.process is not None:
+            self.process.stop(grace)

@@ -1,0 +1,415 @@
+"""The kubelet's pod lifecycle, simulated: pods bound to this node are admitted, get their devices, run, finish.
+
+Written from kubernetes/kubernetes pkg/kubelet/kubelet.go (`HandlePodAdditions`/`canAdmitPod`/`rejectPod`,
+`SyncPod`, `SyncTerminatingPod`), pkg/kubelet/pod_workers.go (one worker per pod; a failed sync is retried after
+`backOffPeriod`, 10 s), pkg/kubelet/status/status_manager.go (a terminal pod that is being deleted is deleted for
+good by the kubelet) and pkg/kubelet/cm/dra/manager.go. What it reproduces:
+
+* Source: a watch of the pods with `spec.nodeName=<node>` (all namespaces). Pods already terminal are ignored.
+* Admission, one pod at a time: the device manager allocates each init container, then each container (its
+  extended-resource limits); then the predicate handler checks the pod against the Node's allocatable and the
+  pods admitted before (`admission.fits`). A rejected pod gets phase Failed with the kubelet's reason and message
+  and a Warning Event; the devices it got are released.
+* Start: status Pending (`ContainerCreating`) is written, then the DRA manager prepares the pod's claims (one
+  NodePrepareResources per driver, `DraManager.prepare_pod`). A failure leaves the pod Pending with a Warning Event
+  `FailedPrepareDynamicResources` ("Failed to prepare dynamic resources: ...") and is retried every `sync_retry`.
+  Then the containers "run": status Running with ready container statuses.
+* Finish: a pod annotated `sandbox.dra-bridge.io/run-seconds: "N"` has its containers exit after N seconds with
+  `sandbox.dra-bridge.io/exit-code` (default 0). restartPolicy Never ends the pod, OnFailure ends it on exit 0,
+  otherwise the container restarts after the kubelet's crash-loop backoff (10 s doubling to 5 min).
+* Termination (the pod finished, or it was deleted: `deletionTimestamp` set, or the object gone): containers are
+  stopped (a killed container exits 143), then the DRA claims are unprepared (retried until it works: resources
+  must be unprepared after the containers stopped and before the status changes), the device-plugin devices go
+  back (`UpdateAllocatedDevices`), the terminal status is written, and a pod being deleted is deleted for good.
+* A kubelet restart (`resync`) forgets which claims were prepared, so every running pod's claims are prepared
+  again, as the real kubelet does after a restart.
+* Every `reconcile_period` (60 s) claims still referenced by pods that are no longer active are unprepared
+  (cm/dra/manager.go `reconcileLoop`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from bridge.kube.api import NODES, PODS, KubeAPI, Obj, WatchEvent
+from bridge.kube.errors import KubeError, NotFound
+from bridge.kube.events import record_event
+from bridge.kube.watch import Informer
+from bridge.kvalues.quantity import QuantityError, parse_quantity
+from bridge.sandbox.kubelet.admission import (
+    INVALID_NODE_INFO,
+    Verdict,
+    device_limits,
+    fits,
+    rejected_status,
+    unexpected,
+)
+from bridge.sandbox.kubelet.devicemanager import AllocationFailed, DeviceManager
+from bridge.sandbox.kubelet.dramanager import DraManager, PodPrepareError, PodUnprepareError
+from bridge.sandbox.kubelet.nodestatus import MachineInfo, initial_node, node_status
+from bridge.sandbox.kubelet.podclaims import ClaimNotReady, pod_claims
+from bridge.sandbox.kubelet.podstatus import RunState, build_status
+from bridge.sandbox.kubelet.version import KubeletVersion
+
+log = logging.getLogger(__name__)
+
+RUN_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/run-seconds"
+EXIT_CODE_ANNOTATION = "sandbox.dra-bridge.io/exit-code"
+SYNC_RETRY_S = 10.0  # pod_workers.go backOffPeriod
+RECONCILE_PERIOD_S = 60.0  # cm/dra/manager.go defaultReconcilePeriod
+RESTART_BACKOFF_S = 10.0
+RESTART_BACKOFF_MAX_S = 300.0
+KILLED_EXIT_CODE = 143  # 128 + SIGTERM
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class PodRecord:
+    """One pod's worker state."""
+
+    uid: str
+    namespace: str
+    name: str
+    obj: Obj
+    state: str = "new"  # new -> admitted -> running -> terminating -> done | rejected
+    run: RunState | None = None
+    gone: bool = False  # the API object was deleted
+    needs_prepare: bool = True
+    finish_at: float | None = None
+    restart_at: float | None = None
+    restart_delay: float = RESTART_BACKOFF_S
+    last_warning: str = ""
+    wake: threading.Event = field(default_factory=threading.Event)
+    running_since: float | None = None  # monotonic, when the containers started (benchmarks)
+    created_seen: float = field(default_factory=time.monotonic)
+
+
+class PodRunner:
+    def __init__(self, kube: KubeAPI, node_name: str, devices: DeviceManager, dra: DraManager | None, *,
+                 version: KubeletVersion, machine: MachineInfo | None = None, sync_retry: float = SYNC_RETRY_S,
+                 restart_backoff: float = RESTART_BACKOFF_S, reconcile_period: float = RECONCILE_PERIOD_S) -> None:
+        self.kube = kube
+        self.node_name = node_name
+        self.devices = devices
+        self.dra = dra
+        self.version = version
+        self.machine = machine or MachineInfo()
+        self.sync_retry = sync_retry
+        self.restart_backoff = restart_backoff
+        self.reconcile_period = reconcile_period
+        self._reconciler: threading.Thread | None = None
+        self._lock = threading.RLock()
+        self._admit_lock = threading.Lock()
+        self._pods: dict[str, PodRecord] = {}
+        self._workers: dict[str, threading.Thread] = {}
+        self._stop = threading.Event()
+        self._informer: Informer | None = None
+        self._informer_thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._informer = Informer(self.kube, PODS, field_selector=f"spec.nodeName={self.node_name}",
+                                  on_event=self._on_event)
+        self._informer_thread = self._informer.start(self._stop)
+        self._reconciler = threading.Thread(target=self._reconcile, name="dra-reconcile", daemon=True)
+        self._reconciler.start()
+
+    def _reconcile(self) -> None:
+        """The DRA manager's `reconcileLoop`: claims still referenced by pods that are no longer active (a
+        termination whose unprepare kept failing, a pod deleted while the kubelet was down) are unprepared."""
+        while not self._stop.wait(self.reconcile_period):
+            if self.dra is None:
+                continue
+            with self._lock:
+                active = {r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")}
+            self.dra.unprepare_inactive(active)
+
+    def stop(self) -> None:
+        """The kubelet going away: workers stop, the pods' "containers" keep running (nothing is torn down)."""
+        self._stop.set()
+        with self._lock:
+            records, workers = list(self._pods.values()), list(self._workers.values())
+        for r in records:
+            r.wake.set()
+        if self._informer_thread is not None:
+            self._informer_thread.join(timeout=15)
+        if self._reconciler is not None:
+            self._reconciler.join(timeout=15)
+        for w in workers:
+            w.join(timeout=15)
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._informer is not None and self._informer.wait_synced(timeout)
+
+    def resync(self) -> None:
+        """After a kubelet restart: prepare every running pod's claims again."""
+        with self._lock:
+            for r in self._pods.values():
+                if r.state in ("admitted", "running"):
+                    r.needs_prepare = True
+                    r.wake.set()
+
+    # -- queries ----------------------------------------------------------------------------------------------------
+
+    def active_pods(self) -> list[Obj]:
+        """The kubelet's active pods: admitted and not yet torn down."""
+        with self._lock:
+            return [r.obj for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
+
+    def record(self, namespace: str, name: str) -> PodRecord | None:
+        with self._lock:
+            return next((r for r in self._pods.values() if (r.namespace, r.name) == (namespace, name)), None)
+
+    # -- events -----------------------------------------------------------------------------------------------------
+
+    def _on_event(self, ev: WatchEvent) -> None:
+        meta = ev.object.get("metadata") or {}
+        uid = meta.get("uid", "")
+        with self._lock:
+            rec = self._pods.get(uid)
+            if ev.type == "DELETED":
+                if rec is not None:
+                    rec.gone = True
+                    rec.wake.set()
+                return
+            if rec is not None:
+                rec.obj = ev.object
+                rec.wake.set()
+                return
+            if (ev.object.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return  # terminal pods are not run again
+            rec = self._pods[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), ev.object)
+            worker = threading.Thread(target=self._work, args=(rec,), name=f"pod-{rec.name}", daemon=True)
+            self._workers[uid] = worker
+        worker.start()
+
+    # -- the pod worker ---------------------------------------------------------------------------------------------
+
+    def _work(self, rec: PodRecord) -> None:
+        try:
+            while not self._stop.is_set():
+                timeout = self._step(rec)
+                if rec.state in ("done", "rejected"):
+                    return
+                rec.wake.wait(timeout)
+                rec.wake.clear()
+        except Exception:  # a simulator bug must be loud, never a silently stuck pod
+            log.exception("pod worker failed", extra={"pod": f"{rec.namespace}/{rec.name}"})
+        finally:
+            with self._lock:
+                self._workers.pop(rec.uid, None)
+                if rec.state in ("done", "rejected"):
+                    self._pods.pop(rec.uid, None)
+
+    def _step(self, rec: PodRecord) -> float | None:
+        """Advance the pod one step; returns how long to sleep before the next (None: until woken)."""
+        if rec.state == "new":
+            if rec.gone or (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
+                rec.state = "done"
+                return None
+            self._admit(rec)
+            return 0
+        if rec.gone or (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
+            return self._terminate(rec, killed=True)
+        if rec.state == "terminating":
+            return self._terminate(rec, killed=False)
+        if rec.state == "admitted" or (rec.state == "running" and rec.needs_prepare):
+            return self._start(rec)
+        if rec.state == "running":
+            return self._run(rec)
+        return None
+
+    def _admit(self, rec: PodRecord) -> None:
+        with self._admit_lock:
+            verdict = self._verdict(rec)
+            if not verdict.admit:
+                self.devices.remove_pod(rec.uid)
+                rec.state = "rejected"
+            else:
+                rec.state = "admitted"
+                rec.run = RunState(start_time=_now())
+        if not verdict.admit:
+            log.info("pod rejected", extra={"pod": f"{rec.namespace}/{rec.name}", "reason": verdict.reason,
+                                            "message": verdict.message})
+            self._event(rec, "Warning", verdict.reason, verdict.message)
+            self._patch_status(rec, rejected_status(rec.obj, verdict))
+            return
+        assert rec.run is not None
+        self._write_status(rec)
+
+    def _verdict(self, rec: PodRecord) -> Verdict:
+        pod = rec.obj
+        spec = pod.get("spec") or {}
+        known = set(self.devices.resource_names())
+        try:
+            for c in spec.get("initContainers") or []:
+                for res, count in device_limits(c).items():
+                    if res in known:
+                        self.devices.allocate(rec.uid, c["name"], res, count, namespace=rec.namespace,
+                                              pod_name=rec.name, init=True,
+                                              restartable=c.get("restartPolicy") == "Always")
+            for c in spec.get("containers") or []:
+                for res, count in device_limits(c).items():
+                    if res in known:
+                        self.devices.allocate(rec.uid, c["name"], res, count, namespace=rec.namespace,
+                                              pod_name=rec.name)
+        except AllocationFailed as err:
+            return unexpected(err)
+        node = self._node()
+        if node is None:
+            return Verdict(False, INVALID_NODE_INFO, "Kubelet cannot get node info.")
+        allocated = {r: len(self.devices.allocated_ids(r)) for r in known}
+        with self._lock:
+            others = [r.obj for r in self._pods.values()
+                      if r.uid != rec.uid and r.state in ("admitted", "running", "terminating")]
+        return fits(pod, node, others, allocated, dra_extended=self.version.dra_extended_resource)
+
+    def _node(self) -> Obj | None:
+        """`getNodeAnyWay`: the Node from the API, else the node this kubelet would register."""
+        try:
+            return self.kube.get(NODES, self.node_name)
+        except KubeError:
+            node = initial_node(self.node_name, self.machine)
+            node["status"] = node_status(self.node_name, node, self.devices.capacity(), self.machine, self.version,
+                                         _now())
+            return node
+
+    def _start(self, rec: PodRecord) -> float | None:
+        assert rec.run is not None
+        if self.dra is not None and rec.needs_prepare and self._has_claims(rec.obj):
+            try:
+                self.dra.prepare_pod(rec.obj)
+            except (PodPrepareError, KubeError) as err:
+                message = f"Failed to prepare dynamic resources: prepare dynamic resources: {err}"
+                if message != rec.last_warning:
+                    rec.last_warning = message
+                    self._event(rec, "Warning", "FailedPrepareDynamicResources", message)
+                log.info("pod start failed, will retry", extra={"pod": f"{rec.namespace}/{rec.name}",
+                                                                "error": str(err)})
+                return self.sync_retry
+        rec.needs_prepare = False
+        if rec.state == "admitted":
+            rec.state = "running"
+            rec.run.started_at = _now()
+            rec.running_since = time.monotonic()
+            rec.finish_at = self._finish_time(rec.obj)
+            self._write_status(rec)
+        return 0
+
+    def _has_claims(self, pod: Obj) -> bool:
+        try:
+            return bool(pod_claims(pod, extended_resources=self.version.dra_extended_resource))
+        except ClaimNotReady:
+            return True  # a template claim not created yet: prepare_pod reports why the pod cannot start
+
+    @staticmethod
+    def _finish_time(pod: Obj) -> float | None:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
+        if value is None:
+            return None
+        try:
+            return time.monotonic() + max(0.0, float(parse_quantity(value)))
+        except (QuantityError, ValueError):
+            log.warning("ignoring an unreadable %s annotation", RUN_SECONDS_ANNOTATION,
+                        extra={"pod": (pod.get("metadata") or {}).get("name"), "value": value})
+            return None
+
+    def _run(self, rec: PodRecord) -> float | None:
+        assert rec.run is not None
+        now = time.monotonic()
+        if rec.restart_at is not None:
+            if now < rec.restart_at:
+                return rec.restart_at - now
+            rec.restart_at = None
+            rec.run.started_at = _now()
+            rec.finish_at = self._finish_time(rec.obj)
+            self._write_status(rec)
+            return 0
+        if rec.finish_at is None:
+            return None
+        if now < rec.finish_at:
+            return rec.finish_at - now
+        annotations = (rec.obj.get("metadata") or {}).get("annotations") or {}
+        try:
+            code = int(annotations.get(EXIT_CODE_ANNOTATION, "0"))
+        except ValueError:
+            code = 1
+        policy = (rec.obj.get("spec") or {}).get("restartPolicy", "Always")
+        if policy == "Never" or (policy == "OnFailure" and code == 0):
+            rec.run.exit_codes = {c["name"]: code for c in (rec.obj.get("spec") or {}).get("containers") or []}
+            rec.state = "terminating"
+            return 0
+        rec.run.restart_count += 1
+        rec.run.last_termination = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                    "startedAt": rec.run.started_at, "finishedAt": _now()}
+        rec.run.started_at = None
+        rec.run.waiting_reason = "CrashLoopBackOff"
+        rec.restart_at = now + rec.restart_delay
+        rec.restart_delay = min(rec.restart_delay * 2, RESTART_BACKOFF_MAX_S)
+        self._write_status(rec)
+        return rec.restart_at - now
+
+    def _terminate(self, rec: PodRecord, *, killed: bool) -> float | None:
+        assert rec.run is not None
+        if rec.state != "terminating":
+            rec.state = "terminating"
+            if killed:
+                rec.run.exit_codes = {c["name"]: KILLED_EXIT_CODE
+                                      for c in (rec.obj.get("spec") or {}).get("containers") or []}
+        if self.dra is not None and self.dra.has_pod_reference(rec.uid):
+            try:
+                self.dra.unprepare_pod(rec.obj)
+            except (PodUnprepareError, KubeError) as err:
+                log.info("unpreparing pod resources failed, will retry",
+                         extra={"pod": f"{rec.namespace}/{rec.name}", "error": str(err)})
+                return self.sync_retry
+        with self._lock:
+            rec.state = "done"
+            active = [r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
+        self.devices.update_allocated(active)
+        if rec.gone:
+            return None
+        if rec.run.started_at is None:
+            rec.run.started_at = rec.run.start_time
+        rec.run.finished_at = _now()
+        self._write_status(rec)
+        if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
+            try:
+                self.kube.delete(PODS, rec.name, rec.namespace)
+            except NotFound:
+                pass
+            except KubeError as err:
+                log.warning("deleting the terminated pod failed", extra={"pod": f"{rec.namespace}/{rec.name}",
+                                                                         "error": str(err)})
+        return None
+
+    # -- API writes -------------------------------------------------------------------------------------------------
+
+    def _write_status(self, rec: PodRecord) -> None:
+        assert rec.run is not None
+        self._patch_status(rec, build_status(rec.obj, rec.run, host_ip=self.machine.address,
+                                             pod_ip=self.machine.address, now=_now()))
+
+    def _patch_status(self, rec: PodRecord, status: Obj) -> None:
+        try:
+            self.kube.patch(PODS, rec.name, {"status": status}, rec.namespace, subresource="status")
+        except NotFound:
+            rec.gone = True
+        except KubeError as err:
+            log.warning("writing pod status failed", extra={"pod": f"{rec.namespace}/{rec.name}", "error": str(err)})
+
+    def _event(self, rec: PodRecord, type_: str, reason: str, message: str) -> None:
+        try:
+            record_event(self.kube, {**rec.obj, "apiVersion": "v1", "kind": "Pod"}, reason, message,
+                         "Warning" if type_ == "Warning" else "Normal", component="kubelet", host=self.node_name)
+        except (KubeError, ValueError) as err:
+            log.debug("recording an event failed: %s", err)

@@ -1,0 +1,147 @@
+"""The pod status the kubelet writes, built from what the simulated runtime did (pure).
+
+Written from kubernetes/kubernetes pkg/kubelet/kubelet_pods.go (`generateAPIPodStatus`, `getPhase`) and
+pkg/kubelet/status/generate.go (`GeneratePodReadyToStartContainersCondition`, `GeneratePodInitializedCondition`,
+`GeneratePodReadyCondition`, `GenerateContainersReadyCondition`):
+
+* phase: Pending until the containers start, Running while they run, then (for a pod that will not restart them)
+  Succeeded when every container exited 0, else Failed;
+* conditions, in the kubelet's order: PodReadyToStartContainers (sandbox ready), Initialized (init containers done;
+  `ContainersNotInitialized` before), Ready and ContainersReady (`ContainersNotReady`, or `PodCompleted` once the
+  pod finished), PodScheduled True;
+* container statuses: waiting `ContainerCreating`, then running with `startedAt`, `ready`/`started` true, then
+  terminated with the exit code and `Completed` (0) or `Error`; restarts count up with the previous termination in
+  `lastState`; ordinary init containers are terminated `Completed` before the app containers start, sidecars run
+  beside them; `hostIP`, `podIP`, `startTime` and `qosClass` are set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.sandbox.kubelet.admission import qos_class
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class RunState:
+    """What the simulated runtime did with one pod."""
+
+    start_time: str  # when the kubelet admitted the pod (status.startTime)
+    started_at: str | None = None  # app containers started
+    finished_at: str | None = None  # app containers exited for good
+    exit_codes: dict[str, int] = field(default_factory=dict)
+    restart_count: int = 0
+    last_termination: Obj | None = None
+    waiting_reason: str = "ContainerCreating"
+    waiting_message: str = ""
+
+
+def _container_id(pod_uid: str, name: str, restart: int) -> str:
+    return "containerd://" + hashlib.sha256(f"{pod_uid}/{name}/{restart}".encode()).hexdigest()
+
+
+def _image_id(image: str) -> str:
+    return f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "", old: Obj | None = None) -> Obj:
+    status = "True" if ok else "False"
+    prev = (old or {}).get(ctype) or {}
+    c: Obj = {"type": ctype, "status": status,
+              "lastTransitionTime": prev.get("lastTransitionTime") if prev.get("status") == status else now}
+    if reason:
+        c["reason"] = reason
+    if message:
+        c["message"] = message
+    return c
+
+
+def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str) -> Obj:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    uid = meta.get("uid", "")
+    inits = spec.get("initContainers") or []
+    sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
+    containers = spec.get("containers") or []
+    running, finished = run.started_at is not None, run.finished_at is not None
+    started = running or run.restart_count > 0  # the pod got past its init containers at least once
+    old = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+
+    def app_status(c: Obj, restart: int, running_since: str | None) -> Obj:
+        name = c["name"]
+        cs: Obj = {"name": name, "image": c.get("image", ""), "imageID": "", "ready": False, "started": False,
+                   "restartCount": restart, "lastState": {}}
+        if run.last_termination is not None and restart:
+            cs["lastState"] = {"terminated": run.last_termination}
+        if finished:
+            code = run.exit_codes.get(name, 0)
+            cs["state"] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                          "startedAt": run.started_at, "finishedAt": run.finished_at,
+                                          "containerID": _container_id(uid, name, restart)}}
+            cs["containerID"] = _container_id(uid, name, restart)
+            cs["imageID"] = _image_id(c.get("image", ""))
+        elif running_since is not None:
+            cs["state"] = {"running": {"startedAt": running_since}}
+            cs.update(ready=True, started=True, containerID=_container_id(uid, name, restart),
+                      imageID=_image_id(c.get("image", "")))
+        else:
+            waiting: Obj = {"reason": run.waiting_reason}
+            if run.waiting_message:
+                waiting["message"] = run.waiting_message
+            cs["state"] = {"waiting": waiting}
+        return cs
+
+    init_statuses = []
+    for c in inits:
+        if c.get("restartPolicy") == "Always":
+            init_statuses.append(app_status(c, 0, run.start_time if started else None))
+            continue
+        cs = app_status(c, 0, None)
+        if started:
+            cs["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": run.start_time,
+                                          "finishedAt": run.started_at,
+                                          "containerID": _container_id(uid, c["name"], 0)}}
+            cs.update(containerID=_container_id(uid, c["name"], 0), imageID=_image_id(c.get("image", "")))
+        init_statuses.append(cs)
+    statuses = [app_status(c, run.restart_count, run.started_at) for c in containers]
+
+    if finished:
+        phase = "Succeeded" if all(run.exit_codes.get(c["name"], 0) == 0 for c in containers) else "Failed"
+    else:
+        phase = "Running" if started else "Pending"
+    not_ready = [s["name"] for s in statuses + [s for s in init_statuses if s["name"] in {c["name"] for c in sidecars}]
+                 if not s["ready"]]
+    pending_inits = [c["name"] for c in inits if c.get("restartPolicy") != "Always"] if not started else []
+    if finished:
+        ready_reason, ready_msg = "PodCompleted", ""
+    elif not_ready:
+        ready_reason, ready_msg = "ContainersNotReady", f"containers with unready status: [{' '.join(not_ready)}]"
+    else:
+        ready_reason, ready_msg = "", ""
+    conditions = [
+        _cond("PodReadyToStartContainers", not finished, now, old=old),
+        _cond("Initialized", not pending_inits, now,
+              "ContainersNotInitialized" if pending_inits else ("PodCompleted" if finished and inits else ""),
+              f"containers with incomplete status: [{' '.join(pending_inits)}]" if pending_inits else "", old),
+        _cond("Ready", not ready_msg and not finished, now, ready_reason, ready_msg, old),
+        _cond("ContainersReady", not ready_msg and not finished, now, ready_reason, ready_msg, old),
+        _cond("PodScheduled", True, now, old=old),
+    ]
+    status: Obj = {
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "startTime": run.start_time,
+        "containerStatuses": statuses,
+        "qosClass": qos_class(pod),
+    }
+    if started:
+        status["podIP"] = pod_ip
+        status["podIPs"] = [{"ip": pod_ip}]
+    if inits:
+        status["initContainerStatuses"] = init_statuses
+    return status

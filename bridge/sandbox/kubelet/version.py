@@ -1,0 +1,58 @@
+"""`KubeletVersion`: which kubelet release the simulator plays, and the behaviours that differ between releases.
+
+Only what changes the contract a node daemon sees is modelled here (each rule cites the upstream change):
+
+* `per_instance_device_plugin_clients` (1.37+): the device manager keeps one client per plugin *socket* for a
+  resource, so the end of an old instance's ListAndWatch stream disconnects only that instance. Through 1.36 the
+  handler keeps one client per *resource name* (kubernetes/kubernetes
+  pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go @f449697: `clients map[string]Client`, `getClient(name)`),
+  so the old stream ending disconnects whichever client is registered now: after a surge rollout, the new one
+  (issue #121994, regression from PR #109016; fixed by PR #135437, first released in 1.37).
+* `dra_extended_resource` (1.36+): the DRAExtendedResource gate (alpha 1.34 off by default, beta on in 1.36, GA in
+  1.37; kubernetes/kubernetes pkg/features/kube_features.go): the kubelet prepares the claim named in
+  `pod.status.extendedResourceClaimStatus` and admission ignores extended resources that DRA backs
+  (pkg/kubelet/lifecycle/predicate.go `removeMissingExtendedResources`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SUPPORTED_MINORS = range(32, 38)  # 1.32 .. 1.37, the releases the API emulator's profiles cover
+DEFAULT_VERSION = "1.34"
+
+_VERSION = re.compile(r"^v?1\.(\d+)(?:\.(\d+))?$")
+
+
+class VersionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class KubeletVersion:
+    minor: int
+    patch: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> KubeletVersion:
+        m = _VERSION.match(text.strip())
+        if not m:
+            raise VersionError(f"kubelet version {text!r} is not MAJOR.MINOR[.PATCH] (e.g. 1.36 or v1.36.2)")
+        minor, patch = int(m.group(1)), int(m.group(2) or 0)
+        if minor not in SUPPORTED_MINORS:
+            raise VersionError(f"kubelet version {text!r} is not simulated: supported are 1.{SUPPORTED_MINORS.start}"
+                               f" to 1.{SUPPORTED_MINORS.stop - 1}")
+        return cls(minor, patch)
+
+    @property
+    def git_version(self) -> str:
+        return f"v1.{self.minor}.{self.patch}"
+
+    @property
+    def per_instance_device_plugin_clients(self) -> bool:
+        return self.minor >= 37
+
+    @property
+    def dra_extended_resource(self) -> bool:
+        return self.minor >= 36

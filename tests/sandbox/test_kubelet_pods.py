@@ -1,0 +1,267 @@
+"""The kubelet simulator runs the pods bound to its node like a kubelet: admission with the real rejection
+reasons, Allocate and NodePrepareResources before the containers start, Running with container statuses, Jobs that
+finish, unprepare and device release on termination and deletion, and PodResources listing the active pods.
+
+Pods are bound by hand here (`spec.nodeName`) and claims allocated by hand, so these tests stand on the kubelet
+alone; the scheduler and claim controller stand-ins are exercised in the sandbox-cluster tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from bridge._proto.podresources.v1 import podresources_pb2 as prpb
+from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
+from bridge.kube import EVENTS, NODES, PODS, KubeAPI, NotFound, connect
+from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.kubelet import RUN_SECONDS_ANNOTATION, KubeletConfig, KubeletSimulator
+from tests.dra.cluster import ensure_namespace, gpu, make_claim
+from tests.polling import wait_until
+from tests.sandbox.draplugins import DRIVER, Script, ScriptedPlugin
+from tests.sandbox.plugins import RES, FakePlugin, Served, start_plugin
+
+NODE = "node-a"
+NS = "team"
+
+
+@dataclass
+class World:
+    api: KubeAPI
+    kubelet: KubeletSimulator
+    widgets: FakePlugin
+    dra: Script
+
+    def pod(self, name: str, *, widgets: int = 0, cpu: str | None = None, claims: list[str] = (),  # type: ignore[assignment]
+            annotations: dict[str, str] | None = None, restart: str = "Always",
+            init: list[dict[str, Any]] | None = None, **status: Any) -> dict[str, Any]:
+        resources: dict[str, Any] = {}
+        if widgets:
+            resources["limits"] = {RES: str(widgets)}
+        if cpu:
+            resources["requests"] = {"cpu": cpu}
+        if claims:
+            resources["claims"] = [{"name": c} for c in claims]
+        spec: dict[str, Any] = {"nodeName": NODE, "restartPolicy": restart,
+                                "containers": [{"name": "main", "image": "cuda:12", "resources": resources}]}
+        if claims:
+            spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
+        if init:
+            spec["initContainers"] = init
+        obj = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
+               "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}}}
+        return self.api.create(PODS, obj, NS)
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.api.get(PODS, name, NS)
+
+    def phase(self, name: str) -> str | None:
+        try:
+            return (self.get(name).get("status") or {}).get("phase")
+        except NotFound:
+            return "gone"
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.api.list(EVENTS, NS)["items"] if e.get("reason") == reason]
+
+    def listed(self) -> dict[str, set[str]]:
+        with grpc.insecure_channel(f"unix://{self.kubelet.podresources_socket}") as ch:
+            pods = prpb_grpc.PodResourcesListerStub(ch).List(prpb.ListPodResourcesRequest(), timeout=10).pod_resources
+        return {p.name: {i for c in p.containers for d in c.devices for i in d.device_ids} for p in pods}
+
+
+class Env:
+    """An API emulator with the namespace; `start()` starts the kubelet (version-dependent) and the plugins."""
+
+    def __init__(self, api: KubeAPI, root: Path) -> None:
+        self.api, self.root = api, root
+        self.served: list[Served] = []
+        self.plugins: list[ScriptedPlugin] = []
+        self.kubelets: list[KubeletSimulator] = []
+
+    def start(self, version: str = "1.34") -> World:
+        kubelet = KubeletSimulator(self.root / "kl", kube=self.api, node_name=NODE, dra_call_timeout=5.0,
+                                   config=KubeletConfig(version=version, register_node=True, run_pods=True,
+                                                        node_status_frequency=0.2, sync_retry=0.2))
+        self.kubelets.append(kubelet.start())
+        widgets = start_plugin(kubelet, self.served, ["w0", "w1", "w2", "w3"])
+        script = Script()
+        self.plugins.append(ScriptedPlugin(kubelet.root, DRIVER, script))
+        assert kubelet.dra is not None
+        kubelet.dra.wait_for_plugin(DRIVER, 30)
+        api = self.api
+        wait_until(lambda: (api.get(NODES, NODE).get("status") or {}).get("allocatable", {}).get(RES) == "4",
+                   30, "the node's allocatable widgets")
+        return World(api, kubelet, widgets, script)
+
+    def stop(self) -> None:
+        for k in self.kubelets:
+            k.stop()
+        for s in self.served:
+            s.stop()
+        for p in self.plugins:
+            p.stop()
+
+
+@pytest.fixture
+def env(short_tmp: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    """The API server at the release in `request.param` (indirect parametrization), 1.34 by default."""
+    version = getattr(request, "param", "1.34.2")
+    with ApiServer(graceful_pod_deletion=True, version=version) as srv:
+        api = connect(str(srv.write_kubeconfig(short_tmp / "kubeconfig")))
+        ensure_namespace(api, NS)
+        e = Env(api, short_tmp)
+        try:
+            yield e
+        finally:
+            e.stop()
+
+
+@pytest.fixture
+def world(env: Env) -> World:
+    return env.start()
+
+
+def test_a_bound_pod_gets_its_devices_from_allocate_and_runs_with_ready_container_statuses(world: World) -> None:
+    world.pod("train", widgets=2)
+    wait_until(lambda: world.phase("train") == "Running", 30, "the pod to run")
+    status = world.get("train")["status"]
+    (main,) = status["containerStatuses"]
+    assert main["ready"] and main["started"] and "running" in main["state"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+    assert status["hostIP"] == "127.0.0.1" and status["startTime"]
+    assert len(world.widgets.allocations) == 1 and len(world.widgets.allocations[0]) == 2
+    assert world.listed() == {"train": set(world.widgets.allocations[0])}
+
+
+def test_a_pod_whose_devices_are_taken_is_rejected_with_unexpected_admission_error(world: World) -> None:
+    world.pod("big", widgets=3)
+    wait_until(lambda: world.phase("big") == "Running", 30, "the first pod")
+    world.pod("late", widgets=2)
+    wait_until(lambda: world.phase("late") == "Failed", 30, "the rejection")
+    status = world.get("late")["status"]
+    assert status["reason"] == "UnexpectedAdmissionError"
+    assert status["message"] == ("Pod was rejected: Allocate failed due to requested number of devices unavailable "
+                                 f"for {RES}. Requested: 2, Available: 1, which is unexpected")
+    (event,) = world.events("UnexpectedAdmissionError")
+    assert event["type"] == "Warning" and event["involvedObject"]["name"] == "late"
+    assert set(world.listed()) == {"big"}  # the rejected pod holds nothing
+
+
+def test_a_pod_that_does_not_fit_the_node_allocatable_is_rejected_out_of_the_resource(world: World) -> None:
+    world.pod("greedy", cpu="1000")
+    wait_until(lambda: world.phase("greedy") == "Failed", 30, "the rejection")
+    status = world.get("greedy")["status"]
+    assert status["reason"] == "OutOfcpu"
+    assert status["message"] == ("Pod was rejected: Node didn't have enough resource: cpu, requested: 1000000, "
+                                 "used: 0, capacity: 64000")
+
+
+def test_a_job_pod_finishes_after_its_run_time_and_gives_its_devices_back(world: World) -> None:
+    world.pod("job", widgets=4, restart="Never", annotations={RUN_SECONDS_ANNOTATION: "0.3"})
+    wait_until(lambda: world.phase("job") == "Succeeded", 30, "the job to succeed")
+    (main,) = world.get("job")["status"]["containerStatuses"]
+    assert main["state"]["terminated"]["exitCode"] == 0 and main["state"]["terminated"]["reason"] == "Completed"
+    assert world.listed() == {}
+    world.pod("next", widgets=4)
+    wait_until(lambda: world.phase("next") == "Running", 30, "the next pod to get all four widgets")
+
+
+def test_the_devices_an_init_container_held_are_reused_by_the_app_container_and_never_listed(world: World) -> None:
+    init = [{"name": "fetch", "image": "busybox", "resources": {"limits": {RES: "2"}}}]
+    world.pod("staged", widgets=2, init=init)
+    wait_until(lambda: world.phase("staged") == "Running", 30, "the pod to run")
+    assert world.widgets.allocations[0] == world.widgets.allocations[1]  # devicesToReuse
+    init_status = world.get("staged")["status"]["initContainerStatuses"][0]
+    assert init_status["state"]["terminated"]["reason"] == "Completed"
+    assert world.listed() == {"staged": set(world.widgets.allocations[0])}
+
+
+def test_a_dra_pod_is_prepared_before_it_runs_and_unprepared_when_deleted(world: World) -> None:
+    pod = world.pod("infer", claims=["gpu"])
+    # The claim as the scheduler leaves it: allocated and reserved for the pod (bound by hand above).
+    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+    wait_until(lambda: world.phase("infer") == "Running", 30, "the DRA pod to run")
+    assert world.dra.calls[0] == ("prepare", (uid,))
+    world.api.delete(PODS, "infer", NS)  # graceful: the kubelet finishes the pod and deletes it
+    wait_until(lambda: world.phase("infer") == "gone", 30, "the pod to be deleted for good")
+    assert ("unprepare", (uid,)) in world.dra.calls
+
+
+def test_a_failing_prepare_keeps_the_pod_pending_with_an_event_and_is_retried(world: World) -> None:
+    pod = world.pod("flaky", claims=["gpu"])
+    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+    world.dra.errors = {uid: "device gpu-0 is still held on the legacy side"}
+    expected = ("Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for "
+                "ResourceClaim gpu: device gpu-0 is still held on the legacy side")
+    wait_until(lambda: [e for e in world.events("FailedPrepareDynamicResources") if e["message"] == expected], 30,
+               "the event naming the per-claim error")
+    assert all(e["type"] == "Warning" for e in world.events("FailedPrepareDynamicResources"))
+    status = world.get("flaky")["status"]
+    assert status["phase"] == "Pending"
+    assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    world.dra.errors = {}
+    wait_until(lambda: world.phase("flaky") == "Running", 30, "the retry to succeed")
+
+
+def test_podresources_lists_active_pods_even_without_devices_and_forgets_deleted_ones(world: World) -> None:
+    world.pod("plain")
+    wait_until(lambda: world.phase("plain") == "Running", 30, "the pod to run")
+    assert world.listed() == {"plain": set()}
+    world.api.delete(PODS, "plain", NS)
+    wait_until(lambda: world.phase("plain") == "gone", 30, "the pod to be deleted")
+    wait_until(lambda: world.listed() == {}, 30, "PodResources to forget it")
+
+
+EXT = "deviceclass.resource.kubernetes.io/gpu.dra-bridge.io"
+
+
+def extended_resource_pod(env: Env) -> tuple[dict[str, Any], str]:
+    """A pod asking for the DeviceClass's extended resource, as the 1.36+ scheduler leaves it: a special claim it
+    created (owned by the pod, allocated, reserved) and `status.extendedResourceClaimStatus` naming it."""
+    pod = env.api.create(PODS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ext", "namespace": NS},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda:12",
+                                                   "resources": {"limits": {EXT: "1"}}}]}}, NS)
+    claim = make_claim(env.api, NS, "ext-gpu", pod, [gpu("gpu-0", pool=NODE)], request="container-0-request-0")
+    claim["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "ext",
+                                             "uid": pod["metadata"]["uid"], "controller": True}]
+    env.api.update(env.api.resource_api().claims, claim, NS)
+    env.api.patch(PODS, "ext", {"status": {"extendedResourceClaimStatus": {
+        "resourceClaimName": "ext-gpu",
+        "requestMappings": [{"containerName": "main", "resourceName": EXT, "requestName": "container-0-request-0"}],
+    }}}, NS, subresource="status")
+    return pod, claim["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)  # a 1.34 API server drops the field (gate off)
+def test_from_1_36_the_scheduler_made_extended_resource_claim_is_prepared_for_the_pod(env: Env) -> None:
+    _, uid = extended_resource_pod(env)
+    world = env.start("1.36")
+    wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
+    assert world.dra.calls[0] == ("prepare", (uid,))
+    assert world.widgets.allocations == []  # the DRA-backed name is not a device-plugin resource
+
+
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
+def test_a_1_34_kubelet_does_not_prepare_the_extended_resource_claim(env: Env) -> None:
+    extended_resource_pod(env)
+    world = env.start("1.34")  # kubelet skew: DRAExtendedResource is alpha (off) in a 1.34 kubelet
+    wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
+    assert world.dra.calls == []
+
+
+def test_after_a_kubelet_restart_the_claims_of_running_pods_are_prepared_again(world: World) -> None:
+    pod = world.pod("steady", claims=["gpu"])
+    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+    wait_until(lambda: world.phase("steady") == "Running", 30, "the DRA pod to run")
+    world.kubelet.restart()
+    assert world.kubelet.dra is not None
+    world.kubelet.dra.wait_for_plugin(DRIVER, 30)
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 30, "NodePrepareResources again")
+    assert world.phase("steady") == "Running"
