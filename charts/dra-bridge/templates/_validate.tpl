@@ -9,7 +9,8 @@ Run on every install, upgrade, lint and template through templates/validate.yaml
 {{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (ne (toString ($ru.maxSurge | default 0)) "0") -}}
 {{- fail (printf "node.updateStrategy.rollingUpdate.maxSurge is %v: set it to 0. This node daemon cannot yet run two instances on one node (on kubelets up to 1.36 the old instance's device-plugin stream ending disconnects the new one); raise maxUnavailable to roll faster" $ru.maxSurge) -}}
 {{- end -}}
-{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (eq (toString ($ru.maxUnavailable | default 1)) "0") -}}
+{{- $maxUnavailable := ternary $ru.maxUnavailable 1 (hasKey $ru "maxUnavailable") -}}
+{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (eq (toString $maxUnavailable) "0") -}}
 {{- fail "node.updateStrategy.rollingUpdate.maxUnavailable is 0 with maxSurge 0: the DaemonSet could never roll; set maxUnavailable to 1 or a percentage" -}}
 {{- end -}}
 {{- end -}}
