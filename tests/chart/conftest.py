@@ -45,10 +45,14 @@ class Cluster:
     def install(self, values: dict[str, Any], release: str = RELEASE) -> dict[str, Any]:
         return helm.install(self.kubeconfig, values, namespace=NAMESPACE, release=release, workdir=self.workdir)
 
-    def upgrade(self, values: dict[str, Any], release: str = RELEASE) -> dict[str, Any]:
-        result: dict[str, Any] = helm.helm_action({
-            "action": "upgrade", "chart": str(helm.CHART), "release": release, "namespace": NAMESPACE,
-            "kubeconfig": str(self.kubeconfig), "values": values, "home": str(self.workdir)})
+    def install_then_upgrade(self, values: dict[str, Any], upgrade_values: dict[str, Any] | None = None,
+                             release: str = RELEASE) -> list[dict[str, Any]]:
+        """Install, then upgrade the same release (one Helm process: the memory driver keeps releases in it)."""
+        base = {"chart": str(helm.CHART), "release": release, "namespace": NAMESPACE,
+                "kubeconfig": str(self.kubeconfig), "home": str(self.workdir)}
+        result: list[dict[str, Any]] = helm.helm_action({**base, "action": "steps", "steps": [
+            {"action": "install", "values": values},
+            {"action": "upgrade", "values": values if upgrade_values is None else upgrade_values}]})
         return result
 
 

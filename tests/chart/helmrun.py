@@ -5,6 +5,9 @@ start (so `HELM_DRIVER=memory` must be in the environment before Python starts, 
 runtime loaded into pytest's process would stay there for every later test. `tests/chart/helm.py` starts it.
 
     HELM_DRIVER=memory python tests/chart/helmrun.py '{"action": "lint", "chart": "charts/dra-bridge"}'
+
+With the memory driver a release lives only as long as its Helm configuration: an install and the upgrade of it run as one
+request, `{"action": "steps", "steps": [{"action": "install", ...}, {"action": "upgrade", ...}]}`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import sys
 from typing import Any
 
 
-async def _run(req: dict[str, Any]) -> Any:
+async def _run(req: dict[str, Any], cfg: Any = None) -> Any:
     import helm_sdkpy
 
-    cfg = helm_sdkpy.Configuration(namespace=req.get("namespace", "default"), kubeconfig=req.get("kubeconfig"))
+    if cfg is None:
+        cfg = helm_sdkpy.Configuration(namespace=req.get("namespace", "default"), kubeconfig=req.get("kubeconfig"))
     action = req["action"]
+    if action == "steps":  # one configuration, one memory driver: an upgrade sees the release the install recorded
+        return [await _run({**req, **step}, cfg) for step in req["steps"]]
     if action == "lint":
         return await helm_sdkpy.Lint(cfg).run(req["chart"])
     if action == "install":

@@ -114,6 +114,17 @@ def _run(expression: str, activation: dict[str, Any]) -> Any:
     return result
 
 
+def match_condition(expression: str, obj: Obj) -> bool:
+    """A webhook's matchCondition for a CREATE of `obj` (webhook/matchconditions/matcher.go: `object`,
+    `oldObject` null, `request`); an error raises EvaluationError (the failure policy then decides)."""
+    activation: dict[str, Any] = {"object": celpy.json_to_cel(obj), "oldObject": None, "params": None,
+                                  "request": celpy.json_to_cel({"operation": "CREATE", "userInfo": {"username": "u"}})}
+    result = _run(expression, activation)
+    if not isinstance(result, (bool, ct.BoolType)):
+        raise EvaluationError(f"matchCondition returned {type(result).__name__}, not bool")
+    return bool(result)
+
+
 def _matches(policy: Obj, req: Request) -> bool:
     constraints = policy["spec"].get("matchConstraints") or {}
     equivalent = constraints.get("matchPolicy", "Equivalent") == "Equivalent"
