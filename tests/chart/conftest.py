@@ -96,6 +96,12 @@ def installed() -> Callable[..., list[dict[str, Any]]]:
     return render
 
 
+def remember(objects: list[dict[str, Any]], values: dict[str, Any] | None = None, version: str = "1.34.2",
+             resource_versions: tuple[str, ...] = ("v1", "v1beta2", "v1beta1")) -> None:
+    """Keep a release a test installed itself for later `installed(...)` calls with the same values."""
+    _CACHE[json.dumps([values or {}, version, resource_versions], sort_keys=True)] = objects
+
+
 def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
 

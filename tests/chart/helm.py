@@ -98,15 +98,20 @@ def load_values(path: Path | None) -> dict[str, Any]:
     return {} if path is None else (yaml.safe_load(path.read_text()) or {})
 
 
-def lint(values_file: Path | None, workdir: Path) -> dict[str, Any]:
-    """`helm lint` of the chart with the defaults, or with `values_file` coalesced over them."""
-    chart = CHART
-    if values_file is not None:
-        chart = workdir / "dra-bridge"
-        shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("examples"))
-        merged = coalesce(default_values(), load_values(values_file))
-        (chart / "values.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
-    result: dict[str, Any] = helm_action({"action": "lint", "chart": str(chart), "home": str(workdir)})
+def lint_all(values_files: list[Path | None], workdir: Path) -> list[dict[str, Any]]:
+    """`helm lint` of the chart with its defaults (None) or with each values file coalesced over them, in one Helm
+    process; one answer ({"ok": ..., "result" | "error"}) per file."""
+    charts = []
+    for i, values_file in enumerate(values_files):
+        chart = CHART
+        if values_file is not None:
+            chart = workdir / f"lint-{i}" / "dra-bridge"
+            shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("examples"))
+            merged = coalesce(default_values(), load_values(values_file))
+            (chart / "values.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
+        charts.append(chart)
+    result: list[dict[str, Any]] = helm_action({"action": "each", "home": str(workdir),
+                                                "steps": [{"action": "lint", "chart": str(c)} for c in charts]})
     return result
 
 

@@ -6,8 +6,8 @@ runtime loaded into pytest's process would stay there for every later test. `tes
 
     HELM_DRIVER=memory python tests/chart/helmrun.py '{"action": "lint", "chart": "charts/dra-bridge"}'
 
-With the memory driver a release lives only as long as its Helm configuration: an install and the upgrade of it run as one
-request, `{"action": "steps", "steps": [{"action": "install", ...}, {"action": "upgrade", ...}]}`.
+With the memory driver a release lives only as long as its Helm configuration: an install and the upgrade of it
+run as one request, `{"action": "steps", "steps": [{"action": "install", ...}, {"action": "upgrade", ...}]}`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,14 @@ async def _run(req: dict[str, Any], cfg: Any = None) -> Any:
     action = req["action"]
     if action == "steps":  # one configuration, one memory driver: an upgrade sees the release the install recorded
         return [await _run({**req, **step}, cfg) for step in req["steps"]]
+    if action == "each":  # independent attempts in one process (one Go runtime start): each answers ok or error
+        out = []
+        for step in req["steps"]:
+            try:
+                out.append({"ok": True, "result": await _run({**req, **step}, cfg)})
+            except Exception as err:
+                out.append({"ok": False, "error": str(err)})
+        return out
     if action == "lint":
         return await helm_sdkpy.Lint(cfg).run(req["chart"])
     if action == "install":

@@ -111,7 +111,8 @@ def test_a_daemon_may_not_write_a_cluster_wide_slice_or_another_drivers(policies
 def test_a_token_without_a_node_name_is_refused_and_says_why(policies: dict[str, dict[str, Any]]) -> None:
     d = evaluate(policies["resourceslices"], slice_request("CREATE", obj=slice_of("n1"), on_node=None))
     assert not d.allowed
-    assert d.message.startswith("the node daemon's token names no node") and "ServiceAccountTokenPodNodeInfo" in d.message
+    assert d.message.startswith("the node daemon's token names no node")
+    assert "ServiceAccountTokenPodNodeInfo" in d.message
 
 
 def test_other_users_are_not_subject_to_the_policy(policies: dict[str, dict[str, Any]]) -> None:
@@ -186,5 +187,5 @@ def test_the_policies_name_the_daemons_service_account_and_the_key_it_writes(ins
 
 
 def test_without_node_restriction_no_policy_is_rendered(installed: Any) -> None:
-    objects = installed({"nodeRestriction": {"enabled": False}})
+    objects = installed({"nodeRestriction": {"enabled": False}, "vendorDevicePlugin": "none"})
     assert not find(objects, "ValidatingAdmissionPolicy") and not find(objects, "ValidatingAdmissionPolicyBinding")

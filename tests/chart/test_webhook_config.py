@@ -22,6 +22,9 @@ from tests.chart.conftest import NAMESPACE, Cluster, find, one
 from tests.chart.vap import match_condition
 
 SELF_SIGNED = {"webhook": {"tls": {"mode": "selfSigned"}}}
+# One release for the non-default registration values (each install costs a second).
+VARIANT = {"webhook": {"excludeNamespaces": ["gpu-operator"], "onlyGpuPods": False, "failurePolicy": "Fail",
+                       "timeoutSeconds": 3, "replicas": 3}}
 
 
 def hook(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,7 +38,7 @@ def ns_labels(name: str, **labels: str) -> dict[str, str]:
 
 
 def test_only_opted_in_namespaces_reach_the_webhook_never_kube_system_or_its_own(installed: Any) -> None:
-    selector = hook(installed({"webhook": {"excludeNamespaces": ["gpu-operator"]}}))["namespaceSelector"]
+    selector = hook(installed(VARIANT))["namespaceSelector"]
     sent = {name: match_label_selector_object(selector, labels) for name, labels in {
         "team-a (shadow)": ns_labels("team-a", **{"dra-bridge.io/mode": "shadow"}),
         "team-b (dra)": ns_labels("team-b", **{"dra-bridge.io/mode": "dra"}),
@@ -91,11 +94,11 @@ def test_the_match_condition_sends_every_pod_the_webhook_acts_on_and_no_other(in
 
 
 def test_without_only_gpu_pods_every_pod_in_an_opted_in_namespace_is_sent(installed: Any) -> None:
-    assert "matchConditions" not in hook(installed({"webhook": {"onlyGpuPods": False}}))
+    assert "matchConditions" not in hook(installed(VARIANT))
 
 
 def test_registration_follows_the_values(installed: Any) -> None:
-    h = hook(installed({"webhook": {"failurePolicy": "Fail", "timeoutSeconds": 3, "replicas": 3}}))
+    h = hook(installed(VARIANT))
     assert (h["failurePolicy"], h["timeoutSeconds"], h["reinvocationPolicy"], h["sideEffects"]) == \
         ("Fail", 3, "IfNeeded", "NoneOnDryRun")
     assert h["rules"] == [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],

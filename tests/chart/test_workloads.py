@@ -26,6 +26,7 @@ from bridge.node.http import parse_address
 from bridge.node.podresources import PODRESOURCES_SOCKET
 from tests.chart import helm
 from tests.chart.conftest import find, one
+from tests.chart.test_rbac import CONTROLLER
 
 
 def container(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -55,7 +56,8 @@ def envvars(command: click.Command) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("values_file", [None, *helm.example_files()], ids=lambda p: "defaults" if p is None else p.name)
+@pytest.mark.parametrize("values_file", [None, *helm.example_files()],
+                         ids=lambda p: "defaults" if p is None else p.name)
 def test_the_node_daemon_accepts_every_argument_and_value_the_chart_passes(values_file: Path | None,
                                                                            installed: Any, tmp_path: Path) -> None:
     objects = installed(helm.load_values(values_file))
@@ -146,12 +148,12 @@ def test_the_controller_accepts_every_argument_the_chart_passes(installed: Any) 
     except ImportError:
         pytest.skip("bridge controller is not on this branch yet (issue 13): its chart stanza follows its CLI")
     command: click.Command = module.controller
-    c = container(installed({"controller": {"enabled": True, "policyConfigMap": "p"}}), "Deployment",
+    c = container(installed(CONTROLLER), "Deployment",
                   "dra-bridge-controller")
     assert c["command"] == ["bridge", "controller"]
     params = parse(command, c["args"], {}, env={"POD_NAMESPACE": "dra-bridge", "POD_NAME": "c-0"})
     assert params["dry_run"] is True and params["leader_elect"] is True
-    assert params["policy_configmap"] == "dra-bridge/p"
+    assert params["policy_configmap"] == "dra-bridge/split-policy"
     assert "POD_NAMESPACE" in envvars(command)
 
 
@@ -194,7 +196,8 @@ GPU_NODES = {
 
 
 def test_standalone_vendor_plugin_and_bridge_never_share_a_node(installed: Any) -> None:
-    ours = one(installed({"vendorDevicePlugin": "standalone"}), "DaemonSet")["spec"]["template"]["spec"]
+    standalone = installed(helm.load_values(helm.EXAMPLES / "standalone-device-plugin.yaml"))
+    ours = one(standalone, "DaemonSet")["spec"]["template"]["spec"]
     theirs = yaml.safe_load((helm.EXAMPLES / "nvidia-device-plugin-values.yaml").read_text())
     terms = theirs["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     # NVIDIA's three default terms (deployments/helm/nvidia-device-plugin/values.yaml), each kept.
@@ -219,6 +222,7 @@ def test_under_the_gpu_operator_the_bridge_waits_for_the_operators_plugin_to_be_
 
 
 def test_without_a_vendor_plugin_the_opt_in_label_alone_decides(installed: Any) -> None:
-    ours = one(installed({"vendorDevicePlugin": "none"}), "DaemonSet")["spec"]["template"]["spec"]
+    no_vendor = installed({"nodeRestriction": {"enabled": False}, "vendorDevicePlugin": "none"})
+    ours = one(no_vendor, "DaemonSet")["spec"]["template"]["spec"]
     assert schedules(ours, OPTED_IN) and not schedules(ours, {"nvidia.com/gpu.present": "true"})
     assert not find(installed({"node": {"enabled": False}}), "DaemonSet")
