@@ -1,6 +1,6 @@
 """The prepare/unprepare core: plain dataclasses in and out, no protobuf, testable without gRPC.
 
-Invariants (ARCHITECTURE.md section 3, reference/kubelet-grpc.md 6.2/6.3):
+Invariants (docs/architecture.md "One owner per GPU"; kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go):
 * One owner per device: a device not on the DRA side of the ownership ledger is refused, and so is a device
   already prepared for ANOTHER claim (last line of defence against double booking; admin-access claims are
   exempt, they only observe). A refusal is a per-claim error naming the device and its owner, logged, counted

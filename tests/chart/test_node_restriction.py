@@ -137,7 +137,7 @@ def node(name: str, annotations: dict[str, str] | None = None, labels: dict[str,
 
 def node_update(new: dict[str, Any], old: dict[str, Any], *, user: str = DAEMON, on_node: str = "n1") -> Request:
     return Request("UPDATE", "", "v1", "nodes", "Node", user, object=new, old_object=old,
-                   extra={NODE_NAME_EXTRA: (on_node,)}, name=new["metadata"]["name"])
+                   extra={NODE_NAME_EXTRA: (on_node,)} if on_node else {}, name=new["metadata"]["name"])
 
 
 STATUS = "dra-bridge.io/split-status"
@@ -154,8 +154,8 @@ def test_a_daemon_may_publish_and_clear_its_split_status_on_its_own_node(policie
 @pytest.mark.parametrize(("new", "old", "says"), [
     (node("n2", {STATUS: "{}"}), node("n2"), "may change only its own Node, not 'n2'"),
     (node("n1", {"dra-bridge.io/dra-devices": "all"}), node("n1", {"dra-bridge.io/dra-devices": "2"}),
-     "only the annotation dra-bridge.io/split-status"),
-    (node("n1"), node("n1", {"dra-bridge.io/split-decision": "{}"}), "only the annotation dra-bridge.io/split-status"),
+     "may change only the annotations dra-bridge.io/split-status on Nodes"),
+    (node("n1"), node("n1", {"dra-bridge.io/split-decision": "{}"}), "may change only the annotations"),
     (node("n1", labels={"dra-bridge.io/dra-devices": "all"}), node("n1"), "labels or spec"),
     (node("n1", unschedulable=True), node("n1"), "labels or spec"),
 ], ids=["another-node", "own-target", "removes-the-controllers-record", "a-label", "cordon"])
@@ -165,10 +165,39 @@ def test_a_daemon_may_change_nothing_else_on_nodes(new: dict[str, Any], old: dic
     assert not d.allowed and d.reason == "Forbidden" and says in d.message
 
 
-def test_the_controller_may_set_any_nodes_target(policies: dict[str, dict[str, Any]]) -> None:
+def test_the_daemons_node_policy_does_not_apply_to_the_controller(policies: dict[str, dict[str, Any]]) -> None:
     d = evaluate(policies["nodes"], node_update(node("n2", {"dra-bridge.io/dra-devices": "4"}), node("n2"),
                                                 user=CONTROLLER))
     assert d == Decision(allowed=True, applied=False)
+
+
+@pytest.fixture(scope="module")
+def controller_policy(installed: Any) -> dict[str, Any]:
+    objects = installed({"controller": {"enabled": True}})
+    policy = one(objects, "ValidatingAdmissionPolicy", "dra-bridge-controller-restriction-nodes")
+    assert one(objects, "ValidatingAdmissionPolicyBinding", policy["metadata"]["name"])["spec"]["policyName"] == \
+        policy["metadata"]["name"]
+    assert not find(installed(), "ValidatingAdmissionPolicy", "dra-bridge-controller-restriction-nodes")
+    return policy
+
+
+def test_the_controller_may_set_any_nodes_target_and_record_why(controller_policy: dict[str, Any]) -> None:
+    before = node("n7", {STATUS: "{}"})
+    after = node("n7", {STATUS: "{}", "dra-bridge.io/dra-devices": "4", "dra-bridge.io/split-decision": "{}"})
+    assert evaluate(controller_policy, node_update(after, before, user=CONTROLLER, on_node="")) == \
+        Decision(allowed=True, applied=True)
+
+
+@pytest.mark.parametrize(("new", "old", "says"), [
+    (node("n7", {STATUS: "{}"}), node("n7"), "may change only the annotations dra-bridge.io/dra-devices, "
+                                             "dra-bridge.io/split-decision on Nodes"),
+    (node("n7", labels={"dra-bridge.io/dra-devices": "4"}), node("n7"), "labels or spec"),
+    (node("n7", unschedulable=True), node("n7"), "labels or spec"),
+], ids=["the-daemons-status", "a-label-pin", "cordon"])
+def test_the_controller_may_change_nothing_else(new: dict[str, Any], old: dict[str, Any], says: str,
+                                                controller_policy: dict[str, Any]) -> None:
+    d = evaluate(controller_policy, node_update(new, old, user=CONTROLLER, on_node=""))
+    assert not d.allowed and says in d.message
 
 
 def test_the_policies_name_the_daemons_service_account_and_the_key_it_writes(installed: Any) -> None:

@@ -1,6 +1,6 @@
 """The kubelet's device manager, simulated: the Registration server on `kubelet.sock` and one client per plugin.
 
-What it reproduces (reference/kubelet-grpc.md section 1.4, limits-and-timeouts.md section 1b):
+What it reproduces (kubernetes/kubernetes pkg/kubelet/cm/devicemanager: manager.go, endpoint.go, plugin/v1beta1):
 * `Register` checks the version (∈ ["v1beta1"]) and that the resource is an extended resource name, then dials
   `<device-plugins dir>/<endpoint>` with a 10 s blocking dial, calls `GetDevicePluginOptions` and only then
   answers; the ListAndWatch stream is opened in the background and kept open. A failure is a gRPC error.

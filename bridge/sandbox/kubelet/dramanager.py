@@ -1,6 +1,6 @@
 """The kubelet's DRA manager, simulated: plugin handler, NodePrepare/Unprepare caller, health-stream consumer.
 
-What it reproduces (reference/kubelet-grpc.md sections 2, 6.1-6.2; limits-and-timeouts.md section 1a):
+What it reproduces (kubernetes/kubernetes pkg/kubelet/cm/dra: manager.go, plugin/):
 * registration: `validate_plugin` picks the first entry of the *plugin's* list that this kubelet supports
   (`v1.DRAPlugin`, `v1beta1.DRAPlugin`); an empty list or no supported entry is rejected. The health service is
   chosen like a master kubelet: `v1.DRAResourceHealth` over `v1alpha1.DRAResourceHealth`, none if neither is

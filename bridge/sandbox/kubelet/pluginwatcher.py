@@ -1,6 +1,6 @@
 """The kubelet's plugin watcher, simulated: discovers registration sockets in `plugins_registry` and registers them.
 
-What it reproduces (reference/kubelet-grpc.md section 3, limits-and-timeouts.md section 1c):
+What it reproduces (kubernetes/kubernetes pkg/kubelet/pluginmanager: pluginwatcher, operationexecutor):
 * sockets already present at start count like newly created ones; sub-directories are walked; names starting
   with "." and non-sockets are ignored;
 * per socket: dial (10 s), `GetInfo` with the kubelet's **1 s** deadline, handler chosen by `PluginInfo.type`
