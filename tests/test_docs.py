@@ -3,7 +3,8 @@
 * Nothing tracked in the repository points at a file outside it (the engineers' design notes are not shipped):
   docstrings cite upstream repositories and files, or docs/architecture.md.
 * Every repository path the docs name (docs/architecture.md, the READMEs; relative to the document or to the
-  repository root) exists, and every `file::test` they name is a test in that file. A line that marks its subject as not on main yet ("[issue N") is exempt until it lands.
+  repository root) exists, and every `file::test` they name is a test in that file. A line that marks its subject
+  as not on main yet ("[issue N") is exempt until it lands.
 """
 
 from __future__ import annotations
