@@ -58,6 +58,7 @@ STATEFUL_SETS = Resource("apps", "v1", "statefulsets", "StatefulSet", True)
 REPLICA_SETS = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
 JOBS = Resource("batch", "v1", "jobs", "Job", True)
 CRON_JOBS = Resource("batch", "v1", "cronjobs", "CronJob", True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 MUTATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False
