@@ -230,3 +230,38 @@ def test_the_webhooks_requests_are_all_granted_by_its_role(installed: Any, tmp_p
     made = made_by(calls, "webhook")
     assert {a.resource for a in made} >= {"namespaces", "resourceclaimtemplates", "events"}, made
     assert not refused(made, rules), refused(made, rules)
+
+
+def test_the_controllers_requests_are_all_granted_by_its_role(installed: Any, tmp_path: Path) -> None:
+    from bridge.controller.app import App, AppOptions, LeaseOptions
+    from bridge.controller.loop import ControllerOptions
+    from bridge.controller.model import Policy
+    from bridge.kube import CONFIG_MAPS
+    from tests.controller.test_controller_emulator import add_dra_pod, add_node, events
+
+    values = {"controller": {"enabled": True, "dryRun": False, "policyConfigMap": "split-policy"}}
+    rules = grants(installed(values))["dra-bridge-controller"]
+    with recorded() as calls, ApiServer() as srv:
+        base = srv.write_kubeconfig(tmp_path / "kubeconfig")
+        admin = connect(str(base))
+        for ns in ("team-a", "dra-bridge"):
+            admin.create(NAMESPACES, {"metadata": {"name": ns}})
+        admin.create(CONFIG_MAPS, {"metadata": {"name": "split-policy", "namespace": "dra-bridge"},
+                                   "data": {"policy.yaml": "maxMovesPerMinute: 100\n"}}, "dra-bridge")
+        add_node(admin, "n1", ["legacy"] * 8)
+        api = connect(str(kubeconfig_as(base, "controller")))
+        options = AppOptions(
+            controller=ControllerOptions(policy=Policy(max_moves_per_minute=100, cooldown_s=60), interval_s=0.1,
+                                         resync_s=0.5, policy_configmap=("dra-bridge", "split-policy")),
+            lease=LeaseOptions(namespace="dra-bridge", lease_duration=2.0, renew_deadline=1.5, retry_period=0.25),
+            identity="c-0", http_address=("127.0.0.1", 0))
+        app = App(api, options).start()
+        try:
+            add_dra_pod(admin, "train", 4)
+            wait_until(lambda: events(admin, "SplitTargetChanged"), 30, "the controller's split change")
+        finally:
+            app.stop()
+    made = made_by(calls, "controller")
+    assert {a.resource for a in made} >= {"nodes", "pods", "resourceclaims", "leases", "configmaps", "events"}, made
+    assert {a.verb for a in made if a.resource == "nodes"} >= {"patch"}
+    assert not refused(made, rules), refused(made, rules)
