@@ -56,6 +56,7 @@ from bridge.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    TooLargeResourceVersion,
     Unavailable,
 )
 from bridge.kube.events import build_event, record_event
@@ -124,6 +125,7 @@ __all__ = [
     "Retrier",
     "RetryPolicy",
     "STATEFUL_SETS",
+    "TooLargeResourceVersion",
     "Unavailable",
     "WatchEvent",
     "build_event",
