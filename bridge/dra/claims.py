@@ -1,7 +1,7 @@
 """From a ResourceClaim object to what this node must prepare for it. PURE: no I/O, no clock.
 
 The kubelet's request carries only {namespace, name, uid}; the allocation lives in the claim
-(reference/kubelet-grpc.md section 6.3). Rules, each a per-claim error naming the cause when broken:
+(kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go). Rules, each a per-claim error naming the cause when broken:
 
 * `metadata.uid` must equal the UID the kubelet sent (else the claim was deleted and re-created under the name);
 * `status.allocation` must be set;
@@ -11,7 +11,7 @@ The kubelet's request carries only {namespace, name, uid}; the allocation lives 
 * at least one result must be ours (the kubelet only calls a driver named in the results);
 * device names are `gpu-<index>` (the slice contract) and must exist in this node's inventory.
 
-`request_names` (kubelet-grpc.md 6.2): the kubelet compares them literally with the containers'
+`request_names` (pkg/kubelet/cm/dra/manager.go): the kubelet compares them literally with the containers'
 `resources.claims[].request`, so we return BASE request names (`req/sub` -> `req`). An empty list means "this
 device serves every request of the claim"; we return it only when that is literally true: the device's base
 requests cover every request named in `spec.devices.requests`. Otherwise the list names the requests. A device

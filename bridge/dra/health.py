@@ -1,11 +1,11 @@
 """Per-device health for the DRA side: a board fed from the device source and the `DRAResourceHealth` stream.
 
-Contract (reference/kubelet-grpc.md section 2.5): `NodeWatchResources` is server-streaming; every message is the
-*complete* list of the driver's devices. The kubelet marks a device Unknown when it was not reported within its
-timeout (30 s default), so the stream sends the full list on connect, on every change, and at least every
-`resend_interval` seconds (10 s by default) even when nothing changed, and sets `health_check_timeout_seconds`
-(1.35+ kubelets) to a value comfortably above the resend interval. Messages are cut to 1024 characters
-(1021 + "...") as the API requires.
+Contract (k8s.io/kubelet pkg/apis/dra-health; the kubelet's pkg/kubelet/cm/dra/healthinfo.go): `NodeWatchResources`
+is server-streaming; every message is the *complete* list of the driver's devices. The kubelet marks a device
+Unknown when it was not reported within its timeout (30 s default), so the stream sends the full list on connect, on
+every change, and at least every `resend_interval` seconds (10 s by default) even when nothing changed, and sets
+`health_check_timeout_seconds` (1.35+ kubelets) to a value comfortably above the resend interval. Messages are cut
+to 1024 characters (1021 + "...") as the API requires.
 
 v1alpha1 (what 1.34-1.37 kubelets open) and v1 (master kubelets) have identical messages but distinct generated
 types: `HealthStreams` holds the one stream logic, and one thin servicer per version (a subclass of that version's

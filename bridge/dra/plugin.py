@@ -1,6 +1,6 @@
 """The DRA kubelet-plugin facade: the DRA service socket and the registration socket, started and stopped together.
 
-Layout (the Go helper's, reference/kubelet-grpc.md section 2.6, limits-and-timeouts.md section 5):
+Layout (the Go helper's, k8s.io/dynamic-resource-allocation kubeletplugin/draplugin.go):
 * registration socket `<kubelet-root>/plugins_registry/<driver>-reg.sock`, DRA socket
   `<kubelet-root>/plugins/<driver>/dra.sock`;
 * with a pod UID (rolling update: two daemon instances at once, the kubelet may use either), the names become

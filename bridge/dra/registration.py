@@ -1,9 +1,10 @@
 """The plugin-registration server the kubelet's plugin watcher talks to (`plugins_registry/<driver>-reg.sock`).
 
-Contract (reference/kubelet-grpc.md section 3): `GetInfo` answers type `"DRAPlugin"`, the driver name, the
-*absolute* path of the DRA service socket and the advertised versions, `v1.DRAPlugin` first because the kubelet
-takes the first entry of the plugin's list that it supports. `NotifyRegistrationStatus` tells us whether the
-kubelet accepted us; it is logged and kept (a rejection is an ERROR: the node serves no DRA until it is fixed).
+Contract (k8s.io/kubelet pkg/apis/pluginregistration/v1; the kubelet's pkg/kubelet/pluginmanager): `GetInfo` answers
+type `"DRAPlugin"`, the driver name, the *absolute* path of the DRA service socket and the advertised versions,
+`v1.DRAPlugin` first because the kubelet takes the first entry of the plugin's list that it supports.
+`NotifyRegistrationStatus` tells us whether the kubelet accepted us; it is logged and kept (a rejection is an ERROR:
+the node serves no DRA until it is fixed).
 
 Invariant: this server answers for the whole life of the process. Newer kubelets call `GetInfo` every 10 s on
 registered sockets and deregister a plugin after two failures, so the registration socket is never closed early.

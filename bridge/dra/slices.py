@@ -8,7 +8,7 @@ The contract (shared with the webhook, which writes CEL over these attributes, a
 * driver `gpu.dra-bridge.io` (configurable), one pool per node named after the node, `spec.nodeName` set, an
   ownerReference to the v1 Node (so the slices die with the Node object);
 * one device per **DRA-side** GPU, named `gpu-<index>`; legacy-side and withdrawn GPUs are never in a slice (the
-  one-owner rule, ARCHITECTURE.md section 3);
+  one-owner rule, docs/architecture.md);
 * attributes, in the driver's domain (no prefix): `uuid`, `productName`, `architecture` (strings),
   `cudaComputeCapability`, `driverVersion` (semantic versions: "9.0" -> "9.0.0", "535.104" -> "535.104.0",
   leading zeros dropped as semver demands: "535.104.05" -> "535.104.5"), `index`, `minor` (ints), `pciBusID`

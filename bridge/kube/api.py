@@ -3,7 +3,7 @@
 Every component (node daemon, webhook, report, demo) talks to Kubernetes only through `KubeAPI`; the one
 implementation over the official client lives in `bridge/kube/client.py`. Objects are plain JSON dicts (exactly
 what the server sends), never the client's model classes: cluster-wide lists must not pay model deserialization
-(see reference/limits-and-timeouts.md section 6).
+(kubernetes-client/python#1921: 28 s of a 32 s list spent building models).
 
 A `Resource` names one group/version/plural. `resource.k8s.io` is served as v1, v1beta2 or v1beta1 depending on the
 cluster: callers ask `KubeAPI.resource_api()` once and use its `ResourceAPI` (claims, claim templates, slices,

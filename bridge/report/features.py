@@ -1,5 +1,5 @@
-"""DRA feature availability by Kubernetes minor version (reference/dra-landscape.md section 0), and the report's
-constants shared by model and checks.
+"""DRA feature availability by Kubernetes minor version (kubernetes/kubernetes pkg/features/kube_features.go),
+and the report's constants shared by model and checks.
 
 The table says what a *default* cluster of a given version has: a gate that is beta is on by default unless the
 table says otherwise. Managed clusters can flip gates; the report cannot see gates through the API, so findings
@@ -30,7 +30,7 @@ IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 # the implicit extended-resource name of the class.
 CLASS_DEVICES_QUOTA = "{cls}.deviceclass.resource.k8s.io/devices"
 CLASS_IMPLICIT_QUOTA = "requests." + IMPLICIT_PREFIX + "{cls}"
-# Allocation results per claim (AllocationResultsMaxSize, reference/limits-and-timeouts.md).
+# Allocation results per claim (AllocationResultsMaxSize, k8s.io/api resource/v1/types.go).
 MAX_DEVICES_PER_CLAIM = 32
 
 # Namespaces the webhook never mutates.

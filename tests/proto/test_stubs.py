@@ -23,7 +23,7 @@ MODULES = {
     "podresources": "bridge._proto.podresources.v1.podresources_pb2",
 }
 
-# Every (wire path, server-streaming?) the kubelet and the bridge use, from reference/kubelet-grpc.md.
+# Every (wire path, server-streaming?) the kubelet and the bridge use, from the k8s.io/kubelet pkg/apis protos.
 WIRE_PATHS = [
     ("/v1beta1.Registration/Register", False),
     ("/v1beta1.DevicePlugin/GetDevicePluginOptions", False),

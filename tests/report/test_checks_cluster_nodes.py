@@ -67,7 +67,7 @@ def test_feature_stages_follow_the_version_table() -> None:
 
 
 def test_feature_facts_match_the_landscape_table() -> None:
-    """reference/dra-landscape.md section 0: gate names, KEP numbers and the first version on by default."""
+    """kubernetes/kubernetes pkg/features/kube_features.go: gate names, KEP numbers and the first version on by default."""
     by_gate = {f.object.name: f for f in findings(cluster(version="v1.34.2"), "DRB002")}
     expected = {"DRAExtendedResource": ("5004", "alpha", "1.36"), "DRADeviceTaints": ("5055", "alpha", "1.36"),
                 "DRAConsumableCapacity": ("5075", "alpha", "1.36"),

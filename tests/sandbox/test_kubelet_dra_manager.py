@@ -1,5 +1,5 @@
-"""The kubelet simulator's DRA manager holds plugins to the kubelet's contract (limits-and-timeouts.md 1a,
-kubelet-grpc.md 3 and 6.2): one NodePrepareResources per driver per pod with all its claims, the response checks
+"""The kubelet simulator's DRA manager holds plugins to the kubelet's contract (kubernetes/kubernetes
+pkg/kubelet/cm/dra): one NodePrepareResources per driver per pod with all its claims, the response checks
 (missing claim, unknown UID, per-claim error), the 45 s call deadline, GetInfo's 1 s deadline, and a missing driver
 failing the pod before anything is recorded.
 

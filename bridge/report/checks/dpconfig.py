@@ -1,5 +1,5 @@
 """DRB05x: NVIDIA device-plugin `version: v1` configuration translated to what DRA offers today, with the
-semantic differences stated (reference/dra-landscape.md sections 2 and 4.5)."""
+semantic differences stated (NVIDIA/k8s-device-plugin api/config/v1: sharing, flags)."""
 
 from __future__ import annotations
 

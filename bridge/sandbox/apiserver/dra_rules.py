@@ -1,6 +1,6 @@
 """The resource.k8s.io validation rules that the published OpenAPI schemas do not carry.
 
-Limits from `pkg/apis/resource` (see reference/limits-and-timeouts.md section 3 and kubelet-grpc.md section 6.4):
+Limits from `pkg/apis/resource` (kubernetes/kubernetes pkg/apis/resource/types.go and validation/validation.go):
 128 devices per slice (64 when a device uses taints or counters), DNS-label device names unique in the slice, at
 most 32 attributes + capacities per device, qualified attribute names (C identifier <= 32, optional DNS-subdomain
 domain <= 63), exactly one value per attribute, strings/versions <= 64 characters, versions in semver, driver a DNS

@@ -178,6 +178,26 @@ _WITH_GENERATION = frozenset({
 })
 
 
+def _install_types() -> list[ResourceType]:
+    """Built-in kinds a Helm install of charts/dra-bridge creates besides workloads: RBAC, the webhook's
+    PodDisruptionBudget and the node daemons' ValidatingAdmissionPolicies (stored and schema-validated; the emulator
+    neither authorizes requests with RBAC nor evaluates the policies)."""
+    rbac = "rbac.authorization.k8s.io"
+    adm = "admissionregistration.k8s.io"
+    return [
+        ResourceType(rbac, "v1", "clusterroles", "ClusterRole", False, "clusterrole"),
+        ResourceType(rbac, "v1", "clusterrolebindings", "ClusterRoleBinding", False, "clusterrolebinding"),
+        ResourceType(rbac, "v1", "roles", "Role", True, "role"),
+        ResourceType(rbac, "v1", "rolebindings", "RoleBinding", True, "rolebinding"),
+        ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "poddisruptionbudget",
+                     ("pdb",), _STATUS),
+        ResourceType(adm, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
+                     "validatingadmissionpolicy", (), _STATUS),
+        ResourceType(adm, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False,
+                     "validatingadmissionpolicybinding"),
+    ]
+
+
 def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS) -> Registry:
     """Every resource the bridge and its tests touch. `resource_versions` picks the served resource.k8s.io versions;
     the preferred one is the newest of them (see `version_priority`), as on a real server."""
@@ -242,6 +262,8 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
                 rt = replace(rt, namespace_field=False,
                              field_errors=f"field label not supported for {RESOURCE_GROUP}/{version}, Kind={kind}: ")
             reg.add(_behaviour(rt))
+    for rt in _install_types():
+        reg.add(_behaviour(rt))
     return reg
 
 

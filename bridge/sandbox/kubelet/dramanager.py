@@ -2,7 +2,7 @@
 
 Written from kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go @001332b0 (`prepareResources`,
 `unprepareResources`, `reconcileLoop`) and pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go (`add`, `get`,
-`validateSupportedServices`, `HandleConn`); timeouts from reference kubelet-grpc.md 6.1. What it reproduces:
+`validateSupportedServices`, `HandleConn`; the 45 s call timeout from dra_plugin.go). What it reproduces:
 
 * registration: `validate_plugin` picks the first entry of the *plugin's* list that this kubelet supports
   (`v1.DRAPlugin`, `v1beta1.DRAPlugin`); an empty list or no supported entry is rejected; an endpoint already

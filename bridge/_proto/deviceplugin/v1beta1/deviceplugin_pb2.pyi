@@ -3,7 +3,8 @@
 isort:skip_file
 Device plugin API v1beta1, as served by the kubelet (Registration on kubelet.sock) and by a device plugin
 (DevicePlugin on its own socket in /var/lib/kubelet/device-plugins/).
-Written for dra-bridge from reference/kubelet-grpc.md section 1. On the wire only the package line, service and
+Written for dra-bridge from kubernetes/kubernetes staging/src/k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.proto
+and constants.go. On the wire only the package line, service and
 method names, streaming, and field names/numbers/types matter; they match Kubernetes 1.34-1.37 exactly.
 The odd spellings (ID, devices_ids, available_deviceIDs, deviceIDs) are upstream's and must stay.
 """

@@ -3,7 +3,8 @@
 isort:skip_file
 Plugin registration API v1, served by a plugin on its registration socket in
 /var/lib/kubelet/plugins_registry/ and called by the kubelet's plugin watcher.
-Written for dra-bridge from reference/kubelet-grpc.md section 3. Upstream's package is "pluginregistration"
+Written for dra-bridge from kubernetes/kubernetes
+staging/src/k8s.io/kubelet/pkg/apis/pluginregistration/v1/api.proto. Upstream's package is "pluginregistration"
 (not "v1"), so the wire path is /pluginregistration.Registration/<Method>.
 """
 

@@ -1,0 +1,50 @@
+{{/*
+Fail-fast checks of combinations values.schema.json cannot express. Each message names the value to change and why.
+Run on every install, upgrade, lint and template through templates/validate.yaml (which renders nothing).
+*/}}
+{{- define "dra-bridge.validate" -}}
+{{- $v := .Values -}}
+{{- if $v.node.enabled -}}
+{{- $ru := $v.node.updateStrategy.rollingUpdate | default dict -}}
+{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (ne (toString ($ru.maxSurge | default 0)) "0") -}}
+{{- fail (printf "node.updateStrategy.rollingUpdate.maxSurge is %v: set it to 0. This node daemon cannot yet run two instances on one node (on kubelets up to 1.36 the old instance's device-plugin stream ending disconnects the new one); raise maxUnavailable to roll faster" $ru.maxSurge) -}}
+{{- end -}}
+{{- $maxUnavailable := ternary $ru.maxUnavailable 1 (hasKey $ru "maxUnavailable") -}}
+{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (eq (toString $maxUnavailable) "0") -}}
+{{- fail "node.updateStrategy.rollingUpdate.maxUnavailable is 0 with maxSurge 0: the DaemonSet could never roll; set maxUnavailable to 1 or a percentage" -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.webhook.enabled -}}
+{{- $tls := $v.webhook.tls -}}
+{{- if eq $tls.mode "secret" -}}
+{{- if not $tls.secretName -}}
+{{- fail "webhook.tls.mode is secret: set webhook.tls.secretName to an existing kubernetes.io/tls Secret in the release namespace (keys tls.crt, tls.key)" -}}
+{{- end -}}
+{{- if not $tls.caBundle -}}
+{{- fail "webhook.tls.mode is secret: set webhook.tls.caBundle to the base64-encoded PEM of the CA that signed the Secret's certificate (the API server verifies the webhook with it)" -}}
+{{- end -}}
+{{- else if or $tls.secretName $tls.caBundle -}}
+{{- fail (printf "webhook.tls.secretName/caBundle are set but webhook.tls.mode is %s: set mode to secret to use them, or remove them" $tls.mode) -}}
+{{- end -}}
+{{- if and (eq $tls.mode "certManager") $tls.certManager.issuerRef (not $tls.certManager.issuerRef.name) -}}
+{{- fail "webhook.tls.certManager.issuerRef needs a name (and kind Issuer or ClusterIssuer); leave issuerRef empty for a self-signed Issuer created by the chart" -}}
+{{- end -}}
+{{- if eq $v.webhook.failurePolicy "Fail" -}}
+{{- if or (lt (int $v.webhook.replicas) 2) (not $v.webhook.podDisruptionBudget.enabled) -}}
+{{- fail (printf "webhook.failurePolicy is Fail with %d replica(s) and the PodDisruptionBudget %s: any webhook outage would then block creating GPU pods in shadow/dra namespaces. Use webhook.replicas >= 2 and webhook.podDisruptionBudget.enabled=true, or failurePolicy Ignore" (int $v.webhook.replicas) (ternary "enabled" "disabled" $v.webhook.podDisruptionBudget.enabled)) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.webhook.podDisruptionBudget.enabled (ge (int $v.webhook.podDisruptionBudget.minAvailable) (int $v.webhook.replicas)) -}}
+{{- fail (printf "webhook.podDisruptionBudget.minAvailable (%d) must be below webhook.replicas (%d), or no node running a webhook replica could ever be drained" (int $v.webhook.podDisruptionBudget.minAvailable) (int $v.webhook.replicas)) -}}
+{{- end -}}
+{{- if and (eq $v.webhook.target "extended") (semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "webhook.target is extended, which needs Kubernetes 1.36+ (DRAExtendedResource) on the API server and every kubelet; this cluster is %s: use auto or claims" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.controller.enabled (not $v.node.enabled) -}}
+{{- fail "controller.enabled needs node.enabled: the controller moves GPUs by setting splits that the node daemons carry out and report" -}}
+{{- end -}}
+{{- if and (ne $v.resourceApiVersion "auto") (ne $v.resourceApiVersion "v1") (ne $v.resourceApiVersion "v1beta1") -}}
+{{- fail (printf "resourceApiVersion is %q: use auto, v1 (Kubernetes 1.34+) or v1beta1 (1.32-1.33)" $v.resourceApiVersion) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,228 @@
+"""The chart's workloads match the binaries: every argument the chart passes is one `bridge node` / `bridge webhook`
+/ `bridge controller` accepts (parsed by the real click commands, values checked by the same validators the
+commands call), every environment variable it sets is one they read, and every socket and directory the node daemon
+uses lies in a hostPath mounted at the same path. And the hand-over from the vendor device plugin: on no node do
+both plugins run."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from bridge.cli.node import node as node_command
+from bridge.cli.webhook import webhook as webhook_command
+from bridge.deviceplugin.allocate import parse_strategies
+from bridge.deviceplugin.plugin import PluginConfig as DevicePluginConfig
+from bridge.dra.plugin import PluginConfig as DraPluginConfig
+from bridge.dra.slices import validate_driver_name
+from bridge.inventory.options import parse_devices_option
+from bridge.inventory.xid import parse_xid_list
+from bridge.node.http import parse_address
+from bridge.node.podresources import PODRESOURCES_SOCKET
+from tests.chart import helm
+from tests.chart.conftest import find, one
+from tests.chart.test_rbac import CONTROLLER
+
+
+def container(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (c,) = one(objects, kind, name)["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def parse(command: click.Command, args: list[str], replace: dict[str, str],
+          env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The options as the real command parses them (types, choices, ranges), with `env` as the pod's environment
+    (the downward API's values); paths that must exist on the node are swapped for local ones."""
+    local = [next((f"{flag}={replace[flag]}" for flag in replace if a.startswith(flag + "=")), a) for a in args]
+    with pytest.MonkeyPatch.context() as mp:
+        for name in envvars(command):
+            mp.delenv(name, raising=False)
+        for name, value in (env or {}).items():
+            mp.setenv(name, value)
+        with command.make_context(command.name or "", local) as ctx:
+            return dict(ctx.params)
+
+
+def envvars(command: click.Command) -> set[str]:
+    out: set[str] = set()
+    for p in command.params:
+        env = getattr(p, "envvar", None)
+        out.update([env] if isinstance(env, str) else env or [])
+    return out
+
+
+@pytest.mark.parametrize("values_file", [None, *helm.example_files()],
+                         ids=lambda p: "defaults" if p is None else p.name)
+def test_the_node_daemon_accepts_every_argument_and_value_the_chart_passes(values_file: Path | None,
+                                                                           installed: Any, tmp_path: Path) -> None:
+    objects = installed(helm.load_values(values_file))
+    c = container(objects, "DaemonSet", "dra-bridge-node")
+    assert c["command"] == ["bridge", "node"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    params = parse(node_command, c["args"], {"--host-root": str(tmp_path)}, env={"NODE_NAME": "gpu-node-7"})
+    assert params["node_name"] == "gpu-node-7"
+    # POD_UID would become --pod-uid: per-pod socket names, for surge rollouts only (see values.yaml).
+    assert "POD_UID" not in env and params["pod_uid"] is None
+    parse_strategies(params["device_list_strategy"])
+    parse_address(params["http_address"])
+    validate_driver_name(params["driver_name"])
+    parse_xid_list(params["ignore_xids"])
+    if params["devices"].startswith("simulated:"):
+        assert len(parse_devices_option(params["devices"], "n1").devices()) > 0
+        assert params["driver_root"] is None and "NVIDIA_VISIBLE_DEVICES" not in env
+    else:
+        assert params["driver_root"] and env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    port = next(p["containerPort"] for p in c["ports"] if p["name"] == "http")
+    assert params["http_address"] == f":{port}"
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert c[probe]["httpGet"] == {"path": path, "port": "http"}
+
+
+def test_every_socket_and_directory_of_the_daemon_is_a_hostpath_at_the_same_path(installed: Any) -> None:
+    objects = installed({"node": {"kubeletRoot": "/var/lib/k8s/kubelet", "cdiRoot": "/etc/cdi"}})
+    ds = one(objects, "DaemonSet", "dra-bridge-node")
+    spec = ds["spec"]["template"]["spec"]
+    c = container(objects, "DaemonSet", "dra-bridge-node")
+    volumes = {v["name"]: v["hostPath"] for v in spec["volumes"]}
+    mounts = {m["mountPath"]: (volumes[m["name"]], m) for m in c["volumeMounts"]}
+    params = parse(node_command, c["args"], {"--host-root": "/"}, env={"NODE_NAME": "n1"})
+    kubelet_root = str(params["kubelet_root"])
+    dra = DraPluginConfig(driver=params["driver_name"], kubelet_root=kubelet_root)
+    dp = DevicePluginConfig(kubelet_root=Path(kubelet_root))
+    used = {
+        "device-plugin sockets and the kubelet checkpoint": dp.plugin_dir / "kubelet.sock",
+        "DRA registration socket": dra.registration_socket,
+        "DRA service socket": dra.dra_socket,
+        "PodResources socket": Path(kubelet_root) / PODRESOURCES_SOCKET,
+        "CDI specs": Path(str(params["cdi_root"])) / "x.json",
+        "checkpoint": Path(str(params["state_dir"])) / "checkpoint.json",
+    }
+    for what, path in used.items():
+        under = [m for m in mounts if Path(path).is_relative_to(m) and m != params["host_root"].as_posix()]
+        assert under, f"{what} ({path}) is in no mounted host path"
+        host, mount = mounts[max(under, key=len)]
+        assert host["path"] == mount["mountPath"], f"{what}: host {host['path']} is mounted at {mount['mountPath']}"
+    host_root, mount = mounts["/host"]
+    assert host_root == {"path": "/", "type": "Directory"}
+    assert mount["readOnly"] is True and mount["mountPropagation"] == "HostToContainer"
+    assert str(params["host_root"]) == "/"  # (replaced above) the chart passes --host-root=/host
+    assert "--host-root=/host" in c["args"]
+    assert not any(m.get("mountPropagation") == "Bidirectional" for m in c["volumeMounts"])
+    assert {p for p in mounts if p.startswith(kubelet_root)} == {
+        f"{kubelet_root}/device-plugins", f"{kubelet_root}/plugins_registry",
+        f"{kubelet_root}/plugins/gpu.dra-bridge.io", f"{kubelet_root}/pod-resources"}, "never the whole kubelet root"
+
+
+def test_the_daemonset_is_node_critical_and_rolls_one_node_at_a_time_without_surge(installed: Any) -> None:
+    ds = one(installed(), "DaemonSet", "dra-bridge-node")
+    assert ds["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    tolerations = ds["spec"]["template"]["spec"]["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
+
+
+def test_the_webhook_accepts_every_argument_the_chart_passes(installed: Any, tmp_path: Path) -> None:
+    c = container(installed(), "Deployment", "dra-bridge-webhook")
+    assert c["command"] == ["bridge", "webhook"]
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_text("x")
+    params = parse(webhook_command, c["args"], {"--tls-cert-file": str(tmp_path / "tls.crt"),
+                                                "--tls-key-file": str(tmp_path / "tls.key")},
+                   env={"POD_NAMESPACE": "dra-bridge"})
+    assert params["namespace"] == "dra-bridge"
+    assert params["port"] == next(p["containerPort"] for p in c["ports"])
+    assert params["device_class"] == one(installed(), "DeviceClass")["metadata"]["name"]
+    assert {e["name"] for e in c["env"]} <= envvars(webhook_command)
+
+
+def test_the_controller_accepts_every_argument_the_chart_passes(installed: Any) -> None:
+    try:
+        module = importlib.import_module("bridge.cli.controller")
+    except ImportError:
+        pytest.skip("bridge controller is not on this branch yet (issue 13): its chart stanza follows its CLI")
+    command: click.Command = module.controller
+    c = container(installed(CONTROLLER), "Deployment",
+                  "dra-bridge-controller")
+    assert c["command"] == ["bridge", "controller"]
+    params = parse(command, c["args"], {}, env={"POD_NAMESPACE": "dra-bridge", "POD_NAME": "c-0"})
+    assert params["dry_run"] is True and params["leader_elect"] is True
+    assert params["policy_configmap"] == "dra-bridge/split-policy"
+    assert "POD_NAMESPACE" in envvars(command)
+
+
+# -- hand-over from the vendor device plugin -------------------------------------------------------------------------
+
+def _requirement(expr: dict[str, Any], labels: dict[str, str]) -> bool:
+    """One nodeSelectorRequirement (k8s.io/apimachinery labels.Requirement.Matches: NotIn and DoesNotExist match
+    a node without the key)."""
+    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise AssertionError(f"operator {op} not modelled")
+
+
+def schedules(pod_spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    """nodeSelector AND required nodeAffinity (terms ORed, expressions ANDed): k8s.io/component-helpers
+    scheduling/corev1/nodeaffinity/nodeaffinity.go."""
+    if any(labels.get(k) != v for k, v in (pod_spec.get("nodeSelector") or {}).items()):
+        return False
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return True
+    return any(all(_requirement(e, labels) for e in term.get("matchExpressions") or [])
+               for term in required["nodeSelectorTerms"])
+
+
+OPTED_IN = {"dra-bridge.io/node": "true"}
+GPU_NODES = {
+    "NFD-labeled GPU node": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    "Tegra": {"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"},
+    "forced": {"nvidia.com/gpu.present": "true"},
+}
+
+
+def test_standalone_vendor_plugin_and_bridge_never_share_a_node(installed: Any) -> None:
+    standalone = installed(helm.load_values(helm.EXAMPLES / "standalone-device-plugin.yaml"))
+    ours = one(standalone, "DaemonSet")["spec"]["template"]["spec"]
+    theirs = yaml.safe_load((helm.EXAMPLES / "nvidia-device-plugin-values.yaml").read_text())
+    terms = theirs["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    # NVIDIA's three default terms (deployments/helm/nvidia-device-plugin/values.yaml), each kept.
+    assert [t["matchExpressions"][0]["key"] for t in terms] == [
+        "feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/cpu-model.vendor_id",
+        "nvidia.com/gpu.present"]
+    for name, labels in GPU_NODES.items():
+        assert (schedules(theirs, labels), schedules(ours, labels)) == (True, False), f"{name}, not opted in"
+        opted = {**labels, **OPTED_IN}
+        assert (schedules(theirs, opted), schedules(ours, opted)) == (False, True), f"{name}, opted in"
+
+
+def test_under_the_gpu_operator_the_bridge_waits_for_the_operators_plugin_to_be_switched_off(installed: Any) -> None:
+    ours = one(installed(), "DaemonSet")["spec"]["template"]["spec"]
+    operator_plugin = {"nodeSelector": {"nvidia.com/gpu.deploy.device-plugin": "true"}}  # the operator's DaemonSet
+    node = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.device-plugin": "true"}
+    assert (schedules(operator_plugin, node), schedules(ours, node)) == (True, False)
+    only_opted_in = {**node, **OPTED_IN}  # the operator's plugin still runs there: ours must not start
+    assert (schedules(operator_plugin, only_opted_in), schedules(ours, only_opted_in)) == (True, False)
+    handed_over = {**only_opted_in, "nvidia.com/gpu.deploy.device-plugin": "false"}
+    assert (schedules(operator_plugin, handed_over), schedules(ours, handed_over)) == (False, True)
+
+
+def test_without_a_vendor_plugin_the_opt_in_label_alone_decides(installed: Any) -> None:
+    no_vendor = installed({"nodeRestriction": {"enabled": False}, "vendorDevicePlugin": "none"})
+    ours = one(no_vendor, "DaemonSet")["spec"]["template"]["spec"]
+    assert schedules(ours, OPTED_IN) and not schedules(ours, {"nvidia.com/gpu.present": "true"})
+    assert not find(installed({"node": {"enabled": False}}), "DaemonSet")
