@@ -28,6 +28,7 @@ from .admission import WebhookAdmitter
 from .discovery import parse_version
 from .faults import Faults
 from .http import Handler, _Watch
+from .openapi import OpenApiDocs
 from .registry import KNOWN_RESOURCE_VERSIONS, default_registry
 from .rest import Rest
 from .status import ApiError
@@ -90,6 +91,7 @@ class ApiServer:
             graceful_pod_deletion=graceful_pod_deletion,
         )
         self.faults = Faults(self._refuse, self._drop_watches)
+        self.openapi = OpenApiDocs(self.registry, self.version)
         self.stopping = threading.Event()
         self.ca_cert_path: Path | None = None
         self._tmp: Path | None = None
