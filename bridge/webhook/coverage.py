@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import celpy
+from celpy.adapter import json_to_cel
 import celpy.celtypes as ct
 
 from bridge.kvalues import cel as kcel
@@ -149,7 +149,7 @@ def judge_condition(name: str, expression: str, namespace: Mapping[str, Any]) ->
     gvr = {"group": "", "version": "v1", "resource": "pods"}
     request = {"operation": "CREATE", "namespace": ns_name, "name": "", "kind": gvk, "requestKind": gvk,
                "resource": gvr, "requestResource": gvr, "subResource": "", "dryRun": False}
-    activation = {"namespaceObject": celpy.json_to_cel(dict(namespace)), "request": celpy.json_to_cel(request)}
+    activation = {"namespaceObject": json_to_cel(dict(namespace)), "request": json_to_cel(request)}
     needs = _needs(expression)
     try:
         result = prog.evaluate(activation)
