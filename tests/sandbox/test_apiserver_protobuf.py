@@ -143,3 +143,25 @@ def test_protobuf_watch_frames(server) -> None:  # type: ignore[no-untyped-def]
     assert code == 200 and headers["Content-Type"].startswith(pb.CONTENT_TYPE)
     events = list(pb.read_watch_frames(body))
     assert {"default", "kube-system"} <= {obj["metadata"]["name"] for kind, obj in events if kind == "ADDED"}
+
+
+@pytest.mark.parametrize(("message", "field", "number", "keep_zero"), [
+    # field numbers from kubernetes/api core/v1 generated.proto and kubernetes/apimachinery meta/v1, runtime
+    ("ObjectMeta", "name", 1, False), ("ObjectMeta", "labels", 11, False), ("ObjectMeta", "annotations", 12, False),
+    ("ObjectMeta", "ownerReferences", 13, False), ("ObjectMeta", "managedFields", 17, False),
+    ("Pod", "spec", 2, False), ("Pod", "status", 3, False),
+    ("PodSpec", "terminationGracePeriodSeconds", 4, True), ("PodSpec", "nodeName", 10, False),
+    ("PodSpec", "automountServiceAccountToken", 21, True), ("PodSpec", "resourceClaims", 39, False),
+    ("Container", "name", 1, True), ("Container", "resources", 8, False),
+    ("Secret", "data", 2, False), ("Secret", "type", 3, False), ("Secret", "immutable", 5, True),
+    ("Toleration", "tolerationSeconds", 5, True), ("ContainerStatus", "restartCount", 5, True),
+    ("Unknown", "raw", 2, True), ("Status", "code", 6, False), ("WatchEvent", "object", 2, False),
+])
+def test_wire_facts_of_our_messages(message: str, field: str, number: int, keep_zero: bool) -> None:
+    from bridge._proto.k8s import wire_pb2
+    from bridge._proto.k8s.apimachinery import meta_pb2
+
+    module = {"ObjectMeta": meta_pb2, "Status": meta_pb2, "WatchEvent": meta_pb2, "Unknown": runtime_pb2}.get(message, core_pb2)
+    fd = getattr(module, message).DESCRIPTOR.fields_by_name[field]
+    assert fd.number == number
+    assert fd.GetOptions().Extensions[wire_pb2.keep_zero] is keep_zero
