@@ -14,6 +14,7 @@ import click
 # name -> "module:attribute"; the module is imported lazily.
 _COMMANDS: dict[str, str] = {
     "node": "bridge.cli.node:node",
+    "controller": "bridge.cli.controller:controller",
     "webhook": "bridge.cli.webhook:webhook",
     "namespace": "bridge.cli.namespace:namespace",
     "migrate-report": "bridge.cli.report:migrate_report",
@@ -42,6 +43,7 @@ def main() -> None:
 
     \b
     bridge node            node daemon: serves GPUs to the kubelet via device plugin AND DRA
+    bridge controller      sets each node's split from pending GPU demand (leader-elected)
     bridge webhook         admission webhook: translates nvidia.com/gpu requests in DRA namespaces
     bridge migrate-report  read-only readiness report for a cluster or a snapshot
     bridge namespace       flip a namespace between legacy, shadow and dra

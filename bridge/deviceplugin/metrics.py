@@ -83,6 +83,24 @@ class DevicePluginMetrics:
             ["resource"],
             registry=registry,
         )
+        self.streams_open = Gauge(
+            "dra_bridge_deviceplugin_streams_open",
+            "ListAndWatch streams open right now (a kubelet keeps one per registration)",
+            ["resource"],
+            registry=registry,
+        )
+        self.streams_refused = Counter(
+            "dra_bridge_deviceplugin_streams_refused",
+            "ListAndWatch streams refused because the stream limit was reached (RESOURCE_EXHAUSTED)",
+            ["resource"],
+            registry=registry,
+        )
+        self.preferred_cut_short = Counter(
+            "dra_bridge_deviceplugin_preferred_allocation_cut_short",
+            "GetPreferredAllocation searches ended by the call's time budget, deadline or cancellation",
+            ["resource"],
+            registry=registry,
+        )
         self.adopted = Gauge(
             "bridge_deviceplugin_adopted_devices",
             "Devices found assigned to running containers through PodResources at start",

@@ -5,7 +5,8 @@ Invariants:
   dials us from inside its Register handler with a 10 s blocking dial).
 * One supervisor thread per plugin polls for kubelet restarts (see `registration` for why polling) and retries
   failed registrations with capped exponential backoff. On a restart it stops the old gRPC server (ending every
-  ListAndWatch stream and shutting its worker pool down), starts a fresh one on a fresh socket, and re-registers.
+  ListAndWatch stream and shutting its worker pool down, bounded: a stuck worker is abandoned, never waited on),
+  starts a fresh one on a fresh socket, and re-registers.
   Nothing is created per restart that outlives the restart: no thread or fd leaks across many restarts.
 * `stop()` ends streams, stops the server and removes our socket, but only if the file there is still the one we
   created (never another process's socket).
@@ -18,7 +19,6 @@ import os
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +38,8 @@ from bridge.deviceplugin.registration import (
 from bridge.deviceplugin.servicer import DevicePluginServicer, options
 from bridge.deviceplugin.state import DeviceTable
 from bridge.logs import ContextLogger
-from bridge.node.sockets import check_socket_path, remove_stale_socket, unix_target
+from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
+from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket, unix_target
 
 log = logging.getLogger("bridge.deviceplugin")
 
@@ -58,7 +59,10 @@ class PluginConfig:
     register_timeout_s: float = 15.0
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 5.0
-    workers: int = 16
+    workers: int = DEFAULT_WORKERS  # for unary calls; streams get their own on top
+    max_streams: int = DEFAULT_MAX_STREAMS  # concurrent ListAndWatch streams (a kubelet opens one per registration)
+    # Stop: in-flight calls get this long, then are cancelled; workers still busy after that are abandoned.
+    stop_grace_s: float = 0.5
 
     @property
     def plugin_dir(self) -> Path:
@@ -89,23 +93,22 @@ def probe_socket(path: str, timeout: float = 2.0) -> str | None:
 
 
 class _Server:
-    """One gRPC server generation on our socket, with its own servicer and worker pool."""
+    """One gRPC server generation on our socket, with its own servicer and worker pool (`GrpcServer`: streams capped
+    and kept off the unary workers, stop bounded even with a stuck handler)."""
 
-    def __init__(self, path: str, servicer: DevicePluginServicer, workers: int) -> None:
+    def __init__(self, path: str, servicer: DevicePluginServicer, workers: int, grace_s: float) -> None:
         self.path = path
         self.servicer = servicer
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dp-grpc")
-        self._server = grpc.server(self._pool)
-        pb_grpc.add_DevicePluginServicer_to_server(servicer, self._server)
+        self._grace_s = grace_s
+        self._grpc = GrpcServer("dp-grpc", workers=workers, max_streams=servicer.streams.limit)
+        pb_grpc.add_DevicePluginServicer_to_server(servicer, self._grpc.server)
         remove_stale_socket(path)
         try:
-            bound = self._server.add_insecure_port("unix:" + path)
-        except RuntimeError:  # newer grpcio raises instead of returning 0
-            bound = 0
-        if bound == 0:
-            self._pool.shutdown(wait=False)
-            raise OSError(f"cannot listen on unix socket {path} (is the directory writable?)")
-        self._server.start()
+            self._grpc.bind_unix(path)
+        except SocketPathError as err:
+            self._grpc.stop(0, 0)
+            raise OSError(str(err)) from err
+        self._grpc.start()
         try:
             os.chmod(path, 0o600)
         except FileNotFoundError:
@@ -114,10 +117,9 @@ class _Server:
             pass
         self.identity = socket_identity(path)
 
-    def stop(self, grace: float = 0.5) -> None:
+    def stop(self) -> None:
         self.servicer.stop()
-        self._server.stop(grace).wait()
-        self._pool.shutdown(wait=True)
+        self._grpc.stop(self._grace_s)
         if self.identity is not None and socket_identity(self.path) == self.identity:
             try:
                 os.unlink(self.path)
@@ -195,8 +197,9 @@ class DevicePlugin:
             if self._server is not None:
                 self._server.stop()
                 self._server = None
-            servicer = DevicePluginServicer(self.table, self.allocation, self.metrics)
-            self._server = _Server(self.socket_path, servicer, self.config.workers)
+            servicer = DevicePluginServicer(self.table, self.allocation, self.metrics,
+                                            max_streams=self.config.max_streams)
+            self._server = _Server(self.socket_path, servicer, self.config.workers, self.config.stop_grace_s)
         self._log.info("serving device plugin", extra={"socket": self.socket_path})
 
     def _supervise(self) -> None:

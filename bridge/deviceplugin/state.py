@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from bridge.deviceplugin.requests import show_id
 from bridge.inventory.model import DeviceID, GpuDevice
 
 LEGACY = "legacy"
@@ -108,7 +109,7 @@ class DeviceTable:
         kind is `unknown` (not in the inventory), `unhealthy`, or `not-legacy` (owned by another side)."""
         dev = self._devices.get(DeviceID(device_id))
         if dev is None:
-            return "unknown", f"device {device_id!r} is not in this node's inventory"
+            return "unknown", f"device {show_id(device_id)} is not in this node's inventory"
         with self._cond:
             healthy, reason = self._health[dev.uuid]
         if not healthy:

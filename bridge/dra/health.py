@@ -29,6 +29,7 @@ from bridge._proto.drahealth.v1 import drahealth_pb2_grpc as v1_grpc
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2 as v1alpha1_pb
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as v1alpha1_grpc
 from bridge.inventory.model import DeviceID, HealthEvent
+from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class HealthStreams:
         *,
         resend_interval: float = DEFAULT_RESEND_INTERVAL_S,
         timeout_seconds: int = DEFAULT_HEALTH_TIMEOUT_S,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         if resend_interval <= 0 or resend_interval >= DEFAULT_HEALTH_TIMEOUT_S:
             raise ValueError(f"resend interval must be in (0, {DEFAULT_HEALTH_TIMEOUT_S}) seconds: {resend_interval}")
@@ -140,9 +142,16 @@ class HealthStreams:
         self._resend = resend_interval
         self.timeout_seconds = timeout_seconds
         self.streams_opened = 0
+        # Both API versions share the slots: each open stream holds a worker of the DRA server for its life.
+        self.slots = StreamSlots(max_streams, "DRAResourceHealth")
 
     def lists(self, context: grpc.ServicerContext, api: str) -> Iterator[tuple[DeviceHealthEntry, ...]]:
-        """Full device lists for one open stream, until the client goes away or the board closes."""
+        """Full device lists for one open stream, until the client goes away or the board closes. Beyond
+        `max_streams` open streams (a kubelet opens one per plugin) the call is refused with RESOURCE_EXHAUSTED."""
+        with self.slots.hold(context):
+            yield from self._lists(context, api)
+
+    def _lists(self, context: grpc.ServicerContext, api: str) -> Iterator[tuple[DeviceHealthEntry, ...]]:
         self.streams_opened += 1
         log.info("health stream opened", extra={"pool": self._board.pool, "api": api})
         version, entries = self._board.snapshot()
@@ -203,9 +212,11 @@ class HealthServicerV1(v1_grpc.DRAResourceHealthServicer):
 
 def add_to_server(board: HealthBoard, server: grpc.Server, *,
                   resend_interval: float = DEFAULT_RESEND_INTERVAL_S,
-                  timeout_seconds: int = DEFAULT_HEALTH_TIMEOUT_S) -> HealthStreams:
+                  timeout_seconds: int = DEFAULT_HEALTH_TIMEOUT_S,
+                  max_streams: int = DEFAULT_MAX_STREAMS) -> HealthStreams:
     """Serve both health API versions on `server` from one board; returns the shared stream logic."""
-    streams = HealthStreams(board, resend_interval=resend_interval, timeout_seconds=timeout_seconds)
+    streams = HealthStreams(board, resend_interval=resend_interval, timeout_seconds=timeout_seconds,
+                            max_streams=max_streams)
     v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicerV1Alpha1(streams), server)
     v1_grpc.add_DRAResourceHealthServicer_to_server(HealthServicerV1(streams), server)
     return streams

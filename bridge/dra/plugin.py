@@ -11,6 +11,10 @@ soon as it has registered us), and on stop the registration socket goes first, t
 only our own socket files (stale ones at start, ours at stop): a socket left behind keeps a dead driver
 registered or sends the kubelet into a 30-minute reconnect backoff (kubernetes#128696, #132660).
 The registration server stays up for the whole life of the process.
+
+Both servers are `bridge.node.grpcserver.GrpcServer`s: health streams take `max_streams` workers of their own
+(refused beyond that), and `stop()` is bounded: `grace` for in-flight calls, then cancelled, and a worker still
+stuck after that is abandoned instead of holding SIGTERM up.
 """
 
 from __future__ import annotations
@@ -18,11 +22,8 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-
-import grpc
 
 from bridge.dra import health as health_mod
 from bridge.dra import registration, servicer
@@ -30,6 +31,7 @@ from bridge.dra.health import HealthBoard
 from bridge.dra.registration import RegistrationServicer, RegistrationStatus
 from bridge.dra.servicer import PrepareCore
 from bridge.dra.slices import DEFAULT_DRIVER, SliceError, validate_driver_name
+from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
 from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket
 
 log = logging.getLogger(__name__)
@@ -47,7 +49,8 @@ class PluginConfig:
     dra_services: tuple[str, ...] = registration.DRA_SERVICES
     health_resend_interval: float = health_mod.DEFAULT_RESEND_INTERVAL_S
     health_timeout_seconds: int = health_mod.DEFAULT_HEALTH_TIMEOUT_S
-    max_workers: int = 16
+    max_workers: int = DEFAULT_WORKERS  # unary calls (Prepare/Unprepare); health streams get their own
+    max_streams: int = DEFAULT_MAX_STREAMS  # concurrent health streams (a kubelet opens one per plugin)
 
     @property
     def registry_dir(self) -> Path:
@@ -94,8 +97,8 @@ class DraPlugin:
             registration.supported_versions(health=self.board is not None, dra_services=config.dra_services),
             on_status=on_status,
         )
-        self._dra_server: grpc.Server | None = None
-        self._reg_server: grpc.Server | None = None
+        self._dra_server: GrpcServer | None = None
+        self._reg_server: GrpcServer | None = None
 
     @property
     def running(self) -> bool:
@@ -109,20 +112,22 @@ class DraPlugin:
             if remove_stale_socket(sock):
                 log.info("removed a stale socket of ours", extra={"socket": str(sock)})
 
-        dra = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="dra"))
-        servicer.add_to_server(self.core, dra)
+        streams = cfg.max_streams if self.board is not None else 0
+        dra = GrpcServer("dra", workers=cfg.max_workers, max_streams=streams)
+        servicer.add_to_server(self.core, dra.server)
         if self.board is not None:
             health_mod.add_to_server(
-                self.board, dra, resend_interval=cfg.health_resend_interval, timeout_seconds=cfg.health_timeout_seconds
+                self.board, dra.server, resend_interval=cfg.health_resend_interval,
+                timeout_seconds=cfg.health_timeout_seconds, max_streams=streams,
             )
-        self._bind(dra, cfg.dra_socket)
+        dra.bind_unix(str(cfg.dra_socket))
         dra.start()
         os.chmod(cfg.dra_socket, 0o660)
         self._dra_server = dra
 
-        reg = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra-reg"))
-        registration.add_to_server(self.registration, reg)
-        self._bind(reg, cfg.registration_socket)
+        reg = GrpcServer("dra-reg", workers=4)
+        registration.add_to_server(self.registration, reg.server)
+        reg.bind_unix(str(cfg.registration_socket))
         reg.start()
         self._reg_server = reg
         log.info(
@@ -131,22 +136,14 @@ class DraPlugin:
                    "versions": ",".join(self.registration.versions)},
         )
 
-    @staticmethod
-    def _bind(server: grpc.Server, path: Path) -> None:
-        try:
-            port = server.add_insecure_port("unix://" + str(path))
-        except RuntimeError as err:
-            raise SocketPathError(f"cannot listen on {path}: {err}") from err
-        if port == 0:
-            raise SocketPathError(f"cannot listen on {path}")
-
     def stop(self, grace: float = 2.0) -> None:
-        """Stop serving and remove our own sockets (SIGTERM path). Safe to call twice."""
+        """Stop serving and remove our own sockets (SIGTERM path), in at most about `grace` + 4 s per server
+        whatever the handlers do. Safe to call twice."""
         if self.board is not None:
             self.board.close()  # ends health streams so the server can stop within the grace period
         for server, sock in ((self._reg_server, self.config.registration_socket), (self._dra_server, self.config.dra_socket)):
             if server is not None:
-                server.stop(grace).wait(grace + 1)
+                server.stop(grace)
             try:
                 remove_stale_socket(sock)
             except SocketPathError:

@@ -8,7 +8,8 @@
 
 Components depend on the `KubeAPI` Protocol (plain dicts in and out); tests may pass any object implementing it.
 Submodules: `client` (RestKube), `config` (connect), `retry` (RetryPolicy), `update` (update_with_retry),
-`watch` (Informer), `events` (record_event), `translate` (error mapping), `discovery` (pure parsing).
+`watch` (Informer), `events` (record_event), `leaderelection` (LeaderElector over a coordination.k8s.io Lease),
+`translate` (error mapping), `discovery` (pure parsing).
 Importing this package does not import the `kubernetes` client: `connect` and `RestKube` load it on first use, so
 components that only need the Protocol, the constants and the errors stay light.
 """
@@ -24,6 +25,7 @@ from bridge.kube.api import (
     DEPLOYMENTS,
     EVENTS,
     JOBS,
+    LEASES,
     MUTATING_WEBHOOKS,
     NAMESPACES,
     NODES,
@@ -54,6 +56,7 @@ from bridge.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    TooLargeResourceVersion,
     Unavailable,
 )
 from bridge.kube.events import build_event, record_event
@@ -101,6 +104,7 @@ __all__ = [
     "JOBS",
     "JsonPatch",
     "KubeAPI",
+    "LEASES",
     "KubeError",
     "LoadedConfig",
     "MUTATING_WEBHOOKS",
@@ -121,6 +125,7 @@ __all__ = [
     "Retrier",
     "RetryPolicy",
     "STATEFUL_SETS",
+    "TooLargeResourceVersion",
     "Unavailable",
     "WatchEvent",
     "build_event",

@@ -6,6 +6,8 @@
     │   └── AlreadyExists   409 on create
     ├── Forbidden       403 (and 401): carries the verb and resource so callers can name the missing RBAC rule
     ├── Gone            410 (watch/list resourceVersion too old: relist)
+    ├── TooLargeResourceVersion  504 with cause ResourceVersionTooLarge (a version the server has not reached:
+    │                   it was restored from a backup, replaced, or lags behind its peers: relist, as on 410)
     ├── Invalid         422: carries the field causes the server returned
     ├── BadRequest      400 (malformed body or patch, bad selector): a caller bug, never retried
     ├── Unavailable     connection refused/reset, timeouts, 429, 5xx (retried with backoff by the layer)
@@ -61,6 +63,11 @@ class Gone(KubeError):
     pass
 
 
+class TooLargeResourceVersion(KubeError):
+    """The server has not reached the resourceVersion asked for (storage.NewTooLargeResourceVersionError). Not
+    retried as it is: after a restore the server's versions went backwards and may stay below ours for ever."""
+
+
 @dataclass(frozen=True)
 class Cause:
     field: str
@@ -105,5 +112,6 @@ __all__ = [
     "Invalid",
     "KubeError",
     "NotFound",
+    "TooLargeResourceVersion",
     "Unavailable",
 ]

@@ -33,11 +33,27 @@ from bridge.kube.errors import (
     Invalid,
     KubeError,
     NotFound,
+    TooLargeResourceVersion,
     Unavailable,
 )
 
 # Statuses a later attempt can cure. 501 (not implemented) and 505 are permanent.
 _RETRYABLE_5XX = frozenset({500, 502, 503, 504})
+TOO_LARGE_RV_CAUSE = "ResourceVersionTooLarge"
+_TOO_LARGE_RV_TEXT = "Too large resource version"
+
+
+def is_too_large_resource_version(status: int, message: str, details: dict[str, Any]) -> bool:
+    """client-go's isTooLargeResourceVersionError (kubernetes/kubernetes
+    staging/src/k8s.io/client-go/tools/cache/reflector.go): the status cause `ResourceVersionTooLarge`; for servers
+    1.17.0-1.18.5, a Timeout whose cause message is "Too large resource version"; before 1.17, that text in the
+    message."""
+    causes = [c for c in details.get("causes") or [] if isinstance(c, dict)]
+    if any(c.get("reason") == TOO_LARGE_RV_CAUSE for c in causes):
+        return True
+    if status != 504:
+        return False
+    return any(c.get("message") == _TOO_LARGE_RV_TEXT for c in causes) or _TOO_LARGE_RV_TEXT in message
 
 
 def k8s_verb(method: str, *, named: bool, watch: bool = False) -> str:
@@ -127,6 +143,8 @@ def error_from_status(
         return Invalid(message, causes=causes, **kw)
     if status == 400:
         return BadRequest(message, **kw)
+    if is_too_large_resource_version(status, message, details):
+        return TooLargeResourceVersion(message, **kw)
     if status == 429 or status in _RETRYABLE_5XX:
         retry_after = parse_retry_after(_header(headers, "Retry-After"))
         if retry_after is None and isinstance(details.get("retryAfterSeconds"), (int, float)):

@@ -9,8 +9,12 @@ How it holds:
   are not passed on). A stream that ends (server timeout) or breaks (connection reset, refused reconnect) is
   reopened from the last version seen, after a backoff when it failed, so nothing between is lost and nothing is
   replayed.
-* 410 Gone (the version fell out of the server's history) -> list again and report the *difference* with the
-  store: ADDED for new objects, MODIFIED for changed ones (resourceVersion differs), DELETED for vanished ones,
+* 410 Gone (the version fell out of the server's history), or "Too large resource version" (the server has not
+  reached our version: it was restored from a backup or replaced by a fresh one, so its versions went backwards,
+  or it lags behind its peers) -> list again, from the server's newest state, and report the *difference* with the
+  store (client-go's reflector relists on both: isExpiredError / isTooLargeResourceVersionError in
+  kubernetes/kubernetes staging/src/k8s.io/client-go/tools/cache/reflector.go; resuming from our version would
+  fail for ever after a restore, and a server that later passes it would skip every change in between): ADDED for new objects, MODIFIED for changed ones (resourceVersion differs), DELETED for vanished ones,
   DELETED+ADDED when a name was recreated with a new uid. Intermediate versions that happened while disconnected
   are coalesced into one change, as with any Kubernetes informer.
 * Duplicates are dropped: an event whose object has the resourceVersion already stored, or a DELETED for an
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from bridge.kube.api import KubeAPI, Obj, Resource, WatchEvent
-from bridge.kube.errors import Gone, KubeError
+from bridge.kube.errors import Gone, KubeError, TooLargeResourceVersion
 from bridge.kube.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -141,10 +145,19 @@ class Informer:
                         if out is not None:
                             yield out
                     self.resumes += 1  # ended cleanly: reopen from the last version seen
-                except Gone as err:
+                except (Gone, TooLargeResourceVersion) as err:
+                    if need_list:  # the list itself was refused: back off like any failure, never spin
+                        self.last_error = err
+                        delay = self.backoff.backoff(failures)
+                        failures += 1
+                        log.warning("informer %s: list failed: %s; retrying in %.1fs", self.res.plural,
+                                    err.message, delay)
+                        stop.wait(delay)
+                        continue
                     self.relists += 1
                     need_list = True
-                    log.info("informer %s: %s; listing again", self.res.plural, err.message)
+                    log.info("informer %s: %s (at resourceVersion %s); listing again", self.res.plural, err.message,
+                             self.resource_version or "(list)")
                 except KubeError as err:
                     if stop.is_set():
                         break

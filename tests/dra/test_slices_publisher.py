@@ -350,3 +350,23 @@ def test_readiness_reports_unpublished_slices_until_the_first_publish(server, ap
         assert pub.wait_synced(30)
         assert check() is None
         assert pub.liveness() == {}
+
+
+def test_slices_are_republished_when_the_api_server_comes_back_from_an_older_backup(server, api):
+    """A restore from a backup taken before the slices existed: they are gone and every resourceVersion went
+    backwards. The publisher's watch must relist (not resume from its newer version for ever) and republish
+    within seconds, long before its 300 s safety-net resync."""
+    backup = server.store.resource_version  # the Node exists, our slices not yet
+    devices = devices_from_spec("4xH100-80GB", NODE)
+    with publisher(api, devices) as pub:
+        assert pub.resync_interval_s >= 300
+        assert pub.wait_synced(30)
+        wait_for(lambda: len(our_slices(api)) == 1, what="first publish")
+        restored_at = time.monotonic()
+        server.restore(backup)
+        assert our_slices(api) == []
+        republished = wait_for(lambda: our_slices(api), timeout=60, what="slices republished after the restore")
+        took = time.monotonic() - restored_at
+        print(f"\nslices republished {took:.2f}s after the API server was restored to resourceVersion {backup}")
+        assert took < 20
+        assert device_names(republished) == [f"gpu-{i}" for i in range(4)]

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from bridge.kube import PODS, Gone, Informer, RetryPolicy, Unavailable, WatchEvent
+from bridge.kube import PODS, Gone, Informer, RetryPolicy, TooLargeResourceVersion, Unavailable, WatchEvent
 
 FAST = RetryPolicy(initial_backoff=0.01, max_backoff=0.02, jitter=0)
 
@@ -118,6 +118,19 @@ def test_gone_relists_and_reports_only_the_difference() -> None:
     assert {k: v["metadata"]["resourceVersion"] for k, v in inf.store.items()} == {
         "ns/same": "5", "ns/changed": "20", "ns/recreated": "21", "ns/new": "22"}
     assert inf.relists == 1 and api.watch_calls[-1] == "30"
+
+
+def test_a_server_behind_our_version_relists_instead_of_resuming_for_ever() -> None:
+    """After a restore the server's versions went backwards: resuming from 30 is refused ("Too large resource
+    version") however often it is tried, so the informer lists again, from the server's state, as on 410."""
+    too_large = TooLargeResourceVersion("Timeout: Too large resource version: 30, current: 12", status=504)
+    api = ScriptedAPI([("30", [pod("kept", 25), pod("made-after-backup", 28)]), ("12", [pod("kept", 9)])],
+                      [[too_large]])
+    seen, inf = collect(api)
+    assert seen[2:] == [("MODIFIED", "kept", "9"), ("DELETED", "made-after-backup", "28")]
+    assert inf.relists == 1 and api.list_calls == 2
+    assert api.watch_calls == ["30", "12"]  # never asked again from 30
+    assert inf.resource_version == "12" and set(inf.store) == {"ns/kept"}
 
 
 def test_a_failing_callback_does_not_stop_the_informer() -> None:

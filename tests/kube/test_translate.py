@@ -134,3 +134,26 @@ def test_parse_retry_after_accepts_seconds_and_http_dates() -> None:
 )
 def test_rbac_verbs(method: str, named: bool, watch: bool, verb: str) -> None:
     assert k8s_verb(method, named=named, watch=watch) == verb
+
+
+@pytest.mark.parametrize("body", [
+    # today's servers: the status cause (storage.NewTooLargeResourceVersionError)
+    status_body(504, "Timeout", "Timeout: Too large resource version: 1200, current: 500",
+                causes=[{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                retryAfterSeconds=1),
+    # 1.17.0-1.18.5 servers: no cause type, only the cause message (client-go checks both)
+    status_body(504, "Timeout", "Timeout: Too large resource version: 1200, current: 500",
+                causes=[{"message": "Too large resource version"}]),
+    # before 1.17: the text in the message
+    status_body(504, "Timeout", "Too large resource version: 1200, current: 500"),
+])
+def test_too_large_resource_version_is_its_own_error_and_not_retried(body: str) -> None:
+    err = error_from_api_exception(api_exc(504, body, {"Retry-After": "1"}), verb="watch", resource="pods")
+    assert type(err) is E.TooLargeResourceVersion and not isinstance(err, E.Unavailable)
+    assert "Too large resource version" in err.message and err.status == 504
+
+
+def test_a_plain_504_stays_a_retryable_timeout() -> None:
+    err = error_from_api_exception(api_exc(504, status_body(504, "Timeout", "the server was unable to return a "
+                                                                             "response in the time allotted")))
+    assert type(err) is E.Unavailable

@@ -186,6 +186,34 @@ def test_valid_split_labels_pass() -> None:
         assert findings(cluster(*_bridge_node(split)), "DRB013") == []
 
 
+# ---- DRB014 the controller's decisions
+def _decided_node(text: str) -> dict:
+    n = node("gpu-4", 8)
+    n["metadata"].setdefault("annotations", {})["dra-bridge.io/split-decision"] = text
+    return n
+
+
+def test_the_controllers_latest_decision_is_shown_with_its_reason() -> None:
+    from bridge.controller.record import DecisionRecord
+
+    rec = DecisionRecord(time="2025-06-01T12:00:00Z", controller="ctl-1", dry_run=False, previous="0", target="6",
+                         from_dra=0, to_dra=6, direction="to-dra",
+                         reason="3 pending DRA pods in team-a need 6 GPUs; gpu-4 had 6 free legacy GPUs: moving 6")
+    (f,) = findings(cluster(_decided_node(rec.encode())), "DRB014")
+    assert f.severity == "info" and f.object.name == "gpu-4"
+    assert f.message.startswith("bridge controller ctl-1 set dra-bridge.io/dra-devices 0 -> 6 at 2025-06-01T12:00:00Z")
+    assert "3 pending DRA pods in team-a need 6 GPUs" in f.message and "split-pinned" in f.fix
+    dry = DecisionRecord(**{**rec.__dict__, "dry_run": True})
+    (f,) = findings(cluster(_decided_node(dry.encode())), "DRB014")
+    assert " would set " in f.message and "--dry-run" in f.fix and f.details["dryRun"] is True
+
+
+def test_an_unreadable_decision_record_is_a_warning_and_nodes_without_one_are_quiet() -> None:
+    (f,) = findings(cluster(_decided_node('{"version": 9}')), "DRB014")
+    assert f.severity == "warning" and "schema version 9" in f.message
+    assert findings(cluster(node("gpu-1", 8)), "DRB014") == []
+
+
 # ---- DRB040 autoscaler
 def test_karpenter_and_cluster_autoscaler_without_dra_flag() -> None:
     karp = deployment("karpenter", "karpenter", pod_spec=spec({"name": "c", "image": "public.ecr.aws/karpenter/controller:1.5"}))

@@ -1,10 +1,13 @@
-"""Node checks: two owners for the same GPUs, stale zero capacity, container runtime without CDI, split label."""
+"""Node checks: two owners for the same GPUs, stale zero capacity, container runtime without CDI, split label, and
+the split decisions `bridge controller` recorded on the Node (annotation dra-bridge.io/split-decision, read with the
+controller's own decoder, bridge.controller.record)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
+from bridge.controller.record import DECISION_KEY, RecordError, record_of
 from bridge.report.checks.context import CheckContext, class_cel
 from bridge.report.features import GPU
 from bridge.report.findings import Finding, ObjectRef, rule
@@ -97,3 +100,27 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB013", "info", _node(node.name),
                           f"dra-bridge.io/dra-devices={node.split} exceeds the node's {node.gpu_total} GPUs; all go to DRA",
                           "Set the label to all")
+
+
+@rule("DRB014", "The controller's latest split decision")
+def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
+    for raw in ctx.model.data.of("Node"):
+        name = str((raw.get("metadata") or {}).get("name", ""))
+        try:
+            rec = record_of(raw)
+        except RecordError as err:
+            yield Finding("DRB014", "warning", _node(name), f"unreadable {DECISION_KEY}: {err}",
+                          "Upgrade the report to the controller's version, or remove the annotation")
+            continue
+        if rec is None:
+            continue
+        verb = "would set" if rec.dry_run else "set"
+        fix = ("Dry run: review the reason, then run the controller without --dry-run to apply such changes"
+               if rec.dry_run else "To keep the controller off this node: "
+               f"kubectl annotate node {name} dra-bridge.io/split-pinned=true")
+        yield Finding("DRB014", "info", _node(name),
+                      f"bridge controller {rec.controller} {verb} dra-bridge.io/dra-devices "
+                      f"{rec.previous or '(none)'} -> {rec.target} at {rec.time} ({rec.moves} GPUs {rec.direction}): "
+                      f"{rec.reason}", fix,
+                      {"dryRun": rec.dry_run, "previous": rec.previous, "target": rec.target, "moves": rec.moves,
+                       "direction": rec.direction, "time": rec.time, "pods": list(rec.pods)})

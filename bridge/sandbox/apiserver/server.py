@@ -244,6 +244,33 @@ class ApiServer:
             return
         self._listen()
 
+    def restore(self, resource_version: int) -> int:
+        """Come back as a server restored from an etcd backup taken at `resource_version` (an operator's disaster
+        recovery, or a fresh control plane on an old snapshot): the listener and every connection are cut (a
+        restart), every object is as it was then, and the next write reuses versions after it, which clients may
+        already have seen. Clients that resume a watch from a newer version are refused with 504 "Too large
+        resource version" (`WatchSpec.check_reachable`) and must relist. Returns the restored version.
+
+        Why this matters: kubernetes.io "Operating etcd clusters for Kubernetes" (Restoring an etcd cluster) warns
+        that components must be restarted or may act on stale data after a restore; client-go's reflector relists
+        on "Too large resource version" (kubernetes/kubernetes staging/src/k8s.io/client-go/tools/cache/
+        reflector.go, isTooLargeResourceVersionError) so informers recover without a restart."""
+        if self._httpd is None:
+            raise RuntimeError("ApiServer is not started")
+        with self.store.lock:
+            if not self.store.compacted_rv <= resource_version <= self.store.resource_version:
+                raise ValueError(f"cannot rewind to resourceVersion {resource_version}: the history holds "
+                                 f"{self.store.compacted_rv}..{self.store.resource_version}")
+        self._close_listener()
+        self._httpd = None
+        self._close_connections()
+        self._drop_watches()
+        with self.store.lock:
+            self.store.rewind(resource_version)
+        self._listen()
+        log.info("API emulator restored", extra={"url": self.url, "resourceVersion": resource_version})
+        return resource_version
+
     # -- clients ----------------------------------------------------------------------------------------------------
     def write_kubeconfig(self, path: str | Path, context: str = "sandbox") -> Path:
         if self._httpd is None and not self.port:

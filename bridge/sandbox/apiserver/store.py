@@ -8,6 +8,7 @@ Invariants
   outside the lock, and events keep the exact version that was committed.
 * The history keeps the newest `history_limit` events; a watch from a version older than the oldest retained one
   is answered 410 Expired (the "compacted" case of the real server).
+* `rewind(rv)` (a restore from a backup) is the one way versions go backwards: the undone events leave the history.
 * Keys per resource are kept sorted (namespace, name), which is the order a real server lists in, so `limit` /
   `continue` pages are stable under concurrent writes.
 """
@@ -187,6 +188,33 @@ class Store:
             out.append(ev)
         out.reverse()
         return out
+
+    def rewind(self, rv: int) -> None:
+        """Go back to the state at resourceVersion `rv`, as an API server restored from an etcd backup taken then
+        (etcd's `snapshot restore` brings back the revision of the snapshot): every change after `rv` is undone,
+        the counter is back at `rv`, and the next write gets `rv + 1`, a version clients may already have seen.
+        Needs `rv` inside the retained history (`compacted_rv <= rv <= resource_version`). Caller holds the lock."""
+        if not self._compacted_rv <= rv <= self._rv:
+            raise ValueError(f"cannot rewind to resourceVersion {rv}: the history holds "
+                             f"{self._compacted_rv}..{self._rv}")
+        while self._history and self._history[-1].rv > rv:
+            ev = self._history.pop()
+            key = object_key(ev.obj if ev.old is None else ev.old)
+            table = self._objects.setdefault(ev.storage_key, {})
+            current = table.get(key)
+            keys = self._keys.setdefault(ev.storage_key, [])
+            if ev.old is None:  # undo a create
+                table.pop(key, None)
+                i = bisect.bisect_left(keys, key)
+                if i < len(keys) and keys[i] == key:
+                    keys.pop(i)
+            else:  # undo an update or a delete
+                if current is None:
+                    bisect.insort(keys, key)
+                table[key] = ev.old
+            self._index_owners(ev.storage_key, key, current, ev.old)
+        self._rv = rv
+        self.changed.notify_all()
 
     def close(self) -> None:
         with self.lock:

@@ -1,0 +1,237 @@
+"""Decision time of the controller's core at cluster scale, and the API requests one decision makes.
+
+    .venv/bin/python bench/controller_bench.py [--nodes 5000] [--gpus 8] [--pending 10000] [--repeat 3]
+                                               [--api-nodes 100] [--api-pending 200]
+
+Part 1, the pure core (`bridge.controller.decide.decide`), on --nodes x --gpus with --pending pending pods, per
+scenario (best of --repeat runs):
+  fits         every pod fits GPUs already free on its side (prediction of the scheduler only, no move)
+  moves        every GPU is legacy, half of them free; 80 % of the pods want DRA: they need moves
+  scarce       demand far above capacity: most pods are blocked (the diagnosis path)
+  moves*       the same under the default policy (32 moves per minute): what one real decision writes
+  constrained  pods spread over 40 node-selector/toleration shapes (40 eligibility indexes)
+Baseline, same process: the same scenario at a tenth of the nodes and pods. The ratio shows how the cost scales
+(10.0 = linear). "writing it" is what the shell would send for that decision: per change one Node patch and one
+Event, plus at most 20 Warning Events for pods newly blocked (bridge/controller/writer.py).
+Also timed: building the core's input from Kubernetes objects (node_view over --nodes Nodes carrying the daemon's
+status JSON, pending_demand over --pending pending + 3 x --pending bound pods): the shell's per-decision work.
+
+Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
+nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
+first decision (which changes targets), a second one before the daemons act, and one after. Reads never cost a
+request per decision: they come from the watches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bridge.controller.decide import decide  # noqa: E402
+from bridge.controller.demand import legacy_requested_by_node, pending_demand  # noqa: E402
+from bridge.controller.model import Api, Decision, NodeView, PendingPod, Policy  # noqa: E402
+from bridge.controller.nodestatus import STATUS_KEY, node_view  # noqa: E402
+from bridge.controller.placement import Constraints, Taint, Toleration  # noqa: E402
+from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
+
+POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
+PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
+
+
+def nodes_for(scenario: str, n: int, gpus: int, rng: random.Random) -> list[NodeView]:
+    out = []
+    for i in range(n):
+        labels = {"nvidia.com/gpu.product": PRODUCTS[i % len(PRODUCTS)], "dra-bridge.io/pool": f"pool-{i % 10}"}
+        taints = (Taint("team", f"t{i % 8}", "NoSchedule"),) if scenario == "constrained" else ()
+        if scenario == "fits":
+            v = NodeView(f"node-{i:05d}", gpus, gpus // 2, dra_held=1, legacy_held=1, labels=labels)
+        elif scenario == "moves":
+            v = NodeView(f"node-{i:05d}", gpus, 0, legacy_held=gpus // 2, labels=labels)  # half free, all legacy
+        elif scenario == "scarce":
+            v = NodeView(f"node-{i:05d}", gpus, gpus // 2, dra_held=gpus // 2 - 1, legacy_held=gpus // 2 - 1,
+                         labels=labels)
+        else:
+            v = NodeView(f"node-{i:05d}", gpus, rng.randint(0, gpus), labels=labels, taints=taints)
+            v = NodeView(v.name, gpus, v.dra, dra_held=rng.randint(0, v.dra), legacy_held=rng.randint(0, gpus - v.dra),
+                         labels=labels, taints=taints)
+        out.append(v)
+    return out
+
+
+def pods_for(scenario: str, n: int, rng: random.Random) -> list[PendingPod]:
+    out = []
+    for i in range(n):
+        api: Api = ("dra" if i % 5 else "legacy") if scenario == "moves" else ("dra" if i % 2 else "legacy")
+        gpus = rng.randint(1, 2) if scenario == "fits" else rng.randint(1, 4)
+        c = Constraints()
+        if scenario == "constrained":
+            product = PRODUCTS[i % len(PRODUCTS)]
+            c = Constraints(node_selector=(("nvidia.com/gpu.product", product),),
+                            tolerations=(Toleration("team", "Equal", f"t{i % 8}", "NoSchedule"),))
+        out.append(PendingPod(f"ns-{i % 50}/pod-{i}", api, gpus, f"ns-{i % 50}", since=float(i), constraints=c))
+    return out
+
+
+def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, result
+
+
+def summary(d: Decision) -> str:
+    reasons: dict[str, int] = {}
+    for b in d.blocked:
+        reasons[b.reason] = reasons.get(b.reason, 0) + 1
+    fitted = sum(1 for p in d.placements if p.moves == 0)
+    writes = 2 * len(d.changes) + min(MAX_BLOCKED_EVENTS, len(d.blocked))
+    return (f"{fitted} fit, {len(d.placements) - fitted} by moves, {len(d.changes)} target changes, "
+            f"{d.moves} GPUs moved, blocked {reasons or 0}; writing it: {writes} requests")
+
+
+def core(args: argparse.Namespace) -> None:
+    print(f"core: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending pods (best of {args.repeat})")
+    print(f"  {'scenario':<12} {'decision':>10} {'baseline':>10} {'ratio':>6}   outcome")
+    for scenario, policy in (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY),
+                             ("constrained", POLICY)):
+        rng = random.Random(1)
+        shape = scenario.rstrip("*")
+        nodes, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
+        small_n, small_p = nodes[: args.nodes // 10], pods[: args.pending // 10]
+        base, _ = best_of(args.repeat, lambda: decide(small_n, small_p, policy))
+        full, d = best_of(args.repeat, lambda: decide(nodes, pods, policy))
+        print(f"  {scenario:<12} {full * 1000:>8.0f}ms {base * 1000:>8.1f}ms {full / base:>6.1f}   {summary(d)}")
+    print("  (* with the default policy: at most 32 moves per minute, so one decision writes little)")
+
+
+def status_node(i: int, gpus: int) -> dict[str, Any]:
+    sides = ["legacy"] * (gpus // 2) + ["dra"] * (gpus - gpus // 2)
+    doc = {"version": 1, "node": f"node-{i:05d}", "updated": "", "requested": {"value": str(gpus - gpus // 2),
+                                                                                "source": "annotation"},
+           "state": "converged", "message": "", "wanted": gpus - gpus // 2,
+           "devices": [{"name": f"gpu-{j}", "uuid": "", "side": s, "holders": ["pod x"] if j % 3 == 0 else []}
+                       for j, s in enumerate(sides)], "pending": [], "refusals": []}
+    return {"metadata": {"name": f"node-{i:05d}", "labels": {"dra-bridge.io/pool": f"pool-{i % 10}"},
+                         "annotations": {STATUS_KEY: json.dumps(doc),
+                                         "dra-bridge.io/dra-devices": str(gpus - gpus // 2)}},
+            "spec": {}, "status": {"capacity": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def pod_obj(i: int, node: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "cuda", "resources": {
+        "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": f"pod-{i}", "namespace": f"ns-{i % 50}", "creationTimestamp": "2025-06-01T12:00:00Z"},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+def state(args: argparse.Namespace) -> None:
+    nodes = [status_node(i, args.gpus) for i in range(args.nodes)]
+    pods = [pod_obj(i) for i in range(args.pending)]
+    pods += [pod_obj(args.pending + i, f"node-{i % args.nodes:05d}") for i in range(3 * args.pending)]
+
+    def build() -> int:
+        requested = legacy_requested_by_node(pods)
+        views = [node_view(n, legacy_requested=requested.get(n["metadata"]["name"], 0)) for n in nodes]
+        demand = pending_demand(pods, {}, {})
+        return len(views) + len(demand.pending)
+
+    t, _ = best_of(args.repeat, build)
+    small_nodes, small_pods = nodes[: args.nodes // 10], pods[: len(pods) // 10]
+    tb, _ = best_of(args.repeat, lambda: [node_view(n) for n in small_nodes] and pending_demand(small_pods, {}, {}))
+    print(f"state: node_view x {args.nodes} + demand over {len(pods)} pods: {t * 1000:.0f}ms "
+          f"(a tenth: {tb * 1000:.1f}ms, ratio {t / tb:.1f})")
+
+
+def requests(args: argparse.Namespace) -> None:
+    from bridge.controller.loop import Controller, ControllerOptions
+    from bridge.controller.metrics import ControllerMetrics
+    from bridge.controller.nodestatus import SPLIT_KEY
+    from bridge.kube import NAMESPACES, NODES, PODS, RetryPolicy, connect
+    from bridge.sandbox.apiserver import ApiServer
+    from tests.controller.status_docs import status_doc
+
+    sides = ["legacy"] * args.gpus
+    with ApiServer(validate=False) as srv, tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kubeconfig"
+        srv.write_kubeconfig(path)
+        api = connect(path, retry=RetryPolicy(deadline=10))
+        api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+        rapi = api.resource_api()
+        for i in range(args.api_nodes):
+            name = f"node-{i:04d}"
+            api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "annotations": {STATUS_KEY: status_doc(name, sides, held=[0, 1])}}})
+        for i in range(args.api_pending):
+            api.create(rapi.claims, {"apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaim",
+                                     "metadata": {"name": f"c{i}", "namespace": "team-a"},
+                                     "spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                                         "deviceClassName": "gpu.dra-bridge.io", "count": 2}}]}}}, "team-a")
+            api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}", "namespace": "team-a"},
+                              "spec": {"containers": [{"name": "m", "image": "x", "resources": {"claims": [
+                                  {"name": "g"}]}}], "resourceClaims": [{"name": "g", "resourceClaimName": f"c{i}"}]}},
+                       "team-a")
+        metrics = ControllerMetrics()
+        ctl = Controller(api, ControllerOptions(policy=POLICY), identity="bench", metrics=metrics,
+                         is_leader=lambda: True, resource_api=rapi).start()
+        ctl.wait_synced(60)
+
+        def sent() -> dict[str, int]:
+            return {s.labels["verb"]: int(s.value) for m in metrics.api_requests.collect() for s in m.samples
+                    if s.name.endswith("_total")}
+
+        def decision(what: str) -> None:
+            before = sent()
+            t = time.perf_counter()
+            d = ctl.decide_once()
+            took = time.perf_counter() - t
+            delta = {k: v - before.get(k, 0) for k, v in sent().items() if v - before.get(k, 0)}
+            assert d is not None
+            print(f"  {what:<34} {len(d.changes):>4} changes {len(d.blocked):>4} blocked -> "
+                  f"{sum(delta.values()):>4} requests {delta or ''} ({took * 1000:.0f}ms)")
+
+        print(f"requests: {args.api_nodes} nodes x {args.gpus} GPUs, {args.api_pending} pending DRA pods x 2 GPUs "
+              f"(real shell against the emulator; reads come from the watches)")
+        decision("first decision")
+        decision("again, daemons not yet acted")
+        for node in api.list(NODES)["items"]:
+            name, target = node["metadata"]["name"], (node["metadata"].get("annotations") or {}).get(SPLIT_KEY)
+            if target:
+                n = int(target)
+                api.patch(NODES, name, {"metadata": {"annotations": {STATUS_KEY: status_doc(
+                    name, ["legacy"] * (args.gpus - n) + ["dra"] * n, held=[0, 1], requested=target,
+                    source="annotation")}}})
+        time.sleep(1.0)  # the node informer sees the daemons' status
+        decision("after the daemons acted")
+        ctl.stop()
+    print("  (plus the Lease: one update per --retry-period while leading, one get per retry while standing by)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--pending", type=int, default=10000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--api-nodes", type=int, default=100)
+    ap.add_argument("--api-pending", type=int, default=200)
+    args = ap.parse_args()
+    core(args)
+    state(args)
+    requests(args)
+
+
+if __name__ == "__main__":
+    main()

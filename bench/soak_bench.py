@@ -1,0 +1,404 @@
+"""Soak: both kubelet APIs of a real `bridge node` under normal and hostile load, for a fixed bounded time.
+
+    .venv/bin/python bench/soak_bench.py [--seconds 30] [--normal-threads 2] [--hostile-threads 2]
+
+Set-up: the API emulator and the kubelet simulator (device manager, plugin watcher + DRA manager, PodResources) in
+this process; one `bridge node --dra on --dra-devices 2` subprocess with 8 simulated GPUs (gpu-0..5 legacy, gpu-6/7
+DRA) and its health endpoint on loopback. Two phases of `--seconds` each:
+
+1. quiet: only the normal callers (the baseline, same process, same daemon);
+2. hostile: the normal callers again, plus `--hostile-threads` threads cycling through every case of `HOSTILE`.
+
+Normal calls (what a kubelet and a probe do), each timed: device-plugin Allocate (1 legacy GPU) and
+GetPreferredAllocation (2 of the 6 legacy GPUs), DRA NodePrepareResources + NodeUnprepareResources of a claim
+allocated on a DRA-side GPU (one claim per normal thread), registration GetInfo, and GET /healthz.
+
+Printed: p50/p99/max per normal call and in all, for each phase, with the hostile/quiet p99 ratio; errors among the
+normal calls (should be 0); the outcome (gRPC status) counts of every hostile case; the daemon's RSS and open fds
+after the quiet phase, after the hostile phase, and once it has settled (streams closed). Nothing is asserted.
+
+Adding a hostile case: write `def case(t: Targets) -> None` that makes one hostile call (an RpcError is recorded
+by its status code, anything else as an error) and add it to `HOSTILE`. The DRA hostile cases of issue 16 items 4
+and 7 (claims that stall the API, empty namespaces, wrong names) belong here once they exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb  # noqa: E402
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc  # noqa: E402
+from bridge._proto.dra.v1 import dra_pb2 as dra_pb  # noqa: E402
+from bridge._proto.dra.v1 import dra_pb2_grpc as dra_grpc  # noqa: E402
+from bridge._proto.drahealth.v1alpha1 import drahealth_pb2 as health_pb  # noqa: E402
+from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as health_grpc  # noqa: E402
+from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb  # noqa: E402
+from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as reg_grpc  # noqa: E402
+from bridge.inventory.simulated import devices_from_spec  # noqa: E402
+from bridge.kube import NAMESPACES, NODES, KubeAPI, connect  # noqa: E402
+from bridge.sandbox.apiserver import ApiServer  # noqa: E402
+from bridge.sandbox.kubelet import KubeletSimulator  # noqa: E402
+
+NODE = "soak-node"
+DRIVER = "gpu.dra-bridge.io"
+RESOURCE = "nvidia.com/gpu"
+NS = "soak"
+
+
+@dataclass
+class Targets:
+    """What every call needs: stubs on the daemon's three sockets, the GPUs by side, the claims, the health URL."""
+
+    dp: dp_grpc.DevicePluginStub
+    dra: dra_grpc.DRAPluginStub
+    health: health_grpc.DRAResourceHealthStub
+    reg: reg_grpc.RegistrationStub
+    sockets: dict[str, str]
+    legacy: list[str]
+    dra_side: list[str]
+    claims: list[dra_pb.Claim]
+    healthz: str
+
+
+# ---- normal calls ------------------------------------------------------------------------------------------------
+
+def normal_calls(t: Targets, worker: int) -> list[tuple[str, Callable[[], object]]]:
+    gpu = t.legacy[worker % len(t.legacy)]
+    claim = t.claims[worker % len(t.claims)]
+
+    def prepare_unprepare() -> None:
+        resp = t.dra.NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=[claim]), timeout=45)
+        if resp.claims[claim.uid].error:
+            raise RuntimeError(f"prepare: {resp.claims[claim.uid].error}")
+        resp2 = t.dra.NodeUnprepareResources(dra_pb.NodeUnprepareResourcesRequest(claims=[claim]), timeout=45)
+        if resp2.claims[claim.uid].error:
+            raise RuntimeError(f"unprepare: {resp2.claims[claim.uid].error}")
+
+    def healthz() -> None:
+        with urllib.request.urlopen(t.healthz, timeout=10) as r:
+            if r.status != 200:
+                raise RuntimeError(f"/healthz {r.status}")
+
+    return [
+        ("dp Allocate", lambda: t.dp.Allocate(dp_pb.AllocateRequest(container_requests=[
+            dp_pb.ContainerAllocateRequest(devices_ids=[gpu])]), timeout=30)),
+        ("dp GetPreferredAllocation", lambda: t.dp.GetPreferredAllocation(dp_pb.PreferredAllocationRequest(
+            container_requests=[dp_pb.ContainerPreferredAllocationRequest(available_deviceIDs=t.legacy,
+                                                                         allocation_size=2)]), timeout=30)),
+        ("dra Prepare+Unprepare", prepare_unprepare),
+        ("reg GetInfo", lambda: t.reg.GetInfo(reg_pb.InfoRequest(), timeout=1)),  # the kubelet's 1 s deadline
+        ("GET /healthz", healthz),
+    ]
+
+
+# ---- hostile cases -----------------------------------------------------------------------------------------------
+
+def dp_preferred_10k_unknown(t: Targets) -> None:
+    t.dp.GetPreferredAllocation(dp_pb.PreferredAllocationRequest(container_requests=[
+        dp_pb.ContainerPreferredAllocationRequest(available_deviceIDs=[f"GPU-x-{i}" for i in range(10_000)],
+                                                  allocation_size=5_000)]), timeout=30)
+
+
+def dp_preferred_dra_side_listed(t: Targets) -> None:
+    resp = t.dp.GetPreferredAllocation(dp_pb.PreferredAllocationRequest(container_requests=[
+        dp_pb.ContainerPreferredAllocationRequest(available_deviceIDs=(t.legacy + t.dra_side) * 500,
+                                                  allocation_size=8)]), timeout=30)
+    if set(resp.container_responses[0].deviceIDs) & set(t.dra_side):
+        raise RuntimeError("GetPreferredAllocation returned a DRA-side GPU")
+
+
+def dp_allocate_10k_duplicates(t: Targets) -> None:
+    t.dp.Allocate(dp_pb.AllocateRequest(container_requests=[
+        dp_pb.ContainerAllocateRequest(devices_ids=[t.legacy[0]] * 10_000)]), timeout=30)
+
+
+def dp_allocate_one_gpu_two_containers(t: Targets) -> None:
+    t.dp.Allocate(dp_pb.AllocateRequest(container_requests=[
+        dp_pb.ContainerAllocateRequest(devices_ids=[t.legacy[0]]),
+        dp_pb.ContainerAllocateRequest(devices_ids=[t.legacy[0]])]), timeout=30)
+
+
+def dp_allocate_huge_id(t: Targets) -> None:
+    t.dp.Allocate(dp_pb.AllocateRequest(container_requests=[
+        dp_pb.ContainerAllocateRequest(devices_ids=["GPU-" + "x" * 200_000])]), timeout=30)
+
+
+def dp_allocate_dra_side(t: Targets) -> None:
+    t.dp.Allocate(dp_pb.AllocateRequest(container_requests=[
+        dp_pb.ContainerAllocateRequest(devices_ids=[t.dra_side[0]])]), timeout=30)
+
+
+def _stream_flood(open_stream: Callable[[], Any], n: int = 10) -> None:
+    streams = [open_stream() for _ in range(n)]
+    errors: list[grpc.RpcError] = []
+    for s in streams:
+        try:
+            next(s)
+        except grpc.RpcError as err:
+            errors.append(err)
+    for s in streams:
+        s.cancel()
+    if errors:
+        raise errors[0]  # recorded by status: RESOURCE_EXHAUSTED beyond the limit
+
+
+def dp_listandwatch_flood(t: Targets) -> None:
+    _stream_flood(lambda: t.dp.ListAndWatch(dp_pb.Empty(), timeout=30))
+
+
+def dra_health_stream_flood(t: Targets) -> None:
+    _stream_flood(lambda: t.health.NodeWatchResources(health_pb.NodeWatchResourcesRequest(), timeout=30))
+
+
+def dra_prepare_missing_claim(t: Targets) -> None:
+    resp = t.dra.NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=[
+        dra_pb.Claim(namespace=NS, name="does-not-exist", uid="00000000-0000-0000-0000-000000000000")]), timeout=45)
+    if not next(iter(resp.claims.values())).error:
+        raise RuntimeError("a claim that does not exist was prepared")
+
+
+def raw_garbage(t: Targets) -> None:
+    for path in t.sockets.values():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(path)
+            s.sendall(os.urandom(4096))
+
+
+HOSTILE: dict[str, Callable[[Targets], None]] = {
+    "dp GetPreferredAllocation 10,000 unknown IDs, size 5,000": dp_preferred_10k_unknown,
+    "dp GetPreferredAllocation listing DRA-side GPUs": dp_preferred_dra_side_listed,
+    "dp Allocate 10,000 duplicate IDs": dp_allocate_10k_duplicates,
+    "dp Allocate one GPU in two containers": dp_allocate_one_gpu_two_containers,
+    "dp Allocate a 200,000-character ID": dp_allocate_huge_id,
+    "dp Allocate a DRA-side GPU": dp_allocate_dra_side,
+    "dp 10 ListAndWatch streams at once": dp_listandwatch_flood,
+    "dra 10 health streams at once": dra_health_stream_flood,
+    "dra NodePrepareResources of a missing claim": dra_prepare_missing_claim,
+    "raw garbage bytes on all three sockets": raw_garbage,
+}
+
+
+# ---- running -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Record:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: Counter[str] = field(default_factory=Counter)
+    hostile: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def run_phase(t: Targets, seconds: float, normal_threads: int, hostile_threads: int) -> Record:
+    rec = Record()
+    stop = threading.Event()
+
+    def normal(worker: int) -> None:
+        calls = normal_calls(t, worker)
+        i = 0
+        while not stop.is_set():
+            name, call = calls[i % len(calls)]
+            i += 1
+            start = time.perf_counter()
+            try:
+                call()
+            except Exception as err:  # noqa: BLE001 - counted, reported
+                with rec.lock:
+                    rec.errors[f"{name}: {type(err).__name__}: {str(err)[:120]}"] += 1
+                continue
+            with rec.lock:
+                rec.latencies[name].append(time.perf_counter() - start)
+
+    def hostile(worker: int) -> None:
+        cases = list(HOSTILE.items())
+        i = worker
+        while not stop.is_set():
+            name, case = cases[i % len(cases)]
+            i += 1
+            try:
+                case(t)
+                outcome = "OK"
+            except grpc.RpcError as err:
+                outcome = err.code().name if isinstance(err, grpc.Call) else "RpcError"
+            except Exception as err:  # noqa: BLE001 - counted, reported
+                outcome = f"{type(err).__name__}: {str(err)[:80]}"
+            with rec.lock:
+                rec.hostile[name][outcome] += 1
+
+    threads = [threading.Thread(target=normal, args=(i,), daemon=True) for i in range(normal_threads)]
+    threads += [threading.Thread(target=hostile, args=(i,), daemon=True) for i in range(hostile_threads)]
+    for th in threads:
+        th.start()
+    stop.wait(seconds)
+    stop.set()
+    for th in threads:
+        th.join(60)
+    return rec
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+def proc_usage(pid: int) -> tuple[float, int]:
+    """(RSS in MiB, open fds) of a process, from /proc."""
+    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if line.startswith("VmRSS:"))
+    return rss_kb / 1024, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def make_claim(api: KubeAPI, name: str, device: str) -> dict[str, Any]:
+    claims = api.resource_api().claims
+    claim = api.create(claims, {
+        "apiVersion": f"resource.k8s.io/{api.resource_api().version}", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
+    }, NS)
+    claim["status"] = {"allocation": {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}}}
+    return api.update(claims, claim, NS, subresource="status")
+
+
+def wait(cond: Callable[[], object], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"soak: timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def report(title: str, rec: Record) -> dict[str, float]:
+    print(f"\n== {title}")
+    p99s: dict[str, float] = {}
+    every: list[float] = []
+    for name, lat in sorted(rec.latencies.items()):
+        every += lat
+        p99s[name] = pct(lat, 99)
+        print(f"  {name:28s} n={len(lat):6d}  p50 {pct(lat, 50) * 1000:8.2f} ms  p99 {p99s[name] * 1000:8.2f} ms  "
+              f"max {max(lat) * 1000:8.2f} ms")
+    p99s["all"] = pct(every, 99)
+    print(f"  {'all normal calls':28s} n={len(every):6d}  p50 {pct(every, 50) * 1000:8.2f} ms  "
+          f"p99 {p99s['all'] * 1000:8.2f} ms")
+    print(f"  errors among normal calls: {sum(rec.errors.values())}")
+    for err, n in rec.errors.most_common(10):
+        print(f"    {n:5d} x {err}")
+    for name, outcomes in rec.hostile.items():
+        print(f"  hostile: {name:58s} " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    return p99s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of each phase (default 30)")
+    ap.add_argument("--normal-threads", type=int, default=2)
+    ap.add_argument("--hostile-threads", type=int, default=2)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
+    root = tmp / "kl"
+    gpus = devices_from_spec("8xH100-80GB", NODE)
+    srv = ApiServer().start()
+    kubeconfig = srv.write_kubeconfig(tmp / "kc")
+    api = connect(kubeconfig)
+    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    kubelet = KubeletSimulator(root, kube=api, node_name=NODE).start()
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "node", "--node-name", NODE, "--devices", "simulated:8xH100-80GB",
+         "--kubelet-root", str(root), "--state-dir", str(tmp / "st"), "--cdi-root", str(tmp / "cdi"),
+         "--kubeconfig", str(kubeconfig), "--dra", "on", "--dra-devices", "2", "--split-grace", "0.3",
+         "--http-address", f"127.0.0.1:{port}", "--log-level", "warning"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / "node.log", "w"))
+    channels: list[grpc.Channel] = []
+    try:
+        sockets = {"device plugin": str(root / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock"),
+                   "dra": str(root / "plugins" / DRIVER / "dra.sock"),
+                   "registration": str(root / "plugins_registry" / f"{DRIVER}-reg.sock")}
+        wait(lambda: proc.poll() is not None or all(Path(p).is_socket() for p in sockets.values()), "the sockets")
+        if proc.poll() is not None:
+            raise SystemExit(f"bridge node exited: see {tmp / 'node.log'}")
+        wait(lambda: kubelet.devices.resource(RESOURCE).allocatable == 6, "6 legacy GPUs allocatable at the kubelet")
+        stubs = {}
+        for key, path in sockets.items():
+            ch = grpc.insecure_channel("unix://" + path)
+            channels.append(ch)
+            stubs[key] = ch
+        claims = []
+        for i, g in enumerate(gpus[6:]):
+            c = make_claim(api, f"soak-claim-{i}", f"gpu-{g.index}")
+            claims.append(dra_pb.Claim(namespace=NS, name=c["metadata"]["name"], uid=c["metadata"]["uid"]))
+        t = Targets(dp=dp_grpc.DevicePluginStub(stubs["device plugin"]), dra=dra_grpc.DRAPluginStub(stubs["dra"]),
+                    health=health_grpc.DRAResourceHealthStub(stubs["dra"]),
+                    reg=reg_grpc.RegistrationStub(stubs["registration"]), sockets=sockets,
+                    legacy=[g.uuid for g in gpus[:6]], dra_side=[g.uuid for g in gpus[6:]], claims=claims,
+                    healthz=f"http://127.0.0.1:{port}/healthz")
+
+        print(f"soak: bridge node pid {proc.pid}, {args.seconds:g} s per phase, {args.normal_threads} normal and "
+              f"{args.hostile_threads} hostile threads, {len(HOSTILE)} hostile cases")
+        run_phase(t, min(3.0, args.seconds), args.normal_threads, 0)  # warm-up: pools, caches, first CDI writes
+        start_usage = proc_usage(proc.pid)
+        quiet = report("quiet (normal calls only: the baseline)", run_phase(t, args.seconds, args.normal_threads, 0))
+        before = proc_usage(proc.pid)
+        hostile = report("hostile (normal calls + hostile cases)",
+                         run_phase(t, args.seconds, args.normal_threads, args.hostile_threads))
+        after = proc_usage(proc.pid)
+        time.sleep(3)  # let cancelled streams end and pools go idle
+        settled = proc_usage(proc.pid)
+        print("\n== p99 of normal calls, hostile / quiet")
+        for name in sorted(quiet):
+            if name in hostile:
+                print(f"  {name:28s} {hostile[name] * 1000:8.2f} / {quiet[name] * 1000:8.2f} ms = "
+                      f"{hostile[name] / quiet[name]:5.2f}x")
+        print("\n== bridge node process")
+        for label, (rss, fds) in (("after warm-up", start_usage), ("after quiet phase", before),
+                                  ("after hostile phase", after), ("settled 3 s later", settled)):
+            print(f"  {label:22s} RSS {rss:7.1f} MiB   open fds {fds:4d}")
+        print(f"  hostile phase: RSS {settled[0] - before[0]:+.1f} MiB, fds {settled[1] - before[1]:+d} (settled vs "
+              f"before)")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+        print(f"  SIGTERM -> exit {rc} in {time.monotonic() - t0:.2f} s; sockets left: "
+              f"{[p for p in sockets.values() if Path(p).exists()]}")
+    finally:
+        for ch in channels:
+            ch.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        kubelet.stop()
+        api.close()
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""GPU demand from pods and claims (pure, plain dicts in): who is pending for which API, and what is held where.
+
+A pod is **pending** while the scheduler has not bound it: no `spec.nodeName`, phase Pending, not being deleted, and
+no `spec.schedulingGates` (a gated pod is not even in the scheduler's queue, so moving GPUs for it would be waste).
+
+What a pending pod asks for:
+* **legacy**: `nvidia.com/gpu` (`--resource-name`) as the scheduler counts it, `PodRequests` in kubernetes/kubernetes
+  staging/src/k8s.io/component-helpers/resource/helpers.go: the sum over app containers plus restartable
+  (sidecar) init containers, or, when larger, the largest ordinary init container plus the sidecars started before
+  it. Requests are used, and limits where a container sets only limits (the API server defaults extended-resource
+  requests to their limits: pkg/apis/core/v1/defaults.go).
+* **DRA**: every claim of the pod (`spec.resourceClaims`: a `resourceClaimName`, or the claim generated from a
+  `resourceClaimTemplateName`, found through `status.resourceClaimStatuses`, or the template itself while the claim
+  does not exist yet) that is **not allocated** and requests devices of the bridge's DeviceClass
+  (`exactly.deviceClassName`, v1beta1's flat `deviceClassName`, or the first `firstAvailable` alternative of that
+  class) with `allocationMode: ExactCount` (`count`, default 1). A claim shared by several pending pods is counted
+  once. `allocationMode: All` has no count the controller could plan with; such a request is skipped (logged by the
+  shell). Plus the KEP-5004 extended-resource name `deviceclass.resource.kubernetes.io/<class>`, counted like
+  `nvidia.com/gpu` (the scheduler creates that claim itself while binding).
+
+A pod asking through both APIs yields one demand per API (keys `ns/name#legacy`, `ns/name#dra`); the core places
+them independently, which can over-ask but never moves a held GPU.
+
+What is **held** (cannot move), per node:
+* legacy: the `nvidia.com/gpu` requests of the pods bound to the node and not finished (the scheduler's own
+  accounting; the node daemon's status may not show a just-bound pod yet);
+* DRA: the devices of the bridge's driver named in any claim's `status.allocation.devices.results` (pool = node
+  name, the bridge publishes one pool per node), prepared or not: the scheduler allocates long before the kubelet
+  prepares.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.controller.model import PendingPod
+from bridge.controller.placement import constraints_of
+from bridge.kvalues.quantity import quantity_int
+
+Obj = dict[str, Any]
+
+LEGACY_RESOURCE = "nvidia.com/gpu"
+DEVICE_CLASS = "gpu.dra-bridge.io"
+DRIVER = "gpu.dra-bridge.io"
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
+_FINISHED = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names the cluster uses for the bridge's GPUs (flags of `bridge controller`)."""
+
+    resource: str = LEGACY_RESOURCE
+    device_class: str = DEVICE_CLASS
+    driver: str = DRIVER
+
+    @property
+    def extended(self) -> str:
+        return IMPLICIT_PREFIX + self.device_class
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    m = _meta(pod)
+    return f"{m.get('namespace', '')}/{m.get('name', '')}"
+
+
+def _container_request(c: Mapping[str, Any], resource: str) -> int:
+    res = c.get("resources") or {}
+    requests = res.get("requests") or {}
+    if resource in requests:
+        return quantity_int(requests[resource])
+    return quantity_int((res.get("limits") or {}).get(resource))
+
+
+def pod_requests(spec: Mapping[str, Any], resource: str) -> int:
+    """The scheduler's per-pod request of one extended resource (sidecar-aware; see the module docstring)."""
+    total = sum(_container_request(c, resource) for c in spec.get("containers") or ())
+    sidecars = 0
+    init_peak = 0
+    for c in spec.get("initContainers") or ():
+        r = _container_request(c, resource)
+        if c.get("restartPolicy") == "Always":
+            total += r
+            sidecars += r
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, r + sidecars)
+    return max(total, init_peak)
+
+
+def is_pending(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or spec.get("schedulingGates"):
+        return False
+    if _meta(pod).get("deletionTimestamp"):
+        return False
+    return ((pod.get("status") or {}).get("phase") or "Pending") == "Pending"
+
+
+def is_bound_and_running(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName")) and (
+        (pod.get("status") or {}).get("phase") not in _FINISHED)
+
+
+def _timestamp(value: Any) -> float:
+    if not isinstance(value, str) or not value:
+        return 0.0
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def request_count(req: Mapping[str, Any], device_class: str) -> int | None:
+    """Devices of `device_class` one claim request asks for; 0 when it asks another class, None for `All`."""
+    exact = req.get("exactly") if isinstance(req.get("exactly"), dict) else None
+    alternatives = req.get("firstAvailable")
+    if exact is None and isinstance(alternatives, list) and alternatives:
+        # The scheduler tries the alternatives in order; plan for the first one of our class.
+        for sub in alternatives:
+            if isinstance(sub, dict) and sub.get("deviceClassName") == device_class:
+                exact = sub
+                break
+        else:
+            return 0
+    body = exact if exact is not None else req
+    if body.get("deviceClassName") != device_class:
+        return 0
+    if (body.get("allocationMode") or "ExactCount") == "All":
+        return None
+    count = body.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
+def claim_spec_count(spec: Mapping[str, Any], device_class: str) -> tuple[int, bool]:
+    """(devices of our class the claim spec asks for, whether some request was `All` and skipped)."""
+    total, skipped = 0, False
+    for req in ((spec.get("devices") or {}).get("requests") or ()):
+        if not isinstance(req, dict):
+            continue
+        n = request_count(req, device_class)
+        if n is None:
+            skipped = True
+        else:
+            total += n
+    return total, skipped
+
+
+@dataclass(frozen=True)
+class Demand:
+    pending: tuple[PendingPod, ...]
+    skipped: tuple[str, ...]  # human notes: requests the controller cannot plan with (allocationMode All)
+
+
+def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]],
+                   templates: Mapping[str, Mapping[str, Any]], names: Names = Names()) -> Demand:
+    """Pending GPU demand. `claims` and `templates` are keyed `namespace/name`."""
+    out: list[PendingPod] = []
+    skipped: list[str] = []
+    counted: set[str] = set()
+    for pod in pods:
+        if not is_pending(pod):
+            continue
+        spec = pod.get("spec") or {}
+        meta = _meta(pod)
+        ns = str(meta.get("namespace", ""))
+        key = pod_key(pod)
+        legacy = pod_requests(spec, names.resource)
+        dra = pod_requests(spec, names.extended)
+        generated = {s.get("name"): s.get("resourceClaimName")
+                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or () if isinstance(s, dict)}
+        for ref in spec.get("resourceClaims") or ():
+            if not isinstance(ref, dict):
+                continue
+            claim_name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
+            claim_spec: Mapping[str, Any] | None = None
+            ckey = ""
+            if claim_name:
+                ckey = f"{ns}/{claim_name}"
+                claim = claims.get(ckey)
+                if claim is not None:
+                    if (claim.get("status") or {}).get("allocation") or ckey in counted:
+                        continue
+                    claim_spec = claim.get("spec") or {}
+            if claim_spec is None and ref.get("resourceClaimTemplateName"):
+                tmpl = templates.get(f"{ns}/{ref['resourceClaimTemplateName']}")
+                if tmpl is not None:
+                    claim_spec = ((tmpl.get("spec") or {}).get("spec")) or {}
+                    ckey = ckey or f"{key}#{ref.get('name')}"
+            if claim_spec is None:
+                continue  # claim not created yet and no template to read: the next decision sees it
+            n, skip = claim_spec_count(claim_spec, names.device_class)
+            if skip:
+                skipped.append(f"{key}: a request with allocationMode All has no count to plan with")
+            if n:
+                dra += n
+                counted.add(ckey)
+        if not legacy and not dra:
+            continue
+        common: dict[str, Any] = {
+            "namespace": ns,
+            "priority": int(spec.get("priority") or 0),
+            "since": _timestamp(meta.get("creationTimestamp")),
+            "constraints": constraints_of(spec),
+        }
+        both = legacy > 0 and dra > 0
+        if legacy:
+            out.append(PendingPod(f"{key}#legacy" if both else key, "legacy", legacy, **common))
+        if dra:
+            out.append(PendingPod(f"{key}#dra" if both else key, "dra", dra, **common))
+    return Demand(tuple(out), tuple(skipped))
+
+
+def legacy_requested_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, int]:
+    """`nvidia.com/gpu` requested by the pods bound to each node and not finished."""
+    out: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        if is_bound_and_running(pod):
+            n = pod_requests(pod.get("spec") or {}, names.resource)
+            if n:
+                out[str((pod.get("spec") or {})["nodeName"])] += n
+    return dict(out)
+
+
+def allocated_by_node(claims: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, set[str]]:
+    """Device names of the bridge's driver that allocated claims reference, per node (pool)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for claim in claims:
+        alloc = (claim.get("status") or {}).get("allocation") or {}
+        for r in ((alloc.get("devices") or {}).get("results") or ()):
+            if isinstance(r, dict) and r.get("driver") == names.driver and r.get("pool") and r.get("device"):
+                out[str(r["pool"])].add(str(r["device"]))
+    return dict(out)
+
+
+__all__ = [
+    "DEVICE_CLASS",
+    "DRIVER",
+    "Demand",
+    "LEGACY_RESOURCE",
+    "Names",
+    "allocated_by_node",
+    "claim_spec_count",
+    "is_pending",
+    "legacy_requested_by_node",
+    "pending_demand",
+    "pod_key",
+    "pod_requests",
+    "request_count",
+]

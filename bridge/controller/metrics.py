@@ -1,0 +1,74 @@
+"""The controller's Prometheus metrics (own registry, served on /metrics). Names use the `dra_bridge_` prefix.
+
+    dra_bridge_controller_pending_gpus{api}            GPUs asked by pending pods, per API (legacy | dra)
+    dra_bridge_controller_pending_pods{api}            pending GPU pods, per API
+    dra_bridge_controller_free_gpus{api}               free GPUs per side, over nodes with a readable split
+    dra_bridge_controller_nodes{state}                 nodes by state: managed | pinned | settling | unknown
+    dra_bridge_controller_blocked_pods{reason}         pending pods the last decision could not serve, per reason
+    dra_bridge_controller_blocked_total{reason}        pods that became blocked for a reason (once per pod+reason)
+    dra_bridge_controller_decisions_total              decisions taken (as leader)
+    dra_bridge_controller_decision_seconds             time of one decision: state building + the core
+    dra_bridge_controller_target_changes_total{mode}   split targets written (mode=apply) or recorded (dry-run)
+    dra_bridge_controller_moves_total{direction,mode}  GPUs those changes move (to-dra | to-legacy)
+    dra_bridge_controller_write_failures_total{reason} target writes that did not happen (conflict | error)
+    dra_bridge_controller_api_requests_total{verb}     requests the controller sent outside its watches
+    dra_bridge_controller_leader                       1 while this replica leads, else 0
+    dra_bridge_controller_policy_errors_total          policy ConfigMap documents refused
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from bridge.controller.model import APIS, BLOCK_REASONS, Decision
+
+NODE_STATES = ("managed", "pinned", "settling", "unknown")
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        p = "dra_bridge_controller_"
+        self.pending_gpus = Gauge(p + "pending_gpus", "GPUs asked by pending pods, per API", ["api"], registry=r)
+        self.pending_pods = Gauge(p + "pending_pods", "Pending GPU pods, per API", ["api"], registry=r)
+        self.free_gpus = Gauge(p + "free_gpus", "Free GPUs per side (nodes with a readable split)", ["api"],
+                               registry=r)
+        self.nodes = Gauge(p + "nodes", "GPU nodes by state", ["state"], registry=r)
+        self.blocked_pods = Gauge(p + "blocked_pods", "Pending pods the last decision could not serve", ["reason"],
+                                  registry=r)
+        self.blocked_total = Counter(p + "blocked", "Pods that became blocked for a reason", ["reason"], registry=r)
+        self.decisions = Counter(p + "decisions", "Decisions taken as leader", registry=r)
+        self.decision_seconds = Histogram(p + "decision_seconds", "Time of one decision (state + core)",
+                                          buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+        self.changes = Counter(p + "target_changes", "Split targets written or (dry-run) recorded", ["mode"],
+                               registry=r)
+        self.moves = Counter(p + "moves", "GPUs moved by the changes", ["direction", "mode"], registry=r)
+        self.write_failures = Counter(p + "write_failures", "Target writes that did not happen", ["reason"],
+                                      registry=r)
+        self.api_requests = Counter(p + "api_requests", "API requests outside the watches", ["verb"], registry=r)
+        self.leader = Gauge(p + "leader", "1 while this replica leads", registry=r)
+        self.policy_errors = Counter(p + "policy_errors", "Policy documents refused", registry=r)
+        for api in APIS:
+            for g in (self.pending_gpus, self.pending_pods, self.free_gpus):
+                g.labels(api=api).set(0)
+        for reason in BLOCK_REASONS:
+            self.blocked_pods.labels(reason=reason).set(0)
+        for state in NODE_STATES:
+            self.nodes.labels(state=state).set(0)
+
+    def observe(self, decision: Decision, node_states: dict[str, int]) -> None:
+        for api in APIS:
+            self.pending_gpus.labels(api=api).set(decision.pending_gpus.get(api, 0))
+            self.pending_pods.labels(api=api).set(decision.pending_pods.get(api, 0))
+            self.free_gpus.labels(api=api).set(decision.free_gpus.get(api, 0))
+        counts = {r: 0 for r in BLOCK_REASONS}
+        for b in decision.blocked:
+            counts[b.reason] += 1
+        for reason, n in counts.items():
+            self.blocked_pods.labels(reason=reason).set(n)
+        for state in NODE_STATES:
+            self.nodes.labels(state=state).set(node_states.get(state, 0))
+
+
+__all__ = ["ControllerMetrics", "NODE_STATES"]

@@ -1,0 +1,281 @@
+"""The one adapter between the node daemons' published state and the core's `NodeView` (pure).
+
+Everything the controller knows about a node's GPUs comes through `node_view`, so a change of the daemon's status
+schema is an edit of this file only.
+
+**Read:** the Node annotation `dra-bridge.io/split-status`, a JSON document the node daemon writes whenever its
+split changes (schema version 1, defined by the node daemon's ledger, bridge/ledger/status.py once it lands):
+
+    {"version": 1, "node": "gpu-node-7", "updated": "…",
+     "requested": {"value": "4", "source": "annotation|label|flag|default"},
+     "state": "converged|converging|refused", "message": "…", "wanted": 4,
+     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy|dra|withdrawn", "holders": ["…"]}],
+     "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "…", "reason": "…"}],
+     "refusals": [...]}
+
+Only these fields are used; others are ignored, so the daemon may add fields without a version bump. A document
+with a newer `version` is not guessed at: the node becomes `unknown` (never changed, offers nothing) with a message
+naming both versions. A device entry may carry `"numa": <int>` (or `"group"`); free devices are then grouped by it
+for the core's whole-group preference, else the node's free devices count as one group.
+
+**Counts** (model.py explains them): `dra` = devices on the DRA side plus withdrawn devices in a move *to* DRA
+(moves under way land); held = devices of a side with holders, plus on the DRA side every device an allocated claim
+names (the status may lag a fresh allocation), and on the legacy side at least the `nvidia.com/gpu` requested by the
+pods bound to the node (the status may lag a fresh binding).
+
+**Frozen nodes** (offer their free GPUs, but the controller writes nothing):
+* `pinned`: the annotation or label `dra-bridge.io/split-pinned: "true"` (any value but "false" pins, so a typo
+  errs on the safe side), or the *label* `dra-bridge.io/dra-devices` (the operator's form of the key; writing the
+  annotation would silently override it, since the daemon reads the annotation first).
+* `settling`: the daemon has not yet acted on the target the Node carries now (`requested` differs from the
+  annotation; the node is then planned with the split that target gives, when free devices can reach it, so the
+  pods a fresh target was written for are not served a second time elsewhere), moves are under way in both
+  directions, a withdrawn device has no pending entry, a claim is allocated a device not on the DRA side (the
+  daemon is taking it back), some holders are unknown, or the daemon refused the target (its message is kept).
+Moves under way in one direction do not freeze a node: they count as landed (`dra`), and `NodeView.moving` lets the
+core add more moves that way (a second pod for the same node) but none the other way until they land.
+* `unknown`: no status (no daemon on the node), an unreadable status, a status about another node, or a Node
+  whose Ready condition is False/Unknown.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.controller.jsondoc import load_versioned
+from bridge.controller.model import Api, Direction, Frozen, NodeView
+from bridge.controller.placement import taints_of
+from bridge.ledger import parse_split
+
+STATUS_KEY = "dra-bridge.io/split-status"
+STATUS_VERSION = 1
+# The split target key: the same one the node daemon reads (bridge/dra/split.py SPLIT_KEY).
+SPLIT_KEY = "dra-bridge.io/dra-devices"
+PIN_KEY = "dra-bridge.io/split-pinned"
+POOL_LABEL = "dra-bridge.io/pool"
+IN_FLIGHT = frozenset({"waiting-node-status", "waiting-slice", "waiting-scheduler", "verifying"})
+
+
+class StatusError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    name: str
+    side: str  # legacy | dra | withdrawn
+    held: bool
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """The fields of the daemon's status document the controller uses."""
+
+    node: str
+    requested: str
+    source: str
+    state: str
+    message: str
+    devices: tuple[DeviceState, ...]
+    moving_to: Mapping[str, str]  # device -> target side, for devices in a move under way
+    unknown_holders: tuple[str, ...]  # devices whose side's holders the daemon cannot read
+
+
+def decode_status(text: str) -> NodeStatus:
+    doc = load_versioned(text, STATUS_KEY, STATUS_VERSION, StatusError,
+                         "upgrade the controller with the node daemons")
+    req = doc.get("requested") or {}
+    devices_doc = doc.get("devices")
+    if not isinstance(req, dict) or not isinstance(devices_doc, list):
+        raise StatusError(f"{STATUS_KEY}: requested and devices are required")
+    devices = []
+    for d in devices_doc:
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or d.get("side") not in (
+                "legacy", "dra", "withdrawn"):
+            raise StatusError(f"{STATUS_KEY}: bad device entry {d!r}")
+        group = d.get("numa", d.get("group", ""))
+        devices.append(DeviceState(d["name"], d["side"], bool(d.get("holders")),
+                                   "" if group is None else str(group)))
+    moving: dict[str, str] = {}
+    unknown: list[str] = []
+    for p in doc.get("pending") or ():
+        if not isinstance(p, dict) or not isinstance(p.get("device"), str):
+            raise StatusError(f"{STATUS_KEY}: bad pending entry {p!r}")
+        if p.get("phase") in IN_FLIGHT:
+            moving[p["device"]] = str(p.get("to", ""))
+        elif p.get("phase") == "unknown":
+            unknown.append(p["device"])
+    return NodeStatus(str(doc.get("node", "")), str(req.get("value", "")), str(req.get("source", "")),
+                      str(doc.get("state", "")), str(doc.get("message", "")), tuple(devices), moving, tuple(unknown))
+
+
+def _meta(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    return node.get("metadata") or {}
+
+
+def pin_reason(node: Mapping[str, Any]) -> str:
+    """Why an operator owns this node's target ("" when the controller may set it)."""
+    meta = _meta(node)
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    for where, source in (("annotation", annotations), ("label", labels)):
+        value = source.get(PIN_KEY)
+        if value is not None and str(value).strip().lower() != "false":
+            extra = "" if str(value).strip().lower() == "true" else f" (value {value!r} is not \"true\"; pinned)"
+            return f"{where} {PIN_KEY}={value}{extra}"
+    if SPLIT_KEY in labels:
+        return f"label {SPLIT_KEY}={labels[SPLIT_KEY]} (the operator's form of the split key)"
+    return ""
+
+
+def _dra_count(text: str, total: int) -> int | None:
+    try:
+        t = parse_split(text)
+    except ValueError:
+        return None
+    count = {"none": 0, "all": total}.get(t.kind, t.count if t.kind == "count" else len(t.devices))
+    return count if count <= total else None
+
+
+def _acted_on(status: NodeStatus, target: str) -> bool:
+    return status.source == "annotation" and _same_split(target, status.requested)
+
+
+def _same_split(a: str, b: str) -> bool:
+    if a.strip() == b.strip():
+        return True
+    try:
+        x, y = parse_split(a), parse_split(b)
+    except ValueError:
+        return False
+    def norm(t: Any) -> tuple[str, int, tuple[str, ...]]:
+        return t.kind, t.count, tuple(d.lower() for d in t.devices)
+
+    return norm(x) == norm(y)
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return True  # a Node without conditions (just registered, or a stand-in) is not held against it
+
+
+def _groups(devices: list[DeviceState]) -> tuple[int, ...]:
+    if not devices or any(not d.group for d in devices):
+        return (len(devices),) if devices else ()
+    return tuple(sorted(Counter(d.group for d in devices).values(), reverse=True))
+
+
+def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] = frozenset(),
+              legacy_requested: int = 0, pool_label: str = POOL_LABEL) -> NodeView:
+    """The core's view of one Node object (see the module docstring)."""
+    meta = _meta(node)
+    name = str(meta.get("name", ""))
+    labels = dict(meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
+    target = str(annotations.get(SPLIT_KEY, "")).strip()
+    common: dict[str, Any] = {
+        "pool": labels.get(pool_label, ""),
+        "target": target,
+        "labels": labels,
+        "taints": taints_of(node),
+        "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
+    }
+
+    def unknown(reason: str) -> NodeView:
+        return NodeView(name, 0, 0, frozen="unknown", frozen_reason=reason, **common)
+
+    text = annotations.get(STATUS_KEY)
+    if not isinstance(text, str) or not text.strip():
+        return unknown(f"no {STATUS_KEY} annotation (is the bridge's node daemon running there?)")
+    try:
+        status = decode_status(text)
+    except StatusError as err:
+        return unknown(str(err))
+    if status.node and status.node != name:
+        return unknown(f"{STATUS_KEY} describes node {status.node!r}, not {name!r}")
+    if not _ready(node):
+        return unknown("the Node is not Ready")
+
+    total = len(status.devices)
+    by_side: dict[str, list[DeviceState]] = {"legacy": [], "dra": [], "withdrawn": []}
+    for d in status.devices:
+        by_side[d.side].append(d)
+    to_dra = [d for d in by_side["withdrawn"] if status.moving_to.get(d.name) == "dra"]
+    dra = len(by_side["dra"]) + len(to_dra)
+    dra_side_names = {d.name for d in by_side["dra"]} | {d.name for d in to_dra}
+    held_dra = {d.name for d in by_side["dra"] if d.held} | (set(allocated) & dra_side_names)
+    legacy_side = by_side["legacy"] + [d for d in by_side["withdrawn"] if d not in to_dra]
+    held_legacy = max(sum(1 for d in by_side["legacy"] if d.held), legacy_requested)
+    held_legacy = min(held_legacy, len(legacy_side))
+
+    frozen: Frozen = ""
+    reason = pin_reason(node)
+    if reason:
+        frozen = "pinned"
+    else:
+        reason = _settling(status, target, set(allocated) - dra_side_names)
+        if reason:
+            frozen = "settling"
+    if target and not _acted_on(status, target):
+        # The daemon has not seen the Node's target yet (typically the one this controller just wrote): plan with
+        # the split it will have, when that is reachable by moving free devices only, so the pods it was written
+        # for are not given GPUs a second time elsewhere.
+        pending = _dra_count(target, total)
+        if pending is not None and len(held_dra) <= pending <= total - held_legacy:
+            dra = pending
+    free_devices: dict[Api, list[DeviceState]] = {
+        "dra": [d for d in by_side["dra"] if d.name not in held_dra],
+        "legacy": [d for d in by_side["legacy"] if not d.held],
+    }
+    groups = {api: _groups(devs) for api, devs in free_devices.items()}
+    directions = {status.moving_to.get(d.name) for d in by_side["withdrawn"]}
+    moving: Direction | None = None
+    if directions == {"dra"}:
+        moving = "to-dra"
+    elif directions == {"legacy"}:
+        moving = "to-legacy"
+    return NodeView(name, total, dra, dra_held=len(held_dra), legacy_held=held_legacy, frozen=frozen,
+                    frozen_reason=reason, groups=groups, moving=moving, **common)
+
+
+def _settling(status: NodeStatus, target: str, stray: set[str]) -> str:
+    withdrawn = [d.name for d in status.devices if d.side == "withdrawn"]
+    directions = {status.moving_to.get(d) for d in withdrawn}
+    if None in directions or "" in directions:
+        return f"withdrawn devices without a move under way ({', '.join(sorted(withdrawn))})"
+    if len(directions) > 1:
+        return f"moves under way in both directions ({', '.join(sorted(withdrawn))})"
+    if status.state == "refused":
+        return f"the node daemon refused its target: {status.message}"
+    if stray:
+        return f"allocated claims name {', '.join(sorted(stray))}, not on the DRA side yet (the daemon takes them back)"
+    if status.unknown_holders:
+        return f"holders of {', '.join(status.unknown_holders)} cannot be read by the node daemon"
+    if target:
+        if not _acted_on(status, target):
+            return f"the node daemon has not acted on {SPLIT_KEY}={target!r} yet (it reports {status.requested!r})"
+    elif status.source == "annotation":
+        return "the node daemon still reports the removed annotation"
+    return ""
+
+
+__all__ = [
+    "DeviceState",
+    "IN_FLIGHT",
+    "NodeStatus",
+    "PIN_KEY",
+    "POOL_LABEL",
+    "SPLIT_KEY",
+    "STATUS_KEY",
+    "STATUS_VERSION",
+    "StatusError",
+    "decode_status",
+    "node_view",
+    "pin_reason",
+]

@@ -1,0 +1,145 @@
+"""`bridge.node.grpcserver`: worker pools that never hold the process, streams that never starve unary calls.
+
+A handler that never returns is simulated by one blocked on an Event nobody sets. The bounds are generous; what
+they rule out is a stop (or a process exit) that waits for that handler."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
+from bridge.node.grpcserver import GrpcServer, StreamSlots, WorkerPool
+from tests.polling import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Stuck(pb_grpc.DevicePluginServicer):
+    """GetPreferredAllocation never returns; ListAndWatch holds a stream slot until released; options answer."""
+
+    def __init__(self, slots: StreamSlots | None = None) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.slots = slots
+
+    def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]
+        return pb.DevicePluginOptions()
+
+    def GetPreferredAllocation(self, request, context):  # type: ignore[no-untyped-def]
+        self.entered.set()
+        threading.Event().wait()  # for ever
+
+    def ListAndWatch(self, request, context):  # type: ignore[no-untyped-def]
+        assert self.slots is not None
+        with self.slots.hold(context):
+            yield pb.ListAndWatchResponse()
+            self.release.wait(60)
+
+
+@pytest.fixture
+def served(short_tmp: Path) -> Iterator[tuple[GrpcServer, Stuck, pb_grpc.DevicePluginStub]]:
+    slots = StreamSlots(2, "ListAndWatch")
+    srv = GrpcServer("test-grpc", workers=2, max_streams=slots.limit)
+    servicer = Stuck(slots)
+    pb_grpc.add_DevicePluginServicer_to_server(servicer, srv.server)
+    sock = str(short_tmp / "t.sock")
+    srv.bind_unix(sock)
+    srv.start()
+    channel = grpc.insecure_channel("unix://" + sock)
+    yield srv, servicer, pb_grpc.DevicePluginStub(channel)
+    servicer.release.set()
+    channel.close()
+    srv.stop(0, 0.5)
+
+
+def test_stop_does_not_wait_for_a_handler_that_never_returns(served) -> None:  # type: ignore[no-untyped-def]
+    srv, servicer, stub = served
+    call = stub.GetPreferredAllocation.future(pb.PreferredAllocationRequest(), timeout=60)
+    assert servicer.entered.wait(10)
+    start = time.monotonic()
+    abandoned = srv.stop(grace=0.2, abandon_after=0.5)
+    took = time.monotonic() - start
+    print(f"\nstop with a stuck handler took {took:.2f}s (grace 0.2 s, abandon after 0.5 s)")
+    assert abandoned == 1 and took < 10
+    with pytest.raises(grpc.RpcError) as err:
+        call.result(timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # the caller is told ("Cancelling all calls"), not left hanging
+
+
+def test_open_streams_never_take_the_workers_of_unary_calls(served) -> None:  # type: ignore[no-untyped-def]
+    srv, servicer, stub = served
+    streams = [stub.ListAndWatch(pb.Empty(), timeout=60) for _ in range(5)]
+    outcomes = []
+    for s in streams:
+        try:
+            next(s)
+            outcomes.append("open")
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "too many ListAndWatch streams: 2 are open" in err.details()
+            outcomes.append("refused")
+    assert outcomes.count("open") == 2 and servicer.slots is not None and servicer.slots.refused == 3
+    for _ in range(10):  # both unary workers are free although two streams are open
+        stub.GetDevicePluginOptions(pb.Empty(), timeout=5)
+    for s in streams:
+        s.cancel()
+
+
+def test_a_process_whose_handler_is_stuck_still_exits(short_tmp: Path) -> None:
+    """ThreadPoolExecutor workers are joined at interpreter exit: one stuck handler kept `bridge node` alive after
+    SIGTERM until SIGKILL. WorkerPool threads are daemon threads and are not."""
+    script = textwrap.dedent(f"""
+        import threading, grpc
+        from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb, deviceplugin_pb2_grpc as pb_grpc
+        from bridge.node.grpcserver import GrpcServer
+        entered = threading.Event()
+        class S(pb_grpc.DevicePluginServicer):
+            def GetPreferredAllocation(self, request, context):
+                entered.set()
+                while True:
+                    sum(range(1000))  # busy for ever, as the old greedy search was
+        srv = GrpcServer("stuck", workers=2)
+        pb_grpc.add_DevicePluginServicer_to_server(S(), srv.server)
+        srv.bind_unix({str(short_tmp / "p.sock")!r})
+        srv.start()
+        ch = grpc.insecure_channel("unix://{short_tmp / 'p.sock'}")
+        call = pb_grpc.DevicePluginStub(ch).GetPreferredAllocation.future(pb.PreferredAllocationRequest(), timeout=60)
+        assert entered.wait(20)
+        print("abandoned", srv.stop(grace=0.2, abandon_after=0.5), flush=True)
+    """)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    assert "abandoned 1" in proc.stdout and took < 30
+
+
+def test_worker_pool_runs_calls_reports_errors_and_cancels_queued_work_on_shutdown() -> None:
+    pool = WorkerPool(1, "t")
+    gate = threading.Event()
+    first = pool.submit(gate.wait, 10)
+    wait_until(first.running, what="the first call to start")
+    queued = pool.submit(lambda: "never")
+    failing = pool.submit(int, "x")
+    pool.shutdown(wait=False, cancel_futures=True)
+    gate.set()
+    assert first.result(10) is True
+    assert queued.cancelled() and failing.cancelled()
+    assert pool.join(10) == 0
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(print)
+    pool2 = WorkerPool(2, "t2")
+    with pytest.raises(ValueError):
+        pool2.submit(int, "x").result(10)
+    assert pool2.submit(sum, [1, 2]).result(10) == 3
+    pool2.shutdown()
