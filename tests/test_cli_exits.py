@@ -79,3 +79,13 @@ def test_unreachable_api_is_exit_2_for_the_one_shot_commands(tmp_path: Path) -> 
         r = bridge(*args, "--kubeconfig", str(kubeconfig))
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr
+
+
+def test_controller_http_port_in_use(busy_port: int, tmp_path: Path) -> None:
+    with ApiServer() as srv:
+        kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
+        r = bridge("controller", "--kubeconfig", str(kubeconfig), "--no-leader-elect",
+                   "--http-address", f"127.0.0.1:{busy_port}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"health and metrics endpoint: 127.0.0.1:{busy_port} is already in use" in r.stderr
+    assert "--http-address (env BRIDGE_CONTROLLER_HTTP_ADDRESS), or turn it off with --http-address off" in r.stderr
