@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-
 from bridge.sandbox.apiserver import ApiServer
 from tests.webhook.pki import Pki
 
@@ -65,16 +63,8 @@ def test_webhook_port_in_use_and_unreachable_api(busy_port: int, tmp_path: Path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.startswith("bridge webhook:")
 
 
-def test_unreachable_api_is_exit_2_for_the_one_shot_commands(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+def test_unreachable_api_is_exit_2_for_the_one_shot_commands(unreachable_kubeconfig: Path) -> None:
+    kubeconfig = unreachable_kubeconfig
     for args in (["namespace", "status", "--timeout", "1"], ["migrate-report", "--timeout", "1"]):
         r = bridge(*args, "--kubeconfig", str(kubeconfig))
         assert r.returncode == 2, (args, r.stderr)

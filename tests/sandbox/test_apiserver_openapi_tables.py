@@ -4,8 +4,6 @@ writes."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +14,7 @@ from bridge.sandbox.apiserver.printers import human_duration, printer_for
 from bridge.sandbox.apiserver.registry import default_registry
 from bridge.sandbox.apiserver.tables import to_table
 
-from .conftest import pod
+from .conftest import http, pod
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 
@@ -24,12 +22,7 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;
 def _get(srv, path: str, accept: str = "application/json", method: str = "GET", body: Any = None,
          ctype: str = "application/json"):  # type: ignore[no-untyped-def]
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(srv.url + path, data=data, method=method, headers={"Accept": accept, "Content-Type": ctype})
-    try:
-        with urllib.request.urlopen(req, timeout=20) as resp:
-            return resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read()
+    return http(srv, method, path, data, Accept=accept, **{"Content-Type": ctype})
 
 
 def test_v3_root_points_at_a_hashed_document_per_group_version(server) -> None:  # type: ignore[no-untyped-def]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
-import urllib.request
 
 import pytest
 
 from bridge._proto.k8s.api import core_pb2
 from bridge._proto.k8s.apimachinery import runtime_pb2
 from bridge.sandbox.apiserver import protobuf as pb
+
+from .conftest import http
 
 # `kubectl create ns foo` (kubectl v1.32.4) as it left kubectl: every non-pointer field written, zero or not.
 KUBECTL_CREATE_NS = bytes.fromhex(
@@ -102,12 +103,7 @@ def test_bad_envelopes_are_clear_errors() -> None:
 
 
 def _request(srv, method: str, path: str, body: bytes | None = None, **headers: str):  # type: ignore[no-untyped-def]
-    req = urllib.request.Request(srv.url + path, data=body, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers, err.read()
+    return http(srv, method, path, body, **headers)
 
 
 def test_protobuf_create_and_read_over_http(server) -> None:  # type: ignore[no-untyped-def]

@@ -163,13 +163,9 @@ def test_status_reports_pods_that_arrived_untranslated_after_the_flip(emulator: 
     assert "WARNING: 1 GPU pod(s) arrived untranslated without the webhook seeing them (it fails open): lost-1" in table.output
 
 
-def test_every_api_command_has_a_timeout_and_exits_2_when_the_api_is_unreachable(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"http://127.0.0.1:{closed_port()}"}}],
-        "users": [{"name": "x", "user": {"token": "t"}}],
-        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+def test_every_api_command_has_a_timeout_and_exits_2_when_the_api_is_unreachable(
+        unreachable_kubeconfig: Path, tmp_path: Path) -> None:
+    kubeconfig = unreachable_kubeconfig
     for args in (["namespace", "set", "team-a", "dra"], ["namespace", "status"]):
         started = time.monotonic()
         out = run(*args, "--kubeconfig", str(kubeconfig), "--timeout", "1")
