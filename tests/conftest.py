@@ -47,3 +47,22 @@ def kubelet(short_tmp: Path) -> Iterator["KubeletSimulator"]:
     sim = KubeletSimulator(short_tmp).start()
     yield sim
     sim.stop()
+
+
+@pytest.fixture
+def unreachable_kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig naming an API server on a loopback port nobody listens on (connection refused at once)."""
+    import socket
+
+    import yaml
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    path = tmp_path / "unreachable.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
+    return path

@@ -1,7 +1,8 @@
 """`bridge controller`: sets each node's split target from pending GPU demand (a leader-elected Deployment).
 
-Thin shell: options (each also an env var), validation, then `bridge.controller.app.App`. Exit codes: 0 clean
-stop (SIGTERM/SIGINT), 2 bad options or no usable cluster connection (message on stderr), 1 other start failures.
+Thin shell: options (each also an env var), validation, then `bridge.controller.app.App`. Exit codes
+(bridge/cli/exits.py): 0 clean stop (SIGTERM/SIGINT), 2 bad options, no usable cluster connection or the
+--http-address port in use (message on stderr, never a traceback).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import threading
 
 import click
 
+from bridge.cli.exits import EXIT_CONFIG, listen_error
 from bridge.logs import setup_logging
 
 _E = "BRIDGE_CONTROLLER_"
@@ -176,9 +178,15 @@ def controller(kubeconfig: str | None, kube_context: str | None, dry_run: bool, 
     signal.signal(signal.SIGINT, on_signal)
     try:
         app = App(api, options, lease_api=lease_api).start()
-    except (KubeError, OSError) as err:
+    except OSError as err:
+        where = f"{address[0] or '0.0.0.0'}:{address[1]}" if address is not None else ""
+        friendly = listen_error(err, "health and metrics endpoint", where, "--http-address", _E + "HTTP_ADDRESS",
+                                can_disable=True) if where and where in str(err) else None
+        click.echo(f"bridge controller: {friendly or err}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except KubeError as err:
         click.echo(f"bridge controller: {err}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_CONFIG)
     try:
         while not stop.wait(1.0):
             pass

@@ -1,6 +1,15 @@
 """`bridge namespace`: flip a namespace between legacy, shadow and dra, and show where namespaces stand.
 
-Exit codes: 0 done, 1 API error (message on stderr: e.g. namespace not found, missing RBAC), 2 bad arguments.
+`set NS shadow|dra` first checks that our webhook (a MutatingWebhookConfiguration entry named pods.dra-bridge.io,
+`--webhook-name`) is registered, selects NS with its labels as they will be after the flip (namespaceSelector,
+matchConditions as far as they can be judged without a pod) and is reachable; the webhook fails open, so without
+this check a flip can silently do nothing. It refuses kube-system, kube-public, kube-node-lease and the webhook's
+own namespace (the webhook never acts on them).
+
+Exit codes: 0 done (warnings on stderr), 1 refused by `--strict` (the webhook is missing, unreachable or does not
+cover the namespace; nothing was changed) or the API server rejected the change, 2 usage, configuration or
+connection errors (no kubeconfig, API unreachable or slower than `--timeout`, missing RBAC, namespace not found, a
+namespace that must not be flipped).
 """
 
 from __future__ import annotations
@@ -8,26 +17,37 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
 if TYPE_CHECKING:
     from bridge.kube.api import KubeAPI
+    from bridge.kube.errors import KubeError
 
 _F = TypeVar("_F", bound=Callable[..., object])
+EXIT_REFUSED, EXIT_USAGE = 1, 2
 
 
-def _api(kubeconfig: str | None, context: str | None) -> KubeAPI:
+def _api(kubeconfig: str | None, context: str | None, timeout: float) -> KubeAPI:
     from bridge.kube import connect
+    from bridge.kube.retry import RetryPolicy
 
-    return connect(kubeconfig, context)
+    return connect(kubeconfig, context, timeout=timeout, retry=RetryPolicy(deadline=timeout))
 
 
 _kube_options = [
     click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_NAMESPACE_KUBECONFIG", default=None,
                  help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster)."),
     click.option("--context", show_envvar=True, envvar="BRIDGE_NAMESPACE_CONTEXT", default=None, help="Kubeconfig context."),
+    click.option("--timeout", show_envvar=True, envvar="BRIDGE_NAMESPACE_TIMEOUT", type=click.FloatRange(min=0.1),
+                 default=30.0, show_default=True,
+                 help="Seconds for each API request (retries of an unreachable API server included) and for the "
+                      "webhook reachability check."),
+    click.option("--webhook-name", show_envvar=True, envvar="BRIDGE_NAMESPACE_WEBHOOK_NAME", default="pods.dra-bridge.io",
+                 show_default=True,
+                 help="Name of our webhook entry in a MutatingWebhookConfiguration (the chart and examples/webhook/ "
+                      "use the default)."),
 ]
 
 
@@ -35,6 +55,18 @@ def kube_options(f: _F) -> _F:
     for opt in reversed(_kube_options):
         f = opt(f)
     return f
+
+
+def _fail(command: str, err: KubeError) -> NoReturn:
+    """Every API failure the CLI can hit is a configuration or connection problem here (the caller said which
+    namespace, the kubeconfig says where): exit 2, with the missing RBAC rule when that is the cause."""
+    from bridge.kube.errors import Conflict, Forbidden, Invalid
+
+    if isinstance(err, Forbidden):
+        click.echo(f"bridge namespace {command}: {err.rbac_hint} ({err.message})", err=True)
+    else:
+        click.echo(f"bridge namespace {command}: {err.message}", err=True)
+    sys.exit(EXIT_REFUSED if isinstance(err, Conflict | Invalid) else EXIT_USAGE)
 
 
 @click.group("namespace")
@@ -47,22 +79,68 @@ def namespace() -> None:
 @click.argument("mode", type=click.Choice(["legacy", "shadow", "dra"]))
 @click.option("--target", show_envvar=True, envvar="BRIDGE_NAMESPACE_TARGET", type=click.Choice(["auto", "claims", "extended"]),
               default=None, help="Also set (claims/extended) or clear (auto) this namespace's translation target.")
+@click.option("--strict/--no-strict", show_envvar=True, envvar="BRIDGE_NAMESPACE_STRICT", default=False, show_default=True,
+              help="Refuse (exit 1, nothing changed) when the webhook is not registered, not reachable or does not "
+                   "cover the namespace, instead of flipping with a warning.")
 @kube_options
-def set_cmd(name: str, mode: str, target: str | None, kubeconfig: str | None, context: str | None) -> None:
-    """Set namespace NAME to MODE (legacy, shadow or dra) and say what changes for new pods."""
+def set_cmd(name: str, mode: str, target: str | None, strict: bool, kubeconfig: str | None, context: str | None,
+            timeout: float, webhook_name: str) -> None:
+    """Set namespace NAME to MODE (legacy, shadow or dra) and say what changes for new pods.
+
+    \b
+    Before a flip to shadow or dra the webhook registration is checked against NAME with its labels as they
+    will be after the flip: a missing, unreachable or non-covering webhook is a loud warning (--strict: refusal).
+    """
+    import copy
+
+    from bridge.kube.api import NAMESPACES
     from bridge.kube.errors import KubeError
     from bridge.webhook.facts import facts_from_discovery
     from bridge.webhook.namespaces import describe_change, set_mode
-    from bridge.webhook.policy import Mode
+    from bridge.webhook.nscheck import check_webhook, read_hooks
+    from bridge.webhook.policy import MODE_LABEL, SYSTEM_NAMESPACES, TARGET_LABEL, Mode
 
+    if mode != "legacy" and name in SYSTEM_NAMESPACES:
+        click.echo(f"bridge namespace set: refusing to put {name} in {mode} mode: the webhook never acts on "
+                   f"{', '.join(sorted(SYSTEM_NAMESPACES))} (system pods must keep working during a migration)", err=True)
+        sys.exit(EXIT_USAGE)
     try:
-        api = _api(kubeconfig, context)
+        api = _api(kubeconfig, context, timeout)
+        current = api.get(NAMESPACES, name)
+        problems: list[str] = []
+        notes: list[str] = []
+        if mode != "legacy":
+            after = copy.deepcopy(current)
+            labels = after.setdefault("metadata", {}).setdefault("labels", {}) or {}
+            labels[MODE_LABEL] = mode
+            if target == "auto":
+                labels.pop(TARGET_LABEL, None)
+            elif target is not None:
+                labels[TARGET_LABEL] = target
+            after["metadata"]["labels"] = labels
+            hooks, error = read_hooks(api, webhook_name)
+            own = sorted({h.own_namespace for h in hooks if h.own_namespace == name})
+            if own:
+                click.echo(f"bridge namespace set: refusing to put {name} in {mode} mode: it is the webhook's own "
+                           "namespace (a webhook that mutates its own pods can block its own rollout)", err=True)
+                sys.exit(EXIT_USAGE)
+            check = check_webhook(api, after, hooks, error, webhook_name, timeout)
+            problems, notes = check.problems(), check.notes()
+            if problems and strict:
+                for p in problems:
+                    click.echo(f"bridge namespace set: {p}", err=True)
+                click.echo(f"bridge namespace set: --strict: namespace {name} NOT changed", err=True)
+                sys.exit(EXIT_REFUSED)
         old, new, legacy = set_mode(api, name, Mode(mode), target)
         effective = target if target and target != "auto" else f"auto: {facts_from_discovery(api.discovery()).auto_target().value} on this cluster unless the webhook runs with --target"
-        click.echo(describe_change(name, old, new, legacy, effective))
     except KubeError as err:
-        click.echo(f"bridge namespace set: {err.message}", err=True)
-        sys.exit(1)
+        _fail("set", err)
+    click.echo(describe_change(name, old, new, legacy, effective))
+    for n in notes:
+        click.echo(f"  {n}")
+    for p in problems:
+        click.echo(f"WARNING: {p}. Pods created in {name} are admitted UNTRANSLATED until this is fixed (the "
+                   "webhook fails open); `bridge namespace status` counts them.", err=True)
 
 
 @namespace.command("status")
@@ -70,16 +148,36 @@ def set_cmd(name: str, mode: str, target: str | None, kubeconfig: str | None, co
 @click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NAMESPACE_OUTPUT", type=click.Choice(["table", "json"]),
               default="table", show_default=True)
 @kube_options
-def status_cmd(name: str | None, output: str, kubeconfig: str | None, context: str | None) -> None:
-    """Show mode, translated vs legacy GPU pods, and shadow findings, for NAME or every namespace."""
+def status_cmd(name: str | None, output: str, kubeconfig: str | None, context: str | None, timeout: float,
+               webhook_name: str) -> None:
+    """Show mode, translated vs legacy GPU pods and shadow findings for NAME or every namespace; for shadow and dra
+    namespaces also whether the webhook is registered, reachable and covering them, and the GPU pods that arrived
+    untranslated since the flip."""
+    from bridge.kube.api import NAMESPACES, PODS
     from bridge.kube.errors import KubeError
-    from bridge.webhook.namespaces import read_status, render_table
+    from bridge.webhook.namespaces import namespace_status, render_table
+    from bridge.webhook.nscheck import Reachability, check_webhook, read_hooks, since_flip, untranslatable_events
 
     try:
-        rows = read_status(_api(kubeconfig, context), name)
+        api = _api(kubeconfig, context, timeout)
+        namespaces = [api.get(NAMESPACES, name)] if name else api.list(NAMESPACES)["items"]
+        pods = api.list(PODS, name)["items"]
+        rows = namespace_status(namespaces, pods)
+        flipped = [r for r in rows if r.mode in ("shadow", "dra")]
+        if flipped:
+            hooks, error = read_hooks(api, webhook_name)
+            events = untranslatable_events(api, name)
+            by_name = {(n.get("metadata") or {}).get("name"): n for n in namespaces}
+            reach: dict[str, Reachability] = {}
+            for r in flipped:
+                ns_obj = by_name[r.name]
+                r.webhook = check_webhook(api, ns_obj, hooks, error, webhook_name, timeout, reach).as_dict()
+                ns_pods = [p for p in pods if (p.get("metadata") or {}).get("namespace") == r.name]
+                ns_events = [e for e in events if (e.get("metadata") or {}).get("namespace") == r.name]
+                flip = since_flip(ns_obj, r.mode, ns_pods, ns_events, hooks)
+                r.since_flip = flip.as_dict() if flip is not None else None
     except KubeError as err:
-        click.echo(f"bridge namespace status: {err.message}", err=True)
-        sys.exit(1)
+        _fail("status", err)
     if output == "json":
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
     else:

@@ -2,11 +2,13 @@
 `bridge node status NODE`, which shows a node's split from anywhere with API access.
 
 Thin shell: options (each also an env var), validation, then one library call: `DualNode.run()` (or
-`cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes:
-0 clean stop / cleanup done, 2 bad options or a CDI setup that cannot work (`--cdi-source toolkit` without a
-toolkit spec naming the GPUs), 1 start failure (message on stderr: e.g. a socket path over 107 bytes,
-an NVML error, an unwritable state directory, an unreadable kubeconfig). `bridge node status`: 0 shown, 1 the
-node has no (readable) split status, 2 bad options, no API connection or no such node.
+`cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes
+(bridge/cli/exits.py): 0 clean stop / cleanup done; 2 bad options or a start failure caused by configuration or
+connections (a CDI setup that cannot work, a socket path over 107 bytes, an unwritable state directory, an
+unreadable kubeconfig, an unreachable API server, the --http-address port already in use, NVML not usable);
+1 a corrupt checkpoint (runtime state, not configuration). Messages on stderr, never a traceback.
+`bridge node status`: 0 shown, 1 the node has no (readable) split status, 2 bad options, no API connection or
+no such node.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from bridge.cli.exits import EXIT_CONFIG, EXIT_NO, listen_error
 from bridge.logs import setup_logging
 
 
@@ -218,7 +221,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
             report = run_cleanup(config, opts, kube)
         except (KubeError, OSError, SocketPathError) as err:
             click.echo(f"bridge node --cleanup: {err}", err=True)
-            sys.exit(1)
+            sys.exit(EXIT_CONFIG)
         click.echo(f"cleanup: deleted {report.slices_deleted} ResourceSlice(s), removed "
                    f"{len(report.cdi_specs_removed)} CDI spec(s) and {len(report.sockets_removed)} socket(s)")
         return
@@ -232,12 +235,18 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     try:
         ensure_state_dir(state_dir)
         DualNode(config, source, opts).run(stop)
-    except CdiConfigError as err:
+    except CheckpointError as err:
         click.echo(f"bridge node: {err}", err=True)
-        sys.exit(2)
-    except (SocketPathError, InventoryError, AdoptionError, CheckpointError, KubeError, OSError) as err:
+        sys.exit(EXIT_NO)
+    except OSError as err:
+        where = f"{address[0] or '0.0.0.0'}:{address[1]}" if address is not None else ""
+        friendly = listen_error(err, "health and metrics endpoint", where, "--http-address", "BRIDGE_HTTP_ADDRESS",
+                                can_disable=True) if where and where in str(err) else None
+        click.echo(f"bridge node: {friendly or err}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except (CdiConfigError, SocketPathError, InventoryError, AdoptionError, KubeError) as err:
         click.echo(f"bridge node: {err}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_CONFIG)
 
 
 @node.command("status")

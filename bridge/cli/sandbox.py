@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from bridge.cli.exits import EXIT_CONFIG, listen_error
 from bridge.logs import setup_logging
 
 
@@ -77,7 +78,7 @@ def apiserver(
       bridge sandbox apiserver --port 8001 --kubeconfig-out /tmp/sandbox.kubeconfig --load examples/
       kubectl --kubeconfig /tmp/sandbox.kubeconfig get nodes
 
-    Exit codes: 0 after Ctrl-C/SIGTERM, 1 when objects to load are invalid, 2 on bad options.
+    Exit codes: 0 after Ctrl-C/SIGTERM, 2 on bad options, objects to load that are invalid, or a port in use.
     """
     from bridge.sandbox.apiserver import ApiServer, LoadError
 
@@ -89,16 +90,26 @@ def apiserver(
             count = srv.load_dir(path)
             click.echo(f"loaded {count} objects from {path}", err=True)
     except LoadError as err:
-        raise click.ClickException(str(err)) from err
+        click.echo(f"bridge sandbox apiserver: {err}", err=True)
+        sys.exit(EXIT_CONFIG)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with srv:
+    try:
+        srv.start()
+    except OSError as err:
+        friendly = listen_error(err, "API emulator", f"{host}:{port}", "--port", "BRIDGE_SANDBOX_APISERVER_PORT",
+                                any_port=True)
+        click.echo(f"bridge sandbox apiserver: {friendly or err}", err=True)
+        sys.exit(EXIT_CONFIG)
+    try:
         srv.write_kubeconfig(kubeconfig_out, context=context_name)
         click.echo(f"API emulator serving at {srv.url} (Kubernetes v{k8s_version}, resource.k8s.io "
                    f"{','.join(resource_versions)}); kubeconfig: {kubeconfig_out}")
         while not stop.wait(0.5):
             pass
+    finally:
+        srv.stop()
     click.echo("stopped", err=True)
 
 

@@ -1,7 +1,8 @@
 """`bridge webhook`: the admission webhook that translates nvidia.com/gpu requests in DRA namespaces.
 
-Thin shell: options (each also an env var), validation, then one `bridge.webhook.app.run()`. Exit codes: 0 clean
-stop (SIGTERM/SIGINT), 2 bad options, 1 start failure (unreadable certificate, no cluster), message on stderr.
+Thin shell: options (each also an env var), validation, then one `bridge.webhook.app.run()`. Exit codes
+(bridge/cli/exits.py): 0 clean stop (SIGTERM/SIGINT), 2 bad options or a start failure caused by configuration or
+connections (unreadable certificate, no or unreachable cluster, the port already in use), message on stderr.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 
 import click
 
+from bridge.cli.exits import EXIT_CONFIG, listen_error
 from bridge.logs import setup_logging
 
 
@@ -36,6 +38,10 @@ from bridge.logs import setup_logging
                    "A namespace label dra-bridge.io/target overrides it.")
 @click.option("--namespace", show_envvar=True, envvar=["BRIDGE_WEBHOOK_NAMESPACE", "POD_NAMESPACE"], default="",
               help="The webhook's own namespace, never mutated (default: the service account's namespace).")
+@click.option("--api-timeout", show_envvar=True, envvar="BRIDGE_WEBHOOK_API_TIMEOUT", type=click.FloatRange(min=0.1),
+              default=3.0, show_default=True,
+              help="Seconds for one API request, retries included (a namespace lookup or template create on the "
+                   "admission path; at start, discovery).")
 @click.option("--max-body-bytes", show_envvar=True, envvar="BRIDGE_WEBHOOK_MAX_BODY_BYTES", type=click.IntRange(1024, 64 << 20),
               default=3 << 20, show_default=True, help="Larger request bodies are refused with 413.")
 @click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
@@ -43,8 +49,8 @@ from bridge.logs import setup_logging
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str, kubeconfig: str | None,
-            context: str | None, device_class: str, target: str, namespace: str, max_body_bytes: int,
-            log_format: str, log_level: str) -> None:
+            context: str | None, device_class: str, target: str, namespace: str, api_timeout: float,
+            max_body_bytes: int, log_format: str, log_level: str) -> None:
     """Serve the mutating admission webhook (HTTPS, AdmissionReview v1).
 
     \b
@@ -67,9 +73,13 @@ def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str,
     setup_logging(log_format, log_level)
     options = WebhookOptions(cert_file=tls_cert_file, key_file=tls_key_file, port=port, host=bind_address,
                              kubeconfig=kubeconfig, context=context, device_class=device_class, target=target,
-                             namespace=namespace, max_body=max_body_bytes)
+                             namespace=namespace, max_body=max_body_bytes, api_timeout=api_timeout)
     try:
         run(options)
-    except (KubeError, OSError) as err:
+    except OSError as err:
+        friendly = listen_error(err, "webhook HTTPS port", f"{bind_address}:{port}", "--port", "BRIDGE_WEBHOOK_PORT")
+        click.echo(f"bridge webhook: {friendly or err}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except KubeError as err:
         click.echo(f"bridge webhook: {err}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_CONFIG)

@@ -60,6 +60,8 @@ JOBS = Resource("batch", "v1", "jobs", "Job", True)
 CRON_JOBS = Resource("batch", "v1", "cronjobs", "CronJob", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+SERVICES = Resource("", "v1", "services", "Service", True)
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True)
 MUTATING_WEBHOOKS = Resource(
     "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False
 )

@@ -3,7 +3,9 @@
 Pure aggregation (`namespace_status`, `describe_change`) over plain objects, plus two thin functions that read or
 patch through `KubeAPI`. Status counts come only from what is on the objects: the namespace labels and the
 translation records the webhook writes on pods (`dra-bridge.io/translated`, `dra-bridge.io/shadow-translation`),
-so the report is the same whether or not the webhook is running.
+so the report is the same whether or not the webhook is running. `set_mode` also records when the mode changed
+(`nscheck.FLIP_ANNOTATION`), which is how `status` finds the pods that arrived untranslated since the flip;
+`nscheck` holds those checks and the webhook-registration ones.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from bridge.kube.api import NAMESPACES, PODS, KubeAPI
 from bridge.webhook.facts import LEGACY_RESOURCE
+from bridge.webhook.nscheck import FLIP_ANNOTATION, now_rfc3339
 from bridge.webhook.policy import (
     MODE_LABEL,
     OPT_OUT_ANNOTATION,
@@ -40,12 +43,19 @@ class NamespaceStatus:
     shadow_ok: int = 0  # shadow records: would translate
     shadow_blocked: int = 0  # shadow records: would stay legacy
     blockers: Counter[str] = field(default_factory=Counter)  # reason -> pods
+    webhook: Obj | None = None  # nscheck.WebhookCheck.as_dict() for shadow/dra namespaces, when checked
+    since_flip: Obj | None = None  # nscheck.SinceFlip.as_dict(), when the flip time is known
 
     def as_dict(self) -> Obj:
-        return {"namespace": self.name, "mode": self.mode, "target": self.target or "cluster default",
-                "legacyGpuPods": self.legacy_gpu_pods, "translatedPods": self.translated_pods,
-                "optedOutPods": self.opted_out_pods, "shadowWouldTranslate": self.shadow_ok,
-                "shadowWouldStayLegacy": self.shadow_blocked, "shadowBlockers": dict(self.blockers)}
+        out = {"namespace": self.name, "mode": self.mode, "target": self.target or "cluster default",
+               "legacyGpuPods": self.legacy_gpu_pods, "translatedPods": self.translated_pods,
+               "optedOutPods": self.opted_out_pods, "shadowWouldTranslate": self.shadow_ok,
+               "shadowWouldStayLegacy": self.shadow_blocked, "shadowBlockers": dict(self.blockers)}
+        if self.webhook is not None:
+            out["webhook"] = self.webhook
+        if self.since_flip is not None:
+            out["sinceFlip"] = self.since_flip
+        return out
 
 
 def _asks_legacy_gpu(pod: Mapping[str, Any]) -> bool:
@@ -119,7 +129,10 @@ def set_mode(api: KubeAPI, namespace: str, mode: Mode, target: str | None = None
     labels: dict[str, Any] = {MODE_LABEL: mode.value}
     if target is not None:
         labels[TARGET_LABEL] = None if target == "auto" else target
-    api.patch(NAMESPACES, namespace, {"metadata": {"labels": labels}}, patch_type="merge")
+    meta: Obj = {"labels": labels}
+    if old is not mode:
+        meta["annotations"] = {FLIP_ANNOTATION: now_rfc3339()}
+    api.patch(NAMESPACES, namespace, {"metadata": meta}, patch_type="merge")
     pods = api.list(PODS, namespace)["items"]
     status = namespace_status([ns], pods)
     return old.value, mode.value, status[0].legacy_gpu_pods if status else 0
@@ -140,4 +153,31 @@ def render_table(rows: list[NamespaceStatus]) -> str:
     for r in rows:
         for reason, n in r.blockers.most_common():
             lines.append(f"  {r.name}: {n} pod(s) would stay legacy: {reason}")
+    for r in rows:
+        lines += _webhook_lines(r)
     return "\n".join(lines)
+
+
+def _webhook_lines(r: NamespaceStatus) -> list[str]:
+    out: list[str] = []
+    hook = r.webhook
+    if hook is not None:
+        state = ("not registered" if hook["registered"] is False else "registered" if hook["registered"] else "unknown")
+        reach = {True: "reachable", False: "NOT reachable", None: "reachability unknown"}[hook["reachable"]]
+        cover = {True: "covers this namespace", False: "does NOT cover this namespace",
+                 None: "covers this namespace for the pods its conditions select"}[hook["covered"]]
+        out.append(f"  {r.name}: webhook {hook['name']}: {state}, {reach}, {cover}")
+        out += [f"  {r.name}: WARNING: {p}" for p in hook["problems"]]
+        out += [f"  {r.name}:   {n}" for n in hook["notes"]]
+    flip = r.since_flip
+    if flip is not None:
+        out.append(f"  {r.name}: since the flip to {flip['mode']} at {flip['since']}: {flip['gpuPods']} GPU pod(s) "
+                   f"created, {flip['handled']} {'translated' if flip['mode'] == 'dra' else 'recorded'}, "
+                   f"{flip['leftLegacyByWebhook']} left legacy by the webhook (see its DRABridgeUntranslatable "
+                   f"Events), {flip['expectedLegacy']} opted out or excluded, {flip['untranslated']} never reached "
+                   "the webhook")
+        if flip["untranslated"]:
+            names = ", ".join(flip["untranslatedPods"][:10]) + (" ..." if flip["untranslated"] > 10 else "")
+            out.append(f"  {r.name}: WARNING: {flip['untranslated']} GPU pod(s) arrived untranslated without the "
+                       f"webhook seeing them (it fails open): {names}")
+    return out

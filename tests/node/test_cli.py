@@ -105,12 +105,12 @@ def test_bad_options_exit_2_with_a_clear_message(args: list[str], message: str) 
     assert message in " ".join(r.stderr.split())
 
 
-def test_a_kubelet_root_too_long_for_unix_sockets_exits_1_naming_the_path(short_tmp: Path) -> None:
+def test_a_kubelet_root_too_long_for_unix_sockets_exits_2_naming_the_path(short_tmp: Path) -> None:
     root = short_tmp / ("r" * 100)
     r = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
                         "simulated:1xL4", "--kubelet-root", str(root), "--http-address", "off"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1
+    assert r.returncode == 2  # a configuration error (bridge/cli/exits.py)
     sock = str(root / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock")
     assert f"bridge node: unix socket path {sock!r} is {len(sock)} bytes long; the limit is 107 bytes" in r.stderr
 
@@ -156,7 +156,7 @@ def test_cleanup_without_an_api_removes_our_sockets_and_cdi_specs_and_leaves_oth
     assert sorted(p.name for p in cdi.iterdir()) == ["nvidia.com-gpu.json"]
 
 
-def test_an_unusable_state_dir_exits_1_naming_the_option_and_the_path(short_tmp: Path) -> None:
+def test_an_unusable_state_dir_exits_2_naming_the_option_and_the_path(short_tmp: Path) -> None:
     blocker = short_tmp / "blocker"
     blocker.write_text("not a directory")
     state = blocker / "state"  # (the state dir being a file itself is click's exit 2: "Directory ... is a file")
@@ -164,7 +164,7 @@ def test_an_unusable_state_dir_exits_1_naming_the_option_and_the_path(short_tmp:
                         "--kubelet-root", str(short_tmp / "kl"), "--state-dir", str(state), "--http-address", "off"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60,
                        env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 2, r.stderr
     assert f"bridge node: state directory {str(state)!r} (--state-dir) cannot be used: Not a directory" in r.stderr
     assert blocker.read_text() == "not a directory"  # nothing of the user's was touched
     assert not (short_tmp / "kl" / "device-plugins").exists()  # nothing was served

@@ -39,6 +39,21 @@ def server(make_server: Callable[..., ApiServer]) -> ApiServer:
     return make_server()
 
 
+def http(srv: ApiServer, method: str, path: str, body: bytes | None = None,
+         **headers: str) -> tuple[int, Any, bytes]:
+    """One raw HTTP request to the emulator (status, headers, body), errors included: for what the official client
+    hides (media types, protobuf, Warning headers)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(srv.url + path, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers, err.read()
+
+
 def client_for(srv: ApiServer, directory: Path) -> kubernetes.client.ApiClient:
     kubeconfig = srv.write_kubeconfig(directory / f"kubeconfig-{srv.port}")
     return kubernetes.config.new_client_from_config(str(kubeconfig))

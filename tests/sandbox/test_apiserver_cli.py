@@ -49,5 +49,5 @@ def test_bad_options_and_invalid_objects_are_clear_errors(tmp_path: Path):
     assert result.exit_code == 2 and "MAJOR.MINOR.PATCH" in result.output
     (tmp_path / "bad.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n")
     result = runner.invoke(main, ["sandbox", "apiserver", "--kubeconfig-out", str(tmp_path / "k"), "--load", str(tmp_path / "bad.yaml")])
-    assert result.exit_code == 1 and "ConfigMap 'Bad_Name'" in result.output
+    assert result.exit_code == 2 and "ConfigMap 'Bad_Name'" in result.output
     assert not (tmp_path / "k").exists()

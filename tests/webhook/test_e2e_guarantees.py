@@ -194,9 +194,12 @@ def test_namespace_cli_sets_modes_and_reports_translated_legacy_and_shadow_pods(
                               "SHADOW-OK", "SHADOW-BLOCKED"]
     # legacy: the pod from before + the shadowed 2-GPU pod + the MIG pod; translated: the 4-GPU pod
     assert row.split() == ["team-s", "dra", "-", "3", "1", "0", "1", "1"]
-    assert notes == ["  team-s: 1 pod(s) would stay legacy: nvidia.com/mig-1g.10gb is a MIG slice; the bridge serves "
-                     "whole GPUs: request a MIG DeviceClass through a ResourceClaim, or keep this workload legacy "
-                     "(opt out with dra-bridge.io/translate=false)"]
+    assert notes[0] == ("  team-s: 1 pod(s) would stay legacy: nvidia.com/mig-1g.10gb is a MIG slice; the bridge "
+                        "serves whole GPUs: request a MIG DeviceClass through a ResourceClaim, or keep this workload "
+                        "legacy (opt out with dra-bridge.io/translate=false)")
+    # then the webhook's registration and the GPU pods since the flip (counted: tests/webhook/test_namespace_flip.py)
+    assert notes[1].startswith("  team-s: webhook pods.dra-bridge.io: registered, reachable, covers this namespace")
+    assert any("since the flip to dra" in n and "0 never reached the webhook" in n for n in notes), notes
     as_json = json.loads(runner.invoke(cli, ["namespace", "status", "team-s", "-o", "json", "--kubeconfig", path]).output)
     assert as_json[0]["translatedPods"] == 1 and as_json[0]["legacyGpuPods"] == 3
     assert legacy["metadata"]["name"]
@@ -206,7 +209,7 @@ def test_namespace_cli_errors_name_the_problem_and_change_nothing(kubeconfig: tu
     c, path = kubeconfig
     runner = CliRunner()
     missing = runner.invoke(cli, ["namespace", "set", "nope", "dra", "--kubeconfig", path])
-    assert missing.exit_code == 1 and "nope" in missing.output and "not found" in missing.output.lower()
+    assert missing.exit_code == 2 and "nope" in missing.output and "not found" in missing.output.lower()
     bad = runner.invoke(cli, ["namespace", "set", "team-x", "DRA", "--kubeconfig", path])
     assert bad.exit_code == 2 and "'DRA' is not one of 'legacy', 'shadow', 'dra'" in bad.output
-    assert runner.invoke(cli, ["namespace", "status", "nope", "--kubeconfig", path]).exit_code == 1
+    assert runner.invoke(cli, ["namespace", "status", "nope", "--kubeconfig", path]).exit_code == 2

@@ -3,6 +3,9 @@
 HTTP/1.1 with keep-alive, one thread per connection (watches block only their own thread). Paths follow the real
 server: `/api/v1/...`, `/apis/<group>/<version>/...`, optional `namespaces/<ns>/`, `<plural>[/<name>[/<sub>]]`,
 plus the legacy `/watch/` prefix. Every error leaves as a `Status` object with the real HTTP code.
+
+What travels on the wire is decided per request in `encoding.Wire` (negotiation, protobuf, `Table`), OpenAPI comes
+from `openapi.py` and `?fieldValidation` from `fieldvalidation.py`; this module only calls them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import discovery
+from . import discovery, fieldvalidation
+from .encoding import Wire, decode_body
+from .openapi import V2_PROTOBUF
 from .registry import ResourceType
 from .rest import Result, query_flag
 from .status import ApiError, bad_request, method_not_allowed, unknown_path
@@ -96,9 +101,13 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _send(self, code: int, obj: Obj, headers: dict[str, str] | None = None, warnings: list[str] | None = None) -> None:
-        body = json.dumps(obj, separators=(",", ":")).encode()
+        wire: Wire | None = getattr(self, "_wire", None)
+        if wire is not None:
+            body, ctype = wire.encode(code, obj)
+        else:
+            body, ctype = json.dumps(obj, separators=(",", ":")).encode(), "application/json"
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -115,8 +124,18 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _send_bytes(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
     def _dispatch(self, method: str) -> None:
         app = self.app
+        self._wire: Wire | None = None
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         try:
@@ -134,11 +153,15 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as err:  # a bug in the emulator: answer 500 like the real server, keep serving
             log.exception("internal error serving %s %s", method, self.path)
+            self._wire = None  # the answer must not depend on the code that just failed
             self._send(500, ApiError(500, "InternalError", f"an error on the server ({err!r}) has prevented the request from succeeding").status())
 
     def _handle(self, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
         app = self.app
         segs = [s for s in path.split("/") if s]
+        if method == "GET" and segs[:1] == ["openapi"]:
+            self._openapi(segs, query)
+            return
         if method == "GET":
             doc = self._static(segs)
             if doc is not None:
@@ -150,6 +173,8 @@ class Handler(BaseHTTPRequestHandler):
         route = self._route(segs)
         rest, rt = app.rest, route.rt
         ns, name, sub = route.namespace, route.name, route.subresource
+        wire = self._wire = Wire.negotiate(rt, self.headers.get("Accept"), query, app.openapi.describe)
+        wire.check()
         if method == "GET":
             if route.watch_path or query_flag(query, "watch"):
                 if name:
@@ -165,23 +190,79 @@ class Handler(BaseHTTPRequestHandler):
         if method == "POST" and not name:
             if rt.namespaced and not ns:
                 raise method_not_allowed()
-            self._result(rest.create(rt, ns, _json(raw), query, _USER))
+            body = self._body(raw)
+            warnings = self._field_warnings(rt, body, query)
+            self._result(rest.create(rt, ns, body, query, _USER), warnings)
         elif method == "POST" and sub == "binding":
-            self._result(rest.bind(rt, ns, name or "", _json(raw), query, _USER))
+            self._result(rest.bind(rt, ns, name or "", self._body(raw), query, _USER))
         elif method == "PUT" and name:
-            self._result(rest.update(rt, ns, name, _json(raw), sub, query, _USER))
+            body = self._body(raw)
+            warnings = self._field_warnings(rt, body, query)
+            self._result(rest.update(rt, ns, name, body, sub, query, _USER), warnings)
         elif method == "PATCH" and name:
             ctype = self.headers.get("Content-Type", "application/strategic-merge-patch+json")
-            self._result(rest.patch(rt, ns, name, ctype, raw, sub, query, _USER))
+            warnings = self._patch_field_warnings(rt, ctype, raw, query)
+            self._result(rest.patch(rt, ns, name, ctype, raw, sub, query, _USER), warnings)
         elif method == "DELETE" and name and not sub:
-            self._result(rest.delete(rt, ns, name, _options(raw), query))
+            self._result(rest.delete(rt, ns, name, self._options(raw), query))
         elif method == "DELETE" and not name and "deletecollection" in rt.verbs:
-            self._send(200, rest.delete_collection(rt, ns, _options(raw), query))
+            self._send(200, rest.delete_collection(rt, ns, self._options(raw), query))
         else:
             raise method_not_allowed()
 
-    def _result(self, result: Result) -> None:
-        self._send(result.code, result.obj, warnings=result.warnings)
+    def _result(self, result: Result, extra_warnings: list[str] | None = None) -> None:
+        self._send(result.code, result.obj, warnings=(extra_warnings or []) + result.warnings)
+
+    # -- request bodies, field validation, OpenAPI --------------------------------------------------------------------
+    def _body(self, raw: bytes) -> Any:
+        return decode_body(raw, self.headers.get("Content-Type"), _json)
+
+    def _options(self, raw: bytes) -> Obj:
+        if not raw.strip():
+            return {}
+        opts = self._body(raw)
+        if not isinstance(opts, dict):
+            raise bad_request("DeleteOptions must be a JSON object")
+        return {k: v for k, v in opts.items() if k not in ("apiVersion", "kind")} if "kind" in opts else opts
+
+    def _field_warnings(self, rt: ResourceType, body: Any, query: dict[str, str], *, patch: bool = False) -> list[str]:
+        docs = self.app.openapi
+        return fieldvalidation.check(docs.definitions(), docs.definition_for(rt), rt.kind, rt.group_version, body,
+                                     query, patch=patch)
+
+    def _patch_field_warnings(self, rt: ResourceType, ctype: str, raw: bytes, query: dict[str, str]) -> list[str]:
+        media = ctype.split(";")[0].strip().lower()
+        if media == "application/json-patch+json":
+            fieldvalidation.mode(query)
+            return []
+        try:
+            body = _json(raw) if raw.strip() else {}
+        except ApiError:
+            return []  # the patch itself will answer the parse error
+        return self._field_warnings(rt, body, query, patch=media != "application/apply-patch+yaml")
+
+    def _openapi(self, segs: list[str], query: dict[str, str]) -> None:
+        docs = self.app.openapi
+        accept = self.headers.get("Accept") or ""
+        if segs == ["openapi", "v2"]:
+            if V2_PROTOBUF in accept and "json" not in accept and "*/*" not in accept:
+                raise ApiError(406, "NotAcceptable", "the API emulator serves /openapi/v2 as application/json only")
+            self._send_bytes(200, docs.v2(), "application/json")
+            return
+        if segs == ["openapi", "v3"]:
+            self._send_bytes(200, docs.v3_root(), "application/json")
+            return
+        if segs[:2] == ["openapi", "v3"]:
+            found = docs.v3("/".join(segs[2:]))
+            if found is None:
+                raise unknown_path()
+            body, digest = found
+            headers = {"Etag": f'"{digest}"'}
+            if query.get("hash") == digest:
+                headers["Cache-Control"] = "public, immutable"
+            self._send_bytes(200, body, "application/json", headers)
+            return
+        raise unknown_path()
 
     def _static(self, segs: list[str]) -> Obj | str | None:
         reg = self.app.registry
@@ -235,8 +316,10 @@ class Handler(BaseHTTPRequestHandler):
     # -- watch ----------------------------------------------------------------------------------------------------
     def _watch(self, spec: WatchSpec) -> None:
         app = self.app
+        wire: Wire | None = getattr(self, "_wire", None)
+        choice = wire.watch_media() if wire is not None else None
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", Wire.watch_content_type(choice) if choice is not None else "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
@@ -246,7 +329,10 @@ class Handler(BaseHTTPRequestHandler):
             def write(event: Obj) -> None:
                 if handle.dropped.is_set():
                     raise ConnectionAbortedError("watch dropped by fault injection")
-                data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+                if wire is not None and choice is not None:
+                    data = wire.watch_event(choice, event)
+                else:
+                    data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
@@ -290,11 +376,3 @@ def _json(raw: bytes) -> Any:
         except Exception as err:
             raise bad_request(f"the body of the request is not valid JSON or YAML: {err}") from err
 
-
-def _options(raw: bytes) -> Obj:
-    if not raw.strip():
-        return {}
-    opts = _json(raw)
-    if not isinstance(opts, dict):
-        raise bad_request("DeleteOptions must be a JSON object")
-    return opts

@@ -243,6 +243,8 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
             "validatingwebhookconfiguration",
         ),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
+        # The webhook's Service endpoints (`bridge namespace status` asks whether the webhook has ready ones).
+        ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice"),
         ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",), storage_resource="events"),
     ]
     for rt in core + apps + batch + other:

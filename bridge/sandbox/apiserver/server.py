@@ -34,6 +34,7 @@ from .admission import WebhookAdmitter
 from .discovery import parse_version
 from .faults import Faults
 from .http import Handler, _Watch
+from .openapi import OpenApiDocs
 from .profiles import KubernetesProfile, profile_for
 from .registry import default_registry
 from .rest import Rest
@@ -103,6 +104,7 @@ class ApiServer:
             graceful_pod_deletion=graceful_pod_deletion, profile=self.profile,
         )
         self.faults = Faults(self._refuse, self._drop_watches)
+        self.openapi = OpenApiDocs(self.registry, self.version)
         self.stopping = threading.Event()
         self.ca_cert_path: Path | None = None
         self._tmp: Path | None = None
