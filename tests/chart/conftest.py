@@ -20,6 +20,7 @@ import pytest
 from bridge.kube import connect
 from bridge.kube.api import NAMESPACES, KubeAPI
 from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.apiserver.profiles import KubernetesProfile
 from bridge.sandbox.apiserver.registry import ResourceType
 from tests.chart import helm
 
@@ -58,9 +59,9 @@ class Cluster:
 
 @contextmanager
 def emulated_cluster(version: str = "1.34.2", resource_versions: tuple[str, ...] = ("v1", "v1beta2", "v1beta1"),
-                     crds: bool = True) -> Iterator[Cluster]:
+                     crds: bool = True, profile: KubernetesProfile | None = None) -> Iterator[Cluster]:
     with tempfile.TemporaryDirectory(prefix="br-chart-") as d, \
-            ApiServer(version=version, resource_versions=resource_versions) as srv:
+            ApiServer(version=version, resource_versions=resource_versions, profile=profile) as srv:
         if crds:
             for rt in CRD_KINDS:
                 srv.registry.add(rt)

@@ -12,6 +12,7 @@ import pytest
 import kubernetes_validate
 
 from bridge.kube.api import Resource
+from bridge.sandbox.apiserver.profiles import profile_for
 
 from tests.chart import helm
 from tests.chart.conftest import NAMESPACE, Cluster, emulated_cluster, one, remember
@@ -159,7 +160,8 @@ def test_on_1_32_the_device_class_is_v1beta1_and_every_object_is_accepted(instal
 
 def test_helm_refuses_a_cluster_older_than_the_charts_floor() -> None:
     helm.require_helm()
-    with emulated_cluster(version="1.31.5", resource_versions=("v1beta1",)) as c:
+    # The emulator plays 1.32 (its oldest release) but reports 1.31.5: Helm refuses on the reported version alone.
+    with emulated_cluster(version="1.31.5", resource_versions=("v1beta1",), profile=profile_for("1.32")) as c:
         with pytest.raises(helm.HelmFailed) as failed:
             c.install({})
     assert "chart requires kubeVersion: >=1.32.0-0 which is incompatible with Kubernetes v1.31.5" \
