@@ -26,6 +26,7 @@ from bridge.kube import EVENTS, NAMESPACES, NODES, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.apiserver import http as emulator_http
 from bridge.sandbox.kubelet import KubeletSimulator
+from bridge.sandbox.kubelet.simulator import KubeletConfig
 from bridge.webhook.app import WebhookOptions, build
 from bridge.webhook.facts import facts_from_discovery
 from bridge.webhook.metrics import WebhookMetrics
@@ -165,8 +166,10 @@ def test_the_node_daemons_requests_are_all_granted_by_its_role(installed: Any, s
         api = connect(str(base))
         api.create(NODES, {"apiVersion": "v1", "kind": "Node",
                            "metadata": {"name": NODE, "annotations": {"dra-bridge.io/dra-devices": "2"}}})
+        # The kubelet posts the Node's status (allocatable), which a legacy -> DRA move waits for.
         kubelet = KubeletSimulator(short_tmp / "kl", kube=connect(str(base)), node_name=NODE,
-                                   dra_call_timeout=20, dra_health_retry=0.2).start()
+                                   dra_call_timeout=20, dra_health_retry=0.2,
+                                   config=KubeletConfig(register_node=True, node_status_frequency=0.5)).start()
         args = ["--node-name", NODE, "--devices", "simulated:8xH100-80GB", "--kubelet-root", str(short_tmp / "kl"),
                 "--state-dir", str(short_tmp / "st"), "--cdi-root", str(short_tmp / "cdi"),
                 "--kubeconfig", str(kubeconfig_as(base, "node")), "--http-address", "off", "--split-grace", "0.3"]
