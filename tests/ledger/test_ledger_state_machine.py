@@ -32,7 +32,13 @@ Invariants after every step:
 and, whenever the world is healed for a while (`heal_and_converge`), every device whose side has no holder ends up
 where the target asks (nothing stuck in transit, nothing waiting except for a real holder).
 
-Run more: BRIDGE_LEDGER_EXAMPLES=2000 .venv/bin/python -m pytest tests/ledger/test_ledger_state_machine.py
+Random steps rarely line up the two windows where a wrong ledger strands a claim or shares a GPU, so two composite
+rules drive them on purpose (`allocated_claim_outlives_a_move`, `allocate_races_a_withdrawal`), `_converge` also
+checks that every bound claim prepares once the node is healthy unless a legacy pod really holds its GPU, and the
+test fails when a run never reached one of `RISKY_WINDOWS` (a vacuous pass proves nothing).
+
+Run more (3,000 examples took 130 s on the 2-core machine):
+BRIDGE_LEDGER_EXAMPLES=3000 .venv/bin/python -m pytest tests/ledger/test_ledger_state_machine.py -o timeout=0
 """
 
 from __future__ import annotations
@@ -43,7 +49,14 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from bridge.inventory import DeviceID, devices_from_spec
 from bridge.ledger import (
@@ -266,21 +279,39 @@ class NodeModel(RuleBasedStateMachine):
     @precondition(lambda self: self.kubelet_up and self.api_up and self.ledger is not None)
     @rule(init=st.booleans(), data=st.data())
     def legacy_pod_admitted(self, init: bool, data: st.DataObject) -> None:
-        assert self.ledger is not None
         assigned = {p.device for p in self.pods}
         if self.node_posted - len(assigned) <= 0:
             return  # the scheduler does not bind it here
         free = sorted(self.kubelet_view - assigned)
         if not free:
             return  # the kubelet rejects it: the window between a withdrawal and the next node status
-        device = data.draw(st.sampled_from(free))
+        self._admit(data.draw(st.sampled_from(free)), init)
+
+    def _admit(self, device: DeviceID, init: bool) -> bool:
+        """The kubelet's device manager hands `device` (healthy in its view, unassigned) to a new container."""
+        assert self.ledger is not None
         new, refusals, events = guard_allocate(self.ledger, [device], self.now, CFG)
         STATS["allocate " + ("refused" if refusals else "ok")] += 1
         STATS.update(f"{e.kind} at allocate" for e in events)
         if refusals:
-            return  # refused loudly; the kubelet fails the pod's admission
+            return False  # refused loudly; the kubelet fails the pod's admission
         self.apply(new)
         self.pods.append(LegacyPod(self.uid("pod"), init, device))
+        return True
+
+    @precondition(lambda self: self.kubelet_up and self.api_up and self.ledger is not None)
+    @rule(init=st.booleans(), data=st.data())
+    def allocate_races_a_withdrawal(self, init: bool, data: st.DataObject) -> None:
+        """The other window, driven on purpose: the target grows the DRA side, the daemon withdraws free devices, and
+        before ListAndWatch tells the kubelet, it admits a legacy pod on one of them. The Allocate must win (the device
+        was never offered to DRA) and the move must abort; the Node's allocatable keeps the scheduler honest."""
+        self.target = "all"
+        self.daemon_evaluates(0.0)
+        assert self.ledger is not None
+        assigned = {p.device for p in self.pods}
+        withdrawn = sorted(u for u in self.kubelet_view - assigned if self.ledger.sides[u] is Side.WITHDRAWN)
+        if withdrawn and self.node_posted - len(assigned) > 0:
+            assert self._admit(data.draw(st.sampled_from(withdrawn)), init), "an Allocate that beat the withdrawal lost"
 
     @precondition(lambda self: any(not p.recorded for p in self.pods))
     @rule()
@@ -352,8 +383,11 @@ class NodeModel(RuleBasedStateMachine):
                   and any(c.bound and not c.prepared for c in self.claims))
     @rule(data=st.data())
     def kubelet_prepares(self, data: st.DataObject) -> None:
+        self._prepare(data.draw(st.sampled_from([c for c in self.claims if c.bound and not c.prepared])))
+
+    def _prepare(self, claim: Claim) -> bool:
+        """NodePrepareResources for a bound claim; a refusal must name a real holder (or say the holders are unknown)."""
         assert self.ledger is not None
-        claim = data.draw(st.sampled_from([c for c in self.claims if c.bound and not c.prepared]))
         new, refusals, _ = guard_prepare(self.ledger, [claim.device], f"ns/{claim.uid}", claim.uid, self.legacy_facts,
                                          self.now, CFG)
         STATS["prepare " + ("refused" if refusals else "ok")] += 1
@@ -362,10 +396,42 @@ class NodeModel(RuleBasedStateMachine):
             [r] = refusals
             holders = [p for p in self.pods if p.device == claim.device and p.holds() and p.recorded]
             assert holders or "unknown" in r.message or "held" in r.message, r.message
-            return
+            if holders:
+                assert any(f"pod {p.uid}" in r.message for p in holders), f"the refusal names no holder: {r.message}"
+            return False
         assert not any(p.device == claim.device and p.holds() for p in self.pods), "prepared a device a pod holds"
         claim.prepared = True
         self.apply(new.prepare_done(claim.uid))
+        return True
+
+    @precondition(lambda self: self.api_up and self.kubelet_up and self.ledger is not None)
+    @rule(grab=st.sampled_from(["none", "before-prepare", "after-prepare"]), init=st.booleans(), data=st.data())
+    def allocated_claim_outlives_a_move(self, grab: str, init: bool, data: st.DataObject) -> None:
+        """The window this design exists for, driven on purpose (random steps rarely line it up): the scheduler
+        allocated a claim on a DRA device, but its pod is not bound yet, so the daemon cannot see the claim; the target
+        drops to 0 and the device moves to the device plugin; a legacy pod may grab it there (`before-prepare`), or
+        right after the prepare took it back while the kubelet's ListAndWatch view still shows it healthy
+        (`after-prepare`: the Allocate guard must refuse it); then the pod binds and the kubelet prepares. A free
+        device is taken back; a held one is refused naming its holder."""
+        taken = {c.device for c in self.claims}
+        available = sorted(self.server_slice - taken)
+        if not available:
+            return
+        claim = Claim(self.uid("claim"), data.draw(st.sampled_from(available)))
+        self.claims.append(claim)
+        self.target = "0"
+        for _ in range(4):
+            self.listandwatch()
+            self.post_node_status()
+            self.publish()
+            self.daemon_evaluates(6.0)
+        free = claim.device in self.kubelet_view and claim.device not in {p.device for p in self.pods}
+        if grab == "before-prepare" and free:
+            self._admit(claim.device, init)
+        claim.bound = True
+        prepared = self._prepare(claim)
+        if grab == "after-prepare" and prepared and free:
+            assert not self._admit(claim.device, init), "a device prepared for a claim was also allocated"
 
     @precondition(lambda self: self.kubelet_up and any(c.prepared for c in self.claims))
     @rule(data=st.data())
@@ -406,6 +472,10 @@ class NodeModel(RuleBasedStateMachine):
             if not led.moves and not led.cooldown and not led.pending and (
                     self.last.state != "converging" or all(w.phase == "held" for w in self.last.waiting)):
                 break
+        for claim in [c for c in self.claims if c.bound and not c.prepared]:
+            held = any(p.device == claim.device and p.holds() for p in self.pods)
+            assert self._prepare(claim) is not held, \
+                f"claim {claim.uid} on {claim.device}: " + ("prepared while held" if held else "stranded although free")
         d = self.last
         assert d is not None
         try:
@@ -440,6 +510,23 @@ class NodeModel(RuleBasedStateMachine):
                 assert self.ledger.sides[u] is not Side.LEGACY, f"{u} in the ResourceSlice and offered to the kubelet"
 
 
-NodeModel.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=60, deadline=None, database=None,
-                                       derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-TestLedgerStateMachine = NodeModel.TestCase
+SETTINGS = settings(max_examples=EXAMPLES, stateful_step_count=60, deadline=None, database=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+# The windows where a wrong ledger would strand a claim or share a GPU; a run that never reached one proves nothing
+# about it, so the test fails instead of passing vacuously.
+RISKY_WINDOWS = (
+    "reclaimed at prepare",  # a free device taken back from the device plugin for an allocated claim
+    "prepare refused",  # ... and one a legacy pod holds: refused naming it, prepared once it frees
+    "allocate refused",  # the kubelet's stale view offers a device the prepare just took back
+    "aborted at allocate",  # a legacy Allocate that beat a withdrawal wins; the move aborts
+    "finished legacy->dra",
+    "finished dra->legacy",
+)
+
+
+def test_random_interleavings_keep_one_owner_per_gpu_and_reach_every_risky_window() -> None:
+    STATS.clear()
+    run_state_machine_as_test(NodeModel, settings=SETTINGS)
+    missed = [w for w in RISKY_WINDOWS if STATS[w] == 0]
+    assert not missed, f"the run never reached {missed}; exercised: {dict(STATS)}"
