@@ -396,7 +396,7 @@ class NodeModel(RuleBasedStateMachine):
             [r] = refusals
             holders = [p for p in self.pods if p.device == claim.device and p.holds() and p.recorded]
             assert holders or "unknown" in r.message or "held" in r.message, r.message
-            if holders:
+            if holders and "unknown" not in r.message:
                 assert any(f"pod {p.uid}" in r.message for p in holders), f"the refusal names no holder: {r.message}"
             return False
         assert not any(p.device == claim.device and p.holds() for p in self.pods), "prepared a device a pod holds"
