@@ -4,7 +4,7 @@ Everything the controller knows about a node's GPUs comes through `node_view`, s
 schema is an edit of this file only.
 
 **Read:** the Node annotation `dra-bridge.io/split-status`, a JSON document the node daemon writes whenever its
-split changes (schema version 1, defined by the node daemon's ledger, bridge/ledger/status.py once it lands):
+split changes (schema version 1, defined and decoded by the node daemon's ledger, bridge/ledger/status.py):
 
     {"version": 1, "node": "gpu-node-7", "updated": "…",
      "requested": {"value": "4", "source": "annotation|label|flag|default"},
@@ -15,8 +15,10 @@ split changes (schema version 1, defined by the node daemon's ledger, bridge/led
 
 Only these fields are used; others are ignored, so the daemon may add fields without a version bump. A document
 with a newer `version` is not guessed at: the node becomes `unknown` (never changed, offers nothing) with a message
-naming both versions. A device entry may carry `"numa": <int>` (or `"group"`); free devices are then grouped by it
-for the core's whole-group preference, else the node's free devices count as one group.
+naming both versions. A device entry may carry `"numa": <int>`; free devices are then grouped by it
+for the core's whole-group preference, else the node's free devices count as one group. The document is decoded by
+the ledger's own `decode` (one schema, one parser), so a field the daemon writes wrongly is refused here the same way
+`bridge node status` and `migrate-report` refuse it.
 
 **Counts** (model.py explains them): `dra` = devices on the DRA side plus withdrawn devices in a move *to* DRA
 (moves under way land); held = devices of a side with holders, plus on the DRA side every device an allocated claim
@@ -45,28 +47,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.kvalues.versioned import load_versioned
 from bridge.controller.model import Api, Direction, Frozen, NodeView
 from bridge.controller.placement import taints_of
-from bridge.ledger import parse_split
+from bridge.ledger import Side, parse_split
+from bridge.ledger.status import STATUS_KEY, STATUS_VERSION, StatusError, decode
+from bridge.ledger.target import SPLIT_KEY
 
-STATUS_KEY = "dra-bridge.io/split-status"
-STATUS_VERSION = 1
-# The split target key: the same one the node daemon reads (bridge/dra/split.py SPLIT_KEY).
-SPLIT_KEY = "dra-bridge.io/dra-devices"
+# The daemon's keys, from the modules that define them (one schema, one parser).
 PIN_KEY = "dra-bridge.io/split-pinned"
 POOL_LABEL = "dra-bridge.io/pool"
 IN_FLIGHT = frozenset({"waiting-node-status", "waiting-slice", "waiting-scheduler", "verifying"})
 
 
-class StatusError(ValueError):
-    pass
-
-
 @dataclass(frozen=True)
 class DeviceState:
     name: str
-    side: str  # legacy | dra | withdrawn
+    side: Side
     held: bool
     group: str = ""
 
@@ -81,36 +77,19 @@ class NodeStatus:
     state: str
     message: str
     devices: tuple[DeviceState, ...]
-    moving_to: Mapping[str, str]  # device -> target side, for devices in a move under way
+    moving_to: Mapping[str, Side]  # device -> target side, for devices in a move under way
     unknown_holders: tuple[str, ...]  # devices whose side's holders the daemon cannot read
 
 
 def decode_status(text: str) -> NodeStatus:
-    doc = load_versioned(text, STATUS_KEY, STATUS_VERSION, StatusError,
-                         "upgrade the controller with the node daemons")
-    req = doc.get("requested") or {}
-    devices_doc = doc.get("devices")
-    if not isinstance(req, dict) or not isinstance(devices_doc, list):
-        raise StatusError(f"{STATUS_KEY}: requested and devices are required")
-    devices = []
-    for d in devices_doc:
-        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or d.get("side") not in (
-                "legacy", "dra", "withdrawn"):
-            raise StatusError(f"{STATUS_KEY}: bad device entry {d!r}")
-        group = d.get("numa", d.get("group", ""))
-        devices.append(DeviceState(d["name"], d["side"], bool(d.get("holders")),
-                                   "" if group is None else str(group)))
-    moving: dict[str, str] = {}
-    unknown: list[str] = []
-    for p in doc.get("pending") or ():
-        if not isinstance(p, dict) or not isinstance(p.get("device"), str):
-            raise StatusError(f"{STATUS_KEY}: bad pending entry {p!r}")
-        if p.get("phase") in IN_FLIGHT:
-            moving[p["device"]] = str(p.get("to", ""))
-        elif p.get("phase") == "unknown":
-            unknown.append(p["device"])
-    return NodeStatus(str(doc.get("node", "")), str(req.get("value", "")), str(req.get("source", "")),
-                      str(doc.get("state", "")), str(doc.get("message", "")), tuple(devices), moving, tuple(unknown))
+    """The daemon's document, read by the ledger's own decoder (`StatusError` naming what is wrong), reduced to what
+    the core needs."""
+    doc = decode(text)
+    devices = tuple(DeviceState(d.name, d.side, bool(d.holders), "" if d.numa is None else str(d.numa))
+                    for d in doc.devices)
+    moving = {p.device: p.target for p in doc.pending if p.phase in IN_FLIGHT}
+    unknown = tuple(p.device for p in doc.pending if p.phase == "unknown")
+    return NodeStatus(doc.node, doc.requested, doc.source, doc.state, doc.message, devices, moving, unknown)
 
 
 def _meta(node: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -203,15 +182,15 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
         return unknown("the Node is not Ready")
 
     total = len(status.devices)
-    by_side: dict[str, list[DeviceState]] = {"legacy": [], "dra": [], "withdrawn": []}
+    by_side: dict[Side, list[DeviceState]] = {side: [] for side in Side}
     for d in status.devices:
         by_side[d.side].append(d)
-    to_dra = [d for d in by_side["withdrawn"] if status.moving_to.get(d.name) == "dra"]
-    dra = len(by_side["dra"]) + len(to_dra)
-    dra_side_names = {d.name for d in by_side["dra"]} | {d.name for d in to_dra}
-    held_dra = {d.name for d in by_side["dra"] if d.held} | (set(allocated) & dra_side_names)
-    legacy_side = by_side["legacy"] + [d for d in by_side["withdrawn"] if d not in to_dra]
-    held_legacy = max(sum(1 for d in by_side["legacy"] if d.held), legacy_requested)
+    to_dra = [d for d in by_side[Side.WITHDRAWN] if status.moving_to.get(d.name) is Side.DRA]
+    dra = len(by_side[Side.DRA]) + len(to_dra)
+    dra_side_names = {d.name for d in by_side[Side.DRA]} | {d.name for d in to_dra}
+    held_dra = {d.name for d in by_side[Side.DRA] if d.held} | (set(allocated) & dra_side_names)
+    legacy_side = by_side[Side.LEGACY] + [d for d in by_side[Side.WITHDRAWN] if d not in to_dra]
+    held_legacy = max(sum(1 for d in by_side[Side.LEGACY] if d.held), legacy_requested)
     held_legacy = min(held_legacy, len(legacy_side))
 
     frozen: Frozen = ""
@@ -230,24 +209,24 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
         if pending is not None and len(held_dra) <= pending <= total - held_legacy:
             dra = pending
     free_devices: dict[Api, list[DeviceState]] = {
-        "dra": [d for d in by_side["dra"] if d.name not in held_dra],
-        "legacy": [d for d in by_side["legacy"] if not d.held],
+        "dra": [d for d in by_side[Side.DRA] if d.name not in held_dra],
+        "legacy": [d for d in by_side[Side.LEGACY] if not d.held],
     }
     groups = {api: _groups(devs) for api, devs in free_devices.items()}
-    directions = {status.moving_to.get(d.name) for d in by_side["withdrawn"]}
+    directions = {status.moving_to.get(d.name) for d in by_side[Side.WITHDRAWN]}
     moving: Direction | None = None
-    if directions == {"dra"}:
+    if directions == {Side.DRA}:
         moving = "to-dra"
-    elif directions == {"legacy"}:
+    elif directions == {Side.LEGACY}:
         moving = "to-legacy"
     return NodeView(name, total, dra, dra_held=len(held_dra), legacy_held=held_legacy, frozen=frozen,
                     frozen_reason=reason, groups=groups, moving=moving, **common)
 
 
 def _settling(status: NodeStatus, target: str, stray: set[str]) -> str:
-    withdrawn = [d.name for d in status.devices if d.side == "withdrawn"]
+    withdrawn = [d.name for d in status.devices if d.side is Side.WITHDRAWN]
     directions = {status.moving_to.get(d) for d in withdrawn}
-    if None in directions or "" in directions:
+    if None in directions:
         return f"withdrawn devices without a move under way ({', '.join(sorted(withdrawn))})"
     if len(directions) > 1:
         return f"moves under way in both directions ({', '.join(sorted(withdrawn))})"

@@ -76,7 +76,7 @@ def test_pin_false_does_not_pin() -> None:
 @pytest.mark.parametrize(("text", "why"), [
     (None, "no dra-bridge.io/split-status annotation"),
     ("{not json", "is not JSON"),
-    (status_doc("n1", [L], version=2), "has schema version 2; this one reads version 1 (upgrade the controller"),
+    (status_doc("n1", [L], version=2), "has schema version 2; this one reads version 1 (written by a newer dra-bridge: upgrade"),
     (status_doc("other", [L]), "describes node 'other'"),
 ])
 def test_a_node_without_a_readable_status_is_unknown(text: str | None, why: str) -> None:
@@ -109,6 +109,10 @@ def test_pool_labels_and_taints_are_read_from_the_node() -> None:
     assert node_view(node, pool_label="other").pool == ""
 
 
-def test_malformed_device_entries_are_refused_with_the_entry_named() -> None:
-    with pytest.raises(StatusError, match="bad device entry"):
-        decode_status('{"version": 1, "requested": {}, "devices": [{"name": "gpu-0", "side": "sideways"}]}')
+def test_malformed_device_entries_are_refused_with_the_field_named() -> None:
+    """The controller reads the daemon's document with the ledger's own decoder: one schema, one parser."""
+    with pytest.raises(StatusError, match=r"devices\[\]\.side: expected one of legacy, dra, withdrawn, got 'sideways'"):
+        decode_status('{"version": 1, "requested": {"value": "0", "source": "default"}, "state": "converged", '
+                      '"devices": [{"name": "gpu-0", "side": "sideways"}]}')
+    with pytest.raises(StatusError, match="requested.source"):
+        decode_status('{"version": 1, "requested": {}, "devices": []}')

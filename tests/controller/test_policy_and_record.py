@@ -102,9 +102,6 @@ def test_a_newer_decision_record_is_refused_by_version() -> None:
 
 
 def test_the_controller_writes_the_key_the_node_daemon_reads() -> None:
-    import bridge.ledger
+    from bridge.ledger.target import SPLIT_KEY as daemon_key
 
-    daemon_key = getattr(bridge.ledger, "SPLIT_KEY", None)
-    if daemon_key is None:  # until the ledger owns the key, the daemon's split module does
-        from bridge.dra.split import SPLIT_KEY as daemon_key
-    assert SPLIT_KEY == daemon_key
+    assert SPLIT_KEY == daemon_key == "dra-bridge.io/dra-devices"
