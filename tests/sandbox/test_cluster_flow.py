@@ -1,7 +1,7 @@
 """The product's story end to end on a sandbox cluster (issue 10, "What it must show"): 2 nodes x 8 GPUs with real
 `bridge node`s at split 4 serve legacy and DRA pods side by side, no GPU is held twice (PodResources and the
 claims agree), an unsatisfiable claim stays Pending with FailedScheduling, a deleted DRA pod frees its device; and on
-1.37 the extended-resource path gets a scheduler-made claim.
+1.37 legacy pods and extended-resource pods (scheduler-made claims) share a node.
 
 These need the scheduler and claim-controller stand-ins (`bridge.sandbox.scheduler`, `bridge.sandbox.claimcontroller`,
 issue 10 items 2 and 3); until they are installed the module is skipped, saying so.
@@ -114,14 +114,37 @@ def test_deleting_a_dra_pod_unprepares_and_deletes_its_claim(cluster: SandboxClu
                60, "the generated claim to be deleted with its pod")
 
 
-def test_on_1_37_a_pod_asking_for_the_device_class_extended_resource_gets_a_scheduler_made_claim() -> None:
+def test_on_1_37_legacy_pods_and_extended_resource_pods_share_a_node_and_get_scheduler_made_claims() -> None:
+    """The same story on 1.37 with the extended-resource path (KEP-5004): on a node at split 4, legacy pods fill the
+    device plugin's 4 GPUs while pods asking `deviceclass.resource.kubernetes.io/<class>` get claims the scheduler
+    makes itself, next to a pod with an ordinary claim; no GPU is held twice."""
+    ext = f"deviceclass.resource.kubernetes.io/{CLASS}"
     with SandboxCluster(spec_for_tests(1, "8xH100-80GB", version="1.37", bridge=True, split="4")) as c:
         c.wait_daemons_settled(60)
-        c.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ext", "namespace": "default"},
-                            "spec": {"containers": [{"name": "main", "image": "cuda:12", "resources": {
-                                "limits": {f"deviceclass.resource.kubernetes.io/{CLASS}": "1"}}}]}}, "default")
-        pod = c.wait_pod_phase("default", "ext", "Running", 90)
-        claim_name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
-        claim = c.api.get(c.api.resource_api().claims, claim_name, "default")
-        (result,) = claim["status"]["allocation"]["devices"]["results"]
-        assert result["driver"] == CLASS and shared(c) == {}
+        namespace(c.api, "legacy")
+        namespace(c.api, "dra")
+        for i, gpus in enumerate([2, 1, 1]):
+            c.api.create(PODS, legacy_pod(f"legacy-{i}", gpus), "legacy")
+        for i, gpus in enumerate([2, 1]):
+            c.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"ext-{i}", "namespace": "dra"},
+                                "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                                         "resources": {"limits": {ext: str(gpus)}}}]}}, "dra")
+        template(c.api, "any-gpu", None)
+        c.api.create(PODS, dra_pod("claimed", "any-gpu"), "dra")
+        for i in range(3):
+            c.wait_pod_phase("legacy", f"legacy-{i}", "Running", 90)
+        extended: dict[str, int] = {}
+        for i, gpus in enumerate([2, 1]):
+            pod = c.wait_pod_phase("dra", f"ext-{i}", "Running", 90)
+            claim_name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+            claim = c.api.get(c.api.resource_api().claims, claim_name, "dra")
+            results = claim["status"]["allocation"]["devices"]["results"]
+            assert {r["driver"] for r in results} == {CLASS}
+            extended[f"ext-{i}"] = len(results)
+        c.wait_pod_phase("dra", "claimed", "Running", 90)
+        assert extended == {"ext-0": 2, "ext-1": 1}
+        held = holders(c)
+        assert shared(c) == {}
+        legacy = {k for k, v in held.items() if any(h.startswith("legacy ") for h in v)}
+        claimed = {k for k, v in held.items() if any(h.startswith("claim ") for h in v)}
+        assert len(legacy) == 4 and len(claimed) == 4 and not legacy & claimed
