@@ -47,6 +47,13 @@ class SplitMetrics:
                             ["requested", "source", "state"], registry=r)
         self.waiting = Gauge("dra_bridge_split_waiting_devices", "GPUs not yet on the side the target asks for",
                              registry=r)
+        self.checkpoint_failures = Counter(
+            "dra_bridge_checkpoint_write_failures", "Checkpoint writes that failed (I/O error, read-only or full "
+            "state directory, lock timeout), by the change that needed them (split, allocate, prepare)",
+            ["writer"], registry=r)
+        self.checkpoint_failing = Gauge(
+            "dra_bridge_checkpoint_unwritable", "1 while a split change waits because the checkpoint cannot be "
+            "written (retried with backoff), else 0", registry=r)
         self._target_labels: tuple[str, str, str] | None = None
 
     def set_target(self, requested: str, source: str, state: str) -> None:
