@@ -66,8 +66,9 @@ from bridge.logs import setup_logging
 @click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
               help="How Allocate passes devices to the runtime, comma-separated: envvar, volume-mounts, "
                    "cdi-annotations, cdi-cri (as NVIDIA's deviceListStrategy).")
-@click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default=":8080", show_default=True,
-              help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT, or 'off'.")
+@click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default="127.0.0.1:8080", show_default=True,
+              help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT (every interface: "
+                   "what a pod's probes and Prometheus need; the chart passes it), or 'off'.")
 @click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
               help="Kubeconfig for the API server (default: KUBECONFIG, ~/.kube/config, then the in-cluster service "
                    "account, like kubectl).")

@@ -115,3 +115,92 @@ def test_device_health_metrics_follow_the_gpus_even_with_no_kubelet_connected(sh
         assert sample(text, "bridge_deviceplugin_registered", resource=RESOURCE) in (None, "0.0")
     finally:
         daemon.stop()
+
+
+# ---- hostile callers ---------------------------------------------------------------------------------------------
+
+def _half_sent(port: int) -> "socket.socket":
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
+    return s
+
+
+def test_half_sent_requests_hold_at_most_the_connection_cap_and_only_until_the_deadline() -> None:
+    import threading
+    import time
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from bridge.node.http import HealthServer
+
+    registry = CollectorRegistry()
+    deadline = 4.0
+    srv = HealthServer(("127.0.0.1", 0), registry, {"alive": lambda: None}, {}, max_connections=16,
+                       io_timeout_s=deadline)
+    srv.start()
+    threads_before = threading.active_count()
+    hostile = []
+    try:
+        started = time.monotonic()
+        hostile = [_half_sent(srv.port) for _ in range(300)]
+        opened_in = time.monotonic() - started
+        peak = threading.active_count() - threads_before
+        assert peak <= 16  # not one thread per connection
+        assert get(srv.port, "/healthz")[0] == 503  # the cap answers at once instead of queueing
+        text = generate_latest(registry).decode()
+        refused = float(next(line.split()[1] for line in text.splitlines()
+                             if line.startswith("dra_bridge_http_connections_refused_total")))
+        assert refused >= 300 - 16 * (1 + opened_in / deadline)
+        # The attackers keep their sockets open; the server cuts them at their deadline and serves again.
+        wait_until(lambda: get(srv.port, "/healthz")[0] == 200, timeout=deadline + 5, what="/healthz served again")
+        assert time.monotonic() - started < opened_in + deadline + 3.0
+        wait_until(lambda: threading.active_count() - threads_before <= 1, timeout=5, what="the threads gone")
+        assert "dra_bridge_http_connections_open 0.0" in generate_latest(registry).decode()
+    finally:
+        for s in hostile:
+            s.close()
+        srv.stop()
+
+
+def test_a_client_trickling_its_request_is_cut_at_the_deadline() -> None:
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from bridge.node.http import HealthServer
+
+    srv = HealthServer(("127.0.0.1", 0), CollectorRegistry(), {"alive": lambda: None}, {}, io_timeout_s=1.0)
+    srv.start()
+    s = _half_sent(srv.port)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 8:
+            try:
+                s.sendall(b"X")  # one byte every 0.2 s: each read succeeds well within the per-read timeout
+                if s.recv(1, __import__("socket").MSG_DONTWAIT) == b"":
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                break
+            time.sleep(0.2)
+        assert time.monotonic() - started < 1.0 + 2.0  # closed at its 1 s deadline, not kept alive by the trickle
+    finally:
+        s.close()
+        srv.stop()
+
+
+def test_the_health_endpoint_listens_on_loopback_unless_told_otherwise() -> None:
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+    from bridge.controller.app import AppOptions
+    from bridge.node.daemon import NodeConfig
+
+    assert NodeConfig(node_name="n").http_address == ("127.0.0.1", 8080)
+    assert AppOptions().http_address == ("127.0.0.1", 8080)
+    for command in ("node", "controller"):
+        text = " ".join(CliRunner().invoke(main, [command, "--help"], terminal_width=200).output.split())
+        assert "default: 127.0.0.1:8080]" in text, command
