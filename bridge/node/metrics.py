@@ -14,9 +14,9 @@ from bridge.deviceplugin.metrics import DevicePluginMetrics
 class NodeMetrics:
     def __init__(self, node_name: str, resource_name: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.info = Info("bridge_node", "The node daemon's identity", registry=self.registry)
+        self.info = Info("dra_bridge_node", "The node daemon's identity", registry=self.registry)
         self.info.info({"node": node_name, "resource": resource_name})
-        self.devices = Gauge("bridge_node_devices", "GPUs discovered at start", registry=self.registry)
+        self.devices = Gauge("dra_bridge_node_devices", "GPUs discovered at start", registry=self.registry)
         self.deviceplugin = DevicePluginMetrics(self.registry, resource_name)
 
 

@@ -33,12 +33,12 @@ def test_health_ready_and_metrics_respond(kubelet: KubeletSimulator, node_daemon
     kubelet.devices.allocate("uid-1", "main", RESOURCE, 1)
     code, text = get(port, "/metrics")
     assert code == 200
-    assert 'bridge_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
-    assert 'bridge_deviceplugin_registrations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
-    assert 'bridge_deviceplugin_registered{resource="nvidia.com/gpu"} 1.0' in text
-    health = [line for line in text.splitlines() if line.startswith("bridge_device_healthy{")]
+    assert 'dra_bridge_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
+    assert 'dra_bridge_deviceplugin_registrations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
+    assert 'dra_bridge_deviceplugin_registered{resource="nvidia.com/gpu"} 1.0' in text
+    health = [line for line in text.splitlines() if line.startswith("dra_bridge_device_healthy{")]
     assert len(health) == 8 and all(line.endswith(" 1.0") for line in health)
-    assert "bridge_deviceplugin_listandwatch_updates_total" in text
+    assert "dra_bridge_deviceplugin_listandwatch_updates_total" in text
     assert get(port, "/nope")[0] == 404
 
 
@@ -102,17 +102,17 @@ def test_device_health_metrics_follow_the_gpus_even_with_no_kubelet_connected(sh
             return next((line[len(want):] for line in text.splitlines() if line.startswith(want)), None)
 
         text = get(daemon.http.port, "/metrics")[1]
-        assert [sample(text, "bridge_device_healthy", device=g, index=str(i), resource=RESOURCE)
+        assert [sample(text, "dra_bridge_device_healthy", device=g, index=str(i), resource=RESOURCE)
                 for i, g in enumerate(gpus)] == ["1.0"] * 4
         # The DRA-side GPU is healthy, but the kubelet is told Unhealthy so no legacy pod gets it.
-        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "3.0"
+        assert sample(text, "dra_bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "3.0"
         assert source.inject_xid(gpus[2], 79)
-        wait_until(lambda: sample(get(daemon.http.port, "/metrics")[1], "bridge_device_healthy", device=gpus[2],
+        wait_until(lambda: sample(get(daemon.http.port, "/metrics")[1], "dra_bridge_device_healthy", device=gpus[2],
                                   index="2", resource=RESOURCE) == "0.0", what="the XID to reach /metrics")
         text = get(daemon.http.port, "/metrics")[1]
-        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "2.0"
-        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Unhealthy", resource=RESOURCE) == "2.0"
-        assert sample(text, "bridge_deviceplugin_registered", resource=RESOURCE) in (None, "0.0")
+        assert sample(text, "dra_bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "2.0"
+        assert sample(text, "dra_bridge_deviceplugin_advertised_devices", health="Unhealthy", resource=RESOURCE) == "2.0"
+        assert sample(text, "dra_bridge_deviceplugin_registered", resource=RESOURCE) in (None, "0.0")
     finally:
         daemon.stop()
 
