@@ -10,12 +10,15 @@ connects (the node daemon's and the controller's servers share this code):
 
 * default address `127.0.0.1:8080` (`DEFAULT_ADDRESS`): nothing off the machine reaches it unless asked for; the
   chart passes `:<port>` explicitly, because the kubelet's probes and Prometheus come in on the pod's IP;
-* at most `max_connections` (64) connections are served at once, each in its own thread; one more is answered
-  `503` at once and closed, without reading it, and counted (`dra_bridge_http_connections_refused_total`);
+* at most `max_connections` (64) connections are open at once, each served by its own thread. When a new one
+  arrives at the cap, the connection that has waited longest WITHOUT sending a complete request head is closed to
+  make room (`dra_bridge_http_connections_evicted_total`): a probe sends its request at once, so clients that
+  connect and send nothing, or half a request, can never lock the probes out; only when every open connection is
+  being answered is the new one answered `503` at once, unread (`dra_bridge_http_connections_refused_total`);
 * a connection gets `io_timeout_s` (10 s) for everything, reading the request and writing the answer: each socket
   operation times out after that, and a connection still open at its deadline is shut down by the server's loop
   (so a client trickling a byte at a time cannot keep a thread either). 300 half-sent requests therefore hold at
-  most 64 threads for at most 10 s, and `/healthz` answers again as soon as they are gone.
+  most 64 threads, for at most 10 s each, and `/healthz` keeps answering meanwhile (tests/node/test_http.py).
 """
 
 from __future__ import annotations
@@ -79,22 +82,43 @@ class _BoundedServer(ThreadingHTTPServer):
     request_queue_size = 128  # listen backlog: a burst of probes and scrapes is not refused by the kernel
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *, max_connections: int,
-                 io_timeout_s: float, refused: Callable[[], None], open_gauge: Callable[[int], None]) -> None:
+                 io_timeout_s: float, refused: Callable[[], None], evicted: Callable[[], None],
+                 open_gauge: Callable[[int], None]) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.max_connections = max_connections
         self.io_timeout_s = io_timeout_s
         self._refused = refused
+        self._evicted = evicted
         self._open_gauge = open_gauge
-        self._active: dict[Any, float] = {}  # connection socket -> deadline (monotonic)
+        # connection socket -> [deadline (monotonic), still reading its request head]; insertion order = age
+        self._active: dict[Any, list[Any]] = {}
         self._active_lock = threading.Lock()
         super().__init__(address, handler)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def request_read(self, request: Any) -> None:
+        """The handler has the whole request head: this connection is no longer a candidate for eviction."""
         with self._active_lock:
+            state = self._active.get(request)
+            if state is not None:
+                state[1] = False
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        victim = None
+        with self._active_lock:
+            if len(self._active) >= self.max_connections:
+                victim = next((sock for sock, (_, reading) in self._active.items() if reading), None)
+                if victim is not None:
+                    del self._active[victim]
             full = len(self._active) >= self.max_connections
             if not full:
-                self._active[request] = time.monotonic() + self.io_timeout_s
+                self._active[request] = [time.monotonic() + self.io_timeout_s, True]
                 self._open_gauge(len(self._active))
+        if victim is not None:
+            self._evicted()
+            try:
+                victim.shutdown(socket.SHUT_RDWR)  # its thread's blocked read returns at once and the thread ends
+            except OSError:
+                pass
         if full:
             self._refused()
             try:
@@ -130,7 +154,7 @@ class _BoundedServer(ThreadingHTTPServer):
         blocked read or write then returns at once and the thread ends)."""
         now = time.monotonic()
         with self._active_lock:
-            late = [sock for sock, deadline in self._active.items() if deadline < now]
+            late = [sock for sock, (deadline, _) in self._active.items() if deadline < now]
         for sock in late:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -146,14 +170,24 @@ class HealthServer:
         self.liveness = dict(liveness)
         self.readiness = dict(readiness)
         self.refused = Counter("dra_bridge_http_connections_refused", "Connections to the health and metrics "
-                               "endpoint answered 503 at once because the connection limit was reached",
-                               registry=registry)
+                               "endpoint answered 503 at once: the connection limit was reached and every open "
+                               "connection was being answered", registry=registry)
+        self.evicted = Counter("dra_bridge_http_connections_evicted", "Connections to the health and metrics "
+                               "endpoint closed before they sent a complete request, to make room for a new one at "
+                               "the connection limit", registry=registry)
         self.open = Gauge("dra_bridge_http_connections_open", "Connections to the health and metrics endpoint being "
                           "served now", registry=registry)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             timeout = io_timeout_s  # every socket operation (StreamRequestHandler.setup applies it)
+
+            def parse_request(self) -> bool:
+                ok = super().parse_request()  # the request line and headers have been read by now
+                server = self.server
+                if isinstance(server, _BoundedServer):
+                    server.request_read(self.connection)
+                return ok
 
             def do_GET(self) -> None:  # noqa: N802 (http.server naming)
                 path = self.path.split("?", 1)[0]
@@ -180,7 +214,8 @@ class HealthServer:
 
         try:
             self._httpd = _BoundedServer(address, Handler, max_connections=max_connections,
-                                         io_timeout_s=io_timeout_s, refused=self.refused.inc, open_gauge=self.open.set)
+                                         io_timeout_s=io_timeout_s, refused=self.refused.inc,
+                                         evicted=self.evicted.inc, open_gauge=self.open.set)
         except OSError as err:
             self._unregister()
             raise OSError(err.errno, f"cannot serve health and metrics on {address[0]}:{address[1]}: "
@@ -188,7 +223,7 @@ class HealthServer:
         self._thread: threading.Thread | None = None
 
     def _unregister(self) -> None:
-        for metric in (self.refused, self.open):
+        for metric in (self.refused, self.evicted, self.open):
             try:
                 self._registry.unregister(metric)
             except KeyError:
