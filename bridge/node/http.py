@@ -8,8 +8,9 @@ half adds its checks the same way. Responses are plain text listing each check; 
 The endpoint is for the kubelet's probes and a metrics scraper, nothing else, and must stay up whatever else
 connects (the node daemon's and the controller's servers share this code):
 
-* default address `127.0.0.1:8080` (`DEFAULT_ADDRESS`): nothing off the machine reaches it unless asked for; the
-  chart passes `:<port>` explicitly, because the kubelet's probes and Prometheus come in on the pod's IP;
+* `bridge node` and `bridge controller` listen on `127.0.0.1:8080` unless told otherwise: nothing off the machine
+  reaches it; the chart passes `:<port>` explicitly, because the kubelet's probes and Prometheus come in on the
+  pod's IP;
 * at most `max_connections` (64) connections are open at once, each served by its own thread. When a new one
   arrives at the cap, the connection that has waited longest WITHOUT sending a complete request head is closed to
   make room (`dra_bridge_http_connections_evicted_total`): a probe sends its request at once, so clients that
@@ -37,7 +38,6 @@ log = logging.getLogger("bridge.node.http")
 
 Check = Callable[[], str | None]
 
-DEFAULT_ADDRESS = "127.0.0.1:8080"
 MAX_CONNECTIONS = 64
 IO_TIMEOUT_S = 10.0
 _BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"

@@ -235,6 +235,7 @@ def run(options: WebhookOptions, stop: threading.Event | None = None) -> None:
         try:
             register(api, dict(options.register))
         except BaseException:
+            stop.set()
             server.shutdown()
             events.stop()
             raise

@@ -88,3 +88,18 @@ def test_option_mistakes_exit_2_with_a_message(tmp_path: Path, args: list[str], 
     argv = [a.format(tmp=tmp_path, cert=cert) for a in args]
     out = CliRunner().invoke(cli, ["webhook", *argv])
     assert out.exit_code == 2 and message in out.output, out.output
+
+
+def test_register_creates_the_configuration_and_then_replaces_its_webhooks(tmp_path: Path) -> None:
+    from bridge.kube import connect
+    from bridge.kube.api import MUTATING_WEBHOOKS
+    from bridge.sandbox.apiserver import ApiServer
+    from bridge.webhook.app import register
+
+    with ApiServer() as srv:
+        api = connect(str(srv.write_kubeconfig(tmp_path / "kc")))
+        register(api, registration("https://127.0.0.1:1111/mutate", b"first"))
+        register(api, registration("https://127.0.0.1:2222/mutate", b"second"))
+        [hook] = api.get(MUTATING_WEBHOOKS, "dra-bridge")["webhooks"]
+        assert hook["clientConfig"] == {"url": "https://127.0.0.1:2222/mutate",
+                                        "caBundle": base64.b64encode(b"second").decode()}
