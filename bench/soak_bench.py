@@ -1,31 +1,45 @@
-"""Soak: both kubelet APIs of a real `bridge node` under normal and hostile load, for a fixed bounded time.
+"""Soak: both kubelet APIs of a real `bridge node`, and the real `bridge webhook`, under normal and hostile load, for
+a fixed bounded time.
 
-    .venv/bin/python bench/soak_bench.py [--seconds 30] [--normal-threads 2] [--hostile-threads 2]
+    .venv/bin/python bench/soak_bench.py [--seconds 30] [--normal-threads 2] [--hostile-threads 2] [--half-sent 300]
 
 Set-up: the API emulator and the kubelet simulator (device manager, plugin watcher + DRA manager, PodResources) in
 this process; one `bridge node --dra on --dra-devices 2` subprocess with 8 simulated GPUs (gpu-0..5 legacy, gpu-6/7
-DRA) and its health endpoint on loopback. Two phases of `--seconds` each:
+DRA) and its health endpoint on loopback; one `bridge webhook` subprocess (`--self-signed`, `--client-ca-file`: only
+the "API server" certificate this bench holds may post reviews; `--max-templates-per-namespace 20`) with the
+namespace `soak` in `dra` mode. Two phases of `--seconds` each:
 
-1. quiet: only the normal callers (the baseline, same process, same daemon);
+1. quiet: only the normal callers (the baseline, same processes);
 2. hostile: the normal callers again, plus `--hostile-threads` threads cycling through every case of `HOSTILE`.
 
-Normal calls (what a kubelet and a probe do), each timed: device-plugin Allocate (1 legacy GPU) and
+Normal calls (what a kubelet, the API server and a probe do), each timed: device-plugin Allocate (1 legacy GPU) and
 GetPreferredAllocation (2 of the 6 legacy GPUs), DRA NodePrepareResources + NodeUnprepareResources of a claim
-allocated on a DRA-side GPU (one claim per normal thread), registration GetInfo, and GET /healthz.
+allocated on a DRA-side GPU (one claim per normal thread), registration GetInfo, GET /healthz, and an AdmissionReview
+of a 1-GPU pod posted with the API server's client certificate.
+
+Hostile cases beyond the kubelet APIs: `--half-sent` connections to /healthz that send half a request and hold it
+2 s (the endpoint keeps 64 open, evicting the oldest that has not sent a whole request when a new one comes, and
+cuts each at 10 s: the normal GET /healthz keeps being answered), forged AdmissionReviews without a client
+certificate (403), and reviews with the certificate but a new selector each time (a new template each: the
+namespace cap stops them).
 
 Printed: p50/p99/max per normal call and in all, for each phase, with the hostile/quiet p99 ratio; errors among the
-normal calls (should be 0); the outcome (gRPC status) counts of every hostile case; the daemon's RSS and open fds
-after the quiet phase, after the hostile phase, and once it has settled (streams closed). Nothing is asserted.
+normal calls; the outcome (gRPC status / HTTP code) counts of every hostile case; RSS, open fds and threads of both
+processes after the quiet phase, after the hostile phase, and once settled; the templates in the namespace at the
+end (at most the cap). Nothing is asserted.
 
 Adding a hostile case: write `def case(t: Targets) -> None` that makes one hostile call (an RpcError is recorded
-by its status code, anything else as an error) and add it to `HOSTILE`. The DRA hostile cases of issue 16 items 4
+by its status code, an HttpError by its text, anything else as an error) and add it to `HOSTILE`. The DRA hostile cases of issue 16 items 4
 and 7 (claims that stall the API, empty namespaces, wrong names) belong here once they exist.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
+import ssl
 import signal
 import socket
 import subprocess
@@ -57,6 +71,8 @@ from bridge.inventory.simulated import devices_from_spec  # noqa: E402
 from bridge.kube import NAMESPACES, NODES, KubeAPI, connect  # noqa: E402
 from bridge.sandbox.apiserver import ApiServer  # noqa: E402
 from bridge.sandbox.kubelet import KubeletSimulator  # noqa: E402
+from tests.webhook.pki import Pki  # noqa: E402
+from tests.webhook.pods import admission_review, container, deployment_pod  # noqa: E402
 
 NODE = "soak-node"
 DRIVER = "gpu.dra-bridge.io"
@@ -77,6 +93,45 @@ class Targets:
     dra_side: list[str]
     claims: list[dra_pb.Claim]
     healthz: str
+    webhook: Webhook
+
+
+@dataclass
+class Webhook:
+    """The webhook subprocess: its port, its serving CA, and the client certificate the "API server" presents."""
+
+    port: int
+    server_ca: Path
+    client: tuple[Path, Path]
+    counter: list[int] = field(default_factory=lambda: [0])
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def post(self, review: dict[str, Any], with_certificate: bool) -> tuple[int, dict[str, Any]]:
+        ctx = ssl.create_default_context(cafile=str(self.server_ca))
+        if with_certificate:
+            ctx.load_cert_chain(*self.client)
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=10)
+        try:
+            conn.request("POST", "/mutate", json.dumps(review).encode(), {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        finally:
+            conn.close()
+
+    def next(self) -> int:
+        with self.lock:
+            self.counter[0] += 1
+            return self.counter[0]
+
+
+def gpu_review(n_gpus: int = 1, selector: str = "") -> dict[str, Any]:
+    pod = deployment_pod(container("main", n_gpus),
+                         node_selector={"nvidia.com/gpu.product": selector} if selector else None)
+    return admission_review(pod, NS)
+
+
+class HttpError(Exception):
+    """A hostile HTTP case's outcome, recorded by its code."""
 
 
 # ---- normal calls ------------------------------------------------------------------------------------------------
@@ -98,6 +153,11 @@ def normal_calls(t: Targets, worker: int) -> list[tuple[str, Callable[[], object
             if r.status != 200:
                 raise RuntimeError(f"/healthz {r.status}")
 
+    def review() -> None:
+        code, body = t.webhook.post(gpu_review(1), with_certificate=True)
+        if code != 200 or "patch" not in body.get("response", {}):
+            raise RuntimeError(f"review {code}: {str(body)[:120]}")
+
     return [
         ("dp Allocate", lambda: t.dp.Allocate(dp_pb.AllocateRequest(container_requests=[
             dp_pb.ContainerAllocateRequest(devices_ids=[gpu])]), timeout=30)),
@@ -107,6 +167,7 @@ def normal_calls(t: Targets, worker: int) -> list[tuple[str, Callable[[], object
         ("dra Prepare+Unprepare", prepare_unprepare),
         ("reg GetInfo", lambda: t.reg.GetInfo(reg_pb.InfoRequest(), timeout=1)),  # the kubelet's 1 s deadline
         ("GET /healthz", healthz),
+        ("webhook review (API server)", review),
     ]
 
 
@@ -184,6 +245,44 @@ def raw_garbage(t: Targets) -> None:
             s.sendall(os.urandom(4096))
 
 
+def healthz_half_sent(t: Targets) -> None:
+    """`--half-sent` connections to /healthz, each sending half a request, held 2 s, then closed. Outcome: how many
+    were still open after the 2 s, how many the server had closed (evicted for newer connections) or answered 503."""
+    port = int(t.healthz.rsplit(":", 1)[1].split("/", 1)[0])
+    conns = []
+    for _ in range(HALF_SENT[0]):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        conns.append(s)
+    time.sleep(2.0)
+    outcome: Counter[str] = Counter()
+    for s in conns:
+        s.setblocking(False)
+        try:
+            data = s.recv(64)
+            outcome["503" if data.startswith(b"HTTP/1.0 503") else "closed by the server" if not data else "answered"] += 1
+        except BlockingIOError:
+            outcome["still open"] += 1
+        except OSError:
+            outcome["closed by the server"] += 1
+        s.close()
+    raise HttpError(", ".join(f"{v} {k}" for k, v in sorted(outcome.items())))
+
+
+def webhook_forged_without_certificate(t: Targets) -> None:
+    code, _ = t.webhook.post(gpu_review(1, f"FORGED-{t.webhook.next()}"), with_certificate=False)
+    raise HttpError(str(code))
+
+
+def webhook_new_template_each_review(t: Targets) -> None:
+    code, body = t.webhook.post(gpu_review(1, f"NEW-{t.webhook.next()}"), with_certificate=True)
+    translated = "patch" in body.get("response", {})
+    warned = " ".join(body.get("response", {}).get("warnings") or [])
+    raise HttpError(f"{code} " + ("translated" if translated else "capped" if "the limit" in warned else warned[:60]))
+
+
+HALF_SENT = [300]  # --half-sent
+
 HOSTILE: dict[str, Callable[[Targets], None]] = {
     "dp GetPreferredAllocation 10,000 unknown IDs, size 5,000": dp_preferred_10k_unknown,
     "dp GetPreferredAllocation listing DRA-side GPUs": dp_preferred_dra_side_listed,
@@ -195,6 +294,9 @@ HOSTILE: dict[str, Callable[[Targets], None]] = {
     "dra 10 health streams at once": dra_health_stream_flood,
     "dra NodePrepareResources of a missing claim": dra_prepare_missing_claim,
     "raw garbage bytes on all three sockets": raw_garbage,
+    "GET /healthz: --half-sent half-sent requests held 2 s": healthz_half_sent,
+    "webhook: forged review without the client certificate": webhook_forged_without_certificate,
+    "webhook: review needing a new template every time": webhook_new_template_each_review,
 }
 
 
@@ -239,6 +341,8 @@ def run_phase(t: Targets, seconds: float, normal_threads: int, hostile_threads: 
                 outcome = "OK"
             except grpc.RpcError as err:
                 outcome = err.code().name if isinstance(err, grpc.Call) else "RpcError"
+            except HttpError as err:
+                outcome = str(err)
             except Exception as err:  # noqa: BLE001 - counted, reported
                 outcome = f"{type(err).__name__}: {str(err)[:80]}"
             with rec.lock:
@@ -260,11 +364,10 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))] if s else float("nan")
 
 
-def proc_usage(pid: int) -> tuple[float, int]:
-    """(RSS in MiB, open fds) of a process, from /proc."""
-    rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                  if line.startswith("VmRSS:"))
-    return rss_kb / 1024, len(os.listdir(f"/proc/{pid}/fd"))
+def proc_usage(pid: int) -> tuple[float, int, int]:
+    """(RSS in MiB, open fds, threads) of a process, from /proc."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(status["VmRSS"].split()[0]) / 1024, len(os.listdir(f"/proc/{pid}/fd")), int(status["Threads"])
 
 
 def make_claim(api: KubeAPI, name: str, device: str) -> dict[str, Any]:
@@ -320,7 +423,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each phase (default 30)")
     ap.add_argument("--normal-threads", type=int, default=2)
     ap.add_argument("--hostile-threads", type=int, default=2)
+    ap.add_argument("--half-sent", type=int, default=300, help="connections of the half-sent /healthz case")
     args = ap.parse_args()
+    HALF_SENT[0] = args.half_sent
 
     tmp = Path(tempfile.mkdtemp(prefix="soak-", dir="/tmp"))
     root = tmp / "kl"
@@ -329,9 +434,18 @@ def main() -> None:
     kubeconfig = srv.write_kubeconfig(tmp / "kc")
     api = connect(kubeconfig)
     api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": NS, "labels": {"dra-bridge.io/mode": "dra"}}})
     kubelet = KubeletSimulator(root, kube=api, node_name=NODE).start()
     port = free_port()
+    (tmp / "clients").mkdir()
+    apiserver_ca = Pki(tmp / "clients")
+    webhook = Webhook(free_port(), tmp / "wh" / "ca.crt", apiserver_ca.issue_client("kube-apiserver-webhook-client"))
+    hook = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "webhook", "--kubeconfig", str(kubeconfig), "--port", str(webhook.port),
+         "--self-signed", str(tmp / "wh"), "--client-ca-file", str(apiserver_ca.ca_file),
+         "--max-templates-per-namespace", "20", "--namespace", "dra-bridge", "--log-level", "warning"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / "webhook.log", "w"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge", "node", "--node-name", NODE, "--devices", "simulated:8xH100-80GB",
          "--kubelet-root", str(root), "--state-dir", str(tmp / "st"), "--cdi-root", str(tmp / "cdi"),
@@ -347,6 +461,16 @@ def main() -> None:
         if proc.poll() is not None:
             raise SystemExit(f"bridge node exited: see {tmp / 'node.log'}")
         wait(lambda: kubelet.devices.resource(RESOURCE).allocatable == 6, "6 legacy GPUs allocatable at the kubelet")
+
+        def webhook_up() -> bool:
+            if hook.poll() is not None:
+                raise SystemExit(f"bridge webhook exited: see {tmp / 'webhook.log'}")
+            try:
+                return webhook.post(gpu_review(1), with_certificate=True)[0] == 200
+            except OSError:
+                return False
+
+        wait(webhook_up, "the webhook")
         stubs = {}
         for key, path in sockets.items():
             ch = grpc.insecure_channel("unix://" + path)
@@ -360,30 +484,42 @@ def main() -> None:
                     health=health_grpc.DRAResourceHealthStub(stubs["dra"]),
                     reg=reg_grpc.RegistrationStub(stubs["registration"]), sockets=sockets,
                     legacy=[g.uuid for g in gpus[:6]], dra_side=[g.uuid for g in gpus[6:]], claims=claims,
-                    healthz=f"http://127.0.0.1:{port}/healthz")
+                    healthz=f"http://127.0.0.1:{port}/healthz", webhook=webhook)
 
         print(f"soak: bridge node pid {proc.pid}, {args.seconds:g} s per phase, {args.normal_threads} normal and "
               f"{args.hostile_threads} hostile threads, {len(HOSTILE)} hostile cases")
         run_phase(t, min(3.0, args.seconds), args.normal_threads, 0)  # warm-up: pools, caches, first CDI writes
-        start_usage = proc_usage(proc.pid)
+        procs = {"bridge node": proc.pid, "bridge webhook": hook.pid}
+        usage: dict[str, dict[str, tuple[float, int, int]]] = {k: {} for k in procs}
+
+        def sample(label: str) -> None:
+            for name, pid in procs.items():
+                usage[name][label] = proc_usage(pid)
+
+        sample("after warm-up")
         quiet = report("quiet (normal calls only: the baseline)", run_phase(t, args.seconds, args.normal_threads, 0))
-        before = proc_usage(proc.pid)
+        sample("after quiet phase")
         hostile = report("hostile (normal calls + hostile cases)",
                          run_phase(t, args.seconds, args.normal_threads, args.hostile_threads))
-        after = proc_usage(proc.pid)
-        time.sleep(3)  # let cancelled streams end and pools go idle
-        settled = proc_usage(proc.pid)
+        sample("after hostile phase")
+        time.sleep(12)  # past the health endpoint's 10 s connection deadline; cancelled streams end
+        sample("settled 12 s later")
         print("\n== p99 of normal calls, hostile / quiet")
         for name in sorted(quiet):
             if name in hostile:
                 print(f"  {name:28s} {hostile[name] * 1000:8.2f} / {quiet[name] * 1000:8.2f} ms = "
                       f"{hostile[name] / quiet[name]:5.2f}x")
-        print("\n== bridge node process")
-        for label, (rss, fds) in (("after warm-up", start_usage), ("after quiet phase", before),
-                                  ("after hostile phase", after), ("settled 3 s later", settled)):
-            print(f"  {label:22s} RSS {rss:7.1f} MiB   open fds {fds:4d}")
-        print(f"  hostile phase: RSS {settled[0] - before[0]:+.1f} MiB, fds {settled[1] - before[1]:+d} (settled vs "
-              f"before)")
+        for name, samples in usage.items():
+            print(f"\n== {name} process")
+            for label, (rss, fds, threads) in samples.items():
+                print(f"  {label:22s} RSS {rss:7.1f} MiB   open fds {fds:4d}   threads {threads:4d}")
+            before, settled = samples["after quiet phase"], samples["settled 12 s later"]
+            print(f"  hostile phase: RSS {settled[0] - before[0]:+.1f} MiB, fds {settled[1] - before[1]:+d}, threads "
+                  f"{settled[2] - before[2]:+d} (settled vs before)")
+        templates = api.list(api.resource_api().claim_templates, NS)["items"]
+        print(f"\n== ResourceClaimTemplates in {NS}: {len(templates)} (cap 20)")
+        hook.send_signal(signal.SIGTERM)
+        hook.wait(60)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(60)
@@ -392,9 +528,10 @@ def main() -> None:
     finally:
         for ch in channels:
             ch.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+        for child in (proc, hook):
+            if child.poll() is None:
+                child.kill()
+                child.wait(30)
         kubelet.stop()
         api.close()
         srv.stop()

@@ -1,4 +1,4 @@
-"""Logging setup shared by every long-running component.
+r"""Logging setup shared by every long-running component.
 
 Standard `logging`, one formatter for humans (`text`) and one for log pipelines (`json`). Context such as the
 claim, pod or device is passed with `extra={...}` and shows up as key=value pairs (text) or fields (json).
@@ -8,12 +8,20 @@ claim, pod or device is passed with `extra={...}` and shows up as key=value pair
 `log.info("Allocate", extra={"devices": ...})` through an adapter carrying `{"resource": ...}` silently lost the
 device list. `ContextLogger` merges the two; the call's keys win on a clash. (Python 3.13's `merge_extra=True` does
 the same; we support 3.11.)
+
+One record is one line, whatever callers send. Messages and context values carry text from outside (device IDs in
+an `Allocate`, pod and claim names, request paths), so the text formatter escapes control characters (`\n` and
+`\r` as those two characters, others as `\xNN`, Unicode line and paragraph separators as `\u2028`/`\u2029`) and
+quotes a context value that holds a space, `"` or `=` (`pod="a b"`, inner quotes as `\"`), so nobody can forge a
+log line or a `key=value` pair; a traceback follows its record indented by two spaces, so only record lines start
+at the margin. The JSON formatter needs no such care: `json.dumps` escapes control characters itself.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Mapping, MutableMapping
@@ -29,15 +37,37 @@ def _context(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def escape(text: str) -> str:
+    """`text` on one line: control characters (and U+2028/U+2029) written as escapes."""
+    return _CONTROL.sub(_escape_char, text)
+
+
+def _value(v: object) -> str:
+    text = escape(str(v))
+    if not text or _NEEDS_QUOTES.search(text):
+        return '"' + text.replace('"', '\\"') + '"'
+    return text
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
-        line = f"{ts} {record.levelname:<5} {record.name}: {record.getMessage()}"
+        line = f"{ts} {record.levelname:<5} {record.name}: {escape(record.getMessage())}"
         ctx = _context(record)
         if ctx:
-            line += " " + " ".join(f"{k}={v}" for k, v in ctx.items())
+            line += " " + " ".join(f"{escape(str(k))}={_value(v)}" for k, v in ctx.items())
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            line += "\n" + "\n".join("  " + escape(t) for t in self.formatException(record.exc_info).splitlines())
         return line
 
 

@@ -75,8 +75,9 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               callback=_seconds, help="Time between acquire/renew attempts.")
 @click.option("--identity", show_envvar=True, envvar=_E + "IDENTITY", default="",
               help="Lease holder identity (default: POD_NAME or hostname + '_' + a random suffix).")
-@click.option("--http-address", show_envvar=True, envvar=_E + "HTTP_ADDRESS", default=":8080", show_default=True,
-              help="/healthz, /readyz and /metrics (HOST:PORT, :PORT or off).")
+@click.option("--http-address", show_envvar=True, envvar=_E + "HTTP_ADDRESS", default="127.0.0.1:8080", show_default=True,
+              help="/healthz, /readyz and /metrics: HOST:PORT, :PORT (every interface: what a pod's probes and "
+                   "Prometheus need; the chart passes it) or off.")
 @click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]),
               default="text", show_default=True)
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,

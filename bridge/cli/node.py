@@ -21,6 +21,7 @@ from pathlib import Path
 import click
 
 from bridge.cli.exits import EXIT_CONFIG, EXIT_NO, listen_error
+from bridge.inventory.catalog import model_names
 from bridge.logs import setup_logging
 
 
@@ -29,7 +30,9 @@ from bridge.logs import setup_logging
               help="This node's Kubernetes name (env BRIDGE_NODE_NAME or NODE_NAME, e.g. from the downward API). "
                    "Required to run the daemon.")
 @click.option("--devices", "devices", show_envvar=True, envvar="BRIDGE_DEVICES", default="nvml", show_default=True,
-              help="Where GPUs come from: 'nvml', 'simulated:8xH100-80GB' or 'simulated:/path/devices.yaml'.")
+              help="Where GPUs come from: 'nvml' (the node's GPUs), or simulated ones: 'simulated:8xH100-80GB', a mix "
+                   "'simulated:4xA100-40GB,2xL4' (models: " + ", ".join(model_names()) + "), or "
+                   "'simulated:/path/devices.yaml'.")
 @click.option("--ignore-xids", show_envvar=True, envvar="BRIDGE_IGNORE_XIDS", default="",
               help="XIDs that do NOT mark a GPU unhealthy, in addition to NVIDIA's defaults 13,31,43,45,68,109 "
                    "(comma-separated, e.g. '48,79'; as the NVIDIA DRA driver's additionalXidsToIgnore).")
@@ -66,8 +69,9 @@ from bridge.logs import setup_logging
 @click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
               help="How Allocate passes devices to the runtime, comma-separated: envvar, volume-mounts, "
                    "cdi-annotations, cdi-cri (as NVIDIA's deviceListStrategy).")
-@click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default=":8080", show_default=True,
-              help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT, or 'off'.")
+@click.option("--http-address", show_envvar=True, envvar="BRIDGE_HTTP_ADDRESS", default="127.0.0.1:8080", show_default=True,
+              help="Health (/healthz, /readyz) and Prometheus /metrics endpoint: HOST:PORT, :PORT (every interface: "
+                   "what a pod's probes and Prometheus need; the chart passes it), or 'off'.")
 @click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
               help="Kubeconfig for the API server (default: KUBECONFIG, ~/.kube/config, then the in-cluster service "
                    "account, like kubectl).")
@@ -80,8 +84,11 @@ from bridge.logs import setup_logging
               help="Serve the DRA kubelet-plugin API too. auto: on when an API connection is configured or the "
                    "daemon runs in a cluster, else device-plugin only (with a warning).")
 @click.option("--dra-devices", show_envvar=True, envvar="BRIDGE_DRA_DEVICES", default=None,
-              help="Cluster default split: which GPUs serve DRA ('0', 'N', 'all', 'gpu-6,gpu-7'). The Node's "
-                   "dra-bridge.io/dra-devices annotation or label overrides it. Default: 0 (all legacy).")
+              help="Cluster default split: which GPUs serve DRA, the rest serving the device plugin. '0': none; 'N' "
+                   "(a count, e.g. '2'): that many GPUs, chosen by the daemon (free ones first, NVLink/NUMA islands "
+                   "kept on one side, the highest indexes on an idle node); 'all'; or a list 'gpu-6,gpu-7' (names or "
+                   "UUIDs). Case-insensitive. The Node's dra-bridge.io/dra-devices annotation or label overrides it. "
+                   "Default: 0 (all legacy).")
 @click.option("--slice-taints", show_envvar=True, envvar="BRIDGE_SLICE_TAINTS", type=click.Choice(["auto", "on", "off"]),
               default="auto", show_default=True,
               help="Unhealthy DRA devices: NoSchedule device taint (on), removal from the slice (off), or probe "

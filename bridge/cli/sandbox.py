@@ -63,13 +63,19 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--history-limit", type=click.IntRange(1), default=1000, show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_HISTORY_LIMIT",
               help="Watch history window; resuming from an older resourceVersion answers 410 Gone.")
+@click.option("--admission-control-config-file", "admission_config", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path), show_envvar=True,
+              envvar="BRIDGE_SANDBOX_APISERVER_ADMISSION_CONTROL_CONFIG_FILE",
+              help="As kube-apiserver's: an AdmissionConfiguration whose MutatingAdmissionWebhook plugin names a "
+                   "kubeconfig with the client certificate (or token) to present to each webhook host.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_LEVEL")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_FORMAT")
 def apiserver(
     host: str, port: int, kubeconfig_out: Path, context_name: str, load_paths: tuple[Path, ...], k8s_version: str,
-    resource_versions: tuple[str, ...], tls: bool, validate: bool, history_limit: int, log_level: str, log_format: str,
+    resource_versions: tuple[str, ...], tls: bool, validate: bool, history_limit: int, admission_config: Path | None,
+    log_level: str, log_format: str,
 ) -> None:
     """Run the Kubernetes API emulator until Ctrl-C.
 
@@ -81,10 +87,15 @@ def apiserver(
     Exit codes: 0 after Ctrl-C/SIGTERM, 2 on bad options, objects to load that are invalid, or a port in use.
     """
     from bridge.sandbox.apiserver import ApiServer, LoadError
+    from bridge.sandbox.apiserver.webhookauth import AdmissionConfigError
 
     setup_logging(log_format, log_level.upper())
-    srv = ApiServer(host=host, port=port, version=k8s_version, resource_versions=resource_versions, tls=tls,
-                    validate=validate, history_limit=history_limit)
+    try:
+        srv = ApiServer(host=host, port=port, version=k8s_version, resource_versions=resource_versions, tls=tls,
+                        validate=validate, history_limit=history_limit, admission_config=admission_config)
+    except AdmissionConfigError as err:
+        click.echo(f"bridge sandbox apiserver: --admission-control-config-file: {err}", err=True)
+        sys.exit(EXIT_CONFIG)
     try:
         for path in load_paths:
             count = srv.load_dir(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 import sys
+from pathlib import Path
 
 import click
 
@@ -19,13 +20,40 @@ from bridge.logs import setup_logging
 @click.command("webhook")
 @click.option("--port", show_envvar=True, envvar="BRIDGE_WEBHOOK_PORT", type=click.IntRange(1, 65535), default=8443, show_default=True,
               help="HTTPS port for /mutate, /healthz, /readyz and /metrics.")
-@click.option("--bind-address", show_envvar=True, envvar="BRIDGE_WEBHOOK_BIND_ADDRESS", default="0.0.0.0", show_default=True,
-              help="Address to listen on.")
-@click.option("--tls-cert-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_CERT_FILE", required=True,
+@click.option("--bind-address", show_envvar=True, envvar="BRIDGE_WEBHOOK_BIND_ADDRESS", default="127.0.0.1", show_default=True,
+              help="Address to listen on. In a cluster the API server comes through the Service: the chart passes "
+                   "0.0.0.0 (and a NetworkPolicy can admit only the API server).")
+@click.option("--tls-cert-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_CERT_FILE", default=None,
               type=click.Path(exists=True, dir_okay=False),
-              help="Serving certificate (PEM); reloaded when it changes on disk (cert-manager rotation).")
-@click.option("--tls-key-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_KEY_FILE", required=True,
+              help="Serving certificate (PEM); reloaded when it changes on disk (cert-manager rotation). Required "
+                   "unless --self-signed.")
+@click.option("--tls-key-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_TLS_KEY_FILE", default=None,
               type=click.Path(exists=True, dir_okay=False), help="Private key of the serving certificate (PEM).")
+@click.option("--self-signed", "self_signed", show_envvar=True, envvar="BRIDGE_WEBHOOK_SELF_SIGNED", default=None,
+              type=click.Path(file_okay=False),
+              help="For running outside a cluster: make (or reuse) a local CA and a serving certificate for "
+                   "--self-signed-hosts in this directory and serve with them; writes ca.crt (the caBundle) and "
+                   "mutatingwebhookconfiguration.yaml (the registration for https://<first host>:<port>/mutate).")
+@click.option("--self-signed-hosts", show_envvar=True, envvar="BRIDGE_WEBHOOK_SELF_SIGNED_HOSTS",
+              default="127.0.0.1,localhost", show_default=True,
+              help="DNS names and IP addresses the --self-signed certificate is for, comma-separated; the first "
+                   "is the registration URL's host.")
+@click.option("--register", is_flag=True, show_envvar=True, envvar="BRIDGE_WEBHOOK_REGISTER", default=False,
+              help="With --self-signed: create or update the MutatingWebhookConfiguration 'dra-bridge' through the "
+                   "API once serving (needs write access to mutatingwebhookconfigurations; the chart does not use "
+                   "it).")
+@click.option("--client-ca-file", show_envvar=True, envvar="BRIDGE_WEBHOOK_CLIENT_CA_FILE", default=None,
+              type=click.Path(exists=True, dir_okay=False),
+              help="Accept AdmissionReviews only from clients with a certificate signed by this CA (the API server, "
+                   "configured with a client certificate for this webhook in its --admission-control-config-file); "
+                   "others get 403. Probes need no certificate.")
+@click.option("--client-name", "client_names", show_envvar=True, envvar="BRIDGE_WEBHOOK_CLIENT_NAMES", default="",
+              help="With --client-ca-file: accept only certificates whose subject CN or a DNS SAN is one of these "
+                   "(comma-separated). Default: any certificate the CA signed.")
+@click.option("--max-templates-per-namespace", show_envvar=True, envvar="BRIDGE_WEBHOOK_MAX_TEMPLATES_PER_NAMESPACE",
+              type=click.IntRange(1, 100_000), default=100, show_default=True,
+              help="ResourceClaimTemplates of ours (one per GPU count and selector in use) the webhook creates in a "
+                   "namespace at most; a pod that would need another is admitted untranslated with a warning.")
 @click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_WEBHOOK_KUBECONFIG", default=None,
               help="Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then in-cluster).")
 @click.option("--context", show_envvar=True, envvar="BRIDGE_WEBHOOK_CONTEXT", default=None, help="Kubeconfig context.")
@@ -48,7 +76,9 @@ from bridge.logs import setup_logging
               show_default=True)
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
-def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str, kubeconfig: str | None,
+def webhook(port: int, bind_address: str, tls_cert_file: str | None, tls_key_file: str | None,
+            self_signed: str | None, self_signed_hosts: str, register: bool, client_ca_file: str | None,
+            client_names: str, max_templates_per_namespace: int, kubeconfig: str | None,
             context: str | None, device_class: str, target: str, namespace: str, api_timeout: float,
             max_body_bytes: int, log_format: str, log_level: str) -> None:
     """Serve the mutating admission webhook (HTTPS, AdmissionReview v1).
@@ -59,21 +89,53 @@ def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str,
       shadow  the translation is recorded on each new pod (annotation), nothing else changes
       dra     new pods asking nvidia.com/gpu are translated to DRA
     A pod opts out with the annotation dra-bridge.io/translate: "false".
+
+    \b
+    On one machine (the sandbox; TLS from a local CA, registered through the API):
+      bridge webhook --kubeconfig /tmp/sandbox.kubeconfig --self-signed /tmp/webhook --register
     """
     from bridge.kube.errors import KubeError
     from bridge.webhook.app import WebhookOptions, run
+    from bridge.webhook.selfsigned import SelfSignedError, ensure_self_signed, write_registration
     from bridge.webhook.tls import server_context
 
     if len(device_class) > 63 or not device_class.replace("-", "").replace(".", "").isalnum() or device_class != device_class.lower():
         raise click.BadParameter("must be a lower-case DNS subdomain of at most 63 characters", param_hint="--device-class")
-    try:
-        server_context(tls_cert_file, tls_key_file)
-    except (OSError, ssl.SSLError) as err:
-        raise click.BadParameter(f"certificate and key do not load: {err}", param_hint="--tls-cert-file/--tls-key-file")
+    if self_signed is not None and (tls_cert_file or tls_key_file):
+        raise click.UsageError("give either --self-signed or --tls-cert-file/--tls-key-file, not both")
+    if self_signed is None and not (tls_cert_file and tls_key_file):
+        raise click.UsageError("Missing option '--tls-cert-file' and '--tls-key-file' (or --self-signed DIR to make a "
+                               "local certificate)")
+    if register and self_signed is None:
+        raise click.UsageError("--register needs --self-signed (it registers the local CA as the caBundle)")
+    names = tuple(n.strip() for n in client_names.split(",") if n.strip())
+    if names and not client_ca_file:
+        raise click.UsageError("--client-name needs --client-ca-file")
     setup_logging(log_format, log_level)
+    registration = None
+    if self_signed is not None:
+        try:
+            made = ensure_self_signed(Path(self_signed), self_signed_hosts.split(","))
+            url = f"https://{_url_host(made.hosts[0])}:{port}/mutate"
+            registration = write_registration(made, url, namespace or "dra-bridge")
+        except SelfSignedError as err:
+            raise click.BadParameter(str(err), param_hint="--self-signed/--self-signed-hosts") from err
+        tls_cert_file, tls_key_file = str(made.cert_file), str(made.key_file)
+        click.echo(f"bridge webhook: {'made' if made.generated else 'reusing'} a local CA and a certificate for "
+                   f"{', '.join(made.hosts)} in {made.directory}; caBundle {made.ca_file}; registration for {url} in "
+                   f"{made.registration_file}", err=True)
+    assert tls_cert_file is not None and tls_key_file is not None
+    try:
+        server_context(tls_cert_file, tls_key_file, client_ca_file)
+    except (OSError, ssl.SSLError) as err:
+        hint = "--tls-cert-file/--tls-key-file" + ("/--client-ca-file" if client_ca_file else "")
+        raise click.BadParameter(f"certificate and key do not load: {err}", param_hint=hint)
     options = WebhookOptions(cert_file=tls_cert_file, key_file=tls_key_file, port=port, host=bind_address,
                              kubeconfig=kubeconfig, context=context, device_class=device_class, target=target,
-                             namespace=namespace, max_body=max_body_bytes, api_timeout=api_timeout)
+                             namespace=namespace, max_body=max_body_bytes, api_timeout=api_timeout,
+                             client_ca_file=client_ca_file, client_names=names,
+                             max_templates_per_namespace=max_templates_per_namespace,
+                             register=registration if register else None)
     try:
         run(options)
     except OSError as err:
@@ -83,3 +145,7 @@ def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str,
     except KubeError as err:
         click.echo(f"bridge webhook: {err}", err=True)
         sys.exit(EXIT_CONFIG)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

@@ -65,7 +65,7 @@ class AppOptions:
     controller: ControllerOptions = field(default_factory=ControllerOptions)
     lease: LeaseOptions = field(default_factory=LeaseOptions)
     identity: str = ""
-    http_address: tuple[str, int] | None = ("0.0.0.0", 8080)
+    http_address: tuple[str, int] | None = ("127.0.0.1", 8080)
 
 
 class _AlwaysLeader:

@@ -1,20 +1,7 @@
-"""The controller's Prometheus metrics (own registry, served on /metrics). Names use the `dra_bridge_` prefix.
+"""The controller's Prometheus metrics (own registry, served on /metrics), all `dra_bridge_controller_*`.
 
-    dra_bridge_controller_pending_gpus{api}            GPUs asked by pending pods, per API (legacy | dra)
-    dra_bridge_controller_pending_pods{api}            pending GPU pods, per API
-    dra_bridge_controller_free_gpus{api}               free GPUs per side, over nodes with a readable split
-    dra_bridge_controller_nodes{state}                 nodes by state: managed | pinned | settling | unknown
-    dra_bridge_controller_blocked_pods{reason}         pending pods the last decision could not serve, per reason
-    dra_bridge_controller_blocked_total{reason}        pods that became blocked for a reason (once per pod+reason)
-    dra_bridge_controller_decisions_total              decisions taken (as leader)
-    dra_bridge_controller_decision_seconds             time of one decision: state building + the core
-    dra_bridge_controller_target_changes_total{mode}   split targets written (mode=apply) or recorded (dry-run)
-    dra_bridge_controller_moves_total{direction,mode}  GPUs those changes move (to-dra | to-legacy)
-    dra_bridge_controller_write_failures_total{reason} target writes that did not happen (conflict | error)
-    dra_bridge_controller_api_requests_total{verb}     requests the controller sent outside its watches
-    dra_bridge_controller_leader                       1 while this replica leads, else 0
-    dra_bridge_controller_policy_errors_total          policy ConfigMap documents refused
-"""
+What each one means, with its labels, is in the one table of every component's metrics: docs/metrics.md
+(tests/test_metrics_doc.py keeps the two in step)."""
 
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ from bridge.deviceplugin.state import DeviceTable
 
 
 class DeviceTableCollector(Collector):
-    """`bridge_device_healthy` (what the device source says about each GPU) and
-    `bridge_deviceplugin_advertised_devices` (how many IDs ListAndWatch reports Healthy / Unhealthy right now: the
+    """`dra_bridge_device_healthy` (what the device source says about each GPU) and
+    `dra_bridge_deviceplugin_advertised_devices` (how many IDs ListAndWatch reports Healthy / Unhealthy right now: the
     Healthy count is the kubelet's allocatable), computed from the table on every scrape."""
 
     def __init__(self, table: DeviceTable, resource_name: str) -> None:
@@ -31,14 +31,14 @@ class DeviceTableCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         _, reports = self._table.snapshot()
         health = GaugeMetricFamily(
-            "bridge_device_healthy", "1 if the GPU is healthy (device source: NVML events or simulation), else 0",
+            "dra_bridge_device_healthy", "1 if the GPU is healthy (device source: NVML events or simulation), else 0",
             labels=["resource", "device", "index"])
         by_index = {str(d.uuid): d.index for d in self._table.devices}
         for r in reports:
             health.add_metric([self._resource, r.id, str(by_index[r.id])], float(r.physically_healthy))
         yield health
         advertised = GaugeMetricFamily(
-            "bridge_deviceplugin_advertised_devices",
+            "dra_bridge_deviceplugin_advertised_devices",
             "Devices ListAndWatch reports to the kubelet, by health (Unhealthy includes GPUs on the DRA side)",
             labels=["resource", "health"])
         healthy = sum(r.healthy for r in reports)
@@ -53,32 +53,32 @@ class DevicePluginMetrics:
         self._registry = registry
         self._table_collector: DeviceTableCollector | None = None
         self.allocations = Counter(
-            "bridge_deviceplugin_allocations",
+            "dra_bridge_deviceplugin_allocations",
             "Allocate container requests by outcome (ok, refused-unknown, refused-unhealthy, refused-not-legacy, "
             "invalid)",
             ["resource", "outcome"],
             registry=registry,
         )
         self.registrations = Counter(
-            "bridge_deviceplugin_registrations",
+            "dra_bridge_deviceplugin_registrations",
             "Register calls to the kubelet by outcome (ok, error)",
             ["resource", "outcome"],
             registry=registry,
         )
         self.kubelet_restarts = Counter(
-            "bridge_deviceplugin_kubelet_restarts_seen",
+            "dra_bridge_deviceplugin_kubelet_restarts_seen",
             "Times kubelet.sock was re-created or our socket deleted (each triggers a re-registration)",
             ["resource"],
             registry=registry,
         )
         self.listandwatch_updates = Counter(
-            "bridge_deviceplugin_listandwatch_updates",
+            "dra_bridge_deviceplugin_listandwatch_updates",
             "ListAndWatch messages sent (all streams)",
             ["resource"],
             registry=registry,
         )
         self.registered = Gauge(
-            "bridge_deviceplugin_registered",
+            "dra_bridge_deviceplugin_registered",
             "1 while registered with the kubelet",
             ["resource"],
             registry=registry,
@@ -102,7 +102,7 @@ class DevicePluginMetrics:
             registry=registry,
         )
         self.adopted = Gauge(
-            "bridge_deviceplugin_adopted_devices",
+            "dra_bridge_deviceplugin_adopted_devices",
             "Devices found assigned to running containers through PodResources at start",
             ["resource"],
             registry=registry,

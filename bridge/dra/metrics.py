@@ -19,24 +19,24 @@ class DraMetrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         self.claims = Counter(
-            "bridge_dra_claim_operations", "Per-claim prepare/unprepare results", ["op", "result"], registry=r
+            "dra_bridge_dra_claim_operations", "Per-claim prepare/unprepare results", ["op", "result"], registry=r
         )
         self.refusals = Counter(
-            "bridge_dra_refusals",
+            "dra_bridge_dra_refusals",
             "Devices refused by NodePrepareResources (ownership ledger or exclusivity)",
             ["reason"],
             registry=r,
         )
         self.seconds = Histogram(
-            "bridge_dra_rpc_seconds",
+            "dra_bridge_dra_rpc_seconds",
             "NodePrepare/NodeUnprepare batch latency inside the driver",
             ["op"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 15, 45),
             registry=r,
         )
-        self.prepared = Gauge("bridge_dra_prepared_claims", "Claims currently prepared on this node", registry=r)
+        self.prepared = Gauge("dra_bridge_dra_prepared_claims", "Claims currently prepared on this node", registry=r)
         self.swept = Counter(
-            "bridge_dra_swept", "Half-finished prepares and leaked CDI specs undone at start", ["what"], registry=r
+            "dra_bridge_dra_swept", "Half-finished prepares and leaked CDI specs undone at start", ["what"], registry=r
         )
 
 
@@ -50,19 +50,19 @@ class SlicePublisherCollector:
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
-        writes = CounterMetricFamily("bridge_dra_slice_writes", "ResourceSlice writes by kind", labels=["kind"])
+        writes = CounterMetricFamily("dra_bridge_dra_slice_writes", "ResourceSlice writes by kind", labels=["kind"])
         for kind, value in (("create", s.creates), ("update", s.updates), ("delete", s.deletes)):
             writes.add_metric([kind], value)
         yield writes
-        yield CounterMetricFamily("bridge_dra_slice_reconciles", "ResourceSlice reconciles (no-ops included)",
+        yield CounterMetricFamily("dra_bridge_dra_slice_reconciles", "ResourceSlice reconciles (no-ops included)",
                                   value=s.reconciles)
-        yield CounterMetricFamily("bridge_dra_slice_noops", "Reconciles that found the server already current "
+        yield CounterMetricFamily("dra_bridge_dra_slice_noops", "Reconciles that found the server already current "
                                   "(nothing written)", value=s.noops)
-        yield CounterMetricFamily("bridge_dra_slice_failures", "Failed reconciles (API down, conflict, RBAC); "
+        yield CounterMetricFamily("dra_bridge_dra_slice_failures", "Failed reconciles (API down, conflict, RBAC); "
                                   "retried with backoff", value=s.failures)
-        yield CounterMetricFamily("bridge_dra_slice_restores", "Reconciles triggered by someone else deleting or "
+        yield CounterMetricFamily("dra_bridge_dra_slice_restores", "Reconciles triggered by someone else deleting or "
                                   "changing our slices (e.g. the kubelet's wipe)", value=s.restores)
-        yield GaugeMetricFamily("bridge_dra_slice_generation", "Pool generation last written or seen",
+        yield GaugeMetricFamily("dra_bridge_dra_slice_generation", "Pool generation last written or seen",
                                 value=self._generation())
 
 

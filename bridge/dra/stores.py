@@ -163,8 +163,13 @@ def open_checkpoint(checkpoint: Checkpoint) -> OpenedCheckpoint:
     * a file from an earlier boot: its prepared claims are void (tmpfs CDI specs are gone, the kubelet prepares
       again) and are dropped in one durable write; the ownership sides are kept (the kubelet's device assignments
       survive a reboot in its own checkpoint).
+    Temp files of writes a killed process never finished are removed first (`Checkpoint.sweep`).
     Raises CheckpointError when the file cannot be read or written at all (I/O error, lock timeout).
     """
+    swept = checkpoint.sweep()
+    if swept:
+        log.warning("removed %d temp file(s) of checkpoint writes that never finished", len(swept),
+                    extra={"files": ",".join(p.name for p in swept)})
     try:
         result = checkpoint.read()
     except CheckpointCorrupt as err:

@@ -39,21 +39,29 @@ Invariants:
   cannot fool it. What is cached for a write is what a fresh reader would parse from those bytes (`mutate`'s result
   is validated through `CheckpointData.from_dict` before anything is written, so data this module could not read back
   is refused instead of written).
-* A corrupt file (not JSON, wrong checksum, unknown version, malformed data) is never silently replaced by an
-  empty state: it is renamed to `checkpoint.json.corrupt-<UTC timestamp>` and `CheckpointCorrupt` is raised, naming
-  the reason and where the file went. The caller rebuilds from what the API and the kubelet can tell it.
+* A corrupt file (not JSON, nested too deeply to parse, wrong checksum, unknown version, malformed data, larger
+  than `MAX_FILE_BYTES`, not a regular file: a symlink, a FIFO, a device) is never silently replaced by an empty
+  state and never crashes the daemon: it is renamed to `checkpoint.json.corrupt-<UTC timestamp>` and
+  `CheckpointCorrupt` is raised, naming the reason and where the file went. The caller rebuilds from what the API
+  and the kubelet can tell it. The file is opened without following symlinks and without blocking (a FIFO would
+  otherwise hang the read), and read only up to the size limit. The newest `KEEP_CORRUPT` set-aside files are kept
+  for the operator, older ones are deleted, so a node that keeps corrupting its file cannot fill the disk.
+* `sweep()` (at start, under the lock, so no writer is mid-write) removes temp files a killed writer left behind
+  (`.checkpoint.json.tmp-*`).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from bridge.cdi.writer import atomic_write_bytes, fsync_dir
 from bridge.ledger.lock import FileLock
@@ -62,6 +70,10 @@ from bridge.ledger.state import CheckpointData
 CHECKPOINT_VERSION = 1
 CHECKPOINT_NAME = "checkpoint.json"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+# A node's checkpoint is a few KiB (sides) plus ~0.5 KiB per prepared claim: 16 MiB is thousands of times that, and
+# small enough that reading a runaway file cannot exhaust the daemon's memory.
+MAX_FILE_BYTES = 16 << 20
+KEEP_CORRUPT = 5  # set-aside corrupt files kept for the operator; older ones are deleted
 
 
 class CheckpointError(RuntimeError):
@@ -218,14 +230,59 @@ class Checkpoint:
         self._last = _Snapshot(raw, readback, boot_id)
         return readback
 
-    def _read_locked(self, current_boot: str) -> ReadResult:
+    def sweep(self) -> list[Path]:
+        """Remove temp files of writes that never finished (a process killed between creating its temp file and the
+        rename); returns what was removed. Under the lock: a live writer's temp file exists only while it holds it."""
+        removed: list[Path] = []
         try:
-            raw = self.path.read_bytes()
+            with self._lock():
+                for tmp in self.dir.glob(f".{self.path.name}.tmp-*"):
+                    try:
+                        tmp.unlink()
+                    except FileNotFoundError:
+                        continue
+                    except OSError as err:
+                        raise CheckpointError(f"cannot remove the stale temp file {tmp}: {err.strerror or err}") from err
+                    removed.append(tmp)
+        except TimeoutError as err:
+            raise CheckpointError(str(err)) from err
+        return removed
+
+    def _read_raw(self) -> bytes | None:
+        """The file's bytes; None when there is none. A file that is not a regular file or is over the size limit
+        is corrupt (moved aside): opened with O_NOFOLLOW | O_NONBLOCK, so neither a symlink to /dev/zero nor a FIFO
+        can make the daemon read forever or hang."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
-            self._last = None
-            return ReadResult(CheckpointData(), exists=False, boot_id=None, previous_boot=False)
+            return None
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                self._corrupt("a symbolic link, not a regular file")
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {err.strerror or err}") from err
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                self._corrupt("not a regular file")
+            if info.st_size > MAX_FILE_BYTES:
+                self._corrupt(f"{info.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+            chunks, total = [], 0
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > MAX_FILE_BYTES:  # grew while we read
+                    self._corrupt(f"over the {MAX_FILE_BYTES}-byte limit")
+            return b"".join(chunks)
         except OSError as err:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {err.strerror or err}") from err
+        finally:
+            os.close(fd)
+
+    def _read_locked(self, current_boot: str) -> ReadResult:
+        raw = self._read_raw()
+        if raw is None:
+            self._last = None
+            return ReadResult(CheckpointData(), exists=False, boot_id=None, previous_boot=False)
         last = self._last
         if last is None or last.raw != raw:
             self._last = None
@@ -234,6 +291,12 @@ class Checkpoint:
 
     def _parse(self, raw: bytes) -> tuple[CheckpointData, str]:
         """Verify and decode the file's bytes; a bad file is moved aside (CheckpointCorrupt)."""
+        try:
+            return self._verify(raw)
+        except RecursionError:  # JSON nested deeper than the interpreter's stack (parse, checksum or validation)
+            self._corrupt("nested too deeply to be a checkpoint")
+
+    def _verify(self, raw: bytes) -> tuple[CheckpointData, str]:
         try:
             doc = json.loads(raw)
         except ValueError as err:
@@ -256,7 +319,7 @@ class Checkpoint:
             self._corrupt(f"invalid data: {err}")
         return data, boot
 
-    def _corrupt(self, reason: str) -> Any:
+    def _corrupt(self, reason: str) -> NoReturn:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock()))
         target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
         n = 1
@@ -269,4 +332,21 @@ class Checkpoint:
         except OSError as err:
             raise CheckpointError(f"checkpoint {self.path} is corrupt ({reason}) and could not be moved aside: "
                                   f"{err.strerror or err}") from err
+        self._prune_corrupt(keep=target)
         raise CheckpointCorrupt(self.path, target, reason)
+
+    def _prune_corrupt(self, keep: Path) -> None:
+        """Delete all but the newest `KEEP_CORRUPT` set-aside files (names sort by time: `<stamp>[-n]`)."""
+        prefix = f"{self.path.name}.corrupt-"
+
+        def order(p: Path) -> tuple[str, int]:
+            stamp, _, n = p.name[len(prefix):].partition("-")
+            return stamp, int(n) if n.isdigit() else 0
+
+        found = sorted(self.dir.glob(prefix + "*"), key=order)
+        for old in found[:-KEEP_CORRUPT]:
+            if old != keep:
+                try:
+                    old.unlink()
+                except OSError:  # best effort: a file we cannot delete is the operator's to remove
+                    pass

@@ -23,12 +23,15 @@ Schema, version 1 (readers accept any version they know and refuse newer ones, n
                   "holders": ["pod a/b container c (legacy container)"]}],
      "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "held",
                   "reason": "gpu-5 held by pod ml/train-7 container init (legacy init container); will move when free"}],
-     "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}]}
+     "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}],
+     "checkpointError": {"since": "…", "message": "…"}}  only while the checkpoint cannot be written
 
 `devices[].numa` is the GPU's NUMA node, absent when unknown (`bridge controller` groups free devices by it).
 `pending[].phase` is a move phase (`waiting-node-status`, `waiting-slice`, `waiting-scheduler`, `verifying`) for a
 device in transit, or `held`, `unknown` (its side's holders cannot be read), `cooldown` (its last move timed out)
-for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`.
+for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`. `checkpointError` (optional,
+added without a version bump: older readers ignore it) says since when the daemon cannot write its checkpoint and
+why: the split it shows is the last one saved, and the change the target asks for waits (retried with backoff).
 """
 
 from __future__ import annotations
@@ -91,6 +94,12 @@ class RefusalStatus:
 
 
 @dataclass(frozen=True)
+class CheckpointErrorStatus:
+    since: str  # RFC 3339 UTC, the first failed write of this outage
+    message: str
+
+
+@dataclass(frozen=True)
 class SplitStatus:
     node: str
     updated: str
@@ -102,6 +111,7 @@ class SplitStatus:
     devices: tuple[DeviceStatus, ...] = ()
     pending: tuple[PendingStatus, ...] = ()
     refusals: tuple[RefusalStatus, ...] = field(default=())
+    checkpoint_error: CheckpointErrorStatus | None = None
 
     def counts(self) -> dict[str, int]:
         return {s.value: sum(1 for d in self.devices if d.side is s) for s in SIDES}
@@ -140,6 +150,8 @@ def _doc(s: SplitStatus, *, with_time: bool) -> dict[str, Any]:
         "refusals": [{"time": r.time, "api": r.api, "device": r.device, "message": _cut(r.message)}
                      for r in s.refusals[-MAX_REFUSALS:]],
     })
+    if s.checkpoint_error is not None:
+        doc["checkpointError"] = {"since": s.checkpoint_error.since, "message": _cut(s.checkpoint_error.message)}
     return doc
 
 
@@ -174,12 +186,15 @@ def decode(text: str) -> SplitStatus:
         refusals = tuple(RefusalStatus(str(r.get("time", "")), r["api"] if r.get("api") in REFUSAL_APIS else "split",
                                        str(r.get("device", "")), str(r.get("message", "")))
                          for r in doc.get("refusals") or [])
+        cp = doc.get("checkpointError")
+        checkpoint_error = (CheckpointErrorStatus(str(cp.get("since", "")), str(cp.get("message", "")))
+                            if isinstance(cp, dict) else None)
     except (ValueError, TypeError, AttributeError) as err:
         raise StatusError(f"{STATUS_KEY}: {err}") from err
     return SplitStatus(node=str(doc.get("node", "")), updated=str(doc.get("updated", "")),
                        requested=str(_field(req, "value", str, "status.requested")), source=source,
                        state=state, message=str(doc.get("message", "")), wanted=wanted, devices=devices,
-                       pending=pending, refusals=refusals)
+                       pending=pending, refusals=refusals, checkpoint_error=checkpoint_error)
 
 
 def status_of(node: Mapping[str, Any] | None) -> SplitStatus | None:
@@ -191,7 +206,8 @@ def status_of(node: Mapping[str, Any] | None) -> SplitStatus | None:
 
 
 def build_status(*, node: str, request: SplitRequest, decision: Decision, facts: Facts,
-                 refusals: Sequence[RefusalStatus], updated: str) -> SplitStatus:
+                 refusals: Sequence[RefusalStatus], updated: str,
+                 checkpoint_error: CheckpointErrorStatus | None = None) -> SplitStatus:
     """The status document for one evaluation (pure)."""
     led = decision.ledger
     devices = []
@@ -214,7 +230,7 @@ def build_status(*, node: str, request: SplitRequest, decision: Decision, facts:
             message += f"; the target puts {decision.wanted} on DRA"
     return SplitStatus(node=node, updated=updated, requested=request.text, source=request.source,
                        state=decision.state, message=message, wanted=decision.wanted, devices=tuple(devices),
-                       pending=tuple(pending), refusals=tuple(refusals))
+                       pending=tuple(pending), refusals=tuple(refusals), checkpoint_error=checkpoint_error)
 
 
 def summary_counts(devices: Sequence[DeviceStatus]) -> str:
@@ -224,6 +240,7 @@ def summary_counts(devices: Sequence[DeviceStatus]) -> str:
 
 
 __all__ = [
+    "CheckpointErrorStatus",
     "DeviceStatus",
     "PendingStatus",
     "RefusalStatus",

@@ -53,7 +53,7 @@ class NodeConfig:
     state_dir: Path = Path("/var/lib/dra-bridge")
     resource_name: str = "nvidia.com/gpu"
     device_list_strategy: frozenset[str] = frozenset({ENVVAR})
-    http_address: tuple[str, int] | None = ("0.0.0.0", 8080)
+    http_address: tuple[str, int] | None = ("127.0.0.1", 8080)
     plugin_poll_interval_s: float = 0.1
     adopt_timeout_s: float = 10.0
     # None: `dra-bridge-<resource>.sock`; a rolling update gives each instance its own (pod UID in the name)

@@ -14,9 +14,9 @@ from bridge.deviceplugin.metrics import DevicePluginMetrics
 class NodeMetrics:
     def __init__(self, node_name: str, resource_name: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.info = Info("bridge_node", "The node daemon's identity", registry=self.registry)
+        self.info = Info("dra_bridge_node", "The node daemon's identity", registry=self.registry)
         self.info.info({"node": node_name, "resource": resource_name})
-        self.devices = Gauge("bridge_node_devices", "GPUs discovered at start", registry=self.registry)
+        self.devices = Gauge("dra_bridge_node_devices", "GPUs discovered at start", registry=self.registry)
         self.deviceplugin = DevicePluginMetrics(self.registry, resource_name)
 
 
@@ -47,6 +47,13 @@ class SplitMetrics:
                             ["requested", "source", "state"], registry=r)
         self.waiting = Gauge("dra_bridge_split_waiting_devices", "GPUs not yet on the side the target asks for",
                              registry=r)
+        self.checkpoint_failures = Counter(
+            "dra_bridge_checkpoint_write_failures", "Checkpoint writes that failed (I/O error, read-only or full "
+            "state directory, lock timeout), by the change that needed them (split, allocate, prepare)",
+            ["writer"], registry=r)
+        self.checkpoint_failing = Gauge(
+            "dra_bridge_checkpoint_unwritable", "1 while a split change waits because the checkpoint cannot be "
+            "written (retried with backoff), else 0", registry=r)
         self._target_labels: tuple[str, str, str] | None = None
 
     def set_target(self, requested: str, source: str, state: str) -> None:

@@ -19,6 +19,13 @@ This class feeds them and carries them out:
   metrics, Kubernetes Events on the Node (a refused target, a move finished or aborted, a device taken back for a
   claim, and why a device has not moved yet, once per distinct reason), and the split-status annotation
   (`bridge.ledger.status`), written only when its content changes.
+* **A checkpoint that cannot be written** (read-only or full state directory, I/O error, lock timeout) loses
+  nothing: the change is not applied (no API hears of sides the checkpoint does not record), the evaluation is
+  retried after `checkpoint_retry_s`, doubling up to `checkpoint_retry_max_s`, until a write succeeds; meanwhile
+  the failure is an ERROR log line and a Warning Event `DRACheckpointWriteFailed` per distinct error,
+  `dra_bridge_checkpoint_write_failures_total` / `dra_bridge_checkpoint_unwritable`, and `checkpointError` in the
+  split-status annotation (`bridge node status` shows it). The first successful write logs and records
+  `DRACheckpointWriteRecovered`.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from bridge.ledger.ledger import (
 )
 from bridge.ledger.moves import Phase
 from bridge.ledger.sides import Side
-from bridge.ledger.status import STATUS_KEY, RefusalStatus, SplitStatus, build_status
+from bridge.ledger.status import STATUS_KEY, CheckpointErrorStatus, RefusalStatus, SplitStatus, build_status
 from bridge.ledger.target import SplitError, SplitRequest, SplitTarget, parse_split, requested_split
 from bridge.node.metrics import SplitMetrics
 
@@ -79,6 +86,9 @@ class SplitConfig:
     # and the kubelet checkpoint have no watch, and a pod's status can reach us before PodResources drops it.
     held_poll_s: float = 5.0
     status_interval_s: float = 1.0  # at most one status annotation write per this
+    # A split change whose checkpoint write failed is retried after this, doubling per failure up to the max.
+    checkpoint_retry_s: float = 1.0
+    checkpoint_retry_max_s: float = 30.0
 
 
 def _now_rfc3339(wall: float) -> str:
@@ -131,6 +141,10 @@ class SplitController:
         self._status_error = ""
         self._status_dirty = False
         self._eval_lock = threading.Lock()  # one evaluation at a time (the guards take only `_lock`)
+        self._save_error: CheckpointErrorStatus | None = None  # set while split changes cannot be saved
+        self._save_failures = 0  # consecutive failed split writes (the backoff's exponent)
+        self._save_retry_at: float | None = None
+        self._told_save_error = ""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -185,6 +199,7 @@ class SplitController:
                 try:
                     self._commit(new)
                 except CheckpointError as err:  # the restart's verify finds the holder through PodResources
+                    self.metrics.checkpoint_failures.labels("allocate").inc()
                     log.error("could not record an aborted move in the checkpoint: %s", err,
                               extra={"node": self.node_name})
             self._ledger = new
@@ -210,6 +225,7 @@ class SplitController:
                 try:
                     self._commit(new)
                 except CheckpointError as err:
+                    self.metrics.checkpoint_failures.labels("prepare").inc()
                     return [Refusal(e.device, e.name, Side.LEGACY, f"could not record taking {e.name} back for "
                                     f"ResourceClaim {claim} in the checkpoint: {err}; retried") for e in events]
             self._ledger = new
@@ -262,12 +278,15 @@ class SplitController:
             before = self._ledger
             decision = reconcile(before, target, facts, self._observations(), self.cfg)
             changed = decision.ledger.sides != before.sides or decision.ledger.stored_moves() != before.stored_moves()
+            saved: bool | None = None  # None: nothing to save
+            failure = ""
             if changed:
                 try:
                     self._commit(decision.ledger, request.text)
+                    saved = True
                 except CheckpointError as err:
-                    log.error("DRA split not applied: the checkpoint could not be written: %s", err,
-                              extra={"node": self.node_name})
+                    saved = False
+                    failure = str(err)
                     decision = replace(decision, ledger=before, events=())
                     changed = False
             self._ledger = decision.ledger
@@ -277,9 +296,50 @@ class SplitController:
             queued, self._queued = self._queued, []
         if changed:
             self._notify()
+        if saved is False:
+            self._save_failed(failure)
+        elif self._save_error is not None:
+            self._save_recovered(saved is True)
         self._report(request, decision, queued)
         self._write_status(request, decision, facts)
         return decision
+
+    def _save_failed(self, error: str) -> None:
+        """A split change could not be written: keep the old sides, retry with backoff, tell people."""
+        cfg = self.config
+        self._save_failures += 1
+        delay = min(cfg.checkpoint_retry_s * 2 ** (self._save_failures - 1), cfg.checkpoint_retry_max_s)
+        self._save_retry_at = self._clock() + delay
+        if self._save_error is None:
+            self._save_error = CheckpointErrorStatus(_now_rfc3339(self._wall()), error)
+        elif self._save_error.message != error:
+            self._save_error = replace(self._save_error, message=error)
+        self.metrics.checkpoint_failures.labels("split").inc()
+        self.metrics.checkpoint_failing.set(1)
+        if error != self._told_save_error:
+            self._told_save_error = error
+            message = (f"DRA split change not applied: the checkpoint could not be written ({error}); the current "
+                       f"sides stay and the change is retried (next in {delay:g} s, backing off to "
+                       f"{cfg.checkpoint_retry_max_s:g} s)")
+            log.error("%s", message, extra={"node": self.node_name, "failures": self._save_failures})
+            self._event("DRACheckpointWriteFailed", message, "Warning")
+        else:
+            log.debug("checkpoint still not writable (%d failures); next retry in %g s", self._save_failures, delay,
+                      extra={"node": self.node_name})
+
+    def _save_recovered(self, written: bool) -> None:
+        """The waiting change was written (`written`), or no change waits any more (the target went back)."""
+        since = self._save_error.since if self._save_error is not None else "?"
+        if written:
+            message = (f"the checkpoint is writable again (it failed {self._save_failures} time(s) since {since}); "
+                       "the waiting split change is applied")
+            log.info("%s", message, extra={"node": self.node_name})
+            self._event("DRACheckpointWriteRecovered", message, "Normal")
+        else:
+            log.info("no split change waits for the checkpoint any more (the target asks for the saved split)",
+                     extra={"node": self.node_name})
+        self._save_error, self._save_failures, self._save_retry_at, self._told_save_error = None, 0, None, ""
+        self.metrics.checkpoint_failing.set(0)
 
     def _observations(self) -> Observations:
         live = self._informer.healthy if self._informer is not None else self._node_obj is not None
@@ -382,7 +442,7 @@ class SplitController:
         with self._lock:
             refusals = tuple(self._refusals)
         built = build_status(node=self.node_name, request=request, decision=d, facts=facts, refusals=refusals,
-                             updated=_now_rfc3339(self._wall()))
+                             updated=_now_rfc3339(self._wall()), checkpoint_error=self._save_error)
         self._status_dirty = False
         if built.same_content(self._status):
             return
@@ -494,6 +554,8 @@ class SplitController:
         due += list(led.cooldown.values()) + [p.expires for p in led.pending]
         if d.state != "converged":
             due.append(now + self.config.resync_s)
+        if self._save_retry_at is not None:
+            due.append(self._save_retry_at)
         if any(w.phase in ("held", "unknown") for w in d.waiting):
             due.append(now + self.config.held_poll_s)
         if self._status is None or self._status_error or self._status_dirty:

@@ -60,6 +60,9 @@ def render_table(v: NodeSplitView) -> str:
         lines.append(f"note: the daemon last evaluated {s.requested!r}; it has not written a status for the current "
                      "request yet (or is not running)")
     lines.append(f"state: {s.state} — {s.message} (updated {s.updated})")
+    if s.checkpoint_error is not None:
+        lines.append(f"error: the checkpoint cannot be written since {s.checkpoint_error.since}: "
+                     f"{s.checkpoint_error.message}; the split shown is the last one saved, changes wait (retried)")
     rows = [["DEVICE", "SIDE", "UUID", "HOLDERS"]]
     rows += [[d.name, d.side.value, d.uuid, "; ".join(d.holders) or "-"] for d in s.devices]
     lines += ["", *_table(rows)]

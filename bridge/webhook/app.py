@@ -23,15 +23,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bridge.kube.api import KubeAPI
-from bridge.webhook.effects import MISS, EventRecorder, NamespaceCache, Peek, TemplateEnsurer
+from bridge.kube.api import MUTATING_WEBHOOKS, KubeAPI
+from bridge.kube.errors import AlreadyExists
+from bridge.webhook.effects import (
+    DEFAULT_MAX_TEMPLATES_PER_NAMESPACE,
+    MISS,
+    EventRecorder,
+    NamespaceCache,
+    Peek,
+    TemplateEnsurer,
+)
 from bridge.webhook.facts import DEFAULT_DEVICE_CLASS, ClusterFacts, facts_from_discovery
 from bridge.webhook.memo import ReviewMemo, encode
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.policy import SYSTEM_NAMESPACES, PolicyConfig
 from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, allow, review
 from bridge.webhook.server import MAX_BODY, Deferred, Reply, WebhookServer
-from bridge.webhook.tls import ReloadingContext
+from bridge.webhook.tls import ClientAuth, ReloadingContext
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,7 @@ class WebhookOptions:
     cert_file: str
     key_file: str
     port: int = 8443
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"  # the chart passes 0.0.0.0: the API server comes in through the Service
     kubeconfig: str | None = None
     context: str | None = None
     device_class: str = DEFAULT_DEVICE_CLASS
@@ -51,6 +59,10 @@ class WebhookOptions:
     namespace: str = ""  # the webhook's own namespace (never mutated)
     max_body: int = MAX_BODY
     api_timeout: float = 3.0  # one API call on the admission path (namespace GET, template create)
+    client_ca_file: str | None = None  # verify client certificates: only the API server may POST reviews
+    client_names: tuple[str, ...] = ()  # ... and only with one of these CNs / DNS SANs (empty: any the CA signed)
+    max_templates_per_namespace: int = DEFAULT_MAX_TEMPLATES_PER_NAMESPACE
+    register: Mapping[str, Any] | None = None  # a MutatingWebhookConfiguration to create/update once serving
 
 
 class _NeedsIO(Exception):
@@ -164,13 +176,16 @@ def build(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: W
           ready: Callable[[], tuple[bool, str]] | None = None) -> tuple[WebhookServer, NamespaceCache, EventRecorder]:
     """Everything wired but not started (tests start the pieces themselves)."""
     cache = NamespaceCache(api, metrics)
-    templates = TemplateEnsurer(api, metrics)
+    templates = TemplateEnsurer(api, metrics, max_per_namespace=options.max_templates_per_namespace)
     events = EventRecorder(api, metrics)
     policy = PolicyConfig(own_namespace=own_namespace(options.namespace), excluded_namespaces=SYSTEM_NAMESPACES)
     admitter = Admitter(ReviewConfig(policy, facts, options.target), cache.labels, templates, events, metrics,
                         peek_labels=cache.peek)
     tls = ReloadingContext(options.cert_file, options.key_file,
-                           on_reload=lambda r: metrics.tls_reloads.labels(r).inc())
+                           on_reload=lambda r: metrics.tls_reloads.labels(r).inc(),
+                           client_ca_file=options.client_ca_file)
+    client_auth = (ClientAuth.of(options.client_ca_file, options.client_names)
+                   if options.client_ca_file else None)
 
     def default_ready() -> tuple[bool, str]:
         return (True, "") if cache.synced else (False, "namespace cache not synced")
@@ -178,8 +193,23 @@ def build(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: W
     # /mutate runs on the event loop: handle_inline never blocks and hands cache misses to the pool itself
     server = WebhookServer({"/mutate": admitter.handle_inline}, tls, host=options.host, port=options.port,
                            metrics=metrics, ready=ready or default_ready, max_body=options.max_body,
-                           inline=["/mutate"])
+                           inline=["/mutate"], client_auth=client_auth)
     return server, cache, events
+
+
+def register(api: KubeAPI, config: dict[str, Any]) -> None:
+    """Create the MutatingWebhookConfiguration, or replace the webhooks of the one of that name (`--register`).
+    Raises KubeError (the CLI exits 2)."""
+    name = config["metadata"]["name"]
+    try:
+        api.create(MUTATING_WEBHOOKS, config)
+        log.info("registered the webhook", extra={"configuration": name})
+        return
+    except AlreadyExists:
+        pass
+    current = api.get(MUTATING_WEBHOOKS, name)
+    api.update(MUTATING_WEBHOOKS, {**current, "webhooks": config["webhooks"]})
+    log.info("updated the webhook registration", extra={"configuration": name})
 
 
 def run(options: WebhookOptions, stop: threading.Event | None = None) -> None:
@@ -199,7 +229,16 @@ def run(options: WebhookOptions, stop: threading.Event | None = None) -> None:
     cache.start(stop)
     events.start()
     server.start()
-    log.info("webhook serving", extra={"port": server.port, "pid": os.getpid()})
+    log.info("webhook serving", extra={"port": server.port, "pid": os.getpid(), "address": options.host,
+                                       "client_ca": options.client_ca_file or "-"})
+    if options.register is not None:
+        try:
+            register(api, dict(options.register))
+        except BaseException:
+            stop.set()
+            server.shutdown()
+            events.stop()
+            raise
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

@@ -8,7 +8,15 @@
   controller never waits on a missing template. Create-if-absent: AlreadyExists is success. Names seen recently
   are remembered (TTL) so the hot path makes no API call; a failure is returned to the caller, which then admits
   the pod untranslated rather than admitting a pod that cannot start. `ensure_cached` is the non-blocking half:
-  it succeeds only when every template was ensured within the TTL.
+  it succeeds only when every template was ensured within the TTL. **Bounded**: at most `max_per_namespace`
+  templates of ours (label `app.kubernetes.io/managed-by=dra-bridge`) per namespace. Before creating a template
+  it has not seen, the ensurer lists ours in that namespace (cached for the TTL, counted up by its own creates);
+  an existing name is fine, a new one beyond the limit is refused (`result="capped"`), and the pod is admitted
+  untranslated with a warning. Legitimate pods need one template per distinct (GPU count, selector) pair in a
+  namespace, a handful; the cap stops a caller who can reach the webhook (forged AdmissionReviews, with no client
+  certificate check) from creating templates without limit. Only namespaces in `dra` mode get templates at all,
+  so the total is bounded by (dra namespaces x cap); with two replicas each counts its own creates between lists,
+  so a burst can overshoot by at most what the other replica created within one TTL.
 * `EventRecorder`: Events about untranslatable pods go through a bounded queue drained by one thread: they never
   add latency to admission, and under a flood they are dropped (counted), never block. `submit` only enqueues (the
   Event object is built on the recorder's thread), so it is safe on the server's event loop.
@@ -29,12 +37,12 @@ import enum
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from bridge.kube.api import EVENTS, NAMESPACES, KubeAPI, ResourceAPI, WatchEvent
+from bridge.kube.api import EVENTS, NAMESPACES, KubeAPI, Resource, ResourceAPI, WatchEvent
 from bridge.kube.errors import AlreadyExists, KubeError, NotFound
 from bridge.kube.events import build_event
 from bridge.kube.watch import Informer
 from bridge.webhook.metrics import WebhookMetrics
-from bridge.webhook.policy import MODE_LABEL
+from bridge.webhook.policy import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MODE_LABEL
 from bridge.webhook.review import EventSpec
 
 log = logging.getLogger(__name__)
@@ -104,14 +112,22 @@ class NamespaceCache:
         return labels
 
 
+DEFAULT_MAX_TEMPLATES_PER_NAMESPACE = 100
+
+
 class TemplateEnsurer:
     def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None, ttl: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_per_namespace: int = DEFAULT_MAX_TEMPLATES_PER_NAMESPACE) -> None:
+        if max_per_namespace < 1:
+            raise ValueError("max_per_namespace must be >= 1")
         self._api = api
         self._metrics = metrics
         self._ttl = ttl
         self._clock = clock
+        self.max_per_namespace = max_per_namespace
         self._seen: dict[tuple[str, str, str], float] = {}
+        self._ours: dict[tuple[str, str], tuple[float, set[str]]] = {}  # (version, ns) -> (listed at, names)
         self._lock = threading.Lock()
 
     def _count(self, result: str) -> None:
@@ -142,19 +158,56 @@ class TemplateEnsurer:
                 self._count("cached")
                 continue
             res = ResourceAPI(t["apiVersion"].split("/", 1)[1]).claim_templates
-            try:
-                self._api.create(res, t, meta["namespace"])
-                self._count("created")
-                log.info("created ResourceClaimTemplate", extra={"namespace": meta["namespace"], "template": meta["name"]})
-            except AlreadyExists:
+            room, why = self._room(res, meta["namespace"], meta["name"])
+            if room == "exists":
                 self._count("exists")
-            except KubeError as err:
-                self._count("failed")
-                errors.append(f"ResourceClaimTemplate {meta['namespace']}/{meta['name']}: {err.message}")
+            elif room != "ok":
+                self._count(room)
+                errors.append(why)
                 continue
+            else:
+                try:
+                    self._api.create(res, t, meta["namespace"])
+                    self._count("created")
+                    log.info("created ResourceClaimTemplate", extra={"namespace": meta["namespace"],
+                                                                     "template": meta["name"]})
+                except AlreadyExists:
+                    self._count("exists")
+                except KubeError as err:
+                    self._count("failed")
+                    errors.append(f"ResourceClaimTemplate {meta['namespace']}/{meta['name']}: {err.message}")
+                    continue
+                with self._lock:
+                    listed = self._ours.get((res.version, meta["namespace"]))
+                    if listed is not None:
+                        listed[1].add(meta["name"])
             with self._lock:
                 self._seen[key] = now
         return errors
+
+    def _room(self, res: Resource, namespace: str, name: str) -> tuple[str, str]:
+        """(`ok`, "") below the cap: create; (`exists`, "") one of ours has this name; (`capped` or `failed`, why)."""
+        key = (res.version, namespace)
+        now = self._clock()
+        with self._lock:
+            listed = self._ours.get(key)
+        if listed is None or listed[0] <= now - self._ttl:
+            try:
+                items = self._api.list(res, namespace, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")["items"]
+            except KubeError as err:
+                return "failed", (f"ResourceClaimTemplate {namespace}/{name}: cannot count the templates of ours in "
+                                  f"the namespace (list): {err.message}")
+            listed = (now, {str((i.get("metadata") or {}).get("name", "")) for i in items})
+            with self._lock:
+                self._ours[key] = listed
+        names = listed[1]
+        if name in names:
+            return "exists", ""
+        if len(names) >= self.max_per_namespace:
+            return "capped", (f"namespace {namespace} already has {len(names)} ResourceClaimTemplates made by "
+                              f"dra-bridge, the limit (--max-templates-per-namespace {self.max_per_namespace}); "
+                              f"not creating {name}")
+        return "ok", ""
 
 
 def _key(template: Mapping[str, Any]) -> tuple[str, str, str]:

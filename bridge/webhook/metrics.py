@@ -24,7 +24,8 @@ class WebhookMetrics:
         self.http = Counter("dra_bridge_webhook_http_requests", "HTTP requests by path and status code.",
                             ["path", "code"], registry=r)
         self.templates = Counter("dra_bridge_webhook_template_ensures", "ResourceClaimTemplate ensure calls by "
-                                 "result (created, exists, cached, failed).", ["result"], registry=r)
+                                 "result (created, exists, cached, failed, capped: the namespace already has "
+                                 "--max-templates-per-namespace of ours).", ["result"], registry=r)
         self.events = Counter("dra_bridge_webhook_events", "Kubernetes Events about untranslatable pods by result "
                               "(recorded, failed, dropped).", ["result"], registry=r)
         self.tls_reloads = Counter("dra_bridge_webhook_tls_reloads", "Certificate reloads by result.", ["result"],

@@ -28,7 +28,7 @@ EXPECTED: dict[str, set[tuple[str, str, str, str, str]]] = {
     },
     "dra-bridge-webhook": {
         *{("cluster", "", "namespaces", v, "") for v in ("get", "list", "watch")},
-        ("cluster", "resource.k8s.io", "resourceclaimtemplates", "create", ""),
+        *{("cluster", "resource.k8s.io", "resourceclaimtemplates", v, "") for v in ("create", "list")},
         ("cluster", "", "events", "create", ""),
     },
     "dra-bridge-controller": {

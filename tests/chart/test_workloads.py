@@ -137,6 +137,7 @@ def test_the_webhook_accepts_every_argument_the_chart_passes(installed: Any, tmp
                                                 "--tls-key-file": str(tmp_path / "tls.key")},
                    env={"POD_NAMESPACE": "dra-bridge"})
     assert params["namespace"] == "dra-bridge"
+    assert params["bind_address"] == "0.0.0.0"  # explicit: the binary listens on loopback unless told
     assert params["port"] == next(p["containerPort"] for p in c["ports"])
     assert params["device_class"] == one(installed(), "DeviceClass")["metadata"]["name"]
     assert {e["name"] for e in c["env"]} <= envvars(webhook_command)

@@ -105,7 +105,7 @@ def test_the_same_gpu_in_two_container_requests_of_one_allocate_is_refused_namin
     assert f"duplicate device IDs (one GPU goes to one container): '{a}' 2 times in container requests 0, 1" \
         in err.details()
     assert daemon.metrics.registry.get_sample_value(
-        "bridge_deviceplugin_allocations_total", {"resource": RESOURCE, "outcome": "ok"}) is None
+        "dra_bridge_deviceplugin_allocations_total", {"resource": RESOURCE, "outcome": "ok"}) is None
 
 
 @pytest.mark.parametrize("ids,expected", [

@@ -135,7 +135,7 @@ def test_allocate_refuses_unknown_ids_naming_the_device(make_node: NodeFactory, 
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "'GPU-not-here' is not in this node's inventory" in err.value.details()
     metrics = daemon.metrics.registry
-    assert metrics.get_sample_value("bridge_deviceplugin_allocations_total",
+    assert metrics.get_sample_value("dra_bridge_deviceplugin_allocations_total",
                                     {"resource": RESOURCE, "outcome": "refused-unknown"}) == 1
 
 
@@ -260,7 +260,7 @@ def test_one_refused_container_request_fails_the_whole_allocate_call(make_node: 
                 pb.ContainerAllocateRequest(devices_ids=bad_request)]), timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in err.value.details()
     assert daemon.metrics.registry.get_sample_value(
-        "bridge_deviceplugin_allocations_total", {"resource": RESOURCE, "outcome": "ok"}) is None
+        "dra_bridge_deviceplugin_allocations_total", {"resource": RESOURCE, "outcome": "ok"}) is None
 
 
 def test_gpus_without_a_known_numa_node_are_listed_without_topology(kubelet: KubeletSimulator,

@@ -47,7 +47,7 @@ def test_twenty_kubelet_restarts_each_end_in_a_fresh_registration_without_leaks(
     assert _fds() <= fds + 4
     assert plugin.registrations == 22
     assert daemon.metrics.registry.get_sample_value(
-        "bridge_deviceplugin_kubelet_restarts_seen_total", {"resource": RESOURCE}) == 21
+        "dra_bridge_deviceplugin_kubelet_restarts_seen_total", {"resource": RESOURCE}) == 21
 
 
 def test_our_socket_deleted_alone_is_recreated_and_registered_again(kubelet: KubeletSimulator,
@@ -82,7 +82,7 @@ def test_registration_rejected_by_the_kubelet_is_retried_and_counted(kubelet: Ku
     try:
         daemon = make_node("1xH100-80GB", register=False)
         wait_until(lambda: (daemon.metrics.registry.get_sample_value(
-            "bridge_deviceplugin_registrations_total", {"resource": RESOURCE, "outcome": "error"}) or 0) >= 2,
+            "dra_bridge_deviceplugin_registrations_total", {"resource": RESOURCE, "outcome": "error"}) or 0) >= 2,
             what="two failed registration attempts")
         assert not daemon.plugin.registered  # type: ignore[union-attr]
         # /readyz says why: the kubelet socket and the last error.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,76 @@ def test_two_corrupt_files_in_the_same_second_are_both_kept(tmp_path: Path) -> N
         with pytest.raises(CheckpointCorrupt):
             cp.read()
     assert sorted(p.read_text() for p in tmp_path.glob("checkpoint.json.corrupt-*")) == ["{", "}"]
+
+
+def test_a_deeply_nested_file_is_set_aside_like_any_corrupt_file(tmp_path: Path) -> None:
+    """json.loads raises RecursionError (not ValueError) for deep nesting: uncaught, it crash-looped the daemon."""
+    (tmp_path / "checkpoint.json").write_text('{"version": 1, "data": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    cp = cp_at(tmp_path)
+    with pytest.raises(CheckpointCorrupt, match="nested too deeply"):
+        cp.read()
+    assert not (tmp_path / "checkpoint.json").exists()
+    assert cp.update(lambda d: d.with_claim(CLAIM)).claims  # the daemon goes on from an empty state
+
+
+def test_a_checkpoint_that_is_not_a_regular_file_is_set_aside_without_reading_it(tmp_path: Path) -> None:
+    """A symlink to /dev/zero would be read forever, a FIFO would block the read: both are corrupt files."""
+    path = tmp_path / "checkpoint.json"
+    cp = cp_at(tmp_path)
+    path.symlink_to("/dev/zero")
+    with pytest.raises(CheckpointCorrupt, match="symbolic link"):
+        cp.read()
+    assert not path.exists() and not path.is_symlink()
+    os.mkfifo(path)
+    with pytest.raises(CheckpointCorrupt, match="not a regular file"):
+        cp.read()
+    assert not path.exists()
+
+
+def test_a_file_over_the_size_limit_is_set_aside_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bridge.ledger.checkpoint as module
+
+    monkeypatch.setattr(module, "MAX_FILE_BYTES", 1024)
+    (tmp_path / "checkpoint.json").write_bytes(b" " * 2048)
+    with pytest.raises(CheckpointCorrupt, match="2048 bytes, over the 1024-byte limit"):
+        cp_at(tmp_path).read()
+
+
+def test_only_the_newest_corrupt_files_are_kept(tmp_path: Path) -> None:
+    from bridge.ledger.checkpoint import KEEP_CORRUPT
+
+    now = [1_700_000_000.0]
+    cp = cp_at(tmp_path, clock=lambda: now[0])
+    for i in range(KEEP_CORRUPT + 4):
+        (tmp_path / "checkpoint.json").write_text(f"bad {i}")
+        now[0] += 0.4  # several per second too: the `-n` suffixes sort after their stamp
+        with pytest.raises(CheckpointCorrupt):
+            cp.read()
+    kept = sorted(p.read_text() for p in tmp_path.glob("checkpoint.json.corrupt-*"))
+    assert kept == [f"bad {i}" for i in range(4, KEEP_CORRUPT + 4)]
+
+
+def test_sweep_removes_temp_files_of_writes_that_never_finished(tmp_path: Path) -> None:
+    cp = cp_at(tmp_path)
+    cp.update(lambda d: d.with_claim(CLAIM))
+    stale = [tmp_path / ".checkpoint.json.tmp-1234-5", tmp_path / ".checkpoint.json.tmp-ab12cd34"]
+    for f in stale:
+        f.write_text("half a write")
+    other = tmp_path / ".other.json.tmp-1"
+    other.write_text("not ours")
+    assert sorted(cp.sweep()) == sorted(stale)
+    assert not any(f.exists() for f in stale) and other.exists()
+    assert list(cp.read().data.claims) == ["uid-1"]
+
+
+def test_the_daemon_start_sweeps_temp_files_and_survives_a_deeply_nested_checkpoint(tmp_path: Path) -> None:
+    from bridge.dra.stores import open_checkpoint
+
+    (tmp_path / ".checkpoint.json.tmp-99-1").write_text("{")
+    (tmp_path / "checkpoint.json").write_text("[" * 100_000)
+    opened = open_checkpoint(cp_at(tmp_path))
+    assert opened.corrupt is not None and "nested too deeply" in opened.corrupt.reason
+    assert not opened.exists and not (tmp_path / ".checkpoint.json.tmp-99-1").exists()
 
 
 def test_a_held_lock_times_out_with_a_clear_error(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def test_running_containers_devices_are_adopted_and_unknown_ids_warned_about(
     }
     assert adoption.unknown == {"GPU-from-elsewhere": (Holder("old", "legacy-0", "main"),)}
     assert daemon.metrics.registry.get_sample_value(
-        "bridge_deviceplugin_adopted_devices", {"resource": RESOURCE}) == 3
+        "dra_bridge_deviceplugin_adopted_devices", {"resource": RESOURCE}) == 3
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("'GPU-from-elsewhere'" in w and "not in this node's inventory" in w for w in warnings)
 

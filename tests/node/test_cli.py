@@ -220,3 +220,14 @@ def test_the_start_log_explains_the_driver_root_and_whose_cdi_names_containers_g
     assert any(m.startswith("CDI source: toolkit (--cdi-source auto): /etc/cdi/nvidia.yaml names all 2 GPU(s)")
                for m in messages), messages
     assert [c.name for c in resp.cdi_devices][0].startswith("nvidia.com/gpu=GPU-")
+
+
+def test_help_lists_the_simulated_gpu_models_and_what_a_count_in_the_split_means() -> None:
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+    from bridge.inventory.catalog import model_names
+
+    text = " ".join(CliRunner().invoke(main, ["node", "--help"], terminal_width=200).output.split())
+    assert "(models: " + ", ".join(model_names()) + ")" in text
+    assert "'N' (a count, e.g. '2'): that many GPUs, chosen by the daemon" in text

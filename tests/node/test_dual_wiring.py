@@ -201,13 +201,13 @@ def test_the_dra_halfs_prepare_and_slice_metrics_are_on_the_daemons_metrics_endp
         return generate_latest(node.daemon.metrics.registry).decode()
 
     text = scrape()
-    assert 'bridge_dra_claim_operations_total{op="prepare",result="ok"} 1.0' in text
-    assert "bridge_dra_prepared_claims 1.0" in text
-    assert 'bridge_dra_rpc_seconds_count{op="prepare"} 1.0' in text
-    assert 'bridge_dra_slice_writes_total{kind="create"} 1.0' in text
+    assert 'dra_bridge_dra_claim_operations_total{op="prepare",result="ok"} 1.0' in text
+    assert "dra_bridge_dra_prepared_claims 1.0" in text
+    assert 'dra_bridge_dra_rpc_seconds_count{op="prepare"} 1.0' in text
+    assert 'dra_bridge_dra_slice_writes_total{kind="create"} 1.0' in text
     assert node.publisher is not None and node.publisher.generation >= 1
-    assert f"bridge_dra_slice_generation {float(node.publisher.generation)}" in text
-    assert "bridge_deviceplugin_registered" in text  # the device-plugin half is still there
+    assert f"dra_bridge_dra_slice_generation {float(node.publisher.generation)}" in text
+    assert "dra_bridge_deviceplugin_registered" in text  # the device-plugin half is still there
 
 
 def test_after_a_corrupt_checkpoint_claims_running_containers_use_are_rebuilt_and_their_gpu_stays_on_dra(

@@ -33,12 +33,12 @@ def test_health_ready_and_metrics_respond(kubelet: KubeletSimulator, node_daemon
     kubelet.devices.allocate("uid-1", "main", RESOURCE, 1)
     code, text = get(port, "/metrics")
     assert code == 200
-    assert 'bridge_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
-    assert 'bridge_deviceplugin_registrations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
-    assert 'bridge_deviceplugin_registered{resource="nvidia.com/gpu"} 1.0' in text
-    health = [line for line in text.splitlines() if line.startswith("bridge_device_healthy{")]
+    assert 'dra_bridge_deviceplugin_allocations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
+    assert 'dra_bridge_deviceplugin_registrations_total{outcome="ok",resource="nvidia.com/gpu"} 1.0' in text
+    assert 'dra_bridge_deviceplugin_registered{resource="nvidia.com/gpu"} 1.0' in text
+    health = [line for line in text.splitlines() if line.startswith("dra_bridge_device_healthy{")]
     assert len(health) == 8 and all(line.endswith(" 1.0") for line in health)
-    assert "bridge_deviceplugin_listandwatch_updates_total" in text
+    assert "dra_bridge_deviceplugin_listandwatch_updates_total" in text
     assert get(port, "/nope")[0] == 404
 
 
@@ -102,16 +102,133 @@ def test_device_health_metrics_follow_the_gpus_even_with_no_kubelet_connected(sh
             return next((line[len(want):] for line in text.splitlines() if line.startswith(want)), None)
 
         text = get(daemon.http.port, "/metrics")[1]
-        assert [sample(text, "bridge_device_healthy", device=g, index=str(i), resource=RESOURCE)
+        assert [sample(text, "dra_bridge_device_healthy", device=g, index=str(i), resource=RESOURCE)
                 for i, g in enumerate(gpus)] == ["1.0"] * 4
         # The DRA-side GPU is healthy, but the kubelet is told Unhealthy so no legacy pod gets it.
-        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "3.0"
+        assert sample(text, "dra_bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "3.0"
         assert source.inject_xid(gpus[2], 79)
-        wait_until(lambda: sample(get(daemon.http.port, "/metrics")[1], "bridge_device_healthy", device=gpus[2],
+        wait_until(lambda: sample(get(daemon.http.port, "/metrics")[1], "dra_bridge_device_healthy", device=gpus[2],
                                   index="2", resource=RESOURCE) == "0.0", what="the XID to reach /metrics")
         text = get(daemon.http.port, "/metrics")[1]
-        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "2.0"
-        assert sample(text, "bridge_deviceplugin_advertised_devices", health="Unhealthy", resource=RESOURCE) == "2.0"
-        assert sample(text, "bridge_deviceplugin_registered", resource=RESOURCE) in (None, "0.0")
+        assert sample(text, "dra_bridge_deviceplugin_advertised_devices", health="Healthy", resource=RESOURCE) == "2.0"
+        assert sample(text, "dra_bridge_deviceplugin_advertised_devices", health="Unhealthy", resource=RESOURCE) == "2.0"
+        assert sample(text, "dra_bridge_deviceplugin_registered", resource=RESOURCE) in (None, "0.0")
     finally:
         daemon.stop()
+
+
+# ---- hostile callers ---------------------------------------------------------------------------------------------
+
+def _half_sent(port: int) -> "socket.socket":
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never finished
+    return s
+
+
+def test_half_sent_requests_hold_at_most_the_connection_cap_and_never_lock_the_probes_out() -> None:
+    import threading
+    import time
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from bridge.node.http import HealthServer
+
+    registry = CollectorRegistry()
+    srv = HealthServer(("127.0.0.1", 0), registry, {"alive": lambda: None}, {}, max_connections=16,
+                       io_timeout_s=30.0)
+    srv.start()
+    threads_before = threading.active_count()
+    hostile = []
+    try:
+        hostile = [_half_sent(srv.port) for _ in range(300)]
+        time.sleep(0.2)
+        assert threading.active_count() - threads_before <= 16 + 2  # not one thread per connection
+        # Their deadline is 30 s away and they keep their sockets open, yet a probe is answered now: the oldest
+        # connection that has not sent a whole request makes room for it.
+        for _ in range(5):
+            assert get(srv.port, "/healthz") == (200, "[+] alive\nok\n")
+        text = generate_latest(registry).decode()
+
+        def value(name: str) -> float:
+            return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+        assert value("dra_bridge_http_connections_evicted_total") >= 300 - 16
+        assert value("dra_bridge_http_connections_refused_total") == 0
+        assert value("dra_bridge_http_connections_open") <= 16
+    finally:
+        for s in hostile:
+            s.close()
+        srv.stop()
+
+
+def test_when_every_connection_is_being_answered_a_new_one_gets_503_at_once() -> None:
+    import threading
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from bridge.node.http import HealthServer
+
+    release = threading.Event()
+    srv = HealthServer(("127.0.0.1", 0), CollectorRegistry(), {"slow": lambda: None if release.wait(30) else "x"},
+                       {}, max_connections=4, io_timeout_s=30.0)
+    srv.start()
+    answers: list[tuple[int, str]] = []
+    busy = [threading.Thread(target=lambda: answers.append(get(srv.port, "/healthz"))) for _ in range(4)]
+    try:
+        for t in busy:
+            t.start()
+        wait_until(lambda: srv.open._value.get() == 4, what="4 requests in the check")
+        started = time.monotonic()
+        assert get(srv.port, "/healthz")[0] == 503
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+        for t in busy:
+            t.join(10)
+        srv.stop()
+    assert [code for code, _ in answers] == [200] * 4
+
+
+def test_a_client_trickling_its_request_is_cut_at_the_deadline() -> None:
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from bridge.node.http import HealthServer
+
+    srv = HealthServer(("127.0.0.1", 0), CollectorRegistry(), {"alive": lambda: None}, {}, io_timeout_s=1.0)
+    srv.start()
+    s = _half_sent(srv.port)
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 8:
+            try:
+                s.sendall(b"X")  # one byte every 0.2 s: each read succeeds well within the per-read timeout
+                if s.recv(1, __import__("socket").MSG_DONTWAIT) == b"":
+                    break
+            except BlockingIOError:
+                pass
+            except OSError:
+                break
+            time.sleep(0.2)
+        assert time.monotonic() - started < 1.0 + 2.0  # closed at its 1 s deadline, not kept alive by the trickle
+    finally:
+        s.close()
+        srv.stop()
+
+
+def test_the_health_endpoint_listens_on_loopback_unless_told_otherwise() -> None:
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+    from bridge.controller.app import AppOptions
+    from bridge.node.daemon import NodeConfig
+
+    assert NodeConfig(node_name="n").http_address == ("127.0.0.1", 8080)
+    assert AppOptions().http_address == ("127.0.0.1", 8080)
+    for command in ("node", "controller"):
+        text = " ".join(CliRunner().invoke(main, [command, "--help"], terminal_width=200).output.split())
+        assert "default: 127.0.0.1:8080]" in text, command

@@ -202,6 +202,95 @@ def test_a_move_under_way_is_in_the_checkpoint_and_resumes_after_a_restart(api: 
     assert cp.read().data.moves == {} and cp.read().data.sides[GPUS[7].uuid] is Side.DRA
 
 
+class ReadOnly:
+    """Makes the checkpoint unwritable the way a node would: `erofs` makes the write fail with the OS error a
+    read-only state directory gives (EROFS, a plain OSError); `immutable` really stops writes to the directory
+    (chmod for an unprivileged user; `chattr +i` for root, whom permission bits do not stop)."""
+
+    def __init__(self, how: str, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.how, self.dir = how, directory
+        self.on = False
+        if how == "erofs":
+            import errno
+
+            import bridge.ledger.checkpoint as module
+
+            real = module.atomic_write_bytes
+
+            def write(path: Path, data: bytes, **kw: Any) -> None:
+                if self.on:
+                    raise OSError(errno.EROFS, "Read-only file system", str(path))
+                real(path, data, **kw)
+
+            monkeypatch.setattr(module, "atomic_write_bytes", write)
+
+    def set(self, on: bool) -> None:
+        import os
+        import subprocess
+
+        self.on = on
+        if self.how == "erofs":
+            return
+        if os.geteuid() != 0:
+            self.dir.chmod(0o500 if on else 0o700)
+            return
+        done = subprocess.run(["chattr", "+i" if on else "-i", str(self.dir)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a directory immutable here (chattr: {done.stderr.strip()})")
+
+
+@pytest.mark.parametrize("how", ["erofs", "immutable"])
+def test_a_split_change_the_checkpoint_cannot_save_is_retried_with_backoff_and_reported(
+        api: KubeAPI, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    state = short_tmp / "st"
+    state.mkdir()
+    cp = Checkpoint(state, boot_id=lambda: "boot-1")
+    cp.update(lambda d: d.with_sides({g.uuid: Side.LEGACY for g in GPUS}, split="0"))
+    ro = ReadOnly(how, state, monkeypatch)
+    ctl = controller(api, checkpoint=cp, config={"checkpoint_retry_s": 0.1, "checkpoint_retry_max_s": 0.4})
+    ro.set(True)
+    try:
+        ctl.start()
+        set_split(api, "2")
+        status = wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.checkpoint_error and s,
+                            what="the status says the checkpoint cannot be written")
+        assert side_names(ctl, Side.LEGACY) == [f"gpu-{i}" for i in range(8)]  # nothing offered the file lacks
+        assert "cannot write checkpoint" in status.checkpoint_error.message
+        failures = 'dra_bridge_checkpoint_write_failures_total{writer="split"}'
+        wait_until(lambda: (ctl.metrics.checkpoint_failures.labels("split")._value.get() >= 4), timeout=15,
+                   what="retries well before the 30 s resync")
+        text = generate_latest(ctl.metrics.registry).decode()
+        assert failures in text and "dra_bridge_checkpoint_unwritable 1.0" in text
+        warned = [e for e in api.list(EVENTS, "default")["items"] if e["reason"] == "DRACheckpointWriteFailed"]
+        assert len(warned) == 1 and "retried" in warned[0]["message"]  # once per distinct error, not per retry
+        ro.set(False)
+        wait_until(lambda: side_names(ctl, Side.WITHDRAWN) == ["gpu-6", "gpu-7"], timeout=15,
+                   what="the waiting change applied once the checkpoint is writable")
+        assert cp.read().data.sides[GPUS[7].uuid] is Side.WITHDRAWN
+        wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.checkpoint_error is None,
+                   what="the error gone from the status")
+        assert "dra_bridge_checkpoint_unwritable 0.0" in generate_latest(ctl.metrics.registry).decode()
+        assert any(e["reason"] == "DRACheckpointWriteRecovered" for e in api.list(EVENTS, "default")["items"])
+    finally:
+        ro.set(False)
+        ctl.stop()
+
+
+def test_bridge_node_status_shows_a_checkpoint_that_cannot_be_written() -> None:
+    from bridge.ledger.status import CheckpointErrorStatus
+    from bridge.node.statusview import render_table, view_of
+
+    ctl = controller(None)
+    ctl.evaluate({"metadata": {"name": NODE}})
+    assert ctl.status is not None
+    broken = ctl.status.__class__(**{**ctl.status.__dict__, "checkpoint_error": CheckpointErrorStatus(
+        "2025-06-01T12:00:00Z", "cannot write checkpoint /st/checkpoint.json: Read-only file system")})
+    node = {"metadata": {"name": NODE, "annotations": {STATUS_KEY: broken.encode()}}}
+    text = render_table(view_of(node))
+    assert ("error: the checkpoint cannot be written since 2025-06-01T12:00:00Z: cannot write checkpoint "
+            "/st/checkpoint.json: Read-only file system" in text)
+
+
 def test_an_allocate_refusal_is_counted_and_shown_in_the_status(api: KubeAPI) -> None:
     set_split(api, "1")
     ctl = controller(api)

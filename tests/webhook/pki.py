@@ -60,3 +60,21 @@ class Pki:
             tmp.write_bytes(data)
             tmp.replace(path)
         return cert
+
+    def issue_client(self, cn: str, name: str = "client") -> tuple[Path, Path]:
+        """A client certificate for `cn` signed by this CA (what the API server presents to a webhook): `name`.crt
+        and `name`.key next to the CA."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.timezone.utc)
+        cert = (
+            x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(hours=2))
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(self.ca_key, hashes.SHA256())
+        )
+        cert_file, key_file = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        return cert_file, key_file

@@ -7,7 +7,9 @@ matches the labels of the object's namespace and its `objectSelector` the object
 `clientConfig.caBundle`, with `timeoutSeconds` (default 10). The response may deny (its `status` becomes the
 error), patch (base64 JSONPatch) and warn (`Warning: 299` headers). A failed call follows `failurePolicy`: Fail
 (the default) answers 500 `failed calling webhook "<name>"`, Ignore proceeds. `reinvocationPolicy: IfNeeded`
-webhooks run once more when a later webhook changed the object.
+webhooks run once more when a later webhook changed the object. With an admission configuration
+(`--admission-control-config-file`, `webhookauth`) the call carries the client certificate or token its
+kubeconfig gives the webhook's host, as kube-apiserver does.
 Not emulated (documented limits): `clientConfig.service` (answered as a failed call), `matchConditions`,
 `matchPolicy: Equivalent` conversion, and validating webhooks.
 """
@@ -29,6 +31,7 @@ from .registry import ResourceType
 from .selectors import match_label_selector_object
 from .status import ApiError
 from .store import Store
+from .webhookauth import WebhookAuth
 
 log = logging.getLogger("bridge.sandbox.apiserver.admission")
 Obj = dict[str, Any]
@@ -65,8 +68,9 @@ def _rule_matches(rule: Obj, operation: str, rt: ResourceType) -> bool:
 
 
 class WebhookAdmitter:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, auth: WebhookAuth | None = None) -> None:
         self.store = store
+        self.auth = auth
 
     def _hooks(self) -> list[_Hook]:
         with self.store.lock:
@@ -192,12 +196,19 @@ class WebhookAdmitter:
                 ctx = ssl.create_default_context(cadata=base64.b64decode(cc["caBundle"]).decode())
             except (ValueError, ssl.SSLError) as err:
                 raise WebhookCallError(f"invalid caBundle: {err}") from err
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        user = self.auth.user_for(parts.hostname, parts.port or 443) if self.auth is not None else None
+        if user is not None:
+            try:
+                user.apply(ctx, headers)
+            except (OSError, ssl.SSLError) as err:
+                raise WebhookCallError(f"cannot load the credentials of user {user.name!r} for {url}: {err}") from err
         timeout = float(hook.spec.get("timeoutSeconds") or 10)
         body = json.dumps(review).encode()
         conn = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=ctx)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         try:
-            conn.request("POST", path, body, {"Content-Type": "application/json", "Accept": "application/json"})
+            conn.request("POST", path, body, headers)
             resp = conn.getresponse()
             data = resp.read()
         except TimeoutError as err:

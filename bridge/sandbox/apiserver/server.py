@@ -42,6 +42,7 @@ from .status import ApiError
 from .store import Store
 from .tls import write_self_signed
 from .validation import SchemaValidator
+from .webhookauth import load_admission_config
 
 log = logging.getLogger("bridge.sandbox.apiserver")
 Obj = dict[str, Any]
@@ -86,6 +87,7 @@ class ApiServer:
         default_namespaces: Iterable[str] = DEFAULT_NAMESPACES,
         feature_gates: dict[str, bool] | None = None,
         profile: KubernetesProfile | None = None,
+        admission_config: str | Path | None = None,
     ) -> None:
         parse_version(version)
         self.host, self.port, self.version, self.tls = host, port, version.lstrip("v"), tls
@@ -98,7 +100,9 @@ class ApiServer:
         self.registry = default_registry(self.resource_versions)
         self.store = Store(history_limit)
         validator = SchemaValidator(self.version, self.profile) if validate else None
-        self.admission = WebhookAdmitter(self.store) if webhooks else None
+        # kube-apiserver --admission-control-config-file: read at start, a bad file refuses to start
+        auth = load_admission_config(admission_config) if admission_config is not None else None
+        self.admission = WebhookAdmitter(self.store, auth) if webhooks else None
         self.rest = Rest(
             self.store, self.registry, validator=validator, admitter=self.admission,
             graceful_pod_deletion=graceful_pod_deletion, profile=self.profile,

@@ -6,7 +6,6 @@ instead of a Service (the emulator calls URLs only)."""
 
 from __future__ import annotations
 
-import base64
 import http.client
 import socket
 import ssl
@@ -18,6 +17,7 @@ from bridge.kube.api import MUTATING_WEBHOOKS, NAMESPACES, KubeAPI, Obj
 from bridge.kube.errors import AlreadyExists
 from bridge.sandbox.apiserver.tls import write_self_signed
 from bridge.sandbox.cluster.processes import ChildProcess
+from bridge.webhook.selfsigned import registration
 
 WEBHOOK_NAMESPACE = "dra-bridge"
 CONFIG_NAME = "dra-bridge"
@@ -34,30 +34,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def configuration(url: str, ca_pem: bytes) -> Obj:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": CONFIG_NAME, "labels": {"app.kubernetes.io/name": "dra-bridge-webhook",
-                                                     "app.kubernetes.io/managed-by": "dra-bridge"}},
-        "webhooks": [{
-            "name": "pods.dra-bridge.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                       "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": "dra-bridge.io/mode", "operator": "In", "values": ["shadow", "dra"]},
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                 "values": ["kube-system", WEBHOOK_NAMESPACE]}]},
-            "objectSelector": {"matchExpressions": [
-                {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["dra-bridge"]}]},
-            "failurePolicy": "Ignore",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "NoneOnDryRun",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-        }],
-    }
+    """The registration `bridge webhook --self-signed` writes (one builder for both; see bridge/webhook/selfsigned.py)."""
+    return registration(url, ca_pem, WEBHOOK_NAMESPACE)
 
 
 class SandboxWebhook:
