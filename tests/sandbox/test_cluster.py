@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from bridge.cli import main
 from bridge.kube import MUTATING_WEBHOOKS, NAMESPACES, NODES, PODS, connect
-from bridge.sandbox.cluster import SandboxCluster
+from bridge.sandbox.cluster import ClusterError, SandboxCluster
 from bridge.sandbox.cluster.inspect import holders, shared
 from tests.polling import wait_until
 from tests.sandbox_cluster import spec_for_tests
@@ -170,6 +170,9 @@ def _zombie(pid: int) -> bool:
     (["--nodes-file", __file__, "--nodes", "3"], "do not combine it with --nodes"),
     (["--kubernetes-version", "1.30"], "supported are 1.32 to 1.37"),
     (["--bridge", "--split", "gpu-x"], "--split"),
+    (["--controller"], "add --bridge"),
+    (["--bridge", "--controller-args", "--cooldown 5s"], "add --controller"),
+    (["--bridge", "--controller", "--controller-args", "--cooldown '5s"], "not a shell-quoted list"),
 ])
 def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["sandbox", "cluster", *args])
@@ -209,3 +212,30 @@ def test_a_dra_pod_on_a_bridge_node_is_prepared_by_the_real_daemon_and_unprepare
     cluster.wait_pod_phase("default", "infer", "Gone", 60)
     wait_until(lambda: not any(claim["metadata"]["uid"] in n for n in specs()), 30, "the CDI spec to be removed")
     assert node.kubelet.dra is not None and node.kubelet.dra.claim(claim["metadata"]["uid"]) is None
+
+
+def test_with_the_controller_a_pending_dra_pod_gets_a_gpu_moved_and_settling_follows_the_new_split(
+        sandbox_cluster: Callable[..., SandboxCluster]) -> None:
+    cluster = sandbox_cluster(nodes=1, gpus="2xL4", bridge=True, controller=True)
+    assert "controller    http://127.0.0.1:" in cluster.describe()
+    api, rapi = cluster.api, cluster.api.resource_api()
+    api.create(rapi.claim_templates, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}}}},
+        "default")
+    api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra", "namespace": "default"},
+                      "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                               "containers": [{"name": "main", "image": "cuda:12",
+                                               "resources": {"claims": [{"name": "gpu"}]}}]}}, "default")
+    cluster.wait_pod_phase("default", "dra", "Running", 60)
+    assert api.get(NODES, "node-0")["metadata"]["annotations"]["dra-bridge.io/dra-devices"] == "1"
+    cluster.wait_daemons_settled(30)  # against the split the controller set, not the spec's (none: all legacy)
+
+
+def test_a_controller_that_cannot_start_fails_the_cluster_start_with_its_error_and_leaves_nothing_behind(
+        sandbox_cluster: Callable[..., SandboxCluster]) -> None:
+    with pytest.raises(ClusterError, match="bridge controller exited with status 2") as err:
+        sandbox_cluster(nodes=1, gpus="2xL4", bridge=True, controller=True,
+                        controller_args=("--min-legacy-share", "7"))
+    assert "--min-legacy-share" in str(err.value)  # the controller's own message, from its log
