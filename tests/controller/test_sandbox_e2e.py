@@ -35,6 +35,8 @@ NODES_, GPUS = 4, 8
 DRA_RUN_SECONDS = 6  # the DRA pods are Job-like: they finish, and their GPUs go back to the legacy side
 BOUND = 90.0  # seconds: "within a bounded time", generous for a loaded machine
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]  # a 4-node cluster's start and the whole flow
+
 
 def gpu_pod(name: str, namespace: str, gpus: int, run_seconds: float | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": namespace}
