@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from bridge.cli import main
 from bridge.kube import MUTATING_WEBHOOKS, NAMESPACES, NODES, PODS, connect
 from bridge.sandbox.cluster import ClusterError, SandboxCluster
-from bridge.sandbox.cluster.inspect import holders, shared
+from bridge.inventory.simulated import devices_from_spec
+from bridge.sandbox.cluster.inspect import SideWatch, holders, offered_twice, shared
 from tests.polling import wait_until
 from tests.sandbox_cluster import spec_for_tests
 
@@ -83,6 +84,44 @@ def test_with_the_webhook_it_is_registered_with_tls_and_translates_pods_in_dra_n
     assert "nvidia.com/gpu" not in limits, "the webhook took the legacy request away"
     assert created["spec"].get("resourceClaims") or any(k.startswith("deviceclass.resource.kubernetes.io/")
                                                         for k in limits)
+
+
+def test_the_side_checks_see_a_gpu_held_twice_or_offered_twice(bridged: SandboxCluster) -> None:
+    """The checks `bridge demo` and the controller's end to end rely on can fail: a claim allocated (by hand) to a
+    GPU a legacy pod holds is a GPU held twice, and a ResourceSlice (not the daemon's) publishing a GPU the device
+    plugin offers is a GPU offered to both APIs."""
+    cluster, api = bridged, bridged.api
+    rapi = api.resource_api()
+    cluster.api.create(PODS, plain_pod("holder", **{"nvidia.com/gpu": "1"}), "default")
+    cluster.wait_pod_phase("default", "holder", "Running", 60)
+    (uuid,) = [u for (_, u), h in holders(cluster).items() if h == {"legacy default/holder"}]
+    (device,) = [f"gpu-{d.index}" for d in devices_from_spec(cluster.nodes[0].spec.gpus, "node-0") if d.uuid == uuid]
+    claim = api.create(rapi.claims, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaim",
+        "metadata": {"name": "by-hand", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}},
+    }, "default")
+    claim["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "node-0", "device": device}]}}}
+    api.update(rapi.claims, claim, "default", subresource="status")
+    try:
+        assert shared(cluster) == {("node-0", uuid): {"legacy default/holder", "claim default/by-hand"}}
+    finally:
+        api.delete(rapi.claims, "by-hand", "default")
+        api.delete(PODS, "holder", "default")
+    assert offered_twice(cluster) == set()
+    # A slice for the node's pool that the daemon does not own (no spec.nodeName, so it leaves it alone).
+    api.create(rapi.slices, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceSlice", "metadata": {"name": "by-hand"},
+        "spec": {"driver": "gpu.dra-bridge.io", "pool": {"name": "node-0", "generation": 1, "resourceSliceCount": 1},
+                 "allNodes": True, "devices": [{"name": device}]}})
+    try:
+        watch = SideWatch(cluster)
+        watch.sample()
+        assert watch.samples.offered_twice and not watch.samples.clean
+        assert f"node-0/{uuid} offered to both APIs" in watch.samples.describe()
+    finally:
+        api.delete(rapi.slices, "by-hand")
 
 
 def _run_cli(*args: str) -> subprocess.Popen[str]:
