@@ -70,7 +70,10 @@ def demo(fast: bool, keep: bool, out_dir: Path | None, log_level: str) -> None:
         except OSError as err:
             raise click.BadParameter(f"cannot write there: {err.strerror or err}", param_hint="--out-dir") from err
     setup_logging("text", log_level.upper())
-    signal.signal(signal.SIGTERM, _interrupt)
+    # Both signals end the demo (or, with --keep, the wait at its end) the same way: the sandbox stops in order. Set
+    # explicitly: a shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     try:
         code = run_demo(DemoOptions(out_dir=out_dir, fast=fast, keep=keep), click.echo,
                         until_stopped=_until_stopped)
