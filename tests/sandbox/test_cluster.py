@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -137,38 +138,50 @@ def _children_of(pid: int) -> list[int]:
         return []
 
 
-def _bridge_node_pids(cluster_pid: int) -> list[int]:
+def _bridge_pids(cluster_pid: int, command: bytes) -> list[int]:
+    """The cluster's children running `bridge <command>` (node, webhook, controller)."""
     pids = []
     for child in _children_of(cluster_pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"node" in cmdline and b"--node-name" in cmdline:
+        if b"bridge" in cmdline and command in cmdline:
             pids.append(child)
     return pids
 
 
 def test_the_cli_prints_what_runs_where_and_stops_everything_on_sigterm(short_tmp: Path) -> None:
     kubeconfig = short_tmp / "sb.kubeconfig"
-    proc = _run_cli("--nodes", "1", "--gpus", "2xL4", "--bridge", "--kubeconfig-out", str(kubeconfig),
-                    "--node-status-frequency", "0.5")
+    proc = _run_cli("--nodes", "1", "--gpus", "2xL4", "--bridge", "--controller", "--controller-args",
+                    "--cooldown 5s", "--kubeconfig-out", str(kubeconfig), "--node-status-frequency", "0.5")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not _bridge_node_pids(proc.pid):
+        while time.monotonic() < deadline and not (_bridge_pids(proc.pid, b"node")
+                                                   and _bridge_pids(proc.pid, b"controller")):
             assert proc.poll() is None, proc.communicate()[1]
             time.sleep(0.1)
-        (daemon,) = _bridge_node_pids(proc.pid)
+        (daemon,) = _bridge_pids(proc.pid, b"node")
+        (controller,) = _bridge_pids(proc.pid, b"controller")
+        assert b"--cooldown" in Path(f"/proc/{controller}/cmdline").read_bytes()
         api = connect(str(kubeconfig))
         wait_until(lambda: [n["metadata"]["name"] for n in api.list(NODES)["items"]] == ["node-0"], 60, "the Node")
+        wait_until(lambda: any(line.startswith("work dir") for line in lines), 60, "the whole description")
     finally:
         proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=60)
+        reader.join(10)
     assert proc.returncode == 0, stderr
+    stdout = "".join(lines)
     assert "API emulator  http://127.0.0.1:" in stdout and "bridge node pid" in stdout
+    assert re.search(r"^controller +http://127\.0\.0\.1:\d+/metrics pid \d+", stdout, re.M), stdout
     work = Path(re.search(r"work dir +(\S+)", stdout).group(1))  # type: ignore[union-attr]
     assert not work.exists(), "the temporary work directory is removed"
     assert not Path(f"/proc/{daemon}").exists(), "the node daemon is gone"
+    assert not Path(f"/proc/{controller}").exists() or _zombie(controller), "the controller is gone"
 
 
 def test_a_killed_cluster_takes_its_children_with_it(short_tmp: Path) -> None:

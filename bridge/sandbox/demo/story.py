@@ -330,6 +330,7 @@ class Story:
         self.ensure(all(pod_api(p) == "dra" and claims[p["metadata"]["name"]] for p in created),
                     "the webhook translated every new pod to a ResourceClaim",
                     json.dumps({k: v for k, v in claims.items()}))
+        self.ensure(sum(s.dra for s in before.values()) == 0, "no GPU served DRA when they arrived", str(before))
         self.n.say("No GPU served DRA yet, so they were Pending, and the controller saw pending DRA demand next to "
                    "free legacy GPUs. It set each node's split (the annotation dra-bridge.io/dra-devices) and the "
                    "node daemons moved free GPUs, never one a pod holds:")
@@ -375,8 +376,9 @@ class Story:
         create_all(self.api, [gpu_pod(STAYING, n, 1) for n in names])
         self.run_pods(STAYING, names)
         back = self.decisions_since(since, "to-legacy")
-        self.n.say(f"The sweep pods that did not fit waited while the controller moved the free DRA GPUs back "
-                   f"(after the cool-down of {self.t.cooldown:g}s that keeps a node from flapping):")
+        self.n.say("The sweep pods that did not fit waited while the controller moved the free DRA GPUs back (a "
+                   f"node that just moved GPUs to DRA waits out the {self.t.cooldown:g}s cool-down first, so splits "
+                   "do not flap):")
         for node, reason in back:
             self.n.say(f"{node}: {reason}", indent=4)
         self.ensure(bool(back), "the controller moved GPUs back to the legacy side", "no to-legacy decision")
@@ -397,6 +399,7 @@ class Story:
         for key in [k for k in self.old if k[0] == MIGRATING]:
             del self.old[key]
         recreated = {"train-a": 2, "infer-a": 1}
+        since = time.time()
         create_all(self.api, [gpu_pod(MIGRATING, n, g) for n, g in recreated.items()])
         self.n.label("What happened", f"Running pods are never changed by a flip, so {MIGRATING}'s first pods "
                      "(train-a, infer-a) kept their device-plugin GPUs until now. A rollout replaced them (deleted "
@@ -408,6 +411,10 @@ class Story:
                        " ".join(f"{p}/{d}" for p, d in watch.dra_devices.get(n, []))] for n in recreated])
         got = {n: len(watch.dra_devices.get(n, [])) for n in recreated}
         self.ensure(got == recreated, "the replaced pods run on DRA devices", str(got))
+        moved = self.decisions_since(since, "to-dra")
+        for node, reason in moved:
+            self.n.say(f"{node}: {reason}", indent=4)
+        self.ensure(bool(moved), "the controller moved the freed GPUs to DRA", "no to-dra decision")
         left = [p["metadata"]["name"] for p in self.api.list(PODS, MIGRATING)["items"]
                 if pod_api(p) == "legacy" and phase(p) in ("Pending", "Running")]
         self.ensure(not left, f"no pod of {MIGRATING} uses the device plugin any more", ", ".join(left))
