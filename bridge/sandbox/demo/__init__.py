@@ -87,6 +87,7 @@ def run_demo(options: DemoOptions, write: Callable[[str], None],
     except (ClusterError, OSError) as err:
         n.write(f"bridge demo: the sandbox cluster could not start: {err}")
         return EXIT_START
+    n.write(f"Sandbox cluster ready in {n.elapsed():.1f}s.")
     try:
         watch = SideWatch(cluster).start()
         story = Story(cluster, watch, n, out_dir, t)

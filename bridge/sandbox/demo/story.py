@@ -79,7 +79,7 @@ class Results:
 
 
 def _short(uuid: str) -> str:
-    return uuid[:12] + "…" if len(uuid) > 13 else uuid
+    return uuid[:12] + "..." if len(uuid) > 15 else uuid
 
 
 class Story:
