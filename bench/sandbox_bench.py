@@ -9,8 +9,8 @@ Measured, on a cluster with real `bridge node` processes (split 4 per node) and 
   bound     create -> Running for --pods one-GPU pods created with spec.nodeName set (the kubelet's and the
             node daemon's part alone: admission, Allocate, status writes)
   legacy    the same with the control plane binding them (p50, p99, max)
-  dra       the same for one-GPU pods with a claim from a template, when the scheduler and claim-controller
-            stand-ins are installed (else reported as skipped)
+  dra       the same for one-GPU pods with a claim from a template (the scheduler and claim-controller
+            stand-ins allocate it, the node daemon prepares it)
   baseline  create -> seen in a GET of the same pod on the bare API emulator (one round trip each), so the ratios
             show what binding, admission, Allocate/NodePrepareResources and status writes cost on top
 Pods are spread as the control plane binds them; each finishes (Job-like, run-seconds 0.5) to free its GPU.
@@ -19,7 +19,6 @@ Pods are spread as the control plane binds them; each finishes (Job-like, run-se
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import time
@@ -118,16 +117,14 @@ def main() -> None:
         bound = until_running(cluster, api, "bench-legacy", bound_pods, then_finish=True)
         legacy = until_running(cluster, api, "bench-legacy",
                                [gpu_pod(f"l-{i}", "bench-legacy", claim=False) for i in range(args.pods)])
-        dra: list[float] = []
-        if importlib.util.find_spec("bridge.sandbox.scheduler") is not None:
-            rapi = api.resource_api()
-            api.create(rapi.claim_templates, {
-                "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "one-gpu", "namespace": "bench-dra"},
-                "spec": {"spec": {"devices": {"requests": [
-                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}}}}, "bench-dra")
-            dra = until_running(cluster, api, "bench-dra",
-                                [gpu_pod(f"d-{i}", "bench-dra", claim=True) for i in range(args.pods)])
+        rapi = api.resource_api()
+        api.create(rapi.claim_templates, {
+            "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one-gpu", "namespace": "bench-dra"},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}}}}, "bench-dra")
+        dra = until_running(cluster, api, "bench-dra",
+                            [gpu_pod(f"d-{i}", "bench-dra", claim=True) for i in range(args.pods)])
         own = rss_kib()
         daemons = [rss_kib(n.daemon.pid) for n in cluster.nodes if n.daemon is not None and n.daemon.pid]
         print(f"sandbox: {args.nodes} nodes x {args.gpus}, Kubernetes {args.version}, split 4, control plane: "
@@ -136,10 +133,7 @@ def main() -> None:
         show("baseline", base)
         show("bound", bound, statistics.median(base))
         show("legacy", legacy, statistics.median(base))
-        if dra:
-            show("dra", dra, statistics.median(base))
-        else:
-            print("dra       skipped: the scheduler and claim-controller stand-ins are not installed")
+        show("dra", dra, statistics.median(base))
         print(f"RSS       this process {own / 1024:6.1f} MiB (+{(own - rss_before) / 1024:.1f} MiB for the "
               f"cluster), node daemons {', '.join(f'{d / 1024:.1f}' for d in daemons)} MiB, total "
               f"{(own + sum(daemons)) / 1024:.1f} MiB")

@@ -6,11 +6,11 @@
         ...
 
 `sandbox_cluster(**options)` starts a `bridge.sandbox.cluster.SandboxCluster` and returns it; every cluster a test
-started is stopped afterwards, and the fixture fails the test if a node daemon or webhook process outlived it or
+started is stopped afterwards, and the fixture fails the test if a node daemon, webhook or controller process outlived it or
 the work directory was left behind. Options: `nodes` (a count, or a tuple of `NodeSpec`s), `gpus`, `bridge`,
-`split`, `webhook`, `version` (Kubernetes minor, e.g. "1.37"), and any other `ClusterSpec` field. The defaults are
-tuned for tests: Node status every 0.5 s (10 s in a real kubelet), pod syncs retried every 0.5 s, a 0.5 s split
-grace.
+`split`, `webhook`, `controller`, `version` (Kubernetes minor, e.g. "1.37"), and any other `ClusterSpec` field. The
+defaults are tuned for tests: Node status every 0.5 s (10 s in a real kubelet), pod syncs retried every 0.5 s, a
+0.5 s split grace, a controller decision at most every 0.5 s (5 s by default).
 
 For several tests sharing one cluster (the cheapest way to stay fast), use the class in a module-scoped fixture:
 
@@ -34,12 +34,14 @@ TEST_DEFAULTS: dict[str, Any] = {"node_status_frequency": 0.5, "sync_retry": 0.5
 
 
 def spec_for_tests(nodes: int | tuple[NodeSpec, ...] = 2, gpus: str = "8xH100-80GB", *, version: str = "1.34",
-              **fields: Any) -> ClusterSpec:
+                   **fields: Any) -> ClusterSpec:
     """A `ClusterSpec` with the test defaults (see the module docstring)."""
     node_specs = nodes if isinstance(nodes, tuple) else nodes_from_count(nodes, gpus)
     values = {**TEST_DEFAULTS, **fields}
     if values.get("bridge") and "split_grace" not in values:
         values["split_grace"] = 0.5
+    if values.get("controller") and "controller_interval" not in values:
+        values["controller_interval"] = 0.5
     return ClusterSpec(nodes=node_specs, kubernetes_version=version, **values)
 
 
@@ -70,6 +72,8 @@ def sandbox_cluster() -> Iterator[Callable[..., SandboxCluster]]:
         pids = [n.daemon.pid for n in cluster.nodes if n.daemon is not None and n.daemon.pid is not None]
         if cluster.webhook is not None and cluster.webhook.process is not None and cluster.webhook.process.pid:
             pids.append(cluster.webhook.process.pid)
+        if cluster.controller is not None and cluster.controller.process is not None and cluster.controller.process.pid:
+            pids.append(cluster.controller.process.pid)
         cluster.stop()
         leftovers += [f"process {p}" for p in pids if _alive(p)]
         if cluster.work_dir is not None and cluster.work_dir.exists():

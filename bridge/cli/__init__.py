@@ -19,6 +19,7 @@ _COMMANDS: dict[str, str] = {
     "namespace": "bridge.cli.namespace:namespace",
     "migrate-report": "bridge.cli.report:migrate_report",
     "sandbox": "bridge.cli.sandbox:sandbox",
+    "demo": "bridge.cli.demo:demo",
 }
 
 
@@ -47,7 +48,8 @@ def main() -> None:
     bridge webhook         admission webhook: translates nvidia.com/gpu requests in DRA namespaces
     bridge migrate-report  read-only readiness report for a cluster or a snapshot
     bridge namespace       flip a namespace between legacy, shadow and dra
-    bridge sandbox         API emulator and kubelet simulator for tests and demos
+    bridge sandbox         API emulator, kubelet simulator, a whole cluster on one machine
+    bridge demo            the whole migration story on one machine, step by step
 
     Every option can also be set through an environment variable: each command's --help
     shows its name (e.g. BRIDGE_NODE_NAME, BRIDGE_WEBHOOK_PORT).

@@ -3,6 +3,7 @@ cluster of both with the control-plane stand-ins and the real bridge components 
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import threading
@@ -246,6 +247,17 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
               envvar="BRIDGE_SANDBOX_CLUSTER_WEBHOOK",
               help="Run the real `bridge webhook` (HTTPS, throwaway CA) and register it in the API emulator. Needs "
                    "--bridge.")
+@click.option("--controller/--no-controller", "with_controller", default=False, show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_CONTROLLER",
+              help="Run the real `bridge controller` (one replica, no leader election): it sets each node's split "
+                   "from pending GPU demand. A split from --nodes-file is an annotation the controller may change; "
+                   "pin a node with the label dra-bridge.io/split-pinned: \"true\" there. Needs --bridge.")
+@click.option("--controller-interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_CONTROLLER_INTERVAL",
+              help="Seconds between the controller's decisions at most (`bridge controller --interval`).")
+@click.option("--controller-args", default="", show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_CONTROLLER_ARGS",
+              help="More `bridge controller` options, as one shell-quoted string (e.g. \"--dry-run\" or "
+                   "\"--cooldown 10s --max-moves-per-minute 8\").")
 @click.option("--kubeconfig-out", type=click.Path(dir_okay=False, path_type=Path), default=None, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_KUBECONFIG_OUT",
               help="Also write the kubeconfig here (it is always written into the work directory).")
@@ -270,16 +282,19 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
 def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
-            with_webhook: bool, kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
+            with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
+            kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
     """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
     node (registers its Node, runs the pods bound to it), the scheduler and claim-controller stand-ins and,
-    optionally, a real `bridge node` per node with simulated GPUs and the real `bridge webhook`.
+    optionally, a real `bridge node` per node with simulated GPUs, the real `bridge webhook` and the real
+    `bridge controller`.
 
     \b
     Examples:
       bridge sandbox cluster --nodes 2 --gpus 8xH100-80GB --bridge --split 4 --kubeconfig-out /tmp/sb.kubeconfig
       bridge sandbox cluster --kubernetes-version 1.37 --nodes-file nodes.yaml --bridge --webhook
+      bridge sandbox cluster --nodes 4 --bridge --webhook --controller --controller-args "--cooldown 10s"
       kubectl --kubeconfig /tmp/sb.kubeconfig get nodes
 
     Exit codes: 0 after Ctrl-C/SIGTERM (everything stopped, the temporary work directory removed), 1 when a part
@@ -293,6 +308,16 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
         for opt in ("node_count", "gpus"):
             if ctx.get_parameter_source(opt) not in (click.core.ParameterSource.DEFAULT, None):
                 raise click.UsageError("--nodes-file lists the nodes: do not combine it with --nodes or --gpus")
+    if with_controller and not with_bridge:
+        raise click.BadParameter("the controller sets the split the bridge's node daemons apply: add --bridge",
+                                 param_hint="--controller")
+    try:
+        extra_controller_args = tuple(shlex.split(controller_args))
+    except ValueError as err:
+        raise click.BadParameter(f"not a shell-quoted list of options: {err}", param_hint="--controller-args") from err
+    if extra_controller_args and not with_controller:
+        raise click.BadParameter("options for a controller that does not run: add --controller",
+                                 param_hint="--controller-args")
     if split is not None and not with_bridge:
         raise click.BadParameter("the split is applied by the bridge's node daemons: add --bridge", param_hint="--split")
     if split is not None:
@@ -305,7 +330,9 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
     try:
         nodes = nodes_from_file(nodes_file) if nodes_file is not None else nodes_from_count(node_count, gpus)
         spec = ClusterSpec(nodes=nodes, kubernetes_version=version, bridge=with_bridge, webhook=with_webhook,
-                           split=split, node_status_frequency=node_status_frequency)
+                           controller=with_controller, controller_interval=controller_interval,
+                           controller_args=extra_controller_args, split=split,
+                           node_status_frequency=node_status_frequency)
         sandbox_cluster = SandboxCluster(spec, work_dir=work_dir, kubeconfig_out=kubeconfig_out, host=host, port=port)
     except SpecError as err:
         raise click.BadParameter(str(err), param_hint="--nodes-file" if nodes_file else "--gpus") from err

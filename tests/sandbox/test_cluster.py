@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,8 +20,9 @@ from click.testing import CliRunner
 
 from bridge.cli import main
 from bridge.kube import MUTATING_WEBHOOKS, NAMESPACES, NODES, PODS, connect
-from bridge.sandbox.cluster import SandboxCluster
-from bridge.sandbox.cluster.inspect import holders, shared
+from bridge.sandbox.cluster import ClusterError, SandboxCluster
+from bridge.inventory.simulated import devices_from_spec
+from bridge.sandbox.cluster.inspect import SideWatch, holders, offered_twice, shared
 from tests.polling import wait_until
 from tests.sandbox_cluster import spec_for_tests
 
@@ -85,6 +87,44 @@ def test_with_the_webhook_it_is_registered_with_tls_and_translates_pods_in_dra_n
                                                         for k in limits)
 
 
+def test_the_side_checks_see_a_gpu_held_twice_or_offered_twice(bridged: SandboxCluster) -> None:
+    """The checks `bridge demo` and the controller's end to end rely on can fail: a claim allocated (by hand) to a
+    GPU a legacy pod holds is a GPU held twice, and a ResourceSlice (not the daemon's) publishing a GPU the device
+    plugin offers is a GPU offered to both APIs."""
+    cluster, api = bridged, bridged.api
+    rapi = api.resource_api()
+    cluster.api.create(PODS, plain_pod("holder", **{"nvidia.com/gpu": "1"}), "default")
+    cluster.wait_pod_phase("default", "holder", "Running", 60)
+    (uuid,) = [u for (_, u), h in holders(cluster).items() if h == {"legacy default/holder"}]
+    (device,) = [f"gpu-{d.index}" for d in devices_from_spec(cluster.nodes[0].spec.gpus, "node-0") if d.uuid == uuid]
+    claim = api.create(rapi.claims, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaim",
+        "metadata": {"name": "by-hand", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}},
+    }, "default")
+    claim["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "node-0", "device": device}]}}}
+    api.update(rapi.claims, claim, "default", subresource="status")
+    try:
+        assert shared(cluster) == {("node-0", uuid): {"legacy default/holder", "claim default/by-hand"}}
+    finally:
+        api.delete(rapi.claims, "by-hand", "default")
+        api.delete(PODS, "holder", "default")
+    assert offered_twice(cluster) == set()
+    # A slice for the node's pool that the daemon does not own (no spec.nodeName, so it leaves it alone).
+    api.create(rapi.slices, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceSlice", "metadata": {"name": "by-hand"},
+        "spec": {"driver": "gpu.dra-bridge.io", "pool": {"name": "node-0", "generation": 1, "resourceSliceCount": 1},
+                 "allNodes": True, "devices": [{"name": device}]}})
+    try:
+        watch = SideWatch(cluster)
+        watch.sample()
+        assert watch.samples.offered_twice and not watch.samples.clean
+        assert f"node-0/{uuid} offered to both APIs" in watch.samples.describe()
+    finally:
+        api.delete(rapi.slices, "by-hand")
+
+
 def _run_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "bridge", "sandbox", "cluster", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -98,38 +138,50 @@ def _children_of(pid: int) -> list[int]:
         return []
 
 
-def _bridge_node_pids(cluster_pid: int) -> list[int]:
+def _bridge_pids(cluster_pid: int, command: bytes) -> list[int]:
+    """The cluster's children running `bridge <command>` (node, webhook, controller)."""
     pids = []
     for child in _children_of(cluster_pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"node" in cmdline and b"--node-name" in cmdline:
+        if b"bridge" in cmdline and command in cmdline:
             pids.append(child)
     return pids
 
 
 def test_the_cli_prints_what_runs_where_and_stops_everything_on_sigterm(short_tmp: Path) -> None:
     kubeconfig = short_tmp / "sb.kubeconfig"
-    proc = _run_cli("--nodes", "1", "--gpus", "2xL4", "--bridge", "--kubeconfig-out", str(kubeconfig),
-                    "--node-status-frequency", "0.5")
+    proc = _run_cli("--nodes", "1", "--gpus", "2xL4", "--bridge", "--controller", "--controller-args",
+                    "--cooldown 5s", "--kubeconfig-out", str(kubeconfig), "--node-status-frequency", "0.5")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not _bridge_node_pids(proc.pid):
+        while time.monotonic() < deadline and not (_bridge_pids(proc.pid, b"node")
+                                                   and _bridge_pids(proc.pid, b"controller")):
             assert proc.poll() is None, proc.communicate()[1]
             time.sleep(0.1)
-        (daemon,) = _bridge_node_pids(proc.pid)
+        (daemon,) = _bridge_pids(proc.pid, b"node")
+        (controller,) = _bridge_pids(proc.pid, b"controller")
+        assert b"--cooldown" in Path(f"/proc/{controller}/cmdline").read_bytes()
         api = connect(str(kubeconfig))
         wait_until(lambda: [n["metadata"]["name"] for n in api.list(NODES)["items"]] == ["node-0"], 60, "the Node")
+        wait_until(lambda: any(line.startswith("work dir") for line in lines), 60, "the whole description")
     finally:
         proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=60)
+        _, stderr = proc.communicate(timeout=60)
+        reader.join(10)
     assert proc.returncode == 0, stderr
+    stdout = "".join(lines)
     assert "API emulator  http://127.0.0.1:" in stdout and "bridge node pid" in stdout
+    assert re.search(r"^controller +http://127\.0\.0\.1:\d+/metrics pid \d+", stdout, re.M), stdout
     work = Path(re.search(r"work dir +(\S+)", stdout).group(1))  # type: ignore[union-attr]
     assert not work.exists(), "the temporary work directory is removed"
     assert not Path(f"/proc/{daemon}").exists(), "the node daemon is gone"
+    assert not Path(f"/proc/{controller}").exists() or _zombie(controller), "the controller is gone"
 
 
 def test_a_killed_cluster_takes_its_children_with_it(short_tmp: Path) -> None:
@@ -170,6 +222,9 @@ def _zombie(pid: int) -> bool:
     (["--nodes-file", __file__, "--nodes", "3"], "do not combine it with --nodes"),
     (["--kubernetes-version", "1.30"], "supported are 1.32 to 1.37"),
     (["--bridge", "--split", "gpu-x"], "--split"),
+    (["--controller"], "add --bridge"),
+    (["--bridge", "--controller-args", "--cooldown 5s"], "add --controller"),
+    (["--bridge", "--controller", "--controller-args", "--cooldown '5s"], "not a shell-quoted list"),
 ])
 def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["sandbox", "cluster", *args])
@@ -209,3 +264,30 @@ def test_a_dra_pod_on_a_bridge_node_is_prepared_by_the_real_daemon_and_unprepare
     cluster.wait_pod_phase("default", "infer", "Gone", 60)
     wait_until(lambda: not any(claim["metadata"]["uid"] in n for n in specs()), 30, "the CDI spec to be removed")
     assert node.kubelet.dra is not None and node.kubelet.dra.claim(claim["metadata"]["uid"]) is None
+
+
+def test_with_the_controller_a_pending_dra_pod_gets_a_gpu_moved_and_settling_follows_the_new_split(
+        sandbox_cluster: Callable[..., SandboxCluster]) -> None:
+    cluster = sandbox_cluster(nodes=1, gpus="2xL4", bridge=True, controller=True)
+    assert "controller    http://127.0.0.1:" in cluster.describe()
+    api, rapi = cluster.api, cluster.api.resource_api()
+    api.create(rapi.claim_templates, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-bridge.io"}}]}}}},
+        "default")
+    api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra", "namespace": "default"},
+                      "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                               "containers": [{"name": "main", "image": "cuda:12",
+                                               "resources": {"claims": [{"name": "gpu"}]}}]}}, "default")
+    cluster.wait_pod_phase("default", "dra", "Running", 60)
+    assert api.get(NODES, "node-0")["metadata"]["annotations"]["dra-bridge.io/dra-devices"] == "1"
+    cluster.wait_daemons_settled(30)  # against the split the controller set, not the spec's (none: all legacy)
+
+
+def test_a_controller_that_cannot_start_fails_the_cluster_start_with_its_error_and_leaves_nothing_behind(
+        sandbox_cluster: Callable[..., SandboxCluster]) -> None:
+    with pytest.raises(ClusterError, match="bridge controller exited with status 2") as err:
+        sandbox_cluster(nodes=1, gpus="2xL4", bridge=True, controller=True,
+                        controller_args=("--min-legacy-share", "7"))
+    assert "--min-legacy-share" in str(err.value)  # the controller's own message, from its log

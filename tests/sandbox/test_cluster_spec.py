@@ -60,6 +60,8 @@ def test_a_bad_nodes_file_is_refused_naming_the_problem(text: str, message: str)
     (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.31"), "supported are 1.32 to 1.37"),
     (ClusterSpec(nodes=()), "at least one node"),
     (ClusterSpec(nodes=(NodeSpec("a"),), webhook=True), "needs the bridge nodes"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), controller=True), "the controller sets the split"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), bridge=True, controller=True, controller_interval=0), "controller interval"),
 ])
 def test_a_bad_cluster_description_is_refused(spec: ClusterSpec, message: str) -> None:
     with pytest.raises(SpecError) as err:

@@ -13,12 +13,13 @@ What runs, in start order (stop is the reverse, and leaves nothing behind: socke
 2. with `bridge`, the bridge's DeviceClass (as `examples/deviceclass.yaml`);
 3. one kubelet simulator per node (in this process): it registers its Node with the node's labels (plus GPU
    Feature Discovery's), posts the Node's status and runs the pods bound to it;
-4. the control plane (`controlplane.stand_ins`): the scheduler and claim-controller stand-ins, or the minimal
-   binder while they are not installed;
+4. the control plane (`controlplane.stand_ins`): the scheduler and claim-controller stand-ins;
 5. with `bridge`, one real `bridge node` process per node with simulated GPUs (`--devices simulated:<gpus>`), its
    split from the node's spec or the cluster's; the cluster waits until every node daemon is registered with its
    kubelet through both APIs;
-6. with `webhook`, the real `bridge webhook` process, registered in the emulator (TLS, CA bundle).
+6. with `webhook`, the real `bridge webhook` process, registered in the emulator (TLS, CA bundle);
+7. with `controller`, the real `bridge controller` process (one replica, no Lease; `controller.py`), started last
+   so that its first decision sees every node daemon's split status; the cluster waits for its `/readyz`.
 
 Work files live under one short temp directory (unix socket paths are limited to 107 bytes), removed on stop
 unless the caller passed `work_dir`. Child processes get SIGTERM if this process dies (`orphanguard`).
@@ -38,8 +39,9 @@ from types import TracebackType
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj
 from bridge.kube.errors import KubeError, NotFound
-from bridge.ledger import parse_split
+from bridge.ledger.target import evaluate_request, requested_split
 from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.cluster.controller import ControllerStartError, SandboxController
 from bridge.sandbox.cluster.controlplane import Controller, stand_ins
 from bridge.sandbox.cluster.processes import ChildProcess
 from bridge.sandbox.cluster.spec import ClusterSpec, NodeSpec, check
@@ -103,6 +105,7 @@ class SandboxCluster:
         self.controllers: list[Controller] = []
         self.control_plane = ""
         self.webhook: SandboxWebhook | None = None
+        self.controller: SandboxController | None = None
         self._api: KubeAPI | None = None
         self._started = False
 
@@ -162,6 +165,13 @@ class SandboxCluster:
         if self.spec.webhook:
             self.webhook = SandboxWebhook(self.work_dir, self.kubeconfig, extra_args=self.spec.webhook_args)
             self.webhook.start(self._api, timeout=max(1.0, deadline - time.monotonic()))
+        if self.spec.controller:
+            self.controller = SandboxController(self.work_dir, self.kubeconfig, interval=self.spec.controller_interval,
+                                                extra_args=self.spec.controller_args)
+            try:
+                self.controller.start(timeout=max(1.0, deadline - time.monotonic()))
+            except ControllerStartError as err:
+                raise ClusterError(str(err)) from err
         log.info("sandbox cluster running", extra={"nodes": len(self.nodes), "api": self.server.url})
 
     def _make_work_dir(self) -> Path:
@@ -204,6 +214,10 @@ class SandboxCluster:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop everything in reverse order and remove the work directory (unless the caller gave it)."""
+        if self.controller is not None:
+            code = self.controller.stop(grace)
+            if code not in (0, None):
+                log.warning("bridge controller exited with status %s", code)
         if self.webhook is not None:
             self.webhook.stop(grace)
         for node in self.nodes:
@@ -264,6 +278,9 @@ class SandboxCluster:
         if self.webhook is not None and self.webhook.process is not None:
             lines.append(f"webhook       {self.webhook.url} pid {self.webhook.process.pid}, log "
                          f"{self.webhook.process.log_path}")
+        if self.controller is not None and self.controller.process is not None:
+            lines.append(f"controller    {self.controller.url}/metrics pid {self.controller.process.pid}, log "
+                         f"{self.controller.process.log_path}")
         lines.append(f"work dir      {self.work_dir}" + ("" if self._given_work_dir else " (removed on stop)"))
         return "\n".join(lines)
 
@@ -292,20 +309,37 @@ class SandboxCluster:
         raise TimeoutError(f"pod {namespace}/{name} not {phase} within {timeout:.0f}s; last status: {state}")
 
     def wait_daemons_settled(self, timeout: float = 60.0) -> None:
-        """Wait until every node daemon applied its split: the kubelet's healthy `nvidia.com/gpu` devices are the
-        legacy side and the node's ResourceSlices hold the DRA side, each GPU counted once."""
+        """Wait until every node daemon applied the split its Node asks for now (annotation, else label, else the
+        cluster's `split`, as the daemon reads it; so a split changed since start, by hand or by the controller, is
+        what counts): the kubelet's healthy `nvidia.com/gpu` devices are the legacy side and the node's
+        ResourceSlices hold the DRA side, each GPU counted once."""
         deadline = time.monotonic() + timeout
+        behind: list[str] = []
         while time.monotonic() < deadline:
-            if all(self._settled(n) for n in self.nodes):
+            behind = [why for n in self.nodes if (why := self._unsettled(n))]
+            if not behind:
                 return
             time.sleep(0.1)
-        raise TimeoutError("the node daemons did not settle their splits in time")
+        raise TimeoutError(f"the node daemons did not settle their splits within {timeout:.0f}s: {'; '.join(behind)}")
 
-    def _settled(self, node: SandboxNode) -> bool:
-        total = len(devices_from_spec(node.spec.gpus, node.name))
-        target = parse_split(node.spec.split if node.spec.split is not None else self.spec.split)
-        want = {"all": total, "count": min(target.count, total), "devices": len(target.devices)}.get(target.kind, 0)
+    def _unsettled(self, node: SandboxNode) -> str:
+        """"" when the node serves the split it asks for, else what it serves instead."""
+        devices = devices_from_spec(node.spec.gpus, node.name)
+        total = len(devices)
+        try:
+            node_obj: Obj | None = self.api.get(NODES, node.name)
+        except NotFound:
+            node_obj = None
+        result = evaluate_request(requested_split(node_obj, self.spec.split),
+                                  [(f"gpu-{d.index}", d.uuid) for d in devices])
+        if result.wanted is None:  # the daemon refuses it and keeps the split it had: waiting would never end
+            raise ClusterError(f"node {node.name}: the split {result.request.describe()} is refused: "
+                               f"{result.refusal}")
+        want = result.wanted
         legacy = node.kubelet.devices.resource(GPU_RESOURCE).allocatable
         slices = self.api.list(self.api.resource_api().slices, field_selector=f"spec.nodeName={node.name}")["items"]
         dra = sum(len(s["spec"].get("devices") or []) for s in slices)
-        return (legacy, dra) == (total - want, want)
+        if (legacy, dra) == (total - want, want):
+            return ""
+        return (f"{node.name} asks {result.request.describe()}: {want} DRA / {total - want} legacy, serves {dra} "
+                f"in its ResourceSlices / {legacy} healthy to the device plugin")

@@ -55,12 +55,15 @@ class ClusterSpec:
     kubernetes_version: str = "1.34"
     bridge: bool = False  # a real `bridge node` per node
     webhook: bool = False  # the real `bridge webhook`, registered in the API emulator
+    controller: bool = False  # the real `bridge controller` (one replica), setting each node's split from demand
     split: str | None = None  # `bridge node --dra-devices` (cluster default; a node's own split wins)
     node_status_frequency: float = 10.0  # the kubelets' nodeStatusUpdateFrequency
     sync_retry: float = 10.0  # the kubelets' pod-sync retry
     split_grace: float | None = None  # `bridge node --split-grace`
     node_args: tuple[str, ...] = ()  # extra `bridge node` arguments
     webhook_args: tuple[str, ...] = ()  # extra `bridge webhook` arguments
+    controller_interval: float = 5.0  # `bridge controller --interval` (seconds between decisions at most)
+    controller_args: tuple[str, ...] = ()  # extra `bridge controller` arguments (--cooldown, --dry-run, ...)
 
     @property
     def version(self) -> KubeletVersion:
@@ -115,6 +118,11 @@ def check(spec: ClusterSpec) -> ClusterSpec:
             raise SpecError(f"node {n.name}: gpus {n.gpus!r}: {err}") from err
     if spec.webhook and not spec.bridge:
         raise SpecError("the webhook translates pods to the bridge's DRA devices: it needs the bridge nodes (--bridge)")
+    if spec.controller and not spec.bridge:
+        raise SpecError("the controller sets the split the bridge's node daemons apply: it needs the bridge nodes "
+                        "(--bridge)")
+    if spec.controller_interval <= 0:
+        raise SpecError(f"controller interval must be > 0 seconds, got {spec.controller_interval:g}")
     return spec
 
 
