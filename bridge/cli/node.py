@@ -149,7 +149,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     from bridge.node.daemon import NodeConfig
     from bridge.node.http import AddressError, parse_address
     from bridge.node.podresources import AdoptionError
-    from bridge.node.sockets import SocketPathError
+    from bridge.unixsock import SocketPathError
     from bridge.node.statedir import ensure_state_dir
     from bridge.deviceplugin.registration import is_extended_resource_name
     from bridge.dra.slices import SliceError, validate_driver_name

@@ -28,20 +28,24 @@ from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge.deviceplugin.allocate import AllocationConfig
 from bridge.deviceplugin.metrics import DevicePluginMetrics
-from bridge.deviceplugin.registration import (
-    KUBELET_SOCKET,
-    RegistrationError,
-    SocketIdentity,
-    register,
-    socket_identity,
-)
+from bridge.deviceplugin.registration import KUBELET_SOCKET, RegistrationError, register
 from bridge.deviceplugin.servicer import DevicePluginServicer, options
 from bridge.deviceplugin.state import DeviceTable
 from bridge.logs import ContextLogger
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
-from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket, unix_target
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
+from bridge.unixsock import (
+    SocketIdentity,
+    SocketPathError,
+    check_socket_path,
+    remove_own_socket,
+    socket_identity,
+    unix_target,
+)
 
 log = logging.getLogger("bridge.deviceplugin")
+
+# Only the kubelet (root) dials the device-plugin socket.
+SOCKET_MODE = 0o600
 
 
 def default_socket_name(resource_name: str) -> str:
@@ -102,29 +106,15 @@ class _Server:
         self._grace_s = grace_s
         self._grpc = GrpcServer("dp-grpc", workers=workers, max_streams=servicer.streams.limit)
         pb_grpc.add_DevicePluginServicer_to_server(servicer, self._grpc.server)
-        remove_stale_socket(path)
         try:
-            self._grpc.bind_unix(path)
+            self.identity: SocketIdentity | None = self._grpc.serve_unix(path, SOCKET_MODE)
         except SocketPathError as err:
-            self._grpc.stop(0, 0)
             raise OSError(str(err)) from err
-        self._grpc.start()
-        try:
-            os.chmod(path, 0o600)
-        except FileNotFoundError:
-            # Deleted under us (a kubelet restart cleaning the directory right now): the supervisor sees the
-            # socket missing on its next poll and serves a fresh one.
-            pass
-        self.identity = socket_identity(path)
 
     def stop(self) -> None:
         self.servicer.stop()
         self._grpc.stop(self._grace_s)
-        if self.identity is not None and socket_identity(self.path) == self.identity:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        remove_own_socket(self.path, self.identity)
 
 
 class DevicePlugin:

@@ -29,7 +29,7 @@ from bridge._proto.drahealth.v1 import drahealth_pb2_grpc as v1_grpc
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2 as v1alpha1_pb
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as v1alpha1_grpc
 from bridge.inventory.model import DeviceID, HealthEvent
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
 
 log = logging.getLogger(__name__)
 

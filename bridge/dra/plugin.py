@@ -12,7 +12,7 @@ only our own socket files (stale ones at start, ours at stop): a socket left beh
 registered or sends the kubelet into a 30-minute reconnect backoff (kubernetes#128696, #132660).
 The registration server stays up for the whole life of the process.
 
-Both servers are `bridge.node.grpcserver.GrpcServer`s: health streams take `max_streams` workers of their own
+Both servers are `bridge.grpcserver.GrpcServer`s: health streams take `max_streams` workers of their own
 (refused beyond that), and `stop()` is bounded: `grace` for in-flight calls, then cancelled, and a worker still
 stuck after that is abandoned instead of holding SIGTERM up.
 """
@@ -20,7 +20,6 @@ stuck after that is abandoned instead of holding SIGTERM up.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +30,15 @@ from bridge.dra.health import HealthBoard
 from bridge.dra.registration import RegistrationServicer, RegistrationStatus
 from bridge.dra.servicer import PrepareCore
 from bridge.dra.slices import DEFAULT_DRIVER, SliceError, validate_driver_name
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
-from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
+from bridge.unixsock import SocketPathError, check_socket_path, remove_stale_socket
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
+# Both sockets: the kubelet (root) dials them. Never left at the umask's mode: under umask 0 a world-writable
+# registration socket would let anyone on the node tell us the kubelet unregistered the plugin.
+SOCKET_MODE = 0o660
 
 
 @dataclass(frozen=True)
@@ -120,15 +122,12 @@ class DraPlugin:
                 self.board, dra.server, resend_interval=cfg.health_resend_interval,
                 timeout_seconds=cfg.health_timeout_seconds, max_streams=streams,
             )
-        dra.bind_unix(str(cfg.dra_socket))
-        dra.start()
-        os.chmod(cfg.dra_socket, 0o660)
+        dra.serve_unix(str(cfg.dra_socket), SOCKET_MODE)
         self._dra_server = dra
 
         reg = GrpcServer("dra-reg", workers=4)
         registration.add_to_server(self.registration, reg.server)
-        reg.bind_unix(str(cfg.registration_socket))
-        reg.start()
+        reg.serve_unix(str(cfg.registration_socket), SOCKET_MODE)
         self._reg_server = reg
         log.info(
             "DRA plugin serving",

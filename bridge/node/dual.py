@@ -66,7 +66,7 @@ from bridge.node.kubeletcheckpoint import CHECKPOINT_FILE
 from bridge.node.metrics import SplitMetrics
 from bridge.node.nodepods import NodePods
 from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, AdoptionError, Holdings, list_holdings
-from bridge.node.sockets import SocketPathError, remove_stale_socket
+from bridge.unixsock import SocketPathError, remove_stale_socket
 from bridge.node.split import SplitConfig, SplitController, publisher_listener
 
 log = logging.getLogger("bridge.node")

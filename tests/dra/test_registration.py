@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from bridge._proto.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
 from bridge.dra.claims import ClaimRef
 from bridge.dra.plugin import DraPlugin, PluginConfig
 from bridge.dra.servicer import PrepareOutcome, PreparedDevice
-from bridge.node.sockets import SocketPathError
+from bridge.unixsock import SocketPathError
 from bridge.sandbox.kubelet.dramanager import DraManager
 from tests.dra.fakekube import FakeKube
 from tests.polling import wait_until
@@ -141,6 +143,22 @@ def test_rolling_update_instances_use_pod_uid_socket_names_and_coexist(short_tmp
     finally:
         old.stop()
         new.stop()
+
+
+def test_under_umask_zero_neither_socket_is_world_writable(short_tmp: Path, kubelet: DraManager) -> None:
+    # A world-writable registration socket let anyone on the node call NotifyRegistrationStatus(false).
+    old_umask = os.umask(0)
+    try:
+        plugin = DraPlugin(PluginConfig(kubelet_root=str(short_tmp)), EchoCore())
+        plugin.start()
+    finally:
+        os.umask(old_umask)
+    try:
+        for path in (plugin.config.registration_socket, plugin.config.dra_socket):
+            assert stat.S_IMODE(os.lstat(path).st_mode) == 0o660, path
+        assert kubelet.wait_for_plugin(DRIVER).service == "v1.DRAPlugin"  # the kubelet (root) still dials both
+    finally:
+        plugin.stop()
 
 
 def test_a_too_long_socket_path_is_refused_with_the_path_and_its_length(short_tmp: Path) -> None:

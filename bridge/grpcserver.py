@@ -1,5 +1,7 @@
 """The gRPC servers of the node daemon (device plugin, DRA service, DRA registration): bounded in every direction.
 
+Below both halves (`bridge.deviceplugin`, `bridge.dra`) and the daemon; it imports only `bridge.unixsock`.
+
 Invariants, each one a failure seen on a real daemon without it:
 * **Stuck handlers never outlive SIGTERM.** Handlers run on a `WorkerPool` of daemon threads. `ThreadPoolExecutor`
   workers are joined at interpreter exit (and by `shutdown(wait=True)`), so one handler that never returns kept
@@ -29,9 +31,9 @@ from typing import Any, ParamSpec, TypeVar
 
 import grpc
 
-from bridge.node.sockets import SocketPathError
+from bridge.unixsock import SocketIdentity, SocketPathError, serve_unix
 
-log = logging.getLogger("bridge.node.grpc")
+log = logging.getLogger("bridge.grpc")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -201,17 +203,14 @@ class GrpcServer:
         self.abandoned = 0
         self._stopped = False
 
-    def bind_unix(self, path: str) -> None:
-        """Listen on the unix socket `path`; SocketPathError when that is impossible."""
+    def serve_unix(self, path: str, mode: int) -> SocketIdentity:
+        """Serve on the unix socket `path` with file `mode` (`bridge.unixsock.serve_unix`: never reachable with the
+        umask's mode); SocketPathError when that is impossible, the server then stopped."""
         try:
-            port = self.server.add_insecure_port("unix:" + path)
-        except RuntimeError as err:  # newer grpcio raises instead of returning 0
-            raise SocketPathError(f"cannot listen on unix socket {path} (is the directory writable?): {err}") from err
-        if port == 0:
-            raise SocketPathError(f"cannot listen on unix socket {path} (is the directory writable?)")
-
-    def start(self) -> None:
-        self.server.start()
+            return serve_unix(self.server, path, mode)
+        except SocketPathError:
+            self.stop(0, 0)
+            raise
 
     def stop(self, grace: float = DEFAULT_GRACE_S, abandon_after: float = DEFAULT_ABANDON_AFTER_S) -> int:
         """Stop accepting calls, give in-flight ones `grace` seconds, cancel the rest, and wait at most
