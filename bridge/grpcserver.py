@@ -159,12 +159,25 @@ class StreamSlots:
         self._on_refused = on_refused
         self._lock = threading.Lock()
         self._open = 0
-        self.refused = 0
+        self._open_seqs: set[int] = set()  # the sequence numbers of the streams open now
+        self.opened = 0  # streams ever given a slot (the last sequence number)
+        self.refused = 0  # streams ever refused
 
     @property
     def open_streams(self) -> int:
         with self._lock:
             return self._open
+
+    def counts(self) -> tuple[int, int]:
+        """(opened, refused) so far, read together: a mark to compare `since` with later."""
+        with self._lock:
+            return self.opened, self.refused
+
+    def since(self, opened: int, refused: int) -> tuple[int, int, int]:
+        """Since the mark `counts()` returned: (streams opened, of those still open, streams refused). The device
+        plugin tells from them that the kubelet's stream for a registration ended, was refused or never came."""
+        with self._lock:
+            return (self.opened - opened, sum(seq > opened for seq in self._open_seqs), self.refused - refused)
 
     @contextmanager
     def hold(self, context: grpc.ServicerContext) -> Iterator[None]:
@@ -175,6 +188,9 @@ class StreamSlots:
                 self.refused += 1
             else:
                 self._open += 1
+                self.opened += 1
+                seq = self.opened
+                self._open_seqs.add(seq)
         if full:
             if self._on_refused is not None:
                 self._on_refused()
@@ -188,6 +204,7 @@ class StreamSlots:
         finally:
             with self._lock:
                 self._open -= 1
+                self._open_seqs.discard(seq)
 
 
 class GrpcServer:
