@@ -5,7 +5,8 @@ Thin shell: options (each also an env var), validation, then one library call: `
 `cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes
 (bridge/cli/exits.py): 0 clean stop / cleanup done; 2 bad options or a start failure caused by configuration or
 connections (a CDI setup that cannot work, a socket path over 107 bytes, an unwritable state directory, an
-unreadable kubeconfig, an unreachable API server, the --http-address port already in use, NVML not usable);
+unreadable kubeconfig, an unreachable API server, the --http-address port already in use, NVML not usable, the
+state directory held by another running daemon: the message names its PID);
 1 a corrupt checkpoint (runtime state, not configuration). Messages on stderr, never a traceback.
 `bridge node status`: 0 shown, 1 the node has no (readable) split status, 2 bad options, no API connection or
 no such node.
@@ -87,8 +88,9 @@ from bridge.logs import setup_logging
               help="Unhealthy DRA devices: NoSchedule device taint (on), removal from the slice (off), or probe "
                    "whether the API server keeps taints (auto).")
 @click.option("--pod-uid", show_envvar=True, envvar=["BRIDGE_POD_UID", "POD_UID"], default=None,
-              help="This pod's UID (downward API metadata.uid): put in socket names so two instances can run "
-                   "side by side during a rolling update.")
+              help="This pod's UID (downward API metadata.uid): put in socket names, and marks a rolling update: "
+                   "a daemon whose state directory is held by one with another pod UID waits in standby (reporting "
+                   "ready) and takes over when that one exits, instead of being refused.")
 @click.option("--split-grace", show_envvar=True, envvar="BRIDGE_SPLIT_GRACE", type=click.FloatRange(min=0),
               default=5.0, show_default=True,
               help="A GPU leaving DRA is offered to the device plugin only this many seconds after the ResourceSlice "
@@ -148,6 +150,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     from bridge.inventory.xid import parse_xid_list
     from bridge.node.daemon import NodeConfig
     from bridge.node.http import AddressError, parse_address
+    from bridge.node.instance import InstanceBusy
     from bridge.node.podresources import AdoptionError
     from bridge.unixsock import SocketPathError
     from bridge.node.statedir import ensure_state_dir
@@ -219,7 +222,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
             else:
                 click.echo("bridge node --cleanup: no API connection configured: ResourceSlices not touched", err=True)
             report = run_cleanup(config, opts, kube)
-        except (KubeError, OSError, SocketPathError) as err:
+        except (KubeError, OSError, SocketPathError, InstanceBusy) as err:
             click.echo(f"bridge node --cleanup: {err}", err=True)
             sys.exit(EXIT_CONFIG)
         click.echo(f"cleanup: deleted {report.slices_deleted} ResourceSlice(s), removed "
@@ -244,7 +247,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
                                 can_disable=True) if where and where in str(err) else None
         click.echo(f"bridge node: {friendly or err}", err=True)
         sys.exit(EXIT_CONFIG)
-    except (CdiConfigError, SocketPathError, InventoryError, AdoptionError, KubeError) as err:
+    except (CdiConfigError, SocketPathError, InventoryError, AdoptionError, KubeError, InstanceBusy) as err:
         click.echo(f"bridge node: {err}", err=True)
         sys.exit(EXIT_CONFIG)
 
