@@ -359,12 +359,15 @@ class DualNode:
 
     def _standby(self, holder: Instance) -> None:
         """While the previous instance serves: initialise the device source (NVML can take seconds; read-only, so
-        safe beside the holder) so the take-over is quick, and answer /healthz and /readyz so the DaemonSet
+        safe beside the holder) and import the Kubernetes client so the take-over is quick, and answer /healthz and /readyz so the DaemonSet
         controller sees this pod ready and deletes the old one (with maxSurge it waits for that)."""
         try:
             self.source.devices()
+            if self.dra_on:  # the Kubernetes client takes most of a second to import: not at take-over
+                import bridge.kube.client  # noqa: F401
+                import bridge.kube.config  # noqa: F401
         except Exception as err:  # noqa: BLE001 - the real start reports it with its usual exit code
-            log.warning("device discovery in standby failed (%s); retried at take-over", err,
+            log.warning("preparing in standby failed (%s); retried at take-over", err,
                         extra={"node": self.config.node_name})
         address = self.config.http_address
         if address is None:
