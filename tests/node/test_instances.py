@@ -4,7 +4,10 @@ release's disconnect rule, DRA plugin watcher, Node status posted every 0.2 s).
 
 The rollout test is the one the chart's `maxSurge: 1` depends on. Before the instance lock and the re-registration,
 instance B registered beside A; A stopping then (kubelets through 1.36) disconnected B and marked every GPU
-unhealthy, and allocatable stayed 0 for good: the test failed with "allocatable nvidia.com/gpu did not come back".
+unhealthy, and allocatable stayed 0 for good: the test failed with "allocatable nvidia.com/gpu left 3 ... after B
+served (device manager 0, connected False; Node 0); still not back 10 s later". Before the lock, a second daemon
+on the same state directory kept running (the first test timed out waiting for it to exit), and a deleted DRA
+registration socket was never re-created.
 """
 
 from __future__ import annotations
@@ -311,8 +314,6 @@ def check_rollout(env: Env) -> None:
     assert leftovers == []
     assert any("took over" in json.loads(line).get("msg", "") for line in b.lines if line.startswith("{"))
     assert any("standby" in json.loads(line).get("msg", "") for line in b.lines if line.startswith("{"))
-    if os.environ.get("BRIDGE_TEST_DUMP_B"):
-        print("\n".join(line[:200] for line in b.lines))
     assert b.stop() == 0
 
 
