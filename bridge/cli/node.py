@@ -61,7 +61,10 @@ from bridge.logs import setup_logging
                    "(nvidia.com/gpu=GPU-<uuid>) when its spec in /etc/cdi or /var/run/cdi names the GPUs, else our "
                    "own spec; toolkit: require the toolkit's (exit 2 at start without one); own: always ours.")
 @click.option("--state-dir", show_envvar=True, envvar="BRIDGE_STATE_DIR", default="/var/lib/dra-bridge", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path), help="Checkpoint and ledger directory.")
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Checkpoint and ledger directory. One daemon per directory: it is locked (node.lock), and a "
+                   "second daemon on it exits with status 2 naming the holder's PID (see --pod-uid for rolling "
+                   "updates).")
 @click.option("--resource-name", show_envvar=True, envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
               help="Extended resource name served through the device-plugin API.")
 @click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,

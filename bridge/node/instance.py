@@ -129,8 +129,8 @@ class InstanceLock:
         """The current record (retried briefly: a new holder may be rewriting it)."""
         for _ in range(5):
             try:
-                text = self.path.read_text()
-            except FileNotFoundError:
+                text = self.path.read_text(errors="replace")
+            except OSError:  # gone, or not readable by us: the caller says the PID is unknown
                 return None
             record = Instance.from_json(text)
             if record is not None:
