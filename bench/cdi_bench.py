@@ -39,7 +39,7 @@ from bridge.cdi import (  # noqa: E402
     claim_kind,
     validate_spec,
 )
-from bridge.cdi.writer import atomic_write_bytes  # noqa: E402
+from bridge.atomicfile import atomic_write_bytes  # noqa: E402
 from bridge.inventory import devices_from_spec  # noqa: E402
 from tests.fakedriver import LIBDIR, VERSION, make_host, put_spec, toolkit_spec  # noqa: E402
 

@@ -40,7 +40,7 @@ from bridge._proto.dra.v1 import dra_pb2 as pb  # noqa: E402
 from bridge._proto.dra.v1 import dra_pb2_grpc as pb_grpc  # noqa: E402
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb  # noqa: E402
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as reg_grpc  # noqa: E402
-from bridge.cdi.writer import atomic_write_bytes  # noqa: E402
+from bridge.atomicfile import atomic_write_bytes  # noqa: E402
 from bridge.kube import connect  # noqa: E402
 from bridge.ledger.checkpoint import CHECKPOINT_NAME, _replace_unsynced  # noqa: E402
 from tests.dra.cluster import NODE, gpu, make_claim, make_pod  # noqa: E402

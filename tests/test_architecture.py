@@ -25,6 +25,7 @@ REQUIRED_CONTRACTS = {
     "cli-is-the-top",
     "pure-no-shells",
     "node-core-below-services",
+    "node-layers",
 }
 
 
@@ -78,3 +79,22 @@ def test_an_import_of_the_kubernetes_client_outside_bridge_kube_breaks_the_contr
     assert result.returncode != 0
     assert "bridge.webhook.sneaky -> kubernetes (l.3)" in result.stdout
     assert "KubeAPI Protocol" in result.stdout  # the guidance tells the author what to do instead
+
+
+@pytest.mark.parametrize("module, upward", [
+    ("bridge/deviceplugin/sneaky.py", "bridge.node.daemon"),  # a half importing the daemon that composes it
+    ("bridge/dra/sneaky.py", "bridge.deviceplugin.state"),  # one half importing the other (independent siblings)
+    ("bridge/inventory/sneaky.py", "bridge.cdi.names"),  # the shared model importing one of its users
+])
+def test_an_upward_import_between_the_node_layers_breaks_the_contract(tmp_path: Path, module: str,
+                                                                     upward: str) -> None:
+    shutil.copytree(ROOT / "bridge", tmp_path / "bridge", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / module).write_text(f'"""Breaks the layering."""\n\nimport {upward}\n')
+
+    result = _lint_imports(tmp_path, "--contract", "node-layers")
+
+    importer = module[:-len(".py")].replace("/", ".")
+    assert result.returncode != 0
+    assert f"{importer} -> {upward} (l.3)" in result.stdout
+    assert "An import goes up a layer" in result.stdout

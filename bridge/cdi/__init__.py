@@ -43,7 +43,7 @@ from bridge.cdi.spec import (
 )
 from bridge.cdi.toolkit import TOOLKIT_KIND, ToolkitSpecs
 from bridge.cdi.version import minimum_cdi_version
-from bridge.cdi.writer import CdiSpecWriter, CdiWriteError, atomic_write_bytes
+from bridge.cdi.writer import CdiSpecWriter, CdiWriteError
 
 __all__ = [
     "CDI_SOURCES",
@@ -69,7 +69,6 @@ __all__ = [
     "Root",
     "Symlink",
     "ToolkitSpecs",
-    "atomic_write_bytes",
     "build_claim_spec",
     "build_device_plugin_spec",
     "claim_device_name",

@@ -3,8 +3,7 @@
 Invariants:
 
 * A runtime reading the CDI directory sees either the previous complete file or the new complete file, never a
-  partial one: the JSON goes to a temp file in the same directory (same filesystem), which is fsynced, renamed
-  over the target, and then the directory is fsynced so the rename itself survives a power cut.
+  partial one (`bridge.atomicfile.atomic_write_bytes`: temp file, fsync, rename, fsync of the directory).
 * Temp files are named `.<final name>.tmp-<random>` (hidden, no `.json`/`.yaml` suffix), so a CDI registry
   watching the directory never tries to parse one. A crash may leave one behind; `sweep_temp_files()` removes
   ours at start.
@@ -21,16 +20,15 @@ import builtins
 import json
 import os
 import re
-import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bridge.atomicfile import TEMP_MARK, atomic_write_bytes, fsync_dir
 from bridge.cdi.names import parse_kind
 from bridge.cdi.schema import validate_spec
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")
-_TEMP_MARK = ".tmp-"
 
 
 class CdiWriteError(OSError):
@@ -41,42 +39,6 @@ def file_prefix(kind: str) -> str:
     """`"k8s.gpu.dra-bridge.io/claim"` -> `"k8s.gpu.dra-bridge.io-claim_"`."""
     vendor, cls = parse_kind(kind)
     return f"{vendor}-{cls}_"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644,
-                       fault: Callable[[str], None] | None = None) -> None:
-    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir). `fault(step)` is a test hook
-    called at each step ("written", "synced", "renamed") to simulate a crash between them."""
-    tmp = path.with_name(f".{path.name}{_TEMP_MARK}{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if fault:
-                fault("written")
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if fault:
-            fault("synced")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if fault:
-        fault("renamed")
-    fsync_dir(path.parent)
 
 
 class CdiSpecWriter:
@@ -159,7 +121,7 @@ class CdiSpecWriter:
             return []
         removed: builtins.list[Path] = []
         for p in entries:
-            if p.name.startswith(f".{self.prefix}") and _TEMP_MARK in p.name:
+            if p.name.startswith(f".{self.prefix}") and TEMP_MARK in p.name:
                 p.unlink(missing_ok=True)
                 removed.append(p)
         return removed

@@ -5,7 +5,8 @@ Thin shell: options (each also an env var), validation, then one library call: `
 `cleanup()` with `--cleanup`). SIGTERM and SIGINT stop serving, remove all our sockets and exit 0. Exit codes
 (bridge/cli/exits.py): 0 clean stop / cleanup done; 2 bad options or a start failure caused by configuration or
 connections (a CDI setup that cannot work, a socket path over 107 bytes, an unwritable state directory, an
-unreadable kubeconfig, an unreachable API server, the --http-address port already in use, NVML not usable);
+unreadable kubeconfig, an unreachable API server, the --http-address port already in use, NVML not usable, the
+state directory held by another running daemon: the message names its PID);
 1 a corrupt checkpoint (runtime state, not configuration). Messages on stderr, never a traceback.
 `bridge node status`: 0 shown, 1 the node has no (readable) split status, 2 bad options, no API connection or
 no such node.
@@ -63,7 +64,10 @@ from bridge.logs import setup_logging
                    "(nvidia.com/gpu=GPU-<uuid>) when its spec in /etc/cdi or /var/run/cdi names the GPUs, else our "
                    "own spec; toolkit: require the toolkit's (exit 2 at start without one); own: always ours.")
 @click.option("--state-dir", show_envvar=True, envvar="BRIDGE_STATE_DIR", default="/var/lib/dra-bridge", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path), help="Checkpoint and ledger directory.")
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Checkpoint and ledger directory. One daemon per directory: it is locked (node.lock), and a "
+                   "second daemon on it exits with status 2 naming the holder's PID (see --pod-uid for rolling "
+                   "updates).")
 @click.option("--resource-name", show_envvar=True, envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
               help="Extended resource name served through the device-plugin API.")
 @click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
@@ -94,8 +98,9 @@ from bridge.logs import setup_logging
               help="Unhealthy DRA devices: NoSchedule device taint (on), removal from the slice (off), or probe "
                    "whether the API server keeps taints (auto).")
 @click.option("--pod-uid", show_envvar=True, envvar=["BRIDGE_POD_UID", "POD_UID"], default=None,
-              help="This pod's UID (downward API metadata.uid): put in socket names so two instances can run "
-                   "side by side during a rolling update.")
+              help="This pod's UID (downward API metadata.uid): put in socket names, and marks a rolling update: "
+                   "a daemon whose state directory is held by one with another pod UID waits in standby (reporting "
+                   "ready) and takes over when that one exits, instead of being refused.")
 @click.option("--split-grace", show_envvar=True, envvar="BRIDGE_SPLIT_GRACE", type=click.FloatRange(min=0),
               default=5.0, show_default=True,
               help="A GPU leaving DRA is offered to the device plugin only this many seconds after the ResourceSlice "
@@ -155,8 +160,9 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     from bridge.inventory.xid import parse_xid_list
     from bridge.node.daemon import NodeConfig
     from bridge.node.http import AddressError, parse_address
+    from bridge.node.instance import InstanceBusy
     from bridge.node.podresources import AdoptionError
-    from bridge.node.sockets import SocketPathError
+    from bridge.unixsock import SocketPathError
     from bridge.node.statedir import ensure_state_dir
     from bridge.deviceplugin.registration import is_extended_resource_name
     from bridge.dra.slices import SliceError, validate_driver_name
@@ -226,7 +232,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
             else:
                 click.echo("bridge node --cleanup: no API connection configured: ResourceSlices not touched", err=True)
             report = run_cleanup(config, opts, kube)
-        except (KubeError, OSError, SocketPathError) as err:
+        except (KubeError, OSError, SocketPathError, InstanceBusy) as err:
             click.echo(f"bridge node --cleanup: {err}", err=True)
             sys.exit(EXIT_CONFIG)
         click.echo(f"cleanup: deleted {report.slices_deleted} ResourceSlice(s), removed "
@@ -251,7 +257,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
                                 can_disable=True) if where and where in str(err) else None
         click.echo(f"bridge node: {friendly or err}", err=True)
         sys.exit(EXIT_CONFIG)
-    except (CdiConfigError, SocketPathError, InventoryError, AdoptionError, KubeError) as err:
+    except (CdiConfigError, SocketPathError, InventoryError, AdoptionError, KubeError, InstanceBusy) as err:
         click.echo(f"bridge node: {err}", err=True)
         sys.exit(EXIT_CONFIG)
 

@@ -187,7 +187,7 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
     Example:
       bridge sandbox kubelet --root /tmp/kl --node-name node-a --kubeconfig /tmp/sandbox.kubeconfig
     """
-    from bridge.node.sockets import SocketPathError
+    from bridge.unixsock import SocketPathError
     from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
 
     setup_logging(log_format, log_level.upper())

@@ -71,6 +71,13 @@ class DevicePluginMetrics:
             ["resource"],
             registry=registry,
         )
+        self.kubelet_disconnects = Counter(
+            "bridge_deviceplugin_kubelet_disconnects",
+            "Times the kubelet dropped our registration while we kept serving (our ListAndWatch stream ended or was "
+            "never opened), each followed by a re-registration",
+            ["resource"],
+            registry=registry,
+        )
         self.listandwatch_updates = Counter(
             "dra_bridge_deviceplugin_listandwatch_updates",
             "ListAndWatch messages sent (all streams)",

@@ -1,13 +1,31 @@
-"""Device-plugin lifecycle: serve on our socket, register, and do it again whenever the kubelet restarts.
+"""Device-plugin lifecycle: serve on our socket, register, and register again whenever the kubelet lets go of us.
 
 Invariants:
 * Our gRPC server is listening on `<kubelet-root>/device-plugins/<socket>` BEFORE we call Register (the kubelet
   dials us from inside its Register handler with a 10 s blocking dial).
-* One supervisor thread per plugin polls for kubelet restarts (see `registration` for why polling) and retries
-  failed registrations with capped exponential backoff. On a restart it stops the old gRPC server (ending every
-  ListAndWatch stream and shutting its worker pool down, bounded: a stuck worker is abandoned, never waited on),
-  starts a fresh one on a fresh socket, and re-registers.
-  Nothing is created per restart that outlives the restart: no thread or fd leaks across many restarts.
+* One supervisor thread per plugin polls (every `poll_interval_s`, see `registration` for why polling) for the
+  three ways the kubelet can stop listening to us, and re-registers after each, re-sending the full device list
+  (a new ListAndWatch stream starts with the whole table):
+  1. the kubelet restarted (`kubelet.sock` removed or re-created) or our socket was deleted or replaced (a
+     restarting kubelet deletes every socket in `device-plugins/`): stop the old gRPC server (ending every
+     ListAndWatch stream, bounded: a stuck worker is abandoned, never waited on), serve a fresh one, register;
+  2. **the kubelet dropped us while we kept serving**: the ListAndWatch stream it opened after our Register ended
+     (or was refused, or never came within `stream_wait_s`). In kubelets 1.25-1.36 (pkg/kubelet/cm/devicemanager/
+     plugin/v1beta1/handler.go, `runClient`) the end of ANY instance's stream disconnects the resource's *current*
+     endpoint and marks all its devices unhealthy: after a second instance registered, the first one stopping cuts
+     the kubelet off from the one still serving, until it registers again. From 1.37 only the instance whose stream
+     ended is disconnected; the same detection then fires only when it is really us. Re-registering is always
+     safe: the kubelet takes the newest registration as the endpoint, and re-reads the device list from it.
+  3. a registration that failed: retried.
+  Retries back off exponentially (`backoff_initial_s` doubling to `backoff_max_s`). A registration the kubelet
+  drops again soon after (within `stable_after_s`) does not reset the backoff, so a kubelet that keeps dropping us
+  is not answered by a tight register/drop loop; one that held for `stable_after_s` does.
+  Nothing is created per re-registration that outlives it: no thread or fd leaks across many restarts.
+* Streams are told apart by sequence (`StreamSlots.counts` / `since`), marked just BEFORE each Register: a stream
+  opened after the mark answers that registration (the kubelet opens it right after Register returns, possibly
+  before our call has returned); streams opened earlier (an old registration's, a debugging client's) do not
+  count. A debugging client that opens a stream of its own AFTER the registration can hide the kubelet's stream
+  ending until it closes; the kubelet-restart rule still holds.
 * `stop()` ends streams, stops the server and removes our socket, but only if the file there is still the one we
   created (never another process's socket).
 """
@@ -28,20 +46,24 @@ from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge.deviceplugin.allocate import AllocationConfig
 from bridge.deviceplugin.metrics import DevicePluginMetrics
-from bridge.deviceplugin.registration import (
-    KUBELET_SOCKET,
-    RegistrationError,
-    SocketIdentity,
-    register,
-    socket_identity,
-)
+from bridge.deviceplugin.registration import KUBELET_SOCKET, RegistrationError, register
 from bridge.deviceplugin.servicer import DevicePluginServicer, options
 from bridge.deviceplugin.state import DeviceTable
 from bridge.logs import ContextLogger
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
-from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket, unix_target
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
+from bridge.unixsock import (
+    SocketIdentity,
+    SocketPathError,
+    check_socket_path,
+    remove_own_socket,
+    socket_identity,
+    unix_target,
+)
 
 log = logging.getLogger("bridge.deviceplugin")
+
+# Only the kubelet (root) dials the device-plugin socket.
+SOCKET_MODE = 0o600
 
 
 def default_socket_name(resource_name: str) -> str:
@@ -63,6 +85,15 @@ class PluginConfig:
     max_streams: int = DEFAULT_MAX_STREAMS  # concurrent ListAndWatch streams (a kubelet opens one per registration)
     # Stop: in-flight calls get this long, then are cancelled; workers still busy after that are abandoned.
     stop_grace_s: float = 0.5
+    # A registration whose ListAndWatch stream has not opened by then is taken as dropped (the kubelet opens it
+    # right after Register returns).
+    stream_wait_s: float = 10.0
+    # A registration that held this long resets the re-registration backoff.
+    stable_after_s: float = 10.0
+    # After the kubelet dropped us, wait this long before registering again: through 1.36 the end of our OWN old
+    # stream (closed by that very disconnect) disconnects whoever is current when the kubelet gets to it, so a
+    # registration landing before that is cut off at once.
+    reregister_delay_s: float = 0.5
 
     @property
     def plugin_dir(self) -> Path:
@@ -102,29 +133,50 @@ class _Server:
         self._grace_s = grace_s
         self._grpc = GrpcServer("dp-grpc", workers=workers, max_streams=servicer.streams.limit)
         pb_grpc.add_DevicePluginServicer_to_server(servicer, self._grpc.server)
-        remove_stale_socket(path)
         try:
-            self._grpc.bind_unix(path)
+            self.identity: SocketIdentity | None = self._grpc.serve_unix(path, SOCKET_MODE)
         except SocketPathError as err:
-            self._grpc.stop(0, 0)
             raise OSError(str(err)) from err
-        self._grpc.start()
-        try:
-            os.chmod(path, 0o600)
-        except FileNotFoundError:
-            # Deleted under us (a kubelet restart cleaning the directory right now): the supervisor sees the
-            # socket missing on its next poll and serves a fresh one.
-            pass
-        self.identity = socket_identity(path)
 
     def stop(self) -> None:
         self.servicer.stop()
         self._grpc.stop(self._grace_s)
-        if self.identity is not None and socket_identity(self.path) == self.identity:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        remove_own_socket(self.path, self.identity)
+
+
+@dataclass
+class _Retry:
+    """Capped exponential backoff for (re-)registration."""
+
+    initial: float
+    cap: float
+    backoff: float = 0.0
+    next_attempt: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.backoff = self.initial
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_attempt
+
+    def failed(self, now: float, at_least: float = 0.0) -> None:
+        self.next_attempt = now + max(self.backoff, at_least)
+        self.backoff = min(self.backoff * 2, self.cap)
+
+    def reset(self) -> None:
+        self.backoff = self.initial
+        self.next_attempt = 0.0
+
+
+@dataclass(frozen=True)
+class _Registration:
+    """What we registered against, and the stream counts just before the Register call."""
+
+    kubelet: SocketIdentity
+    servicer: DevicePluginServicer
+    opened_before: int
+    refused_before: int
+    at: float  # monotonic time the Register call returned
 
 
 class DevicePlugin:
@@ -142,9 +194,13 @@ class DevicePlugin:
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        self._registered_against: SocketIdentity | None = None
+        self._registration: _Registration | None = None
         self._registered = threading.Event()
+        self._retry = _Retry(config.backoff_initial_s, config.backoff_max_s)
+        self._stable = False  # the current registration has held for stable_after_s (backoff reset)
+        self._waiting_logged = False
         self.registrations = 0
+        self.disconnects = 0  # times the kubelet dropped us while we kept serving
         self._last_error: str | None = None
         self._log = ContextLogger(log, {"resource": config.resource_name})
 
@@ -195,6 +251,7 @@ class DevicePlugin:
     def _start_server(self) -> None:
         with self._lock:
             if self._server is not None:
+                # Stopped BEFORE the new socket is bound: gRPC unlinks the path of a server it stops.
                 self._server.stop()
                 self._server = None
             servicer = DevicePluginServicer(self.table, self.allocation, self.metrics,
@@ -203,30 +260,28 @@ class DevicePlugin:
         self._log.info("serving device plugin", extra={"socket": self.socket_path})
 
     def _supervise(self) -> None:
-        backoff = self.config.backoff_initial_s
-        next_attempt = 0.0
-        waiting_logged = False
         while not self._stop.is_set():
             try:
-                backoff, next_attempt, waiting_logged = self._supervise_once(backoff, next_attempt, waiting_logged)
+                self._supervise_once()
             except Exception as err:  # never let one bad poll end re-registration for the life of the daemon
                 self._last_error = f"{type(err).__name__}: {err}"
                 self._log.exception("device-plugin supervisor error; retrying")
-                next_attempt = time.monotonic() + backoff
-                backoff = min(backoff * 2, self.config.backoff_max_s)
+                self._retry.failed(time.monotonic())
             self._stop.wait(self.config.poll_interval_s)
 
-    def _supervise_once(self, backoff: float, next_attempt: float, waiting_logged: bool) -> tuple[float, float, bool]:
-        """One poll: notice a kubelet restart or a lost socket, re-serve, (re-)register when due."""
+    def _supervise_once(self) -> None:
+        """One poll: notice a kubelet restart, a lost socket or a dropped registration; re-serve; (re-)register."""
         kubelet = socket_identity(self.kubelet_socket)
-        own_present = socket_identity(self.socket_path) is not None
-        registered = self._registered.is_set()
+        server = self._server
+        own_ok = server is not None and server.identity is not None and \
+            socket_identity(self.socket_path) == server.identity
+        reg = self._registration
         # Registered against a kubelet.sock that is gone or was replaced: the kubelet restarted.
-        stale = registered and kubelet != self._registered_against
-        if stale or not own_present:
-            if registered:
+        stale = reg is not None and kubelet != reg.kubelet
+        if stale or not own_ok:
+            if reg is not None:
                 why = "kubelet.sock re-created" if kubelet is not None and stale else (
-                    "kubelet.sock removed" if stale else "our socket was deleted")
+                    "kubelet.sock removed" if stale else "our socket was deleted or replaced")
                 self._log.info("kubelet restart detected (%s): re-serving and re-registering", why)
                 self.metrics.kubelet_restarts.labels(self.config.resource_name).inc()
             else:
@@ -238,29 +293,62 @@ class DevicePlugin:
                 self._last_error = f"cannot re-create {self.socket_path}: {err}"
                 self._log.exception("cannot re-create the device-plugin socket; retrying")
                 self._stop.wait(self.config.backoff_initial_s)
-                return backoff, next_attempt, waiting_logged
-            backoff, next_attempt = self.config.backoff_initial_s, 0.0
-        if not self._registered.is_set():
+                return
+            self._retry.reset()
+        elif reg is not None:
+            self._check_stream(reg)
+        if self._registration is None:
             if kubelet is None:
-                if not waiting_logged:
+                if not self._waiting_logged:
                     self._log.info("waiting for %s to appear", self.kubelet_socket)
-                    waiting_logged = True
-            elif time.monotonic() >= next_attempt:
-                waiting_logged = False
-                if self._try_register(kubelet):
-                    backoff = self.config.backoff_initial_s
-                else:
-                    next_attempt = time.monotonic() + backoff
-                    backoff = min(backoff * 2, self.config.backoff_max_s)
-        return backoff, next_attempt, waiting_logged
+                    self._waiting_logged = True
+            elif self._retry.due(time.monotonic()):
+                self._waiting_logged = False
+                if not self._try_register(kubelet):
+                    self._retry.failed(time.monotonic())
+
+    def _check_stream(self, reg: _Registration) -> None:
+        """Registered and serving: has the kubelet dropped us? (Its stream for this registration ended, was refused,
+        or never came.)"""
+        now = time.monotonic()
+        opened, still_open, refused = reg.servicer.streams.since(reg.opened_before, reg.refused_before)
+        dropped: str | None = None
+        if opened and not still_open:
+            dropped = "the kubelet ended our ListAndWatch stream while we are serving"
+        elif refused and not opened:
+            dropped = "the kubelet's ListAndWatch stream was refused (every stream slot taken)"
+        elif not opened and now - reg.at > self.config.stream_wait_s:
+            dropped = f"the kubelet opened no ListAndWatch stream within {self.config.stream_wait_s:g}s of Register"
+        if dropped is None:
+            if not self._stable and now - reg.at >= self.config.stable_after_s:
+                self._stable = True
+                self._retry.reset()
+            return
+        self.disconnects += 1
+        self.metrics.kubelet_disconnects.labels(self.config.resource_name).inc()
+        self._set_unregistered()
+        if self._stable:
+            self._retry.reset()  # it held: re-register as soon as the kubelet is done disconnecting us
+            self._retry.next_attempt = now + self.config.reregister_delay_s
+        else:
+            self._retry.failed(now, self.config.reregister_delay_s)  # dropped again soon after registering: back off
+        self._log.warning("%s (on kubelets up to 1.36 an old instance of this plugin stopping disconnects the current "
+                          "one): re-registering with the full device list", dropped,
+                          extra={"count": self.disconnects})
 
     def _set_unregistered(self) -> None:
         self._registered.clear()
-        self._registered_against = None
+        self._registration = None
+        self._stable = False
         self.metrics.registered.labels(self.config.resource_name).set(0)
 
     def _try_register(self, kubelet: SocketIdentity) -> bool:
         endpoint = os.path.basename(self.socket_path)
+        server = self._server
+        if server is None:
+            return False
+        # Mark the stream counts BEFORE Register: the kubelet may open its stream before our call returns.
+        opened_before, refused_before = server.servicer.streams.counts()
         try:
             register(self.kubelet_socket, endpoint, self.config.resource_name, options(),
                      self.config.register_timeout_s)
@@ -269,7 +357,7 @@ class DevicePlugin:
             self.metrics.registrations.labels(self.config.resource_name, "error").inc()
             self._log.warning("registration failed, will retry: %s", err)
             return False
-        self._registered_against = kubelet
+        self._registration = _Registration(kubelet, server.servicer, opened_before, refused_before, time.monotonic())
         self._last_error = None
         self.registrations += 1
         self._registered.set()

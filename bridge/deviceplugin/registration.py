@@ -9,21 +9,19 @@ socket's existence, rather than inotify through ctypes. Reasons:
   whereas a poll always compares the current state with the state we registered against;
 * the poll runs on the plugin's one supervisor thread, which also drives registration retries, so there is
   exactly one thread per plugin no matter how many restarts happen.
-Identity includes ctime because a deleted inode number may be reused at once by the re-created `kubelet.sock`.
+Identity (`bridge.unixsock.socket_identity`) includes ctime because a deleted inode number may be reused at once
+by the re-created `kubelet.sock`.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-from dataclasses import dataclass
 
 import grpc
 
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from bridge.node.sockets import unix_target
+from bridge.unixsock import unix_target
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
@@ -48,24 +46,6 @@ def is_extended_resource_name(name: str) -> bool:
 
 class RegistrationError(RuntimeError):
     """The kubelet rejected or did not answer our Register call."""
-
-
-@dataclass(frozen=True)
-class SocketIdentity:
-    inode: int
-    device: int
-    ctime_ns: int
-
-
-def socket_identity(path: str) -> SocketIdentity | None:
-    """The identity of the unix socket at `path`, or None when there is no socket there."""
-    try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if not stat.S_ISSOCK(st.st_mode):
-        return None
-    return SocketIdentity(st.st_ino, st.st_dev, st.st_ctime_ns)
 
 
 def register(

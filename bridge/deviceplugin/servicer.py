@@ -3,7 +3,7 @@
 * ListAndWatch sends the full device table at once and again after every change; every open stream gets every
   update. A stream ends when the client goes away or the servicer is stopped (`stop()`), so stopping the gRPC server
   never waits on a blocked generator. A stream holds a worker thread for its life, so each takes a slot of
-  `self.streams` (`bridge.node.grpcserver.StreamSlots`): beyond the limit (a kubelet opens one per registration) a
+  `self.streams` (`bridge.grpcserver.StreamSlots`): beyond the limit (a kubelet opens one per registration) a
   stream is refused with RESOURCE_EXHAUSTED, and the unary calls keep workers of their own.
 * Allocate answers one container response per container request, or fails the whole call: malformed requests
   (no devices, the same ID twice in one container or in two containers of the call) are INVALID_ARGUMENT before any
@@ -41,7 +41,7 @@ from bridge.deviceplugin.preferred import PreferredAllocationError, Topology, ch
 from bridge.deviceplugin.requests import allocate_problem, clip, name_ids
 from bridge.deviceplugin.state import DeviceTable
 from bridge.logs import ContextLogger
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
 
 log = logging.getLogger("bridge.deviceplugin")
 

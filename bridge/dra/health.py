@@ -29,7 +29,7 @@ from bridge._proto.drahealth.v1 import drahealth_pb2_grpc as v1_grpc
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2 as v1alpha1_pb
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as v1alpha1_grpc
 from bridge.inventory.model import DeviceID, HealthEvent
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, StreamSlots
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,12 @@ class HealthBoard:
                 self._cond.wait(timeout)
             return self._version
 
+    def wake(self) -> None:
+        """Wake every waiting stream without a change, so one whose call has ended notices at once (registered as
+        each stream's RPC termination callback: a server stopped to re-create its socket ends its streams now)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def close(self) -> None:
         """End every open stream promptly (daemon shutdown)."""
         with self._cond:
@@ -153,6 +159,7 @@ class HealthStreams:
 
     def _lists(self, context: grpc.ServicerContext, api: str) -> Iterator[tuple[DeviceHealthEntry, ...]]:
         self.streams_opened += 1
+        context.add_callback(self._board.wake)  # the call ending (client gone, server stopped) ends the loop now
         log.info("health stream opened", extra={"pool": self._board.pool, "api": api})
         version, entries = self._board.snapshot()
         yield entries

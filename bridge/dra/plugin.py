@@ -8,11 +8,19 @@ Layout (the Go helper's, k8s.io/dynamic-resource-allocation kubeletplugin/draplu
 
 Order matters: the DRA server listens before the registration socket appears (the kubelet dials the endpoint as
 soon as it has registered us), and on stop the registration socket goes first, then the DRA socket. We delete
-only our own socket files (stale ones at start, ours at stop): a socket left behind keeps a dead driver
-registered or sends the kubelet into a 30-minute reconnect backoff (kubernetes#128696, #132660).
-The registration server stays up for the whole life of the process.
+only our own socket files (stale ones at start, ours at stop, and then only while the file is still the socket we
+created): a socket left behind keeps a dead driver registered or sends the kubelet into a 30-minute reconnect
+backoff (kubernetes#128696, #132660). The registration server stays up for the whole life of the process.
 
-Both servers are `bridge.node.grpcserver.GrpcServer`s: health streams take `max_streams` workers of their own
+Our sockets heal: a supervisor thread checks both every `poll_interval_s` (0.1 s) against the identity (inode,
+device, ctime) each had when we created it. A DRA socket that disappeared or was replaced is served again (old
+server stopped first: gRPC unlinks the path of a server it stops) and the registration socket is then re-created
+too, so the kubelet's plugin watcher sees a new socket and registers the plugin again (GetInfo, a fresh client
+and health stream). A registration socket that disappeared is re-created; the kubelet deregistered the plugin
+when it went (pkg/kubelet/pluginmanager: a Remove event) and registers it again on the Create. Each re-creation
+is logged at WARNING and counted (`recreated`); a failure is retried on the next poll.
+
+Both servers are `bridge.grpcserver.GrpcServer`s: health streams take `max_streams` workers of their own
 (refused beyond that), and `stop()` is bounded: `grace` for in-flight calls, then cancelled, and a worker still
 stuck after that is abandoned instead of holding SIGTERM up.
 """
@@ -20,7 +28,7 @@ stuck after that is abandoned instead of holding SIGTERM up.
 from __future__ import annotations
 
 import logging
-import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +39,22 @@ from bridge.dra.health import HealthBoard
 from bridge.dra.registration import RegistrationServicer, RegistrationStatus
 from bridge.dra.servicer import PrepareCore
 from bridge.dra.slices import DEFAULT_DRIVER, SliceError, validate_driver_name
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
-from bridge.node.sockets import SocketPathError, check_socket_path, remove_stale_socket
+from bridge.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
+from bridge.unixsock import (
+    SocketIdentity,
+    SocketPathError,
+    check_socket_path,
+    remove_own_socket,
+    remove_stale_socket,
+    socket_identity,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
+# Both sockets: the kubelet (root) dials them. Never left at the umask's mode: under umask 0 a world-writable
+# registration socket would let anyone on the node tell us the kubelet unregistered the plugin.
+SOCKET_MODE = 0o660
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,9 @@ class PluginConfig:
     health_timeout_seconds: int = health_mod.DEFAULT_HEALTH_TIMEOUT_S
     max_workers: int = DEFAULT_WORKERS  # unary calls (Prepare/Unprepare); health streams get their own
     max_streams: int = DEFAULT_MAX_STREAMS  # concurrent health streams (a kubelet opens one per plugin)
+    poll_interval_s: float = 0.1  # how often the supervisor checks that our sockets are still there
+    # A server replaced to re-create its socket: in-flight calls get this long before they are cancelled.
+    recreate_grace_s: float = 0.2
 
     @property
     def registry_dir(self) -> Path:
@@ -99,6 +120,12 @@ class DraPlugin:
         )
         self._dra_server: GrpcServer | None = None
         self._reg_server: GrpcServer | None = None
+        self._dra_id: SocketIdentity | None = None
+        self._reg_id: SocketIdentity | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self.recreated = 0  # sockets re-created after they disappeared
 
     @property
     def running(self) -> bool:
@@ -111,7 +138,20 @@ class DraPlugin:
         for sock in (cfg.dra_socket, cfg.registration_socket):
             if remove_stale_socket(sock):
                 log.info("removed a stale socket of ours", extra={"socket": str(sock)})
+        self._stopping.clear()
+        with self._lock:
+            self._serve_dra()
+            self._serve_registration()
+        log.info(
+            "DRA plugin serving",
+            extra={"driver": cfg.driver, "dra_socket": str(cfg.dra_socket), "registration": str(cfg.registration_socket),
+                   "versions": ",".join(self.registration.versions)},
+        )
+        self._supervisor = threading.Thread(target=self._supervise, name="dra-sockets", daemon=True)
+        self._supervisor.start()
 
+    def _serve_dra(self) -> None:
+        cfg = self.config
         streams = cfg.max_streams if self.board is not None else 0
         dra = GrpcServer("dra", workers=cfg.max_workers, max_streams=streams)
         servicer.add_to_server(self.core, dra.server)
@@ -120,33 +160,74 @@ class DraPlugin:
                 self.board, dra.server, resend_interval=cfg.health_resend_interval,
                 timeout_seconds=cfg.health_timeout_seconds, max_streams=streams,
             )
-        dra.bind_unix(str(cfg.dra_socket))
-        dra.start()
-        os.chmod(cfg.dra_socket, 0o660)
+        self._dra_id = dra.serve_unix(str(cfg.dra_socket), SOCKET_MODE)
         self._dra_server = dra
 
+    def _serve_registration(self) -> None:
         reg = GrpcServer("dra-reg", workers=4)
         registration.add_to_server(self.registration, reg.server)
-        reg.bind_unix(str(cfg.registration_socket))
-        reg.start()
+        self._reg_id = reg.serve_unix(str(self.config.registration_socket), SOCKET_MODE)
         self._reg_server = reg
-        log.info(
-            "DRA plugin serving",
-            extra={"driver": cfg.driver, "dra_socket": str(cfg.dra_socket), "registration": str(cfg.registration_socket),
-                   "versions": ",".join(self.registration.versions)},
-        )
+
+    # -- healing ------------------------------------------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(self.config.poll_interval_s):
+            try:
+                self.heal()
+            except Exception:  # noqa: BLE001 - one failed attempt must not end healing for the life of the daemon
+                log.exception("cannot re-create a DRA socket; retrying", extra={"driver": self.config.driver})
+
+    def heal(self) -> list[str]:
+        """Re-create whichever of our sockets disappeared or was replaced (see the module docstring); return the
+        paths re-created. Called by the supervisor; safe to call from anywhere."""
+        cfg = self.config
+        done: list[str] = []
+        with self._lock:
+            if self._stopping.is_set() or self._reg_server is None:
+                return done
+            dra_ok = socket_identity(cfg.dra_socket) == self._dra_id
+            reg_ok = socket_identity(cfg.registration_socket) == self._reg_id
+            if not dra_ok:
+                log.warning("our DRA socket disappeared or was replaced: serving it again and re-registering",
+                            extra={"driver": cfg.driver, "socket": str(cfg.dra_socket)})
+                if self._dra_server is not None:
+                    self._dra_server.stop(cfg.recreate_grace_s)  # before binding again: gRPC unlinks its path
+                    self._dra_server = None
+                self._serve_dra()
+                done.append(str(cfg.dra_socket))
+                # A new registration socket makes the kubelet register us again (fresh client, health stream).
+                if reg_ok:
+                    remove_own_socket(cfg.registration_socket, self._reg_id)
+                reg_ok = False
+            if not reg_ok:
+                if str(cfg.dra_socket) not in done:
+                    log.warning("our registration socket disappeared or was replaced: serving it again so the kubelet "
+                                "registers the plugin again",
+                                extra={"driver": cfg.driver, "socket": str(cfg.registration_socket)})
+                self._reg_server.stop(cfg.recreate_grace_s)
+                self._reg_server = None
+                self._serve_registration()
+                done.append(str(cfg.registration_socket))
+            self.recreated += len(done)
+        return done
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop serving and remove our own sockets (SIGTERM path), in at most about `grace` + 4 s per server
         whatever the handlers do. Safe to call twice."""
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
+            self._supervisor = None
         if self.board is not None:
             self.board.close()  # ends health streams so the server can stop within the grace period
-        for server, sock in ((self._reg_server, self.config.registration_socket), (self._dra_server, self.config.dra_socket)):
-            if server is not None:
-                server.stop(grace)
-            try:
-                remove_stale_socket(sock)
-            except SocketPathError:
-                log.warning("not removing a non-socket file at our socket path", extra={"path": str(sock)})
-        self._reg_server = self._dra_server = None
+        with self._lock:
+            for server, sock, ident in ((self._reg_server, self.config.registration_socket, self._reg_id),
+                                        (self._dra_server, self.config.dra_socket, self._dra_id)):
+                present = socket_identity(sock)
+                if server is not None:
+                    server.stop(grace)  # gRPC unlinks the path itself (whoever's socket is there: see unixsock)
+                if present is not None and present == ident:
+                    remove_own_socket(sock, ident)
+            self._reg_server = self._dra_server = None
         log.info("DRA plugin stopped", extra={"driver": self.config.driver})

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bridge.cdi.writer import atomic_write_bytes, fsync_dir
+from bridge.atomicfile import atomic_write_bytes, fsync_dir
 from bridge.ledger.lock import FileLock
 from bridge.ledger.state import CheckpointData
 

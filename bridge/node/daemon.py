@@ -40,7 +40,7 @@ from bridge.logs import ContextLogger
 from bridge.node.http import Check, HealthServer
 from bridge.node.metrics import NodeMetrics
 from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, adopt
-from bridge.node.sockets import check_socket_path
+from bridge.unixsock import check_socket_path
 
 log = logging.getLogger("bridge.node")
 

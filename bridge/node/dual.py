@@ -44,8 +44,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from prometheus_client import CollectorRegistry, Gauge
+
 from bridge.cdi import DEVICE_PLUGIN_KIND, CdiSpecWriter, NodeCdi, claim_kind
 from bridge.cdi.dpspec import legacy_spec_writer
+from bridge.deviceplugin.plugin import default_socket_name
 from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.metrics import SlicePublisherCollector
 from bridge.dra.plugin import PluginConfig as DraPluginConfig
@@ -62,11 +65,13 @@ from bridge.ledger.ledger import Ledger, LedgerConfig
 from bridge.ledger.sides import Side, device_name
 from bridge.node.daemon import NodeConfig, NodeDaemon
 from bridge.node.holders import HolderSources, prepared_holders
+from bridge.node.http import HealthServer
+from bridge.node.instance import Instance, InstanceBusy, InstanceLock
 from bridge.node.kubeletcheckpoint import CHECKPOINT_FILE
 from bridge.node.metrics import SplitMetrics
 from bridge.node.nodepods import NodePods
 from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, AdoptionError, Holdings, list_holdings
-from bridge.node.sockets import SocketPathError, remove_stale_socket
+from bridge.unixsock import SocketPathError, remove_stale_socket
 from bridge.node.split import SplitConfig, SplitController, publisher_listener
 
 log = logging.getLogger("bridge.node")
@@ -126,8 +131,6 @@ def device_plugin_socket_name(resource_name: str, pod_uid: str | None) -> str | 
     instance's socket (the kubelet keeps the endpoint that registered last)."""
     if not pod_uid:
         return None
-    from bridge.deviceplugin.plugin import default_socket_name
-
     return default_socket_name(resource_name)[:-len(".sock")] + f"-{pod_uid}.sock"
 
 
@@ -149,6 +152,8 @@ class DualNode:
         self.dra: DraNode | None = None
         self.daemon: NodeDaemon | None = None
         self._static: Ledger | None = None  # the ledger when DRA is off (never changes then)
+        self.instance = InstanceLock(config.state_dir)
+        self.standby_http: HealthServer | None = None
 
     # ---- seams -------------------------------------------------------------------------------------------------
 
@@ -178,8 +183,24 @@ class DualNode:
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
 
+    def own_sockets(self) -> list[str]:
+        """Every socket this instance serves (recorded in the instance lock, for a successor's sweep)."""
+        dp_name = self.config.device_plugin_socket_name or default_socket_name(self.config.resource_name)
+        dra = DraPluginConfig(driver=self.opts.driver, kubelet_root=str(self.config.kubelet_root),
+                              pod_uid=self.opts.pod_uid)
+        return [str(self.config.kubelet_root / "device-plugins" / dp_name), str(dra.registration_socket),
+                str(dra.dra_socket)]
+
+    def me(self) -> Instance:
+        return Instance.me(self.opts.pod_uid, self.own_sockets())
+
     def start(self) -> None:
+        """Take the state directory's instance lock (InstanceBusy when another daemon holds it), then start.
+        `run()` waits for the lock instead where a rolling update allows it."""
         try:
+            if not self.instance.try_acquire(self.me()):
+                raise InstanceBusy(self.config.state_dir, self.instance.holder())
+            self.instance.sweep_previous(self.own_sockets())
             self._start()
         except BaseException:
             self.stop()
@@ -313,16 +334,61 @@ class DualNode:
         self.split.evaluate(node)
 
     def stop(self) -> None:
-        if self.daemon is not None:
-            self.daemon.stop()
+        """Stop serving and remove our sockets, THEN release the instance lock (a successor in standby starts only
+        once nothing of ours is served any more)."""
+        try:
+            if self.daemon is not None:
+                self.daemon.stop()
+        finally:
+            self.instance.release()
 
     def run(self, stop: threading.Event) -> None:
-        """Start, serve until `stop` is set (the CLI's SIGTERM/SIGINT handler sets it), then stop."""
+        """Take the instance lock (in a rolling update: wait in standby for the previous instance to exit), start,
+        serve until `stop` is set (the CLI's SIGTERM/SIGINT handler sets it), then stop."""
+        try:
+            acquired = self.instance.acquire(self.me(), stop=stop, on_standby=self._standby)
+        finally:
+            self._end_standby()
+        if not acquired:
+            return
         self.start()
         try:
             wait_for_stop(stop)
         finally:
             self.stop()
+
+    def _standby(self, holder: Instance) -> None:
+        """While the previous instance serves: initialise the device source (NVML can take seconds; read-only, so
+        safe beside the holder) and import the Kubernetes client so the take-over is quick, and answer /healthz and /readyz so the DaemonSet
+        controller sees this pod ready and deletes the old one (with maxSurge it waits for that)."""
+        try:
+            self.source.devices()
+            if self.dra_on:  # the Kubernetes client takes most of a second to import: not at take-over
+                import bridge.kube.client  # noqa: F401
+                import bridge.kube.config  # noqa: F401
+        except Exception as err:  # noqa: BLE001 - the real start reports it with its usual exit code
+            log.warning("preparing in standby failed (%s); retried at take-over", err,
+                        extra={"node": self.config.node_name})
+        address = self.config.http_address
+        if address is None:
+            return
+        registry = CollectorRegistry()
+        Gauge("dra_bridge_node_standby", "1 while this instance waits for the previous one of a rolling update to "
+              "exit", registry=registry).set(1)
+        check = {f"standby: this instance takes over when the previous one ({holder.describe()}) exits": _ok}
+        self.standby_http = HealthServer(address, registry, check, check)
+        self.standby_http.start()
+        log.info("standby: health on http://%s:%d/ reports ready so the rollout can proceed",
+                 self.standby_http.host, self.standby_http.port, extra={"node": self.config.node_name})
+
+    def _end_standby(self) -> None:
+        if self.standby_http is not None:
+            self.standby_http.stop()
+            self.standby_http = None
+
+
+def _ok() -> str | None:
+    return None
 
 
 # How often the main thread wakes while serving: CPython runs signal handlers only in the main thread, when it
@@ -346,7 +412,18 @@ class CleanupReport:
 
 def cleanup(config: NodeConfig, opts: DraOptions, kube: KubeAPI | None) -> CleanupReport:
     """Uninstall: delete this node's ResourceSlices of our driver (when an API is given), remove our CDI specs
-    (per-claim and the device-plugin spec) and our sockets (any pod UID). The checkpoint is left in place."""
+    (per-claim and the device-plugin spec) and our sockets (any pod UID). The checkpoint is left in place.
+    Refused (InstanceBusy) while a daemon holds the state directory: it would lose its sockets and specs."""
+    lock = InstanceLock(config.state_dir)
+    if config.state_dir.is_dir() and not lock.try_acquire(Instance.me(None, ())):
+        raise InstanceBusy(config.state_dir, lock.holder())
+    try:
+        return _cleanup(config, opts, kube)
+    finally:
+        lock.release()
+
+
+def _cleanup(config: NodeConfig, opts: DraOptions, kube: KubeAPI | None) -> CleanupReport:
     deleted = 0
     if kube is not None:
         deleted = SlicePublisher(kube, (), node_name=config.node_name, driver=opts.driver, watch=False).cleanup()
@@ -363,8 +440,6 @@ def cleanup(config: NodeConfig, opts: DraOptions, kube: KubeAPI | None) -> Clean
             removed_specs.append(str(path))
     sockets: list[str] = []
     dra_cfg = DraPluginConfig(driver=opts.driver, kubelet_root=str(config.kubelet_root))
-    from bridge.deviceplugin.plugin import default_socket_name
-
     dp_stem = default_socket_name(config.resource_name)[:-len(".sock")]
     candidates = [*(config.kubelet_root / "device-plugins").glob(f"{dp_stem}*.sock"),
                   *dra_cfg.registry_dir.glob(f"{opts.driver}*-reg.sock"), *dra_cfg.plugin_dir.glob("dra*.sock")]

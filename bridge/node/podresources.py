@@ -23,7 +23,7 @@ import grpc
 
 from bridge._proto.podresources.v1 import podresources_pb2 as pb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
-from bridge.node.sockets import check_socket_path, unix_target
+from bridge.unixsock import check_socket_path, unix_target
 
 log = logging.getLogger("bridge.node.adoption")
 

@@ -91,12 +91,12 @@ def _read_back(cluster: Cluster, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 FAIL_FAST = {
-    "surge": ({"node": {"updateStrategy": {"type": "RollingUpdate",
-                                           "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}}}},
-              "node.updateStrategy.rollingUpdate.maxSurge is 1: set it to 0"),
     "no-progress": ({"node": {"updateStrategy": {"type": "RollingUpdate",
                                                  "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}}}},
-                    "maxUnavailable is 0 with maxSurge 0"),
+                    "has maxUnavailable 0 and maxSurge 0: the DaemonSet could never roll"),
+    "no-progress-percent": ({"node": {"updateStrategy": {"type": "RollingUpdate",
+                                                         "rollingUpdate": {"maxUnavailable": "0%", "maxSurge": 0}}}},
+                            "has maxUnavailable 0 and maxSurge 0: the DaemonSet could never roll"),
     "secret-name": ({"webhook": {"tls": {"mode": "secret"}}},
                     "set webhook.tls.secretName to an existing kubernetes.io/tls Secret"),
     "secret-ca": ({"webhook": {"tls": {"mode": "secret", "secretName": "tls"}}}, "set webhook.tls.caBundle"),

@@ -16,7 +16,7 @@ import pytest
 from bridge.ledger import Side
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge.inventory.simulated import SimulatedSource
-from bridge.node.grpcserver import DEFAULT_MAX_STREAMS
+from bridge.grpcserver import DEFAULT_MAX_STREAMS
 from bridge.sandbox.kubelet import KubeletSimulator
 
 from .conftest import RESOURCE, NodeFactory, wait_until

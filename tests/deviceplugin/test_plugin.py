@@ -14,7 +14,7 @@ from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge.deviceplugin.allocate import CDI_ANNOTATIONS, CDI_CRI, ENVVAR, VOLUME_MOUNTS
 from bridge.inventory.model import DeviceID
 from bridge.inventory.simulated import SimulatedSource
-from bridge.node.sockets import SocketPathError
+from bridge.unixsock import SocketPathError
 from bridge.sandbox.kubelet import AllocationFailed, KubeletSimulator
 
 from .conftest import RESOURCE, NodeFactory, wait_until

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from bridge._proto.dra.v1beta1 import dra_pb2_grpc as v1beta1_grpc
 from bridge.dra.claims import ClaimRef
 from bridge.dra.plugin import DraPlugin, PluginConfig
 from bridge.dra.servicer import PrepareOutcome, PreparedDevice
-from bridge.node.sockets import SocketPathError
+from bridge.unixsock import SocketPathError
 from bridge.sandbox.kubelet.dramanager import DraManager
 from tests.dra.fakekube import FakeKube
 from tests.polling import wait_until
@@ -141,6 +144,60 @@ def test_rolling_update_instances_use_pod_uid_socket_names_and_coexist(short_tmp
     finally:
         old.stop()
         new.stop()
+
+
+def test_under_umask_zero_neither_socket_is_world_writable(short_tmp: Path, kubelet: DraManager) -> None:
+    # A world-writable registration socket let anyone on the node call NotifyRegistrationStatus(false).
+    old_umask = os.umask(0)
+    try:
+        plugin = DraPlugin(PluginConfig(kubelet_root=str(short_tmp)), EchoCore())
+        plugin.start()
+    finally:
+        os.umask(old_umask)
+    try:
+        for path in (plugin.config.registration_socket, plugin.config.dra_socket):
+            assert stat.S_IMODE(os.lstat(path).st_mode) == 0o660, path
+        assert kubelet.wait_for_plugin(DRIVER).service == "v1.DRAPlugin"  # the kubelet (root) still dials both
+    finally:
+        plugin.stop()
+
+
+def prepare_through(dra_socket: Path, uid: str) -> str:
+    with grpc.insecure_channel("unix://" + str(dra_socket)) as ch:
+        claim = v1.Claim(namespace="ns", name="c", uid=uid)
+        resp = v1_grpc.DRAPluginStub(ch).NodePrepareResources(v1.NodePrepareResourcesRequest(claims=[claim]),
+                                                              timeout=10)
+        return resp.claims[uid].devices[0].device_name
+
+
+@pytest.mark.parametrize("which", ["dra_socket", "registration_socket"])
+def test_a_deleted_socket_is_served_again_and_the_kubelet_registers_the_plugin_again_within_2s(
+        short_tmp: Path, kubelet: DraManager, which: str) -> None:
+    plugin = DraPlugin(PluginConfig(kubelet_root=str(short_tmp)), EchoCore(), board=_board())
+    plugin.start()
+    try:
+        kubelet.wait_for_plugin(DRIVER)
+        wait_until(lambda: plugin.registration.notifications == 1, what="the first registration")
+        reg_socket = str(plugin.config.registration_socket)
+        first = wait_until(lambda: kubelet.watcher.registered().get(reg_socket), 20, "the watcher's record").timestamp
+        path: Path = getattr(plugin.config, which)
+        path.unlink()  # e.g. an operator's `rm`, or a second daemon on the same paths exiting
+        gone = time.monotonic()
+        wait_until(lambda: plugin.registration.notifications == 2 and path.is_socket()
+                   and reg_socket in kubelet.watcher.registered()
+                   and kubelet.watcher.registered()[reg_socket].timestamp != first, 20,
+                   "the socket re-created and the plugin registered again")
+        took = time.monotonic() - gone
+        print(f"{path.name} deleted: re-created and registered again in {took:.2f}s")
+        assert took < 2.0
+        assert plugin.recreated >= 1
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o660
+        assert prepare_through(plugin.config.dra_socket, "uid-after") == "gpu-0"
+        wait_until(lambda: (conn := kubelet.plugin(DRIVER)) is not None and conn.stream is not None, 20,
+                   "the kubelet's health stream on the registered plugin")
+    finally:
+        plugin.stop()
+    assert not plugin.config.dra_socket.exists() and not plugin.config.registration_socket.exists()
 
 
 def test_a_too_long_socket_path_is_refused_with_the_path_and_its_length(short_tmp: Path) -> None:

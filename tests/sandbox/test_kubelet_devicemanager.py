@@ -143,7 +143,7 @@ def test_podresources_list_get_and_allocatable(kubelet: KubeletSimulator, served
 
 
 def test_the_simulator_refuses_a_root_too_long_for_unix_sockets(short_tmp: Path) -> None:
-    from bridge.node.sockets import SocketPathError
+    from bridge.unixsock import SocketPathError
 
     with pytest.raises(SocketPathError, match="bytes long; the limit is 107 bytes"):
         KubeletSimulator(short_tmp / ("x" * 100)).start()

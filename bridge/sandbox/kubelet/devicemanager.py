@@ -59,7 +59,7 @@ import grpc
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
-from bridge.node.sockets import check_socket_path
+from bridge.unixsock import check_socket_path
 from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
 log = logging.getLogger("bridge.sandbox.kubelet")

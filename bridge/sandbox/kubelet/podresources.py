@@ -28,7 +28,7 @@ import grpc
 from bridge._proto.podresources.v1 import podresources_pb2 as pb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as pb_grpc
 from bridge.kube.api import Obj
-from bridge.node.sockets import check_socket_path
+from bridge.unixsock import check_socket_path
 from bridge.sandbox.kubelet.devicemanager import Assignment, DeviceManager
 
 SOCKET_DIR = "pod-resources"

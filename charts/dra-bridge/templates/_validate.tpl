@@ -6,12 +6,12 @@ Run on every install, upgrade, lint and template through templates/validate.yaml
 {{- $v := .Values -}}
 {{- if $v.node.enabled -}}
 {{- $ru := $v.node.updateStrategy.rollingUpdate | default dict -}}
-{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (ne (toString ($ru.maxSurge | default 0)) "0") -}}
-{{- fail (printf "node.updateStrategy.rollingUpdate.maxSurge is %v: set it to 0. This node daemon cannot yet run two instances on one node (on kubelets up to 1.36 the old instance's device-plugin stream ending disconnects the new one); raise maxUnavailable to roll faster" $ru.maxSurge) -}}
-{{- end -}}
+{{- $maxSurge := ternary $ru.maxSurge 0 (hasKey $ru "maxSurge") -}}
 {{- $maxUnavailable := ternary $ru.maxUnavailable 1 (hasKey $ru "maxUnavailable") -}}
-{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") (eq (toString $maxUnavailable) "0") -}}
-{{- fail "node.updateStrategy.rollingUpdate.maxUnavailable is 0 with maxSurge 0: the DaemonSet could never roll; set maxUnavailable to 1 or a percentage" -}}
+{{- $noSurge := has (toString $maxSurge) (list "0" "0%") -}}
+{{- $noUnavailable := has (toString $maxUnavailable) (list "0" "0%") -}}
+{{- if and (eq $v.node.updateStrategy.type "RollingUpdate") $noUnavailable $noSurge -}}
+{{- fail "node.updateStrategy.rollingUpdate has maxUnavailable 0 and maxSurge 0: the DaemonSet could never roll; set maxSurge to 1 (the default: the new pod waits in standby beside the old one) or maxUnavailable to 1" -}}
 {{- end -}}
 {{- end -}}
 {{- if $v.webhook.enabled -}}

@@ -1,5 +1,7 @@
 """The gRPC servers of the node daemon (device plugin, DRA service, DRA registration): bounded in every direction.
 
+Below both halves (`bridge.deviceplugin`, `bridge.dra`) and the daemon; it imports only `bridge.unixsock`.
+
 Invariants, each one a failure seen on a real daemon without it:
 * **Stuck handlers never outlive SIGTERM.** Handlers run on a `WorkerPool` of daemon threads. `ThreadPoolExecutor`
   workers are joined at interpreter exit (and by `shutdown(wait=True)`), so one handler that never returns kept
@@ -29,9 +31,9 @@ from typing import Any, ParamSpec, TypeVar
 
 import grpc
 
-from bridge.node.sockets import SocketPathError
+from bridge.unixsock import SocketIdentity, SocketPathError, serve_unix
 
-log = logging.getLogger("bridge.node.grpc")
+log = logging.getLogger("bridge.grpc")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -157,12 +159,25 @@ class StreamSlots:
         self._on_refused = on_refused
         self._lock = threading.Lock()
         self._open = 0
-        self.refused = 0
+        self._open_seqs: set[int] = set()  # the sequence numbers of the streams open now
+        self.opened = 0  # streams ever given a slot (the last sequence number)
+        self.refused = 0  # streams ever refused
 
     @property
     def open_streams(self) -> int:
         with self._lock:
             return self._open
+
+    def counts(self) -> tuple[int, int]:
+        """(opened, refused) so far, read together: a mark to compare `since` with later."""
+        with self._lock:
+            return self.opened, self.refused
+
+    def since(self, opened: int, refused: int) -> tuple[int, int, int]:
+        """Since the mark `counts()` returned: (streams opened, of those still open, streams refused). The device
+        plugin tells from them that the kubelet's stream for a registration ended, was refused or never came."""
+        with self._lock:
+            return (self.opened - opened, sum(seq > opened for seq in self._open_seqs), self.refused - refused)
 
     @contextmanager
     def hold(self, context: grpc.ServicerContext) -> Iterator[None]:
@@ -173,6 +188,9 @@ class StreamSlots:
                 self.refused += 1
             else:
                 self._open += 1
+                self.opened += 1
+                seq = self.opened
+                self._open_seqs.add(seq)
         if full:
             if self._on_refused is not None:
                 self._on_refused()
@@ -186,6 +204,7 @@ class StreamSlots:
         finally:
             with self._lock:
                 self._open -= 1
+                self._open_seqs.discard(seq)
 
 
 class GrpcServer:
@@ -201,17 +220,14 @@ class GrpcServer:
         self.abandoned = 0
         self._stopped = False
 
-    def bind_unix(self, path: str) -> None:
-        """Listen on the unix socket `path`; SocketPathError when that is impossible."""
+    def serve_unix(self, path: str, mode: int) -> SocketIdentity:
+        """Serve on the unix socket `path` with file `mode` (`bridge.unixsock.serve_unix`: never reachable with the
+        umask's mode); SocketPathError when that is impossible, the server then stopped."""
         try:
-            port = self.server.add_insecure_port("unix:" + path)
-        except RuntimeError as err:  # newer grpcio raises instead of returning 0
-            raise SocketPathError(f"cannot listen on unix socket {path} (is the directory writable?): {err}") from err
-        if port == 0:
-            raise SocketPathError(f"cannot listen on unix socket {path} (is the directory writable?)")
-
-    def start(self) -> None:
-        self.server.start()
+            return serve_unix(self.server, path, mode)
+        except SocketPathError:
+            self.stop(0, 0)
+            raise
 
     def stop(self, grace: float = DEFAULT_GRACE_S, abandon_after: float = DEFAULT_ABANDON_AFTER_S) -> int:
         """Stop accepting calls, give in-flight ones `grace` seconds, cancel the rest, and wait at most

@@ -1,4 +1,4 @@
-"""`bridge.node.grpcserver`: worker pools that never hold the process, streams that never starve unary calls.
+"""`bridge.grpcserver`: worker pools that never hold the process, streams that never starve unary calls.
 
 A handler that never returns is simulated by one blocked on an Event nobody sets. The bounds are generous; what
 they rule out is a stop (or a process exit) that waits for that handler."""
@@ -18,10 +18,10 @@ import pytest
 
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from bridge.node.grpcserver import GrpcServer, StreamSlots, WorkerPool
+from bridge.grpcserver import GrpcServer, StreamSlots, WorkerPool
 from tests.polling import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Stuck(pb_grpc.DevicePluginServicer):
@@ -53,8 +53,7 @@ def served(short_tmp: Path) -> Iterator[tuple[GrpcServer, Stuck, pb_grpc.DeviceP
     servicer = Stuck(slots)
     pb_grpc.add_DevicePluginServicer_to_server(servicer, srv.server)
     sock = str(short_tmp / "t.sock")
-    srv.bind_unix(sock)
-    srv.start()
+    srv.serve_unix(sock, 0o600)
     channel = grpc.insecure_channel("unix://" + sock)
     yield srv, servicer, pb_grpc.DevicePluginStub(channel)
     servicer.release.set()
@@ -101,7 +100,7 @@ def test_a_process_whose_handler_is_stuck_still_exits(short_tmp: Path) -> None:
     script = textwrap.dedent(f"""
         import threading, grpc
         from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb, deviceplugin_pb2_grpc as pb_grpc
-        from bridge.node.grpcserver import GrpcServer
+        from bridge.grpcserver import GrpcServer
         entered = threading.Event()
         class S(pb_grpc.DevicePluginServicer):
             def GetPreferredAllocation(self, request, context):
@@ -110,8 +109,7 @@ def test_a_process_whose_handler_is_stuck_still_exits(short_tmp: Path) -> None:
                     sum(range(1000))  # busy for ever, as the old greedy search was
         srv = GrpcServer("stuck", workers=2)
         pb_grpc.add_DevicePluginServicer_to_server(S(), srv.server)
-        srv.bind_unix({str(short_tmp / "p.sock")!r})
-        srv.start()
+        srv.serve_unix({str(short_tmp / "p.sock")!r}, 0o600)
         ch = grpc.insecure_channel("unix://{short_tmp / 'p.sock'}")
         call = pb_grpc.DevicePluginStub(ch).GetPreferredAllocation.future(pb.PreferredAllocationRequest(), timeout=60)
         assert entered.wait(20)

@@ -1,0 +1,62 @@
+"""Atomic file replacement, for every file the node daemon must never leave half-written: the checkpoint
+(`bridge.ledger.checkpoint`) and the CDI specs (`bridge.cdi.writer`). It imports nothing of the project.
+
+Invariant: a reader sees either the previous complete file or the new complete file, never a partial one, and
+after a power cut the file is one of the two. The data goes to a temp file in the same directory (same filesystem),
+which is fsynced and renamed over the target; then the directory is fsynced so the rename itself is durable.
+Temp files are named `.<final name>.tmp-<random>` (hidden, no `.json` suffix, so a CDI registry watching the
+directory never parses one); a crash may leave one behind, and the owners sweep theirs (`TEMP_MARK`) at start.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+TEMP_MARK = ".tmp-"
+
+
+def temp_name(path: Path) -> Path:
+    """A fresh temp file name next to `path`: `.<name>.tmp-<8 hex>`."""
+    return path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(4)}")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644,
+                       fault: Callable[[str], None] | None = None) -> None:
+    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir). `fault(step)` is a test hook
+    called at each step ("written", "synced", "renamed") to simulate a crash between them."""
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if fault:
+                fault("written")
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if fault:
+            fault("synced")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fault:
+        fault("renamed")
+    fsync_dir(path.parent)
+
+
+__all__ = ["TEMP_MARK", "atomic_write_bytes", "fsync_dir", "temp_name"]
