@@ -72,7 +72,7 @@ class DevicePluginMetrics:
             registry=registry,
         )
         self.kubelet_disconnects = Counter(
-            "bridge_deviceplugin_kubelet_disconnects",
+            "dra_bridge_deviceplugin_kubelet_disconnects",
             "Times the kubelet dropped our registration while we kept serving (our ListAndWatch stream ended or was "
             "never opened), each followed by a re-registration",
             ["resource"],

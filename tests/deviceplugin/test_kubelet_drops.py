@@ -101,7 +101,7 @@ def test_on_a_1_36_kubelet_the_old_instance_stopping_cuts_us_off_and_we_register
     assert stays(lambda: allocatable(kubelet) == GPUS, 1.5)
     assert new.plugin.registrations == 2
     assert kubelet.devices.endpoint(RESOURCE) == new.plugin.socket_path
-    assert new.metrics.registry.get_sample_value("bridge_deviceplugin_kubelet_disconnects_total",
+    assert new.metrics.registry.get_sample_value("dra_bridge_deviceplugin_kubelet_disconnects_total",
                                                  {"resource": RESOURCE}) == 1
     # And the endpoint answers: the kubelet allocates through the re-registered instance.
     kubelet.devices.allocate("pod-1", "main", RESOURCE, 2)
