@@ -7,6 +7,8 @@ file (the file is created just before the kill), so the restarted process passes
 
 Points (in execution order):
     prepare-after-checkpoint-started   the PrepareStarted records are written (renamed, not fsynced), no CDI file
+                                       (a re-prepare: the record names the NEW devices, the claim's OLD spec file
+                                       is still on disk)
     prepare-after-cdi-write            the CDI specs are on disk, the records still say PrepareStarted
     prepare-after-checkpoint-completed the records say PrepareCompleted (fsynced), the response is not sent yet
     unprepare-before-cdi-remove        nothing undone yet for this claim
