@@ -12,13 +12,18 @@ Invariants (the kubelet's DRA manager contract: prepare per claim, idempotent, o
   `PrepareStarted` checkpoint write for every claim that needs work, then writes their CDI specs, then ONE
   `PrepareCompleted` write (with the CDI IDs). A crash between the two leaves PrepareStarted records that the
   start-up `sweep()` undoes (spec files and records removed); the kubelet then retries from scratch.
-  Durability: the PrepareStarted write is atomic but not fsynced (`durable=False`); the PrepareCompleted write is
-  fsynced. Why that is enough: a process crash (SIGKILL, OOM) keeps the page cache, so the restarted daemon sees
-  the PrepareStarted record exactly as if it had been synced; unsynced data is lost only by power loss or a kernel
-  crash, which is a reboot: new boot ID, every claim record of the old boot discarded at start, tmpfs CDI specs
-  gone, the kubelet preparing again. The Started record is never needed across a reboot. The Completed write is
-  durable so that a power loss cannot leave the checkpoint in the window of an unsynced rename for longer than
-  one call (see `bridge.ledger.checkpoint`). Cost: one fsync pair per call instead of two per claim.
+  Durability: every claim write of a call (PrepareStarted, PrepareCompleted, an unprepare's removal) is atomic
+  (temp file + rename) but not fsynced in the call; ONE fsync of the checkpoint file and its directory follows
+  right after the call's writes, on a background thread (`bridge.dra.deferredsync`), coalesced with other calls'.
+  Why that is enough: a process crash (SIGKILL, OOM) keeps the page cache, so the restarted daemon sees every
+  renamed record exactly as if it had been synced; unsynced data is lost only by power loss or a kernel crash,
+  which is a reboot: new boot ID, every claim record of the old boot discarded at start, tmpfs CDI specs gone, the
+  kubelet preparing again. No claim record is ever needed across a reboot, so the kubelet's answer need not wait
+  for the disk. The sync exists only to keep short the window in which a power cut could leave a renamed but
+  unsynced checkpoint unreadable on a filesystem that does not order renames after data (`bridge.ledger.checkpoint`:
+  then the corrupt-file path rebuilds the ownership sides, which are always written durably, from the API and the
+  kubelet): the window ends when the sync does, milliseconds after the call, as it did when the call itself waited.
+  The start-up sweep's writes stay durable. Cost in the kubelet's path: two page-cache renames, no fsync.
 * Trusts the API, not its memory: EVERY call reads each claim from the API (`bridge.dra.claimreads`: outside the
   node lock, concurrently, within one budget per call that leaves margin under the kubelet's 45 s), because a
   claim can be deallocated and re-allocated under the same UID (its pods gone while the kubelet was down, say), and
@@ -62,6 +67,7 @@ from typing import Any, Literal, Protocol
 from bridge.dra.claimreads import ClaimReader, CallBudget
 from bridge.dra.claims import AllocatedDevice, ClaimAllocation, ClaimError, ClaimRef, allocation_for, ref_problem
 from bridge.dra.crashpoints import crash_point
+from bridge.dra.deferredsync import DeferredSync
 from bridge.dra.metrics import DraMetrics
 from bridge.dra.servicer import PrepareOutcome, PreparedDevice
 from bridge.inventory.model import DeviceID, GpuDevice
@@ -120,6 +126,10 @@ class ClaimStore(Protocol):
     def commit(self, put: Sequence[ClaimRecord] = (), remove: Sequence[str] = (), *, durable: bool = True) -> None:
         """Insert/replace `put` and drop `remove` (absent UIDs are fine) in ONE atomic write; fsynced when
         `durable`. Raises OSError (e.g. CheckpointError) when nothing could be written."""
+        ...
+
+    def sync(self) -> None:
+        """Make every commit so far durable (fsync of the file and its directory). Raises OSError."""
         ...
 
 
@@ -209,6 +219,7 @@ class Preparer:
         self.on_released = on_released
         self.ownership = ownership
         self.reader = reader or ClaimReader(kube)
+        self.syncer = DeferredSync(store.sync)
 
     # -- NodePrepareResources -------------------------------------------------------------------------------------
 
@@ -279,7 +290,15 @@ class Preparer:
             log.error("prepare: checkpoint write failed", extra={"claims": len(started), "error": str(err)})
             return {**outcomes, **{r.uid: PrepareOutcome(error=f"recording the prepare in the checkpoint failed: "
                                                                 f"{err}") for r in started}}
+        try:
+            return {**outcomes, **self._complete(started)}
+        finally:
+            self.syncer.request()  # the call's writes made durable right after it (see the module docstring)
+
+    def _complete(self, started: Sequence[ClaimRecord]) -> dict[str, PrepareOutcome]:
+        """Phase two for claims whose PrepareStarted records are written: CDI specs, then PrepareCompleted."""
         crash_point("prepare-after-checkpoint-started")
+        outcomes: dict[str, PrepareOutcome] = {}
         completed: list[ClaimRecord] = []
         failed: dict[str, str] = {}
         for record in started:
@@ -292,12 +311,12 @@ class Preparer:
                 self._remove_spec_after_failure(record.uid)
         crash_point("prepare-after-cdi-write")
         try:
-            self.store.commit(put=completed, remove=list(failed), durable=True)
+            self.store.commit(put=completed, remove=list(failed), durable=False)
         except OSError as err:
             # The PrepareStarted records stay: the kubelet retries, and a restart's sweep undoes them.
             log.error("prepare: checkpoint write failed", extra={"claims": len(started), "error": str(err)})
-            return {**outcomes, **{r.uid: PrepareOutcome(error=f"recording the prepare in the checkpoint failed: "
-                                                                f"{err}") for r in started}}
+            return {r.uid: PrepareOutcome(error=f"recording the prepare in the checkpoint failed: {err}")
+                    for r in started}
         crash_point("prepare-after-checkpoint-completed")
         for record in completed:
             log.info("claim prepared", extra={"claim": f"{record.namespace}/{record.name}", "uid": record.uid,
@@ -400,8 +419,8 @@ class Preparer:
     def _record_events(self, refusals: Refusals) -> None:
         for claim, message in refusals:
             try:
-                involved = {**claim, "apiVersion": claim.get("apiVersion") or f"resource.k8s.io/{self.kube.resource_api().version}",
-                            "kind": "ResourceClaim"}
+                version = claim.get("apiVersion") or f"resource.k8s.io/{self.kube.resource_api().version}"
+                involved = {**claim, "apiVersion": version, "kind": "ResourceClaim"}
                 record_event(self.kube, involved, "DeviceRefused", message, type="Warning", component=self.driver)
             except (KubeError, ValueError) as err:
                 log.warning("could not record the refusal as an Event", extra={"error": str(err)})
@@ -433,7 +452,7 @@ class Preparer:
         return errors
 
     def _unprepare_batch(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
-        """CDI specs first, then ONE durable checkpoint write dropping every record: a crash in between leaves
+        """CDI specs first, then ONE checkpoint write dropping every record: a crash in between leaves
         records whose specs are gone, which the kubelet's retry finishes (removal is idempotent)."""
         records = self.store.load()
         errors: dict[str, str] = {}
@@ -455,7 +474,8 @@ class Preparer:
                 log.info("claim was not prepared here; nothing to undo", extra=ctx)
         if drop:
             try:
-                self.store.commit(remove=drop, durable=True)
+                self.store.commit(remove=drop, durable=False)
+                self.syncer.request()
             except OSError as err:
                 log.error("unprepare: checkpoint write failed", extra={"claims": len(drop), "error": str(err)})
                 for uid in drop:

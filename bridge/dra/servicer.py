@@ -82,7 +82,8 @@ class DraCalls:
         self._core = core
         self.api = api  # "v1" | "v1beta1"
 
-    def prepare(self, claims: Iterable[_ClaimMessage], time_left: float | None = None) -> list[tuple[str, PrepareOutcome]]:
+    def prepare(self, claims: Iterable[_ClaimMessage],
+                time_left: float | None = None) -> list[tuple[str, PrepareOutcome]]:
         """`time_left`: the gRPC deadline's remaining seconds (`ServicerContext.time_remaining()`)."""
         start = time.perf_counter()
         refs = _refs(claims)

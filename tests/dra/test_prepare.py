@@ -15,11 +15,13 @@ from bridge.ledger import Side
 from bridge.dra.claimreads import CallBudget
 from bridge.dra.claims import ClaimRef
 from bridge.dra.prepare import ClaimRecord, Preparer, RecordedDevice
+from bridge.dra.deferredsync import DeferredSync
 from bridge.dra.slices import device_name
-from bridge.dra.stores import ClaimCdi
+from bridge.dra.stores import CheckpointClaimStore, ClaimCdi
 from bridge.inventory.model import DeviceID
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube.api import ResourceAPI
+from bridge.ledger.checkpoint import Checkpoint
 from tests.dra.fakekube import FakeKube
 from tests.dra.memstore import MemoryClaimStore
 from tests.polling import wait_until
@@ -84,9 +86,10 @@ def test_prepare_writes_the_cdi_spec_for_the_allocated_gpu_and_returns_its_id(en
     assert spec["devices"] == [{"name": "uid-1-gpu-3", "containerEdits": {"deviceNodes": [{"path": f"/dev/nvidia{GPUS[3].minor}"}]}}]
     assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} <= {n["path"] for n in spec["containerEdits"]["deviceNodes"]}
-    # Two-phase: started (atomic, not fsynced), then completed (fsynced).
+    # Two-phase: started, then completed (atomic renames, no fsync in the call), then ONE fsync right after.
+    assert env.preparer.syncer.flush(10)
     assert env.store.history == [("put", "uid-1", "PrepareStarted unsynced"),
-                                 ("put", "uid-1", "PrepareCompleted durable")]
+                                 ("put", "uid-1", "PrepareCompleted unsynced"), ("sync", "", "")]
 
 
 def test_all_claims_of_one_call_share_one_started_and_one_completed_checkpoint_write(env: Env) -> None:
@@ -95,7 +98,9 @@ def test_all_claims_of_one_call_share_one_started_and_one_completed_checkpoint_w
     out = env.preparer.prepare([*refs, bad])
     assert [out[f"uid-{i}"].error for i in (1, 2, 3)] == ["", "", ""] and out["uid-bad"].error
     assert env.store.commits == 2
-    assert [h[2] for h in env.store.history] == ["PrepareStarted unsynced"] * 3 + ["PrepareCompleted durable"] * 3
+    assert env.preparer.syncer.flush(10) and env.store.syncs == 1
+    assert [h[2] for h in env.store.history] == \
+        ["PrepareStarted unsynced"] * 3 + ["PrepareCompleted unsynced"] * 3 + [""]
 
 
 def test_two_claims_of_one_call_for_the_same_device_give_it_to_the_first_only(env: Env) -> None:
@@ -177,16 +182,19 @@ def test_a_claim_allocated_again_to_another_gpu_under_the_same_uid_is_prepared_a
     ref = make_claim(env.kube, "c1", "uid-1", ["gpu-2"])
     assert env.preparer.prepare([ref])["uid-1"].devices[0].device == "gpu-2"
     reallocate(env.kube, "c1", ["gpu-3"])
+    assert env.preparer.syncer.flush(10)
     env.store.history.clear()
-    out = env.make().prepare([ref])["uid-1"]  # e.g. after a kubelet restart
+    fresh = env.make()  # e.g. after a kubelet restart
+    out = fresh.prepare([ref])["uid-1"]
     assert out.error == ""
     assert [(d.device, d.cdi_ids) for d in out.devices] == [("gpu-3", (f"k8s.{DRIVER}/claim=uid-1-gpu-3",))]
     spec = env.spec("uid-1")
     assert spec is not None and [d["name"] for d in spec["devices"]] == ["uid-1-gpu-3"]
     assert [d.device for d in env.store.records["uid-1"].devices] == ["gpu-3"]
     # Two-phase like any prepare: the Started record with the new device replaced the old record in one write.
+    assert fresh.syncer.flush(10)
     assert env.store.history == [("put", "uid-1", "PrepareStarted unsynced"),
-                                 ("put", "uid-1", "PrepareCompleted durable")]
+                                 ("put", "uid-1", "PrepareCompleted unsynced"), ("sync", "", "")]
     # gpu-2 is free again: another claim gets it.
     other = make_claim(env.kube, "c2", "uid-2", ["gpu-2"])
     assert env.preparer.prepare([other])["uid-2"].error == ""
@@ -423,3 +431,47 @@ def test_the_call_budget_leaves_margin_under_the_kubelets_45_s_and_follows_a_sho
     assert CallBudget.begin(None, 10.0).total == 30.0  # no deadline given: the kubelet's is assumed
     short = CallBudget.begin(6.0, 10.0)
     assert (short.total, short.lock_share) == (4.0, 4.0 / 3)
+
+
+def test_syncs_requested_while_one_runs_are_coalesced_into_one_more() -> None:
+    started, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def sync() -> None:
+        calls.append(1)
+        started.set()
+        release.wait(10)
+
+    syncer = DeferredSync(sync)
+    syncer.request()
+    assert started.wait(10)
+    for _ in range(5):  # five calls finish while the first sync runs: their writes need ONE more sync
+        syncer.request()
+    release.set()
+    assert syncer.flush(10)
+    assert len(calls) == 2 and syncer.syncs == 2
+
+
+def test_a_failed_sync_is_logged_and_the_next_request_syncs_again(caplog: pytest.LogCaptureFixture) -> None:
+    outcomes = [OSError(5, "Input/output error"), None]
+
+    def sync() -> None:
+        if (err := outcomes.pop(0)) is not None:
+            raise err
+
+    syncer = DeferredSync(sync)
+    syncer.request()
+    assert syncer.flush(10) and syncer.failures == 1
+    assert "could not make the prepared-claim records durable" in caplog.text
+    syncer.request()
+    assert syncer.flush(10) and (syncer.syncs, outcomes) == (1, [])
+
+
+def test_the_checkpoint_store_syncs_the_file_it_wrote(short_tmp: Path) -> None:
+    store = CheckpointClaimStore(Checkpoint(short_tmp / "st", boot_id=lambda: "boot-1"))
+    store.sync()  # nothing written yet: nothing to do
+    record = ClaimRecord("uid-1", "ns", "c1", "PrepareCompleted", "boot-1",
+                         (RecordedDevice("gpu-1", NODE, GPUS[1].uuid, ()),))
+    store.commit(put=[record], durable=False)
+    store.sync()
+    assert store.load() == {"uid-1": record}

@@ -18,7 +18,7 @@ import pytest
 
 from bridge.kube import PODS, KubeAPI
 from bridge.sandbox.kubelet.dramanager import DraManager
-from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod
+from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, wait_until
 from tests.dra.conftest import Cluster
 from tests.dra.test_crash import Daemon
 
@@ -92,3 +92,25 @@ def test_a_crash_while_re_preparing_a_reallocated_claim_ends_prepared_once_on_th
     third = make_pod(cluster.api, "ns", "third", ["other"])
     other = make_claim(cluster.api, "ns", "other", third, [gpu("gpu-2")])["metadata"]["uid"]
     assert [d.device for d in kubelet.prepare_pod_with_retry(third, timeout=30)[other].prepared[DRIVER]] == ["gpu-2"]
+
+
+def test_a_crash_before_the_background_sync_keeps_the_answered_claim_prepared(
+    cluster: Cluster, kubelet: DraManager, daemons: Any
+) -> None:
+    """The kubelet's answer no longer waits for the fsync: a SIGKILL between the answer and the sync must not
+    lose or undo the prepared claim (the renamed checkpoint is in the page cache; only a reboot loses it, and a
+    reboot voids every claim record anyway)."""
+    daemon = daemons(BRIDGE_CRASH_AT="claims-before-sync", BRIDGE_CRASH_ONCE_FILE=str(cluster.root / "once"))
+    kubelet.wait_for_plugin(DRIVER)
+    pod = make_pod(cluster.api, "ns", "p", ["gpu"])
+    uid = make_claim(cluster.api, "ns", "gpu", pod, [gpu("gpu-1")])["metadata"]["uid"]
+    records = kubelet.prepare_pod_with_retry(pod, timeout=60, interval=0.3)
+    assert [d.device for d in records[uid].prepared[DRIVER]] == ["gpu-1"]
+    wait_until(lambda: daemon.output.count("READY") >= 2, 60, "the daemon killed before its sync and restarted")
+    assert (cluster.root / "once.claims-before-sync").exists()
+    # The restart's sweep found a finished prepare, not a half-finished one: record and spec are kept.
+    assert {u: r["state"] for u, r in daemon.records().items()} == {uid: "PrepareCompleted"}
+    assert set(cdi_files(cluster.cdi_root)) == {uid}
+    kubelet.wait_for_plugin(DRIVER)
+    kubelet.unprepare_pod_with_retry(pod, timeout=30)
+    assert cdi_files(cluster.cdi_root) == {} and daemon.records() == {}

@@ -83,8 +83,10 @@ def test_a_claim_reallocated_from_gpu_2_to_gpu_5_under_the_same_uid_is_prepared_
             "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],
                      "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}]}}, "team-a")
         reallocate(api, "team-a", "gpu", second, "gpu-5")
-        api.create(PODS, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "second", "namespace": "team-a"},
-                          "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}, "team-a", subresource="binding")
+        api.create(PODS, {"apiVersion": "v1", "kind": "Binding",
+                          "metadata": {"name": "second", "namespace": "team-a"},
+                          "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}, "team-a",
+                   subresource="binding")
         second = api.get(PODS, "second", "team-a")
         kubelet.restart()
         kubelet.dra.wait_for_plugin(DRIVER, 60)
