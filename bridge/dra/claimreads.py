@@ -108,19 +108,15 @@ class ClaimReader:
         futures = [(ref, self._submit(ref)) for ref in refs]
         wait_futures([f for _, f in futures], timeout=max(0.0, budget.read_deadline - self.clock()))
         out: dict[str, ReadResult] = {}
-        late = 0
         for ref, fut in futures:
             if fut.done():
                 out[ref.uid] = fut.result()
                 continue
             fut.cancel()  # a queued read never starts; a running one finishes in the background, discarded
-            late += 1
             out[ref.uid] = ClaimError(
                 f"ResourceClaim {ref.namespace}/{ref.name} could not be read within {budget.read_share:.1f}s (this "
                 f"call's time for API reads, out of the kubelet's {KUBELET_CALL_TIMEOUT_S:g}s deadline): the API "
                 "server is slow or unreachable; not prepared, the kubelet retries")
-        if late:
-            log.error("prepare: claims not read in time", extra={"claims": late, "budget_s": round(budget.total, 1)})
         return out
 
     def _submit(self, ref: ClaimRef) -> Future[ReadResult]:

@@ -174,6 +174,11 @@ def _matches(record: ClaimRecord, alloc: ClaimAllocation) -> bool:
             and _allocation_key(record.devices) == _allocation_key(alloc.devices))
 
 
+def _names(refs: Sequence[ClaimRef], limit: int = 10) -> str:
+    shown = ",".join(f"{r.namespace}/{r.name}" for r in refs[:limit])
+    return shown + (f",... ({len(refs) - limit} more)" if len(refs) > limit else "")
+
+
 def _devices(devices: Sequence[RecordedDevice] | Sequence[AllocatedDevice]) -> str:
     return ",".join(sorted(d.device for d in devices)) or "none"
 
@@ -243,14 +248,17 @@ class Preparer:
                 outcomes[ref.uid] = PrepareOutcome(error=problem)
         read = self.reader.read(to_read, budget)  # outside the node lock: a slow API must not hold it
         readable: list[tuple[ClaimRef, Obj]] = []
+        unread: list[ClaimRef] = []
         for ref in to_read:
             got = read[ref.uid]
             if isinstance(got, ClaimError):
-                log.error("claim not prepared", extra={"claim": f"{ref.namespace}/{ref.name}", "uid": ref.uid,
-                                                       "error": str(got)})
+                unread.append(ref)
                 outcomes[ref.uid] = PrepareOutcome(error=str(got))
             else:
                 readable.append((ref, got))
+        if unread:  # one line per call: during an outage every claim of every retry fails the same way
+            log.error("claims not prepared: not read from the API", extra={
+                "count": len(unread), "claims": _names(unread), "error": outcomes[unread[0].uid].error})
         refusals: Refusals = []
         if readable:
             try:

@@ -414,12 +414,17 @@ def test_concurrent_prepares_of_two_claims_for_one_device_give_it_to_exactly_one
     assert sorted(e == "" for e in results.values()) == [False] * 5 + [True]
 
 
-def test_an_api_outage_is_a_per_claim_error_the_kubelet_can_retry(env: Env) -> None:
-    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-1"])
+def test_an_api_outage_is_a_per_claim_error_the_kubelet_can_retry_logged_once_per_call(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    refs = [make_claim(env.kube, f"c{i}", f"uid-{i}", [f"gpu-{i}"]) for i in (1, 2, 3)]
     env.kube.down = True
-    assert "cannot read ResourceClaim ns/c1" in env.preparer.prepare([ref])["uid-1"].error
+    out = env.preparer.prepare(refs)
+    assert [f"cannot read ResourceClaim ns/c{i}" in out[f"uid-{i}"].error for i in (1, 2, 3)] == [True] * 3
+    [line] = [r for r in caplog.records if r.getMessage() == "claims not prepared: not read from the API"]
+    assert (line.count, line.claims) == (3, "ns/c1,ns/c2,ns/c3")  # type: ignore[attr-defined]
     env.kube.down = False
-    assert env.preparer.prepare([ref])["uid-1"].error == ""
+    assert [o.error for o in env.preparer.prepare(refs).values()] == ["", "", ""]
 
 
 def test_the_call_budget_leaves_margin_under_the_kubelets_45_s_and_follows_a_shorter_deadline() -> None:
