@@ -64,7 +64,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from bridge.dra.claimreads import ClaimReader, CallBudget
+from bridge.dra.claimreads import CallBudget, ClaimReader
 from bridge.dra.claims import AllocatedDevice, ClaimAllocation, ClaimError, ClaimRef, allocation_for, ref_problem
 from bridge.dra.crashpoints import crash_point
 from bridge.dra.deferredsync import DeferredSync
