@@ -48,6 +48,7 @@ KUBELET_CALL_TIMEOUT_S = 45.0  # kubernetes/kubernetes pkg/kubelet/cm/dra/plugin
 CALL_BUDGET_S = 30.0  # two thirds of the kubelet's deadline: 15 s of margin for the work under the lock and the reply
 BUDGET_SHARE_OF_DEADLINE = 2 / 3
 MAX_READERS = 16  # claim reads in flight at once, node-wide (a pod rarely has more than a few claims per driver)
+IDLE_EXIT_S = 2.0  # a reader thread without work for this long ends (a new one starts with the next call)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ ReadResult = Obj | ClaimError
 
 
 class ClaimReader:
-    """Reads claims by (namespace, name) on a small pool of daemon threads, started on demand."""
+    """Reads claims by (namespace, name) on a small pool of daemon threads, started on demand and ended when idle."""
 
     def __init__(self, kube: KubeAPI, *, max_workers: int = MAX_READERS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -133,9 +134,11 @@ class ClaimReader:
         while True:
             with self._lock:
                 self._idle += 1
-                while not self._tasks:
-                    self._wake.wait()
+                has_work = self._wake.wait_for(lambda: bool(self._tasks), timeout=IDLE_EXIT_S)
                 self._idle -= 1
+                if not has_work:
+                    self._workers -= 1
+                    return
                 fut, ref = self._tasks.popleft()
             if fut.set_running_or_notify_cancel():  # False: cancelled while queued (its call ran out of time)
                 fut.set_result(read_claim(self.kube, ref))

@@ -20,6 +20,8 @@ from bridge.dra.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 
+IDLE_EXIT_S = 2.0  # the thread ends after this long without a request
+
 
 class DeferredSync:
     def __init__(self, sync: Callable[[], None], *, name: str = "dra-claims-sync") -> None:
@@ -50,7 +52,9 @@ class DeferredSync:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending)
+                if not self._cond.wait_for(lambda: self._pending, timeout=IDLE_EXIT_S):
+                    self._thread = None  # idle: end; the next request starts a new thread
+                    return
                 self._pending, self._running = False, True
             try:
                 crash_point("claims-before-sync")

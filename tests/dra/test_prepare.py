@@ -480,3 +480,16 @@ def test_the_checkpoint_store_syncs_the_file_it_wrote(short_tmp: Path) -> None:
     store.commit(put=[record], durable=False)
     store.sync()
     assert store.load() == {"uid-1": record}
+
+
+def test_reader_and_sync_threads_end_when_idle(env: Env) -> None:
+    """No thread outlives its use by more than a couple of seconds (many preparers in one process, a stopped
+    daemon): the next call starts them again."""
+    refs = [make_claim(env.kube, f"c{i}", f"uid-{i}", [f"gpu-{i}"]) for i in (1, 2, 3)]
+    env.preparer.prepare(refs)
+    assert env.preparer.reader._workers >= 1
+    wait_until(lambda: env.preparer.reader._workers == 0 and env.preparer.syncer._thread is None, 15,
+               "the idle reader and sync threads to end")
+    assert env.preparer.unprepare(refs) == {r.uid: "" for r in refs}  # works again: threads start on demand
+    assert env.preparer.prepare(refs)["uid-1"].error == ""
+    assert env.preparer.syncer.flush(10) and env.store.syncs == 3
