@@ -1,6 +1,6 @@
 """NodePrepareResources latency against the local API emulator, with a bare echo RPC as the in-run baseline.
 
-    .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--state-dir DIR] [--cdi-dir DIR]
+    .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--ab-sync 300] [--state-dir DIR] [--cdi-dir DIR]
     BENCH_NO_LEDGER=1 ...   # without the ownership ledger's prepare guard (the node daemon always wires it)
 
 Three processes, as on a node: the API emulator (`python -m bridge sandbox apiserver`), the DRA daemon
@@ -25,6 +25,9 @@ nothing (`pluginregistration.GetInfo`), run interleaved with the prepares. Attri
 checkpoint-sized renames, what a fresh prepare writes in the call, and one file + directory fsync, what the
 background sync adds per call). The machine's load average is printed before and after: on a shared machine the
 percentiles move with it. Target: fresh prepare p99 <= 10 ms.
+
+`--ab-sync N` adds an in-process comparison of the prepare core (no gRPC) with the fsync in the call (the policy
+before `bridge/dra/deferredsync.py`) and deferred after it, alternating call by call against the same emulator.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -144,6 +148,52 @@ def storage_floor(state_dir: Path, size: int, n: int) -> tuple[list[float], list
     return writes, syncs
 
 
+def ab_sync(kubeconfig: Path, root: Path, cdi_root: Path, n: int) -> dict[str, list[float]]:
+    """The prepare core in this process, two preparers against the same emulator, alternating call by call (so
+    machine noise hits both alike): "in call" = the kubelet waits for the fsync (PrepareCompleted and unprepare
+    written durably, the policy before the deferred sync), "deferred" = production (renames in the call, one
+    coalesced fsync right after it)."""
+    from bridge.dra.claims import ClaimRef
+    from bridge.dra.prepare import ClaimRecord, Preparer
+    from bridge.dra.slices import device_name
+    from bridge.dra.stores import CheckpointClaimStore, ClaimCdi
+    from bridge.inventory.simulated import devices_from_spec
+    from bridge.ledger import Side
+    from bridge.ledger.checkpoint import Checkpoint
+
+    class SyncInCall(CheckpointClaimStore):
+        def commit(self, put: Sequence[ClaimRecord] = (), remove: Sequence[str] = (), *,
+                   durable: bool = True) -> None:
+            super().commit(put, remove, durable=not any(r.state == "PrepareStarted" for r in put))
+
+        def sync(self) -> None:
+            pass
+
+    api = connect(str(kubeconfig))
+    pod = make_pod(api, "ab", "p", ["gpu"])
+    claims = [make_claim(api, "ab", f"c{i}", pod, [gpu(f"gpu-{i % 8}")]) for i in range(2 * n)]
+    devices = devices_from_spec("8xH100-80GB", NODE)
+    preparers = {}
+    for mode, store_cls in (("in call", SyncInCall), ("deferred", CheckpointClaimStore)):
+        store = store_cls(Checkpoint(root / f"ab-{mode.replace(' ', '-')}", boot_id=lambda: BOOT_ID))
+        preparers[mode] = Preparer(kube=connect(str(kubeconfig)), driver="gpu.dra-bridge.io", pool=NODE,
+                                   devices=devices, device_name=device_name, side_of=lambda _u: Side.DRA,
+                                   store=store, cdi=ClaimCdi(cdi_root / mode.replace(" ", "-"), "gpu.dra-bridge.io"),
+                                   boot_id=BOOT_ID, record_events=False)
+    out: dict[str, list[float]] = {mode: [] for mode in preparers}
+    for i in range(n):
+        modes = list(preparers) if i % 2 else list(reversed(preparers))
+        for k, mode in enumerate(modes):
+            c = claims[2 * i + k]
+            ref = ClaimRef("ab", c["metadata"]["name"], c["metadata"]["uid"])
+            t = time.perf_counter()
+            result = preparers[mode].prepare([ref])[ref.uid]
+            out[mode].append(time.perf_counter() - t)
+            assert not result.error, result.error
+            preparers[mode].unprepare([ref])
+    return out
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -153,6 +203,8 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--state-dir", type=Path, help="where the checkpoint lives (default: a new dir under /tmp)")
     ap.add_argument("--cdi-dir", type=Path, help="where CDI specs go (default: a new dir under /dev/shm)")
+    ap.add_argument("--ab-sync", type=int, default=0, metavar="N",
+                    help="also compare, in this process, N prepares that wait for the fsync with N that defer it")
     ap.add_argument("--daemon", nargs=4, metavar=("KUBECONFIG", "ROOT", "CDI", "STATE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.daemon:
@@ -215,6 +267,7 @@ def main() -> int:
             api.get(api.resource_api().claims, c["metadata"]["name"], "bench")
             gets.append(time.perf_counter() - t)
         floor_writes, floor_syncs = storage_floor(state_dir, checkpoint_size, 100)
+        ab = ab_sync(kubeconfig, root, cdi_root, args.ab_sync) if args.ab_sync else {}
     finally:
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
@@ -243,6 +296,10 @@ def main() -> int:
     print(f"storage floor in the state dir ({checkpoint_size}-byte file): 2 unsynced replaces (in the call) "
           f"p50 {pct(floor_writes, 50) * ms:.2f} ms  p99 {pct(floor_writes, 99) * ms:.2f} ms;  file + directory "
           f"fsync (after the call) p50 {pct(floor_syncs, 50) * ms:.2f} ms  p99 {pct(floor_syncs, 99) * ms:.2f} ms")
+    for mode, values in ab.items():
+        print(f"A/B in-process prepare core, fsync {mode:8s}: p50 {pct(values, 50) * ms:.2f} ms  "
+              f"p90 {pct(values, 90) * ms:.2f} ms  p99 {pct(values, 99) * ms:.2f} ms  "
+              f"mean {statistics.mean(values) * ms:.2f} ms  ({len(values)} calls, alternating)")
     print(f"CDI dir: {cdi_root}; checkpoint dir: {state_dir}")
     print(f"target fresh prepare p99 <= 10 ms: {'MET' if p99 <= 10 else 'NOT MET'}")
     return 0
