@@ -11,6 +11,13 @@ The kubelet's request carries only {namespace, name, uid}; the allocation lives 
 * at least one result must be ours (the kubelet only calls a driver named in the results);
 * device names are `gpu-<index>` (the slice contract) and must exist in this node's inventory.
 
+Before any of that, the kubelet's {namespace, name, uid} itself is checked (`ref_problem`): the namespace must be a
+DNS-1123 label and the name a DNS-1123 subdomain, as the API server validates them for every ResourceClaim
+(kubernetes/kubernetes pkg/apis/resource/validation/validation.go, `ValidateResourceClaim` through
+`ValidateObjectMeta`), and the UID must be set. Nothing else can name a claim, so a ref that breaks these rules is
+answered with its own error without asking the API: an empty namespace would otherwise make the client refuse
+the request for the whole call, and a `/` or `..` in a name would change the URL that is read.
+
 `request_names` (pkg/kubelet/cm/dra/manager.go): the kubelet compares them literally with the containers'
 `resources.claims[].request`, so we return BASE request names (`req/sub` -> `req`). An empty list means "this
 device serves every request of the claim"; we return it only when that is literally true: the device's base
@@ -20,6 +27,7 @@ that appears in several results (consumable capacity) is one entry with all its 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +67,30 @@ class ClaimAllocation:
     @property
     def admin_access(self) -> bool:
         return all(d.admin_access for d in self.devices)
+
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_MAX_UID = 128  # API server UIDs are 36-character UUIDs; anything far longer is not one
+
+
+def ref_problem(ref: ClaimRef) -> str | None:
+    """Why the kubelet's claim reference cannot name a ResourceClaim (the per-claim error), or None when it can."""
+    if not ref.uid:
+        return f"the request names ResourceClaim {ref.namespace!r}/{ref.name!r} without a UID"
+    if len(ref.uid) > _MAX_UID or not ref.uid.isprintable():
+        return f"the request names a ResourceClaim with an invalid UID {ref.uid[:_MAX_UID]!r}"
+    if not ref.namespace:
+        return f"the request names ResourceClaim {ref.name!r} (uid {ref.uid}) with an empty namespace"
+    if len(ref.namespace) > 63 or not _DNS1123_LABEL.fullmatch(ref.namespace):
+        return (f"the request names ResourceClaim {ref.name!r} (uid {ref.uid}) in namespace {ref.namespace[:80]!r}, "
+                "which is not a valid namespace name (a DNS-1123 label)")
+    if not ref.name:
+        return f"the request names a ResourceClaim in namespace {ref.namespace} (uid {ref.uid}) without a name"
+    if len(ref.name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(ref.name):
+        return (f"the request names ResourceClaim {ref.name[:80]!r} (uid {ref.uid}) in namespace {ref.namespace}: "
+                "not a valid ResourceClaim name (a DNS-1123 subdomain)")
+    return None
 
 
 def base_request(name: str) -> str:

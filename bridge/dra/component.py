@@ -132,6 +132,7 @@ class DraNode:
 
     def stop(self) -> None:
         self.plugin.stop()
+        self.preparer.syncer.flush(timeout=2.0)  # the last call's records on disk before we go (bounded wait)
 
     def on_health(self, event: HealthEvent) -> None:
         self.board.apply(event)

@@ -7,8 +7,13 @@ file (the file is created just before the kill), so the restarted process passes
 
 Points (in execution order):
     prepare-after-checkpoint-started   the PrepareStarted records are written (renamed, not fsynced), no CDI file
+                                       (a re-prepare: the record names the NEW devices, the claim's OLD spec file
+                                       is still on disk)
     prepare-after-cdi-write            the CDI specs are on disk, the records still say PrepareStarted
-    prepare-after-checkpoint-completed the records say PrepareCompleted (fsynced), the response is not sent yet
+    prepare-after-checkpoint-completed the records say PrepareCompleted (renamed, not fsynced yet), the response
+                                       is not sent yet
+    claims-before-sync                 the background sync of a call's records (`deferredsync`) is about to fsync:
+                                       the response may already be with the kubelet
     unprepare-before-cdi-remove        nothing undone yet for this claim
     unprepare-after-cdi-remove         this claim's CDI spec is gone, its record is still there
     unprepare-after-checkpoint         the batch's records are gone, the response is not sent yet
@@ -25,6 +30,7 @@ POINTS = (
     "prepare-after-checkpoint-started",
     "prepare-after-cdi-write",
     "prepare-after-checkpoint-completed",
+    "claims-before-sync",
     "unprepare-before-cdi-remove",
     "unprepare-after-cdi-remove",
     "unprepare-after-checkpoint",

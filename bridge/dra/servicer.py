@@ -5,8 +5,10 @@ The two protos have identical messages except `Device.share_id` (v1 only, 1.35+)
 (a subclass of that version's generated `DRAPluginServicer`) only builds its own response messages.
 Invariants:
 * exactly one response entry per requested claim UID (duplicates in a request collapse to one);
-* per-claim failures are that claim's `error`; an exception escaping the core is turned into per-claim errors
-  for the whole batch (never a gRPC failure the kubelet would read as "all claims failed without a reason");
+* per-claim failures are that claim's `error` (the core keeps every failure it can attribute to one claim, bad
+  references included, to that claim); only an exception escaping the core (a bug) is turned into the same error
+  for every claim of the batch, never a gRPC failure the kubelet would read as "all claims failed without a reason";
+* the caller's deadline reaches the core (`time_left`), which budgets its API reads and lock wait from it;
 * one INFO log line per RPC with counts; payloads at DEBUG.
 """
 
@@ -44,8 +46,9 @@ class PrepareOutcome:
 
 
 class PrepareCore(Protocol):
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
-        """One outcome per distinct claim UID."""
+    def prepare(self, claims: Sequence[ClaimRef], time_left: float | None = None) -> dict[str, PrepareOutcome]:
+        """One outcome per distinct claim UID. `time_left`: seconds until the caller's deadline (None: none set);
+        the core must answer well before it."""
         ...
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
@@ -79,11 +82,13 @@ class DraCalls:
         self._core = core
         self.api = api  # "v1" | "v1beta1"
 
-    def prepare(self, claims: Iterable[_ClaimMessage]) -> list[tuple[str, PrepareOutcome]]:
+    def prepare(self, claims: Iterable[_ClaimMessage],
+                time_left: float | None = None) -> list[tuple[str, PrepareOutcome]]:
+        """`time_left`: the gRPC deadline's remaining seconds (`ServicerContext.time_remaining()`)."""
         start = time.perf_counter()
         refs = _refs(claims)
         try:
-            outcomes = self._core.prepare(refs)
+            outcomes = self._core.prepare(refs, time_left)
         except Exception as err:  # a core bug: still one answer per claim, and loud
             log.exception("prepare failed unexpectedly", extra={"api": self.api, "claims": len(refs)})
             outcomes = {r.uid: PrepareOutcome(error=f"internal error in the DRA driver: {err}") for r in refs}
@@ -123,7 +128,7 @@ class DraServicerV1(v1_grpc.DRAPluginServicer):
         self, request: v1_pb.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1_pb.NodePrepareResourcesResponse:
         response = v1_pb.NodePrepareResourcesResponse()
-        for uid, outcome in self.calls.prepare(request.claims):
+        for uid, outcome in self.calls.prepare(request.claims, context.time_remaining()):
             entry = response.claims[uid]
             if outcome.error:
                 entry.error = outcome.error
@@ -154,7 +159,7 @@ class DraServicerV1Beta1(v1beta1_grpc.DRAPluginServicer):
         self, request: v1beta1_pb.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1_pb.NodePrepareResourcesResponse:
         response = v1beta1_pb.NodePrepareResourcesResponse()
-        for uid, outcome in self.calls.prepare(request.claims):
+        for uid, outcome in self.calls.prepare(request.claims, context.time_remaining()):
             entry = response.claims[uid]
             if outcome.error:
                 entry.error = outcome.error

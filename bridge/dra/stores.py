@@ -9,6 +9,7 @@ so there is exactly one place (and one write path) for everything the node must 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -74,7 +75,8 @@ class CheckpointClaimStore:
     written in this boot). `serialized()` takes the node-wide Prepare/Unprepare lock (`pu.lock`) and then re-reads
     the checkpoint, since another instance (rolling update) may have changed it; `load()` answers from that
     snapshot while the lock is held and reads the file otherwise. `commit(put, remove, durable=...)` is one
-    `update` (see `bridge.dra.prepare` for which writes are fsynced and why).
+    `update`; `sync()` makes the file as it is durable (see `bridge.dra.prepare` for which writes are fsynced when,
+    and why).
     """
 
     def __init__(self, checkpoint: Checkpoint, *, clock: Callable[[], float] = time.time) -> None:
@@ -106,6 +108,24 @@ class CheckpointClaimStore:
         if self._held is not None:
             boot = self.checkpoint.current_boot_id()
             self._held = {uid: _from_ledger(c, boot) for uid, c in data.claims.items()}
+
+    def sync(self) -> None:
+        """fsync the checkpoint file as it is now, then its directory (the rename). A newer version renamed in
+        after the open is covered by its own writer's sync. No lock: fsync does not change the file."""
+        path = self.checkpoint.path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # nothing written yet
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def _read(self) -> dict[str, ClaimRecord]:
         result = self.checkpoint.read()

@@ -22,14 +22,15 @@ Invariants:
   dies at any instant leaves the old or the new file, never a mix, and the page cache keeps a renamed file for the
   next process even if it was never fsynced. fsync (file, then directory) only matters when unsynced data is lost,
   and that happens only on power loss or a kernel crash, i.e. a reboot: a new boot ID, the tmpfs CDI specs gone,
-  the kubelet preparing every claim again, and this module discarding the old boot's claims anyway. So a claim
-  record that is superseded before the next durable write may skip the fsync (`durable=False`, the prepare path's
-  PrepareStarted). What must survive a reboot is the ownership sides (the kubelet's device assignments survive
-  it), and those are always written durably (the default). Residual risk of a non-durable write: on a filesystem
+  the kubelet preparing every claim again, and this module discarding the old boot's claims anyway. So a write
+  that changes only claim records may skip the fsync (`durable=False`: the prepare path's claim writes, synced
+  right after). What must survive a reboot is the ownership sides (the kubelet's device assignments survive it),
+  and those are always written durably (the default). Residual risk of a non-durable write: on a filesystem
   that does not order a rename-over-existing-file after the new file's data (ext4's `auto_da_alloc` and btrfs do),
   a power cut between a non-durable write and the next durable one can leave a file that fails its checksum; it
   then takes the corrupt-file path below (moved aside, rebuilt from the API and the kubelet), never a silent
-  partial state. Callers keep that window short: the durable write follows within the same request.
+  partial state. Callers keep that window short: a durable write, or an fsync of the file and its directory, follows
+  within milliseconds (the prepare path syncs right after its writes: `bridge.dra.deferredsync`).
 * The last state this object read or wrote is kept in memory with the file's exact bytes (`_Snapshot`), and a read
   under the lock re-uses it only when the file's bytes are identical; otherwise it parses and verifies everything
   again. Reading a few KiB is cheap; parsing, checksumming and validating them is what costs, and the prepare path

@@ -16,6 +16,7 @@ class MemoryClaimStore:
         self.lock = threading.Lock()
         self.history: list[tuple[str, str, str]] = []  # (op, uid, "state durability")
         self.commits = 0
+        self.syncs = 0
 
     @contextmanager
     def serialized(self, timeout: float) -> Iterator[None]:
@@ -37,3 +38,7 @@ class MemoryClaimStore:
             self.records[record.uid] = record
             self.history.append(("put", record.uid, f"{record.state} {'durable' if durable else 'unsynced'}"))
         self.commits += 1
+
+    def sync(self) -> None:
+        self.history.append(("sync", "", ""))
+        self.syncs += 1

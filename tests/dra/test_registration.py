@@ -34,7 +34,7 @@ class EchoCore:
         self.prepared: list[str] = []
         self.unprepared: list[str] = []
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareOutcome]:
+    def prepare(self, claims: Sequence[ClaimRef], time_left: float | None = None) -> dict[str, PrepareOutcome]:
         self.prepared += [c.uid for c in claims]
         return {
             c.uid: PrepareOutcome(devices=(PreparedDevice(("gpu",), "node-a", "gpu-0", (f"k8s.{DRIVER}/claim={c.uid}-gpu-0",)),))
