@@ -92,7 +92,9 @@ def test_a_label_moves_free_gpus_and_they_reach_dra_only_after_the_node_shows_th
     try:
         set_split(api, "2")
         wait_until(lambda: side_names(ctl, Side.WITHDRAWN) == ["gpu-6", "gpu-7"], what="both withdrawn")
-        status = wait_until(lambda: status_of(api.get(NODES, NODE)), what="a status annotation")
+        # The ledger withdraws before the status write lands: wait for the status of this target, not the start's.
+        status = wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.requested == "2" and s,
+                            what="the status annotation for target 2")
         assert status.state == "converging"
         assert {p.device: p.phase for p in status.pending} == {"gpu-6": "waiting-node-status",
                                                                "gpu-7": "waiting-node-status"}
