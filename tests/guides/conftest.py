@@ -46,3 +46,13 @@ def _no_standin_errors(request: pytest.FixtureRequest) -> Iterator[None]:
         w = request.getfixturevalue("standalone_world" if "standalone_world" in request.fixturenames else "world")
         errors, w.workloads.errors[:] = list(w.workloads.errors), []
         assert not errors, f"the workload stand-ins failed: {errors}"
+
+
+@pytest.fixture(scope="module")
+def standalone_world() -> Iterator[GuideWorld]:
+    require_tools()
+    w = start_world("standalone")
+    try:
+        yield w
+    finally:
+        stop_world(w)

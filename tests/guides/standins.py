@@ -243,29 +243,38 @@ class Workloads:
                 if should_run(tmpl.get("spec") or {}, node):
                     wanted[("DaemonSet", ds["metadata"]["namespace"], ds["metadata"]["name"], name)] = (ds, kind)
         deployments = self.api.list(DEPLOYMENTS)["items"]
-        self.user_deployments.reconcile([d for d in deployments if self._role(d) is None])
+        pods = self.api.list(PODS)["items"]
+        self.user_deployments.reconcile([d for d in deployments if self._role(d) is None], pods)
         for dep in deployments:
             kind = self._role(dep)
             if kind is None:
                 continue
             replicas = int(dep["spec"].get("replicas", 1) or 0)
             count = min(replicas, 1) if kind == "webhook" else replicas
-            for i in range(count):
-                wanted[("Deployment", dep["metadata"]["namespace"], dep["metadata"]["name"], str(i))] = (dep, kind)
+            revision = template_hash(dep["spec"]["template"])
+            for i in range(count):  # keyed by revision: a new template's replicas start beside the old ones
+                wanted[("Deployment", dep["metadata"]["namespace"], dep["metadata"]["name"], f"{revision}-{i}")] = \
+                    (dep, kind)
         with self._lock:
-            # Gone or changed: stop (one per owner per pass for a template change: maxUnavailable 1, no surge).
+            # Gone or changed. A DaemonSet's pod is replaced one node at a time, the old one stopped first (the chart's
+            # RollingUpdate: maxUnavailable 1, maxSurge 0). A Deployment's new replicas start beside the old ones,
+            # which stop once all new ones serve (the chart's default strategy surges; maxUnavailable 0 for 2).
             replaced: set[tuple[str, str, str]] = set()
             for key, inst in list(self.instances.items()):
                 want = wanted.get(key)
                 if want is not None and template_hash(want[0]["spec"]["template"]) == inst.revision:
                     continue
-                if want is not None and key[:3] in replaced:
-                    continue
-                if want is not None:
+                if key[0] == "Deployment":
+                    new = [k for k in wanted if k[:3] == key[:3]]
+                    if new and not all(k in self.instances and self.instances[k].ready for k in new):
+                        continue
+                elif want is not None:
+                    if key[:3] in replaced:
+                        continue
                     replaced.add(key[:3])
                 self._remove(key, inst)
             # A pod deleted by someone else (`kubectl delete pod`): its container stops; the pod is created again.
-            live = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in self.api.list(PODS)["items"]
+            live = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods
                     if not p["metadata"].get("deletionTimestamp")}
             for key, inst in list(self.instances.items()):
                 if inst.ready and (key[1], inst.pod) not in live:
@@ -526,9 +535,11 @@ class Workloads:
         key = ("Deployment", meta["namespace"], meta["name"])
         with self._lock:
             mine = [i for k, i in self.instances.items() if k[:3] == key]
+        revision = template_hash(dep["spec"]["template"])
         ready = sum(1 for i in mine if i.ready)
         status = {"replicas": len(mine), "readyReplicas": ready, "availableReplicas": ready,
-                  "updatedReplicas": len(mine), "observedGeneration": meta.get("generation", 1)}
+                  "updatedReplicas": sum(1 for i in mine if i.revision == revision),
+                  "observedGeneration": meta.get("generation", 1)}
         if {k: (dep.get("status") or {}).get(k) for k in status} != status:
             try:
                 self.api.patch(DEPLOYMENTS, meta["name"], {"status": status}, meta["namespace"], subresource="status")
@@ -628,11 +639,8 @@ class UserDeployments:
     def __init__(self, api: KubeAPI) -> None:
         self.api = api
 
-    def reconcile(self, deployments: list[Obj]) -> None:
-        if not deployments:
-            return
-        pods = [p for p in self.api.list(PODS)["items"] if (p["metadata"].get("ownerReferences") or [{}])[0]
-                .get("kind") == "ReplicaSet"]
+    def reconcile(self, deployments: list[Obj], all_pods: list[Obj]) -> None:
+        pods = [p for p in all_pods if (p["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "ReplicaSet"]
         for dep in deployments:
             self._sync(dep, pods)
 

@@ -7,7 +7,7 @@ single guide test can run alone.
 
 What the cluster is before the first guide (what "Before you begin" of 01-first-node assumes):
 * two GPU nodes, `gpu-a` and `gpu-b`, 8 simulated H100s each, Kubernetes 1.34 (tests/sandbox_cluster.py test
-  timings: node status every 0.5 s);
+  timings: node status every 0.5 s; and the scheduler's retry backoff 0.25 s to 1 s instead of 1 s to 10 s);
 * the NVIDIA GPU Operator's device plugin on both (tests/guides/vendor.py, tests/guides/standins.py), with its
   node labelling; cert-manager's and the Prometheus Operator's kinds registered (the chart creates their objects);
 * the teams' workloads (tests/guides/existing-workloads.yaml), running on GPUs the vendor plugin handed out.
@@ -158,6 +158,11 @@ def start_world(variant: str = "gpu-operator") -> GuideWorld:
     cluster.start()
     try:
         assert cluster.server is not None
+        for controller in cluster.controllers:
+            if hasattr(controller, "max_backoff"):  # the scheduler stand-in
+                # Test timing, as a KubeSchedulerConfiguration with podInitialBackoffSeconds/podMaxBackoffSeconds
+                # lowered would have it: a pod waiting for GPUs the split is moving retries within a second.
+                controller.initial_backoff, controller.max_backoff = 0.25, 1.0
         for rt in CRD_KINDS:
             cluster.server.registry.add(rt)
         api = cluster.api
