@@ -131,8 +131,13 @@ def test_every_manifest_is_valid_kubernetes() -> None:
                         api.create(NAMESPACES, {"metadata": {"name": ns}})
                     except AlreadyExists:
                         pass
-                plural = {"Deployment": "deployments"}[doc["kind"]]
-                api.create(Resource(group, version, plural, doc["kind"], True), doc, ns, dry_run=True)
+                if doc["kind"] == "ConfigMap" and "policy.yaml" in doc.get("data", {}):
+                    from bridge.controller.model import Policy
+                    from bridge.controller.policy import policy_from_configmap
+
+                    policy_from_configmap(doc, Policy())  # the controller accepts it (PolicyError otherwise)
+                plural = {"Deployment": "deployments", "ConfigMap": "configmaps"}[doc["kind"]]
+                api.create(Resource(group or "", version, plural, doc["kind"], True), doc, ns, dry_run=True)
 
 
 def test_a_malformed_guide_is_refused_with_the_file_and_line() -> None:

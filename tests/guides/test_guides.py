@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bridge.kube.api import NAMESPACES, RESOURCE_QUOTAS
 from tests.guides import checks
 from tests.guides.checks import eventually, no_gpu_shared
 from tests.guides.world import GuideWorld
 
 NODE, NODE2, NS = "gpu-a", "gpu-b", "team-a"
+# A test run alone runs every earlier guide first: minutes on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_01_first_node_is_handed_over_and_its_running_pods_keep_their_gpus(world: GuideWorld) -> None:
@@ -162,6 +166,8 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
 
     ran = world.run("04-node-split", through="demand")
     assert len(world.workloads.running("controller")) == 2
+    args = ran["controller-dry-run"].stdout.splitlines()[-1]
+    assert '"--dry-run"' in args and '"--policy-configmap=dra-bridge/dra-bridge-split-policy"' in args
     decision = json.loads(world.node(NODE)["metadata"]["annotations"]["dra-bridge.io/split-decision"])
     assert decision["dryRun"] is True and decision["target"] == "4" and decision["previous"] == annotation
     assert world.node(NODE)["metadata"]["annotations"]["dra-bridge.io/dra-devices"] == annotation  # nothing written
@@ -169,6 +175,9 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
     assert len(checks.running_gpu_pods(world, NS)) == 2  # the two new trainers wait
 
     ran = world.run("04-node-split", through="verify")
+    logs = "".join(p.read_text() for p in world.workloads.dir.glob("controller-*.log"))
+    assert "policy: min legacy share 0.25" in logs  # the ConfigMap's policy, not the flags'
+    assert "InvalidPolicy" not in logs
     assert world.node(NODE)["metadata"]["annotations"]["dra-bridge.io/dra-devices"] == "4"
     assert "SplitTargetChanged" in ran["verify"].stdout
     trainers = checks.running_gpu_pods(world, NS)
@@ -176,7 +185,8 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
     assert sorted(checks.dra_devices(world, NODE)) == sorted(trainers)
     assert checks.legacy_devices(world, NODE2) == gpus_before
     no_gpu_shared(world)
-    world.run("04-node-split")
+    ran = world.run("04-node-split")
+    assert "No resources found" in ran["policy-events"].stderr  # no InvalidPolicy Event: the policy is in force
 
 
 def test_05_finishing_leaves_every_gpu_pod_on_dra_and_the_legacy_side_empty(world: GuideWorld) -> None:
