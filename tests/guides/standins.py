@@ -15,7 +15,10 @@ the chart with Helm and hands nodes over with labels, so something must turn "a 
   (`RollingUpdate`, `maxSurge: 0`). The status fields `kubectl rollout status` reads are kept.
 * **Deployments** (pkg/controller/deployment): the chart's controller runs `spec.replicas` processes (they elect a
   leader through their Lease); the webhook runs ONE process whatever the replica count (the sandbox sends every
-  review to one address). Status counts what runs.
+  review to one address). A template change starts the new replicas beside the old ones, which stop once the new
+  ones serve (surge first, as the chart's 2-replica Deployments roll). Status counts what runs. The teams'
+  Deployments (no process behind them: their pods are run by the kubelet simulators) get `UserDeployments`:
+  ReplicaSets per template and rolling updates, so `kubectl rollout restart` replaces pods as on a real cluster.
 * **Containers**: instead of an image, each pod's container is the matching real process on this machine:
   - the GPU Operator's device plugin -> `VendorDevicePlugin` (tests/guides/vendor.py) on the node's kubelet sockets;
   - the chart's node daemon -> `bridge node` with the chart's arguments, except what only exists on a real node:
@@ -29,8 +32,9 @@ the chart with Helm and hands nodes over with labels, so something must turn "a 
     certificate (cert-manager does not run here). The API emulator calls webhooks by URL only
     (bridge/sandbox/apiserver/admission.py), so this process is registered by URL exactly as the chart registers
     it by Service (a copy of the chart's MutatingWebhookConfiguration with `clientConfig.url`, as
-    `bridge sandbox cluster --webhook` does), and the chart's Service gets an EndpointSlice listing the running
-    pod, as the EndpointSlice controller would; calls the emulator makes through the chart's Service-based
+    `bridge sandbox cluster --webhook` does; its entry is named `by-url.pods.dra-bridge.io`, so `bridge namespace`
+    checks the chart's own entry, as on a real cluster), and the chart's Service gets an EndpointSlice listing the
+    running pod, as the EndpointSlice controller would; calls the emulator makes through the chart's Service-based
     registration fail and are ignored (`failurePolicy: Ignore`).
 * A daemon pod is created once its process is serving (device plugin and DRA registered with the node's kubelet,
   webhook answering `/healthz`): the kubelet simulator reports a pod Ready as soon as it runs, so creating the pod

@@ -99,6 +99,7 @@ def test_02_report_blockers_are_worked_through_until_it_exits_0(world: GuideWorl
 
 
 def test_03_first_namespace_goes_through_shadow_to_dra_and_only_new_pods_change(world: GuideWorld) -> None:
+    world.run("02-report")
     ran = world.run("03-first-namespace", through="shadow-restart")
     assert "legacy -> shadow" in ran["shadow"].stdout and "WARNING" not in ran["shadow"].stderr
     pods = checks.running_gpu_pods(world, NS)
@@ -139,6 +140,7 @@ def test_03_first_namespace_goes_through_shadow_to_dra_and_only_new_pods_change(
 
 
 def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_run(world: GuideWorld) -> None:
+    world.run("03-first-namespace")  # where guide 04 starts (run here when this test runs alone)
     others = {k: (p["metadata"]["uid"], p["spec"]["nodeName"]) for k, p in checks.running_gpu_pods(world).items()
               if p["spec"]["nodeName"] == NODE2}
     gpus_before = checks.legacy_devices(world, NODE2)
@@ -190,6 +192,7 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
 
 
 def test_05_finishing_leaves_every_gpu_pod_on_dra_and_the_legacy_side_empty(world: GuideWorld) -> None:
+    world.run("04-node-split")
     ran = world.run("05-finishing", through="replace")
     assert "bridge namespace set team-a" not in ran["waves"].stdout  # already dra: not planned again
     modes = {n: (world.api.get(NAMESPACES, n)["metadata"].get("labels") or {}).get("dra-bridge.io/mode")
@@ -211,6 +214,7 @@ def test_05_finishing_leaves_every_gpu_pod_on_dra_and_the_legacy_side_empty(worl
 
 
 def test_06_rolling_back_every_stage_returns_the_cluster_to_the_vendor_device_plugin(world: GuideWorld) -> None:
+    world.run("05-finishing")
     world.run("06-rolling-back", through="stage3")
     pods = checks.running_gpu_pods(world)
     assert len(pods) == 4 and all(checks.api_of(p) == "legacy" for p in pods.values())

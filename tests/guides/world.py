@@ -22,23 +22,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from bridge.kube.api import NAMESPACES, NODES, PODS, KubeAPI, Obj, Resource
+from bridge.kube.api import NODES, PODS, KubeAPI, Obj, Resource
 from bridge.kube.errors import AlreadyExists
 from bridge.sandbox.apiserver.registry import ResourceType
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.guides import markdown
 from tests.guides.markdown import REPO, Block, Guide
 from tests.guides.standins import OperatorLabeller, Workloads, gpu_operator_objects, standalone_objects
+from tests.polling import wait_until
 from tests.sandbox_cluster import spec_for_tests
 
 HERE = Path(__file__).resolve().parent
@@ -117,13 +118,23 @@ class GuideWorld:
         if webhook:
             env["WEBHOOK"] = f"https://127.0.0.1:{next(iter(webhook.values())).extra['port']}"
         start = time.monotonic()
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=self.home / "clone", env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        ran = Ran(block, proc.stdout, proc.stderr, proc.returncode, time.monotonic() - start)
+        # Under orphanguard (the shell gets SIGTERM if this process dies: a wait loop must not outlive its cluster)
+        # and in its own session (a block that overruns is killed with everything it started).
+        proc = subprocess.Popen([sys.executable, "-m", "bridge.sandbox.cluster.orphanguard", str(os.getpid()), "--",
+                                 "bash", "-euo", "pipefail", "-c", block.text], cwd=self.home / "clone", env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            raise BlockFailed(f"{block.where} did not finish within {timeout:.0f}s:\n{block.text}\n--- stdout\n"
+                              f"{stdout[-4000:]}\n--- stderr\n{stderr[-4000:]}") from None
+        ran = Ran(block, stdout, stderr, proc.returncode, time.monotonic() - start)
         self.order.append(f"{block.where} ({ran.seconds:.1f}s)")
         if proc.returncode != block.exit:
             raise BlockFailed(f"{block.where} exited {proc.returncode} (expected {block.exit}):\n{block.text}\n"
-                              f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}\n"
+                              f"--- stdout\n{stdout[-4000:]}\n--- stderr\n{stderr[-4000:]}\n"
                               f"--- stand-in errors: {self.workloads.errors}")
         return ran
 
@@ -156,6 +167,8 @@ def start_world(variant: str = "gpu-operator") -> GuideWorld:
         raise ValueError(f"variant {variant!r}: one of {VARIANTS}")
     cluster = SandboxCluster(spec_for_tests(NODES_SPEC, version="1.34"))
     cluster.start()
+    workloads: Workloads | None = None
+    home: Path | None = None
     try:
         assert cluster.server is not None
         for controller in cluster.controllers:
@@ -174,7 +187,7 @@ def start_world(variant: str = "gpu-operator") -> GuideWorld:
         for obj in vendor:
             _create(api, obj)
         workloads = Workloads(cluster, labeller=labeller).start()
-        home = Path(tempfile.mkdtemp(prefix="guides-"))
+        home = Path(tempfile.mkdtemp(prefix="guides-", dir="/tmp" if Path("/tmp").is_dir() else None))
         bin_dir = home / "bin"
         bin_dir.mkdir()
         # The guides run from the root of a clone; files they write (the report's fixes/) stay out of this one.
@@ -193,14 +206,18 @@ def start_world(variant: str = "gpu-operator") -> GuideWorld:
             if obj:
                 _create(api, obj)
         for node in NODES_SPEC:
-            _wait(lambda n=node.name: len(workloads.running("vendor")) == len(NODES_SPEC) and n in workloads.vendor,
-                  f"the vendor device plugin on {node.name}")
-        _wait(lambda: sum(1 for p in world.pods() if (p.get("status") or {}).get("phase") == "Running"
-                          and p["metadata"]["namespace"].startswith("team-")) == 3,
-              "the teams' 3 GPU pods running")
+            wait_until(lambda n=node.name: n in workloads.running("vendor"), 60,
+                       f"the vendor device plugin on {node.name}")
+        wait_until(lambda: sum(1 for p in world.pods() if (p.get("status") or {}).get("phase") == "Running"
+                               and p["metadata"]["namespace"].startswith("team-")) == 3, 60,
+                   "the teams' 3 GPU pods running")
         return world
     except BaseException:
+        if workloads is not None:
+            workloads.stop()
         cluster.stop()
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
         raise
 
 
@@ -210,12 +227,3 @@ def stop_world(world: GuideWorld) -> None:
     shutil.rmtree(world.home, ignore_errors=True)
 
 
-def _wait(cond: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-__all__ = ["BlockFailed", "GuideWorld", "KUBECTL", "Ran", "start_world", "stop_world", "NAMESPACES"]
