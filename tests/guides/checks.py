@@ -66,10 +66,6 @@ def split_status(world: GuideWorld, node: str) -> dict[str, Any]:
     return status
 
 
-def sides(world: GuideWorld, node: str) -> dict[str, str]:
-    return {d["name"]: d["side"] for d in split_status(world, node)["devices"]}
-
-
 def allocatable_gpus(world: GuideWorld, node: str) -> int:
     return int((world.api.get(NODES, node).get("status") or {}).get("allocatable", {}).get(GPU, "0"))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.guides import checks
+from tests.guides import checks, markdown
 from tests.guides.checks import no_gpu_shared
 from tests.guides.world import GuideWorld
 
@@ -38,6 +38,9 @@ def test_the_opt_in_label_alone_moves_the_node_from_the_standalone_plugin_to_the
     assert status["state"] == "converged" and status["counts"]["legacy"] == 8
     assert checks.allocatable_gpus(world, NODE) == 8
     no_gpu_shared(world)
+    standalone_only = {b.line for b in markdown.load("01-first-node").commands()
+                       if b.variant == "standalone" and b.runs_in("standalone")}
+    assert standalone_only and standalone_only <= {line for (_, line) in world.ran}
 
 
 def test_why_the_vendor_plugin_must_be_gone_before_the_bridge_registers(standalone_world: GuideWorld) -> None:

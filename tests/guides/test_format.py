@@ -136,7 +136,8 @@ def test_every_manifest_is_valid_kubernetes() -> None:
                     from bridge.controller.policy import policy_from_configmap
 
                     policy_from_configmap(doc, Policy())  # the controller accepts it (PolicyError otherwise)
-                plural = {"Deployment": "deployments", "ConfigMap": "configmaps"}[doc["kind"]]
+                plural = {"Deployment": "deployments", "ConfigMap": "configmaps", "Pod": "pods"}[doc["kind"]]
+                ns = ns or "default"
                 api.create(Resource(group or "", version, plural, doc["kind"], True), doc, ns, dry_run=True)
 
 

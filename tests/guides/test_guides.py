@@ -11,7 +11,7 @@ import json
 import pytest
 
 from bridge.kube.api import NAMESPACES, RESOURCE_QUOTAS
-from tests.guides import checks
+from tests.guides import checks, markdown
 from tests.guides.checks import eventually, no_gpu_shared
 from tests.guides.world import GuideWorld
 
@@ -236,6 +236,15 @@ def test_06_rolling_back_every_stage_returns_the_cluster_to_the_vendor_device_pl
     assert {n["name"]: n["backends"] for n in report["nodes"]} == {NODE: ["device-plugin"], NODE2: ["device-plugin"]}
     assert all(n["mode"] == "legacy" for n in report["namespaces"])
     no_gpu_shared(world)
+
+
+def test_every_command_of_every_guide_ran(world: GuideWorld) -> None:
+    """What the story above ran (blocks marked real-cluster-only excepted, and the standalone-chart ones, which
+    tests/guides/test_first_node_standalone.py runs)."""
+    world.run("06-rolling-back")
+    expected = {(b.guide, b.line) for name in markdown.guide_names() for b in markdown.load(name).commands()
+                if b.runs_in("gpu-operator")}
+    assert expected - set(world.ran) == set()
 
 
 def _row(table: str, first: str) -> list[str]:
