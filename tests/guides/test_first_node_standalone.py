@@ -1,0 +1,85 @@
+"""Guide 01 with NVIDIA's standalone device-plugin chart instead of the GPU Operator: its device plugin's DaemonSet
+carries the node affinity of charts/dra-bridge/examples/nvidia-device-plugin-values.yaml (the effect of the guide's
+`helm upgrade nvdp ...`, which needs NVIDIA's Helm repository), the chart is installed with
+standalone-device-plugin.yaml, and the one opt-in label moves the node. The steps after Verify (the daemon restart)
+are the same as with the GPU Operator and run in tests/guides/test_guides.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.guides import checks, markdown
+from tests.guides.checks import no_gpu_shared
+from tests.guides.world import GuideWorld
+
+NODE, NODE2 = "gpu-a", "gpu-b"
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_the_opt_in_label_alone_moves_the_node_from_the_standalone_plugin_to_the_bridge(
+        standalone_world: GuideWorld) -> None:
+    world = standalone_world
+    world.run("01-first-node", through="before")
+    assert set(world.workloads.vendor) == {NODE, NODE2}  # the values file's affinity matches both GPU nodes
+    gpus_before = checks.legacy_devices(world, NODE)
+    pods_before = {k: p["metadata"]["uid"] for k, p in checks.running_gpu_pods(world).items()
+                   if p["spec"].get("nodeName") == NODE}
+    assert len(pods_before) == 2
+
+    ran = world.run("01-first-node", through="verify")
+    assert "install" not in ran and "STATUS: deployed" in ran["install-standalone"].stdout
+    assert "dra-bridge.io/node=true" in ran["installed"].stdout.replace(" ", "")
+    assert "nvidia.com/gpu.deploy.device-plugin" not in ran["installed"].stdout  # no GPU Operator label needed
+    assert set(world.workloads.vendor) == {NODE2} and set(world.workloads.running("node")) == {NODE}
+    assert {k: p["metadata"]["uid"] for k, p in checks.running_gpu_pods(world).items()
+            if p["spec"].get("nodeName") == NODE} == pods_before
+    assert checks.legacy_devices(world, NODE) == gpus_before
+    status = checks.split_status(world, NODE)
+    assert status["state"] == "converged" and status["counts"]["legacy"] == 8
+    assert checks.allocatable_gpus(world, NODE) == 8
+    no_gpu_shared(world)
+    standalone_only = {b.line for b in markdown.load("01-first-node").commands()
+                       if b.variant == "standalone" and b.runs_in("standalone")}
+    assert standalone_only and standalone_only <= {line for (_, line) in world.ran}
+
+
+def test_why_the_vendor_plugin_must_be_gone_before_the_bridge_registers(standalone_world: GuideWorld) -> None:
+    """Guide 01's ordering and its Troubleshooting entry, shown on gpu-b (still on NVIDIA's plugin): a bridge that
+    registers while the vendor plugin still serves, and then sees that plugin stop, is cut off by a 1.34 kubelet
+    (allocatable 0, as the kubelet's device manager through 1.36 disconnects whatever is registered when an older
+    stream ends); restarting the node daemon brings it back with every running pod's GPU where it was."""
+    from bridge.kube.api import DAEMON_SETS
+    from bridge.sandbox.cluster.processes import ChildProcess
+
+    world = standalone_world
+    assert NODE2 in world.workloads.vendor and checks.allocatable_gpus(world, NODE2) == 8
+    gpus_before = checks.legacy_devices(world, NODE2)
+    ds = world.api.get(DAEMON_SETS, "dra-bridge-node", "dra-bridge")
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    sn = world.cluster.node(NODE2)
+    argv = world.workloads._node_argv(container, sn)
+    env = world.workloads._env(container, node=NODE2, pod_namespace="dra-bridge")
+
+    def start() -> ChildProcess:
+        proc = ChildProcess("bridge node (by hand)", argv, world.workloads.dir / "by-hand.log", env=env).start()
+        checks.eventually(lambda: _assert(world.workloads._node_serving(sn)), "the bridge registered")
+        return proc
+
+    first = start()  # registers while NVIDIA's plugin still serves: the kubelet's endpoint is now the bridge
+    try:
+        world.workloads.vendor[NODE2].stop()  # ... then the vendor's stream ends
+        checks.eventually(lambda: _assert(checks.allocatable_gpus(world, NODE2) == 0), "the bridge cut off")
+    finally:
+        first.stop(10)
+    second = start()  # the remedy: restart the node daemon
+    try:
+        checks.eventually(lambda: _assert(checks.allocatable_gpus(world, NODE2) == 8), "the bridge back")
+        assert checks.legacy_devices(world, NODE2) == gpus_before
+        no_gpu_shared(world)
+    finally:
+        second.stop(10)
+
+
+def _assert(cond: bool) -> bool:
+    assert cond
+    return True
