@@ -12,6 +12,7 @@ from tests.guides import checks, markdown
 from tests.guides.checks import no_gpu_shared
 from tests.guides.world import GuideWorld
 
+GPU = "nvidia.com/gpu"
 NODE, NODE2 = "gpu-a", "gpu-b"
 pytestmark = pytest.mark.timeout(300)
 
@@ -46,8 +47,10 @@ def test_the_opt_in_label_alone_moves_the_node_from_the_standalone_plugin_to_the
 def test_why_the_vendor_plugin_must_be_gone_before_the_bridge_registers(standalone_world: GuideWorld) -> None:
     """Guide 01's ordering and its Troubleshooting entry, shown on gpu-b (still on NVIDIA's plugin): a bridge that
     registers while the vendor plugin still serves, and then sees that plugin stop, is cut off by a 1.34 kubelet
-    (allocatable 0, as the kubelet's device manager through 1.36 disconnects whatever is registered when an older
-    stream ends); restarting the node daemon brings it back with every running pod's GPU where it was."""
+    (the kubelet's device manager through 1.36 disconnects whatever is registered when an older stream ends), so the
+    node's allocatable drops to 0 for a moment (why the guide takes the vendor plugin off first); the daemon notices
+    its stream ended and registers again by itself, with every running pod's GPU where it was; and the guide's remedy,
+    restarting the node daemon, is safe as well."""
     from bridge.kube.api import DAEMON_SETS
     from bridge.sandbox.cluster.processes import ChildProcess
 
@@ -66,9 +69,21 @@ def test_why_the_vendor_plugin_must_be_gone_before_the_bridge_registers(standalo
         return proc
 
     first = start()  # registers while NVIDIA's plugin still serves: the kubelet's endpoint is now the bridge
+    registrations = sn.kubelet.devices.resource(GPU).registrations
     try:
         world.workloads.vendor[NODE2].stop()  # ... then the vendor's stream ends
-        checks.eventually(lambda: _assert(checks.allocatable_gpus(world, NODE2) == 0), "the bridge cut off")
+        # The kubelet drops the bridge (allocatable 0 until its next registration: too short for the Node's
+        # periodic status to show reliably, so the daemon's own account is the evidence) ...
+        checks.eventually(lambda: _assert("the kubelet ended our ListAndWatch stream while we are serving"
+                                          in first.log_tail(200)), "the bridge cut off")
+        # ... and the bridge registers again by itself: a new registration, connected, every GPU healthy again.
+        def back() -> bool:
+            state = sn.kubelet.devices.resource(GPU)
+            return _assert(state.registrations > registrations and state.connected and state.allocatable == 8)
+
+        checks.eventually(back, "the bridge back by itself")
+        checks.eventually(lambda: _assert(checks.allocatable_gpus(world, NODE2) == 8), "the Node's allocatable back")
+        assert checks.legacy_devices(world, NODE2) == gpus_before
     finally:
         first.stop(10)
     second = start()  # the remedy: restart the node daemon
