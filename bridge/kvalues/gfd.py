@@ -182,17 +182,17 @@ def not_whole_gpu(labels: Mapping[str, str]) -> str | None:
     share), or None when GFD's labels say it is (or say nothing). Reasons are short: they end up in warnings."""
     product = labels.get(PRODUCT)
     if product is not None and "-MIG-" in product:
-        return f"nvidia.com/gpu is a MIG slice (MIG strategy single): {product[product.index('-MIG-') + 1:][:20]}"
+        return f"nvidia.com/gpu is a MIG slice ({product[product.index('-MIG-') + 5:][:16]})"
     if product is not None and product.endswith("-SHARED"):
-        return "nvidia.com/gpu is a time-sliced or MPS share (product -SHARED)"
+        return "nvidia.com/gpu is time-sliced (product -SHARED)"
     replicas = labels.get(REPLICAS, "")
     if replicas.isascii() and replicas.isdigit() and int(replicas) > 1:
-        return f"nvidia.com/gpu is shared: gpu.replicas={replicas}"
+        return f"nvidia.com/gpu is shared (gpu.replicas={replicas[:6]})"
     strategy = labels.get(SHARING_STRATEGY, "")
     if strategy in ("time-slicing", "mps"):
-        return f"nvidia.com/gpu is shared: gpu.sharing-strategy={strategy}"
+        return f"nvidia.com/gpu is shared (sharing-strategy={strategy})"
     if labels.get(MIG_STRATEGY) == "single" and product is None:
-        return "MIG strategy single and no gpu.product label: may be MIG slices"
+        return "MIG strategy single without a gpu.product label: may be MIG slices"
     return None
 
 

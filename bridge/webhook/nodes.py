@@ -192,7 +192,7 @@ def asks_for_shares(spec: Mapping[str, Any]) -> str | None:
         for v in values:
             why = gfd.not_whole_gpu({key: v})
             if why is not None:
-                return f"it selects {key}={v[:40]}: {why}"
+                return f"its node selector: {why}"
     return None
 
 
@@ -246,7 +246,8 @@ class NodeView:
         return True, ""
 
     def placement(self, spec: Mapping[str, Any]) -> str | None:
-        """Why the pod can only run where `nvidia.com/gpu` is not a whole GPU, or None (see the module docstring)."""
+        """Why the pod can only run where `nvidia.com/gpu` is not a whole GPU, or None (see the module docstring).
+        Short: it ends up in a 120-character warning; the first candidate node is named."""
         if not self.any_not_whole:
             return None
         key = json.dumps([spec.get("nodeSelector"), (spec.get("affinity") or {}).get("nodeAffinity"),
@@ -258,7 +259,7 @@ class NodeView:
         verdict: str | None = None
         if candidates and all(n.not_whole for n in candidates):
             first = candidates[0]
-            verdict = f"the GPU nodes it can use share GPUs (node {first.name[:40]}: {first.not_whole})"
+            verdict = f"on node {first.name[:30]}: {first.not_whole}"
         with self._lock:
             if len(self._memo) < 4096:
                 self._memo[key] = verdict

@@ -5,7 +5,7 @@
   with DynamicResourceAllocation off answers 201 with the claim gone (kubernetes/kubernetes pkg/api/pod/util.go
   `dropDisabledDynamicResourceAllocationFields`, run in PrepareForCreate, after the mutating webhooks): claims are
   not kept and nothing is translated, loudly (log at ERROR, metric, the reason in every untranslated pod's warning
-  and Event). A check that cannot run (403 without the RBAC grant, the API unreachable) leaves the answer unknown,
+  and Event). A check that cannot run (retried after `UNKNOWN_RETRY` seconds rather than the interval) (403 without the RBAC grant, the API unreachable) leaves the answer unknown,
   which also translates nothing: a pod that keeps its device-plugin GPU is better than one that silently runs
   without any. The probe pod is labelled `app.kubernetes.io/managed-by: dra-bridge` (the registration's
   `objectSelector` keeps it from our own webhook), opted out, restricted-PSA compliant, and names a claim that need
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 PROBE_CLAIM = "dra-bridge-serve-check"
 DEFAULT_INTERVAL = 300.0
+UNKNOWN_RETRY = 10.0  # seconds before a check that could not run is tried again
 
 
 def probe_pod(namespace: str) -> dict[str, Any]:
@@ -186,10 +187,13 @@ class LiveFacts:
         while not stop.is_set():
             if time.monotonic() >= next_check:
                 try:
-                    self.refresh()
+                    kept = self.refresh().claims_kept
                 except Exception:  # noqa: BLE001 - the checker must outlive a bug in one check
                     log.exception("serve check failed")
-                next_check = time.monotonic() + self._interval
+                    kept = None
+                # an unanswered check is retried soon: until it answers, nothing is translated
+                next_check = time.monotonic() + (self._interval if kept is not None else min(self._interval,
+                                                                                           UNKNOWN_RETRY))
             with self._lock:
                 if self._dirty and self._informer.synced.is_set():
                     self._dirty = False

@@ -215,9 +215,9 @@ def serve_reasons(spec: Mapping[str, Any], facts: ClusterFacts, serve: ServeFact
                        f"(or allocates DRA claims), start the webhook with --translate-scheduler {scheduler}"))
     for why in (asks_for_shares(spec), serve.nodes.placement(spec)):
         if why is not None:
-            out.append(Why(why[:100], f"{why}: under the device plugin nvidia.com/gpu is a MIG slice or a share of a "
-                                      "GPU there, and the bridge serves whole GPUs; keep this workload legacy or "
-                                      "request a MIG or shared device through a ResourceClaim"))
+            out.append(Why(why[:80], f"{why}: wherever this pod can run, the device plugin gives it a MIG slice or a "
+                                     "share of a GPU, while the bridge serves whole GPUs; keep this workload legacy "
+                                     "or request a MIG or shared device through a ResourceClaim"))
             break
     return out
 

@@ -106,8 +106,9 @@ def k8s_pod_resource():  # type: ignore[no-untyped-def]
 def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     made: list[tuple[ApiServer, Cluster]] = []
 
-    def make(version: str, target: str, nodes: tuple[dict[str, Any], ...] = ()) -> Cluster:
-        srv = ApiServer(version=version).start()
+    def make(version: str, target: str, nodes: tuple[dict[str, Any], ...] = (),
+             gates: dict[str, bool] | None = None) -> Cluster:
+        srv = ApiServer(version=version, feature_gates=gates).start()
         kubeconfig = srv.write_kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
         pki = Pki(tmp_path)
         pki.issue()
