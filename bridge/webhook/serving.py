@@ -106,11 +106,13 @@ class LiveFacts:
     """The current `ServeFacts` and the thread that keeps them so (see the module docstring)."""
 
     def __init__(self, api: KubeAPI, facts: ClusterFacts, namespace: str, *, interval: float = DEFAULT_INTERVAL,
+                 unknown_retry: float = UNKNOWN_RETRY,
                  on_change: Callable[[ServeFacts], None] | None = None) -> None:
         self._api = api
         self._facts = facts
         self._namespace = namespace or "default"
         self._interval = interval
+        self._unknown_retry = unknown_retry
         self._on_change = on_change
         self._current = ServeFacts.unknown()
         self._nodes: dict[str, NodeInfo] = {}
@@ -192,8 +194,8 @@ class LiveFacts:
                     log.exception("serve check failed")
                     kept = None
                 # an unanswered check is retried soon: until it answers, nothing is translated
-                next_check = time.monotonic() + (self._interval if kept is not None else min(self._interval,
-                                                                                           UNKNOWN_RETRY))
+                retry = self._interval if kept is not None else min(self._interval, self._unknown_retry)
+                next_check = time.monotonic() + retry
             with self._lock:
                 if self._dirty and self._informer.synced.is_set():
                     self._dirty = False

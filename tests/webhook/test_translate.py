@@ -329,3 +329,19 @@ def test_existing_claims_and_annotations_are_kept(config: ReviewConfig) -> None:
 def test_dry_run_is_reported_so_the_shell_skips_side_effects(config: ReviewConfig) -> None:
     result = review(admission_review(deployment_pod(container("main", 1)), dry_run=True), config, lambda ns: DRA)
     assert result.outcome == "translated" and result.dry_run is True and result.templates
+
+
+def test_another_scheduler_is_translated_only_when_configured() -> None:
+    pod = deployment_pod(container("main", 1))
+    pod["spec"]["schedulerName"] = "gpu-scheduler"  # e.g. a second kube-scheduler profile
+    plain = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 35), "claims")
+    left = run(plain, pod)
+    assert left.outcome == "untranslatable" and "--translate-scheduler gpu-scheduler" in left.events[0].message
+    allowed = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 35), "claims",
+                           frozenset({"default-scheduler", "gpu-scheduler"}))
+    assert run(allowed, pod).outcome == "translated"
+
+
+def test_nothing_is_translated_where_no_resource_api_is_served() -> None:
+    result = run(ReviewConfig(PolicyConfig(), ClusterFacts(None, 1, 31), "claims"), deployment_pod(container("m", 1)))
+    assert result.outcome == "untranslatable" and "no resource.k8s.io" in result.body["response"]["warnings"][0]
