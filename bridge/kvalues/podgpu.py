@@ -74,13 +74,19 @@ class ContainerCount:
 def container_count(container: Mapping[str, Any], resource: str) -> int:
     """The container's count of `resource`: limits, else requests (see the module docstring); 0 when absent."""
     res = container.get("resources") or {}
-    if not isinstance(res, Mapping):
+    if not _is_map(res):
         return 0
     for part in ("limits", "requests"):
         values = res.get(part)
-        if isinstance(values, Mapping) and resource in values:
+        if values and _is_map(values) and resource in values:
             return max(0, quantity_int(values[resource]))
     return 0
+
+
+def _is_map(value: object) -> bool:
+    """`isinstance(value, Mapping)`, with the JSON case (a dict) answered without the ABC machinery: the webhook
+    asks this for every container of every pod it reviews."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _is_sidecar(container: Mapping[str, Any]) -> bool:
@@ -92,11 +98,11 @@ def containers(spec: Mapping[str, Any], resource: str) -> tuple[ContainerCount, 
     containers."""
     out: list[ContainerCount] = []
     for i, c in enumerate(spec.get("initContainers") or ()):
-        if isinstance(c, Mapping):
+        if _is_map(c):
             out.append(ContainerCount(str(c.get("name", f"#{i}")), "sidecar" if _is_sidecar(c) else "init", i,
                                       container_count(c, resource)))
     for i, c in enumerate(spec.get("containers") or ()):
-        if isinstance(c, Mapping):
+        if _is_map(c):
             out.append(ContainerCount(str(c.get("name", f"#{i}")), "app", i, container_count(c, resource)))
     return tuple(out)
 
@@ -182,6 +188,10 @@ def plan_claims(counts: Sequence[ContainerCount]) -> ClaimPlan:
     """The claims and references that give every container exactly its count and the pod exactly `devices_of`
     (see the module docstring). `counts` in start order, as `containers` returns them."""
     order = list(counts)
+    if not any(c.kind == "init" and c.count > 0 for c in order):  # the common case: nothing to borrow or cut
+        live = [c for c in order if c.count > 0]
+        return ClaimPlan(tuple(PlannedClaim(c.name, c.count, (c.count,)) for c in live),
+                         {(c.kind, c.index): (Use(n),) for n, c in enumerate(live)})
     long_idx = [i for i, c in enumerate(order) if c.long_lived and c.count > 0]
     claim_of = {i: n for n, i in enumerate(long_idx)}
     sizes = [order[i].count for i in long_idx]

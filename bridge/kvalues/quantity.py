@@ -61,6 +61,8 @@ def parse_quantity(value: object) -> Fraction:
 def whole_count(value: object) -> int | None:
     """A non-negative whole number of units (an extended-resource count), or None: not a quantity, negative, or not
     whole ("500m")."""
+    if type(value) is int:  # the common cases first, without Fraction arithmetic
+        return value if value >= 0 else None
     if isinstance(value, str) and value.isascii() and value.isdigit():  # the common case ("8"), without Fraction arithmetic
         return int(value)
     try:
@@ -76,6 +78,8 @@ def quantity_int(value: object, default: int = 0) -> int:
     """Whole-unit count (for extended resources, which are integers); `default` when absent or malformed."""
     if value is None:
         return default
+    if type(value) is int:
+        return value
     if isinstance(value, str) and value.isascii() and value.isdigit():  # the common case ("8"), without Fraction arithmetic
         return int(value)
     try:

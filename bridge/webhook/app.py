@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bridge.kube.api import KubeAPI
+from bridge.webhook import jsoncodec
 from bridge.webhook.effects import MISS, EventRecorder, NamespaceCache, Peek, TemplateEnsurer
 from bridge.webhook.facts import DEFAULT_DEVICE_CLASS, ClusterFacts, ServeFacts, auto_target, facts_from_discovery
 from bridge.webhook.memo import ReviewMemo, encode
@@ -68,7 +69,7 @@ def _load(body: bytes) -> Any:
     """The parsed body when it is a JSON object, else the raw bytes (then `review` parses them again and says what
     is wrong: a parsed JSON string would be taken for a raw body)."""
     try:
-        doc = json.loads(body)
+        doc = jsoncodec.loads(body)
     except (ValueError, RecursionError):
         return body
     return doc if isinstance(doc, dict) else body

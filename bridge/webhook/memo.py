@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bridge.webhook.policy import MODE_LABEL, TARGET_LABEL
+from bridge.webhook import jsoncodec
 from bridge.webhook.facts import ServeFacts
 from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, review
 
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 _QUOTE = json.encoder.encode_basestring_ascii  # a str as the encoder writes it (ensure_ascii), without its overhead
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
 _CACHED_OUTCOMES = frozenset({"translated", "shadow", "skipped", "no-gpu", "untranslatable", "invalid"})
@@ -45,7 +45,7 @@ Key = tuple[object, int, int, bytes]
 
 def encode(body: Mapping[str, Any]) -> bytes:
     """The response body as the webhook sends it (compact JSON)."""
-    return _ENCODE(body).encode()
+    return jsoncodec.dumps(body)
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,19 @@ class _Entry:
         return replace(self.result, uid=uid, body=body), _HEAD + _QUOTE(uid).encode() + self.tail
 
     @classmethod
-    def of(cls, result: ReviewResult) -> _Entry | None:
-        """The entry for `result`, or None when it must not be stored (see the module invariants)."""
+    def of(cls, result: ReviewResult) -> tuple[_Entry | None, bytes]:
+        """The entry for `result` (None when it must not be stored: see the module invariants) and the encoded
+        response."""
         body = result.body
         response = body.get("response")
+        encoded = encode(body)
         if (result.outcome not in _CACHED_OUTCOMES or result.status != 200 or list(body) != ["apiVersion", "kind", "response"]
                 or not isinstance(response, dict) or next(iter(response), None) != "uid" or response["uid"] != result.uid):
-            return None
-        encoded = encode(body)
+            return None, encoded
         head = _HEAD + _QUOTE(result.uid).encode()
         if not encoded.startswith(head):
-            return None
-        return cls(result, encoded[len(head):])
+            return None, encoded
+        return cls(result, encoded[len(head):]), encoded
 
 
 class ReviewMemo:
@@ -104,14 +105,14 @@ class ReviewMemo:
             return entry.bind(uid)
         self.misses += 1
         result = review(doc, self.config, lambda _ns: labels, reraise, serve)
-        entry = _Entry.of(result)
+        entry, encoded = _Entry.of(result)
         if entry is None:
-            return result, encode(result.body)
+            return result, encoded
         with self._lock:
             if len(self._entries) >= self._capacity:
                 self._entries.popitem(last=False)
             self._entries[key] = entry
-        return result, _HEAD + _QUOTE(uid).encode() + entry.tail
+        return result, encoded
 
     def _key(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels,
              generation: int) -> tuple[Key | None, Mapping[str, str] | None]:

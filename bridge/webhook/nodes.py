@@ -28,6 +28,7 @@ on GPU nodes (for the `extended` target) are all on the Node objects.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -174,26 +175,34 @@ def selects(spec: Mapping[str, Any], node: NodeInfo) -> bool:
 
 # --- what the pod's own selectors ask for ------------------------------------------------------------------------
 
+_ASKS = (gfd.PRODUCT, gfd.REPLICAS, gfd.SHARING_STRATEGY)
+
+
 def asks_for_shares(spec: Mapping[str, Any]) -> str | None:
     """Why the pod's own node selection asks for slices or shares (a `-MIG-`/`-SHARED` product, replicas > 1, a
-    time-slicing or MPS sharing strategy), or None. Such a pod meant a slice whatever the nodes are now."""
-    pairs: list[tuple[str, str, tuple[str, ...]]] = []
-    for k, v in (spec.get("nodeSelector") or {}).items():
-        pairs.append((str(k), "In", (str(v),)))
+    time-slicing or MPS sharing strategy), or None. Such a pod meant a slice whatever the nodes are now. MIG
+    strategy single alone is no ask: with MIG off on the GPUs such a node serves whole ones."""
+    selector = spec.get("nodeSelector")
+    if selector:
+        for key in _ASKS:
+            value = selector.get(key) if isinstance(selector, Mapping) else None
+            if value is not None and (why := _shares(key, str(value))) is not None:
+                return why
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}
     for term in affinity.get("nodeSelectorTerms") or [] if isinstance(affinity, Mapping) else []:
         for e in (term.get("matchExpressions") or []) if isinstance(term, Mapping) else []:
-            if isinstance(e, Mapping) and e.get("operator") == "In":
-                pairs.append((str(e.get("key", "")), "In", tuple(str(v) for v in e.get("values") or [])))
-    for key, _, values in pairs:
-        if key not in (gfd.PRODUCT, gfd.REPLICAS, gfd.SHARING_STRATEGY):
-            continue  # MIG strategy single alone is no ask: with MIG off on the GPUs the node serves whole ones
-        for v in values:
-            why = gfd.not_whole_gpu({key: v})
-            if why is not None:
-                return f"its node selector: {why}"
+            if isinstance(e, Mapping) and e.get("operator") == "In" and e.get("key") in _ASKS:
+                for v in e.get("values") or []:
+                    if (why := _shares(str(e["key"]), str(v))) is not None:
+                        return why
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _shares(key: str, value: str) -> str | None:
+    why = gfd.not_whole_gpu({key: value})
+    return None if why is None else f"its node selector: {why}"
 
 
 # --- the snapshot ------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.webhook import jsoncodec
 from bridge.webhook.facts import ClusterFacts, ServeFacts, effective_target
 from bridge.webhook.policy import Action, PolicyConfig, resolve
 from bridge.webhook.translate import DEFAULT_SCHEDULER, Translation, translate
@@ -40,7 +41,6 @@ API_VERSION = "admission.k8s.io/v1"
 WARNING_PREFIX = "dra-bridge: "
 MAX_WARNING_LEN = 120
 
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]
 
@@ -90,7 +90,7 @@ def allow(uid: str, patch: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(_ENCODE(list(patch)).encode()).decode()
+        response["patch"] = base64.b64encode(jsoncodec.dumps(list(patch))).decode()
     if warnings:
         response["warnings"] = [_fit(WARNING_PREFIX + w) for w in warnings]
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
@@ -104,7 +104,7 @@ def parse(raw: bytes | str | Any) -> dict[str, Any] | ReviewResult:
     """The review dict, or the 400 answer explaining why it is not one."""
     if isinstance(raw, (bytes, bytearray, str)):
         try:
-            doc = json.loads(raw)
+            doc = jsoncodec.loads(raw)
         except (ValueError, RecursionError) as err:
             return bad_request(f"body is not JSON: {str(err)[:200]}")
     else:

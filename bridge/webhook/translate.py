@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.kvalues import gfd
-from bridge.kvalues.podgpu import OWNER_EXTRA, ClaimPlan, containers as gpu_counts, plan_claims, pod_devices
+from bridge.kvalues.podgpu import OWNER_EXTRA, ClaimPlan, ContainerCount, Kind, devices_of, plan_claims
 from bridge.kvalues.quantity import whole_count
-from bridge.webhook import cel
+from bridge.webhook import cel, jsoncodec
 from bridge.webhook.facts import LEGACY_RESOURCE, ClusterFacts, ServeFacts
 from bridge.webhook.nodes import asks_for_shares
 from bridge.webhook.policy import (
@@ -75,14 +75,23 @@ EXTRA_CLAIM = "init"  # `gpu-init`: the claim the ordinary init containers share
 Obj = dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GpuContainer:
+    """A container asking for `nvidia.com/gpu`. Not frozen: a frozen dataclass's __init__ costs a microsecond more
+    per object, and the webhook builds one per GPU container per review; nothing changes it after `scan`."""
+
     kind: str  # "containers" | "initContainers"
     index: int
     name: str
     count: int
     in_requests: bool
     in_limits: bool
+    sidecar: bool = False  # an init container with restartPolicy Always
+
+    def counted(self) -> ContainerCount:
+        """As bridge.kvalues.podgpu counts it."""
+        kind: Kind = "app" if self.kind == "containers" else "sidecar" if self.sidecar else "init"
+        return ContainerCount(self.name, kind, self.index, self.count)
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,8 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
             lim = res.get("limits") or {}
             cname = str(c.get("name", f"#{i}"))
             # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ...
-            for n in sorted(k for k in req.keys() | lim.keys() if k.startswith(_NVIDIA) and k != LEGACY_RESOURCE):
+            other = [k for part in (req, lim) for k in part if k != LEGACY_RESOURCE and k.startswith(_NVIDIA)]
+            for n in sorted(set(other)):
                 why = _why_untranslatable(n)
                 if why:
                     reasons.append(_container_why(cname, *why))
@@ -180,7 +190,8 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
                     f"{lm} GPUs is more than a claim can allocate ({MAX_DEVICES_PER_CLAIM}): split the work across "
                     "pods, or keep this workload legacy (opt out with dra-bridge.io/translate=false)"))
                 continue
-            found.append(GpuContainer(kind, i, cname, lm, LEGACY_RESOURCE in req, True))
+            found.append(GpuContainer(kind, i, cname, lm, LEGACY_RESOURCE in req, True,
+                                      kind == "initContainers" and c.get("restartPolicy") == "Always"))
     return found, reasons
 
 
@@ -353,11 +364,13 @@ def request_name(segments: tuple[int, ...], index: int) -> str:
     return REQUEST_NAME if len(segments) <= 1 else f"{REQUEST_NAME}-{index}"
 
 
+@functools.lru_cache(maxsize=4096)
 def claim_template(name: str, namespace: str, count: int, expression: str, facts: ClusterFacts,
                    segments: tuple[int, ...] = ()) -> Obj:
     """The ResourceClaimTemplate in the shape of the served resource.k8s.io version (v1beta1 puts deviceClassName
     and count on the request itself; v1beta2 and v1 nest them under `exactly`). `segments`: the request sizes a
-    claim is cut into (default: one request for all `count` devices)."""
+    claim is cut into (default: one request for all `count` devices). Cached (a namespace's pods ask for a few
+    templates, over and over): the same object is returned for the same arguments, so callers must not change it."""
     segments = segments or (count,)
     version = facts.resource_version or "v1"
     requests: list[Obj] = []
@@ -394,7 +407,7 @@ def _annotation_ops(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[O
     return [{"op": "add", "path": f"/metadata/annotations/{escape(k)}", "value": v} for k, v in values.items()]
 
 
-_compact = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode  # one encoder, not one per call
+_compact = jsoncodec.dumps_sorted
 
 
 def _remove_legacy(ops: list[Obj], res: Mapping[str, Any], base: str) -> None:
@@ -443,12 +456,45 @@ def _claims_ops(spec: Mapping[str, Any], namespace: str, facts: ClusterFacts, pl
     return {c["name"]: c["resourceClaimTemplateName"] for c in new_claims}
 
 
+def _simple_claims_ops(spec: Mapping[str, Any], namespace: str, facts: ClusterFacts, gpus: list[GpuContainer],
+                       expression: str, ops: list[Obj], templates: list[Obj]) -> dict[str, str]:
+    """`_claims_ops` for the common pod, whose GPU init containers (if any) are all sidecars: every GPU container its
+    own claim, nothing borrowed or cut (what `plan_claims` gives such a pod, without building the plan)."""
+    existing = spec.get("resourceClaims")
+    taken = {str(c.get("name")) for c in existing or () if isinstance(c, Mapping)}
+    claims: dict[str, str] = {}
+    new_claims: list[Obj] = []
+    for g in gpus:
+        name = _claim_name(g.name, taken)
+        taken.add(name)
+        tname = template_name(g.count, facts.device_class, expression)
+        if tname not in claims.values():
+            templates.append(claim_template(tname, namespace, g.count, expression, facts))
+        claims[name] = tname
+        new_claims.append({"name": name, "resourceClaimTemplateName": tname})
+        res = spec[g.kind][g.index].get("resources") or {}
+        base = f"/spec/{g.kind}/{g.index}/resources"
+        _remove_legacy(ops, res, base)
+        if isinstance(res.get("claims"), list):
+            ops.append({"op": "add", "path": f"{base}/claims/-", "value": {"name": name}})
+        else:
+            ops.append({"op": "add", "path": f"{base}/claims", "value": [{"name": name}]})
+    if isinstance(existing, list):
+        ops.extend({"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in new_claims)
+    else:
+        ops.append({"op": "add", "path": "/spec/resourceClaims", "value": new_claims})
+    return claims
+
+
+_ASSUMED = ServeFacts()
+
+
 def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Target, facts: ClusterFacts,
               serve: ServeFacts | None = None,
               schedulers: frozenset[str] = frozenset({DEFAULT_SCHEDULER})) -> Translation:
     """The translation of `pod` for `action` SHADOW or TRANSLATE. The caller has already applied the policy.
     `serve` None: a cluster that keeps claims and whose nodes are unknown (`ServeFacts()`)."""
-    serve = serve if serve is not None else ServeFacts()
+    serve = serve if serve is not None else _ASSUMED
     gpus, whys = scan(pod)
     if not gpus and not whys:
         return Translation()
@@ -463,10 +509,11 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
         return Translation(tuple(patch), (), (), tuple(reasons), tuple(gpus), summary, tuple(w.short for w in whys),
                            target)
 
-    counts = gpu_counts(spec, LEGACY_RESOURCE)
-    devices = pod_devices(spec, LEGACY_RESOURCE)
+    borrowing = any(g.kind == "initContainers" and not g.sidecar for g in gpus)  # ordinary init containers
+    counts = [g.counted() for g in gpus] if borrowing else []  # start order, as scan walks them
+    devices = devices_of(counts) if borrowing else sum(g.count for g in gpus)
     used = target
-    if target is Target.EXTENDED and any(c.kind == "init" and c.count for c in counts):
+    if target is Target.EXTENDED and borrowing:
         used = Target.CLAIMS  # see the module docstring: init containers keep the count only through claims
     ops: list[Obj] = []
     templates: list[Obj] = []
@@ -489,9 +536,12 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
         rule = serve.nodes.family_rule if not serve.nodes.family_problem else None
         sel = _selectors(spec, facts.driver, rule)
         warnings.extend(sel.warnings)
-        plan = plan_claims(counts)
-        assert plan.devices == devices, (plan, devices)
-        summary["claims"] = _claims_ops(spec, namespace, facts, plan, sel.expression, ops, templates)
+        if borrowing:
+            plan = plan_claims(counts)
+            assert plan.devices == devices, (plan, devices)
+            summary["claims"] = _claims_ops(spec, namespace, facts, plan, sel.expression, ops, templates)
+        else:
+            summary["claims"] = _simple_claims_ops(spec, namespace, facts, gpus, sel.expression, ops, templates)
         if sel.new_node_selector is not None:
             ops.append({"op": "replace", "path": "/spec/nodeSelector", "value": dict(sel.new_node_selector)}
                        if sel.new_node_selector else {"op": "remove", "path": "/spec/nodeSelector"})
