@@ -29,7 +29,6 @@ on GPU nodes (for the `extended` target) are all on the Node objects.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import sys
 import threading
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.kvalues import gfd
+from bridge.webhook import jsoncodec
 
 MAX_NODES = 20_000  # GPU nodes kept; the Kubernetes scalability envelope is 5,000 nodes
 LEGACY_RESOURCE = "nvidia.com/gpu"
@@ -183,11 +183,13 @@ def asks_for_shares(spec: Mapping[str, Any]) -> str | None:
     time-slicing or MPS sharing strategy), or None. Such a pod meant a slice whatever the nodes are now. MIG
     strategy single alone is no ask: with MIG off on the GPUs such a node serves whole ones."""
     selector = spec.get("nodeSelector")
-    if selector:
+    if selector and (type(selector) is dict or isinstance(selector, Mapping)):
         for key in _ASKS:
-            value = selector.get(key) if isinstance(selector, Mapping) else None
+            value = selector.get(key)
             if value is not None and (why := _shares(key, str(value))) is not None:
                 return why
+    if not spec.get("affinity"):
+        return None
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}
     for term in affinity.get("nodeSelectorTerms") or [] if isinstance(affinity, Mapping) else []:
@@ -214,7 +216,7 @@ class NodeView:
     def __init__(self, nodes: tuple[NodeInfo, ...] = (), truncated: bool = False) -> None:
         self.nodes = nodes
         self.truncated = truncated  # more GPU nodes than MAX_NODES: the rest are unknown
-        self._memo: dict[str, str | None] = {}
+        self._memo: dict[object, str | None] = {}
         self._lock = threading.Lock()
         self.any_not_whole = any(n.not_whole for n in self.nodes)
         known = [(n.kubelet, n.name) for n in self.nodes if n.kubelet is not None]
@@ -259,8 +261,12 @@ class NodeView:
         Short: it ends up in a 120-character warning; the first candidate node is named."""
         if not self.any_not_whole:
             return None
-        key = json.dumps([spec.get("nodeSelector"), (spec.get("affinity") or {}).get("nodeAffinity"),
-                          spec.get("tolerations")], sort_keys=True, default=str)
+        selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
+        if not affinity and not tolerations and (not selector or type(selector) is dict and all(
+                type(v) is str for v in selector.values())):
+            key: object = tuple(sorted(selector.items())) if selector else ()  # the common pod: a node selector
+        else:
+            key = jsoncodec.dumps_sorted([selector, (affinity or {}).get("nodeAffinity"), tolerations])
         with self._lock:
             if key in self._memo:
                 return self._memo[key]
