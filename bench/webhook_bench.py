@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge.kube import connect  # noqa: E402
-from bridge.kube.api import NAMESPACES  # noqa: E402
+from bridge.kube.api import NAMESPACES, NODES  # noqa: E402
 from bridge.logs import setup_logging  # noqa: E402
 from bridge.sandbox.apiserver import ApiServer  # noqa: E402
 from bridge.webhook.app import Admitter  # noqa: E402
@@ -58,6 +58,7 @@ from bridge.webhook.metrics import WebhookMetrics  # noqa: E402
 from bridge.webhook.policy import PolicyConfig  # noqa: E402
 from bridge.webhook.review import ReviewConfig  # noqa: E402
 from bridge.webhook.server import WebhookServer  # noqa: E402
+from bridge.webhook.serving import LiveFacts  # noqa: E402
 from bridge.webhook.tls import ReloadingContext  # noqa: E402
 from tests.webhook.pki import Pki  # noqa: E402
 from tests.webhook.pods import admission_review, container, deployment_pod  # noqa: E402
@@ -97,13 +98,17 @@ def serve(cert: str, key: str, kubeconfig: str, cpu: int | None, executor: bool,
     metrics = WebhookMetrics()
     cache = NamespaceCache(api, metrics)
     events = EventRecorder(api, metrics)
+    live = LiveFacts(api, facts, "dra-bridge")  # the node informer, the dry-run check, the DeviceClass, as in run()
     admitter = Admitter(ReviewConfig(PolicyConfig(own_namespace="dra-bridge"), facts, "claims"), cache.labels,
-                        TemplateEnsurer(api, metrics), events, metrics, peek_labels=cache.peek)
+                        TemplateEnsurer(api, metrics), events, metrics, peek_labels=cache.peek, serve=live.current)
     stop = threading.Event()
     cache.start(stop)
+    live.start(stop)
     events.start()
-    if not cache.wait_synced(30):
-        raise SystemExit("namespace cache did not sync")
+    if not cache.wait_synced(30) or not live.wait_ready(30):
+        raise SystemExit("namespace or node cache did not sync")
+    if live.current().claims_kept is not True or not live.current().nodes.any_not_whole:
+        raise SystemExit(f"unexpected live facts: {live.current()}")
     paths = {"/mutate": admitter.handle if executor else admitter.handle_inline, "/echo": lambda body: (200, body)}
     srv = WebhookServer(paths, ReloadingContext(cert, key), host="127.0.0.1", port=0, metrics=metrics,
                         inline=() if executor else tuple(paths))
@@ -214,6 +219,17 @@ def run_python(port: int, ca: str, path: str, template: bytes, vary_pod: bool, r
     return len(lat) / seconds, lat[len(lat) // 2] * 1000, lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
 
 
+def gpu_nodes() -> list[dict[str, object]]:
+    info = {"kubeletVersion": "v1.35.2", "kubeProxyVersion": "", "machineID": "m", "systemUUID": "s", "bootID": "b",
+            "kernelVersion": "6.8", "osImage": "linux", "containerRuntimeVersion": "containerd://2.1",
+            "operatingSystem": "linux", "architecture": "amd64"}
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+             "status": {"capacity": {"nvidia.com/gpu": "8"}, "nodeInfo": info}}
+            for name, labels in (("h100-0", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+                                 ("a100-mig-0", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+                                                 "nvidia.com/mig.strategy": "single"}))]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -244,8 +260,12 @@ def main() -> None:
         body_file.write_bytes(body)
         apiserver = ApiServer(version="1.35.0").start()
         kubeconfig = apiserver.write_kubeconfig(Path(d) / "kubeconfig")
-        connect(str(kubeconfig)).create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        admin = connect(str(kubeconfig))
+        admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": "team-a", "labels": {"dra-bridge.io/mode": "dra"}}})
+        admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra-bridge"}})
+        for node in gpu_nodes():  # a whole-GPU node the pod selects, and a MIG node: the placement check runs
+            admin.create(NODES, node)
         q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
         server = mp.Process(target=serve, args=(str(pki.cert_file), str(pki.key_file), str(kubeconfig), server_cpu,
                                                 args.executor, args.log, q), daemon=True)

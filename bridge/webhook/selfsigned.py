@@ -36,8 +36,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bridge.webhook.registration import WEBHOOK_NAME, webhook_entry
+
 CONFIG_NAME = "dra-bridge"
-WEBHOOK_NAME = "pods.dra-bridge.io"
 VALID_DAYS = 365
 RENEW_BEFORE = dt.timedelta(days=1)
 REGISTRATION_FILE = "mutatingwebhookconfiguration.yaml"
@@ -74,32 +75,16 @@ class SelfSigned:
 
 
 def registration(url: str, ca_pem: bytes, own_namespace: str = "dra-bridge") -> dict[str, Any]:
-    """The MutatingWebhookConfiguration `examples/webhook/mutatingwebhookconfiguration.yaml` recommends (opt-in
-    `namespaceSelector` on `dra-bridge.io/mode`, fail open, 5 s, reinvocation, no side effects on dry run), calling
-    `url` with `ca_pem` as the caBundle instead of a Service."""
+    """The MutatingWebhookConfiguration of `bridge/webhook/registration.py` (the one the chart and the example use:
+    opt-in `namespaceSelector` on `dra-bridge.io/mode`, `matchConditions`, fail open, 5 s, reinvocation, no side
+    effects on dry run), calling `url` with `ca_pem` as the caBundle instead of a Service."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": CONFIG_NAME, "labels": {"app.kubernetes.io/name": "dra-bridge-webhook",
                                                      "app.kubernetes.io/managed-by": "dra-bridge"}},
-        "webhooks": [{
-            "name": WEBHOOK_NAME,
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                       "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": "dra-bridge.io/mode", "operator": "In", "values": ["shadow", "dra"]},
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                 "values": ["kube-system", own_namespace]}]},
-            "objectSelector": {"matchExpressions": [
-                {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["dra-bridge"]}]},
-            "failurePolicy": "Ignore",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "NoneOnDryRun",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-        }],
+        "webhooks": [webhook_entry({"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                                   ["kube-system", own_namespace])],
     }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.kvalues import gfd
+
 from tests.report.conftest import (
     bridge_class,
     cluster,
@@ -109,8 +111,9 @@ def test_gfd_selector_is_shown_as_cel() -> None:
     fs = findings(cluster(app(nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                                              "nvidia.com/gpu.present": "true"})), "DRB025")
     assert [f.severity for f in fs] == ["info"]
-    assert fs[0].details["cel"] == \
-        'device.attributes["gpu.dra-bridge.io"].productName.replace(" ", "-") == "NVIDIA-H100-80GB-HBM3"'
+    # the shared GFD mapping (bridge.kvalues.gfd): the product name as GFD sanitises it, matched exactly
+    want = gfd.map_requirement(gfd.Requirement(gfd.PRODUCT, "In", ("NVIDIA-H100-80GB-HBM3",))).expression
+    assert fs[0].details["cel"] == want
     assert fs[0].details["nodeSelectors"] == ["nvidia.com/gpu.present In true"]
 
 
