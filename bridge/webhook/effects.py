@@ -208,9 +208,9 @@ class TemplateEnsurer:
         if name in names:
             return "exists", ""
         if len(names) >= self.max_per_namespace:
-            return "capped", (f"namespace {namespace} already has {len(names)} ResourceClaimTemplates made by "
-                              f"dra-bridge, the limit (--max-templates-per-namespace {self.max_per_namespace}); "
-                              f"not creating {name}")
+            # Short: it becomes the pod's warning, which keeps to the API's 120 characters (review.py).
+            return "capped", (f"template limit reached in {namespace}: {len(names)} of "
+                              f"--max-templates-per-namespace {self.max_per_namespace}")
         return "ok", ""
 
 

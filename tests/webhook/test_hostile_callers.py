@@ -111,8 +111,9 @@ def test_sixty_forged_reviews_create_no_more_templates_than_the_namespace_cap(
     translated = [body for _, body in answers if "patch" in body["response"]]
     untranslated = [body for _, body in answers if "patch" not in body["response"]]
     assert len(translated) == 10 and len(untranslated) == 50
-    assert all("already has 10 ResourceClaimTemplates made by dra-bridge, the limit "
-               "(--max-templates-per-namespace 10)" in " ".join(b["response"]["warnings"]) for b in untranslated)
+    assert all("template limit reached in team-f: 10 of --max-templates-per-namespace 10"
+               in " ".join(b["response"]["warnings"]) for b in untranslated)
+    assert all(len(w) <= 120 for b in untranslated for w in b["response"]["warnings"])
     assert w.sample("dra_bridge_webhook_template_ensures_total", result="capped") == 50
     # At the cap, a pod whose template already exists is still translated: the cap limits new names only.
     code, again = w.post(forged(3))
