@@ -92,10 +92,12 @@ class WaveStep:
 
 @dataclass(frozen=True)
 class FeatureRow:
-    gate: str
+    gate: str  # "" when the KEP has no feature gate yet
     kep: str
     stage: str
     why: str
+    stages: str = ""  # every stage and its release, as bridge.kvalues.features writes them
+    source: str = ""  # where those stages were checked
 
 
 @dataclass
@@ -204,7 +206,8 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
 
     version = model.version
     features = [
-        FeatureRow(f.gate, f.kep, f.stage(version.major, version.minor).value if version.known else "unknown", f.why)
+        FeatureRow(f.gate or "", f.kep, f.stage(version.major, version.minor).value if version.known else "unknown",
+                   f.why, f.history().split(": ", 1)[-1], f.source)
         for f in FEATURES
     ]
     return Report(

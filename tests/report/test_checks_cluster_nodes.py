@@ -59,11 +59,12 @@ def test_feature_stages_follow_the_version_table() -> None:
     assert by_gate["DRAExtendedResource"] == "beta"
     assert by_gate["DRADeviceTaints"] == "beta"
     assert by_gate["DRAConsumableCapacity"] == "beta"
-    assert by_gate["DRAExtendedResourceCapacity"] == "absent"
+    assert by_gate["KEP-6406"] == "absent"
     ga = {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.37.0"), "DRB002")}
     assert ga["DRAExtendedResource"] == "ga" and ga["DRADeviceTaints"] == "ga"
+    # KEP-6406 is provisional: no gate and no stage in any release, so no version makes it available.
     assert {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.38.0"), "DRB002")}[
-        "DRAExtendedResourceCapacity"] == "alpha"
+        "KEP-6406"] == "absent"
 
 
 def test_feature_facts_match_the_landscape_table() -> None:
@@ -71,13 +72,16 @@ def test_feature_facts_match_the_landscape_table() -> None:
     by_gate = {f.object.name: f for f in findings(cluster(version="v1.34.2"), "DRB002")}
     expected = {"DRAExtendedResource": ("5004", "alpha", "1.36"), "DRADeviceTaints": ("5055", "alpha", "1.36"),
                 "DRAConsumableCapacity": ("5075", "alpha", "1.36"),
-                "DRAExtendedResourceCapacity": ("6406", "absent", "a future release"),
+                "KEP-6406": ("6406", "absent", None),
                 "ResourceHealthStatus": ("4680", "alpha", "1.36")}
     assert set(by_gate) == set(expected)
     for gate, (kep, stage, on_from) in expected.items():
         f = by_gate[gate]
         assert f"KEP-{kep}" in f.message and f.details["stage"] == stage
-        assert f"Available by default from {on_from}" in f.fix
+        if on_from is None:
+            assert f.fix == "Not available in any release yet (KEP-6406 (provisional, no feature gate in Kubernetes yet))"
+        else:
+            assert f"Available by default from {on_from}" in f.fix
 
 
 def test_feature_findings_are_info_and_absent_without_a_version() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext
+from bridge.report.features import FEATURE_BY_KEY
 from bridge.report.findings import Finding, ObjectRef, rule
 
 _CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -42,9 +43,10 @@ def rename(ctx: CheckContext) -> Iterator[Finding]:
                 yield Finding("DRB051", "warning", cfg.source,
                               f"[{cfg.key}] {s.strategy} advertises {', '.join(renamed)}"
                               + (" (renameByDefault)" if s.rename_by_default else "")
-                              + ": no DRA DeviceClass can carry that name for a fraction of a GPU before KEP-6406 "
-                              "(alpha 1.38); pods requesting it cannot be translated",
-                              "Keep namespaces using the renamed resource legacy until 1.38+",
+                              + ": no DRA DeviceClass can carry that name for a fraction of a GPU: that needs "
+                              f"{FEATURE_BY_KEY['extended-resource-capacity'].history()}; pods requesting it "
+                              "cannot be translated",
+                              "Keep namespaces using the renamed resource legacy until a release serves it",
                               {"config": cfg.key, "resources": renamed})
 
 

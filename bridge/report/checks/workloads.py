@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext, workload_ref
-from bridge.report.features import GPU, GPU_SHARED_SUFFIX, HAMI_RESOURCES, MAX_DEVICES_PER_CLAIM, MIG_PREFIX
+from bridge.report.features import (
+    FEATURE_BY_KEY,
+    GPU,
+    GPU_SHARED_SUFFIX,
+    HAMI_RESOURCES,
+    MAX_DEVICES_PER_CLAIM,
+    MIG_PREFIX,
+)
 from bridge.report.findings import Finding, rule
 
 
@@ -37,7 +44,9 @@ def mig(ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("DRB021", "Time-sliced shared GPUs")
 def shared(ctx: CheckContext) -> Iterator[Finding]:
-    stage = ctx.stage("extended-resource-capacity")
+    capacity = FEATURE_BY_KEY["extended-resource-capacity"]
+    consumable = FEATURE_BY_KEY["consumable-capacity"]
+    stage = ctx.stage(capacity.key)
     for w in ctx.gpu_workloads:
         names = sorted(k for k in w.spec.gpu if k.endswith(GPU_SHARED_SUFFIX))
         if not names:
@@ -45,14 +54,15 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
         if stage is not None and stage.on_by_default:
             yield Finding("DRB021", "warning", workload_ref(w),
                           f"requests {', '.join(names)}: served by DRA through extendedResourceCapacityRequests "
-                          "(KEP-6406); N replicas become N independent 1-share allocations, not N shares of one GPU",
+                          f"({capacity.title}); N replicas become N independent 1-share allocations, not N shares "
+                          "of one GPU",
                           "Create a DeviceClass with extendedResourceName and extendedResourceCapacityRequests")
         else:
             yield Finding("DRB021", "blocker", workload_ref(w),
                           f"requests {', '.join(names)} (time-slicing): DRA serves whole devices to extended-resource "
-                          "requests until KEP-6406 (DRAExtendedResourceCapacity, alpha in 1.38)",
+                          f"requests; a shared name needs {capacity.history()}",
                           "Keep this workload on the device plugin, or rewrite it to a ResourceClaim on a class "
-                          "with consumable capacity (DRAConsumableCapacity, beta in 1.36)")
+                          f"with consumable capacity ({consumable.history()})")
 
 
 @rule("DRB022", "HAMi GPU sharing resources")
@@ -163,7 +173,8 @@ def preemption(ctx: CheckContext) -> Iterator[Finding]:
         name = (pc_obj.get("metadata") or {}).get("name", "")
         if pc_obj.get("preemptionPolicy", "PreemptLowerPriority") != "Never":
             classes[name] = int(pc_obj.get("value", 0))
-    stage = ctx.stage("dra-preemption")
+    preemption = FEATURE_BY_KEY["dra-preemption"]
+    stage = ctx.stage(preemption.key)
     if stage is not None and stage != stage.ABSENT:
         return
     for w in ctx.gpu_workloads:
@@ -171,7 +182,8 @@ def preemption(ctx: CheckContext) -> Iterator[Finding]:
         if pc in classes and (w.spec.gpu.get(GPU) or w.spec.uses_claims):
             yield Finding("DRB029", "warning", workload_ref(w),
                           f"runs with PriorityClass {pc} (value {classes[pc]}, may preempt): the scheduler does not "
-                          "preempt pods holding DRA devices (KEP-5690, alpha in 1.38), so it may wait instead of "
-                          "evicting lower-priority GPU pods",
-                          "Reserve capacity for it (a higher split on its nodes) or keep it legacy until 1.38",
+                          "preempt pods holding DRA devices until DRA preemption ships "
+                          f"({preemption.history()}), so it may wait instead of evicting lower-priority GPU pods",
+                          "Reserve capacity for it (a higher split on its nodes) or keep it legacy until the "
+                          "cluster runs a release with DRA preemption",
                           {"priorityClass": pc})

@@ -169,7 +169,8 @@ def render_html(report: Report) -> str:
         f"#   {escape(s.kubectl_command)}\n{escape(s.bridge_command)}"
         for s in report.waves
     ) or "# nothing to move"
-    features = [[escape(f.gate), escape(f.kep), escape(f.stage), escape(f.why)] for f in report.features]
+    features = [[escape(f.gate or "-"), escape(f.kep), escape(f.stage), escape(f.stages), escape(f.why), escape(f.source)]
+                for f in report.features]
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -195,7 +196,7 @@ def render_html(report: Report) -> str:
 <section><h2>Wave plan (lowest risk first)</h2><pre>{waves}</pre></section>
 <section><h2>Nodes</h2>{_table(["Node", "Backends", "GPUs", "Device plugin", "DRA devices", "Split", "Status", "Rules"], node_rows)}</section>
 <section><h2>Workloads</h2>{_table(["Workload", "Replicas", "Per pod", "Status", "Rules"], wl_rows)}</section>
-<section><h2>Feature availability</h2>{_table(["Gate", "KEP", "Stage", "Used for"], features)}</section>
+<section><h2>Feature availability</h2>{_table(["Gate", "KEP", "Stage here", "Stages", "Used for", "Source"], features)}</section>
 </main>
 <script>{_SCRIPT}</script>
 </body>

@@ -33,7 +33,8 @@ def to_dict(report: Report) -> dict[str, Any]:
         "assumeSplit": report.assume_split,
         "summary": summary(report),
         "gpusByBackend": dict(report.gpus_by_backend),
-        "features": [{"gate": f.gate, "kep": f.kep, "stage": f.stage, "use": f.why} for f in report.features],
+        "features": [{"gate": f.gate, "kep": f.kep, "stage": f.stage, "use": f.why, "stages": f.stages,
+                      "source": f.source} for f in report.features],
         "namespaces": [
             {
                 "name": r.name,

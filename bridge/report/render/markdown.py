@@ -66,7 +66,8 @@ def render_markdown(report: Report) -> str:
             if severity != "info":
                 lines.append(f"  *Fix:* {_esc(f.fix)}")
     lines += ["", "## Feature availability", ""]
-    lines += _table(["Gate", "KEP", "Stage", "Used for"], [[f.gate, f.kep, f.stage, f.why] for f in report.features])
+    lines += _table(["Gate", "KEP", "Stage here", "Stages", "Used for", "Source"],
+                    [[f.gate or "-", f.kep, f.stage, f.stages, f.why, f.source] for f in report.features])
     lines += ["", "## Wave plan", "", "Lowest risk first. Each step is one command (equivalent kubectl in the comment).", ""]
     if report.waves:
         lines.append("```sh")
