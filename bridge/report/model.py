@@ -65,7 +65,6 @@ class Workload:
     spec: SpecInfo
     replicas: int  # desired where the controller says, else live pods
     pods: int = 0  # live (not Succeeded/Failed) pods seen
-    ephemeral_pods: int = 0  # live pods with ephemeral containers
     nodes: set[str] = field(default_factory=set)
 
     @property
@@ -305,8 +304,6 @@ def build_model(data: ClusterData) -> ClusterModel:
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             row.nodes.add(node)
-        if (pod.get("spec") or {}).get("ephemeralContainers"):
-            row.ephemeral_pods += 1
 
     # --- controllers without pods (top-level only: Deployments/StatefulSets/DaemonSets/CronJobs, Jobs without owner)
     for (kind, ns, name), ctrl in controllers.items():

@@ -11,6 +11,7 @@ from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
+from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
 
 Obj = dict[str, Any]
 
@@ -58,6 +59,20 @@ class CheckContext:
     @cached_property
     def dp_configs(self) -> list[DevicePluginConfig]:
         return configs_from_configmaps(self.model.data.of("ConfigMap")) + list(self.options.device_plugin_configs)
+
+    @cached_property
+    def operator_policies(self) -> list[OperatorPolicy]:
+        return operator_policies(self.model.data.of("ClusterPolicy"))
+
+    @cached_property
+    def config_selection(self) -> Selection:
+        """Which device-plugin config each vendor device-plugin node runs (bridge.report.sharing)."""
+        return select_configs(self.model, self.dp_configs, self.operator_policies)
+
+    @cached_property
+    def not_whole_gpu(self) -> dict[str, list[str]]:
+        """node -> why `nvidia.com/gpu` there is a MIG slice or a share, not one whole GPU."""
+        return not_whole_gpu(self.model, self.config_selection, self.operator_policies)
 
     def workload_cel(self, w: Workload) -> GfdTranslation:
         key = w.spec.gfd_terms

@@ -17,33 +17,74 @@ def _node(name: str) -> ObjectRef:
     return ObjectRef("Node", "", name)
 
 
+OPERATOR_DP_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+
+
+def gpu_operator_managed(ctx: CheckContext, labels: dict[str, str]) -> bool:
+    """The NVIDIA GPU Operator runs the vendor device plugin: a ClusterPolicy exists, the node carries the
+    operator's deploy label, or a device-plugin DaemonSet is owned by a ClusterPolicy."""
+    if OPERATOR_DP_LABEL in labels or ctx.model.data.of("ClusterPolicy"):
+        return True
+    return any(r.get("kind") == "ClusterPolicy" for ds in ctx.model.data.of("DaemonSet")
+               for r in (ds.get("metadata") or {}).get("ownerReferences") or ())
+
+
+def stop_device_plugin(ctx: CheckContext, node: str, labels: dict[str, str]) -> str:
+    """How to take the vendor device plugin off one node, the supported way for how it was installed."""
+    operator = (f"under the GPU Operator, label the node: kubectl label node {node} {OPERATOR_DP_LABEL}=false "
+                "--overwrite (the operator then removes its device plugin from the node; editing the operator's "
+                "DaemonSet is reverted by the operator)")
+    standalone = ("with NVIDIA's standalone device-plugin chart, exclude the node through the chart's node affinity "
+                  "(the dra-bridge chart's values for it do this for nodes labeled dra-bridge.io/node=true)")
+    if gpu_operator_managed(ctx, labels):
+        return operator[0].upper() + operator[1:]
+    return f"{operator[0].upper() + operator[1:]}; {standalone}"
+
+
 @rule("DRB010", "GPUs served by two backends on one node")
 def double_backend(ctx: CheckContext) -> Iterator[Finding]:
+    """Three ways one node's GPUs end up behind two backends (kubernetes/kubernetes sources in brackets):
+
+    * two device plugins for nvidia.com/gpu: the kubelet keeps one endpoint per resource name, the last to register
+      (pkg/kubelet/cm/devicemanager/manager.go `PluginConnected`), so the plugins take the GPUs from each other on
+      every restart;
+    * the device plugin and another DRA driver publishing the same GPUs: two inventories, each GPU counted twice;
+    * a DeviceClass with `extendedResourceName` on a node whose allocatable for that name is above 0: the scheduler
+      serves the name through the device plugin there and reaches the DRA devices only on nodes where it is 0
+      (pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go `filterExtendedResources`), so
+      on this node pods asking that name never get the class's DRA devices.
+    """
     classes = [(str((c.get("spec") or {}).get("extendedResourceName")), (c.get("metadata") or {}).get("name", ""),
                 class_cel(c)) for c in ctx.model.device_classes if (c.get("spec") or {}).get("extendedResourceName")]
     for node in ctx.model.nodes.values():
         other_dra = sorted(b[4:] for b in node.backends if b.startswith("dra:"))
         vendor_dp = "device-plugin" in node.backends
+        fix = stop_device_plugin(ctx, node.name, node.labels)
         if vendor_dp and "bridge" in node.backends:
             yield Finding("DRB010", "blocker", _node(node.name),
-                          "the vendor device plugin and the bridge both run here: two device plugins register "
-                          f"{GPU} and the kubelet keeps only the last one",
-                          "Remove the vendor device plugin from this node (node selector/affinity on its "
-                          "DaemonSet); the bridge serves both APIs")
+                          f"the vendor device plugin and the bridge both register {GPU} with this node's kubelet, "
+                          "which keeps one plugin per resource name (the last to register): they take the GPUs "
+                          "from each other on every restart, so no GPU has one owner",
+                          f"{fix}; the bridge serves both APIs")
         if (vendor_dp or "bridge" in node.backends) and other_dra:
             yield Finding("DRB010", "blocker", _node(node.name),
                           f"GPUs are offered through the device plugin and by DRA driver {', '.join(other_dra)}: "
                           "the scheduler counts each GPU twice and admits pods onto GPUs already in use",
-                          "Run one GPU owner per node: move the node to the bridge, or remove the device plugin")
+                          "Run one GPU owner per node: move the node to the bridge, or stop the device plugin "
+                          f"here ({fix[0].lower() + fix[1:]})")
         allocatable = {k: v for k, v in node.allocatable.items() if v > 0}
         for ern, cls, expr in classes:
             if ern not in allocatable:
                 continue
             if any(ctx.evaluator.matches(expr, d) for d in node.devices):
-                yield Finding("DRB010", "blocker", _node(node.name),
-                              f"{ern} is advertised by a device plugin (allocatable {allocatable[ern]}) and backed "
-                              f"by DRA through DeviceClass {cls}: KEP-5004 forbids both on one node",
-                              f"Stop the device plugin on this node, or remove extendedResourceName from {cls}",
+                yield Finding("DRB010", "warning", _node(node.name),
+                              f"{ern} is advertised by a device plugin here (allocatable {allocatable[ern]}) and "
+                              f"backed by DRA through DeviceClass {cls}: the scheduler serves {ern} through the "
+                              "device plugin on every node whose allocatable for it is above 0, so on this node pods "
+                              f"asking {ern} never get the DRA devices {cls} selects (only claims reach them)",
+                              f"To serve {ern} through DRA here, stop the device plugin on the node "
+                              f"({fix[0].lower() + fix[1:]}); or remove extendedResourceName from {cls} and "
+                              "request its devices by claim",
                               {"resource": ern, "deviceClass": cls})
 
 

@@ -103,16 +103,6 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
                           f"split the pod to at most {limit} GPUs", details)
 
 
-@rule("DRB024", "Ephemeral containers")
-def ephemeral(ctx: CheckContext) -> Iterator[Finding]:
-    for w in ctx.gpu_workloads:
-        if w.ephemeral_pods and w.gpus_per_pod:
-            yield Finding("DRB024", "warning", workload_ref(w),
-                          f"{w.ephemeral_pods} pod(s) carry ephemeral containers: they get no DRA devices "
-                          "(KEP-5004 does not support ephemeral containers)",
-                          "Debug with a copy of the pod (kubectl debug --copy-to) instead of ephemeral containers")
-
-
 @rule("DRB025", "GPU Feature Discovery label selectors")
 def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
     for w in ctx.gpu_workloads:
