@@ -16,6 +16,7 @@ from bridge.ledger.target import SPLIT_KEY
 BRIDGE_DRIVER = "gpu.dra-bridge.io"
 BRIDGE_CLASS = "gpu.dra-bridge.io"
 MODE_LABEL = "dra-bridge.io/mode"
+TARGET_LABEL = "dra-bridge.io/target"  # a namespace's translation target override (claims | extended)
 MODES = ("legacy", "shadow", "dra")
 SPLIT_LABEL = SPLIT_KEY  # the node daemon's key, from its parser's module
 BRIDGE_DS_LABELS = {"app.kubernetes.io/name": "dra-bridge", "app.kubernetes.io/component": "node"}
@@ -31,6 +32,9 @@ CLASS_DEVICES_QUOTA = "{cls}.deviceclass.resource.k8s.io/devices"
 CLASS_IMPLICIT_QUOTA = "requests." + IMPLICIT_PREFIX + "{cls}"
 # Allocation results per claim (AllocationResultsMaxSize, k8s.io/api resource/v1/types.go).
 MAX_DEVICES_PER_CLAIM = 32
+
+# The scheduler that allocates ResourceClaims; pods naming another one are left untouched by the webhook.
+DEFAULT_SCHEDULER = "default-scheduler"
 
 # Namespaces the webhook never mutates.
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})

@@ -105,6 +105,7 @@ class Node:
     capacity: dict[str, int]  # nvidia.com/* extended resources only
     allocatable: dict[str, int]
     runtime: str  # status.nodeInfo.containerRuntimeVersion, e.g. "containerd://2.0.4"
+    kubelet: str = ""  # status.nodeInfo.kubeletVersion, e.g. "v1.35.2"
     backends: set[str] = field(default_factory=set)  # "device-plugin", "bridge", "dra:<driver>"
     devices: list[Device] = field(default_factory=list)  # published in ResourceSlices
     split: str = ""  # the requested split ("0", "N", "all", "gpu-7", ...) from the annotation or label, or ""
@@ -347,6 +348,7 @@ def build_model(data: ClusterData) -> ClusterModel:
             _extended(st.get("capacity")),
             _extended(st.get("allocatable")),
             str((st.get("nodeInfo") or {}).get("containerRuntimeVersion", "")),
+            str((st.get("nodeInfo") or {}).get("kubeletVersion", "")),
             split=request.text if request.source != "default" else "",
             split_request=request if request.source != "default" else None,
             split_status=split_status,

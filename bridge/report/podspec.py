@@ -73,6 +73,8 @@ class SpecInfo:
     priority_class: str
     gpu_containers: int  # containers (incl. init) that request any GPU resource
     max_container_gpus: int = 0  # the largest nvidia.com/gpu request of one container (the webhook's claim size)
+    scheduler_name: str = ""  # spec.schedulerName ("" = default-scheduler)
+    node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
 
     @property
     def relevant(self) -> bool:
@@ -127,6 +129,8 @@ def analyse(spec: Obj) -> SpecInfo:
         priority_class=str(spec.get("priorityClassName") or ""),
         gpu_containers=sum(1 for c in containers if _container_gpu(c)),
         max_container_gpus=max((_container_gpu(c).get(GPU, 0) for c in containers), default=0),
+        scheduler_name=str(spec.get("schedulerName") or ""),
+        node_name=str(spec.get("nodeName") or ""),
     )
 
 

@@ -59,7 +59,20 @@ KINDS = (
     "PriorityClass",
     "DeviceClass",
     "ResourceSlice",
+    # Optional CRDs: the GPU Operator's ClusterPolicy (nvidia.com/v1) and Kueue's queues (kueue.x-k8s.io).
+    "ClusterPolicy",
+    "ClusterQueue",
+    "LocalQueue",
 )
+
+# The REST plural of each kind (file names of `snapshot`, and what live mode lists).
+PLURALS = {
+    "Node": "nodes", "Pod": "pods", "Namespace": "namespaces", "ResourceQuota": "resourcequotas",
+    "ConfigMap": "configmaps", "DaemonSet": "daemonsets", "Deployment": "deployments", "StatefulSet": "statefulsets",
+    "ReplicaSet": "replicasets", "Job": "jobs", "CronJob": "cronjobs", "PriorityClass": "priorityclasses",
+    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ClusterPolicy": "clusterpolicies",
+    "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+}
 
 VERSION_FILE = "version.json"
 API_VERSIONS_FILE = "api-versions.txt"

@@ -144,3 +144,27 @@ def test_wave_plan_commands_run_against_the_cluster_and_match_the_kubectl_form(t
             assert key == WEBHOOK_MODE_LABEL
             labels = build_report(load_live(api)).model.namespaces[step.namespace].labels  # type: ignore[union-attr]
             assert labels[key] == value == step.mode
+
+
+def test_optional_crds_are_listed_only_where_the_server_serves_them() -> None:
+    from bridge.kube.api import Discovery
+    from bridge.report.live import optional_resources
+
+    bare = Discovery("v1.34.2", 1, 34, {"v1": {"pods": {}}})
+    assert optional_resources(bare) == []
+    full = Discovery("v1.34.2", 1, 34, {
+        "nvidia.com/v1": {"clusterpolicies": {}},
+        "kueue.x-k8s.io/v1beta2": {"clusterqueues": {}, "localqueues": {}},
+        "kueue.x-k8s.io/v1beta1": {"clusterqueues": {}, "localqueues": {}},
+    })
+    assert [(r.kind, r.group, r.version) for r in optional_resources(full)] == [
+        ("ClusterPolicy", "nvidia.com", "v1"), ("ClusterQueue", "kueue.x-k8s.io", "v1beta2"),
+        ("LocalQueue", "kueue.x-k8s.io", "v1beta2")]
+
+
+def test_snapshot_files_are_named_by_the_resource_plural(tmp_path: Path) -> None:
+    from bridge.report.live import write_snapshot
+
+    names = {p.name for p in write_snapshot(load_snapshot(EXAMPLE), tmp_path)}
+    assert {"deviceclasses.json", "priorityclasses.json", "resourceslices.json", "clusterpolicies.json"} <= names
+    assert not any(n.endswith("sss.json") or n == "priorityclasss.json" for n in names)

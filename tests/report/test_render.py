@@ -59,9 +59,9 @@ def test_example_report_says_what_an_operator_needs(outputs: dict[str, str]) -> 
     doc = json.loads(outputs["json"])
     status = {n["name"]: n["status"] for n in doc["namespaces"]}
     assert status == {"team-batch": "ready", "team-nlp": "needs-config", "team-recsys": "blocked",
-                      "team-research": "blocked", "team-speech": "ready", "team-vision": "needs-config"}
+                      "team-research": "blocked", "team-speech": "ready", "team-vision": "blocked"}
     assert doc["status"] == "blocked"
-    assert [(s["namespace"], s["mode"]) for s in doc["wavePlan"]][:2] == [("team-batch", "shadow"), ("team-vision", "shadow")]
+    assert [(s["namespace"], s["mode"]) for s in doc["wavePlan"]][:2] == [("team-batch", "shadow"), ("team-nlp", "dra")]
     backends = {n["name"]: n["backends"] for n in doc["nodes"]}
     assert backends["gpu-h100-1"] == ["bridge"] and backends["gpu-l40s-1"] == ["dra:gpu.nvidia.com"]
     assert backends["gpu-a100-1"] == ["device-plugin"]

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from bridge.controller.record import DECISION_KEY, RecordError, record_of
 from bridge.report.checks.context import CheckContext, class_cel
-from bridge.report.features import GPU
+from bridge.report.features import FEATURE_BY_KEY, GPU, TARGET_LABEL
 from bridge.report.findings import Finding, ObjectRef, rule
 
 
@@ -182,3 +182,62 @@ def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
                       f"{rec.reason}", fix,
                       {"dryRun": rec.dry_run, "previous": rec.previous, "target": rec.target, "moves": rec.moves,
                        "direction": rec.direction, "time": rec.time, "pods": list(rec.pods)})
+
+
+@rule("DRB015", "nvidia.com/gpu is not a whole GPU on this node")
+def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
+    """Under MIG strategy `single` a MIG slice is advertised as `nvidia.com/gpu`; time-slicing or MPS without a
+    rename advertises each GPU several times under that name. On such a node `nvidia.com/gpu: 1` is not one GPU, so
+    translating it to one whole DRA device changes what the pod gets: the webhook leaves pods on such nodes
+    untouched, and the node blocks. Sources: the device-plugin config the node runs and the GPU Operator's
+    ClusterPolicy (`bridge.report.sharing`), and GFD's labels on the node."""
+    for name, reasons in sorted(ctx.not_whole_gpu.items()):
+        yield Finding("DRB015", "blocker", _node(name),
+                      f"{GPU} here is not one whole GPU: " + "; ".join(reasons),
+                      f"Keep the namespaces whose pods run here legacy (the webhook leaves pods on this node "
+                      f"untouched); to migrate, give the node whole GPUs ({GPU} without MIG strategy single or "
+                      "un-renamed sharing) or move the workloads to nodes that have them",
+                      {"reasons": list(reasons)})
+
+
+_KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+def kubelet_minor(node_kubelet: str) -> tuple[int, int] | None:
+    m = _KUBELET.match(node_kubelet)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@rule("DRB016", "Kubelet too old for the extended target")
+def kubelet_version(ctx: CheckContext) -> Iterator[Finding]:
+    """The `extended` target (pods ask `deviceclass.resource.kubernetes.io/<class>`, the scheduler makes the claim)
+    needs the API server AND the kubelets of GPU nodes at the release where DRAExtendedResource is on by default: an
+    older kubelet does not know that a DRA claim serves the name and rejects the pod at admission. `--target auto`
+    picks `claims` while any GPU node's kubelet is older (so nothing breaks, the nodes only hold back the switch);
+    a namespace that forces `dra-bridge.io/target=extended` breaks on those nodes."""
+    feature = FEATURE_BY_KEY["extended-resource"]
+    first = feature.first_on()
+    server = ctx.stage(feature.key)
+    if first is None or server is None or not server.on_by_default:
+        return  # the API server itself cannot serve the extended target: nothing to hold back
+    old = []
+    for node in ctx.model.nodes.values():
+        version = kubelet_minor(node.kubelet)
+        if not node.gpu_total or version is None or version >= first:
+            continue
+        old.append(node.name)
+        yield Finding("DRB016", "warning", _node(node.name),
+                      f"kubelet {node.kubelet} is older than the extended target needs ({feature.history()}): with "
+                      "--target auto the webhook translates to claims while this node's kubelet is older; a pod "
+                      "translated to the extended target and bound here is rejected by the kubelet",
+                      f"Upgrade the kubelet to {first[0]}.{first[1]}+ (or keep the claims target)",
+                      {"kubeletVersion": node.kubelet})
+    if not old:
+        return
+    for ns in ctx.model.namespaces.values():
+        if ns.labels.get(TARGET_LABEL) == "extended":
+            yield Finding("DRB016", "blocker", ObjectRef("Namespace", "", ns.name),
+                          f"{TARGET_LABEL}=extended, but GPU nodes run older kubelets ({', '.join(old[:5])}): pods "
+                          "of this namespace bound there are rejected at admission",
+                          f"kubectl label namespace {ns.name} {TARGET_LABEL}- (auto picks claims), or upgrade those "
+                          "kubelets", {"nodes": old})

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext, workload_ref
 from bridge.report.features import (
+    DEFAULT_SCHEDULER,
     FEATURE_BY_KEY,
     GPU,
     GPU_SHARED_SUFFIX,
@@ -15,6 +16,7 @@ from bridge.report.features import (
     MIG_PREFIX,
 )
 from bridge.report.findings import Finding, rule
+from bridge.report.sharing import terms_match
 
 
 @rule("DRB020", "MIG resource names")
@@ -101,6 +103,61 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
                           f"per pod, at most {limit} devices and {limit} requests) leaves it Pending",
                           "Run the webhook with the claims translation target while this workload migrates, or "
                           f"split the pod to at most {limit} GPUs", details)
+
+
+@rule("DRB034", "Pods the default scheduler does not place")
+def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
+    """Only kube-scheduler allocates ResourceClaims. A pod template with `nodeName` set skips scheduling: a claim
+    would never be allocated and the pod never starts, so the webhook leaves such pods untouched (they stay on the
+    device plugin). A pod naming another scheduler (Volcano, KAI, YuniKorn, ...) is left untouched unless the webhook
+    is configured to translate for it, which is right only when that scheduler allocates claims itself. Bare pods
+    always carry the node they were bound to, so `nodeName` is read from controller templates only."""
+    for w in ctx.gpu_workloads:
+        if not w.gpus_per_pod:
+            continue
+        if w.spec.node_name and w.kind != "Pod":
+            yield Finding("DRB034", "blocker", workload_ref(w),
+                          f"its pod template sets nodeName {w.spec.node_name}: the scheduler never sees these pods, "
+                          "so no one would allocate a ResourceClaim for them; the webhook leaves them on the device "
+                          "plugin",
+                          "Replace spec.nodeName with a node selector (kubernetes.io/hostname: "
+                          f"{w.spec.node_name}) so the scheduler places the pods, then migrate",
+                          {"nodeName": w.spec.node_name})
+        scheduler = w.spec.scheduler_name
+        if scheduler and scheduler != DEFAULT_SCHEDULER:
+            yield Finding("DRB034", "warning", workload_ref(w),
+                          f"its pods name scheduler {scheduler}: only kube-scheduler is known to allocate "
+                          "ResourceClaims, so the webhook leaves these pods untouched (on the device plugin)",
+                          f"If {scheduler} allocates ResourceClaims in the version you run, let the webhook translate "
+                          "pods for it; otherwise keep this workload legacy",
+                          {"schedulerName": scheduler})
+
+
+@rule("DRB036", "Workloads on nodes where nvidia.com/gpu is not a whole GPU")
+def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
+    """A workload whose pods run on, or whose GPU-label selectors choose only, nodes where `nvidia.com/gpu` is a MIG
+    slice or a shared GPU (DRB015): the webhook leaves its pods untouched, so it cannot move to DRA as it is."""
+    shared = ctx.not_whole_gpu
+    if not shared:
+        return
+    whole = [n for n in ctx.model.nodes.values() if n.gpu_total and n.name not in shared]
+    for w in ctx.gpu_workloads:
+        if not w.gpus_per_pod:
+            continue
+        running = sorted(n for n in w.nodes if n in shared)
+        selected: list[str] = []
+        if w.spec.gfd_terms and not any(terms_match(w.spec.gfd_terms, n.labels) for n in whole):
+            selected = sorted(n for n in shared if terms_match(w.spec.gfd_terms, ctx.model.nodes[n].labels))
+        where = running or selected
+        if not where:
+            continue
+        how = "runs on" if running else "selects only"
+        yield Finding("DRB036", "blocker", workload_ref(w),
+                      f"{how} nodes where {GPU} is not a whole GPU ({', '.join(where[:5])}: "
+                      f"{shared[where[0]][0]}): its {GPU}: {w.gpus_per_pod} means less than "
+                      f"{w.gpus_per_pod} GPU(s), so the webhook leaves its pods untouched",
+                      "Keep this workload legacy, or move it to nodes with whole GPUs (see DRB015)",
+                      {"nodes": where})
 
 
 @rule("DRB025", "GPU Feature Discovery label selectors")
