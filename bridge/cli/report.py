@@ -39,6 +39,18 @@ def _split(ctx: click.Context, param: click.Parameter, value: str) -> str:
     raise click.BadParameter("must be current, all, or a number of devices per GPU node")
 
 
+def _bytes(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    from bridge.kvalues.quantity import QuantityError, parse_quantity
+
+    try:
+        n = parse_quantity(value)
+    except QuantityError:
+        n = None
+    if n is None or n < 1 or n.denominator != 1:
+        raise click.BadParameter(f"{value!r}: expected a size in bytes such as 2Gi, 512Mi or 1000000")
+    return int(n)
+
+
 def _connect(kubeconfig: str | None, context: str | None, timeout: float):  # type: ignore[no-untyped-def]
     from bridge.kube import connect
     from bridge.kube.retry import RetryPolicy
@@ -84,30 +96,37 @@ class ReportError(click.ClickException):
               show_envvar=True, envvar="BRIDGE_REPORT_DEVICE_PLUGIN_CONFIG", help="NVIDIA device-plugin config file (version: v1) to translate; repeatable.")
 @click.option("--color/--no-color", "colour", default=None, show_envvar=True, envvar="BRIDGE_REPORT_COLOR",
               help="Colour the table (default: on a terminal unless NO_COLOR is set).")
+@click.option("--max-file-size", "max_file_size", default="2Gi", show_default=True, callback=_bytes, show_envvar=True,
+              envvar="BRIDGE_REPORT_MAX_FILE_SIZE",
+              help="Largest snapshot or config file read (after gunzip), e.g. 512Mi, 4Gi; only regular files are read.")
 @click.pass_context
 def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | None, context: str | None,
                    timeout: float, output: str,
                    out_file: Path | None, emit_manifests: Path | None, assume_split: str, dp_configs: tuple[Path, ...],
-                   colour: bool | None) -> None:
+                   colour: bool | None, max_file_size: int) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from bridge.report import run_report
     from bridge.report.dpconfig import parse_config
     from bridge.report.findings import ObjectRef
-    from bridge.report.sources import SnapshotError, load_snapshot
+    from bridge.report.sources import SnapshotError, load_snapshot, read_regular
 
     if snapshot is not None and (kubeconfig or context):
         raise click.UsageError("--snapshot cannot be combined with --kubeconfig/--context")
     configs = []
     for p in dp_configs:
-        cfg = parse_config(p.read_text(), ObjectRef("File", "", p.name), p.name)
+        try:
+            text = read_regular(p, max_file_size).decode("utf-8", errors="replace")
+        except SnapshotError as err:
+            raise click.BadParameter(str(err), param_hint="--device-plugin-config") from err
+        cfg = parse_config(text, ObjectRef("File", "", p.name), p.name)
         if cfg is None:
             raise click.BadParameter(f"{p}: not an NVIDIA device-plugin config (expected `version: v1` with flags/sharing)",
                                      param_hint="--device-plugin-config")
         configs.append(cfg)
     if snapshot is not None:
         try:
-            data = load_snapshot(snapshot)
+            data = load_snapshot(snapshot, max_file_bytes=max_file_size)
         except SnapshotError as err:
             raise ReportError(str(err)) from err
     else:

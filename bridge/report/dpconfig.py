@@ -67,9 +67,10 @@ def parse_config(text: str, source: ObjectRef, key: str) -> DevicePluginConfig |
     """None when the text is not a device-plugin config at all (other ConfigMaps)."""
     try:
         doc = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, RecursionError) as err:
         if looks_like_config(text):
-            return DevicePluginConfig(source, key, "none", (), (f"not valid YAML: {err}",))
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+            return DevicePluginConfig(source, key, "none", (), (f"not valid YAML: {reason}",))
         return None
     if not isinstance(doc, dict) or str(doc.get("version", "")) != "v1":
         return None

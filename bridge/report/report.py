@@ -147,6 +147,9 @@ def build_report(data: ClusterData, options: ReportOptions = ReportOptions()) ->
     with bulk_allocation():
         try:
             return _build_report(data, options)
+        except RecursionError as err:
+            raise MalformedInput("malformed input: an object is nested too deeply to check (thousands of levels): "
+                                 "not a Kubernetes object") from err
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
             problem = find_malformed(data.objects)
             if problem is None:
