@@ -4,11 +4,9 @@ A pod is **pending** while the scheduler has not bound it: no `spec.nodeName`, p
 no `spec.schedulingGates` (a gated pod is not even in the scheduler's queue, so moving GPUs for it would be waste).
 
 What a pending pod asks for:
-* **legacy**: `nvidia.com/gpu` (`--resource-name`) as the scheduler counts it, `PodRequests` in kubernetes/kubernetes
-  staging/src/k8s.io/component-helpers/resource/helpers.go: the sum over app containers plus restartable
-  (sidecar) init containers, or, when larger, the largest ordinary init container plus the sidecars started before
-  it. Requests are used, and limits where a container sets only limits (the API server defaults extended-resource
-  requests to their limits: pkg/apis/core/v1/defaults.go).
+* **legacy**: `nvidia.com/gpu` (`--resource-name`) as the scheduler counts it (`PodRequests`), computed by the
+  shared `bridge.kvalues.podgpu.pod_devices`: the sum over app containers plus restartable (sidecar) init
+  containers, or, when larger, the largest ordinary init container plus the sidecars started before it.
 * **DRA**: every claim of the pod (`spec.resourceClaims`: a `resourceClaimName`, or the claim generated from a
   `resourceClaimTemplateName`, found through `status.resourceClaimStatuses`, or the template itself while the claim
   does not exist yet) that is **not allocated** and requests devices of the bridge's DeviceClass
@@ -39,7 +37,7 @@ from typing import Any
 
 from bridge.controller.model import PendingPod
 from bridge.controller.placement import constraints_of
-from bridge.kvalues.quantity import quantity_int
+from bridge.kvalues.podgpu import pod_devices
 
 Obj = dict[str, Any]
 
@@ -72,28 +70,9 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{m.get('namespace', '')}/{m.get('name', '')}"
 
 
-def _container_request(c: Mapping[str, Any], resource: str) -> int:
-    res = c.get("resources") or {}
-    requests = res.get("requests") or {}
-    if resource in requests:
-        return quantity_int(requests[resource])
-    return quantity_int((res.get("limits") or {}).get(resource))
-
-
 def pod_requests(spec: Mapping[str, Any], resource: str) -> int:
-    """The scheduler's per-pod request of one extended resource (sidecar-aware; see the module docstring)."""
-    total = sum(_container_request(c, resource) for c in spec.get("containers") or ())
-    sidecars = 0
-    init_peak = 0
-    for c in spec.get("initContainers") or ():
-        r = _container_request(c, resource)
-        if c.get("restartPolicy") == "Always":
-            total += r
-            sidecars += r
-            init_peak = max(init_peak, sidecars)
-        else:
-            init_peak = max(init_peak, r + sidecars)
-    return max(total, init_peak)
+    """The scheduler's per-pod request of one extended resource (sidecar-aware; bridge.kvalues.podgpu)."""
+    return pod_devices(spec, resource)
 
 
 def is_pending(pod: Mapping[str, Any]) -> bool:

@@ -9,7 +9,8 @@ The contract (shared with the webhook, which writes CEL over these attributes, a
   ownerReference to the v1 Node (so the slices die with the Node object);
 * one device per **DRA-side** GPU, named `gpu-<index>`; legacy-side and withdrawn GPUs are never in a slice (the
   one-owner rule, docs/architecture.md);
-* attributes, in the driver's domain (no prefix): `uuid`, `productName`, `architecture` (strings),
+* attributes, in the driver's domain (no prefix; the names GPU Feature Discovery selectors are translated onto are
+  bridge.kvalues.gfd's `ATTR_*` constants): `uuid`, `productName`, `architecture` (strings),
   `cudaComputeCapability`, `driverVersion` (semantic versions: "9.0" -> "9.0.0", "535.104" -> "535.104.0",
   leading zeros dropped as semver demands: "535.104.05" -> "535.104.5"), `index`, `minor` (ints), `pciBusID`
   (string), `numaNode` (int, omitted when unknown), `migCapable` (bool); capacity `memory` (a quantity);
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.inventory.model import DeviceID, GpuDevice
+from bridge.kvalues.gfd import ATTR_COMPUTE, ATTR_PRODUCT, CAPACITY_MEMORY
+from bridge.kvalues.quantity import QuantityError, parse_quantity
 from bridge.ledger.sides import device_name as ledger_device_name
 
 Obj = dict[str, Any]
@@ -115,35 +118,13 @@ def quantity_bytes(n: int) -> str:
     return str(n)
 
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-_FACTORS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
-            "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-            "E": 10**18}
-
-
-def parse_quantity(q: object) -> float | int | None:
-    """A quantity string (or number) as a number, for comparing what the server echoes ("1k" == "1000")."""
-    if isinstance(q, bool):
-        return None
-    if isinstance(q, int | float):
-        return q
-    if not isinstance(q, str):
-        return None
-    m = _QUANTITY.match(q.strip())
-    if m is None:
-        return None
-    number, suffix = m.groups()
+def _quantity(q: object) -> object:
+    """A capacity value compared by what it means ("1k" == "1000"; bridge.kvalues.quantity), or as given when it
+    is not a quantity (then only an identical value compares equal)."""
     try:
-        value = int(number) if re.fullmatch(r"[+-]?\d+", number) else float(number)
-    except ValueError:
-        return None
-    if suffix is None:
-        return value
-    if suffix[0] in "eE":
-        result = value * 10 ** int(suffix[1:])
-    else:
-        result = value * _FACTORS[suffix]
-    return int(result) if float(result).is_integer() else result
+        return parse_quantity(q)
+    except QuantityError:
+        return q
 
 
 def taint_value(reason: str) -> str:
@@ -184,7 +165,7 @@ def _string(value: str) -> dict[str, str]:
 def device_attributes(dev: GpuDevice) -> dict[str, dict[str, Any]]:
     attrs: dict[str, dict[str, Any]] = {
         "uuid": _string(dev.uuid),
-        "productName": _string(dev.product_name),
+        ATTR_PRODUCT: _string(dev.product_name),
         "architecture": _string(dev.architecture),
         "index": {"int": dev.index},
         "minor": {"int": dev.minor},
@@ -193,7 +174,7 @@ def device_attributes(dev: GpuDevice) -> dict[str, dict[str, Any]]:
     }
     cc = semver(dev.compute_capability)
     if cc is not None:
-        attrs["cudaComputeCapability"] = {"version": cc}
+        attrs[ATTR_COMPUTE] = {"version": cc}
     drv = semver(dev.driver_version)
     if drv is not None:
         attrs["driverVersion"] = {"version": drv}
@@ -206,7 +187,7 @@ def device_entry(dev: GpuDevice, version: str, taint: Obj | None) -> Obj:
     """One `spec.devices[]` entry in the shape of `version`."""
     body: Obj = {
         "attributes": device_attributes(dev),
-        "capacity": {"memory": {"value": quantity_bytes(dev.memory_bytes)}},
+        "capacity": {CAPACITY_MEMORY: {"value": quantity_bytes(dev.memory_bytes)}},
     }
     if len(body["attributes"]) + len(body["capacity"]) > MAX_ATTRIBUTES_AND_CAPACITIES:
         raise SliceError(f"device {dev.uuid} has more than {MAX_ATTRIBUTES_AND_CAPACITIES} attributes+capacities")
@@ -288,7 +269,7 @@ def desired_slices(inp: SliceInputs) -> list[Obj]:
 def _comparable_device(entry: Obj) -> Obj:
     body = entry.get("basic") if isinstance(entry.get("basic"), dict) else entry
     assert isinstance(body, dict)
-    capacity = {k: parse_quantity((v or {}).get("value") if isinstance(v, dict) else v)
+    capacity = {k: _quantity((v or {}).get("value") if isinstance(v, dict) else v)
                 for k, v in (body.get("capacity") or {}).items()}
     taints = [(t.get("key"), t.get("value") or "", t.get("effect")) for t in (body.get("taints") or [])]
     return {"name": entry.get("name"), "attributes": body.get("attributes") or {}, "capacity": capacity,
@@ -344,7 +325,6 @@ __all__ = [
     "desired_slices",
     "device_attributes",
     "device_entry",
-    "parse_quantity",
     "pool_generation",
     "pool_unchanged",
     "quantity_bytes",

@@ -55,6 +55,10 @@ _UNITS = {"": 1, "KI": 1024, "MI": 1024**2, "GI": 1024**3, "TI": 1024**4}
 
 
 def parse_memory(value: Any, where: str) -> int:
+    """A GPU memory size in the device file: bytes, or a whole number with a binary unit as people write GPU memory
+    ("80Gi", "81559MiB", "80gi"). Deliberately not a Kubernetes quantity (bridge.kvalues.quantity): it accepts the
+    "B" of "MiB" and any letter case, which the quantity grammar refuses, and refuses what a GPU size never is (decimal
+    units "80G", fractions "1.5Gi", "500m", zero or negative sizes)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     m = re.match(r"^\s*(\d+)\s*([KMGT]i)?B?\s*$", str(value), re.IGNORECASE) if isinstance(value, str) else None

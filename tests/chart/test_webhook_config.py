@@ -16,6 +16,7 @@ import pytest
 
 from bridge.sandbox.apiserver.selectors import match_label_selector_object
 from bridge.webhook.tls import server_context
+from bridge.webhook.registration import MATCH_CONDITIONS
 from bridge.webhook.translate import scan
 from tests.chart import helm
 from tests.chart.conftest import NAMESPACE, Cluster, find, one
@@ -81,16 +82,25 @@ PODS = {
 }
 
 
-def test_the_match_condition_sends_every_pod_the_webhook_acts_on_and_no_other(installed: Any) -> None:
+def test_the_match_conditions_send_every_pod_the_webhook_acts_on_and_no_other(installed: Any) -> None:
     conditions = hook(installed())["matchConditions"]
-    assert len(conditions) == 1
-    expr = conditions[0]["expression"]
-    sent = {name: match_condition(expr, p) for name, p in PODS.items()}
-    assert {n for n, s in sent.items() if not s} == {"cpu only", "no resources", "empty resources", "another vendor"}
+    assert conditions == [dict(c) for c in MATCH_CONDITIONS]  # the webhook's own, word for word
+
+    def sent(p: dict[str, Any]) -> bool:
+        return all(match_condition(c["expression"], p) for c in conditions)
+
+    verdicts = {name: sent(p) for name, p in PODS.items()}
+    assert {n for n, s in verdicts.items() if not s} == {"cpu only", "no resources", "empty resources",
+                                                         "another vendor"}
     for name, p in PODS.items():
         found, reasons = scan(p)
         if found or reasons:  # the webhook would translate the pod, or leave it alone with a warning and an Event
-            assert sent[name], f"{name}: the webhook acts on it but the API server would not call it"
+            assert verdicts[name], f"{name}: the webhook acts on it but the API server would not call it"
+    translated = pod([c("a", {"nvidia.com/gpu": 2})])
+    translated["metadata"] = {"annotations": {"dra-bridge.io/translated": "claims"}}
+    shadowed = pod([c("a", {"nvidia.com/gpu": 2})])
+    shadowed["metadata"] = {"annotations": {"dra-bridge.io/shadow-translation": "{}", "team": "x"}}
+    assert not sent(translated) and not sent(shadowed)  # reinvocation on its own output: no call
 
 
 def test_without_only_gpu_pods_every_pod_in_an_opted_in_namespace_is_sent(installed: Any) -> None:

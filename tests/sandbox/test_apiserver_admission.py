@@ -236,3 +236,63 @@ def test_if_needed_webhooks_are_reinvoked_after_a_later_change(core, admission, 
         second_hook.stop()
     assert created.metadata.labels == {"late": "1"}
     assert calls == ["", "late"]  # the first webhook saw the second one's change on its reinvocation
+
+
+def gpu_pod(name: str, gpus: int | None = 1, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    res = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": res}]}}
+
+
+def conditions(*exprs: str) -> list[dict[str, str]]:
+    return [{"name": f"c{i}", "expression": e} for i, e in enumerate(exprs)]
+
+
+def test_match_conditions_decide_whether_the_webhook_is_called(core, admission, webhook):
+    """webhook/generic/webhook.go ShouldCallHook + matchconditions/matcher.go: all true -> called."""
+    webhook.respond = label_patch("mutated", "yes")
+    admission.create_mutating_webhook_configuration(webhook.config(matchConditions=conditions(
+        "object.spec.containers.exists(c, has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits)",
+        "request.operation == 'CREATE' && oldObject == null")))
+    assert core.create_namespaced_pod("default", gpu_pod("gpu")).metadata.labels == {"mutated": "yes"}
+    assert not core.create_namespaced_pod("default", gpu_pod("plain", None)).metadata.labels
+    assert [r["request"]["name"] for r in webhook.reviews] == ["gpu"]
+
+
+def test_a_false_condition_skips_the_webhook_even_when_another_fails_to_evaluate(core, admission, webhook):
+    admission.create_mutating_webhook_configuration(webhook.config(matchConditions=conditions(
+        "object.spec.nosuchfield == 1", "false")))
+    core.create_namespaced_pod("default", gpu_pod("p"))
+    assert webhook.reviews == []
+
+
+def test_an_evaluation_error_follows_the_failure_policy(core, admission, webhook):
+    config = webhook.config(matchConditions=conditions("object.spec.nosuchfield == 1", "true"))
+    admission.create_mutating_webhook_configuration(config)
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("default", gpu_pod("p"))
+    body = json.loads(err.value.body)
+    assert err.value.status == 403 and body["reason"] == "Forbidden"
+    assert body["message"].startswith('pods "p" is forbidden: expression \'object.spec.nosuchfield == 1\' '
+                                      "resulted in error: ")
+    admission.patch_mutating_webhook_configuration("bridge", {"webhooks": [dict(config["webhooks"][0],
+                                                                                 failurePolicy="Ignore")]})
+    assert core.create_namespaced_pod("default", gpu_pod("p")).metadata.name == "p"
+    assert webhook.reviews == []  # Ignore: skipped, not called
+
+
+def test_the_bridges_own_conditions_send_untranslated_gpu_pods_only(core, admission, webhook):
+    from bridge.webhook.registration import MATCH_CONDITIONS
+
+    admission.create_mutating_webhook_configuration(webhook.config(matchConditions=[dict(c) for c in MATCH_CONDITIONS]))
+    core.create_namespaced_pod("default", gpu_pod("gpu"))
+    core.create_namespaced_pod("default", gpu_pod("cpu", None))
+    core.create_namespaced_pod("default", gpu_pod("done", annotations={"dra-bridge.io/translated": "claims"}))
+    mig = gpu_pod("mig", None)
+    mig["spec"]["initContainers"] = [{"name": "i", "image": "x", "resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"},
+                                                                            "limits": {"nvidia.com/mig-1g.10gb": "1"}}}]
+    core.create_namespaced_pod("default", mig)
+    assert [r["request"]["name"] for r in webhook.reviews] == ["gpu", "mig"]

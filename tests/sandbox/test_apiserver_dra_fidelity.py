@@ -388,3 +388,29 @@ def test_long_generated_names_are_cut_before_the_random_suffix(kube):
                                                     "metadata": {"generateName": base, "namespace": "default"},
                                                     "spec": {"devices": {"requests": [exact()]}}})
     assert len(made["metadata"]["name"]) == 63 and made["metadata"]["name"].startswith("x" * 58)
+
+
+def claim_pod(name: str = "p") -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+                     "initContainers": [{"name": "init", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}
+
+
+@pytest.mark.parametrize("version", ["1.32.0", "1.33.1", "1.34.0"])
+def test_with_dra_gated_off_the_server_drops_pod_claims_silently(kube: Any, version: str) -> None:
+    """pkg/api/pod/util.go dropDisabledDynamicResourceAllocationFields, while resource.k8s.io is still served."""
+    srv, api = kube(version, feature_gates={"DynamicResourceAllocation": False})
+    assert api.discovery().serves(f"resource.k8s.io/{srv.resource_versions[0]}", "resourceclaims")
+    probe = api.create(PODS, claim_pod("dry"), "default", dry_run=True)
+    stored = api.create(PODS, claim_pod(), "default")
+    for pod in (probe, stored):
+        assert "resourceClaims" not in pod["spec"]
+        assert all("claims" not in c["resources"] for c in pod["spec"]["containers"] + pod["spec"]["initContainers"])
+
+
+def test_with_dra_on_the_pod_keeps_its_claims(kube: Any) -> None:
+    _, api = kube("1.33.1")
+    pod = api.create(PODS, claim_pod(), "default", dry_run=True)
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimTemplateName": "t"}]
+    assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu"}]

@@ -60,3 +60,11 @@ def test_message_variants_follow_the_release():
     assert profile_for("1.33").detailed_taint_reason and not profile_for("1.34").detailed_taint_reason
     assert "None" not in profile_for("1.34").device_taint_effects
     assert "None" in profile_for("1.35").device_taint_effects
+
+
+def test_dra_can_be_switched_off_until_it_is_locked_in_135() -> None:
+    for minor in ("1.32", "1.33", "1.34"):
+        assert not profile_for(minor).with_gates({"DynamicResourceAllocation": False}).enabled("DynamicResourceAllocation")
+    with pytest.raises(ValueError, match="locked to its default in Kubernetes 1.35"):
+        profile_for("1.35").with_gates({"DynamicResourceAllocation": False})
+    assert profile_for("1.36").with_gates({"DynamicResourceAllocation": True}).enabled("DynamicResourceAllocation")

@@ -131,7 +131,8 @@ def test_with_the_real_webhook_the_flip_succeeds_and_status_counts_pods_since_it
     next_second()
     c.create_pod("team-t", 1)
     status = json.loads(run("namespace", "status", "team-t", "-o", "json", "--kubeconfig", c.kubeconfig).output)[0]
-    assert status["webhook"] == {"name": "pods.dra-bridge.io", "registered": True, "reachable": True, "covered": True,
+    # covered: None, "for the pods its conditions select": the matchConditions need the pod
+    assert status["webhook"] == {"name": "pods.dra-bridge.io", "registered": True, "reachable": True, "covered": None,
                                  "configurations": ["dra-bridge"], "problems": [], "notes": status["webhook"]["notes"]}
     assert status["sinceFlip"]["handled"] == 1 and status["sinceFlip"]["untranslated"] == 0
 
@@ -182,8 +183,9 @@ def ns(name: str, **labels: str) -> dict[str, Any]:
 
 def test_the_shipped_registration_covers_shadow_and_dra_namespaces_only() -> None:
     (hook,) = find_hooks([REGISTRATION])
-    assert coverage(hook, ns("team-a", **{"dra-bridge.io/mode": "dra"})).covered is True
-    assert coverage(hook, ns("team-a", **{"dra-bridge.io/mode": "shadow"})).covered is True
+    # None: the namespace is selected, and the matchConditions decide per pod (GPU pods without a translation record)
+    assert coverage(hook, ns("team-a", **{"dra-bridge.io/mode": "dra"})).covered is None
+    assert coverage(hook, ns("team-a", **{"dra-bridge.io/mode": "shadow"})).covered is None
     assert coverage(hook, ns("team-a")).covered is False
     assert coverage(hook, ns("dra-bridge", **{"dra-bridge.io/mode": "dra"})).covered is False
     assert hook.own_namespace == "dra-bridge" and find_hooks([REGISTRATION], "other.example.com") == []

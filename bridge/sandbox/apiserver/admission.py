@@ -7,9 +7,26 @@ matches the labels of the object's namespace and its `objectSelector` the object
 `clientConfig.caBundle`, with `timeoutSeconds` (default 10). The response may deny (its `status` becomes the
 error), patch (base64 JSONPatch) and warn (`Warning: 299` headers). A failed call follows `failurePolicy`: Fail
 (the default) answers 500 `failed calling webhook "<name>"`, Ignore proceeds. `reinvocationPolicy: IfNeeded`
-webhooks run once more when a later webhook changed the object.
-Not emulated (documented limits): `clientConfig.service` (answered as a failed call), `matchConditions`,
-`matchPolicy: Equivalent` conversion, and validating webhooks.
+webhooks run once more when a later webhook changed the object (only webhooks called in the first round).
+
+`matchConditions` are evaluated after the rules and selectors matched, as kubernetes/kubernetes
+staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/generic/webhook.go (`ShouldCallHook`) and
+.../webhook/matchconditions/matcher.go (`Match`) do: each is a CEL expression over `object` (null on DELETE),
+`oldObject` (null on CREATE) and `request` (the AdmissionRequest: kind, resource, name, namespace, operation,
+userInfo, dryRun, options), all dynamically typed as in the admission CEL environment (cel/compile.go declares them
+`DynType`), so a missing field is a "no such key" error and `has()` is how an expression asks. Then:
+* any condition false -> the webhook is skipped, even when another condition failed to evaluate;
+* otherwise, if any condition failed (a runtime error, or an expression that does not compile or is not a bool),
+  `failurePolicy` decides: Fail rejects the request with 403 `<resource> "<name>" is forbidden: expression '<e>'
+  resulted in error: <detail>` (the error texts of cel/filter.go, aggregated), Ignore skips the webhook;
+* all true -> the webhook is called.
+The error detail comes from the Python CEL runtime, so its wording differs from cel-go's; the outcome does not.
+`authorizer` and `params` are not emulated (no authorization here): an expression that uses them fails to
+evaluate and follows `failurePolicy`. The real server also rejects a configuration whose condition does not
+compile when it is written; the emulator stores it and fails at evaluation instead.
+
+Not emulated (documented limits): `clientConfig.service` (answered as a failed call), `matchPolicy: Equivalent`
+conversion, and validating webhooks.
 """
 
 from __future__ import annotations
@@ -20,9 +37,15 @@ import json
 import logging
 import ssl
 import uuid
+
+import celpy.celtypes as ct
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from celpy.adapter import json_to_cel
+
+from bridge.kvalues import cel as kcel
 
 from .patch import PatchError, json_patch
 from .registry import ResourceType
@@ -77,7 +100,8 @@ class WebhookAdmitter:
                 hooks.append(_Hook(cfg["metadata"]["name"], spec))
         return hooks
 
-    def _matches(self, hook: _Hook, operation: str, rt: ResourceType, obj: Obj, old: Obj | None) -> bool:
+    def _matches(self, hook: _Hook, operation: str, rt: ResourceType, obj: Obj, old: Obj | None, user: Obj,
+                 dry_run: bool) -> bool:
         if not any(_rule_matches(r, operation, rt) for r in hook.spec.get("rules") or []):
             return False
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -91,8 +115,46 @@ class WebhookAdmitter:
                 ns_obj = self.store.get("namespaces", ("", ns))
             ns_labels = ((ns_obj or {}).get("metadata") or {}).get("labels") or {}
         else:
+            ns_labels = None
+        if ns_labels is not None and not match_label_selector_object(hook.spec.get("namespaceSelector"), ns_labels):
+            return False
+        return self._conditions_match(hook, operation, rt, obj, old, user, dry_run)
+
+    def _conditions_match(self, hook: _Hook, operation: str, rt: ResourceType, obj: Obj, old: Obj | None,
+                          user: Obj, dry_run: bool) -> bool:
+        """matchconditions/matcher.go `Match` (see the module docstring); raises the 403 under failurePolicy Fail."""
+        conditions = [c for c in hook.spec.get("matchConditions") or [] if isinstance(c, dict)]
+        if not conditions:
             return True
-        return match_label_selector_object(hook.spec.get("namespaceSelector"), ns_labels)
+        meta = obj.get("metadata") or {}
+        gvk = {"group": rt.group, "version": rt.version, "kind": rt.kind}
+        gvr = {"group": rt.group, "version": rt.version, "resource": rt.plural}
+        request = {"kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+                   "name": meta.get("name", ""), "namespace": meta.get("namespace", "") if rt.namespaced else "",
+                   "operation": operation, "userInfo": user, "dryRun": dry_run}
+        activation = {"object": json_to_cel(None if operation == "DELETE" else obj), "oldObject": json_to_cel(old),
+                      "request": json_to_cel(request)}
+        errors: list[str] = []
+        for cond in conditions:
+            expression = str(cond.get("expression", ""))
+            try:
+                result = kcel.program(expression).evaluate(dict(activation))
+            except Exception as err:  # a compile error or a runtime error: an evaluation error either way
+                result = err
+            if isinstance(result, Exception) or not isinstance(result, (bool, ct.BoolType)):
+                detail = result if isinstance(result, Exception) else f"not a bool: {result!r}"
+                errors.append(f"expression '{expression}' resulted in error: {detail}")
+                continue
+            if not result:
+                return False  # one false condition skips the webhook, whatever the others did
+        if not errors:
+            return True
+        if hook.spec.get("failurePolicy", "Fail") == "Ignore":
+            log.warning("webhook %s: match conditions failed to evaluate, skipping it (failurePolicy=Ignore): %s",
+                        hook.name, errors)
+            return False
+        message = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+        raise ApiError(403, "Forbidden", f'{rt.plural} "{meta.get("name", "")}" is forbidden: {message}')
 
     def admit(
         self, operation: str, rt: ResourceType, wire: Obj, old_wire: Obj | None, dry_run: bool, user: Obj
@@ -104,7 +166,7 @@ class WebhookAdmitter:
         invoked: list[int] = []
         last_change = -1
         for i, hook in enumerate(hooks):
-            if self._matches(hook, operation, rt, obj, old_wire):
+            if self._matches(hook, operation, rt, obj, old_wire, user, dry_run):
                 new, warns = self._call(hook, operation, rt, obj, old_wire, dry_run, user)
                 invoked.append(i)
                 warnings += warns
@@ -114,7 +176,7 @@ class WebhookAdmitter:
         for i in invoked:
             hook = hooks[i]
             if hook.spec.get("reinvocationPolicy") == "IfNeeded" and i < last_change:
-                if self._matches(hook, operation, rt, obj, old_wire):
+                if self._matches(hook, operation, rt, obj, old_wire, user, dry_run):
                     obj, warns = self._call(hook, operation, rt, obj, old_wire, dry_run, user)
                     warnings += warns
         return obj, warnings

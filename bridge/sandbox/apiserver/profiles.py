@@ -14,7 +14,12 @@ Sources: the versioned feature-gate table (kubernetes/kubernetes pkg/features/ku
 beta / GA releases as listed in KEPs 4381, 5018, 4816, 4817, 5055, 4815, 5075, 5007, 5004). A beta gate is on by
 default, an alpha gate off, a GA gate on (and locked). `DynamicResourceAllocation` itself was beta and *off by
 default* in 1.32/1.33: an emulated 1.32/1.33 is a cluster whose administrator enabled it (otherwise nothing of
-`resource.k8s.io` would be served and the bridge's DRA half would have nothing to talk to).
+`resource.k8s.io` would be served and the bridge's DRA half would have nothing to talk to). It can be turned off
+(`with_gates({"DynamicResourceAllocation": False})`) through 1.34, where it went GA still switchable; from 1.35 it is
+locked to its default (kube_features.go: `{Version: 1.35, Default: true, PreRelease: GA, LockToDefault: true}`),
+and `with_gates` refuses to change a locked gate as the real component refuses to start. With the gate off the
+`resource.k8s.io` versions stay served here (an administrator's `--runtime-config`), which is the surprising
+cluster: discovery says DRA, and the server drops every pod's claims (strategy.py).
 
 Served `resource.k8s.io` versions: v1beta1 from 1.32, v1beta2 from 1.33, v1 from 1.34 (the alpha v1alpha3 of
 1.31-1.33 is not emulated). Beta versions stay served in 1.35-1.37 here: their removal release was not verified
@@ -53,6 +58,8 @@ _GATES: dict[str, tuple[int, int | None]] = {
     "DRADeviceTaintRules": (35, 37),  # beta in 1.36 but off by default, GA in 1.37
 }
 KNOWN_GATES = frozenset(_GATES)
+# gate -> first minor where it is GA and locked to its default (`LockToDefault: true`): it can no longer be turned off.
+_LOCKED: dict[str, int] = {"DynamicResourceAllocation": 35}
 
 
 def _served(minor: int) -> tuple[str, ...]:
@@ -107,6 +114,9 @@ class KubernetesProfile:
             if _GATES[name][0] > self.minor:
                 raise ValueError(f"feature gate {name!r} does not exist in Kubernetes 1.{self.minor} "
                                  f"(added in 1.{_GATES[name][0]})")
+            locked = _LOCKED.get(name)
+            if locked is not None and self.minor >= locked and bool(value) != gates.get(name, False):
+                raise ValueError(f"feature gate {name!r} is locked to its default in Kubernetes 1.{locked} and later")
             gates[name] = bool(value)
         return replace(self, gates=MappingProxyType(gates))
 

@@ -15,7 +15,14 @@ kubernetes/kubernetes:
   `bindingConditions` / `bindingFailureConditions` and `allocation.allocationTimestamp`
   (DRADeviceBindingConditions), result `shareID` / `consumedCapacity` (DRAConsumableCapacity).
 * pkg/registry/resource/deviceclass/strategy.go: `spec.extendedResourceName` (DRAExtendedResource).
-* pkg/api/pod/util.go (`dropDisabledFields` for pods): `status.extendedResourceClaimStatus` (DRAExtendedResource).
+* pkg/api/pod/util.go (`dropDisabledFields` for pods): `status.extendedResourceClaimStatus` (DRAExtendedResource);
+  `dropDisabledDynamicResourceAllocationFields`: with DynamicResourceAllocation off, `spec.resourceClaims` and every
+  container's `resources.claims` (init and ephemeral containers too) are dropped unless the stored pod already has
+  `spec.resourceClaims` (`dynamicResourceAllocationInUse`), and `status.resourceClaimStatuses` with them
+  (`dropDisabledPodStatusFields`). This runs in PrepareForCreate, *after* the mutating webhooks
+  (k8s.io/apiserver pkg/endpoints/handlers/create.go admits, then `r.Create` calls `BeforeCreate`): a pod whose
+  `nvidia.com/gpu` a webhook replaced by a claim is stored with neither, silently. That is the 1.32-1.34 cluster
+  that serves `resource.k8s.io` (`--runtime-config`) with the gate off, which `bridge webhook` must detect.
 
 `apply_defaults` is the defaulting the server applies when it decodes a request (k8s.io/api resource/v1
 `+default` markers, pkg/apis/resource/v1/defaults.go): an exact request's `allocationMode` defaults to `ExactCount`
@@ -236,10 +243,35 @@ def drop_disabled_fields(rt: ResourceType, stored: Obj, old: Obj | None, profile
         if rt.kind == "DeviceClass":
             return _apply(stored, "spec", old, _device_class, profile)
     if rt.group == "" and rt.plural == "pods":
+        if not profile.enabled("DynamicResourceAllocation") and not ((old or {}).get("spec") or {}).get("resourceClaims"):
+            stored = _drop_pod_claims(stored)
         if "extendedResourceClaimStatus" not in (stored.get("status") or {}):
             return stored  # the hot path: nothing gated in it, no copy
         return _apply(stored, "status", old, _pod_status, profile)
     return stored
+
+
+def _drop_pod_claims(pod: Obj) -> Obj:
+    """dropDisabledDynamicResourceAllocationFields (and the status half): the pod without its claims; the same
+    object when it has none."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    uses = "resourceClaims" in spec or any(
+        isinstance(c, dict) and isinstance(c.get("resources"), dict) and "claims" in c["resources"]
+        for f in ("containers", "initContainers", "ephemeralContainers") for c in spec.get(f) or [])
+    status = pod.get("status")
+    if not uses and not (isinstance(status, dict) and "resourceClaimStatuses" in status):
+        return pod
+    new_spec = {k: v for k, v in spec.items() if k != "resourceClaims"}
+    for f in ("containers", "initContainers", "ephemeralContainers"):
+        if isinstance(spec.get(f), list):
+            new_spec[f] = [{**c, "resources": {k: v for k, v in c["resources"].items() if k != "claims"}}
+                           if isinstance(c, dict) and isinstance(c.get("resources"), dict) else c for c in spec[f]]
+    out = {**pod, "spec": new_spec}
+    if isinstance(status, dict) and "resourceClaimStatuses" in status:
+        out["status"] = {k: v for k, v in status.items() if k != "resourceClaimStatuses"}
+    return out
 
 
 __all__ = ["apply_defaults", "drop_disabled_fields"]

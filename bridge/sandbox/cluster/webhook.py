@@ -1,7 +1,8 @@
 """The real `bridge webhook` in a sandbox cluster: a child process serving HTTPS on loopback with a throwaway
 certificate, registered in the API emulator by a MutatingWebhookConfiguration whose `caBundle` is that
-certificate, with the settings `examples/webhook/mutatingwebhookconfiguration.yaml` recommends (opt-in
-`namespaceSelector` on `dra-bridge.io/mode`, fail open, 5 s, reinvocation, no side effects on dry run) and a `url`
+certificate, with the entry `examples/webhook/mutatingwebhookconfiguration.yaml` recommends
+(`bridge.webhook.registration.webhook_entry`: opt-in `namespaceSelector` on `dra-bridge.io/mode`, the
+`matchConditions` the emulator evaluates, fail open, 5 s, reinvocation, no side effects on dry run) and a `url`
 instead of a Service (the emulator calls URLs only)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from bridge.kube.api import MUTATING_WEBHOOKS, NAMESPACES, KubeAPI, Obj
 from bridge.kube.errors import AlreadyExists
 from bridge.sandbox.apiserver.tls import write_self_signed
 from bridge.sandbox.cluster.processes import ChildProcess
+from bridge.webhook.registration import webhook_entry
 
 WEBHOOK_NAMESPACE = "dra-bridge"
 CONFIG_NAME = "dra-bridge"
@@ -39,24 +41,8 @@ def configuration(url: str, ca_pem: bytes) -> Obj:
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": CONFIG_NAME, "labels": {"app.kubernetes.io/name": "dra-bridge-webhook",
                                                      "app.kubernetes.io/managed-by": "dra-bridge"}},
-        "webhooks": [{
-            "name": "pods.dra-bridge.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
-                       "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [
-                {"key": "dra-bridge.io/mode", "operator": "In", "values": ["shadow", "dra"]},
-                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                 "values": ["kube-system", WEBHOOK_NAMESPACE]}]},
-            "objectSelector": {"matchExpressions": [
-                {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["dra-bridge"]}]},
-            "failurePolicy": "Ignore",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "NoneOnDryRun",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-        }],
+        "webhooks": [webhook_entry({"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+                                   ["kube-system", WEBHOOK_NAMESPACE])],
     }
 
 
