@@ -236,3 +236,104 @@ def test_a_queue_that_does_not_cover_gpus_is_fine() -> None:
 def test_a_gpu_budget_whose_namespaces_are_unknown_is_a_cluster_blocker() -> None:
     fs = findings(cluster(app(ns="team-a"), _cluster_queue("gpus")), "DRB043")
     assert [(f.object.kind, f.severity) for f in fs] == [("ClusterQueue", "blocker")]
+
+
+# ---- DRB033 GPUs in init containers (the shared device-plugin arithmetic)
+
+
+def _with_init(*inits: Obj, main: int = 1) -> Obj:
+    return deployment("train", "team", 1, spec(container({"nvidia.com/gpu": main}), initContainers=list(inits)))
+
+
+def test_init_gpus_are_reported_with_the_count_the_pod_holds() -> None:
+    fs = findings(cluster(_with_init(container({"nvidia.com/gpu": 8}, "fetch"), main=2)), "DRB033")
+    assert [f.severity for f in fs] == ["info"]
+    assert fs[0].details == {"podDevices": 8, "longLived": 2, "onlyForInit": 6, "initContainers": ["fetch"]}
+    assert "6 only for its init containers, held until the pod ends" in fs[0].message
+
+
+def test_a_sidecar_started_before_an_init_container_adds_to_its_count() -> None:
+    """sidecar 1 + init 2 + main 1 holds 3 (the init container runs beside the sidecar): the old arithmetic said 2."""
+    s = spec(container({"nvidia.com/gpu": 1}), initContainers=[
+        container({"nvidia.com/gpu": 1}, "proxy", restartPolicy="Always"), container({"nvidia.com/gpu": 2}, "warm")])
+    data = cluster(deployment("svc", "team", 1, s))
+    assert findings(data, "DRB033")[0].details["podDevices"] == 3
+    from bridge.report.checks import CheckContext, ReportOptions
+    from bridge.report.model import build_model
+
+    assert build_model(data).workloads[0].gpus_per_pod == 3
+    assert CheckContext(build_model(data), ReportOptions()).gpu_workloads[0].demand == {"nvidia.com/gpu": 3}
+
+
+def test_init_containers_without_gpus_or_only_sidecars_say_nothing() -> None:
+    assert findings(cluster(_with_init(container(name="setup"))), "DRB033") == []
+    sidecar_only = spec(container({"nvidia.com/gpu": 1}),
+                        initContainers=[container({"nvidia.com/gpu": 1}, "proxy", restartPolicy="Always")])
+    assert findings(cluster(deployment("svc", "team", 1, sidecar_only)), "DRB033") == []
+
+
+# ---- DRB015 from GFD labels (bridge.kvalues.gfd.not_whole_gpu, the webhook's own test)
+
+
+def test_gfd_labels_of_a_time_sliced_node_block_it() -> None:
+    shared = node("gpu-1", 32, labels={"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4"})
+    fs = findings(cluster(shared), "DRB015")
+    assert [f.object.name for f in fs] == ["gpu-1"] and "GFD labels: nvidia.com/gpu is a time-sliced" in fs[0].message
+    plain = node("gpu-1", 8, labels={"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.replicas": "1"})
+    assert findings(cluster(plain), "DRB015") == []
+
+
+# ---- DRB035 GPU-label selectors whose CEL misses the published devices
+
+
+def _bridge_node(name: str, labels: dict[str, str], product: str, cc: str, n: int = 2) -> list[Obj]:
+    from tests.report.conftest import gpu_device, resource_slice
+
+    return [node(name, n, allocatable=0, labels=labels),
+            resource_slice(name, [gpu_device(i, product=product, arch="x", cc=cc) for i in range(n)])]
+
+
+L4_OLD_GFD = {"nvidia.com/gpu.family": "ampere", "nvidia.com/gpu.compute.major": "8",
+              "nvidia.com/gpu.compute.minor": "9", "nvidia.com/gpu.product": "NVIDIA-L4"}
+L40S_NEW_GFD = {"nvidia.com/gpu.family": "ada-lovelace", "nvidia.com/gpu.compute.major": "8",
+                "nvidia.com/gpu.compute.minor": "9", "nvidia.com/gpu.product": "NVIDIA-L40S"}
+
+
+def test_gfd_releases_that_disagree_on_family_leave_a_family_selector_pending_on_some_nodes() -> None:
+    """An old GFD labels the L4 node `ampere` (every 8.x), a newer one the L40S node `ada-lovelace` (8.9): no single
+    rule explains both, the newest is assumed, and `family In [ampere]` no longer matches the L4's devices."""
+    data = cluster(*_bridge_node("l4-1", L4_OLD_GFD, "NVIDIA L4", "8.9.0"),
+                   *_bridge_node("l40s-1", L40S_NEW_GFD, "NVIDIA L40S", "8.9.0"),
+                   app(nodeSelector={"nvidia.com/gpu.family": "ampere"}), bridge_class())
+    fs = findings(data, "DRB035")
+    assert [(f.severity, f.details["labelsOnlyNodes"]) for f in fs] == [("blocker", ["l4-1"])]
+    assert "GFD releases on the nodes disagree" in fs[0].message
+
+
+def test_labels_and_published_devices_that_agree_raise_nothing() -> None:
+    data = cluster(*_bridge_node("l40s-1", L40S_NEW_GFD, "NVIDIA L40S", "8.9.0"),
+                   *_bridge_node("l4-1", {**L40S_NEW_GFD, "nvidia.com/gpu.product": "NVIDIA-L4"}, "NVIDIA L4", "8.9.0"),
+                   app(nodeSelector={"nvidia.com/gpu.family": "ada-lovelace"}),
+                   app(name="by-product", nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L4"}), bridge_class())
+    assert findings(data, "DRB035") == []
+
+
+def test_a_selector_matching_devices_on_nodes_its_labels_exclude_is_a_warning() -> None:
+    hand_labeled = {**L40S_NEW_GFD, "nvidia.com/gpu.product": "NVIDIA-L4-custom"}  # a label edited by hand
+    data = cluster(*_bridge_node("l4-1", hand_labeled, "NVIDIA L4", "8.9.0"),
+                   app(nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L4"}), bridge_class())
+    fs = findings(data, "DRB035")
+    assert [(f.severity, f.details["celOnlyNodes"]) for f in fs] == [("warning", ["l4-1"])]
+
+
+def test_a_selector_that_errors_on_a_published_device_is_a_blocker() -> None:
+    """Memory is published for every bridge device, so its CEL is not guarded; a slice without it (another node
+    daemon version) makes the expression fail, and the real scheduler aborts the pod on a CEL runtime error."""
+    from tests.report.conftest import gpu_device, resource_slice
+
+    bare = gpu_device(0, product="NVIDIA L4", cc="8.9.0")
+    del bare["capacity"]
+    data = cluster(node("l4-1", 1, allocatable=0, labels={"nvidia.com/gpu.memory": "23034"}),
+                   resource_slice("l4-1", [bare]), app(nodeSelector={"nvidia.com/gpu.memory": "23034"}), bridge_class())
+    fs = findings(data, "DRB035")
+    assert any(f.severity == "blocker" and "errors on published devices (l4-1/gpu-0" in f.message for f in fs)

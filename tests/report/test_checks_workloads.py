@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from bridge.kvalues import cel as kcel
+from bridge.kvalues import gfd
 from bridge.report.checks import CheckContext, ReportOptions, run_checks
 from bridge.report.findings import RETIRED, RULES, rule
 from bridge.report.model import build_model
@@ -122,8 +124,11 @@ def test_gfd_selector_is_shown_as_cel() -> None:
     fs = findings(cluster(app(nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                                              "nvidia.com/gpu.present": "true"})), "DRB025")
     assert [f.severity for f in fs] == ["info"]
-    assert fs[0].details["cel"] == \
-        'device.attributes["gpu.dra-bridge.io"].productName.replace(" ", "-") == "NVIDIA-H100-80GB-HBM3"'
+    # The webhook's own mapping (bridge.kvalues.gfd): a pattern for every NVML name GFD sanitises to the label.
+    expected = gfd.map_requirement(gfd.Requirement("nvidia.com/gpu.product", "In", ("NVIDIA-H100-80GB-HBM3",)))
+    assert fs[0].details["cel"] == expected.expression
+    assert kcel.evaluate(fs[0].details["cel"], kcel.device_activation(
+        "gpu.dra-bridge.io", {"gpu.dra-bridge.io": {"productName": "NVIDIA H100 80GB HBM3"}}, {}))
     assert fs[0].details["nodeSelectors"] == ["nvidia.com/gpu.present In true"]
 
 

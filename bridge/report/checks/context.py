@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from bridge.kvalues import gfd
 from bridge.report.cel import GfdTranslation, SelectorEvaluator, gfd_to_cel
 from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
@@ -71,14 +72,33 @@ class CheckContext:
 
     @cached_property
     def not_whole_gpu(self) -> dict[str, list[str]]:
-        """node -> why `nvidia.com/gpu` there is a MIG slice or a share, not one whole GPU."""
-        return not_whole_gpu(self.model, self.config_selection, self.operator_policies)
+        """node -> why `nvidia.com/gpu` there is a MIG slice or a share, not one whole GPU: the config it runs, the
+        ClusterPolicy, and GFD's labels on it (`bridge.kvalues.gfd.not_whole_gpu`, the webhook's own test)."""
+        out = not_whole_gpu(self.model, self.config_selection, self.operator_policies)
+        for node in self.model.nodes.values():
+            why = gfd.not_whole_gpu(node.labels) if node.gpu_total or node.capacity else None
+            if why:
+                out.setdefault(node.name, []).append(f"GFD labels: {why}")
+        return dict(sorted(out.items()))
+
+    @cached_property
+    def family_rule(self) -> tuple[gfd.FamilyRule, str]:
+        """The GFD release rule for `nvidia.com/gpu.family` the nodes' labels show (family vs compute capability),
+        and why it could not be told ("" when it could; the newest rule is used then)."""
+        seen = set()
+        for n in self.model.nodes.values():
+            fam = n.labels.get(gfd.FAMILY)
+            major, minor = n.labels.get(gfd.COMPUTE_MAJOR, ""), n.labels.get(gfd.COMPUTE_MINOR, "")
+            if fam and major.isdigit() and minor.isdigit():
+                seen.add((fam, int(major), int(minor)))
+        rule, why = gfd.infer_family_rule(seen)
+        return (rule, "") if rule is not None else (gfd.LATEST, why)
 
     def workload_cel(self, w: Workload) -> GfdTranslation:
         key = w.spec.gfd_terms
         hit = self._gfd.get(key)
         if hit is None:
-            hit = self._gfd[key] = gfd_to_cel(key)
+            hit = self._gfd[key] = gfd_to_cel(key, rule=self.family_rule[0])
         return hit
 
     def request_cel(self, w: Workload) -> str:
