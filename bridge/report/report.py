@@ -80,6 +80,7 @@ class WaveStep:
     namespace: str
     mode: str  # target mode
     reason: str
+    rules: tuple[str, ...] = ()  # the needs-config findings this step waits for (checked before a dra flip)
 
     @property
     def bridge_command(self) -> str:
@@ -238,6 +239,21 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
     )
 
 
+def unresolved(report: Report, namespace: str, rules: frozenset[str]) -> list[Finding]:
+    """What still stands between `namespace` and its flip: findings of `rules` about the namespace or its objects,
+    plus any blocker about it (or a cluster-wide one) that appeared since the plan was made. Info never counts."""
+    out = []
+    for f in report.findings:
+        if f.severity == "info":
+            continue
+        o = f.object
+        about = o.namespace == namespace or (o.kind == "Namespace" and o.name == namespace)
+        cluster_blocker = f.rule in _GLOBAL_RULES and f.severity == "blocker"
+        if (about and (f.rule in rules or f.severity == "blocker")) or cluster_blocker:
+            out.append(f)
+    return out
+
+
 def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
     """Lowest risk first. Wave 1 puts every movable legacy namespace in shadow (a dry run on real traffic: nothing
     changes for pods). Then one namespace per wave goes to dra: those already in shadow first, then by increasing
@@ -253,7 +269,7 @@ def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
     first = 2 if to_shadow else 1
     for i, r in enumerate(to_dra):
         reason = "ready" if r.status == "ready" else f"after fixing {', '.join(r.rules)}"
-        steps.append(WaveStep(first + i, r.name, "dra", reason))
+        steps.append(WaveStep(first + i, r.name, "dra", reason, r.rules))
     return steps
 
 

@@ -71,9 +71,13 @@ def test_missing_bridge_class_is_emitted(tmp_path: Path) -> None:
 
 
 def test_wave_plan_is_a_valid_script_with_both_command_forms() -> None:
-    script = run_report(load_snapshot(EXAMPLE)).manifests["wave-plan.sh"]
+    report = run_report(load_snapshot(EXAMPLE))
+    script = report.manifests["wave-plan.sh"]
     subprocess.run(["sh", "-n"], input=script, text=True, check=True)
-    lines = [line for line in script.splitlines() if line.startswith("bridge namespace set")]
-    assert lines[0] == "bridge namespace set team-batch shadow"
+    flips = [line.strip() for line in script.splitlines() if line.strip().startswith('"$BRIDGE" namespace set')]
+    assert flips[0] == '"$BRIDGE" namespace set team-batch shadow'
     assert "kubectl label namespace team-batch dra-bridge.io/mode=shadow --overwrite" in script
-    assert not any("team-research" in line for line in lines)  # blocked: not planned
+    assert not any("team-research" in line for line in flips)  # blocked: not planned
+    # one case per wave, each wave number once, in order
+    cases = [line.strip() for line in script.splitlines() if line.strip()[:-1].isdigit() and line.strip().endswith(")")]
+    assert cases == [f"{n})" for n in sorted({s.wave for s in report.report.waves})]
