@@ -59,7 +59,8 @@ def test_example_report_says_what_an_operator_needs(outputs: dict[str, str]) -> 
     doc = json.loads(outputs["json"])
     status = {n["name"]: n["status"] for n in doc["namespaces"]}
     assert status == {"team-batch": "ready", "team-nlp": "needs-config", "team-recsys": "blocked",
-                      "team-research": "blocked", "team-speech": "ready", "team-vision": "blocked"}
+                      "team-research": "blocked", "team-rl": "blocked", "team-speech": "ready",
+                      "team-vision": "blocked"}
     assert doc["status"] == "blocked"
     assert [(s["namespace"], s["mode"]) for s in doc["wavePlan"]][:2] == [("team-batch", "shadow"), ("team-nlp", "dra")]
     backends = {n["name"]: n["backends"] for n in doc["nodes"]}

@@ -35,7 +35,7 @@ def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The example loaded into the API emulator, and the environment wave-plan.sh needs to reach it."""
-    with ApiServer(version="1.34.2") as srv:
+    with ApiServer(version="1.36.2") as srv:
         srv.load_dir(EXAMPLE)
         kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
         bridge = tmp_path / "bridge"

@@ -132,13 +132,14 @@ def mig_strategy(ctx: CheckContext) -> Iterator[Finding]:
     for cfg in ctx.dp_configs:
         nodes, _ = _used_by(ctx, cfg)
         details: dict[str, object] = {"config": cfg.key, "nodes": list(nodes)}
+        if policy is not None and cfg.mig_strategy not in ("none", policy.mig_strategy):
+            yield Finding("DRB054", "info", cfg.source,
+                          f"[{cfg.key}] migStrategy {cfg.mig_strategy} is overridden by spec.mig.strategy="
+                          f"{policy.mig_strategy} of {policy.ref}: the operator passes it to the plugin as "
+                          "MIG_STRATEGY, and the plugin's flag wins over its config file",
+                          "Set the strategy in the ClusterPolicy (see DRB042), not in the config", details)
+            continue
         if cfg.mig_strategy == "single":
-            if policy is not None:
-                yield Finding("DRB054", "info", cfg.source,
-                              f"[{cfg.key}] migStrategy single is overridden by spec.mig.strategy={policy.mig_strategy}"
-                              f" of {policy.ref} (the plugin's flag wins over its config file)",
-                              "See DRB042 for the ClusterPolicy", details)
-                continue
             mig_nodes = [n for n in nodes if mig_enabled(ctx.model.nodes[n])]
             yield Finding("DRB054", "blocker" if mig_nodes else "warning", cfg.source,
                           f"[{cfg.key}] migStrategy single: {GPU} means one MIG slice on MIG-enabled nodes "

@@ -258,8 +258,9 @@ def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
         how = "runs on" if running else "selects only"
         yield Finding("DRB036", "blocker", workload_ref(w),
                       f"{how} nodes where {GPU} is not a whole GPU ({', '.join(where[:5])}: "
-                      f"{shared[where[0]][0]}): its {GPU}: {w.gpus_per_pod} means less than "
-                      f"{w.gpus_per_pod} GPU(s), so the webhook leaves its pods untouched",
+                      f"{shared[where[0]][0]}): each {GPU} its pods hold there is a slice or a share of a GPU, "
+                      "so translating them to whole DRA devices would change what they get; the webhook leaves "
+                      "its pods untouched",
                       "Keep this workload legacy, or move it to nodes with whole GPUs (see DRB015)",
                       {"nodes": where})
 
