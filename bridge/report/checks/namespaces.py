@@ -55,7 +55,7 @@ def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
             continue
         ns = str((q.get("metadata") or {}).get("namespace", ""))
         shared = ns in tenants and len(tenants) > 1
-        details["tenants"] = sorted(tenants)
+        details["otherTenants"] = len(tenants) - (ns in tenants)
         yield Finding("DRB030", "blocker" if shared else "warning", ref_of(q),
                       f"limits {gpu_key}={hard[gpu_key]} but not {' or '.join(missing)}: translated pods are charged "
                       "to the DRA keys, so this quota no longer limits them"
