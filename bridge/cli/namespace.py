@@ -95,7 +95,8 @@ def set_cmd(name: str, mode: str, target: str | None, strict: bool, kubeconfig: 
 
     from bridge.kube.api import NAMESPACES
     from bridge.kube.errors import KubeError
-    from bridge.webhook.facts import facts_from_discovery
+    from bridge.webhook.facts import auto_target, facts_from_discovery
+    from bridge.webhook.serving import one_shot
     from bridge.webhook.namespaces import describe_change, set_mode
     from bridge.webhook.nscheck import check_webhook, read_hooks
     from bridge.webhook.policy import MODE_LABEL, SYSTEM_NAMESPACES, TARGET_LABEL, Mode
@@ -132,7 +133,15 @@ def set_cmd(name: str, mode: str, target: str | None, strict: bool, kubeconfig: 
                 click.echo(f"bridge namespace set: --strict: namespace {name} NOT changed", err=True)
                 sys.exit(EXIT_REFUSED)
         old, new, legacy = set_mode(api, name, Mode(mode), target)
-        effective = target if target and target != "auto" else f"auto: {facts_from_discovery(api.discovery()).auto_target().value} on this cluster unless the webhook runs with --target"
+        if target and target != "auto":
+            effective = target
+        else:
+            try:
+                facts = facts_from_discovery(api.discovery())
+                effective = (f"auto: {auto_target(facts, one_shot(api, facts))[0].value} on this cluster unless "
+                             "the webhook runs with --target")
+            except KubeError:  # the flip is done; what auto would pick is only a hint
+                effective = "auto: picked by the webhook from the cluster's versions"
     except KubeError as err:
         _fail("set", err)
     click.echo(describe_change(name, old, new, legacy, effective))

@@ -34,8 +34,21 @@ from bridge.logs import setup_logging
 @click.option("--target", show_envvar=True, envvar="BRIDGE_WEBHOOK_TARGET", type=click.Choice(["auto", "claims", "extended"]),
               default="auto", show_default=True,
               help="claims: ResourceClaimTemplates; extended: deviceclass.resource.kubernetes.io/<class> (needs "
-                   "DRAExtendedResource, 1.36+); auto: extended on 1.36+ serving resource.k8s.io/v1, else claims. "
-                   "A namespace label dra-bridge.io/target overrides it.")
+                   "DRAExtendedResource, 1.36+); auto: extended when the API server and every GPU node's kubelet "
+                   "are 1.36+ and the DeviceClass exists, else claims. A namespace label dra-bridge.io/target "
+                   "overrides it.")
+@click.option("--translate-scheduler", "translate_schedulers", show_envvar=True,
+              envvar="BRIDGE_WEBHOOK_TRANSLATE_SCHEDULERS", multiple=True, metavar="NAME",
+              help="Also translate pods whose spec.schedulerName is NAME (repeatable; the variable takes names "
+                   "separated by spaces). Only kube-scheduler allocates claims: give the names of kube-scheduler "
+                   "profiles, or of schedulers that allocate DRA claims. default-scheduler is always translated; "
+                   "pods of any other scheduler (Volcano, KAI, YuniKorn, ...) stay on the device plugin with a "
+                   "warning and an Event.")
+@click.option("--serve-check-interval", show_envvar=True, envvar="BRIDGE_WEBHOOK_SERVE_CHECK_INTERVAL",
+              type=click.FloatRange(min=1.0), default=300.0, show_default=True,
+              help="Seconds between checks that the API server keeps a pod's claims (a dry-run pod create in the "
+                   "webhook's namespace; nothing is translated while it drops them or cannot be checked) and that "
+                   "the DeviceClass exists.")
 @click.option("--namespace", show_envvar=True, envvar=["BRIDGE_WEBHOOK_NAMESPACE", "POD_NAMESPACE"], default="",
               help="The webhook's own namespace, never mutated (default: the service account's namespace).")
 @click.option("--api-timeout", show_envvar=True, envvar="BRIDGE_WEBHOOK_API_TIMEOUT", type=click.FloatRange(min=0.1),
@@ -49,8 +62,9 @@ from bridge.logs import setup_logging
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str, kubeconfig: str | None,
-            context: str | None, device_class: str, target: str, namespace: str, api_timeout: float,
-            max_body_bytes: int, log_format: str, log_level: str) -> None:
+            context: str | None, device_class: str, target: str, translate_schedulers: tuple[str, ...],
+            serve_check_interval: float, namespace: str, api_timeout: float, max_body_bytes: int, log_format: str,
+            log_level: str) -> None:
     """Serve the mutating admission webhook (HTTPS, AdmissionReview v1).
 
     \b
@@ -58,7 +72,11 @@ def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str,
       legacy  (default) nothing changes
       shadow  the translation is recorded on each new pod (annotation), nothing else changes
       dra     new pods asking nvidia.com/gpu are translated to DRA
-    A pod opts out with the annotation dra-bridge.io/translate: "false".
+    A pod opts out with the annotation dra-bridge.io/translate: "false". Pods whose
+    nvidia.com/gpu is not a whole GPU where they can run (MIG single,
+    time-slicing, MPS), pods with spec.nodeName or another scheduler, and
+    every pod while the API server drops claims, stay on the device plugin
+    with a warning and a DRABridgeUntranslatable Event.
     """
     from bridge.kube.errors import KubeError
     from bridge.webhook.app import WebhookOptions, run
@@ -66,6 +84,9 @@ def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str,
 
     if len(device_class) > 63 or not device_class.replace("-", "").replace(".", "").isalnum() or device_class != device_class.lower():
         raise click.BadParameter("must be a lower-case DNS subdomain of at most 63 characters", param_hint="--device-class")
+    for name in translate_schedulers:
+        if not name or len(name) > 253 or any(ch.isspace() for ch in name):
+            raise click.BadParameter(f"{name!r} is not a scheduler name", param_hint="--translate-scheduler")
     try:
         server_context(tls_cert_file, tls_key_file)
     except (OSError, ssl.SSLError) as err:
@@ -73,7 +94,8 @@ def webhook(port: int, bind_address: str, tls_cert_file: str, tls_key_file: str,
     setup_logging(log_format, log_level)
     options = WebhookOptions(cert_file=tls_cert_file, key_file=tls_key_file, port=port, host=bind_address,
                              kubeconfig=kubeconfig, context=context, device_class=device_class, target=target,
-                             namespace=namespace, max_body=max_body_bytes, api_timeout=api_timeout)
+                             namespace=namespace, max_body=max_body_bytes, api_timeout=api_timeout,
+                             schedulers=tuple(translate_schedulers), serve_check_interval=serve_check_interval)
     try:
         run(options)
     except OSError as err:

@@ -21,6 +21,10 @@ How it holds:
   unknown object. ADDED/MODIFIED are normalised against the store (MODIFIED for an object it already holds).
 * `stop` ends it promptly: a helper thread closes the open stream, which wakes the blocked read. (A list that is
   retrying through an outage finishes its current retry first, bounded by the client's retry deadline.)
+* `transform` (as client-go's `SharedInformer.SetTransform`) replaces each object before it is stored and passed
+  on, so a caller that needs a few fields of large objects (Nodes carry their images and conditions) keeps only
+  those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on. The
+  transient peak is one list response, as for client-go's reflector.
 """
 
 from __future__ import annotations
@@ -65,8 +69,10 @@ class Informer:
         backoff: RetryPolicy | None = None,
         watch_timeout: int = 300,
         page_size: int = 500,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.api = api
+        self.transform = transform
         self.res = res
         self.namespace = namespace
         self.label_selector = label_selector
@@ -212,7 +218,10 @@ class Informer:
             field_selector=self.field_selector,
             page_size=self.page_size,
         )
-        fresh = {object_key(o): o for o in lst.get("items") or []}
+        items = lst.get("items") or []
+        if self.transform is not None:
+            items = [self.transform(o) for o in items]
+        fresh = {object_key(o): o for o in items}
         out: list[WatchEvent] = []
         with self._lock:
             for key, obj in fresh.items():
@@ -231,7 +240,7 @@ class Informer:
         return out
 
     def _apply(self, ev: WatchEvent) -> WatchEvent | None:
-        obj = ev.object
+        obj = ev.object if self.transform is None or ev.type == "BOOKMARK" else self.transform(ev.object)
         rv = _rv(obj)
         with self._lock:
             if rv:

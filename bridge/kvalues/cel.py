@@ -8,7 +8,8 @@ compile DeviceClass and request selectors in) and the Kubernetes CEL libraries i
   `device.capacity[domain][name]` (quantity), `device.allowMultipleAllocations` (bool).
 * `quantity("80Gi")` with `compareTo`, `isGreaterThan`, `isLessThan`, `asInteger`; `semver("1.2.3")` with
   `major()`, `minor()`, `patch()`, `compareTo`, `isGreaterThan`, `isLessThan`; strings `lowerAscii`, `upperAscii`,
-  `replace`.
+  `replace`, `split`, `join` (cel-go's strings extension); `find`, `findAll` (the Kubernetes regex library,
+  library/regex.go, RE2 syntax).
 * `cel.bind(name, init, expr)` (cel-go's ext.Bindings, enabled in compile.go), so
   `cel.bind(dra, device.attributes["dra.example.com"], dra.a && dra.b)` works as on the real server.
 * `device.attributes[domain]` / `device.capacity[domain]` for a domain the device does not have is an **empty map**,
@@ -34,6 +35,7 @@ from typing import Any
 import celpy
 import celpy.celtypes as ct
 import lark
+import re2
 from celpy.evaluation import Evaluator
 
 from bridge.kvalues.quantity import QuantityError, parse_quantity
@@ -118,6 +120,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "lowerAscii": lambda s: ct.StringType(str(s).lower()),
     "upperAscii": lambda s: ct.StringType(str(s).upper()),
     "replace": lambda s, a, b: ct.StringType(str(s).replace(str(a), str(b))),
+    "split": lambda s, sep: ct.ListType([ct.StringType(p) for p in str(s).split(str(sep))] if str(sep)
+                                        else [ct.StringType(ch) for ch in str(s)]),
+    "join": lambda items, sep="": ct.StringType(str(sep).join(str(i) for i in items)),
+    "find": lambda s, pattern: ct.StringType(next((m.group(0) for m in re2.finditer(str(pattern), str(s))), "")),
+    "findAll": lambda s, pattern: ct.ListType([ct.StringType(m.group(0)) for m in re2.finditer(str(pattern), str(s))]),
 }
 
 class _DomainMap(ct.MapType):

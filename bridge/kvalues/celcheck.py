@@ -86,9 +86,12 @@ _METHODS: dict[str, str] = {
     "lowerAscii": "string", "upperAscii": "string", "replace": "string", "trim": "string", "substring": "string",
     "charAt": "string", "indexOf": "int", "lastIndexOf": "int", "split": "list(string)", "join": "string",
     "format": "string", "reverse": "string", "quote": "string",
+    # Kubernetes regex library (library/regex.go)
+    "find": "string", "findAll": "list(string)",
 }
 _STRING_COST_METHODS = {"startsWith", "endsWith", "contains", "matches", "lowerAscii", "upperAscii", "replace",
-                        "trim", "substring", "indexOf", "lastIndexOf", "split", "join", "format", "reverse", "quote"}
+                        "trim", "substring", "indexOf", "lastIndexOf", "split", "join", "format", "reverse", "quote",
+                        "find", "findAll"}
 _MACROS = {"all": "bool", "exists": "bool", "exists_one": "bool", "map": "list(dyn)", "filter": "list(dyn)"}
 
 

@@ -9,7 +9,10 @@ node of whole GPUs:
 
 * `nvidia.com/gpu.product`: the NVML name sanitised: every character other than `A-Za-z0-9-_.` and space removed,
   then runs of spaces become one `-` and leading/trailing spaces go ("NVIDIA A100-SXM4-80GB" ->
-  `NVIDIA-A100-SXM4-80GB`). Suffixes: `-SHARED` when `nvidia.com/gpu` is replicated (time-slicing or MPS with
+  `NVIDIA-A100-SXM4-80GB`). The CEL applies the same steps to the published `productName` and compares
+  (`sanitised_product_cel`: `findAll` from the Kubernetes regex library, `split`/`join` from cel-go's strings
+  extension, `cel.bind`; all in the DRA CEL environment since 1.28), rather than guessing the NVML name from the
+  label, which is ambiguous (`NVIDIA-A100-SXM4-80GB` could be "NVIDIA A100 SXM4 80GB"). Suffixes: `-SHARED` when `nvidia.com/gpu` is replicated (time-slicing or MPS with
   replicas > 1) and not renamed; under MIG strategy `single` the MIG labeler overwrites it with
   `<model>-MIG-<profile>` (or `<model>-MIG-INVALID` for a mixed or empty MIG layout).
 * `nvidia.com/gpu.memory`: NVML's total memory in MiB, rounded down (`info.Total / (1024 * 1024)`); absent when 0.
@@ -27,8 +30,9 @@ with its own slices), would make selectors fail on slices written by an older no
 missing attribute is a runtime error, which aborts scheduling for the pod), and would spend attribute slots (32 per
 device) on copies of `productName` and `cudaComputeCapability`. Deriving keeps the rule in this one module, lets the
 webhook pick the rule the cluster's GFD actually uses (`infer_family_rule`, from the node labels) and works on every
-slice the bridge has ever published. The cost is a longer expression: a regular expression for the product name
-and compute-capability comparisons for the family, both exact (tested against every simulated GPU model).
+slice the bridge has ever published. The cost is a longer expression: GFD's sanitising spelled out in CEL for the
+product name and compute-capability comparisons for the family, both exact (tested against every simulated GPU
+model).
 
 Every expression is guarded where the attribute is optional (`cudaComputeCapability` is omitted when NVML reports
 no numeric capability): `"cudaComputeCapability" in device.attributes["<driver>"] && ...`, because a missing key is
@@ -163,45 +167,12 @@ def device_labels(product_name: str, memory_bytes: int, compute_capability: str,
     return out
 
 
-_JUNK = "[^A-Za-z0-9_. -]*"  # characters sanitise removes (no space: a space between two kept ones is a '-')
-_SPACES = "[ ][^A-Za-z0-9_.-]*"  # a run of spaces, removed characters among them: one '-' between two words
-MAX_DASH_RUN = 6
-
-
-def _dash_run(length: int, at_start: bool, at_end: bool) -> str:
-    """The pattern for `length` consecutive '-' of a label. Each is a '-' of the name or a word break (a run of
-    spaces); a break needs a word on both sides, so the label's first and last character are never breaks, and two
-    breaks are never adjacent (spaces merge)."""
-    if length == 1 and not (at_start or at_end):
-        return f"(?:-|{_SPACES})"
-    if length > MAX_DASH_RUN:
-        raise ValueError(f"more than {MAX_DASH_RUN} consecutive '-' in a product label")
-    options = []
-    for breaks in range(2 ** length):
-        if breaks & (breaks >> 1) or (at_start and breaks & 1) or (at_end and breaks >> (length - 1) & 1):
-            continue
-        options.append(_JUNK.join(_SPACES if breaks >> i & 1 else "-" for i in range(length)))
-    return options[0] if len(options) == 1 else "(?:" + "|".join(options) + ")"
-
-
-def product_pattern(label: str) -> str:
-    """An RE2 pattern matching exactly the product names that `sanitise` turns into `label` (anchored). `label`
-    must consist of characters sanitise keeps (`A-Za-z0-9_.-`): no other can be in its output."""
-    if not _SANITISED.match(label):
-        raise ValueError(f"{label!r} is not a sanitised product name")
-    pieces: list[str] = []
-    i = 0
-    while i < len(label):
-        if label[i] == "-":
-            j = i
-            while j < len(label) and label[j] == "-":
-                j += 1
-            pieces.append(_dash_run(j - i, at_start=i == 0, at_end=j == len(label)))
-            i = j
-        else:
-            pieces.append("[.]" if label[i] == "." else label[i])
-            i += 1
-    return "^[^A-Za-z0-9_.-]*" + _JUNK.join(pieces) + "[^A-Za-z0-9_.-]*$"
+def sanitised_product_cel(driver: str) -> str:
+    """CEL computing GFD's `sanitise` of the device's product name: keep the characters sanitise keeps (the
+    Kubernetes regex library's `findAll`, one character per match), then split on spaces, drop the empty words and
+    join with '-' (cel-go's strings extension)."""
+    return (f"{_attrs(driver)}.{ATTR_PRODUCT}.findAll({json.dumps('[A-Za-z0-9_. -]')}).join(\"\")"
+            '.split(" ").filter(w, w != "").join("-")')
 
 
 # --- which nodes serve whole GPUs as nvidia.com/gpu ------------------------------------------------------------
@@ -211,17 +182,17 @@ def not_whole_gpu(labels: Mapping[str, str]) -> str | None:
     share), or None when GFD's labels say it is (or say nothing). Reasons are short: they end up in warnings."""
     product = labels.get(PRODUCT)
     if product is not None and "-MIG-" in product:
-        return f"nvidia.com/gpu is a MIG slice (MIG strategy single): {product[product.index('-MIG-') + 1:][:20]}"
+        return f"nvidia.com/gpu is a MIG slice ({product[product.index('-MIG-') + 5:][:16]})"
     if product is not None and product.endswith("-SHARED"):
-        return "nvidia.com/gpu is a time-sliced or MPS share (product -SHARED)"
+        return "nvidia.com/gpu is time-sliced (product -SHARED)"
     replicas = labels.get(REPLICAS, "")
     if replicas.isascii() and replicas.isdigit() and int(replicas) > 1:
-        return f"nvidia.com/gpu is shared: gpu.replicas={replicas}"
+        return f"nvidia.com/gpu is shared (gpu.replicas={replicas[:6]})"
     strategy = labels.get(SHARING_STRATEGY, "")
     if strategy in ("time-slicing", "mps"):
-        return f"nvidia.com/gpu is shared: gpu.sharing-strategy={strategy}"
+        return f"nvidia.com/gpu is shared (sharing-strategy={strategy})"
     if labels.get(MIG_STRATEGY) == "single" and product is None:
-        return "MIG strategy single and no gpu.product label: may be MIG slices"
+        return "MIG strategy single without a gpu.product label: may be MIG slices"
     return None
 
 
@@ -313,13 +284,14 @@ def map_requirement(req: Requirement, driver: str = DEFAULT_DRIVER, rule: Family
         for v in vals:
             if v.endswith("-SHARED") or "-MIG-" in v:
                 return Mapped(None, reason=f"{req.key}={v} names a shared or MIG GPU; the bridge serves whole GPUs")
-        name = f"{_attrs(driver)}.{ATTR_PRODUCT}"
         # a value sanitise can never produce (a quote, a '|': not a label value) matches no product name
-        try:
-            parts = [f"{name}.matches({json.dumps(product_pattern(v))})" for v in vals if _SANITISED.match(v)]
-        except ValueError as err:
-            return Mapped(None, reason=f"{req.key}: {err}")
-        expr = "false" if not parts else parts[0] if len(parts) == 1 else "(" + " || ".join(parts) + ")"
+        values = [v for v in vals if _SANITISED.match(v)]
+        if not values:
+            expr = "false"
+        else:
+            test = f"product == {json.dumps(values[0])}" if len(values) == 1 else \
+                f"product in [{', '.join(json.dumps(v) for v in values)}]"
+            expr = f"cel.bind(product, {sanitised_product_cel(driver)}, {test})"
     elif req.key == MEMORY:
         if not all(_INT.match(v) for v in vals):
             return Mapped(None, reason=f"{req.key} values must be MiB integers, got {list(vals)}")
@@ -396,5 +368,5 @@ __all__ = [
     "DEVICE_LABELS", "FAMILY", "FamilyRule", "LATEST", "MEMORY", "MIG_STRATEGY", "Mapped", "PRODUCT", "REPLICAS",
     "Requirement", "SHARING_LABELS", "SHARING_STRATEGY", "compute_parts", "conjunction", "device_labels",
     "disjunction", "family", "infer_family_rule", "map_requirement", "memory_label", "not_whole_gpu",
-    "product_label", "product_pattern", "sanitise",
+    "product_label", "sanitise", "sanitised_product_cel",
 ]

@@ -4,6 +4,9 @@
 request is a dry run), then metrics and one log line. When a template the patch refers to cannot be created, the
 pod is admitted UNtranslated with a warning: a legacy pod that runs beats a DRA pod stuck on a missing template.
 
+Both review under the current `ServeFacts` snapshot (`serve()`, from `serving.LiveFacts`: the API server's claim
+check, the DeviceClass, the GPU nodes), read once per review.
+
 `Admitter.handle_inline` is what the server actually runs for `/mutate`, on its event loop: the same review, but
 the namespace labels come from `peek` (cache only) and the templates from `ensure_cached` (TTL only). When both
 hit - every review of a namespace after its first pod - the whole answer is produced on the loop with no thread
@@ -25,12 +28,14 @@ from typing import Any
 
 from bridge.kube.api import KubeAPI
 from bridge.webhook.effects import MISS, EventRecorder, NamespaceCache, Peek, TemplateEnsurer
-from bridge.webhook.facts import DEFAULT_DEVICE_CLASS, ClusterFacts, facts_from_discovery
+from bridge.webhook.facts import DEFAULT_DEVICE_CLASS, ClusterFacts, ServeFacts, auto_target, facts_from_discovery
 from bridge.webhook.memo import ReviewMemo, encode
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.policy import SYSTEM_NAMESPACES, PolicyConfig
 from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, allow, review
 from bridge.webhook.server import MAX_BODY, Deferred, Reply, WebhookServer
+from bridge.webhook.serving import DEFAULT_INTERVAL, LiveFacts
+from bridge.webhook.translate import DEFAULT_SCHEDULER
 from bridge.webhook.tls import ReloadingContext
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,8 @@ class WebhookOptions:
     namespace: str = ""  # the webhook's own namespace (never mutated)
     max_body: int = MAX_BODY
     api_timeout: float = 3.0  # one API call on the admission path (namespace GET, template create)
+    schedulers: tuple[str, ...] = ()  # besides default-scheduler: schedulers whose pods are translated
+    serve_check_interval: float = DEFAULT_INTERVAL  # seconds between the API server checks
 
 
 class _NeedsIO(Exception):
@@ -70,12 +77,15 @@ def _load(body: bytes) -> Any:
 class Admitter:
     """`namespace_labels` may block (cache, then one GET); `peek_labels` must not (cache only, MISS otherwise).
     Without `peek_labels` every namespace is a miss for `handle_inline`, which then always defers to the pool.
-    Reviews go through a `ReviewMemo` (`memo_capacity` entries; 0 turns it off)."""
+    Reviews go through a `ReviewMemo` (`memo_capacity` entries; 0 turns it off). `serve` returns the current live
+    facts; None: `ServeFacts()` (a cluster vouched to keep claims, nodes unknown)."""
 
     def __init__(self, config: ReviewConfig, namespace_labels: NamespaceLabels, templates: TemplateEnsurer | None,
                  events: EventRecorder | None, metrics: WebhookMetrics, peek_labels: Peek | None = None,
-                 memo_capacity: int = 256) -> None:
+                 memo_capacity: int = 256, serve: Callable[[], ServeFacts] | None = None) -> None:
         self.config = config
+        fixed = ServeFacts()
+        self._serve = serve or (lambda: fixed)
         self._labels = namespace_labels
         self._peek = peek_labels or (lambda ns: MISS)
         self._templates = templates
@@ -86,9 +96,10 @@ class Admitter:
 
     def _review(self, body: bytes, doc: Any, labels: NamespaceLabels,
                 reraise: tuple[type[Exception], ...] = ()) -> tuple[ReviewResult, bytes]:
+        serve = self._serve()
         if self.memo is not None:
-            return self.memo.review(body, doc, labels, reraise)
-        result = review(doc, self.config, labels, reraise)
+            return self.memo.review(body, doc, labels, reraise, serve)
+        result = review(doc, self.config, labels, reraise, serve)
         return result, encode(result.body)
 
     def handle(self, body: bytes) -> Reply:
@@ -161,25 +172,51 @@ def own_namespace(configured: str) -> str:
 
 
 def build(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: WebhookMetrics,
-          ready: Callable[[], tuple[bool, str]] | None = None) -> tuple[WebhookServer, NamespaceCache, EventRecorder]:
-    """Everything wired but not started (tests start the pieces themselves)."""
+          ready: Callable[[], tuple[bool, str]] | None = None,
+          live: LiveFacts | None = None) -> tuple[WebhookServer, NamespaceCache, EventRecorder]:
+    """Everything wired but not started (tests start the pieces themselves). Without `live` the webhook reviews under
+    `ServeFacts()`: the caller vouches that the cluster keeps claims (tests that do not run the checks)."""
     cache = NamespaceCache(api, metrics)
     templates = TemplateEnsurer(api, metrics)
     events = EventRecorder(api, metrics)
     policy = PolicyConfig(own_namespace=own_namespace(options.namespace), excluded_namespaces=SYSTEM_NAMESPACES)
-    admitter = Admitter(ReviewConfig(policy, facts, options.target), cache.labels, templates, events, metrics,
-                        peek_labels=cache.peek)
+    config = ReviewConfig(policy, facts, options.target, frozenset({DEFAULT_SCHEDULER, *options.schedulers}))
+    admitter = Admitter(config, cache.labels, templates, events, metrics, peek_labels=cache.peek,
+                        serve=live.current if live is not None else None)
     tls = ReloadingContext(options.cert_file, options.key_file,
                            on_reload=lambda r: metrics.tls_reloads.labels(r).inc())
 
     def default_ready() -> tuple[bool, str]:
-        return (True, "") if cache.synced else (False, "namespace cache not synced")
+        if not cache.synced:
+            return False, "namespace cache not synced"
+        if live is not None and not live.synced:
+            return False, "node cache not synced or the API server not checked yet"
+        return True, ""
 
     # /mutate runs on the event loop: handle_inline never blocks and hands cache misses to the pool itself
     server = WebhookServer({"/mutate": admitter.handle_inline}, tls, host=options.host, port=options.port,
                            metrics=metrics, ready=ready or default_ready, max_body=options.max_body,
                            inline=["/mutate"])
     return server, cache, events
+
+
+def live_facts(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: WebhookMetrics) -> LiveFacts:
+    """The live facts with their metrics and a log line for every change of the target `auto` would pick."""
+    last: list[str] = []
+
+    def changed(serve: ServeFacts) -> None:
+        metrics.claims_kept.set({True: 1, False: 0, None: -1}[serve.claims_kept])
+        whole = sum(1 for n in serve.nodes.nodes if not n.not_whole)
+        metrics.gpu_nodes.labels("true").set(whole)
+        metrics.gpu_nodes.labels("false").set(len(serve.nodes.nodes) - whole)
+        target, why = auto_target(facts, serve)
+        line = f"{target.value}: {why}"
+        if options.target == "auto" and last != [line]:
+            last[:] = [line]
+            log.info("auto target", extra={"target": target.value, "why": why})
+
+    return LiveFacts(api, facts, own_namespace(options.namespace), interval=options.serve_check_interval,
+                     on_change=changed)
 
 
 def run(options: WebhookOptions, stop: threading.Event | None = None) -> None:
@@ -192,11 +229,14 @@ def run(options: WebhookOptions, stop: threading.Event | None = None) -> None:
                   retry=RetryPolicy(deadline=options.api_timeout))
     facts = facts_from_discovery(api.discovery(), options.device_class)
     log.info("cluster facts", extra={"resource_version": facts.resource_version,
-                                     "server": f"{facts.major}.{facts.minor}", "auto_target": facts.auto_target().value,
-                                     "target": options.target, "device_class": options.device_class})
+                                     "server": f"{facts.major}.{facts.minor}", "target": options.target,
+                                     "device_class": options.device_class,
+                                     "schedulers": [DEFAULT_SCHEDULER, *options.schedulers]})
     metrics = WebhookMetrics()
-    server, cache, events = build(options, api, facts, metrics)
+    live = live_facts(options, api, facts, metrics)
+    server, cache, events = build(options, api, facts, metrics, live=live)
     cache.start(stop)
+    live.start(stop)
     events.start()
     server.start()
     log.info("webhook serving", extra={"port": server.port, "pid": os.getpid()})

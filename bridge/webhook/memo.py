@@ -7,8 +7,9 @@ scale-up of N replicas is N identical reviews. Finding the uid in the body is fa
 
 Invariants:
 * the key is everything the answer depends on: the request body as received with the request's uid cut out
-  (position and remaining bytes), plus the namespace's mode and target label values (or "unknown namespace"); the
-  config is fixed per memo. Cutting the first `"uid":"<uid>"` is exact: two bodies with the same key differ only
+  (position and remaining bytes), plus the namespace's mode and target label values (or "unknown namespace"), plus
+  the generation of the live facts snapshot (`ServeFacts.generation`: the API server check, the DeviceClass, the
+  nodes); the config is fixed per memo. Cutting the first `"uid":"<uid>"` is exact: two bodies with the same key differ only
   in that one JSON value, so either it is `request.uid` in both, or (when the request's uid is spelled elsewhere)
   both have the same uid and are the same body. A body whose uid is not spelled that way is simply not memoised;
 * a hit returns exactly what a fresh review would: the stored answer with the request's uid put back, and the
@@ -31,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bridge.webhook.policy import MODE_LABEL, TARGET_LABEL
+from bridge.webhook.facts import ServeFacts
 from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, review
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
@@ -38,7 +40,7 @@ _QUOTE = json.encoder.encode_basestring_ascii  # a str as the encoder writes it 
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
 _CACHED_OUTCOMES = frozenset({"translated", "shadow", "skipped", "no-gpu", "untranslatable", "invalid"})
 
-Key = tuple[object, int, bytes]
+Key = tuple[object, int, int, bytes]
 
 
 def encode(body: Mapping[str, Any]) -> bytes:
@@ -87,12 +89,12 @@ class ReviewMemo:
         return len(self._entries)
 
     def review(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels,
-               reraise: tuple[type[Exception], ...] = ()) -> tuple[ReviewResult, bytes]:
+               reraise: tuple[type[Exception], ...] = (), serve: ServeFacts | None = None) -> tuple[ReviewResult, bytes]:
         """`review(doc, config, namespace_labels, reraise)` and its encoded response, from the memo when possible.
         `body` is the request body as received, `doc` its parsed JSON (or `body` itself when it did not parse)."""
-        key, labels = self._key(body, doc, namespace_labels)
+        key, labels = self._key(body, doc, namespace_labels, serve.generation if serve is not None else -1)
         if key is None:
-            result = review(doc, self.config, namespace_labels, reraise)
+            result = review(doc, self.config, namespace_labels, reraise, serve)
             return result, encode(result.body)
         uid = doc["request"]["uid"]
         with self._lock:
@@ -101,7 +103,7 @@ class ReviewMemo:
             self.hits += 1
             return entry.bind(uid)
         self.misses += 1
-        result = review(doc, self.config, lambda _ns: labels, reraise)
+        result = review(doc, self.config, lambda _ns: labels, reraise, serve)
         entry = _Entry.of(result)
         if entry is None:
             return result, encode(result.body)
@@ -111,7 +113,8 @@ class ReviewMemo:
             self._entries[key] = entry
         return result, _HEAD + _QUOTE(uid).encode() + entry.tail
 
-    def _key(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels) -> tuple[Key | None, Mapping[str, str] | None]:
+    def _key(self, body: bytes, doc: Any, namespace_labels: NamespaceLabels,
+             generation: int) -> tuple[Key | None, Mapping[str, str] | None]:
         # no full validation here: an answer to a body that is not an AdmissionReview is a 400, never stored
         request = doc.get("request") if isinstance(doc, dict) else None
         if not isinstance(request, dict):
@@ -133,4 +136,4 @@ class ReviewMemo:
         if namespace not in policy.excluded_namespaces and namespace != policy.own_namespace:
             labels = namespace_labels(namespace)
             label_key = None if labels is None else (labels.get(MODE_LABEL), labels.get(TARGET_LABEL))
-        return (label_key, at, body[:at] + body[at + len(token):]), labels
+        return (label_key, generation, at, body[:at] + body[at + len(token):]), labels

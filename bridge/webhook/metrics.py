@@ -29,5 +29,11 @@ class WebhookMetrics:
                               "(recorded, failed, dropped).", ["result"], registry=r)
         self.tls_reloads = Counter("dra_bridge_webhook_tls_reloads", "Certificate reloads by result.", ["result"],
                                    registry=r)
+        self.claims_kept = Gauge("dra_bridge_webhook_claims_kept", "1 when the API server keeps a pod's claims (the "
+                                 "dry-run check), 0 when it drops them (nothing is translated), -1 when not known.",
+                                 registry=r)
+        self.claims_kept.set(-1)
+        self.gpu_nodes = Gauge("dra_bridge_webhook_gpu_nodes", "GPU nodes the webhook knows, by whether nvidia.com/gpu "
+                               "is a whole GPU there.", ["whole"], registry=r)
         self.namespaces = Gauge("dra_bridge_webhook_namespaces", "Namespaces in the label cache by mode.", ["mode"],
                                 registry=r)

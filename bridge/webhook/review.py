@@ -9,6 +9,14 @@ Three kinds of answer:
 * a pod that is malformed, or whose translation fails: allowed, no patch, with a warning. The webhook fails OPEN:
   the API server still validates the pod, and refusing it here would only turn a bridge bug into an outage.
 
+Warnings keep to the API's guidance: each at most 120 characters, prefix included (kubernetes/api
+admission/v1/types.go, `AdmissionResponse.Warnings`: "Limit warnings to 120 characters if possible. Warnings over
+256 characters and large numbers of warnings may be truncated."). A pod left on the device plugin gets the short reason as a warning and the full text, with what to do,
+in a `DRABridgeUntranslatable` Event.
+
+`serve` is the snapshot of the facts that change while the webhook runs (`facts.ServeFacts`); None means a cluster
+that keeps claims and whose nodes are unknown (what pure callers get).
+
 The result also lists the side effects the shell must perform (ResourceClaimTemplates to ensure, Events to
 record), with `dry_run` set when the API server said the request is a dry run: the shell then skips them all.
 """
@@ -22,15 +30,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.webhook.facts import ClusterFacts, effective_target
+from bridge.webhook.facts import ClusterFacts, ServeFacts, effective_target
 from bridge.webhook.policy import Action, PolicyConfig, resolve
-from bridge.webhook.translate import Translation, translate
+from bridge.webhook.translate import DEFAULT_SCHEDULER, Translation, translate
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "admission.k8s.io/v1"
 WARNING_PREFIX = "dra-bridge: "
-MAX_WARNING_LEN = 512
+MAX_WARNING_LEN = 120
 
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -42,6 +50,8 @@ class ReviewConfig:
     policy: PolicyConfig
     facts: ClusterFacts
     target: str = "auto"  # auto | claims | extended
+    # schedulers that allocate claims (kube-scheduler's profiles): pods naming another one are left alone
+    schedulers: frozenset[str] = frozenset({DEFAULT_SCHEDULER})
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,12 @@ def allow(uid: str, patch: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(_ENCODE(list(patch)).encode()).decode()
     if warnings:
-        response["warnings"] = [(WARNING_PREFIX + w)[:MAX_WARNING_LEN] for w in warnings]
+        response["warnings"] = [_fit(WARNING_PREFIX + w) for w in warnings]
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _fit(text: str) -> str:
+    return text if len(text) <= MAX_WARNING_LEN else text[:MAX_WARNING_LEN - 3] + "..."
 
 
 def parse(raw: bytes | str | Any) -> dict[str, Any] | ReviewResult:
@@ -162,11 +176,11 @@ def _pod_shape_error(pod: Any) -> str | None:
 
 
 def review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels,
-           reraise: tuple[type[Exception], ...] = ()) -> ReviewResult:
+           reraise: tuple[type[Exception], ...] = (), serve: ServeFacts | None = None) -> ReviewResult:
     """`raw`: the body, or the already-parsed JSON document. Exceptions of the `reraise` types raised by
     `namespace_labels` propagate (the caller's way to abandon a review that needs I/O); nothing else does."""
     try:
-        return _review(raw, config, namespace_labels)
+        return _review(raw, config, namespace_labels, serve)
     except reraise:
         raise
     except Exception as err:  # the contract: never raise; fail open with a message
@@ -186,7 +200,8 @@ def review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Names
                             "error", uid=uid, reason=str(err))
 
 
-def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels) -> ReviewResult:
+def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: NamespaceLabels,
+            serve: ServeFacts | None) -> ReviewResult:
     doc = parse(raw)
     if isinstance(doc, ReviewResult):
         return doc
@@ -212,11 +227,12 @@ def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Name
     policy = config.policy
     skip_namespace = namespace in policy.excluded_namespaces or namespace == policy.own_namespace
     decision = resolve(namespace, None if skip_namespace else namespace_labels(namespace), pod, policy)
-    target = effective_target(config.facts, config.target, decision.target)
+    target = effective_target(config.facts, config.target, decision.target, serve)
     if decision.action is Action.SKIP:
         return ReviewResult(200, allow(uid, warnings=decision.warnings), "skipped", decision.mode.value,
                             target.value, reason=decision.reason, **base)
-    t: Translation = translate(pod, namespace, decision.action, target, config.facts)
+    t: Translation = translate(pod, namespace, decision.action, target, config.facts, serve, config.schedulers)
+    target = t.target or target
     warnings = list(decision.warnings)
     if not t.has_gpus:
         return ReviewResult(200, allow(uid, warnings=warnings), "no-gpu", decision.mode.value, target.value,
@@ -224,7 +240,7 @@ def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Name
     events: tuple[EventSpec, ...] = ()
     if t.untranslatable:
         verb = "would stay" if decision.action is Action.SHADOW else "stays"
-        warnings += [f"pod {verb} on the device plugin: {r}" for r in t.untranslatable]
+        warnings += [f"{verb} on the device plugin: {r}" for r in t.short]
         message = (f"dra-bridge ({decision.mode.value} mode) left the pod on nvidia.com/gpu: "
                    + "; ".join(t.untranslatable))[:1024]
         events = (EventSpec(namespace, pod_name, str(meta.get("uid") or ""), "DRABridgeUntranslatable", message),)

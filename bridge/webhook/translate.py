@@ -2,23 +2,39 @@
 
 Targets:
 
-* `claims`: every container and init container asking for `nvidia.com/gpu: N` gets its OWN pod claim (`gpu-<name>`)
-  from a ResourceClaimTemplate requesting exactly N devices of the bridge's DeviceClass; `nvidia.com/gpu` is removed
-  from its requests and limits and `resources.claims` points at the claim. One claim per container, never one
-  shared: containers that share a claim share its GPUs. GPU Feature Discovery node selectors and required node
-  affinity become one CEL selector on each request, and are removed from the pod only where the CEL expresses them
-  fully.
+* `claims`: `nvidia.com/gpu` is removed from every container's requests and limits and the pod gets claims from
+  ResourceClaimTemplates of the bridge's DeviceClass, planned by `bridge.kvalues.podgpu.plan_claims` so that the
+  pod holds exactly as many GPUs as under the device plugin: each app container and sidecar (`restartPolicy:
+  Always` init container) its own claim (`gpu-<name>`), ordinary init containers borrowing the claims of the
+  containers that start after them (init 8 + main 8 holds 8, not 16; init 1 + main 1 holds 1, not 2) plus, for a
+  shortfall, one claim they share (`gpu-init`). A container sees exactly its own count: where an init container
+  needs part of a claim, the claim's template is cut into requests (`gpu-0`, `gpu-1`, ...) and the init container
+  references only those (`resources.claims[].request`). GPU Feature Discovery node selectors and required node
+  affinity become one CEL selector on each request (bridge.kvalues.gfd), and are removed from the pod only where
+  the CEL expresses them fully.
 * `extended`: `nvidia.com/gpu` becomes the DeviceClass's implicit extended resource
   `deviceclass.resource.kubernetes.io/<class>` (KEP-5004) and the scheduler makes the claim. Node selectors stay.
+  A pod whose ordinary init containers ask for GPUs is translated with `claims` instead: the scheduler's
+  extended-resource claim gave every container its own request before kubernetes/kubernetes issue 134880 was
+  fixed (init 8 + main 8 held 16), and which releases carry the fix is not verified here; the claims plan holds
+  the device-plugin count on every release. Sidecars and app containers are exact either way.
+
+Only what keeps its meaning and what the cluster can serve is translated (all or nothing per pod; every reason is
+reported, each with a short form for the API warning and the full text with the remedy for the Event):
+* per container: MIG or time-sliced names, other `nvidia.com/*` resources, counts that are not whole numbers,
+  more than 32 GPUs in one container, requests without or unequal to limits;
+* per pod (`serve_reasons`): no `resource.k8s.io` served; an API server that drops pod claims, or one not checked
+  yet; a preset `spec.nodeName` (no scheduler allocates its claims) or a `schedulerName` that is not allowed to
+  (only kube-scheduler allocates claims; `--translate-scheduler` adds names, e.g. a second kube-scheduler
+  profile); node selectors that ask for MIG slices or shares, or that leave only nodes where `nvidia.com/gpu` is
+  not a whole GPU (bridge/webhook/nodes.py).
 
 Invariants:
-* all or nothing per pod: a pod with anything untranslatable (MIG or time-sliced names, other `nvidia.com/*`
-  resources, non-integer counts, more than 32 GPUs in one container, requests without or unequal to limits) is left
-  untouched and every reason is reported;
 * deterministic: the same pod yields the same patch and the same template names
-  (`dra-bridge-gpu-<count>-<hash8(class, selector)>`), so templates are shared by all pods of a namespace that
-  ask for the same thing and creating them is idempotent;
-* idempotent: a translated pod has no `nvidia.com/gpu` left, so translating it again changes nothing.
+  (`dra-bridge-gpu-<count>-<hash8(class, selector[, requests])>`), so templates are shared by all pods of a
+  namespace that ask for the same thing and creating them is idempotent;
+* idempotent: a translated pod has no `nvidia.com/gpu` left, so translating it again changes nothing;
+* the summary records `devices`: how many GPUs the pod will hold, equal to the device-plugin count.
 """
 
 from __future__ import annotations
@@ -31,8 +47,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.kvalues import gfd
+from bridge.kvalues.podgpu import OWNER_EXTRA, ClaimPlan, containers as gpu_counts, plan_claims, pod_devices
+from bridge.kvalues.quantity import whole_count
 from bridge.webhook import cel
-from bridge.webhook.facts import LEGACY_RESOURCE, ClusterFacts
+from bridge.webhook.facts import LEGACY_RESOURCE, ClusterFacts, ServeFacts
+from bridge.webhook.nodes import asks_for_shares
 from bridge.webhook.policy import (
     DETAIL_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -49,6 +69,8 @@ REQUEST_NAME = "gpu"
 COUNT_LABEL = PREFIX + "gpu-count"
 SELECTOR_ANNOTATION = PREFIX + "selector"
 CONTAINER_KINDS = ("initContainers", "containers")
+DEFAULT_SCHEDULER = "default-scheduler"
+EXTRA_CLAIM = "init"  # `gpu-init`: the claim the ordinary init containers share for what they cannot borrow
 
 Obj = dict[str, Any]
 
@@ -64,13 +86,24 @@ class GpuContainer:
 
 
 @dataclass(frozen=True)
+class Why:
+    """A reason a pod is not translated: `short` for the API warning (120 characters with its prefix), `detail`
+    with the remedy, for the Event and the shadow record."""
+
+    short: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class Translation:
     patch: tuple[Obj, ...] = ()
     templates: tuple[Obj, ...] = ()
     warnings: tuple[str, ...] = ()
-    untranslatable: tuple[str, ...] = ()
+    untranslatable: tuple[str, ...] = ()  # details
     gpu_containers: tuple[GpuContainer, ...] = ()
     summary: Obj = field(default_factory=dict)
+    short: tuple[str, ...] = ()  # the untranslatable reasons' short forms
+    target: Target | None = None  # the target actually used (claims where extended cannot keep the count)
 
     @property
     def has_gpus(self) -> bool:
@@ -82,71 +115,111 @@ def escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _parse_count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if isinstance(value, str) and value.isdigit() and len(value) <= 9:
-        return int(value)
-    return None
-
-
 _NVIDIA = "nvidia.com/"
 _LEGACY_TOKEN = LEGACY_RESOURCE.replace("~", "~0").replace("/", "~1")
 
 
-def _why_untranslatable(name: str) -> str | None:
+def _why_untranslatable(name: str) -> tuple[str, str] | None:
+    """(short, detail) for an `nvidia.com/*` name other than `nvidia.com/gpu`."""
     if name.startswith("nvidia.com/mig-"):
-        return (f"{name} is a MIG slice; the bridge serves whole GPUs: request a MIG DeviceClass through a "
+        return (f"{name[:40]} is a MIG slice",
+                f"{name} is a MIG slice; the bridge serves whole GPUs: request a MIG DeviceClass through a "
                 "ResourceClaim, or keep this workload legacy (opt out with dra-bridge.io/translate=false)")
     if name == "nvidia.com/gpu.shared":
-        return (f"{name} is a time-sliced GPU; DRA cannot share a GPU under an unchanged request until KEP-6406: "
+        return (f"{name} is a time-sliced GPU",
+                f"{name} is a time-sliced GPU; DRA cannot share a GPU under an unchanged request until KEP-6406: "
                 "keep this workload legacy or rewrite it with a claim and a sharing config")
     if name.startswith("nvidia.com/") and name != LEGACY_RESOURCE:
-        return f"{name} has no DRA equivalent in the bridge; keep this workload legacy"
+        return (f"{name[:40]} has no DRA equivalent", f"{name} has no DRA equivalent in the bridge; keep this "
+                "workload legacy")
     return None
 
 
-def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[str]]:
+def _container_why(cname: str, short: str, detail: str | None = None) -> Why:
+    who = f"container {cname[:40]}"
+    return Why(f"{who}: {short}", f"{who}: {detail or short}")
+
+
+def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
     """GPU-using containers and the reasons the pod cannot be translated (empty when it can)."""
     spec = pod.get("spec") or {}
     found: list[GpuContainer] = []
-    reasons: list[str] = []
+    reasons: list[Why] = []
     for kind in CONTAINER_KINDS:
         for i, c in enumerate(spec.get(kind) or []):
             res = c.get("resources") or {}
             req = res.get("requests") or {}
             lim = res.get("limits") or {}
-            cname = c.get("name", f"#{i}")
+            cname = str(c.get("name", f"#{i}"))
             # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ...
             for n in sorted(k for k in req.keys() | lim.keys() if k.startswith(_NVIDIA) and k != LEGACY_RESOURCE):
                 why = _why_untranslatable(n)
                 if why:
-                    reasons.append(f"container {cname}: {why}")
+                    reasons.append(_container_why(cname, *why))
             if LEGACY_RESOURCE not in req and LEGACY_RESOURCE not in lim:
                 continue
-            rq, lm = _parse_count(req.get(LEGACY_RESOURCE)), _parse_count(lim.get(LEGACY_RESOURCE))
+            rq, lm = whole_count(req.get(LEGACY_RESOURCE)), whole_count(lim.get(LEGACY_RESOURCE))
             if LEGACY_RESOURCE in req and rq is None or LEGACY_RESOURCE in lim and lm is None:
-                reasons.append(f"container {cname}: {LEGACY_RESOURCE} must be a whole number of GPUs")
+                reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} must be a whole number of GPUs"))
                 continue
             if LEGACY_RESOURCE not in lim:
-                reasons.append(f"container {cname}: {LEGACY_RESOURCE} is requested without a limit; the API server "
-                               "rejects that for extended resources, so the bridge leaves it for the server to refuse")
+                reasons.append(_container_why(
+                    cname, f"{LEGACY_RESOURCE} is requested without a limit",
+                    f"{LEGACY_RESOURCE} is requested without a limit; the API server rejects that for extended "
+                    "resources, so the bridge leaves it for the server to refuse"))
                 continue
             if rq is not None and rq != lm:
-                reasons.append(f"container {cname}: {LEGACY_RESOURCE} requests ({rq}) differ from limits ({lm})")
+                reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} requests ({rq}) differ from limits ({lm})"))
                 continue
             assert lm is not None
             if lm == 0:
                 continue
             if lm > MAX_DEVICES_PER_CLAIM:
-                reasons.append(f"container {cname}: {lm} GPUs is more than a claim can allocate "
-                               f"({MAX_DEVICES_PER_CLAIM}): split the work across pods, or keep this workload legacy "
-                               "(opt out with dra-bridge.io/translate=false)")
+                reasons.append(_container_why(
+                    cname, f"{lm} GPUs is more than a claim can allocate ({MAX_DEVICES_PER_CLAIM})",
+                    f"{lm} GPUs is more than a claim can allocate ({MAX_DEVICES_PER_CLAIM}): split the work across "
+                    "pods, or keep this workload legacy (opt out with dra-bridge.io/translate=false)"))
                 continue
             found.append(GpuContainer(kind, i, cname, lm, LEGACY_RESOURCE in req, True))
     return found, reasons
+
+
+def serve_reasons(spec: Mapping[str, Any], facts: ClusterFacts, serve: ServeFacts,
+                  schedulers: frozenset[str]) -> list[Why]:
+    """Why the cluster cannot serve this pod's GPUs through DRA (see the module docstring); empty when it can."""
+    out: list[Why] = []
+    if facts.resource_version is None:
+        out.append(Why("the cluster serves no resource.k8s.io API",
+                       "the cluster serves no resource.k8s.io API version, so there is no DRA to translate to; "
+                       "enable DRA on the control plane or keep this namespace legacy"))
+    elif serve.claims_kept is False:
+        out.append(Why("the API server drops pod claims (DynamicResourceAllocation is off)",
+                       "the API server drops a pod's resourceClaims (a dry-run create showed it: the "
+                       f"DynamicResourceAllocation feature gate is off in kube-apiserver; {serve.claims_problem}): "
+                       "translated, the pod would run without a GPU. Turn the gate on, or keep this namespace legacy"))
+    elif serve.claims_kept is None:
+        out.append(Why("not yet known whether the API server keeps pod claims",
+                       f"the webhook could not check whether the API server keeps a pod's resourceClaims "
+                       f"({serve.claims_problem}); it translates nothing until it can (it checks again periodically)"))
+    node = spec.get("nodeName")
+    if node:
+        out.append(Why("spec.nodeName is set: no scheduler allocates its claims",
+                       f"spec.nodeName is preset ({str(node)[:63]}): the pod bypasses kube-scheduler, the only "
+                       "component that allocates ResourceClaims, so a translated pod would wait forever; let the "
+                       "scheduler place it (node affinity on kubernetes.io/hostname) or keep it legacy"))
+    scheduler = str(spec.get("schedulerName") or DEFAULT_SCHEDULER)
+    if scheduler not in schedulers:
+        out.append(Why(f"schedulerName {scheduler[:40]}: only kube-scheduler allocates claims",
+                       f"schedulerName is {scheduler}: claims are allocated by kube-scheduler's DRA plugin, and this "
+                       "scheduler may not do it, so the pod would wait forever. If it is a kube-scheduler profile "
+                       f"(or allocates DRA claims), start the webhook with --translate-scheduler {scheduler}"))
+    for why in (asks_for_shares(spec), serve.nodes.placement(spec)):
+        if why is not None:
+            out.append(Why(why[:80], f"{why}: wherever this pod can run, the device plugin gives it a MIG slice or a "
+                                     "share of a GPU, while the bridge serves whole GPUs; keep this workload legacy "
+                                     "or request a MIG or shared device through a ResourceClaim"))
+            break
+    return out
 
 
 @dataclass(frozen=True)
@@ -167,21 +240,29 @@ def _is_device_label(expr: Mapping[str, Any]) -> bool:
     return isinstance(expr, Mapping) and expr.get("key") in cel.DEVICE_LABELS
 
 
-def _selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
+def _map(req: cel.Requirement, driver: str, rule: gfd.FamilyRule | None) -> cel.Mapped:
+    """The requirement's CEL under the cluster's GFD family rule; None: the nodes' GFD releases disagree, so a
+    family selector cannot be translated exactly."""
+    if rule is None and req.key == gfd.FAMILY:
+        return cel.Mapped(None, reason="GFD releases on the nodes disagree on gpu.family")
+    return cel.map_requirement(req, driver, rule or gfd.LATEST)
+
+
+def _selectors(spec: Mapping[str, Any], driver: str, rule: gfd.FamilyRule | None = gfd.LATEST) -> _Selectors:
     """The device selector of a pod and what stays on it. A pod with only a nodeSelector of strings (the common
     case: every pod of a Deployment carries the same one) is answered from a cache keyed by that selector."""
     ns = spec.get("nodeSelector")
     if not spec.get("affinity") and (ns is None or type(ns) is dict and all(type(v) is str for v in ns.values())):
-        return _node_selector_only(tuple(ns.items()) if ns else (), driver)
-    return _compute_selectors(spec, driver)
+        return _node_selector_only(tuple(ns.items()) if ns else (), driver, rule)
+    return _compute_selectors(spec, driver, rule)
 
 
 @functools.lru_cache(maxsize=1024)
-def _node_selector_only(items: tuple[tuple[str, str], ...], driver: str) -> _Selectors:
-    return _compute_selectors({"nodeSelector": dict(items)} if items else {}, driver)
+def _node_selector_only(items: tuple[tuple[str, str], ...], driver: str, rule: gfd.FamilyRule | None) -> _Selectors:
+    return _compute_selectors({"nodeSelector": dict(items)} if items else {}, driver, rule)
 
 
-def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
+def _compute_selectors(spec: Mapping[str, Any], driver: str, rule: gfd.FamilyRule | None) -> _Selectors:
     exprs: list[str] = []
     moved: list[str] = []
     warnings: list[str] = []
@@ -190,7 +271,7 @@ def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
     if isinstance(ns, Mapping):
         kept = dict(ns)
         for key in sorted(k for k in ns if k in cel.DEVICE_LABELS):
-            m = cel.map_requirement(cel.Requirement(key, "In", (str(ns[key]),)), driver)
+            m = _map(cel.Requirement(key, "In", (str(ns[key]),)), driver, rule)
             if m.ok:
                 kept.pop(key)
                 moved.append(f"nodeSelector {key}={ns[key]}")
@@ -214,7 +295,7 @@ def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
                 if not _is_device_label(e):
                     kept_exprs.append(e)
                     continue
-                m = cel.map_requirement(_requirement(e), driver)
+                m = _map(_requirement(e), driver, rule)
                 if m.ok:
                     moved.append(f"nodeAffinity {e.get('key')} {e.get('operator')} {','.join(map(str, e.get('values') or []))}")
                     if m.expression:
@@ -233,7 +314,7 @@ def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
                 if t.get("matchFields") or not all(_is_device_label(e) for e in t.get("matchExpressions") or []):
                     translatable = False
                     break
-                parts = [cel.map_requirement(_requirement(e), driver) for e in t.get("matchExpressions") or []]
+                parts = [_map(_requirement(e), driver, rule) for e in t.get("matchExpressions") or []]
                 if not all(p.ok for p in parts):
                     translatable = False
                     break
@@ -244,8 +325,7 @@ def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
                     exprs.append(cel.disjunction(alternatives))
                 new_terms = []
             else:
-                warnings.append("required node affinity with several terms mixing GPU and other labels stays on "
-                                "the pod; the GPUs are constrained only through the node")
+                warnings.append("node affinity with several terms mixing GPU and other labels stays on the pod")
         if new_terms is not None:
             new_aff = copy.deepcopy(dict(affinity))
             node_aff = new_aff["nodeAffinity"]
@@ -260,20 +340,33 @@ def _compute_selectors(spec: Mapping[str, Any], driver: str) -> _Selectors:
 
 
 @functools.lru_cache(maxsize=4096)
-def template_name(count: int, device_class: str, expression: str) -> str:
-    """Cached: a namespace's pods ask for a handful of (count, selector) pairs, and hashing costs microseconds."""
-    digest = hashlib.sha256(json.dumps([device_class, expression]).encode()).hexdigest()[:8]
+def template_name(count: int, device_class: str, expression: str, segments: tuple[int, ...] = ()) -> str:
+    """Cached: a namespace's pods ask for a handful of (count, selector) pairs, and hashing costs microseconds.
+    `segments` (a claim cut into requests for init containers) are part of the name only when there are several."""
+    key: list[Any] = [device_class, expression] + ([list(segments)] if len(segments) > 1 else [])
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:8]
     return f"dra-bridge-gpu-{count}-{digest}"
 
 
-def claim_template(name: str, namespace: str, count: int, expression: str, facts: ClusterFacts) -> Obj:
+def request_name(segments: tuple[int, ...], index: int) -> str:
+    """`gpu` for a claim that is not cut, `gpu-<i>` for its i-th request otherwise."""
+    return REQUEST_NAME if len(segments) <= 1 else f"{REQUEST_NAME}-{index}"
+
+
+def claim_template(name: str, namespace: str, count: int, expression: str, facts: ClusterFacts,
+                   segments: tuple[int, ...] = ()) -> Obj:
     """The ResourceClaimTemplate in the shape of the served resource.k8s.io version (v1beta1 puts deviceClassName
-    and count on the request itself; v1beta2 and v1 nest them under `exactly`)."""
-    exact: Obj = {"deviceClassName": facts.device_class, "allocationMode": "ExactCount", "count": count}
-    if expression:
-        exact["selectors"] = [{"cel": {"expression": expression}}]
+    and count on the request itself; v1beta2 and v1 nest them under `exactly`). `segments`: the request sizes a
+    claim is cut into (default: one request for all `count` devices)."""
+    segments = segments or (count,)
     version = facts.resource_version or "v1"
-    request: Obj = {"name": REQUEST_NAME, **exact} if version == "v1beta1" else {"name": REQUEST_NAME, "exactly": exact}
+    requests: list[Obj] = []
+    for i, n in enumerate(segments):
+        exact: Obj = {"deviceClassName": facts.device_class, "allocationMode": "ExactCount", "count": n}
+        if expression:
+            exact["selectors"] = [{"cel": {"expression": expression}}]
+        rname = request_name(segments, i)
+        requests.append({"name": rname, **exact} if version == "v1beta1" else {"name": rname, "exactly": exact})
     labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, COUNT_LABEL: str(count)}
     meta: Obj = {"name": name, "namespace": namespace, "labels": labels}
     if expression:
@@ -283,7 +376,7 @@ def claim_template(name: str, namespace: str, count: int, expression: str, facts
         "kind": "ResourceClaimTemplate",
         "metadata": meta,
         "spec": {"metadata": {"labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
-                 "spec": {"devices": {"requests": [request]}}},
+                 "spec": {"devices": {"requests": requests}}},
     }
 
 
@@ -304,25 +397,85 @@ def _annotation_ops(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[O
 _compact = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode  # one encoder, not one per call
 
 
-def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Target, facts: ClusterFacts) -> Translation:
-    """The translation of `pod` for `action` SHADOW or TRANSLATE. The caller has already applied the policy."""
-    gpus, reasons = scan(pod)
-    if not gpus and not reasons:
+def _remove_legacy(ops: list[Obj], res: Mapping[str, Any], base: str) -> None:
+    for part in ("requests", "limits"):
+        if LEGACY_RESOURCE in (res.get(part) or {}):
+            ops.append({"op": "remove", "path": f"{base}/{part}/{_LEGACY_TOKEN}"})
+
+
+def _claims_ops(spec: Mapping[str, Any], namespace: str, facts: ClusterFacts, plan: ClaimPlan, expression: str,
+                ops: list[Obj], templates: list[Obj]) -> dict[str, str]:
+    """Patch operations for the claims plan; returns pod claim name -> template name."""
+    taken = {str(c.get("name")) for c in spec.get("resourceClaims") or [] if isinstance(c, Mapping)}
+    names: list[str] = []
+    for claim in plan.claims:
+        name = _claim_name(claim.owner if claim.owner != OWNER_EXTRA else EXTRA_CLAIM, taken)
+        taken.add(name)
+        names.append(name)
+    new_claims: list[Obj] = []
+    seen_templates: set[str] = set()
+    for claim, name in zip(plan.claims, names):
+        tname = template_name(claim.count, facts.device_class, expression, claim.segments)
+        if tname not in seen_templates:
+            seen_templates.add(tname)
+            templates.append(claim_template(tname, namespace, claim.count, expression, facts, claim.segments))
+        new_claims.append({"name": name, "resourceClaimTemplateName": tname})
+    for (kind, index), uses in plan.uses.items():
+        lst = "containers" if kind == "app" else "initContainers"
+        res = spec[lst][index].get("resources") or {}
+        base = f"/spec/{lst}/{index}/resources"
+        _remove_legacy(ops, res, base)
+        refs: list[Obj] = []
+        for use in uses:
+            segs = plan.claims[use.claim].segments
+            if use.requests:
+                refs += [{"name": names[use.claim], "request": request_name(segs, i)} for i in use.requests]
+            else:
+                refs.append({"name": names[use.claim]})
+        if isinstance(res.get("claims"), list):
+            ops.extend({"op": "add", "path": f"{base}/claims/-", "value": r} for r in refs)
+        else:
+            ops.append({"op": "add", "path": f"{base}/claims", "value": refs})
+    if isinstance(spec.get("resourceClaims"), list):
+        ops.extend({"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in new_claims)
+    else:
+        ops.append({"op": "add", "path": "/spec/resourceClaims", "value": new_claims})
+    return {c["name"]: c["resourceClaimTemplateName"] for c in new_claims}
+
+
+def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Target, facts: ClusterFacts,
+              serve: ServeFacts | None = None,
+              schedulers: frozenset[str] = frozenset({DEFAULT_SCHEDULER})) -> Translation:
+    """The translation of `pod` for `action` SHADOW or TRANSLATE. The caller has already applied the policy.
+    `serve` None: a cluster that keeps claims and whose nodes are unknown (`ServeFacts()`)."""
+    serve = serve if serve is not None else ServeFacts()
+    gpus, whys = scan(pod)
+    if not gpus and not whys:
         return Translation()
     spec = pod.get("spec") or {}
+    if not whys:
+        whys = serve_reasons(spec, facts, serve, schedulers)
     summary: Obj
-    if reasons:
+    if whys:
+        reasons = [w.detail for w in whys]
         summary = {"ok": False, "target": target.value, "reasons": reasons}
         patch = _annotation_ops(pod, {SHADOW_ANNOTATION: _compact(summary)}) if action is Action.SHADOW else []
-        return Translation(tuple(patch), (), tuple(reasons), tuple(reasons), tuple(gpus), summary)
+        return Translation(tuple(patch), (), (), tuple(reasons), tuple(gpus), summary, tuple(w.short for w in whys),
+                           target)
 
+    counts = gpu_counts(spec, LEGACY_RESOURCE)
+    devices = pod_devices(spec, LEGACY_RESOURCE)
+    used = target
+    if target is Target.EXTENDED and any(c.kind == "init" and c.count for c in counts):
+        used = Target.CLAIMS  # see the module docstring: init containers keep the count only through claims
     ops: list[Obj] = []
     templates: list[Obj] = []
-    template_names: set[str] = set()
     warnings: list[str] = []
-    summary = {"ok": True, "target": target.value,
-                    "containers": {("init:" if g.kind == "initContainers" else "") + g.name: g.count for g in gpus}}
-    if target is Target.EXTENDED:
+    summary = {"ok": True, "target": used.value, "devices": devices,
+               "containers": {("init:" if g.kind == "initContainers" else "") + g.name: g.count for g in gpus}}
+    if used is not target:
+        summary["note"] = "init containers with GPUs: translated with claims, which keep the device-plugin count"
+    if used is Target.EXTENDED:
         new = facts.extended_resource_name
         for g in gpus:
             res = spec[g.kind][g.index]["resources"]
@@ -333,38 +486,18 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
                     ops.append({"op": "add", "path": f"{base}/{escape(new)}", "value": res[part][LEGACY_RESOURCE]})
         summary["resource"] = new
     else:
-        sel = _selectors(spec, facts.driver)
+        rule = serve.nodes.family_rule if not serve.nodes.family_problem else None
+        sel = _selectors(spec, facts.driver, rule)
         warnings.extend(sel.warnings)
-        taken = {str(c.get("name")) for c in spec.get("resourceClaims") or [] if isinstance(c, Mapping)}
-        new_claims: list[Obj] = []
-        for g in gpus:
-            claim = _claim_name(g.name, taken)
-            taken.add(claim)
-            tname = template_name(g.count, facts.device_class, sel.expression)
-            if tname not in template_names:
-                template_names.add(tname)
-                templates.append(claim_template(tname, namespace, g.count, sel.expression, facts))
-            new_claims.append({"name": claim, "resourceClaimTemplateName": tname})
-            res = spec[g.kind][g.index]["resources"]
-            base = f"/spec/{g.kind}/{g.index}/resources"
-            for part in ("requests", "limits"):
-                if LEGACY_RESOURCE in (res.get(part) or {}):
-                    ops.append({"op": "remove", "path": f"{base}/{part}/{_LEGACY_TOKEN}"})
-            if isinstance(res.get("claims"), list):
-                ops.append({"op": "add", "path": f"{base}/claims/-", "value": {"name": claim}})
-            else:
-                ops.append({"op": "add", "path": f"{base}/claims", "value": [{"name": claim}]})
-        if isinstance(spec.get("resourceClaims"), list):
-            ops.extend({"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in new_claims)
-        else:
-            ops.append({"op": "add", "path": "/spec/resourceClaims", "value": new_claims})
+        plan = plan_claims(counts)
+        assert plan.devices == devices, (plan, devices)
+        summary["claims"] = _claims_ops(spec, namespace, facts, plan, sel.expression, ops, templates)
         if sel.new_node_selector is not None:
             ops.append({"op": "replace", "path": "/spec/nodeSelector", "value": dict(sel.new_node_selector)}
                        if sel.new_node_selector else {"op": "remove", "path": "/spec/nodeSelector"})
         if sel.new_affinity is not None:
             ops.append({"op": "replace", "path": "/spec/affinity", "value": sel.new_affinity}
                        if sel.new_affinity else {"op": "remove", "path": "/spec/affinity"})
-        summary["claims"] = {c["name"]: c["resourceClaimTemplateName"] for c in new_claims}
         if sel.expression:
             summary["selector"] = sel.expression
         if sel.moved:
@@ -374,6 +507,6 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
 
     if action is Action.SHADOW:
         return Translation(tuple(_annotation_ops(pod, {SHADOW_ANNOTATION: _compact(summary)})), (), tuple(warnings),
-                           (), tuple(gpus), summary)
-    ops.extend(_annotation_ops(pod, {TRANSLATED_ANNOTATION: target.value, DETAIL_ANNOTATION: _compact(summary)}))
-    return Translation(tuple(ops), tuple(templates), tuple(warnings), (), tuple(gpus), summary)
+                           (), tuple(gpus), summary, (), used)
+    ops.extend(_annotation_ops(pod, {TRANSLATED_ANNOTATION: used.value, DETAIL_ANNOTATION: _compact(summary)}))
+    return Translation(tuple(ops), tuple(templates), tuple(warnings), (), tuple(gpus), summary, (), used)

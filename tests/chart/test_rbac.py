@@ -30,6 +30,9 @@ EXPECTED: dict[str, set[tuple[str, str, str, str, str]]] = {
         *{("cluster", "", "namespaces", v, "") for v in ("get", "list", "watch")},
         ("cluster", "resource.k8s.io", "resourceclaimtemplates", "create", ""),
         ("cluster", "", "events", "create", ""),
+        *{("cluster", "", "nodes", v, "") for v in ("list", "watch")},  # GPU nodes: MIG/shared, kubelet versions
+        ("cluster", "resource.k8s.io", "deviceclasses", "get", ""),  # auto: extended only with the DeviceClass
+        (NAMESPACE, "", "pods", "create", ""),  # the dry-run serve check, in its own namespace only
     },
     "dra-bridge-controller": {
         *{("cluster", "", "pods", v, "") for v in ("get", "list", "watch")},

@@ -27,7 +27,7 @@ from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.apiserver import http as emulator_http
 from bridge.sandbox.kubelet import KubeletSimulator
 from bridge.sandbox.kubelet.simulator import KubeletConfig
-from bridge.webhook.app import WebhookOptions, build
+from bridge.webhook.app import WebhookOptions, build, live_facts
 from bridge.webhook.facts import facts_from_discovery
 from bridge.webhook.metrics import WebhookMetrics
 from tests.chart.test_rbac import grants
@@ -210,16 +210,21 @@ def test_the_webhooks_requests_are_all_granted_by_its_role(installed: Any, tmp_p
         admin = connect(str(base))
         for ns, mode in (("team-a", "dra"), ("team-b", "shadow")):
             admin.create(NAMESPACES, {"metadata": {"name": ns, "labels": {"dra-bridge.io/mode": mode}}})
+        admin.create(NAMESPACES, {"metadata": {"name": "dra-bridge"}})
         api = connect(str(kubeconfig_as(base, "webhook")))
-        options = WebhookOptions(str(pki.cert_file), str(pki.key_file), port=0, host="127.0.0.1", target="claims",
+        options = WebhookOptions(str(pki.cert_file), str(pki.key_file), port=0, host="127.0.0.1", target="auto",
                                  namespace="dra-bridge")
-        server, cache, events = build(options, api, facts_from_discovery(api.discovery()), WebhookMetrics())
+        facts, metrics = facts_from_discovery(api.discovery()), WebhookMetrics()
+        live = live_facts(options, api, facts, metrics)  # the node informer, the dry-run check, the DeviceClass GET
+        server, cache, events = build(options, api, facts, metrics, live=live)
         stop = threading.Event()
         cache.start(stop)
+        live.start(stop)
         events.start()
         server.start()
         try:
-            assert cache.wait_synced(20)
+            assert cache.wait_synced(20) and live.wait_ready(20)
+            assert live.current().claims_kept is True
             pods = [(deployment_pod(container("main", 2)), "team-a"),          # translated: a template is created
                     (deployment_pod(container("main", extra={"nvidia.com/mig-1g.10gb": 1})), "team-a"),  # Event
                     (deployment_pod(container("main", 1)), "team-b")]          # shadow
@@ -231,7 +236,8 @@ def test_the_webhooks_requests_are_all_granted_by_its_role(installed: Any, tmp_p
             server.shutdown()
             events.stop()
     made = made_by(calls, "webhook")
-    assert {a.resource for a in made} >= {"namespaces", "resourceclaimtemplates", "events"}, made
+    assert {a.resource for a in made} >= {"namespaces", "resourceclaimtemplates", "events", "nodes", "pods",
+                                          "deviceclasses"}, made
     assert not refused(made, rules), refused(made, rules)
 
 

@@ -278,7 +278,7 @@ def test_init_containers_without_gpus_or_only_sidecars_say_nothing() -> None:
 def test_gfd_labels_of_a_time_sliced_node_block_it() -> None:
     shared = node("gpu-1", 32, labels={"nvidia.com/gpu.product": "Tesla-T4-SHARED", "nvidia.com/gpu.replicas": "4"})
     fs = findings(cluster(shared), "DRB015")
-    assert [f.object.name for f in fs] == ["gpu-1"] and "GFD labels: nvidia.com/gpu is a time-sliced" in fs[0].message
+    assert [f.object.name for f in fs] == ["gpu-1"] and "GFD labels: nvidia.com/gpu is time-sliced (product -SHARED)" in fs[0].message
     plain = node("gpu-1", 8, labels={"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.replicas": "1"})
     assert findings(cluster(plain), "DRB015") == []
 

@@ -35,7 +35,10 @@ nodes:
 def test_every_node_gets_the_labels_gpu_feature_discovery_would_set() -> None:
     assert gfd_labels("n", "8xH100-80GB") == {
         "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.count": "8"}
+        "nvidia.com/gpu.memory": "81559", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.compute.major": "9",
+        "nvidia.com/gpu.compute.minor": "0", "nvidia.com/gpu.family": "hopper"}
+    # the family follows the compute capability (8.9), not NVML's architecture name ("Ada Lovelace")
+    assert gfd_labels("n", "2xL4")["nvidia.com/gpu.family"] == "ada-lovelace"
 
 
 @pytest.mark.parametrize(("text", "message"), [

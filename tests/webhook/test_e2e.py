@@ -16,11 +16,13 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from bridge.kube import connect
-from bridge.kube.api import MUTATING_WEBHOOKS, ResourceAPI
+from bridge.kube.api import MUTATING_WEBHOOKS, NODES, ResourceAPI
 from bridge.sandbox.apiserver import ApiServer
-from bridge.webhook.app import WebhookOptions, build
+from bridge.kube.api import NAMESPACES
+from bridge.webhook.app import WebhookOptions, build, live_facts
 from bridge.webhook.facts import facts_from_discovery
 from bridge.webhook.metrics import WebhookMetrics
+from bridge.webhook import cel
 from bridge.webhook.namespaces import read_status, set_mode
 from bridge.webhook.policy import Mode
 from tests.webhook.pki import Pki
@@ -29,31 +31,48 @@ from tests.polling import wait_until as wait_for
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "webhook"
 
 
+def gpu_node(name: str, kubelet: str = "v1.36.0", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A GPU node as the API server holds it: nvidia.com/gpu capacity, the kubelet's version, GFD labels."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
+                       "nodeInfo": {"kubeletVersion": kubelet, "kubeProxyVersion": "", "machineID": name,
+                                    "systemUUID": name, "bootID": "b", "kernelVersion": "6.8.0",
+                                    "osImage": "Ubuntu 24.04", "containerRuntimeVersion": "containerd://2.1.0",
+                                    "operatingSystem": "linux", "architecture": "amd64"}}}
+
+
 class Cluster:
-    def __init__(self, srv: ApiServer, kubeconfig: Path, pki: Pki, target: str) -> None:
+    def __init__(self, srv: ApiServer, kubeconfig: Path, pki: Pki, target: str,
+                 nodes: tuple[dict[str, Any], ...] = ()) -> None:
         self.pki = pki
         self.kubeconfig = str(kubeconfig)
         self.api = connect(str(kubeconfig))
         self.facts = facts_from_discovery(self.api.discovery())
         self.metrics = WebhookMetrics()
-        self.server, self.cache, self.events = build(
-            WebhookOptions(str(pki.cert_file), str(pki.key_file), port=0, host="127.0.0.1", target=target,
-                           namespace="dra-bridge"), self.api, self.facts, self.metrics)
+        options = WebhookOptions(str(pki.cert_file), str(pki.key_file), port=0, host="127.0.0.1", target=target,
+                                 namespace="dra-bridge", serve_check_interval=3600)
+        self.api.create(NAMESPACES, {"metadata": {"name": "dra-bridge"}})  # where the serve check dry-runs its pod
+        for node in nodes:
+            self.api.create(NODES, node)
+        dc = yaml.safe_load((EXAMPLES.parent / "deviceclass.yaml").read_text())  # the one DeviceClass manifest
+        rapi = self.api.resource_api()
+        dc["apiVersion"] = rapi.device_classes.api_version
+        self.api.create(rapi.device_classes, dc)
+        self.live = live_facts(options, self.api, self.facts, self.metrics)
+        self.server, self.cache, self.events = build(options, self.api, self.facts, self.metrics, live=self.live)
         self.stop = threading.Event()
         self.cache.start(self.stop)
+        self.live.start(self.stop)
         self.events.start()
         self.server.start()
-        assert self.cache.wait_synced(20)
+        assert self.cache.wait_synced(20) and self.live.wait_ready(20)
         k8s_config.load_kube_config(str(kubeconfig))
         self.core = k8s.CoreV1Api()
         hook = yaml.safe_load((EXAMPLES / "mutatingwebhookconfiguration.yaml").read_text())
         hook["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{self.server.port}/mutate",
                                                "caBundle": base64.b64encode(pki.ca_pem).decode()}
         self.api.create(MUTATING_WEBHOOKS, hook)
-        dc = yaml.safe_load((EXAMPLES.parent / "deviceclass.yaml").read_text())  # the one DeviceClass manifest
-        rapi = self.api.resource_api()
-        dc["apiVersion"] = rapi.device_classes.api_version
-        self.api.create(rapi.device_classes, dc)
         self.templates = ResourceAPI(rapi.version).claim_templates
 
     def close(self) -> None:
@@ -84,15 +103,16 @@ def k8s_pod_resource():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[Callable[[str, str], Cluster]]:
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     made: list[tuple[ApiServer, Cluster]] = []
 
-    def make(version: str, target: str) -> Cluster:
-        srv = ApiServer(version=version).start()
+    def make(version: str, target: str, nodes: tuple[dict[str, Any], ...] = (),
+             gates: dict[str, bool] | None = None) -> Cluster:
+        srv = ApiServer(version=version, feature_gates=gates).start()
         kubeconfig = srv.write_kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
         pki = Pki(tmp_path)
         pki.issue()
-        c = Cluster(srv, kubeconfig, pki, target)
+        c = Cluster(srv, kubeconfig, pki, target, nodes)
         made.append((srv, c))
         return c
 
@@ -122,7 +142,10 @@ def test_namespace_flips_shadow_then_dra_then_back_to_legacy(cluster_factory: Ca
     (template,) = c.api.list(c.templates, "team-a")["items"]  # created once, shared by both pods
     assert first["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == template["metadata"]["name"]
     exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
-    assert exactly["count"] == 2 and "NVIDIA-H100-80GB-HBM3" in exactly["selectors"][0]["cel"]["expression"]
+    expression = exactly["selectors"][0]["cel"]["expression"]
+    assert exactly["count"] == 2
+    assert cel.evaluate(expression, {"productName": "NVIDIA H100 80GB HBM3"}, {"memory": "80Gi"})
+    assert not cel.evaluate(expression, {"productName": "NVIDIA H200"}, {"memory": "141Gi"})
 
     c.namespace("team-a", "legacy")
     legacy = c.create_pod("team-a", 1)
@@ -137,8 +160,8 @@ def test_namespace_flips_shadow_then_dra_then_back_to_legacy(cluster_factory: Ca
 
 
 def test_auto_target_on_1_36_uses_the_device_class_extended_resource(
-        cluster_factory: Callable[[str, str], Cluster]) -> None:
-    c = cluster_factory("1.36.0", "auto")
+        cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory("1.36.0", "auto", (gpu_node("gpu-1"),))
     c.namespace("team-b", "dra")
     pod = c.create_pod("team-b", 4)
     limits = pod["spec"]["containers"][0]["resources"]["limits"]

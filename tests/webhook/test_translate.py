@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bridge.kvalues.podgpu import container_count, pod_devices
 from bridge.webhook import cel
 from bridge.webhook.facts import ClusterFacts
 from bridge.webhook.jsonpatch import apply_patch
@@ -47,8 +48,17 @@ CASES = {
     "multi-container pod gets one claim per GPU container": Case(
         deployment_pod(container("trainer", 4), container("sidecar"), container("evaluator", 1)),
         {"gpu-trainer": 4, "gpu-evaluator": 1}),
-    "init container with a GPU": Case(
-        deployment_pod(container("main", 2), init=(container("warmup", 1),)), {"gpu-main": 2, "gpu-warmup": 1}),
+    # an init container runs before the app containers and hands its GPUs on: it borrows main's claim (a cut of
+    # it: one of main's two GPUs), so the pod holds 2 GPUs as under the device plugin, not 3
+    "init container with a GPU borrows the app container's claim": Case(
+        deployment_pod(container("main", 2), init=(container("warmup", 1),)), {"gpu-main": 2}),
+    "init container as large as main shares the whole claim": Case(
+        deployment_pod(container("main", 8), init=(container("prep", 8),)), {"gpu-main": 8}),
+    "init container larger than main adds a shared init claim": Case(
+        deployment_pod(container("main", 1), init=(container("prep", 4),)), {"gpu-main": 1, "gpu-init": 3}),
+    "sidecar runs alongside: its own claim": Case(
+        deployment_pod(container("main", 1), init=({**container("logger", 1), "restartPolicy": "Always"},)),
+        {"gpu-logger": 1, "gpu-main": 1}),
     "GFD product nodeSelector becomes CEL and leaves the pod": Case(
         deployment_pod(container("main", 1), node_selector={cel.GFD_PRODUCT: H100, "kubernetes.io/os": "linux"}),
         {"gpu-main": 1}, node_selector={"kubernetes.io/os": "linux"}, selector_devices={"h100"}),
@@ -78,6 +88,11 @@ CASES = {
 }
 
 
+def original(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
+                if c["name"] == name)
+
+
 def run(cfg: ReviewConfig, pod: dict[str, Any], labels: dict[str, str] | None = None) -> Any:
     return review(admission_review(pod), cfg, lambda ns: DRA if labels is None else labels)
 
@@ -100,19 +115,22 @@ def test_claims_target_translates_realistic_pods(name: str, config: ReviewConfig
         validate(t)
         assert t["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dra-bridge"
     pod_claims = {c["name"]: c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
-    assert {n: templates[t]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"]
-            for n, t in pod_claims.items()} == case.claims
-    # each GPU container references exactly its own claim
+    requests = {n: templates[t]["spec"]["spec"]["devices"]["requests"] for n, t in pod_claims.items()}
+    assert {n: sum(r["exactly"]["count"] for r in reqs) for n, reqs in requests.items()} == case.claims
+    # every container sees exactly its device-plugin count, and the pod holds what the device plugin gave it
     for c in spec.get("containers", []) + spec.get("initContainers", []):
-        refs = [r["name"] for r in c["resources"].get("claims", [])]
-        assert refs == ([f"gpu-{c['name']}"] if f"gpu-{c['name']}" in case.claims else [])
+        seen = sum(r["exactly"]["count"] for ref in c["resources"].get("claims", []) for r in requests[ref["name"]]
+                   if ref.get("request") in (None, r["name"]))
+        assert seen == container_count(original(case.pod, c["name"]), "nvidia.com/gpu"), c["name"]
+    assert sum(case.claims.values()) == pod_devices(case.pod["spec"], "nvidia.com/gpu")
+    assert json.loads(out["metadata"]["annotations"][DETAIL_ANNOTATION])["devices"] == sum(case.claims.values())
     assert spec.get("nodeSelector") == case.node_selector
     left = {e["key"] for t in spec.get("affinity", {}).get("nodeAffinity", {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
         for e in t.get("matchExpressions", [])}
     assert left == case.affinity_keys
-    selectors = {json.dumps(t["spec"]["spec"]["devices"]["requests"][0]["exactly"].get("selectors"))
-                 for t in templates.values()}
+    selectors = {json.dumps(r["exactly"].get("selectors")) for t in templates.values()
+                 for r in t["spec"]["spec"]["devices"]["requests"]}
     assert len(selectors) == 1  # one pod-wide device constraint
     sel = json.loads(selectors.pop())
     if case.selector_devices is None:
@@ -161,9 +179,9 @@ def test_template_shape_follows_the_served_resource_version(version: str) -> Non
 
 
 def test_extended_target_renames_the_resource_and_keeps_node_selectors() -> None:
-    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "auto")
-    pod = deployment_pod(container("main", 2), init=(container("prep", 1, requests=False),),
-                         node_selector={cel.GFD_PRODUCT: H100})
+    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "extended")
+    sidecar = {**container("log", 1, requests=False), "restartPolicy": "Always"}
+    pod = deployment_pod(container("main", 2), init=(sidecar,), node_selector={cel.GFD_PRODUCT: H100})
     result = run(cfg, pod)
     assert result.outcome == "translated" and result.target == "extended" and result.templates == ()
     out = apply_patch(pod, decode_patch(result.body))
@@ -171,15 +189,30 @@ def test_extended_target_renames_the_resource_and_keeps_node_selectors() -> None
     name = "deviceclass.resource.kubernetes.io/gpu.dra-bridge.io"
     main = out["spec"]["containers"][0]["resources"]
     assert main["limits"][name] == 2 and main["requests"][name] == 2 and "nvidia.com/gpu" not in main["limits"]
-    prep = out["spec"]["initContainers"][0]["resources"]
-    assert prep["limits"][name] == 1 and name not in prep["requests"]
+    log = out["spec"]["initContainers"][0]["resources"]
+    assert log["limits"][name] == 1 and name not in log["requests"]
     assert out["spec"]["nodeSelector"] == {cel.GFD_PRODUCT: H100}
     assert "resourceClaims" not in out["spec"]
+    assert json.loads(out["metadata"]["annotations"][DETAIL_ANNOTATION])["devices"] == 3
     assert run(cfg, out).outcome == "skipped"
 
 
+def test_extended_target_translates_pods_with_gpu_init_containers_with_claims() -> None:
+    """The scheduler's extended-resource claim summed init and app containers before kubernetes#134880; claims keep
+    the device-plugin count on every release."""
+    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "extended")
+    pod = deployment_pod(container("main", 8), init=(container("prep", 8),))
+    result = run(cfg, pod)
+    assert result.outcome == "translated" and result.target == "claims"
+    out = apply_patch(pod, decode_patch(result.body))
+    assert out["metadata"]["annotations"][TRANSLATED_ANNOTATION] == "claims"
+    (template,) = result.templates
+    assert [r["exactly"]["count"] for r in template["spec"]["spec"]["devices"]["requests"]] == [8]
+    assert out["spec"]["initContainers"][0]["resources"]["claims"] == [{"name": "gpu-main"}]
+
+
 def test_namespace_target_label_overrides_the_cluster_choice() -> None:
-    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "auto")
+    cfg = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 36), "extended")
     result = run(cfg, deployment_pod(container("main", 1)), {**DRA, "dra-bridge.io/target": "claims"})
     assert result.target == "claims" and len(result.templates) == 1
 
@@ -209,10 +242,12 @@ def test_untranslatable_warnings_and_events_say_why_and_what_to_do(name: str, co
     result = run(config, deployment_pod(c))
     (warning,) = result.body["response"]["warnings"]
     (event,) = result.events
-    for text in (warning, event.message):
-        assert why in text and "container main" in text and "stays on the device plugin" in warning
-        assert all(remedy in text for remedy in REMEDY[name]), text
-    assert len(warning) <= 512 and len(event.message) <= 1024
+    # the warning is the short reason (the API's guidance: 120 characters); the Event says what to do
+    assert why in warning and "container main" in warning and "stays on the device plugin" in warning
+    assert len(warning) <= 120
+    assert why in event.message and "container main" in event.message
+    assert all(remedy in event.message for remedy in REMEDY[name]), event.message
+    assert len(event.message) <= 1024
 
 
 @pytest.mark.parametrize("name", list(UNTRANSLATABLE))
@@ -294,3 +329,19 @@ def test_existing_claims_and_annotations_are_kept(config: ReviewConfig) -> None:
 def test_dry_run_is_reported_so_the_shell_skips_side_effects(config: ReviewConfig) -> None:
     result = review(admission_review(deployment_pod(container("main", 1)), dry_run=True), config, lambda ns: DRA)
     assert result.outcome == "translated" and result.dry_run is True and result.templates
+
+
+def test_another_scheduler_is_translated_only_when_configured() -> None:
+    pod = deployment_pod(container("main", 1))
+    pod["spec"]["schedulerName"] = "gpu-scheduler"  # e.g. a second kube-scheduler profile
+    plain = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 35), "claims")
+    left = run(plain, pod)
+    assert left.outcome == "untranslatable" and "--translate-scheduler gpu-scheduler" in left.events[0].message
+    allowed = ReviewConfig(PolicyConfig(), ClusterFacts("v1", 1, 35), "claims",
+                           frozenset({"default-scheduler", "gpu-scheduler"}))
+    assert run(allowed, pod).outcome == "translated"
+
+
+def test_nothing_is_translated_where_no_resource_api_is_served() -> None:
+    result = run(ReviewConfig(PolicyConfig(), ClusterFacts(None, 1, 31), "claims"), deployment_pod(container("m", 1)))
+    assert result.outcome == "untranslatable" and "no resource.k8s.io" in result.body["response"]["warnings"][0]

@@ -80,16 +80,35 @@ class ClusterSpec:
         return tuple(v for v, since in (("v1", 34), ("v1beta2", 33), ("v1beta1", 32)) if minor >= since)
 
 
+def _gfd_family(major: int, minor: int) -> str:
+    """GFD's compute capability -> family (NVIDIA/k8s-device-plugin internal/lm/resource.go `getArchFamily`, as of
+    v0.18: 8.9 is ada-lovelace, 10.x and 12.x blackwell). Kept here, apart from the bridge's own GFD code, because a
+    stand-in is written from upstream on its own."""
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    return {1: "tesla", 2: "fermi", 3: "kepler", 5: "maxwell", 6: "pascal", 9: "hopper", 10: "blackwell",
+            12: "blackwell"}.get(major, "undefined")
+
+
 def gfd_labels(node_name: str, gpus: str) -> dict[str, str]:
-    """The labels NVIDIA GPU Feature Discovery sets, for the node's first GPU (gpu-feature-discovery `lm/`)."""
+    """The labels NVIDIA GPU Feature Discovery sets, for the node's first GPU (gpu-feature-discovery `lm/`):
+    product (the NVML name with spaces as '-': the simulated names have no characters GFD would strip), memory in
+    MiB, count, and the compute capability with the family derived from it."""
     devices = devices_from_spec(gpus, node_name)
     first = devices[0]
-    return {
+    labels = {
         "nvidia.com/gpu.present": "true",
         "nvidia.com/gpu.product": first.product_name.replace(" ", "-"),
         "nvidia.com/gpu.memory": str(first.memory_bytes // 2**20),
         "nvidia.com/gpu.count": str(len(devices)),
     }
+    major, _, minor = first.compute_capability.partition(".")
+    if major.isdigit() and minor.isdigit() and int(major):
+        labels.update({"nvidia.com/gpu.compute.major": major, "nvidia.com/gpu.compute.minor": minor,
+                       "nvidia.com/gpu.family": _gfd_family(int(major), int(minor))})
+    return labels
 
 
 def check(spec: ClusterSpec) -> ClusterSpec:

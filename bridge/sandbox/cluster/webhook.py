@@ -64,16 +64,16 @@ class SandboxWebhook:
         cert, key = write_self_signed(self.dir, "127.0.0.1")
         self.ca_pem = cert.read_bytes()
         self.port = free_port()
+        try:  # first: the webhook's serve check dry-runs a pod in its own namespace as soon as it starts
+            api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WEBHOOK_NAMESPACE}})
+        except AlreadyExists:
+            pass
         self.process = ChildProcess("webhook", [
             sys.executable, "-m", "bridge", "webhook", "--port", str(self.port), "--bind-address", "127.0.0.1",
             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--kubeconfig", str(self.kubeconfig),
             "--namespace", WEBHOOK_NAMESPACE, "--log-format", "json", *self.extra_args,
         ], self.dir / "webhook.log").start()
         self._wait_healthy(timeout)
-        try:
-            api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WEBHOOK_NAMESPACE}})
-        except AlreadyExists:
-            pass
         api.create(MUTATING_WEBHOOKS, configuration(self.url, self.ca_pem))
         return self
 
@@ -88,13 +88,13 @@ class SandboxWebhook:
                                  f"{self.process.log_tail()}")
             try:
                 conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=2)
-                conn.request("GET", "/healthz")
+                conn.request("GET", "/readyz")  # ready: caches synced and the API server checked
                 if conn.getresponse().status == 200:
                     return
             except (OSError, ssl.SSLError, http.client.HTTPException) as err:
                 last = str(err)
             time.sleep(0.1)
-        raise StartError(f"bridge webhook did not answer /healthz within {timeout:.0f}s ({last}):\n"
+        raise StartError(f"bridge webhook was not ready (/readyz) within {timeout:.0f}s ({last}):\n"
                          f"{self.process.log_tail()}")
 
     def stop(self, grace: float = 10.0) -> None:

@@ -1,0 +1,272 @@
+"""What the webhook knows about the GPU nodes, and what it concludes for one pod (pure: node dicts in, verdicts out).
+
+Why nodes at all: the AdmissionReview carries the pod, not the cluster. Whether `nvidia.com/gpu` on the nodes a pod
+can land on is a whole GPU (GPU Feature Discovery labels: MIG strategy single, `-SHARED` products, replicas,
+sharing strategy; bridge.kvalues.gfd), which GFD family rule the cluster's GFD uses, and which kubelet versions run
+on GPU nodes (for the `extended` target) are all on the Node objects.
+
+* `project(node)` keeps only what the decisions need from a Node: name, labels, NoSchedule/NoExecute taints, the
+  kubelet version and the not-whole-GPU reason; and only for **GPU nodes** (capacity `nvidia.com/gpu`, or a GFD
+  `nvidia.com/gpu.product`/`.count`/`.present` label, or the chart's opt-in label `dra-bridge.io/node`). Everything
+  else of a Node (images, conditions, addresses: most of its bytes) is dropped, and strings are interned (the
+  nodes of a pool share their label keys and most values), so the webhook's memory grows with the GPU nodes'
+  labels only, bounded by `MAX_NODES`.
+* `NodeView` is an immutable snapshot of those projections. `placement(spec)` answers "can this pod only run on
+  nodes whose nvidia.com/gpu is not a whole GPU?": the candidate GPU nodes are those its `nodeSelector`, required
+  node affinity (terms OR-ed, expressions AND-ed, `matchFields` on `metadata.name`) and tolerations (of the nodes'
+  NoSchedule/NoExecute taints) admit, with the scheduler's semantics (k8s.io/component-helpers
+  scheduling/corev1/nodeaffinity `GetRequiredNodeAffinity`, `NodeSelectorRequirementsAsSelector`;
+  k8s.io/api core/v1 toleration.go `ToleratesTaint`). If every candidate serves slices or shares, the pod meant
+  one and is not translated. If the candidates are mixed, the pod already ran on whole GPUs sometimes and gets one
+  under DRA: translated. No candidate at all (no GPU node known, or a selector no GPU node satisfies): translated,
+  nothing to conclude from. A namespace's own restrictions arrive in the pod: the API server's PodNodeSelector and
+  PodTolerationRestriction admission plugins run before mutating webhooks and merge the namespace's node selector
+  and default tolerations into the pod the webhook sees.
+* Verdicts are memoised per distinct (nodeSelector, required affinity, tolerations) inside a snapshot (the pods of
+  a Deployment share one), and when no GPU node serves slices or shares the answer is immediate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.kvalues import gfd
+
+MAX_NODES = 20_000  # GPU nodes kept; the Kubernetes scalability envelope is 5,000 nodes
+LEGACY_RESOURCE = "nvidia.com/gpu"
+OPT_IN_LABEL = "dra-bridge.io/node"
+_GPU_LABELS = (gfd.PRODUCT, gfd.COUNT, "nvidia.com/gpu.present", OPT_IN_LABEL)
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)")
+
+Taint = tuple[str, str, str]  # key, value, effect
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...] = ()
+    kubelet: tuple[int, int] | None = None
+    not_whole: str | None = None
+
+
+def kubelet_version(text: str) -> tuple[int, int] | None:
+    """"v1.36.2-eks-1" -> (1, 36); None when unreadable."""
+    m = _VERSION.match(text or "")
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def slim(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The Node as the webhook's informer stores it (bridge.kube.watch `transform`): identity always, and for a GPU
+    node the labels, taints, `nvidia.com/gpu` capacity and kubelet version; nothing else."""
+    meta = node.get("metadata") or {}
+    out: dict[str, Any] = {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}}
+    if project(node) is None:
+        return out
+    out["metadata"]["labels"] = dict(meta.get("labels") or {})
+    taints = (node.get("spec") or {}).get("taints")
+    if taints:
+        out["spec"] = {"taints": taints}
+    status = node.get("status") or {}
+    capacity = status.get("capacity") or {}
+    out["status"] = {"nodeInfo": {"kubeletVersion": (status.get("nodeInfo") or {}).get("kubeletVersion", "")}}
+    if LEGACY_RESOURCE in capacity:
+        out["status"]["capacity"] = {LEGACY_RESOURCE: capacity[LEGACY_RESOURCE]}
+    return out
+
+
+def project(node: Mapping[str, Any]) -> NodeInfo | None:
+    """The part of a Node the webhook keeps, or None when it is not a GPU node (see the module docstring)."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    if not isinstance(labels, Mapping) or not isinstance(status, Mapping):
+        return None
+    capacity = status.get("capacity") or {}
+    if not (isinstance(capacity, Mapping) and LEGACY_RESOURCE in capacity) and not any(k in labels for k in _GPU_LABELS):
+        return None
+    kept = {sys.intern(str(k)): sys.intern(str(v)) for k, v in labels.items()}
+    taints: list[Taint] = []
+    for t in (node.get("spec") or {}).get("taints") or []:
+        if isinstance(t, Mapping) and t.get("effect") in ("NoSchedule", "NoExecute"):
+            taints.append((sys.intern(str(t.get("key", ""))), sys.intern(str(t.get("value", ""))),
+                           sys.intern(str(t.get("effect")))))
+    info = status.get("nodeInfo") or {}
+    kubelet = kubelet_version(str(info.get("kubeletVersion", ""))) if isinstance(info, Mapping) else None
+    return NodeInfo(sys.intern(str(meta.get("name", ""))), kept, tuple(taints), kubelet, gfd.not_whole_gpu(kept))
+
+
+# --- the scheduler's node selection -----------------------------------------------------------------------------
+
+def _requirement(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, op = str(req.get("key", "")), req.get("operator")
+    values = [str(v) for v in req.get("values") or []]
+    value = labels.get(key)
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, want = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _field(req: Mapping[str, Any], name: str) -> bool:
+    if req.get("key") != "metadata.name":
+        return False
+    values = [str(v) for v in req.get("values") or []]
+    if req.get("operator") == "In":
+        return name in values
+    if req.get("operator") == "NotIn":
+        return name not in values
+    return False
+
+
+def _term(term: Mapping[str, Any], node: NodeInfo) -> bool:
+    exprs = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not exprs and not fields:
+        return False  # an empty term selects no node
+    return (all(isinstance(e, Mapping) and _requirement(e, node.labels) for e in exprs)
+            and all(isinstance(f, Mapping) and _field(f, node.name) for f in fields))
+
+
+def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
+    key, value, effect = taint
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != effect:
+            continue
+        op = t.get("operator") or "Equal"
+        if op == "Exists" and (not t.get("key") or t.get("key") == key):
+            return True
+        if op == "Equal" and t.get("key") == key and str(t.get("value") or "") == value:
+            return True
+    return False
+
+
+def selects(spec: Mapping[str, Any], node: NodeInfo) -> bool:
+    """Whether the scheduler could put a pod with this spec on `node` as far as labels and taints go."""
+    selector = spec.get("nodeSelector") or {}
+    if isinstance(selector, Mapping) and any(node.labels.get(k) != str(v) for k, v in selector.items()):
+        return False
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, Mapping) else None
+    if terms and not any(isinstance(t, Mapping) and _term(t, node) for t in terms):
+        return False
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    return all(_tolerates(tolerations, taint) for taint in node.taints)
+
+
+# --- what the pod's own selectors ask for ------------------------------------------------------------------------
+
+def asks_for_shares(spec: Mapping[str, Any]) -> str | None:
+    """Why the pod's own node selection asks for slices or shares (a `-MIG-`/`-SHARED` product, replicas > 1, a
+    time-slicing or MPS sharing strategy), or None. Such a pod meant a slice whatever the nodes are now."""
+    pairs: list[tuple[str, str, tuple[str, ...]]] = []
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        pairs.append((str(k), "In", (str(v),)))
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for term in affinity.get("nodeSelectorTerms") or [] if isinstance(affinity, Mapping) else []:
+        for e in (term.get("matchExpressions") or []) if isinstance(term, Mapping) else []:
+            if isinstance(e, Mapping) and e.get("operator") == "In":
+                pairs.append((str(e.get("key", "")), "In", tuple(str(v) for v in e.get("values") or [])))
+    for key, _, values in pairs:
+        if key not in (gfd.PRODUCT, gfd.REPLICAS, gfd.SHARING_STRATEGY):
+            continue  # MIG strategy single alone is no ask: with MIG off on the GPUs the node serves whole ones
+        for v in values:
+            why = gfd.not_whole_gpu({key: v})
+            if why is not None:
+                return f"its node selector: {why}"
+    return None
+
+
+# --- the snapshot ------------------------------------------------------------------------------------------------
+
+class NodeView:
+    """An immutable snapshot of the GPU nodes (the verdict memo inside is an implementation detail). Equal when the
+    nodes are."""
+
+    def __init__(self, nodes: tuple[NodeInfo, ...] = (), truncated: bool = False) -> None:
+        self.nodes = nodes
+        self.truncated = truncated  # more GPU nodes than MAX_NODES: the rest are unknown
+        self._memo: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+        self.any_not_whole = any(n.not_whole for n in self.nodes)
+        known = [(n.kubelet, n.name) for n in self.nodes if n.kubelet is not None]
+        self.unknown_kubelets = tuple(n.name for n in self.nodes if n.kubelet is None)
+        self.oldest_kubelet: tuple[tuple[int, int], str] | None = min(known) if known else None
+        observations: set[tuple[str, int, int]] = set()
+        for n in self.nodes:
+            fam, major, minor = (n.labels.get(k) for k in (gfd.FAMILY, gfd.COMPUTE_MAJOR, gfd.COMPUTE_MINOR))
+            if fam and major and minor and major.isdigit() and minor.isdigit():
+                observations.add((fam, int(major), int(minor)))
+        rule, self.family_problem = gfd.infer_family_rule(observations)
+        self.family_rule = rule or gfd.LATEST
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NodeView) and (self.nodes, self.truncated) == (other.nodes, other.truncated)
+
+    def __hash__(self) -> int:
+        return hash((tuple(n.name for n in self.nodes), self.truncated))
+
+    def __repr__(self) -> str:
+        return f"NodeView({len(self.nodes)} GPU nodes, {sum(1 for n in self.nodes if n.not_whole)} not whole)"
+
+    @classmethod
+    def of(cls, nodes: Iterable[NodeInfo], truncated: bool = False) -> NodeView:
+        return cls(tuple(sorted(nodes, key=lambda n: n.name)), truncated)
+
+    def kubelets_at_least(self, version: tuple[int, int]) -> tuple[bool, str]:
+        """Whether every GPU node's kubelet is at `version` or newer, and if not, which one is not (or why it
+        cannot be told: no GPU node known, a version that does not parse)."""
+        if not self.nodes:
+            return False, "no GPU node is known yet"
+        if self.unknown_kubelets:
+            return False, f"node {self.unknown_kubelets[0]} reports no kubelet version"
+        assert self.oldest_kubelet is not None
+        (oldest, name) = self.oldest_kubelet
+        if oldest < version:
+            return False, f"node {name} runs kubelet {oldest[0]}.{oldest[1]}"
+        return True, ""
+
+    def placement(self, spec: Mapping[str, Any]) -> str | None:
+        """Why the pod can only run where `nvidia.com/gpu` is not a whole GPU, or None (see the module docstring).
+        Short: it ends up in a 120-character warning; the first candidate node is named."""
+        if not self.any_not_whole:
+            return None
+        key = json.dumps([spec.get("nodeSelector"), (spec.get("affinity") or {}).get("nodeAffinity"),
+                          spec.get("tolerations")], sort_keys=True, default=str)
+        with self._lock:
+            if key in self._memo:
+                return self._memo[key]
+        candidates = [n for n in self.nodes if selects(spec, n)]
+        verdict: str | None = None
+        if candidates and all(n.not_whole for n in candidates):
+            first = candidates[0]
+            verdict = f"on node {first.name[:30]}: {first.not_whole}"
+        with self._lock:
+            if len(self._memo) < 4096:
+                self._memo[key] = verdict
+        return verdict
+
+
+EMPTY = NodeView()
+
+__all__ = ["EMPTY", "MAX_NODES", "NodeInfo", "NodeView", "asks_for_shares", "kubelet_version", "project", "selects",
+           "slim"]
