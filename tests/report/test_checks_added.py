@@ -140,6 +140,7 @@ def test_preset_node_name_in_a_template_is_a_blocker() -> None:
 def test_another_scheduler_needs_configuration() -> None:
     fs = findings(cluster(app(schedulerName="volcano")), "DRB034")
     assert [(f.severity, f.details["schedulerName"]) for f in fs] == [("warning", "volcano")]
+    assert "--translate-scheduler volcano" in fs[0].fix
 
 
 def test_default_scheduler_and_bare_pods_bound_by_it_are_fine() -> None:

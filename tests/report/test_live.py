@@ -17,13 +17,13 @@ from bridge.report import build_report, load_snapshot
 from bridge.report.live import Progress, load_live
 from bridge.report.sources import KINDS
 from bridge.sandbox.apiserver import ApiServer
-from tests.report.conftest import EXAMPLE
+from tests.report.conftest import EXAMPLE, load_example
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ApiServer]:
     with ApiServer(version="1.36.2") as srv:
-        srv.load_dir(EXAMPLE)  # the snapshot directory as it is, validated against the schemas
+        load_example(srv)
         yield srv
 
 
@@ -46,7 +46,7 @@ def _facts(report) -> list[tuple]:  # type: ignore[no-untyped-def]
 
 
 def test_live_scan_gives_the_same_findings_as_the_snapshot(kubeconfig: Path) -> None:
-    snap = build_report(_without_crds())
+    snap = build_report(load_snapshot(EXAMPLE))
     progress_out = io.StringIO()
     live_data = load_live(connect(kubeconfig), progress=Progress(progress_out, enabled=True), page_size=7)
     live = build_report(live_data)
@@ -118,7 +118,7 @@ def test_snapshot_command_round_trip(kubeconfig: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert json.loads((out / "version.json").read_text())["serverVersion"]["gitVersion"] == "v1.36.2"
     again = build_report(load_snapshot(out))
-    assert _facts(again) == _facts(build_report(_without_crds()))
+    assert _facts(again) == _facts(build_report(load_snapshot(EXAMPLE)))
 
 
 def test_live_cli_report_exit_code(kubeconfig: Path) -> None:

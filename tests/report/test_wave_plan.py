@@ -20,7 +20,7 @@ from bridge.kube import connect
 from bridge.kube.api import NAMESPACES
 from bridge.report import load_snapshot, run_report
 from bridge.sandbox.apiserver import ApiServer
-from tests.report.conftest import EXAMPLE
+from tests.report.conftest import EXAMPLE, load_example
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(tmp_path: Path) -> Iterator[dict[str, str]]:
     """The example loaded into the API emulator, and the environment wave-plan.sh needs to reach it."""
     with ApiServer(version="1.36.2") as srv:
-        srv.load_dir(EXAMPLE)
+        load_example(srv)
         kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
         bridge = tmp_path / "bridge"
         bridge.write_text(f'#!/bin/sh\nexec {sys.executable} -m bridge "$@"\n')

@@ -214,7 +214,8 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
     """Only kube-scheduler allocates ResourceClaims. A pod template with `nodeName` set skips scheduling: a claim
     would never be allocated and the pod never starts, so the webhook leaves such pods untouched (they stay on the
     device plugin). A pod naming another scheduler (Volcano, KAI, YuniKorn, ...) is left untouched unless the webhook
-    is configured to translate for it, which is right only when that scheduler allocates claims itself. Bare pods
+    is told to translate for it (`bridge webhook --translate-scheduler NAME`), which is right only when that
+    scheduler allocates claims itself or is a kube-scheduler profile. Bare pods
     always carry the node they were bound to, so `nodeName` is read from controller templates only."""
     for w in ctx.gpu_workloads:
         if not w.gpus_per_pod:
@@ -232,8 +233,9 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB034", "warning", workload_ref(w),
                           f"its pods name scheduler {scheduler}: only kube-scheduler is known to allocate "
                           "ResourceClaims, so the webhook leaves these pods untouched (on the device plugin)",
-                          f"If {scheduler} allocates ResourceClaims in the version you run, let the webhook translate "
-                          "pods for it; otherwise keep this workload legacy",
+                          f"If {scheduler} allocates ResourceClaims in the version you run (or is a kube-scheduler "
+                          f"profile), run the webhook with --translate-scheduler {scheduler}; otherwise keep this "
+                          "workload legacy",
                           {"schedulerName": scheduler})
 
 
