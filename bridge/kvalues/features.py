@@ -111,7 +111,9 @@ class Feature:
         return f"{self.name}, KEP-{self.kep}: {stages}"
 
 
-_KF = "kubernetes/kubernetes pkg/features/kube_features.go (VersionedSpecs)"
+# The gates' VersionedSpecs: pkg/features/kube_features.go; in the 1.37 sources the scheduler's DRA gates carry the
+# same VersionedSpecs in the scheduler's own feature list (checked there for the 1.36/1.37 stages).
+_KF = "kubernetes/kubernetes pkg/features/kube_features.go (VersionedSpecs; 1.37 sources: the scheduler's feature list)"
 
 FEATURES: tuple[Feature, ...] = (
     Feature("dra", "DynamicResourceAllocation", "4381", (1, 26), (1, 32), (1, 34),
