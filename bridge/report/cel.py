@@ -57,7 +57,7 @@ class SelectorEvaluator:
         self._identity: dict[str, bool] = {}
         self._memo: dict[tuple[str, Any], bool] = {}
         self._outcomes: dict[tuple[str, str, Any], bool | str] = {}
-        self._sigs: dict[int, Any] = {}
+        self._sigs: dict[int, tuple[Device, Any]] = {}
 
     def check(self, expr: str) -> None:
         self._program(expr)
@@ -74,14 +74,17 @@ class SelectorEvaluator:
         return prog
 
     def _signature(self, d: Device) -> Any:
-        sig = self._sigs.get(id(d))
-        if sig is None:
-            sig = (
-                d.driver,
-                tuple(sorted((dom, k, repr(v)) for dom, m in d.attributes.items() for k, v in m.items() if k not in _IDENTITY)),
-                tuple(sorted((dom, k, v) for dom, m in d.capacity.items() for k, v in m.items())),
-            )
-            self._sigs[id(d)] = sig
+        # Keyed by identity, so the device is kept with its signature: a freed device's id can be reused by a new
+        # one, which must not inherit the old signature (and with it the old device's memoised results).
+        hit = self._sigs.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        sig = (
+            d.driver,
+            tuple(sorted((dom, k, repr(v)) for dom, m in d.attributes.items() for k, v in m.items() if k not in _IDENTITY)),
+            tuple(sorted((dom, k, v) for dom, m in d.capacity.items() for k, v in m.items())),
+        )
+        self._sigs[id(d)] = (d, sig)
         return sig
 
     def outcome(self, expr: str, d: Device) -> bool | str:
