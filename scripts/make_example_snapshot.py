@@ -3,23 +3,36 @@
 
 Usage: python scripts/make_example_snapshot.py [OUT_DIR]   (default: examples/cluster-snapshot)
 
-The cluster (Kubernetes 1.34.2, resource.k8s.io/v1 served):
-* nodes: two A100 nodes on the vendor device plugin; two H100 nodes run by the bridge (split 6 and all); one
-  A100 node with MIG (mixed strategy); one T4 node with time-slicing on cri-dockerd; one L40S node on NVIDIA's
-  DRA driver; one CPU node with a stale zero GPU capacity left by a removed device plugin.
-* teams: vision (legacy: inference Deployment + training Job, GFD product selector, unpaired quota), nlp (shadow:
-  StatefulSet with GFD affinity, nightly fine-tune CronJob with a preempting PriorityClass, paired quota), speech
-  (dra: inference Deployment), research (legacy: MIG Deployment, a notebook pod mounting /dev/nvidia0), recsys
-  (legacy: time-sliced gpu.shared Deployment, NVIDIA_VISIBLE_DEVICES set by hand), batch (legacy: ready Job).
-* agents: NVIDIA device plugin + GFD + dcgm-exporter (gpu-operator), the bridge node daemon (dra-bridge), NVIDIA's
-  DRA kubelet plugin (nvidia-dra-driver-gpu), cluster-autoscaler (kube-system); device-plugin ConfigMap with
-  default / mig-mixed / time-sliced configs.
+The cluster (Kubernetes 1.36.2 in the middle of an upgrade from 1.35, resource.k8s.io/v1 served):
+* nodes: two A100 nodes on the vendor device plugin (one kubelet still 1.35); three nodes run by the bridge: two
+  H100 (split 6 and all) and one L4 whose GFD is an older release (it labels 8.9 `ampere`); one A100 node with MIG
+  under the GPU Operator's default MIG strategy `single` (each slice is `nvidia.com/gpu`); two T4 nodes with
+  time-slicing, one renamed (`nvidia.com/gpu.shared`, on cri-dockerd, kubelet 1.35) and one not (`nvidia.com/gpu`
+  is a quarter of a T4 there); one L40S node on NVIDIA's DRA driver; one CPU node with a stale zero GPU capacity
+  left by a removed device plugin.
+* teams: vision (legacy: inference Deployment + training Job with a GFD product selector, a batch Job selecting
+  family `ampere`, an unpaired quota while other teams share the GPUs), nlp (shadow: StatefulSet with GFD
+  affinity, nightly fine-tune CronJob with a preempting PriorityClass, an RL sweep on Volcano, paired quota),
+  speech (dra: inference Deployment), research (legacy: embeddings on the MIG node, a CronJob still asking
+  `nvidia.com/mig-1g.10gb` from the days of the mixed strategy, a notebook mounting /dev/nvidia0, a debugger pinned
+  with nodeName), recsys (legacy: time-sliced gpu.shared ranker, a reranker on the un-renamed time-sliced node,
+  NVIDIA_VISIBLE_DEVICES set by hand), batch (legacy: ready Job with a GPU warm-up init container), rl (legacy:
+  jobs admitted by Kueue through a ClusterQueue that budgets `nvidia.com/gpu`).
+* agents: NVIDIA device plugin + GFD + dcgm-exporter under the GPU Operator (ClusterPolicy: MIG strategy single,
+  device-plugin configs in `device-plugin-config`: default / mig-mixed / time-sliced / time-sliced-inference), the
+  bridge node daemon (dra-bridge), NVIDIA's DRA kubelet plugin (nvidia-dra-driver-gpu), cluster-autoscaler
+  (kube-system), Kueue's queues.
+
+The custom resources (ClusterPolicy, ClusterQueue, LocalQueue) are in `crds.yaml.gz`, gzipped as a large export
+would be: the API emulator (`bridge sandbox apiserver --load`) serves none of these CRDs and reads no `.gz` file,
+so loading this directory there still loads every built-in object, while `migrate-report --snapshot` reads all.
 
 Deterministic: no timestamps except fixed creationTimestamps; rerunning produces identical files.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -76,7 +89,8 @@ def gfd(product: str, memory_mib: int, family: str, major: int, minor: int, coun
     }
 
 
-def node(name: str, labels: dict[str, str], capacity: dict[str, str], allocatable: dict[str, str], runtime: str) -> Obj:
+def node(name: str, labels: dict[str, str], capacity: dict[str, str], allocatable: dict[str, str], runtime: str,
+         kubelet: str = "v1.36.2") -> Obj:
     base = {"cpu": "96", "memory": "1056Gi", "pods": "110"}
     return {
         "apiVersion": "v1", "kind": "Node",
@@ -84,7 +98,7 @@ def node(name: str, labels: dict[str, str], capacity: dict[str, str], allocatabl
         "status": {
             "capacity": {**base, **capacity},
             "allocatable": {**base, **allocatable},
-            "nodeInfo": {"containerRuntimeVersion": runtime, "kubeletVersion": "v1.34.2", "osImage": "Ubuntu 24.04",
+            "nodeInfo": {"containerRuntimeVersion": runtime, "kubeletVersion": kubelet, "osImage": "Ubuntu 24.04",
                          "kernelVersion": "6.8.0-45-generic", "architecture": "amd64", "operatingSystem": "linux",
                          "kubeProxyVersion": "", "machineID": "", "systemUUID": "", "bootID": ""},
         },
@@ -96,19 +110,28 @@ H100 = gfd("NVIDIA-H100-80GB-HBM3", 81559, "hopper", 9, 0, 8)
 DP = {"nvidia.com/gpu.deploy.device-plugin": "true"}
 BRIDGE = {"dra-bridge.io/node": "true"}
 
+L4_OLD_GFD = gfd("NVIDIA-L4", 23034, "ampere", 8, 9, 4)  # GFD before v0.18.0 calls every 8.x ampere
+MIG_SINGLE = {**gfd("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", 9728, "ampere", 8, 0, 28), "nvidia.com/mig.strategy": "single",
+              "nvidia.com/mig.capable": "true", "nvidia.com/mig.config": "all-1g.10gb"}
+T4_SHARED = {**gfd("Tesla-T4-SHARED", 15360, "turing", 7, 5, 4), "nvidia.com/gpu.replicas": "4",
+             "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+
 NODES = [
     node("gpu-a100-1", {**A100, **DP}, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"}, "containerd://2.0.4"),
-    node("gpu-a100-2", {**A100, **DP}, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"}, "containerd://1.7.22"),
+    node("gpu-a100-2", {**A100, **DP}, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"}, "containerd://1.7.22",
+         kubelet="v1.35.4"),
     node("gpu-h100-1", {**H100, **BRIDGE, "dra-bridge.io/dra-devices": "6"},
          {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "2"}, "containerd://2.0.4"),
     node("gpu-h100-2", {**H100, **BRIDGE, "dra-bridge.io/dra-devices": "all"},
          {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "0"}, "containerd://2.0.4"),
-    node("gpu-mig-1", {**gfd("NVIDIA-A100-SXM4-80GB", 81920, "ampere", 8, 0, 4), **DP,
-                       "nvidia.com/device-plugin.config": "mig-mixed", "nvidia.com/mig.strategy": "mixed"},
-         {"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "14"}, {"nvidia.com/gpu": "2", "nvidia.com/mig-1g.10gb": "14"},
-         "containerd://2.0.4"),
+    node("gpu-l4-1", {**L4_OLD_GFD, **BRIDGE, "dra-bridge.io/dra-devices": "all"},
+         {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "0"}, "containerd://2.0.4"),
+    node("gpu-mig-1", {**MIG_SINGLE, **DP, "nvidia.com/device-plugin.config": "mig-mixed"},
+         {"nvidia.com/gpu": "28"}, {"nvidia.com/gpu": "28"}, "containerd://2.0.4"),
     node("gpu-t4-1", {**gfd("Tesla-T4", 15360, "turing", 7, 5, 4), **DP, "nvidia.com/device-plugin.config": "time-sliced"},
-         {"nvidia.com/gpu.shared": "16"}, {"nvidia.com/gpu.shared": "16"}, "docker://24.0.7"),
+         {"nvidia.com/gpu.shared": "16"}, {"nvidia.com/gpu.shared": "16"}, "docker://24.0.7", kubelet="v1.35.4"),
+    node("gpu-t4-2", {**T4_SHARED, **DP, "nvidia.com/device-plugin.config": "time-sliced-inference"},
+         {"nvidia.com/gpu": "16"}, {"nvidia.com/gpu": "16"}, "containerd://2.0.4"),
     node("gpu-l40s-1", {**gfd("NVIDIA-L40S", 46068, "ada-lovelace", 8, 9, 4)}, {}, {}, "containerd://2.0.4"),
     node("cpu-1", {}, {"nvidia.com/gpu": "0"}, {"nvidia.com/gpu": "0"}, "containerd://2.0.4"),
 ]
@@ -145,6 +168,10 @@ def h100(i: int, seed: str) -> Obj:
     return device(i, "gpu.dra-bridge.io", "NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", "80Gi", seed)
 
 
+def l4(i: int) -> Obj:
+    return device(i, "gpu.dra-bridge.io", "NVIDIA L4", "Ada Lovelace", "8.9.0", "23034Mi", "b1c2d3e4")
+
+
 DRA = [
     {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": meta("gpu.dra-bridge.io"),
      "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.dra-bridge.io"'}}]}},
@@ -153,6 +180,7 @@ DRA = [
                                                    'device.attributes["gpu.nvidia.com"].type == "gpu"'}}]}},
     rslice("gpu-h100-1-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-h100-1", [h100(i, "a1b2c3d4") for i in range(2, 8)]),
     rslice("gpu-h100-2-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-h100-2", [h100(i, "e5f6a7b8") for i in range(8)]),
+    rslice("gpu-l4-1-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-l4-1", [l4(i) for i in range(4)]),
     rslice("gpu-l40s-1-gpu.nvidia.com", "gpu.nvidia.com", "gpu-l40s-1", [
         {**(d := device(i, "gpu.nvidia.com", "NVIDIA L40S", "Ada Lovelace", "8.9.0", "45Gi", "c9d0e1f2")),
          "attributes": {**d["attributes"], "type": {"string": "gpu"}}} for i in range(4)]),
@@ -166,7 +194,7 @@ NAMESPACES = [
         ("kube-system", {}), ("gpu-operator", {}), ("dra-bridge", {}), ("nvidia-dra-driver-gpu", {}),
         ("team-vision", {"dra-bridge.io/mode": "legacy"}), ("team-nlp", {"dra-bridge.io/mode": "shadow"}),
         ("team-speech", {"dra-bridge.io/mode": "dra"}), ("team-research", {}), ("team-recsys", {}),
-        ("team-batch", {}),
+        ("team-batch", {}), ("team-rl", {}), ("kueue-system", {}),
     ]
 ]
 
@@ -178,7 +206,8 @@ QUOTAS = [
     {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta("gpu-quota", "team-vision"),
      "spec": {"hard": {"requests.nvidia.com/gpu": "16"}}},
     {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta("gpu-quota", "team-nlp"),
-     "spec": {"hard": {"requests.nvidia.com/gpu": "16", "gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices": "16"}}},
+     "spec": {"hard": {"requests.nvidia.com/gpu": "16", "gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices": "16",
+                       "requests.deviceclass.resource.kubernetes.io/gpu.dra-bridge.io": "16"}}},
 ]
 
 DP_CONFIG = {
@@ -186,6 +215,9 @@ DP_CONFIG = {
     "mig-mixed": "version: v1\nflags:\n  migStrategy: mixed\n",
     "time-sliced": ("version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n    renameByDefault: true\n"
                     "    failRequestsGreaterThanOne: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"),
+    # No rename: the plugin advertises every T4 four times as nvidia.com/gpu itself.
+    "time-sliced-inference": ("version: v1\nflags:\n  migStrategy: none\nsharing:\n  timeSlicing:\n"
+                              "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"),
 }
 CONFIGMAPS = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("device-plugin-config", "gpu-operator"),
                "data": DP_CONFIG}]
@@ -264,17 +296,26 @@ asr_pod_spec = pod_spec([container("asr", SERVE_IMG, resources={"claims": [{"nam
                         resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "dra-bridge-gpu-1"}])
 deployment("asr-inference", "team-speech", 2, asr_spec, ["gpu-h100-2"], asr_pod_spec)
 
-# team-research (legacy): MIG inference, and a notebook mounting a GPU device node by hand
+# team-research (legacy): embeddings on the MIG node (nvidia.com/gpu: 1 is one 1g.10gb slice there), a CronJob
+# still written for the mixed strategy, a notebook mounting a GPU device node by hand, a debugger pinned by nodeName
 deployment("embeddings", "team-research", 3,
-           pod_spec([container("embed", SERVE_IMG, {"nvidia.com/mig-1g.10gb": 1})]), ["gpu-mig-1"])
+           pod_spec([container("embed", SERVE_IMG, {"nvidia.com/gpu": 1})]), ["gpu-mig-1"])
+refresh_spec = pod_spec([container("refresh", SERVE_IMG, {"nvidia.com/mig-1g.10gb": 1})], restartPolicy="OnFailure")
+controllers.append({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta("embedding-refresh", "team-research"),
+                    "spec": {"schedule": "30 2 * * *", "jobTemplate": {"spec": {"template": {"spec": refresh_spec}}}}})
 running_pod("notebook-alice", "team-research", None, pod_spec(
     [container("jupyter", "quay.io/jupyter/pytorch-notebook:cuda12-2025-10-20", securityContext={"privileged": True},
                volumeMounts=[{"name": "nvidia0", "mountPath": "/dev/nvidia0"}])],
     volumes=[{"name": "nvidia0", "hostPath": {"path": "/dev/nvidia0", "type": "CharDevice"}}]), "gpu-a100-1")
+deployment("cuda-debugger", "team-research", 1,
+           pod_spec([container("gdb", TRAIN_IMG, {"nvidia.com/gpu": 1})], nodeName="gpu-a100-1"), ["gpu-a100-1"])
 
-# team-recsys (legacy): time-sliced ranking service; a feature job that pins GPUs by env var
+# team-recsys (legacy): time-sliced ranking service; a reranker on the un-renamed time-sliced node (nvidia.com/gpu: 1
+# is a quarter of a T4 there); a feature job that pins GPUs by env var
 deployment("ranker", "team-recsys", 4,
            pod_spec([container("ranker", SERVE_IMG, {"nvidia.com/gpu.shared": 1})]), ["gpu-t4-1"])
+deployment("reranker-lite", "team-recsys", 3,
+           pod_spec([container("rerank", SERVE_IMG, {"nvidia.com/gpu": 1})]), ["gpu-t4-2"])
 feat_spec = pod_spec([container("features", TRAIN_IMG, {"nvidia.com/gpu": 1},
                                 env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}])], restartPolicy="Never")
 feat = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("feature-backfill", "team-recsys"),
@@ -282,14 +323,42 @@ feat = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("feature-backf
 jobs.append(feat)
 running_pod("feature-backfill-q8w2n", "team-recsys", feat, feat_spec, "gpu-a100-2")
 
-# team-batch (legacy, ready): an embarrassingly parallel evaluation Job
-eval_spec = pod_spec([container("eval", TRAIN_IMG, {"nvidia.com/gpu": 1})], restartPolicy="Never")
+# team-batch (legacy, ready): an embarrassingly parallel evaluation Job whose init container warms up 2 GPUs
+eval_spec = pod_spec([container("eval", TRAIN_IMG, {"nvidia.com/gpu": 1})], restartPolicy="Never",
+                     initContainers=[container("warmup", TRAIN_IMG, {"nvidia.com/gpu": 2})])
 ev = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("eval-sweep", "team-batch"),
       "spec": {"parallelism": 2, "completions": 16, "template": {"spec": eval_spec}}}
 jobs.append(ev)
 for i in range(2):
     running_pod(f"eval-sweep-{i}-m3k8z", "team-batch", ev, eval_spec, "gpu-a100-2")
 running_pod("eval-sweep-old-x1", "team-batch", ev, eval_spec, "gpu-a100-2", phase="Succeeded")
+
+# team-vision (legacy): a batch Job selecting GPU family `ampere`, meant for the A100s and the L4 (which the L4
+# node's older GFD labels `ampere`; current GFD says ada-lovelace, as on the L40S node)
+family_spec = pod_spec([container("embed", TRAIN_IMG, {"nvidia.com/gpu": 1})], restartPolicy="Never",
+                       nodeSelector={"nvidia.com/gpu.family": "ampere"})
+fam = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("clip-embeddings", "team-vision"),
+       "spec": {"parallelism": 2, "completions": 8, "template": {"spec": family_spec}}}
+jobs.append(fam)
+for i, n in enumerate(["gpu-a100-1", "gpu-a100-1"]):
+    running_pod(f"clip-embeddings-{i}-z7q2m", "team-vision", fam, family_spec, n)
+
+# team-nlp (shadow): an RL sweep scheduled by Volcano
+rl_spec = pod_spec([container("actor", TRAIN_IMG, {"nvidia.com/gpu": 1})], restartPolicy="Never",
+                   schedulerName="volcano")
+rl_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("rlhf-sweep", "team-nlp"),
+          "spec": {"parallelism": 2, "completions": 2, "template": {"spec": rl_spec}}}
+jobs.append(rl_job)
+for i in range(2):
+    running_pod(f"rlhf-sweep-{i}-p9x3d", "team-nlp", rl_job, rl_spec, "gpu-h100-1")
+
+# team-rl (legacy): training jobs admitted by Kueue (LocalQueue rl-queue -> ClusterQueue gpu-research)
+kq_labels = {"kueue.x-k8s.io/queue-name": "rl-queue"}
+ppo_spec = pod_spec([container("ppo", TRAIN_IMG, {"nvidia.com/gpu": 2})], restartPolicy="Never")
+ppo = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("ppo-atari", "team-rl", labels=kq_labels),
+       "spec": {"parallelism": 1, "completions": 1, "suspend": False, "template": {"spec": ppo_spec}}}
+jobs.append(ppo)
+running_pod("ppo-atari-0-w8r4t", "team-rl", ppo, ppo_spec, "gpu-a100-1")
 
 # ------------------------------------------------------------------------------------------------- agents
 
@@ -304,19 +373,20 @@ def daemonset(name: str, ns: str, labels: dict, spec: Obj, nodes_: list[str]) ->
         running_pod(f"{name}-{n[-6:].replace('-', '')}", ns, ds, spec, n, labels)
 
 
-DP_NODES = ["gpu-a100-1", "gpu-a100-2", "gpu-mig-1", "gpu-t4-1"]
+DP_NODES = ["gpu-a100-1", "gpu-a100-2", "gpu-mig-1", "gpu-t4-1", "gpu-t4-2"]
+BRIDGE_NODES = ["gpu-h100-1", "gpu-h100-2", "gpu-l4-1"]
 daemonset("nvidia-device-plugin-daemonset", "gpu-operator", {"app": "nvidia-device-plugin-daemonset"},
           pod_spec([container("nvidia-device-plugin", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1")],
                    nodeSelector=DP)  , DP_NODES)
 daemonset("gpu-feature-discovery", "gpu-operator", {"app": "gpu-feature-discovery"},
           pod_spec([container("gfd", "nvcr.io/nvidia/k8s-device-plugin:v0.17.1",
-                              command=["gpu-feature-discovery"])]), DP_NODES + ["gpu-h100-1", "gpu-h100-2", "gpu-l40s-1"])
+                              command=["gpu-feature-discovery"])]), DP_NODES + BRIDGE_NODES + ["gpu-l40s-1"])
 daemonset("nvidia-dcgm-exporter", "gpu-operator", {"app": "nvidia-dcgm-exporter"},
           pod_spec([container("dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04")]),
-          DP_NODES + ["gpu-h100-1", "gpu-h100-2", "gpu-l40s-1"])
+          DP_NODES + BRIDGE_NODES + ["gpu-l40s-1"])
 daemonset("dra-bridge-node", "dra-bridge", {"app.kubernetes.io/name": "dra-bridge", "app.kubernetes.io/component": "node"},
           pod_spec([container("node", "ghcr.io/dra-bridge/dra-bridge:0.1.0", args=["node"])], nodeSelector=BRIDGE),
-          ["gpu-h100-1", "gpu-h100-2"])
+          BRIDGE_NODES)
 daemonset("nvidia-dra-driver-gpu-kubelet-plugin", "nvidia-dra-driver-gpu", {"app": "nvidia-dra-driver-gpu-kubelet-plugin"},
           pod_spec([container("gpus", "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.0")],
                    nodeSelector={"kubernetes.io/hostname": "gpu-l40s-1"}), ["gpu-l40s-1"])
@@ -327,6 +397,26 @@ ca = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("cluster-a
                               command=["./cluster-autoscaler", "--cloud-provider=clusterapi",
                                        "--balance-similar-node-groups"])])}}}
 controllers.append(ca)
+
+
+# ------------------------------------------------------------------------------------------------- custom resources
+
+owner_policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": meta("cluster-policy"),
+                "spec": {"operator": {"defaultRuntime": "containerd"}, "driver": {"enabled": True},
+                         "toolkit": {"enabled": True},
+                         "devicePlugin": {"enabled": True, "config": {"name": "device-plugin-config", "default": "default"}},
+                         "gfd": {"enabled": True}, "dcgmExporter": {"enabled": True},
+                         "mig": {"strategy": "single"}, "migManager": {"enabled": True}}}
+CRDS = [
+    owner_policy,
+    {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": meta("gpu-research"),
+     "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+              "flavors": [{"name": "a100", "resources": [{"name": "cpu", "nominalQuota": "256"},
+                                                         {"name": "memory", "nominalQuota": "2Ti"},
+                                                         {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}]}},
+    {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": meta("rl-queue", "team-rl"),
+     "spec": {"clusterQueue": "gpu-research"}},
+]
 
 
 def as_list(items: list[Obj]) -> Obj:
@@ -342,11 +432,14 @@ def write(out: Path) -> None:
     }
     for name, items in files.items():
         (out / name).write_text(yaml.safe_dump(as_list(items), sort_keys=False, width=120))
+    crds = yaml.safe_dump(as_list(CRDS), sort_keys=False, width=120).encode()
+    (out / "crds.yaml.gz").write_bytes(gzip.compress(crds, mtime=0))  # mtime 0: byte-identical on every run
     (out / "version.json").write_text(json.dumps(
-        {"serverVersion": {"major": "1", "minor": "34", "gitVersion": "v1.34.2", "platform": "linux/amd64"}},
+        {"serverVersion": {"major": "1", "minor": "36", "gitVersion": "v1.36.2", "platform": "linux/amd64"}},
         indent=2) + "\n")
     groups = ["v1", "apps/v1", "batch/v1", "scheduling.k8s.io/v1", "admissionregistration.k8s.io/v1",
-              "resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2"]
+              "resource.k8s.io/v1", "resource.k8s.io/v1beta1", "resource.k8s.io/v1beta2", "nvidia.com/v1",
+              "kueue.x-k8s.io/v1beta1"]
     (out / "api-versions.txt").write_text("\n".join(sorted(groups)) + "\n")
 
 

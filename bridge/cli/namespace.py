@@ -156,20 +156,26 @@ def set_cmd(name: str, mode: str, target: str | None, strict: bool, kubeconfig: 
 @click.argument("name", required=False)
 @click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NAMESPACE_OUTPUT", type=click.Choice(["table", "json"]),
               default="table", show_default=True)
+@click.option("--all", "all_namespaces", is_flag=True, default=False, show_envvar=True, envvar="BRIDGE_NAMESPACE_ALL",
+              help="Also list the system namespaces (kube-system, kube-public, kube-node-lease), hidden by default: "
+                   "the webhook never acts on them.")
 @kube_options
-def status_cmd(name: str | None, output: str, kubeconfig: str | None, context: str | None, timeout: float,
-               webhook_name: str) -> None:
-    """Show mode, translated vs legacy GPU pods and shadow findings for NAME or every namespace; for shadow and dra
-    namespaces also whether the webhook is registered, reachable and covering them, and the GPU pods that arrived
-    untranslated since the flip."""
+def status_cmd(name: str | None, output: str, all_namespaces: bool, kubeconfig: str | None, context: str | None,
+               timeout: float, webhook_name: str) -> None:
+    """Show mode, target (`default`: the cluster's, unless dra-bridge.io/target overrides it), translated vs legacy
+    GPU pods and shadow findings for NAME or every namespace; for shadow and dra namespaces also whether the webhook
+    is registered, reachable and covering them, and the GPU pods that arrived untranslated since the flip."""
     from bridge.kube.api import NAMESPACES, PODS
     from bridge.kube.errors import KubeError
     from bridge.webhook.namespaces import namespace_status, render_table
     from bridge.webhook.nscheck import Reachability, check_webhook, read_hooks, since_flip, untranslatable_events
+    from bridge.webhook.policy import SYSTEM_NAMESPACES
 
     try:
         api = _api(kubeconfig, context, timeout)
         namespaces = [api.get(NAMESPACES, name)] if name else api.list(NAMESPACES)["items"]
+        if not name and not all_namespaces:
+            namespaces = [n for n in namespaces if (n.get("metadata") or {}).get("name") not in SYSTEM_NAMESPACES]
         pods = api.list(PODS, name)["items"]
         rows = namespace_status(namespaces, pods)
         flipped = [r for r in rows if r.mode in ("shadow", "dra")]

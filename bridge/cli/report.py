@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -37,6 +38,31 @@ def _split(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if v in ("current", "all") or (v.isdigit() and int(v) >= 0):
         return v
     raise click.BadParameter("must be current, all, or a number of devices per GPU node")
+
+
+def _require(ctx: click.Context, param: click.Parameter,
+             value: tuple[str, ...]) -> tuple[tuple[str, frozenset[str]], ...]:
+    out = []
+    for item in value:
+        ns, _, rules = item.partition("=")
+        ids = frozenset(r.strip().upper() for r in rules.split(",") if r.strip())
+        bad = [r for r in ids if not re.fullmatch(r"DRB\d{3}", r)]
+        if not ns.strip() or bad:
+            raise click.BadParameter(f"{item!r}: expected NAMESPACE or NAMESPACE=DRB030,DRB032")
+        out.append((ns.strip(), ids))
+    return tuple(out)
+
+
+def _bytes(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    from bridge.kvalues.quantity import QuantityError, parse_quantity
+
+    try:
+        n = parse_quantity(value)
+    except QuantityError:
+        n = None
+    if n is None or n < 1 or n.denominator != 1:
+        raise click.BadParameter(f"{value!r}: expected a size in bytes such as 2Gi, 512Mi or 1000000")
+    return int(n)
 
 
 def _connect(kubeconfig: str | None, context: str | None, timeout: float):  # type: ignore[no-untyped-def]
@@ -84,34 +110,48 @@ class ReportError(click.ClickException):
               show_envvar=True, envvar="BRIDGE_REPORT_DEVICE_PLUGIN_CONFIG", help="NVIDIA device-plugin config file (version: v1) to translate; repeatable.")
 @click.option("--color/--no-color", "colour", default=None, show_envvar=True, envvar="BRIDGE_REPORT_COLOR",
               help="Colour the table (default: on a terminal unless NO_COLOR is set).")
+@click.option("--require-fixed", "require_fixed", multiple=True, callback=_require, show_envvar=True,
+              envvar="BRIDGE_REPORT_REQUIRE_FIXED", metavar="NAMESPACE[=RULE,...]",
+              help="Instead of the report: exit 0 when NAMESPACE is ready to flip (none of RULES left, no blocker "
+                   "about it), else list what is left and exit 1. Repeatable; wave-plan.sh runs it before each flip.")
+@click.option("--max-file-size", "max_file_size", default="2Gi", show_default=True, callback=_bytes, show_envvar=True,
+              envvar="BRIDGE_REPORT_MAX_FILE_SIZE",
+              help="Largest snapshot or config file read (after gunzip), e.g. 512Mi, 4Gi; only regular files are read.")
 @click.pass_context
 def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | None, context: str | None,
                    timeout: float, output: str,
                    out_file: Path | None, emit_manifests: Path | None, assume_split: str, dp_configs: tuple[Path, ...],
-                   colour: bool | None) -> None:
+                   colour: bool | None, max_file_size: int,
+                   require_fixed: tuple[tuple[str, frozenset[str]], ...]) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from bridge.report import run_report
     from bridge.report.dpconfig import parse_config
     from bridge.report.findings import ObjectRef
-    from bridge.report.sources import SnapshotError, load_snapshot
+    from bridge.report.sources import SnapshotError, load_snapshot, read_regular
 
     if snapshot is not None and (kubeconfig or context):
         raise click.UsageError("--snapshot cannot be combined with --kubeconfig/--context")
     configs = []
     for p in dp_configs:
-        cfg = parse_config(p.read_text(), ObjectRef("File", "", p.name), p.name)
+        try:
+            text = read_regular(p, max_file_size).decode("utf-8", errors="replace")
+        except SnapshotError as err:
+            raise click.BadParameter(str(err), param_hint="--device-plugin-config") from err
+        cfg = parse_config(text, ObjectRef("File", "", p.name), p.name)
         if cfg is None:
             raise click.BadParameter(f"{p}: not an NVIDIA device-plugin config (expected `version: v1` with flags/sharing)",
                                      param_hint="--device-plugin-config")
         configs.append(cfg)
     if snapshot is not None:
         try:
-            data = load_snapshot(snapshot)
+            data = load_snapshot(snapshot, max_file_bytes=max_file_size)
         except SnapshotError as err:
             raise ReportError(str(err)) from err
     else:
         data = _load_live(kubeconfig, context, timeout)
+    if require_fixed:
+        _check_ready(data, require_fixed, assume_split, tuple(configs))
     if colour is None:
         target_tty = out_file is None and sys.stdout.isatty()
         colour = target_tty and not os.environ.get("NO_COLOR")
@@ -129,8 +169,35 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
         emit_manifests.mkdir(parents=True, exist_ok=True)
         for name, text in sorted(result.manifests.items()):
             (emit_manifests / name).write_text(text)
+            if name.endswith(".sh"):
+                (emit_manifests / name).chmod(0o755)  # wave-plan.sh N runs as it is
         click.echo(f"{len(result.manifests)} remediation file(s) written to {emit_manifests}", err=True)
     ctx.exit(EXIT_BLOCKED if result.report.blockers else EXIT_READY)
+
+
+def _check_ready(data, wanted, assume_split: str, configs) -> None:  # type: ignore[no-untyped-def]
+    """`--require-fixed`: one line per namespace (and per finding still open); exit 0 ready, 1 not yet."""
+    from bridge.report import ReportOptions, build_report
+    from bridge.report.report import unresolved
+    from bridge.report.sources import SnapshotError
+
+    try:
+        report = build_report(data, ReportOptions(assume_split=assume_split, device_plugin_configs=configs))
+    except SnapshotError as err:
+        raise ReportError(str(err)) from err
+    ready = True
+    for ns, rules in wanted:
+        left = unresolved(report, ns, rules)
+        if not left:
+            done = f": {', '.join(sorted(rules))} fixed" if rules else ""
+            click.echo(f"{ns}: ready to flip{done}, no blocker")
+            continue
+        ready = False
+        click.echo(f"{ns}: NOT ready: {len(left)} finding(s) still open")
+        for f in left:
+            click.echo(f"  {f.rule} {f.severity} {f.object}: {f.message}")
+            click.echo(f"    fix: {f.fix}")
+    sys.exit(EXIT_READY if ready else EXIT_BLOCKED)
 
 
 @migrate_report.command("snapshot")

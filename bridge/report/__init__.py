@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from bridge.report.checks.context import ReportOptions
 from bridge.report.dpconfig import DevicePluginConfig
 from bridge.report.report import Report, build_report
-from bridge.report.sources import ClusterData, SnapshotError, bulk_allocation, load_snapshot
+from bridge.report.sources import ClusterData, MalformedInput, SnapshotError, bulk_allocation, load_snapshot
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,11 @@ def run_report(data: ClusterData, *, output: str = "table", assume_split: str = 
 
     report = build_report(data, ReportOptions(assume_split=assume_split, device_plugin_configs=device_plugin_configs))
     with bulk_allocation():  # rendering allocates millions of small strings next to a huge live heap
-        return RunResult(report, render(report, output, colour=colour), manifests(report))
+        try:
+            return RunResult(report, render(report, output, colour=colour), manifests(report))
+        except RecursionError as err:  # a quota copied into a manifest, nested thousands of levels deep
+            raise MalformedInput("malformed input: an object is nested too deeply to render (thousands of levels): "
+                                 "not a Kubernetes object") from err
 
 
 __all__ = ["ClusterData", "Report", "ReportOptions", "RunResult", "SnapshotError", "build_report", "load_snapshot",

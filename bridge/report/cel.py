@@ -1,8 +1,9 @@
 """CEL for the report: evaluate DeviceClass/claim selectors against devices, and turn GPU Feature Discovery label
 selectors into the CEL a DRA request would carry.
 
-GFD translation is the webhook's (`bridge.webhook.cel.map_requirement`), so the report shows the exact CEL the
-webhook will add. Evaluation is the report's own: the webhook's `evaluate` checks one device of the bridge's driver,
+GFD translation is the shared one (`bridge.kvalues.gfd.map_requirement`, which the webhook uses too), so the report
+shows the exact CEL the webhook will add, for the GFD family rule the cluster's labels show. Evaluation is the
+report's own: the webhook's `evaluate` checks one device of the bridge's driver,
 while the capacity simulation evaluates every DeviceClass against devices of any driver across the fleet, memoised.
 
 Evaluation uses `cel-python` with the Kubernetes DRA additions the selectors need: `quantity()` and
@@ -24,8 +25,8 @@ from typing import Any
 
 import celpy.celtypes as ct
 
-import bridge.webhook.cel as wcel
 from bridge.kvalues import cel as kcel
+from bridge.kvalues import gfd
 from bridge.kvalues.quantity import quantity_int
 from bridge.report.features import BRIDGE_DRIVER
 from bridge.report.model import Device, Node, VersionValue
@@ -55,7 +56,8 @@ class SelectorEvaluator:
         self._programs: dict[str, Any] = {}
         self._identity: dict[str, bool] = {}
         self._memo: dict[tuple[str, Any], bool] = {}
-        self._sigs: dict[int, Any] = {}
+        self._outcomes: dict[tuple[str, str, Any], bool | str] = {}
+        self._sigs: dict[int, tuple[Device, Any]] = {}
 
     def check(self, expr: str) -> None:
         self._program(expr)
@@ -72,15 +74,43 @@ class SelectorEvaluator:
         return prog
 
     def _signature(self, d: Device) -> Any:
-        sig = self._sigs.get(id(d))
-        if sig is None:
-            sig = (
-                d.driver,
-                tuple(sorted((dom, k, repr(v)) for dom, m in d.attributes.items() for k, v in m.items() if k not in _IDENTITY)),
-                tuple(sorted((dom, k, v) for dom, m in d.capacity.items() for k, v in m.items())),
-            )
-            self._sigs[id(d)] = sig
+        # Keyed by identity, so the device is kept with its signature: a freed device's id can be reused by a new
+        # one, which must not inherit the old signature (and with it the old device's memoised results).
+        hit = self._sigs.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
+        sig = (
+            d.driver,
+            tuple(sorted((dom, k, repr(v)) for dom, m in d.attributes.items() for k, v in m.items() if k not in _IDENTITY)),
+            tuple(sorted((dom, k, v) for dom, m in d.capacity.items() for k, v in m.items())),
+        )
+        self._sigs[id(d)] = (d, sig)
         return sig
+
+    def outcome(self, expr: str, d: Device) -> bool | str:
+        """True/False, or the runtime error's text: what the real scheduler sees (an error aborts the pod).
+        Memoised like `matches`."""
+        prog = self._program(expr)
+        key = None if self._identity[expr] else ("outcome", expr, self._signature(d))
+        if key is not None:
+            hit = self._outcomes.get(key)
+            if hit is not None:
+                return hit
+        out: bool | str
+        try:
+            result = prog.evaluate(device_activation(d))
+        except Exception as err:  # CELEvalError, TypeError from our functions
+            out = str(err) or type(err).__name__
+        else:
+            if isinstance(result, Exception):  # cel-python may return its error value instead of raising
+                out = str(result) or type(result).__name__
+            elif not isinstance(result, (bool, ct.BoolType)):
+                out = f"returned {type(result).__name__}, not bool"
+            else:
+                out = bool(result)
+        if key is not None:
+            self._outcomes[key] = out
+        return out
 
     def matches(self, expr: str, d: Device) -> bool:
         prog = self._program(expr)
@@ -109,10 +139,10 @@ class GfdTranslation:
     problems: tuple[str, ...]  # requirements that cannot be expressed (the webhook refuses to approximate)
 
 
-def gfd_to_cel(terms: tuple[tuple[Requirement, ...], ...], domain: str = BRIDGE_DRIVER) -> GfdTranslation:
-    """The CEL the webhook adds for these node-selector terms (terms ORed, requirements ANDed), using the
-    webhook's own mapping (`bridge.webhook.cel.map_requirement`) so the report shows exactly what translation
-    will produce."""
+def gfd_to_cel(terms: tuple[tuple[Requirement, ...], ...], domain: str = BRIDGE_DRIVER,
+               rule: gfd.FamilyRule = gfd.LATEST) -> GfdTranslation:
+    """The CEL the webhook adds for these node-selector terms (terms ORed, requirements ANDed), from the shared
+    mapping (`bridge.kvalues.gfd.map_requirement`) so the report shows exactly what translation will produce."""
     node_only: set[str] = set()
     problems: set[str] = set()
     ors: list[str] = []
@@ -120,17 +150,17 @@ def gfd_to_cel(terms: tuple[tuple[Requirement, ...], ...], domain: str = BRIDGE_
         ands: list[str] = []
         for key, op, values in term:
             text = f"{key} {op} {','.join(values)}".strip()
-            if key not in wcel.DEVICE_LABELS:
+            if key not in gfd.DEVICE_LABELS:
                 node_only.add(text)
                 continue
-            mapped = wcel.map_requirement(wcel.Requirement(key, op, tuple(values)), domain)
+            mapped = gfd.map_requirement(gfd.Requirement(key, op, tuple(values)), domain, rule)
             if mapped.reason:
                 problems.add(f"{text}: {mapped.reason}")
             elif mapped.expression:
                 ands.append(mapped.expression)
         if ands:
-            ors.append(wcel.conjunction(ands))
-    cel = wcel.disjunction(ors) if ors else None
+            ors.append(gfd.conjunction(ands))
+    cel = gfd.disjunction(ors) if ors else None
     return GfdTranslation(cel, tuple(sorted(node_only)), tuple(sorted(problems)))
 
 

@@ -4,6 +4,15 @@ Read from a ConfigMap in the input (any data key whose value is a `version: v1` 
 config name that nodes select with the label `nvidia.com/device-plugin.config`) or from a file given with
 `--device-plugin-config`. Parsing never raises for content problems: they become `problems` on the result so the
 report can name them (a malformed config is a finding, not a crash).
+
+What the plugin does with a config, from NVIDIA/k8s-device-plugin `api/config/v1`:
+
+* `replicas.go` `ReplicatedResource.UnmarshalJSON`: `replicas` is required and must be at least 2 ("number of
+  replicas must be >= 2"); the plugin refuses the whole config otherwise.
+* `config.go` `DisableResourceNamingInConfig` (called by the plugin, GFD and the MPS daemon at start): an explicit
+  `rename` is ignored (renaming through the config is disabled; only `renameByDefault: true` renames, to
+  `<name>.shared`), and so are `devices` other than "all". So `rename: nvidia.com/gpu-shared` without
+  `renameByDefault` still advertises `nvidia.com/gpu`: the resource is shared under its own name.
 """
 
 from __future__ import annotations
@@ -25,8 +34,8 @@ except AttributeError:  # pragma: no cover
 class SharedResource:
     name: str
     replicas: int
-    rename: str  # the name it is advertised under when renamed ("" = not renamed)
-    devices: str  # "all" or a description of the selected devices
+    rename: str  # the name the plugin advertises it under when renamed ("" = shared under its own name)
+    devices: str  # "all" (the plugin ignores any other selection)
 
 
 @dataclass(frozen=True)
@@ -58,9 +67,10 @@ def parse_config(text: str, source: ObjectRef, key: str) -> DevicePluginConfig |
     """None when the text is not a device-plugin config at all (other ConfigMaps)."""
     try:
         doc = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, RecursionError) as err:
         if looks_like_config(text):
-            return DevicePluginConfig(source, key, "none", (), (f"not valid YAML: {err}",))
+            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+            return DevicePluginConfig(source, key, "none", (), (f"not valid YAML: {reason}",))
         return None
     if not isinstance(doc, dict) or str(doc.get("version", "")) != "v1":
         return None
@@ -98,9 +108,19 @@ def parse_config(text: str, source: ObjectRef, key: str) -> DevicePluginConfig |
                 problems.append(f"sharing.{strategy}.resources[{i}].replicas: not an integer: {r.get('replicas')!r}")
                 continue
             if replicas < 2:
-                problems.append(f"sharing.{strategy}.resources[{i}].replicas: must be at least 2, got {replicas}")
-            rename = str(r.get("rename") or (f"{r['name']}.shared" if rename_default else ""))
+                problems.append(f"sharing.{strategy}.resources[{i}].replicas: {replicas}; the device plugin refuses "
+                                "the config (\"number of replicas must be >= 2\")")
+            asked = str(r.get("rename") or "")
+            rename = f"{r['name']}.shared" if rename_default else ""
+            if asked and asked != rename:
+                problems.append(f"sharing.{strategy}.resources[{i}].rename: {asked} is ignored by the device plugin "
+                                "(renaming in the config is disabled; only renameByDefault renames, to "
+                                f"{r['name']}.shared): it is advertised as {rename or r['name']}")
             devices = r.get("devices", "all")
+            if devices != "all":
+                problems.append(f"sharing.{strategy}.resources[{i}].devices: ignored by the device plugin (every "
+                                "device is shared)")
+                devices = "all"
             resources.append(SharedResource(str(r["name"]), replicas, rename, str(devices)))
         sharing_out.append(
             Sharing(strategy, rename_default, bool(block.get("failRequestsGreaterThanOne", False)), tuple(resources))

@@ -60,11 +60,20 @@ class Rule:
 
 RULES: dict[str, Rule] = {}
 
+# Rules withdrawn because what they said was wrong. Their IDs stay reserved: never registered again.
+RETIRED: dict[str, str] = {
+    "DRB024": "ephemeral containers 'get no DRA devices': they can never set resources at all (pod validation "
+              "forbids it, kubernetes/kubernetes pkg/apis/core/validation validateEphemeralContainers), so there "
+              "is nothing to report",
+}
+
 
 def rule(rule_id: str, title: str) -> Callable[[Callable[["CheckContext"], Iterable[Finding]]], Callable[["CheckContext"], Iterable[Finding]]]:
     def register(func: Callable[["CheckContext"], Iterable[Finding]]) -> Callable[["CheckContext"], Iterable[Finding]]:
         if rule_id in RULES:
             raise ValueError(f"rule {rule_id} registered twice")
+        if rule_id in RETIRED:
+            raise ValueError(f"rule {rule_id} is retired ({RETIRED[rule_id]}); pick a new ID")
         RULES[rule_id] = Rule(rule_id, title, func)
         return func
 

@@ -30,6 +30,7 @@ from bridge.kube.api import (
     REPLICA_SETS,
     RESOURCE_QUOTAS,
     STATEFUL_SETS,
+    Discovery,
     KubeAPI,
     Resource,
     ResourceAPI,
@@ -38,6 +39,7 @@ from bridge.kube.errors import Forbidden, KubeError, NotFound, Unavailable
 from bridge.report.sources import (
     API_VERSIONS_FILE,
     KINDS,
+    PLURALS,
     UNREADABLE_FILE,
     VERSION_FILE,
     ClusterData,
@@ -49,6 +51,27 @@ CORE_RESOURCES: tuple[Resource, ...] = (
     NAMESPACES, NODES, PRIORITY_CLASSES, RESOURCE_QUOTAS, CONFIG_MAPS, DAEMON_SETS, DEPLOYMENTS, STATEFUL_SETS,
     REPLICA_SETS, JOBS, CRON_JOBS, PODS,
 )
+
+
+# CRDs the report reads when the cluster has them; a cluster without them is normal (nothing to report missing).
+OPTIONAL_RESOURCES: tuple[Resource, ...] = (
+    Resource("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False),
+    Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", "ClusterQueue", False),
+    Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False),
+    Resource("kueue.x-k8s.io", "v1beta2", "localqueues", "LocalQueue", True),
+    Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True),
+)
+
+
+def optional_resources(disc: Discovery) -> list[Resource]:
+    """The optional CRDs this server serves, newest served version of each kind only."""
+    out: list[Resource] = []
+    for res in OPTIONAL_RESOURCES:
+        if any(r.kind == res.kind for r in out):
+            continue
+        if disc.serves(f"{res.group}/{res.version}", res.plural):
+            out.append(res)
+    return out
 
 
 class LiveError(Exception):
@@ -103,6 +126,7 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
     if rversion is not None:
         rapi = ResourceAPI(rversion)
         resources += [rapi.device_classes, rapi.slices]
+    resources += optional_resources(disc)
 
     with bulk_allocation():
         _list_all(api, data, resources, progress, page_size)
@@ -139,7 +163,7 @@ def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], No
     written = []
     for kind in KINDS:
         items = data.of(kind)
-        path = out / f"{kind.lower()}s.json"
+        path = out / f"{PLURALS[kind]}.json"
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, separators=(",", ":")))
         written.append(path)
     if data.version.known:

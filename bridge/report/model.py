@@ -65,7 +65,6 @@ class Workload:
     spec: SpecInfo
     replicas: int  # desired where the controller says, else live pods
     pods: int = 0  # live (not Succeeded/Failed) pods seen
-    ephemeral_pods: int = 0  # live pods with ephemeral containers
     nodes: set[str] = field(default_factory=set)
 
     @property
@@ -106,6 +105,7 @@ class Node:
     capacity: dict[str, int]  # nvidia.com/* extended resources only
     allocatable: dict[str, int]
     runtime: str  # status.nodeInfo.containerRuntimeVersion, e.g. "containerd://2.0.4"
+    kubelet: str = ""  # status.nodeInfo.kubeletVersion, e.g. "v1.35.2"
     backends: set[str] = field(default_factory=set)  # "device-plugin", "bridge", "dra:<driver>"
     devices: list[Device] = field(default_factory=list)  # published in ResourceSlices
     split: str = ""  # the requested split ("0", "N", "all", "gpu-7", ...) from the annotation or label, or ""
@@ -305,8 +305,6 @@ def build_model(data: ClusterData) -> ClusterModel:
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             row.nodes.add(node)
-        if (pod.get("spec") or {}).get("ephemeralContainers"):
-            row.ephemeral_pods += 1
 
     # --- controllers without pods (top-level only: Deployments/StatefulSets/DaemonSets/CronJobs, Jobs without owner)
     for (kind, ns, name), ctrl in controllers.items():
@@ -350,6 +348,7 @@ def build_model(data: ClusterData) -> ClusterModel:
             _extended(st.get("capacity")),
             _extended(st.get("allocatable")),
             str((st.get("nodeInfo") or {}).get("containerRuntimeVersion", "")),
+            str((st.get("nodeInfo") or {}).get("kubeletVersion", "")),
             split=request.text if request.source != "default" else "",
             split_request=request if request.source != "default" else None,
             split_status=split_status,

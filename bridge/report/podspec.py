@@ -1,9 +1,10 @@
 """What one pod spec says about GPUs: requests per resource name, DRA claims, GFD-label selectors, device access
 that bypasses any allocator. Pure functions over plain dicts.
 
-Effective per-pod request of a resource follows the scheduler: max(sum over containers (+ restartable init
-containers), max over ordinary init containers). Extended resources must have requests == limits, so a value in
-either is taken (limits win when both are set and differ, as the API server rejects that anyway).
+How many devices of a resource a pod holds is the shared device-plugin arithmetic (`bridge.kvalues.podgpu`, which
+the webhook uses too): max(app containers + sidecars, each ordinary init container + the sidecars started before
+it). Extended resources must have requests == limits, so a value in either is taken (limits win when both are set
+and differ, as the API server rejects that anyway).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.report.features import GPU, IMPLICIT_PREFIX
+from bridge.kvalues import podgpu
 from bridge.kvalues.quantity import quantity_int
+from bridge.report.features import GPU, IMPLICIT_PREFIX
 
 Obj = dict[str, Any]
 
@@ -42,24 +44,8 @@ def _container_gpu(c: Obj) -> dict[str, int]:
 
 
 def effective_gpu(spec: Obj) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for c in spec.get("containers") or ():
-        for k, v in _container_gpu(c).items():
-            total[k] = total.get(k, 0) + v
-    init_max: dict[str, int] = {}
-    for c in spec.get("initContainers") or ():
-        g = _container_gpu(c)
-        if not g:
-            continue
-        if c.get("restartPolicy") == "Always":  # sidecar: runs alongside the app containers
-            for k, v in g.items():
-                total[k] = total.get(k, 0) + v
-        else:
-            for k, v in g.items():
-                init_max[k] = max(init_max.get(k, 0), v)
-    for k, v in init_max.items():
-        total[k] = max(total.get(k, 0), v)
-    return {k: v for k, v in total.items() if v > 0}
+    """Devices the pod holds per GPU resource name (`bridge.kvalues.podgpu.pod_devices`)."""
+    return podgpu.pod_devices_by_name(spec, _is_gpu_name)
 
 
 @dataclass(frozen=True)
@@ -73,6 +59,9 @@ class SpecInfo:
     priority_class: str
     gpu_containers: int  # containers (incl. init) that request any GPU resource
     max_container_gpus: int = 0  # the largest nvidia.com/gpu request of one container (the webhook's claim size)
+    gpu_counts: tuple[podgpu.ContainerCount, ...] = ()  # nvidia.com/gpu per container, start order
+    scheduler_name: str = ""  # spec.schedulerName ("" = default-scheduler)
+    node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
 
     @property
     def relevant(self) -> bool:
@@ -127,6 +116,9 @@ def analyse(spec: Obj) -> SpecInfo:
         priority_class=str(spec.get("priorityClassName") or ""),
         gpu_containers=sum(1 for c in containers if _container_gpu(c)),
         max_container_gpus=max((_container_gpu(c).get(GPU, 0) for c in containers), default=0),
+        gpu_counts=podgpu.containers(spec, GPU) if spec.get("initContainers") else (),
+        scheduler_name=str(spec.get("schedulerName") or ""),
+        node_name=str(spec.get("nodeName") or ""),
     )
 
 

@@ -80,6 +80,7 @@ class WaveStep:
     namespace: str
     mode: str  # target mode
     reason: str
+    rules: tuple[str, ...] = ()  # the needs-config findings this step waits for (checked before a dra flip)
 
     @property
     def bridge_command(self) -> str:
@@ -92,10 +93,12 @@ class WaveStep:
 
 @dataclass(frozen=True)
 class FeatureRow:
-    gate: str
+    gate: str  # "" when the KEP has no feature gate yet
     kep: str
     stage: str
     why: str
+    stages: str = ""  # every stage and its release, as bridge.kvalues.features writes them
+    source: str = ""  # where those stages were checked
 
 
 @dataclass
@@ -145,6 +148,9 @@ def build_report(data: ClusterData, options: ReportOptions = ReportOptions()) ->
     with bulk_allocation():
         try:
             return _build_report(data, options)
+        except RecursionError as err:
+            raise MalformedInput("malformed input: an object is nested too deeply to check (thousands of levels): "
+                                 "not a Kubernetes object") from err
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as err:
             problem = find_malformed(data.objects)
             if problem is None:
@@ -204,7 +210,8 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
 
     version = model.version
     features = [
-        FeatureRow(f.gate, f.kep, f.stage(version.major, version.minor).value if version.known else "unknown", f.why)
+        FeatureRow(f.gate or "", f.kep, f.stage(version.major, version.minor).value if version.known else "unknown",
+                   f.why, f.history().split(": ", 1)[-1], f.source)
         for f in FEATURES
     ]
     return Report(
@@ -232,6 +239,21 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
     )
 
 
+def unresolved(report: Report, namespace: str, rules: frozenset[str]) -> list[Finding]:
+    """What still stands between `namespace` and its flip: findings of `rules` about the namespace or its objects,
+    plus any blocker about it (or a cluster-wide one) that appeared since the plan was made. Info never counts."""
+    out = []
+    for f in report.findings:
+        if f.severity == "info":
+            continue
+        o = f.object
+        about = o.namespace == namespace or (o.kind == "Namespace" and o.name == namespace)
+        cluster_blocker = f.rule in _GLOBAL_RULES and f.severity == "blocker"
+        if (about and (f.rule in rules or f.severity == "blocker")) or cluster_blocker:
+            out.append(f)
+    return out
+
+
 def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
     """Lowest risk first. Wave 1 puts every movable legacy namespace in shadow (a dry run on real traffic: nothing
     changes for pods). Then one namespace per wave goes to dra: those already in shadow first, then by increasing
@@ -247,7 +269,7 @@ def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
     first = 2 if to_shadow else 1
     for i, r in enumerate(to_dra):
         reason = "ready" if r.status == "ready" else f"after fixing {', '.join(r.rules)}"
-        steps.append(WaveStep(first + i, r.name, "dra", reason))
+        steps.append(WaveStep(first + i, r.name, "dra", reason, r.rules))
     return steps
 
 

@@ -41,6 +41,7 @@ POD_SPEC: dict[str, Any] = {
     "affinity": {"nodeAffinity": _NODE_AFFINITY},
     "resourceClaims": list,
     "priorityClassName": str,
+    "schedulerName": str,
 }
 _TEMPLATE = {"spec": POD_SPEC}
 _META = {"name": str, "namespace": str, "labels": STR_MAP, "ownerReferences": [{"kind": str, "name": str}]}
@@ -62,6 +63,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "DeviceClass": {"spec": {"selectors": [{"cel": dict}], "extendedResourceName": str}},
     "ResourceSlice": {"spec": {"driver": str, "nodeName": str, "pool": dict,
                                "devices": [{"name": str, "basic": _DEVICE_BODY, **_DEVICE_BODY}]}},
+    "ClusterPolicy": {"spec": {"mig": {"strategy": str},
+                               "devicePlugin": {"config": {"name": str, "default": str}}}},
+    "ClusterQueue": {"spec": {"resourceGroups": [{"coveredResources": [str], "flavors": [
+        {"name": str, "resources": [{"name": str}]}]}]}},
+    "LocalQueue": {"spec": {"clusterQueue": str}},
 }
 
 

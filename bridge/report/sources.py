@@ -18,6 +18,12 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
 Invariant: loading never mutates objects and never drops an object silently; an unreadable file is an error that
 names the file (`SnapshotError`), an object without `kind` or whose metadata is not a mapping is an error too;
 when a deeper field has the wrong type the report raises `MalformedInput` naming the object and field.
+
+Only regular files are read (a symlink is followed to one): a FIFO, a device (`/dev/zero`), a socket or a directory
+named like a snapshot file is an error, checked on the opened descriptor, and opening never blocks. Each file may
+hold at most `max_file_bytes` (`DEFAULT_MAX_FILE_BYTES`, 2 GiB; `--max-file-size`), counted after gunzip, so a
+compressed bomb is cut off too. A document nested deeper than the parser can follow (thousands of `[`) is an error
+naming the file, not a crash.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ import io
 import json
 import os
 import re
+import stat
+import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,12 +68,27 @@ KINDS = (
     "PriorityClass",
     "DeviceClass",
     "ResourceSlice",
+    # Optional CRDs: the GPU Operator's ClusterPolicy (nvidia.com/v1) and Kueue's queues (kueue.x-k8s.io).
+    "ClusterPolicy",
+    "ClusterQueue",
+    "LocalQueue",
 )
+
+# The REST plural of each kind (file names of `snapshot`, and what live mode lists).
+PLURALS = {
+    "Node": "nodes", "Pod": "pods", "Namespace": "namespaces", "ResourceQuota": "resourcequotas",
+    "ConfigMap": "configmaps", "DaemonSet": "daemonsets", "Deployment": "deployments", "StatefulSet": "statefulsets",
+    "ReplicaSet": "replicasets", "Job": "jobs", "CronJob": "cronjobs", "PriorityClass": "priorityclasses",
+    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ClusterPolicy": "clusterpolicies",
+    "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+}
 
 VERSION_FILE = "version.json"
 API_VERSIONS_FILE = "api-versions.txt"
 UNREADABLE_FILE = "unreadable.json"  # written by `snapshot` when some resources could not be listed
 _SUFFIXES = (".yaml", ".yml", ".json")
+DEFAULT_MAX_FILE_BYTES = 2 * 2**30  # per file, after gunzip
+_CHUNK = 1 << 20
 
 
 @contextmanager
@@ -134,7 +158,7 @@ class ClusterData:
             if not isinstance(meta, dict) or not isinstance(meta.get("name", ""), str) \
                     or not isinstance(meta.get("namespace", ""), str):
                 raise SnapshotError(f"{origin}: a {kind} whose metadata is not a mapping with a string name and "
-                                    f"namespace: {json.dumps(meta, default=str)[:120]}")
+                                    f"namespace: {_preview(meta)}")
             self.objects[kind].append(obj)
         else:
             self.other_kinds[kind] = self.other_kinds.get(kind, 0) + 1
@@ -152,8 +176,17 @@ class ClusterData:
         return tuple(v for v in order if v in seen)
 
 
+def _preview(value: Any) -> str:
+    try:
+        return json.dumps(value, default=str)[:120]
+    except (RecursionError, ValueError):
+        return f"a {type(value).__name__} nested too deeply to show"
+
+
 def parse_version(doc: Obj) -> ServerVersion:
     """Accepts `kubectl version -o json` output or the raw /version document."""
+    if not isinstance(doc, dict):
+        raise SnapshotError(f"version document must be a JSON object, found {type(doc).__name__}")
     if "serverVersion" in doc and isinstance(doc["serverVersion"], dict):
         doc = doc["serverVersion"]
     git = str(doc.get("gitVersion", ""))
@@ -164,7 +197,7 @@ def parse_version(doc: Obj) -> ServerVersion:
         if m:
             major, minor = int(m.group(1)), int(m.group(2))
     if major == 0:
-        raise SnapshotError(f"version document has no usable gitVersion/major/minor: {json.dumps(doc)[:200]}")
+        raise SnapshotError(f"version document has no usable gitVersion/major/minor: {_preview(doc)}")
     return ServerVersion(git or f"v{major}.{minor}", major, minor)
 
 
@@ -173,29 +206,88 @@ def _leading_int(s: str) -> int:
     return int(m.group(0)) if m else 0
 
 
-def _read_text(path: Path) -> str:
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _too_big(path: Path, limit: int, what: str) -> SnapshotError:
+    return SnapshotError(f"{path}: {what} more than {_size(limit)}, the per-file limit (--max-file-size)")
+
+
+def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; `SnapshotError` for anything else. The type is checked
+    on the descriptor (no race with a swapped path) and the open never blocks on a FIFO."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise SnapshotError(f"{path}: cannot read: {err.strerror or err}") from err
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SnapshotError(f"{path}: {_file_type(st.st_mode)}, not a regular file: a snapshot is made of files")
+        if st.st_size > limit:
+            raise _too_big(path, limit, f"{_size(st.st_size)},")
+        try:
+            raw = f.read(limit + 1)
+        except OSError as err:
+            raise SnapshotError(f"{path}: cannot read: {err.strerror or err}") from err
+    if len(raw) > limit:
+        raise _too_big(path, limit, "grew while read to")
+    return raw
+
+
+def _gunzip(path: Path, raw: bytes, limit: int) -> bytes:
+    d = zlib.decompressobj(wbits=31)  # gzip header and trailer
+    out = bytearray()
+    data = raw
+    while data:
+        out += d.decompress(data, limit + 1 - len(out))
+        if len(out) > limit:
+            raise _too_big(path, limit, "decompresses to")
+        data = d.unconsumed_tail
+    out += d.flush()
+    if len(out) > limit:
+        raise _too_big(path, limit, "decompresses to")
+    if not d.eof:
+        raise SnapshotError(f"{path}: cannot read: truncated gzip data (the compressed file ended before its end "
+                            "marker)")
+    return bytes(out)
+
+
+def _read_text(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> str:
+    raw = read_regular(path, limit)
+    try:
         if path.name.endswith(".gz"):
-            raw = gzip.decompress(raw)
+            raw = _gunzip(path, raw, limit)
         return raw.decode("utf-8")
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as err:
+    except (zlib.error, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as err:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
 
 def _documents(path: Path, text: str) -> Iterator[Any]:
     base = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if base.endswith(".json"):
-        try:
-            yield json.loads(text)
-            return
-        except json.JSONDecodeError:
-            # kubectl -o json of several objects concatenates documents; YAML is a JSON superset, fall through.
-            pass
     try:
+        if base.endswith(".json"):
+            try:
+                yield json.loads(text)
+                return
+            except json.JSONDecodeError:
+                # kubectl -o json of several objects concatenates documents; YAML is a JSON superset, fall through.
+                pass
         yield from yaml.load_all(io.StringIO(text), Loader=_YamlLoader)
     except yaml.YAMLError as err:
-        raise SnapshotError(f"{path}: not valid YAML/JSON: {err}") from err
+        raise SnapshotError(f"{path}: not valid YAML/JSON: {' '.join(str(err).split())}") from err
+    except RecursionError as err:
+        raise SnapshotError(f"{path}: nested too deeply to parse (more than {sys.getrecursionlimit()} levels): not "
+                            "a Kubernetes object") from err
 
 
 def _flatten(doc: Any, origin: str) -> Iterator[Obj]:
@@ -212,44 +304,48 @@ def _flatten(doc: Any, origin: str) -> Iterator[Obj]:
 
 
 def snapshot_files(root: Path) -> list[Path]:
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise SnapshotError(f"{root}: no such file or directory")
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            base = name[:-3] if name.endswith(".gz") else name
-            if base.endswith(_SUFFIXES) or base == API_VERSIONS_FILE:
-                files.append(Path(dirpath) / name)
-    return files
+    if root.is_dir():
+        files = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                base = name[:-3] if name.endswith(".gz") else name
+                if base.endswith(_SUFFIXES) or base == API_VERSIONS_FILE:
+                    files.append(Path(dirpath) / name)
+        return files
+    if root.exists():
+        return [root]  # read_regular refuses what is not a regular file, with its type
+    raise SnapshotError(f"{root}: no such file or directory")
 
 
-def load_snapshot(path: str | os.PathLike[str]) -> ClusterData:
+def load_snapshot(path: str | os.PathLike[str], *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> ClusterData:
     with bulk_allocation():
-        return _load_snapshot(Path(path))
+        try:
+            return _load_snapshot(Path(path), max_file_bytes)
+        except MemoryError as err:
+            raise SnapshotError(f"{path}: out of memory while loading; lower --max-file-size or split the "
+                                "snapshot") from err
 
 
-def _load_snapshot(root: Path) -> ClusterData:
+def _load_snapshot(root: Path, limit: int) -> ClusterData:
     data = ClusterData(source=f"snapshot {root.name or root}")
     files = snapshot_files(root)
     if not files:
         raise SnapshotError(f"{root}: no .yaml/.yml/.json files found")
     for f in files:
         base = f.name[:-3] if f.name.endswith(".gz") else f.name
-        text = _read_text(f)
+        text = _read_text(f, limit)
         if base == VERSION_FILE:
             try:
                 data.version = parse_version(json.loads(text))
-            except json.JSONDecodeError as err:
-                raise SnapshotError(f"{f}: not valid JSON: {err}") from err
+            except (json.JSONDecodeError, RecursionError, AttributeError) as err:
+                raise SnapshotError(f"{f}: not valid JSON for a version document: {str(err)[:200]}") from err
             continue
         if base == UNREADABLE_FILE:
             try:
                 data.unreadable.update({str(k): str(v) for k, v in json.loads(text).items()})
-            except (json.JSONDecodeError, AttributeError) as err:
-                raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {err}") from err
+            except (json.JSONDecodeError, RecursionError, AttributeError) as err:
+                raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {str(err)[:200]}") from err
             continue
         if base == API_VERSIONS_FILE:
             data.api_versions = frozenset(line.strip() for line in text.splitlines() if line.strip())

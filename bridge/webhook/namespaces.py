@@ -30,13 +30,15 @@ from bridge.webhook.policy import (
 )
 
 Obj = dict[str, Any]
+# TARGET of a namespace without its own dra-bridge.io/target label, in the table and the JSON alike.
+DEFAULT_TARGET = "default"
 
 
 @dataclass
 class NamespaceStatus:
     name: str
     mode: str
-    target: str  # the namespace's override, or "" (cluster default)
+    target: str  # the namespace's override, or "" (the cluster default: shown as DEFAULT_TARGET)
     legacy_gpu_pods: int = 0  # pods (not terminated) still asking nvidia.com/gpu
     translated_pods: int = 0
     opted_out_pods: int = 0
@@ -47,7 +49,7 @@ class NamespaceStatus:
     since_flip: Obj | None = None  # nscheck.SinceFlip.as_dict(), when the flip time is known
 
     def as_dict(self) -> Obj:
-        out = {"namespace": self.name, "mode": self.mode, "target": self.target or "cluster default",
+        out = {"namespace": self.name, "mode": self.mode, "target": self.target or DEFAULT_TARGET,
                "legacyGpuPods": self.legacy_gpu_pods, "translatedPods": self.translated_pods,
                "optedOutPods": self.opted_out_pods, "shadowWouldTranslate": self.shadow_ok,
                "shadowWouldStayLegacy": self.shadow_blocked, "shadowBlockers": dict(self.blockers)}
@@ -146,7 +148,7 @@ def read_status(api: KubeAPI, namespace: str | None = None) -> list[NamespaceSta
 
 def render_table(rows: list[NamespaceStatus]) -> str:
     head = ("NAMESPACE", "MODE", "TARGET", "LEGACY-GPU-PODS", "TRANSLATED", "OPTED-OUT", "SHADOW-OK", "SHADOW-BLOCKED")
-    data = [(r.name, r.mode, r.target or "-", str(r.legacy_gpu_pods), str(r.translated_pods), str(r.opted_out_pods),
+    data = [(r.name, r.mode, r.target or DEFAULT_TARGET, str(r.legacy_gpu_pods), str(r.translated_pods), str(r.opted_out_pods),
              str(r.shadow_ok), str(r.shadow_blocked)) for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *data)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in (head, *data)]

@@ -10,7 +10,9 @@ import pytest
 from bridge.report.checks import CheckContext, ReportOptions, run_checks
 from bridge.report.findings import Finding
 from bridge.report.model import build_model
-from bridge.report.sources import ClusterData, ServerVersion
+from bridge.report.sources import ClusterData, ServerVersion, load_snapshot
+from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.apiserver.registry import ResourceType
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -123,3 +125,21 @@ def daemonset(name: str, ns: str, image: str, labels: dict[str, str] | None = No
 
 def bridge_class() -> Obj:
     return device_class("gpu.dra-bridge.io", 'device.driver == "gpu.dra-bridge.io"')
+
+
+# The example's custom resources, served the way the emulator serves a CRD without a schema.
+CRD_KINDS = (
+    ResourceType("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False, "clusterpolicy"),
+    ResourceType("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False, "clusterqueue"),
+    ResourceType("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True, "localqueue"),
+)
+
+
+def load_example(srv: ApiServer) -> None:
+    """The snapshot directory as it is (validated against the schemas; the emulator skips crds.yaml.gz), then its
+    custom resources under their registered CRD kinds."""
+    srv.load_dir(EXAMPLE)
+    for rt in CRD_KINDS:
+        srv.registry.add(rt)
+    data = load_snapshot(EXAMPLE)
+    srv.load_objects([o for rt in CRD_KINDS for o in data.of(rt.kind)])

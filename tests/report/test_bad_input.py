@@ -43,7 +43,7 @@ _GARBAGE_LIST = b"apiVersion: v1\nkind: List\nitems:\n- 42\n- {kind: Pod, metada
     [
         ("picture.yaml", b"\x89PNG\r\n\x1a\n\x00\x00binary", "picture.yaml: cannot read"),
         ("notes.yaml", b"this: is: not yaml: [", "notes.yaml: not valid YAML"),
-        ("pods-extra.yaml.gz", gzip.compress(b"kind: Pod\nmetadata: {name: x}\n" * 50)[:40], "Compressed file ended"),
+        ("pods-extra.yaml.gz", gzip.compress(b"kind: Pod\nmetadata: {name: x}\n" * 50)[:40], "truncated gzip data"),
         ("garbage.yaml", _GARBAGE_LIST, "garbage.yaml: expected a Kubernetes object or List, found int"),
         ("nokind.yaml", b"kind: List\nitems:\n- {metadata: {name: x}}\n", "nokind.yaml: an object without 'kind'"),
         ("meta.yaml", b"kind: List\nitems:\n- {kind: Pod, metadata: 5}\n", "meta.yaml: a Pod whose metadata is not"),
@@ -98,3 +98,87 @@ def test_shape_check_accepts_nulls_and_names_nested_paths() -> None:
                "nodeSelectorTerms": [{"matchExpressions": "nvidia.com/gpu.product"}]}}}}}
     assert object_problem(bad) == ("Pod a/p: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
                                    ".nodeSelectorTerms[0].matchExpressions: expected a list, found a string")
+
+
+# ---- files that are not what they claim to be: one line, exit 2, never a hang, a traceback or a MemoryError
+
+
+def _deep_json(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
+def test_json_nested_deeper_than_the_parser_follows_is_named(tmp_path: Path) -> None:
+    err = _run_cli(tmp_path, _snapshot_with(tmp_path, "deep.json", _deep_json(100_000)))
+    assert "deep.json: nested too deeply to parse" in err.splitlines()[0] and len(err.splitlines()) == 1
+
+
+def test_deep_yaml_is_named_too(tmp_path: Path) -> None:
+    err = _run_cli(tmp_path, _snapshot_with(tmp_path, "deep.yaml", _deep_json(100_000)))
+    assert "deep.yaml:" in err.splitlines()[0] and len(err.splitlines()) == 1
+
+
+def test_a_deep_value_inside_an_otherwise_valid_object_is_an_input_error(tmp_path: Path) -> None:
+    """Deep enough to load, too deep to copy into a remediation manifest: still exit 2 with one line."""
+    quota = (b'{"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "team-vision"},'
+             b' "spec": {"hard": {"requests.nvidia.com/gpu": "4"}, "scopeSelector": ' + _deep_json(900) + b"}}")
+    snap = _snapshot_with(tmp_path, "quota.json", quota)
+    res = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snap), "--emit-manifests",
+                                    str(tmp_path / "fixes")], catch_exceptions=False)
+    assert res.exit_code in (1, 2) and "Traceback" not in res.output
+    if res.exit_code == 2:
+        assert "nested too deeply" in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+def test_a_symlink_to_dev_zero_is_refused_not_read(tmp_path: Path) -> None:
+    snap = tmp_path / "snap"
+    shutil.copytree(EXAMPLE, snap)
+    (snap / "zero.yaml").symlink_to("/dev/zero")
+    err = _run_cli(tmp_path, snap)
+    assert "zero.yaml: a character device, not a regular file" in err.splitlines()[0]
+    alone = tmp_path / "alone.json"
+    alone.symlink_to("/dev/zero")
+    assert "alone.json: a character device, not a regular file" in _run_cli(tmp_path, alone)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    """Run as a separate process with a deadline: a reader that opened the FIFO would block forever."""
+    import os
+    import subprocess
+    import sys
+
+    snap = tmp_path / "snap"
+    shutil.copytree(EXAMPLE, snap)
+    os.mkfifo(snap / "pipe.json")
+    fifo_root = tmp_path / "root.json"
+    os.mkfifo(fifo_root)
+    for target, name in ((snap, "pipe.json"), (fifo_root, "root.json")):
+        res = subprocess.run([sys.executable, "-m", "bridge", "migrate-report", "--snapshot", str(target)],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and res.stdout == ""
+        assert f"{name}: a FIFO, not a regular file" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_files_over_the_size_limit_are_refused_before_reading(tmp_path: Path) -> None:
+    snap = _snapshot_with(tmp_path, "big.yaml", b"# padding\n" * 200_000)  # 2 MB
+    res = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snap), "--max-file-size", "1Mi"])
+    assert res.exit_code == 2 and "big.yaml: 1.9 MiB, more than 1.0 MiB, the per-file limit (--max-file-size)" \
+        in res.stderr.splitlines()[0]
+    assert CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snap), "--max-file-size", "4Mi",
+                                     "-o", "json"]).exit_code == 1  # the limit is overridable
+
+
+def test_a_gzip_bomb_is_cut_off_at_the_limit(tmp_path: Path) -> None:
+    bomb = gzip.compress(b" " * (8 * 2**20))  # 8 MiB of spaces in a few KiB
+    snap = _snapshot_with(tmp_path, "bomb.yaml.gz", bomb)
+    res = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snap), "--max-file-size", "1Mi"],
+                             env={"BRIDGE_REPORT_MAX_FILE_SIZE": ""})
+    assert res.exit_code == 2 and "bomb.yaml.gz: decompresses to more than 1.0 MiB" in res.stderr
+
+
+def test_the_size_limit_is_validated_and_settable_by_environment(tmp_path: Path) -> None:
+    assert CliRunner().invoke(main, ["migrate-report", "--snapshot", str(EXAMPLE), "--max-file-size", "lots"]
+                              ).exit_code == 2
+    res = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(EXAMPLE)],
+                             env={"BRIDGE_REPORT_MAX_FILE_SIZE": "1Ki"})
+    assert res.exit_code == 2 and "the per-file limit" in res.stderr
+    assert "BRIDGE_REPORT_MAX_FILE_SIZE" in CliRunner().invoke(main, ["migrate-report", "--help"]).output

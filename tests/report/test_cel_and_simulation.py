@@ -75,3 +75,17 @@ def test_pool_respects_selectors_and_keeps_flexible_devices() -> None:
     pool = Pool.from_nodes([[(True, True), (True, True), (True, False), (True, False)]], 2)
     res = pool.fit([PodNeed(0, 2), PodNeed(1, 2)])
     assert res.fits  # selector-0 pod must take the selector-0-only devices first
+
+
+def test_a_new_device_never_inherits_a_freed_devices_memoised_result() -> None:
+    """The memo keys devices by identity; CPython reuses the id of a freed object, so a device made after another
+    was dropped must be evaluated on its own attributes (this was a flaky wrong match)."""
+    import gc
+
+    ev = SelectorEvaluator()
+    expr = '"cudaComputeCapability" in device.attributes["gpu.dra-bridge.io"] && ' \
+           'device.attributes["gpu.dra-bridge.io"].cudaComputeCapability.major() > 8'
+    for _ in range(20):
+        assert ev.matches(expr, dev()) is True  # 9.0: the temporary device is freed right after
+        gc.collect(0)
+        assert ev.matches(expr, dev(arch="Ampere", cc="8.0.0")) is False

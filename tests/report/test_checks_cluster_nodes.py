@@ -59,11 +59,12 @@ def test_feature_stages_follow_the_version_table() -> None:
     assert by_gate["DRAExtendedResource"] == "beta"
     assert by_gate["DRADeviceTaints"] == "beta"
     assert by_gate["DRAConsumableCapacity"] == "beta"
-    assert by_gate["DRAExtendedResourceCapacity"] == "absent"
+    assert by_gate["KEP-6406"] == "absent"
     ga = {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.37.0"), "DRB002")}
     assert ga["DRAExtendedResource"] == "ga" and ga["DRADeviceTaints"] == "ga"
+    # KEP-6406 is provisional: no gate and no stage in any release, so no version makes it available.
     assert {f.object.name: f.details["stage"] for f in findings(cluster(version="v1.38.0"), "DRB002")}[
-        "DRAExtendedResourceCapacity"] == "alpha"
+        "KEP-6406"] == "absent"
 
 
 def test_feature_facts_match_the_landscape_table() -> None:
@@ -71,13 +72,16 @@ def test_feature_facts_match_the_landscape_table() -> None:
     by_gate = {f.object.name: f for f in findings(cluster(version="v1.34.2"), "DRB002")}
     expected = {"DRAExtendedResource": ("5004", "alpha", "1.36"), "DRADeviceTaints": ("5055", "alpha", "1.36"),
                 "DRAConsumableCapacity": ("5075", "alpha", "1.36"),
-                "DRAExtendedResourceCapacity": ("6406", "absent", "a future release"),
+                "KEP-6406": ("6406", "absent", None),
                 "ResourceHealthStatus": ("4680", "alpha", "1.36")}
     assert set(by_gate) == set(expected)
     for gate, (kep, stage, on_from) in expected.items():
         f = by_gate[gate]
         assert f"KEP-{kep}" in f.message and f.details["stage"] == stage
-        assert f"Available by default from {on_from}" in f.fix
+        if on_from is None:
+            assert f.fix == "Not available in any release yet (KEP-6406 (provisional, no feature gate in Kubernetes yet))"
+        else:
+            assert f"Available by default from {on_from}" in f.fix
 
 
 def test_feature_findings_are_info_and_absent_without_a_version() -> None:
@@ -129,14 +133,41 @@ def test_device_plugin_and_bridge_on_one_node_is_a_blocker() -> None:
                    resource_slice("gpu-1", [gpu_device(0)]))
     fs = findings(data, "DRB010")
     assert [f.severity for f in fs] == ["blocker"] and fs[0].object.name == "gpu-1"
+    assert "keeps one plugin per resource name (the last to register)" in fs[0].message
+    # Without a sign of the GPU Operator both supported ways are named; the operator's comes first.
+    assert fs[0].fix.startswith("Under the GPU Operator, label the node: kubectl label node gpu-1 "
+                                "nvidia.com/gpu.deploy.device-plugin=false --overwrite")
+    assert "editing the operator's DaemonSet is reverted" in fs[0].fix and "standalone" in fs[0].fix
+
+
+def test_under_the_gpu_operator_the_fix_is_the_node_label_only() -> None:
+    operator_node = node("gpu-1", labels={"nvidia.com/gpu.deploy.device-plugin": "true"})
+    data = cluster(operator_node, daemonset("nvidia-device-plugin", "gpu-operator", "nvcr.io/nvidia/k8s-device-plugin:v0.17"),
+                   pod("dp-1", "gpu-operator", owner=("DaemonSet", "nvidia-device-plugin")),
+                   resource_slice("gpu-1", [gpu_device(0)]))
+    fix = findings(data, "DRB010")[0].fix
+    assert "nvidia.com/gpu.deploy.device-plugin=false" in fix and "standalone" not in fix
 
 
 def test_extended_name_backed_by_dra_and_device_plugin_on_one_node() -> None:
+    """The scheduler serves the name through the device plugin wherever allocatable is above 0: the DRA devices are
+    unreachable by that name on this node (not 'forbidden')."""
     data = cluster(node("gpu-1", 4), device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"', "nvidia.com/gpu"),
                    resource_slice("gpu-1", [gpu_device(0)], driver="gpu.nvidia.com"))
     fs = findings(data, "DRB010")
-    assert any("KEP-5004" in f.message for f in fs)
+    named = [f for f in fs if f.details.get("deviceClass") == "gpu.nvidia.com"]
+    assert [f.severity for f in named] == ["warning"]
+    assert "serves nvidia.com/gpu through the device plugin on every node whose allocatable for it is above 0" \
+        in named[0].message and "never get the DRA devices gpu.nvidia.com selects" in named[0].message
+    assert "forbid" not in named[0].message and "nvidia.com/gpu.deploy.device-plugin=false" in named[0].fix
     assert any("counts each GPU twice" in f.message for f in fs)
+
+
+def test_extended_name_on_a_node_whose_device_plugin_allocatable_is_zero_is_served_by_dra() -> None:
+    data = cluster(node("gpu-1", 4, allocatable=0),
+                   device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"', "nvidia.com/gpu"),
+                   resource_slice("gpu-1", [gpu_device(0)], driver="gpu.nvidia.com"))
+    assert [f for f in findings(data, "DRB010") if f.details.get("deviceClass")] == []
 
 
 def test_bridge_alone_on_its_node_is_fine() -> None:

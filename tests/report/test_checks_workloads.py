@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.kvalues import gfd
+import pytest
 
+from bridge.kvalues import cel as kcel
+from bridge.kvalues import gfd
+from bridge.report.checks import CheckContext, ReportOptions, run_checks
+from bridge.report.findings import RETIRED, RULES, rule
+from bridge.report.model import build_model
 from tests.report.conftest import (
     bridge_class,
     cluster,
@@ -95,15 +100,23 @@ def test_pod_total_above_32_only_matters_for_the_extended_target() -> None:
     assert "claims translation target" in fs[0].fix
 
 
-# ---- DRB024 ephemeral containers
-def test_live_pod_with_ephemeral_containers() -> None:
+# ---- DRB024 retired: ephemeral containers can never set resources, so there was nothing to say
+def test_a_gpu_pod_with_ephemeral_containers_has_no_finding_about_them() -> None:
     s = spec(container({"nvidia.com/gpu": 1}), ephemeralContainers=[{"name": "debug", "image": "busybox"}])
-    fs = findings(cluster(pod("p", pod_spec=s)), "DRB024")
-    assert [f.object.name for f in fs] == ["p"]
+    ctx = CheckContext(build_model(cluster(pod("p", pod_spec=s), bridge_class())), ReportOptions())
+    assert [f for f in run_checks(ctx) if f.object.name == "p"] == []
+    assert "DRB024" not in RULES and "DRB024" in RETIRED
 
 
-def test_pod_without_ephemeral_containers() -> None:
-    assert findings(cluster(pod("p", pod_spec=spec(container({"nvidia.com/gpu": 1})))), "DRB024") == []
+def test_the_same_pod_without_ephemeral_containers_has_no_finding_either() -> None:
+    ctx = CheckContext(build_model(cluster(pod("p", pod_spec=spec(container({"nvidia.com/gpu": 1}))), bridge_class())),
+                       ReportOptions())
+    assert [f for f in run_checks(ctx) if f.object.name == "p"] == []
+
+
+def test_a_retired_rule_id_cannot_be_registered_again() -> None:
+    with pytest.raises(ValueError, match="retired"):
+        rule("DRB024", "anything")(lambda ctx: iter(()))
 
 
 # ---- DRB025 GFD selectors
@@ -111,9 +124,11 @@ def test_gfd_selector_is_shown_as_cel() -> None:
     fs = findings(cluster(app(nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                                              "nvidia.com/gpu.present": "true"})), "DRB025")
     assert [f.severity for f in fs] == ["info"]
-    # the shared GFD mapping (bridge.kvalues.gfd): the product name as GFD sanitises it, matched exactly
-    want = gfd.map_requirement(gfd.Requirement(gfd.PRODUCT, "In", ("NVIDIA-H100-80GB-HBM3",))).expression
-    assert fs[0].details["cel"] == want
+    # The webhook's own mapping (bridge.kvalues.gfd): a pattern for every NVML name GFD sanitises to the label.
+    expected = gfd.map_requirement(gfd.Requirement("nvidia.com/gpu.product", "In", ("NVIDIA-H100-80GB-HBM3",)))
+    assert fs[0].details["cel"] == expected.expression
+    assert kcel.evaluate(fs[0].details["cel"], kcel.device_activation(
+        "gpu.dra-bridge.io", {"gpu.dra-bridge.io": {"productName": "NVIDIA H100 80GB HBM3"}}, {}))
     assert fs[0].details["nodeSelectors"] == ["nvidia.com/gpu.present In true"]
 
 
@@ -270,10 +285,45 @@ TS = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    
      "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
 
 
-def test_time_slicing_is_translated_with_the_differences_stated() -> None:
-    fs = findings(cluster(_cm(ts=TS.format(rename="false", fail="false"))), "DRB050")
+def test_renamed_time_slicing_is_translated_with_the_differences_stated() -> None:
+    fs = findings(cluster(_cm(ts=TS.format(rename="true", fail="false"))), "DRB050")
     assert [f.severity for f in fs] == ["warning"]
     assert "independent" in fs[0].message and fs[0].details["replicas"] == 4
+    assert fs[0].details["rename"] == "nvidia.com/gpu.shared"
+
+
+def test_time_slicing_nvidia_gpu_under_its_own_name_blocks_the_nodes_that_run_it() -> None:
+    """Un-renamed time-slicing: nvidia.com/gpu: 1 is a time-slice on these nodes (the single config is their
+    default through the config-manager's "single" fallback)."""
+    data = cluster(_cm(ts=TS.format(rename="false", fail="false")), node("gpu-1", 8), node("gpu-2", 8))
+    fs = findings(data, "DRB050")
+    assert [f.severity for f in fs] == ["blocker"] and fs[0].details["nodes"] == ["gpu-1", "gpu-2"]
+    assert "is a time-slice, not a GPU" in fs[0].message and "fallback to the only config" in fs[0].message
+
+
+def test_un_renamed_time_slicing_no_node_runs_is_a_warning() -> None:
+    data = cluster(_cm(ts=TS.format(rename="false", fail="false"), default="version: v1\nflags:\n  migStrategy: none\n"),
+                   node("gpu-1", 8))  # gpu-1 runs `default` (the "named" fallback), not `ts`
+    fs = findings(data, "DRB050")
+    assert [f.severity for f in fs] == ["warning"] and fs[0].details["nodes"] == []
+    assert "nvidia.com/device-plugin.config=ts would" in fs[0].message
+
+
+def test_a_node_label_selects_the_time_sliced_config() -> None:
+    data = cluster(_cm(ts=TS.format(rename="false", fail="false"), default="version: v1\nflags:\n  migStrategy: none\n"),
+                   node("gpu-1", 8), node("gpu-2", 8, labels={"nvidia.com/device-plugin.config": "ts"}))
+    assert findings(data, "DRB050")[0].details["nodes"] == ["gpu-2"]
+
+
+def test_an_explicit_rename_is_ignored_by_the_plugin_so_the_gpu_is_still_shared_under_its_own_name() -> None:
+    """NVIDIA/k8s-device-plugin api/config/v1/config.go DisableResourceNamingInConfig drops `rename`."""
+    cfg = ("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+           "      rename: nvidia.com/gpu-shared\n      replicas: 4\n")
+    data = cluster(_cm(ts=cfg), node("gpu-1", 8))
+    assert [f.severity for f in findings(data, "DRB050")] == ["blocker"]
+    problems = [f.message for f in findings(data, "DRB056")]
+    assert len(problems) == 1 and "rename: nvidia.com/gpu-shared is ignored by the device plugin" in problems[0]
+    assert "advertised as nvidia.com/gpu" in problems[0]
 
 
 def test_rename_and_fail_requests_greater_than_one() -> None:
@@ -291,10 +341,23 @@ def test_mps_with_mig_is_a_blocker_and_plain_mps_needs_config() -> None:
     assert findings(cluster(_cm(a=TS.format(rename="false", fail="false"))), "DRB053") == []
 
 
-def test_mig_strategy_single_changes_what_nvidia_gpu_means() -> None:
-    single = findings(cluster(_cm(a="version: v1\nflags:\n  migStrategy: single\n")), "DRB054")
-    assert [f.severity for f in single] == ["blocker"]
+def test_mig_strategy_single_changes_what_nvidia_gpu_means_on_mig_enabled_nodes() -> None:
+    single = "version: v1\nflags:\n  migStrategy: single\n"
+    mig_node = node("gpu-1", 7, labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"})
+    fs = findings(cluster(_cm(a=single), mig_node), "DRB054")
+    assert [f.severity for f in fs] == ["blocker"] and "gpu-1" in fs[0].message
+    plain = findings(cluster(_cm(a=single), node("gpu-1", 8)), "DRB054")
+    assert [f.severity for f in plain] == ["warning"] and "no MIG-enabled node" in plain[0].message
     assert findings(cluster(_cm(a="version: v1\nflags:\n  migStrategy: none\n")), "DRB054") == []
+
+
+def test_replicas_below_two_are_refused_by_the_device_plugin() -> None:
+    """NVIDIA/k8s-device-plugin api/config/v1/replicas.go: `if s.Replicas < 2` -> "number of replicas must be >= 2"
+    (checked again at the source: 1 is refused too, not only 0)."""
+    one = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: {n}\n"
+    fs = findings(cluster(_cm(a=one.format(n=1))), "DRB056")
+    assert len(fs) == 1 and "number of replicas must be >= 2" in fs[0].message
+    assert findings(cluster(_cm(a=one.format(n=2))), "DRB056") == []
 
 
 def test_per_node_config_label_and_unknown_config_name() -> None:

@@ -27,6 +27,20 @@ def test_blocked_example_exits_1_and_prints_the_table() -> None:
     assert "Blockers" in res.output and "team-research" in res.output and "\x1b[" not in res.output
 
 
+def test_the_readme_command_lists_what_real_clusters_hide() -> None:
+    """The example carries one case of each finding added for issue 11; the README's first command shows them."""
+    out = run("--snapshot", str(EXAMPLE), "-o", "json").output
+    by_rule: dict[str, set[str]] = {}
+    for f in json.loads(out)["findings"]:
+        by_rule.setdefault(f["rule"], set()).add(f["severity"])
+    expected = {"DRB015": "blocker", "DRB016": "warning", "DRB030": "blocker", "DRB033": "info", "DRB034": "blocker",
+                "DRB035": "blocker", "DRB036": "blocker", "DRB042": "blocker", "DRB043": "blocker", "DRB050": "blocker"}
+    for rule, severity in expected.items():
+        assert severity in by_rule.get(rule, set()), rule
+    table = run("--snapshot", str(EXAMPLE)).output
+    assert all(rule in table for rule in expected)
+
+
 def test_json_to_file_and_manifests(tmp_path: Path) -> None:
     out, fixes = tmp_path / "r.json", tmp_path / "fixes"
     res = run("--snapshot", str(EXAMPLE), "-o", "json", "--file", str(out), "--emit-manifests", str(fixes))

@@ -16,19 +16,33 @@ from bridge.report.sources import KINDS
 from tests.report.conftest import EXAMPLE, REPO, SCHEMA_VERSION
 
 
+CRD_KINDS = ("ClusterPolicy", "ClusterQueue", "LocalQueue")  # no published Kubernetes schema to validate against
+
+
 def _objects() -> list[dict]:
     data = load_snapshot(EXAMPLE)
-    return [o for kind in KINDS for o in data.of(kind)]
+    return [o for kind in KINDS if kind not in CRD_KINDS for o in data.of(kind)]
 
 
 def test_example_is_small_realistic_and_complete() -> None:
     data = load_snapshot(EXAMPLE)
     counts = {k: len(data.of(k)) for k in KINDS}
-    assert 20 <= sum(counts.values()) <= 200
-    for kind in ("Node", "Pod", "Namespace", "ResourceQuota", "ConfigMap", "DaemonSet", "Deployment", "StatefulSet",
-                 "ReplicaSet", "Job", "CronJob", "PriorityClass", "DeviceClass", "ResourceSlice"):
+    assert 20 <= sum(counts.values()) <= 250
+    for kind in KINDS:
         assert counts[kind] > 0, kind
-    assert data.version.git_version == "v1.34.2" and data.api_versions is not None
+    assert data.version.git_version == "v1.36.2" and data.api_versions is not None
+
+
+def test_the_example_custom_resources_have_the_fields_the_report_reads() -> None:
+    """ClusterPolicy (NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go) and Kueue's v1beta1 queues."""
+    from bridge.report.shape import object_problem
+
+    data = load_snapshot(EXAMPLE)
+    policy = data.of("ClusterPolicy")[0]
+    assert policy["apiVersion"] == "nvidia.com/v1" and policy["spec"]["mig"]["strategy"] in ("none", "single", "mixed")
+    assert set(policy["spec"]["devicePlugin"]["config"]) == {"name", "default"}
+    assert all(o["apiVersion"] == "kueue.x-k8s.io/v1beta1" for k in ("ClusterQueue", "LocalQueue") for o in data.of(k))
+    assert all(object_problem(o) is None for k in CRD_KINDS for o in data.of(k))
 
 
 @pytest.mark.parametrize("obj", _objects(), ids=lambda o: f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}")
@@ -39,7 +53,8 @@ def test_example_object_validates(obj: dict) -> None:
 def test_example_is_reproducible_from_its_script(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(REPO / "scripts" / "make_example_snapshot.py"), str(tmp_path)], check=True)
     for f in sorted(EXAMPLE.iterdir()):
-        assert (tmp_path / f.name).read_text() == f.read_text(), f"{f.name} differs from the generator's output"
+        assert (tmp_path / f.name).read_bytes() == f.read_bytes(), f"{f.name} differs from the generator's output"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in EXAMPLE.iterdir())
 
 
 def test_emitted_manifests_validate_and_pair_the_quota() -> None:
@@ -54,16 +69,18 @@ def test_emitted_manifests_validate_and_pair_the_quota() -> None:
     quota = yaml.safe_load(files["quota-team-vision-gpu-quota.yaml"])
     hard = quota["spec"]["hard"]
     assert hard["requests.nvidia.com/gpu"] == hard["gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices"] == "16"
+    # 1.36 serves the extended target: the implicit name's quota is paired too
+    assert hard["requests.deviceclass.resource.kubernetes.io/gpu.dra-bridge.io"] == "16"
 
 
 def test_missing_bridge_class_is_emitted(tmp_path: Path) -> None:
     for f in EXAMPLE.iterdir():
-        text = f.read_text()
-        if f.name == "dra.yaml":
-            docs = yaml.safe_load(text)
-            docs["items"] = [o for o in docs["items"] if o["metadata"]["name"] != "gpu.dra-bridge.io"]
-            text = yaml.safe_dump(docs)
-        (tmp_path / f.name).write_text(text)
+        if f.name != "dra.yaml":
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+            continue
+        docs = yaml.safe_load(f.read_text())
+        docs["items"] = [o for o in docs["items"] if o["metadata"]["name"] != "gpu.dra-bridge.io"]
+        (tmp_path / f.name).write_text(yaml.safe_dump(docs))
     files = run_report(load_snapshot(tmp_path)).manifests
     dc = yaml.safe_load(files["deviceclass.yaml"])
     kubernetes_validate.validate(dc, SCHEMA_VERSION, strict=True)
@@ -71,9 +88,13 @@ def test_missing_bridge_class_is_emitted(tmp_path: Path) -> None:
 
 
 def test_wave_plan_is_a_valid_script_with_both_command_forms() -> None:
-    script = run_report(load_snapshot(EXAMPLE)).manifests["wave-plan.sh"]
+    report = run_report(load_snapshot(EXAMPLE))
+    script = report.manifests["wave-plan.sh"]
     subprocess.run(["sh", "-n"], input=script, text=True, check=True)
-    lines = [line for line in script.splitlines() if line.startswith("bridge namespace set")]
-    assert lines[0] == "bridge namespace set team-batch shadow"
+    flips = [line.strip() for line in script.splitlines() if line.strip().startswith('"$BRIDGE" namespace set')]
+    assert flips[0] == '"$BRIDGE" namespace set team-batch shadow'
     assert "kubectl label namespace team-batch dra-bridge.io/mode=shadow --overwrite" in script
-    assert not any("team-research" in line for line in lines)  # blocked: not planned
+    assert not any("team-research" in line for line in flips)  # blocked: not planned
+    # one case per wave, each wave number once, in order
+    cases = [line.strip() for line in script.splitlines() if line.strip()[:-1].isdigit() and line.strip().endswith(")")]
+    assert cases == [f"{n})" for n in sorted({s.wave for s in report.report.waves})]

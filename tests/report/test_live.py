@@ -17,19 +17,28 @@ from bridge.report import build_report, load_snapshot
 from bridge.report.live import Progress, load_live
 from bridge.report.sources import KINDS
 from bridge.sandbox.apiserver import ApiServer
-from tests.report.conftest import EXAMPLE
+from tests.report.conftest import EXAMPLE, load_example
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ApiServer]:
-    with ApiServer(version="1.34.2") as srv:
-        srv.load_dir(EXAMPLE)  # the snapshot directory as it is, validated against the schemas
+    with ApiServer(version="1.36.2") as srv:
+        load_example(srv)
         yield srv
 
 
 @pytest.fixture
 def kubeconfig(server: ApiServer, tmp_path: Path) -> Path:
     return server.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def _without_crds():  # type: ignore[no-untyped-def]
+    """The example as the emulator serves it: every built-in kind, none of the CRDs (the emulator serves no
+    ClusterPolicy or Kueue queue, and skips the example's crds.yaml.gz)."""
+    data = load_snapshot(EXAMPLE)
+    for kind in ("ClusterPolicy", "ClusterQueue", "LocalQueue"):
+        data.objects[kind] = []
+    return data
 
 
 def _facts(report) -> list[tuple]:  # type: ignore[no-untyped-def]
@@ -88,10 +97,10 @@ def test_applying_the_emitted_manifests_clears_their_findings(tmp_path: Path) ->
             for d in yaml.safe_load_all(text)]
     replaced = {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]) for d in docs}
     assert ("ResourceQuota", "team-vision", "gpu-quota") in replaced
-    example = load_snapshot(EXAMPLE)
+    example = _without_crds()
     kept = [o for kind in KINDS for o in example.of(kind)
             if (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) not in replaced]
-    with ApiServer(version="1.34.2") as srv:
+    with ApiServer(version="1.36.2") as srv:
         srv.load_objects(kept)
         assert srv.load_objects(docs) == len(docs)
         after = build_report(load_live(connect(srv.write_kubeconfig(tmp_path / "kc"))))
@@ -107,7 +116,7 @@ def test_snapshot_command_round_trip(kubeconfig: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "snapshot", "--out", str(out)],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert json.loads((out / "version.json").read_text())["serverVersion"]["gitVersion"] == "v1.34.2"
+    assert json.loads((out / "version.json").read_text())["serverVersion"]["gitVersion"] == "v1.36.2"
     again = build_report(load_snapshot(out))
     assert _facts(again) == _facts(build_report(load_snapshot(EXAMPLE)))
 
@@ -128,7 +137,7 @@ def test_wave_plan_commands_run_against_the_cluster_and_match_the_kubectl_form(t
 
     plan = run_report(load_snapshot(EXAMPLE)).report.waves
     assert plan
-    with ApiServer(version="1.34.2") as srv:
+    with ApiServer(version="1.36.2") as srv:
         srv.load_dir(EXAMPLE)
         kc = srv.write_kubeconfig(tmp_path / "kc")
         api = connect(kc)
@@ -144,3 +153,27 @@ def test_wave_plan_commands_run_against_the_cluster_and_match_the_kubectl_form(t
             assert key == WEBHOOK_MODE_LABEL
             labels = build_report(load_live(api)).model.namespaces[step.namespace].labels  # type: ignore[union-attr]
             assert labels[key] == value == step.mode
+
+
+def test_optional_crds_are_listed_only_where_the_server_serves_them() -> None:
+    from bridge.kube.api import Discovery
+    from bridge.report.live import optional_resources
+
+    bare = Discovery("v1.34.2", 1, 34, {"v1": {"pods": {}}})
+    assert optional_resources(bare) == []
+    full = Discovery("v1.34.2", 1, 34, {
+        "nvidia.com/v1": {"clusterpolicies": {}},
+        "kueue.x-k8s.io/v1beta2": {"clusterqueues": {}, "localqueues": {}},
+        "kueue.x-k8s.io/v1beta1": {"clusterqueues": {}, "localqueues": {}},
+    })
+    assert [(r.kind, r.group, r.version) for r in optional_resources(full)] == [
+        ("ClusterPolicy", "nvidia.com", "v1"), ("ClusterQueue", "kueue.x-k8s.io", "v1beta2"),
+        ("LocalQueue", "kueue.x-k8s.io", "v1beta2")]
+
+
+def test_snapshot_files_are_named_by_the_resource_plural(tmp_path: Path) -> None:
+    from bridge.report.live import write_snapshot
+
+    names = {p.name for p in write_snapshot(load_snapshot(EXAMPLE), tmp_path)}
+    assert {"deviceclasses.json", "priorityclasses.json", "resourceslices.json", "clusterpolicies.json"} <= names
+    assert not any(n.endswith("sss.json") or n == "priorityclasss.json" for n in names)

@@ -59,9 +59,10 @@ def test_example_report_says_what_an_operator_needs(outputs: dict[str, str]) -> 
     doc = json.loads(outputs["json"])
     status = {n["name"]: n["status"] for n in doc["namespaces"]}
     assert status == {"team-batch": "ready", "team-nlp": "needs-config", "team-recsys": "blocked",
-                      "team-research": "blocked", "team-speech": "ready", "team-vision": "needs-config"}
+                      "team-research": "blocked", "team-rl": "blocked", "team-speech": "ready",
+                      "team-vision": "blocked"}
     assert doc["status"] == "blocked"
-    assert [(s["namespace"], s["mode"]) for s in doc["wavePlan"]][:2] == [("team-batch", "shadow"), ("team-vision", "shadow")]
+    assert [(s["namespace"], s["mode"]) for s in doc["wavePlan"]][:2] == [("team-batch", "shadow"), ("team-nlp", "dra")]
     backends = {n["name"]: n["backends"] for n in doc["nodes"]}
     assert backends["gpu-h100-1"] == ["bridge"] and backends["gpu-l40s-1"] == ["dra:gpu.nvidia.com"]
     assert backends["gpu-a100-1"] == ["device-plugin"]
@@ -152,3 +153,20 @@ def test_table_summary_fits_100_columns_at_the_envelope() -> None:
         plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
         assert max(len(line) for line in plain.splitlines()) <= 100
     assert "150000 pods" in plain.replace("\n    ", " ")
+
+
+def test_json_is_written_item_by_item_yet_equals_one_dump_of_the_whole_document() -> None:
+    """render_json streams the long lists (the memory peak at 150,000 pods) and must stay byte-identical to
+    json.dumps(indent=2) of the document, empty lists included."""
+    from dataclasses import replace
+
+    from bridge.report.render.json import render_json, to_dict
+
+    report = run_report(load_snapshot(EXAMPLE)).report
+    deep: object = ["leaf", 1.5, None, True, {"k\u00e9y\n": "v\"\t"}]
+    for _ in range(70):
+        deep = {"nested": deep, "empty": {}, "none": [], "tuple": (1, "two")}
+    odd = replace(report.findings[0], details={"deep": deep})
+    for r in (report, replace(report, findings=[], waves=[], workloads=[], nodes=[], namespaces=[]),
+              replace(report, findings=[odd])):
+        assert render_json(r) == json.dumps(to_dict(r), indent=2) + "\n"

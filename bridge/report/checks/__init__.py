@@ -3,7 +3,15 @@
 
 from __future__ import annotations
 
-from bridge.report.checks import capacity, cluster, dpconfig, namespaces, nodes, workloads  # noqa: F401 (register)
+from bridge.report.checks import (  # noqa: F401 (register)
+    capacity,
+    cluster,
+    dpconfig,
+    namespaces,
+    nodes,
+    operators,
+    workloads,
+)
 from bridge.report.checks.context import CheckContext, ReportOptions
 from bridge.report.findings import RULES, Finding
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext, class_cel, ref_of
-from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, GPU, Stage
+from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, GPU
 from bridge.report.findings import CLUSTER, Finding, ObjectRef, rule
 from bridge.report.model import Obj
 
@@ -33,21 +33,28 @@ def dra_api(ctx: CheckContext) -> Iterator[Finding]:
                       "to the snapshot, or scan the live cluster", details)
     if m.data.api_versions is None and not served:
         return  # nothing known about discovery; the warning above (or none, if the version is known) says enough
+    dra = FEATURE_BY_KEY["dra"]
+    ga = _release(dra.ga)
     if not served:
         yield Finding("DRB001", "blocker", CLUSTER,
                       f"resource.k8s.io is not served (Kubernetes {version}): there is no DRA API to migrate to",
-                      "Upgrade to Kubernetes 1.34 or later (DRA GA, resource.k8s.io/v1), or enable the "
-                      "DynamicResourceAllocation gate and the resource.k8s.io/v1beta1 API on 1.32/1.33", details)
+                      f"Upgrade to Kubernetes {ga} or later, where DRA is GA and serves resource.k8s.io/v1 "
+                      f"({dra.history()}); or enable the {dra.gate} gate and the resource.k8s.io/v1beta1 API on an "
+                      "older release", details)
     elif "v1" not in served:
         yield Finding("DRB001", "warning", CLUSTER,
-                      f"resource.k8s.io is served only as {', '.join(served)} (Kubernetes {version}); DRA is GA "
-                      "(resource.k8s.io/v1) from 1.34",
-                      "Upgrade to 1.34+; the bridge works with the beta API but beta objects need migrating later",
+                      f"resource.k8s.io is served only as {', '.join(served)} (Kubernetes {version}); "
+                      f"resource.k8s.io/v1 comes with DRA GA ({dra.history()})",
+                      f"Upgrade to {ga}+; the bridge works with the beta API but beta objects need migrating later",
                       details)
-    elif m.version.known and not m.version.at_least(1, 34):
+    elif m.version.known and dra.ga is not None and not m.version.at_least(*dra.ga):
         yield Finding("DRB001", "warning", CLUSTER,
-                      f"resource.k8s.io/v1 served on Kubernetes {version}, before DRA GA (1.34)",
-                      "Upgrade to 1.34+", details)
+                      f"resource.k8s.io/v1 served on Kubernetes {version}, before DRA GA ({dra.history()})",
+                      f"Upgrade to {ga}+", details)
+
+
+def _release(v: tuple[int, int] | None) -> str:
+    return f"{v[0]}.{v[1]}" if v else "a future release"
 
 
 _FEATURE_ADVICE = {
@@ -64,8 +71,8 @@ _FEATURE_ADVICE = {
         "several claims can share a GPU (consumable capacity); time-slicing configs have a DRA counterpart",
     ),
     "extended-resource-capacity": (
-        "nvidia.com/gpu.shared cannot be served by DRA without changing pods (KEP-6406, alpha in 1.38)",
-        "nvidia.com/gpu.shared can map to capacity requests (KEP-6406)",
+        "nvidia.com/gpu.shared cannot be served by DRA without changing pods",
+        "nvidia.com/gpu.shared can map to capacity requests",
     ),
     "resource-health": (
         "device health (XIDs) does not reach pod status for either API: operators see it only in node daemon "
@@ -85,24 +92,19 @@ def features(ctx: CheckContext) -> Iterator[Finding]:
         stage = ctx.stage(key)
         assert stage is not None
         on = stage.on_by_default
-        label = {Stage.ABSENT: "not available", Stage.ALPHA: "alpha (off by default)",
-                 Stage.BETA_OFF: "beta (off by default)", Stage.BETA: "beta (on by default)", Stage.GA: "GA"}[stage]
-        when = "; ".join(
-            f"{name} {v[0]}.{v[1]}" for name, v in (("alpha", f.alpha), ("beta", f.beta), ("GA", f.ga)) if v
-        )
+        first = f.first_on()
+        if on:
+            fix = "Nothing to do"
+        elif first is None:
+            fix = f"Not available in any release yet ({f.history()})"
+        else:
+            fix = (f"Available by default from {_release(first)} ({f.history()}); enable the gate {f.gate} on all "
+                   "components to use it earlier")
         yield Finding(
-            "DRB002", "info", ObjectRef("Feature", "", f.gate),
-            f"{f.gate} (KEP-{f.kep}) is {label} on {version}: {with_ if on else without}",
-            "Nothing to do" if on else f"Available by default from {_first_on(f)} ({when}); enable the gate "
-                                       f"{f.gate} on all components to use it earlier",
-            {"feature": key, "gate": f.gate, "stage": stage.value},
+            "DRB002", "info", ObjectRef("Feature", "", f.name),
+            f"{f.title} is {stage.label} on {version}: {with_ if on else without}",
+            fix, {"feature": key, "gate": f.gate or "", "stage": stage.value},
         )
-
-
-def _first_on(f: object) -> str:
-    beta, ga = getattr(f, "beta"), getattr(f, "ga")
-    v = beta or ga
-    return f"{v[0]}.{v[1]}" if v else "a future release"
 
 
 @rule("DRB003", "DeviceClasses sharing one extendedResourceName")

@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from bridge.kvalues import gfd
 from bridge.report.cel import GfdTranslation, SelectorEvaluator, gfd_to_cel
 from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
+from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
 
 Obj = dict[str, Any]
 
@@ -59,11 +61,44 @@ class CheckContext:
     def dp_configs(self) -> list[DevicePluginConfig]:
         return configs_from_configmaps(self.model.data.of("ConfigMap")) + list(self.options.device_plugin_configs)
 
+    @cached_property
+    def operator_policies(self) -> list[OperatorPolicy]:
+        return operator_policies(self.model.data.of("ClusterPolicy"))
+
+    @cached_property
+    def config_selection(self) -> Selection:
+        """Which device-plugin config each vendor device-plugin node runs (bridge.report.sharing)."""
+        return select_configs(self.model, self.dp_configs, self.operator_policies)
+
+    @cached_property
+    def not_whole_gpu(self) -> dict[str, list[str]]:
+        """node -> why `nvidia.com/gpu` there is a MIG slice or a share, not one whole GPU: the config it runs, the
+        ClusterPolicy, and GFD's labels on it (`bridge.kvalues.gfd.not_whole_gpu`, the webhook's own test)."""
+        out = not_whole_gpu(self.model, self.config_selection, self.operator_policies)
+        for node in self.model.nodes.values():
+            why = gfd.not_whole_gpu(node.labels) if node.gpu_total or node.capacity else None
+            if why:
+                out.setdefault(node.name, []).append(f"GFD labels: {why}")
+        return dict(sorted(out.items()))
+
+    @cached_property
+    def family_rule(self) -> tuple[gfd.FamilyRule, str]:
+        """The GFD release rule for `nvidia.com/gpu.family` the nodes' labels show (family vs compute capability),
+        and why it could not be told ("" when it could; the newest rule is used then)."""
+        seen = set()
+        for n in self.model.nodes.values():
+            fam = n.labels.get(gfd.FAMILY)
+            major, minor = n.labels.get(gfd.COMPUTE_MAJOR, ""), n.labels.get(gfd.COMPUTE_MINOR, "")
+            if fam and major.isdigit() and minor.isdigit():
+                seen.add((fam, int(major), int(minor)))
+        rule, why = gfd.infer_family_rule(seen)
+        return (rule, "") if rule is not None else (gfd.LATEST, why)
+
     def workload_cel(self, w: Workload) -> GfdTranslation:
         key = w.spec.gfd_terms
         hit = self._gfd.get(key)
         if hit is None:
-            hit = self._gfd[key] = gfd_to_cel(key)
+            hit = self._gfd[key] = gfd_to_cel(key, rule=self.family_rule[0])
         return hit
 
     def request_cel(self, w: Workload) -> str:

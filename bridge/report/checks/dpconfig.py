@@ -6,15 +6,31 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext
+from bridge.report.dpconfig import DevicePluginConfig
+from bridge.report.features import FEATURE_BY_KEY, GPU
 from bridge.report.findings import Finding, ObjectRef, rule
+from bridge.report.sharing import CONFIG_LABEL, mig_enabled
 
-_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+
+def _used_by(ctx: CheckContext, cfg: DevicePluginConfig) -> tuple[tuple[str, ...], str]:
+    use = next(u for u in ctx.config_selection.uses if u.config is cfg)
+    return use.nodes, use.default_by
+
+
+def _nodes_text(nodes: tuple[str, ...]) -> str:
+    return ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
 
 
 @rule("DRB050", "Device-plugin config: time-slicing")
 def time_slicing(ctx: CheckContext) -> Iterator[Finding]:
+    """Time-slicing under a new name (`renameByDefault`) is a separate resource: pods asking it stay legacy
+    (DRB021) and the config needs a DRA counterpart (warning). Time-slicing without a rename replicates
+    `nvidia.com/gpu` itself: every `nvidia.com/gpu: 1` on those nodes is a time-slice, and translating it to a whole
+    DRA device would change what pods get, so nodes running such a config block (the webhook leaves their pods
+    alone). A config no node runs is a warning: it blocks the moment a node selects it."""
     consumable = ctx.stage("consumable-capacity")
     for cfg in ctx.dp_configs:
+        nodes, default_by = _used_by(ctx, cfg)
         for s in cfg.sharing:
             if s.strategy != "timeSlicing":
                 continue
@@ -22,15 +38,29 @@ def time_slicing(ctx: CheckContext) -> Iterator[Finding]:
                 dra = ("a DeviceClass on devices with consumable capacity (DRAConsumableCapacity, "
                        f"{'on by default here' if consumable and consumable.on_by_default else 'off by default here'})"
                        " or, with NVIDIA's DRA driver, a per-claim GpuConfig sharing.strategy TimeSlicing")
+                details: dict[str, object] = {"config": cfg.key, "resource": r.name, "replicas": r.replicas,
+                                              "rename": r.rename, "nodes": list(nodes)}
+                if r.name == GPU and not r.rename:
+                    where = (f"nodes {_nodes_text(nodes)} run it" + (f" (the default, by {default_by})"
+                                                                    if default_by else "")
+                             if nodes else f"no node runs it now (nodes labeled {CONFIG_LABEL}={cfg.key} would)")
+                    yield Finding("DRB050", "blocker" if nodes else "warning", cfg.source,
+                                  f"[{cfg.key}] time-slicing {r.name} x{r.replicas} without a rename: each GPU is "
+                                  f"advertised {r.replicas} times as {GPU}, so {GPU}: 1 there is a time-slice, not a "
+                                  f"GPU; translating it to a whole DRA device changes what pods get ({where})",
+                                  "Keep namespaces whose pods run on these nodes legacy (the webhook leaves pods "
+                                  "that select them untouched); to migrate, rename the shared resource "
+                                  f"(renameByDefault: true advertises {GPU}.shared) and move GPU pods to nodes "
+                                  "without time-slicing", details)
+                    continue
                 yield Finding("DRB050", "warning", cfg.source,
                               f"[{cfg.key}] time-slicing {r.name} x{r.replicas}"
                               + (f" advertised as {r.rename}" if r.rename else "")
                               + f": DRA equivalent is {dra}. Differences: device-plugin sharing is node-wide and "
                               "implicit; in DRA it is per claim and opt-in, and `count: N` means N independent "
-                              "shares (KEP-6406), not N slots on one GPU; neither isolates memory",
+                              "shares, not N slots on one GPU; neither isolates memory",
                               "Keep workloads using the shared name legacy; for new workloads write claims on a "
-                              "shared-GPU class",
-                              {"config": cfg.key, "resource": r.name, "replicas": r.replicas, "rename": r.rename})
+                              "shared-GPU class", details)
 
 
 @rule("DRB051", "Device-plugin config: renamed shared resources")
@@ -42,9 +72,10 @@ def rename(ctx: CheckContext) -> Iterator[Finding]:
                 yield Finding("DRB051", "warning", cfg.source,
                               f"[{cfg.key}] {s.strategy} advertises {', '.join(renamed)}"
                               + (" (renameByDefault)" if s.rename_by_default else "")
-                              + ": no DRA DeviceClass can carry that name for a fraction of a GPU before KEP-6406 "
-                              "(alpha 1.38); pods requesting it cannot be translated",
-                              "Keep namespaces using the renamed resource legacy until 1.38+",
+                              + ": no DRA DeviceClass can carry that name for a fraction of a GPU: that needs "
+                              f"{FEATURE_BY_KEY['extended-resource-capacity'].history()}; pods requesting it "
+                              "cannot be translated",
+                              "Keep namespaces using the renamed resource legacy until a release serves it",
                               {"config": cfg.key, "resources": renamed})
 
 
@@ -64,15 +95,24 @@ def fail_gt_one(ctx: CheckContext) -> Iterator[Finding]:
 @rule("DRB053", "Device-plugin config: MPS")
 def mps(ctx: CheckContext) -> Iterator[Finding]:
     for cfg in ctx.dp_configs:
+        nodes, _ = _used_by(ctx, cfg)
         for s in cfg.sharing:
             if s.strategy != "mps":
                 continue
             names = ", ".join(f"{r.name} x{r.replicas}" for r in s.resources)
+            shared_gpu = [r for r in s.resources if r.name == GPU and not r.rename]
             if cfg.mig_strategy != "none":
                 yield Finding("DRB053", "blocker", cfg.source,
                               f"[{cfg.key}] MPS ({names}) together with migStrategy {cfg.mig_strategy}: no DRA "
                               "driver offers MPS on MIG devices",
-                              "Keep these nodes on the device plugin", {"config": cfg.key})
+                              "Keep these nodes on the device plugin", {"config": cfg.key, "nodes": list(nodes)})
+            elif shared_gpu and nodes:
+                yield Finding("DRB053", "blocker", cfg.source,
+                              f"[{cfg.key}] MPS shares {GPU} x{shared_gpu[0].replicas} without a rename on nodes "
+                              f"{_nodes_text(nodes)}: {GPU}: 1 there is an MPS share of a GPU, and translating it to "
+                              "a whole DRA device changes what pods get",
+                              "Keep namespaces whose pods run on these nodes legacy; to migrate, move GPU pods to "
+                              "nodes without MPS sharing", {"config": cfg.key, "nodes": list(nodes)})
             else:
                 yield Finding("DRB053", "warning", cfg.source,
                               f"[{cfg.key}] MPS ({names}): DRA equivalent is NVIDIA's DRA driver MpsConfig per claim "
@@ -80,33 +120,49 @@ def mps(ctx: CheckContext) -> Iterator[Finding]:
                               "the device plugin splits memory and compute equally across replicas; MpsConfig sets "
                               "per-claim limits",
                               "Keep MPS workloads legacy, or move them to NVIDIA's DRA driver with MPSSupport",
-                              {"config": cfg.key})
+                              {"config": cfg.key, "nodes": list(nodes)})
 
 
 @rule("DRB054", "Device-plugin config: MIG strategy")
 def mig_strategy(ctx: CheckContext) -> Iterator[Finding]:
+    """`migStrategy: single` makes `nvidia.com/gpu` one MIG slice on MIG-enabled nodes; on nodes without MIG it is
+    still a whole GPU. A ClusterPolicy's spec.mig.strategy wins over the file (the plugin's flags do), so the
+    policy's own finding (DRB042) speaks for operator-managed nodes."""
+    policy = next((p for p in ctx.operator_policies if p.device_plugin and p.mig_strategy), None)
     for cfg in ctx.dp_configs:
+        nodes, _ = _used_by(ctx, cfg)
+        details: dict[str, object] = {"config": cfg.key, "nodes": list(nodes)}
+        if policy is not None and cfg.mig_strategy not in ("none", policy.mig_strategy):
+            yield Finding("DRB054", "info", cfg.source,
+                          f"[{cfg.key}] migStrategy {cfg.mig_strategy} is overridden by spec.mig.strategy="
+                          f"{policy.mig_strategy} of {policy.ref}: the operator passes it to the plugin as "
+                          "MIG_STRATEGY, and the plugin's flag wins over its config file",
+                          "Set the strategy in the ClusterPolicy (see DRB042), not in the config", details)
+            continue
         if cfg.mig_strategy == "single":
-            yield Finding("DRB054", "blocker", cfg.source,
-                          f"[{cfg.key}] migStrategy single: nvidia.com/gpu means one MIG slice on these nodes; "
-                          "the bridge would translate it to a whole GPU, changing what pods get",
-                          "Keep nodes with migStrategy single on the device plugin (or switch them to mixed and "
-                          "per-profile DeviceClasses)", {"config": cfg.key})
+            mig_nodes = [n for n in nodes if mig_enabled(ctx.model.nodes[n])]
+            yield Finding("DRB054", "blocker" if mig_nodes else "warning", cfg.source,
+                          f"[{cfg.key}] migStrategy single: {GPU} means one MIG slice on MIG-enabled nodes "
+                          + (f"({_nodes_text(tuple(mig_nodes))} run this config)" if mig_nodes else
+                             "(no MIG-enabled node runs this config now)")
+                          + "; the bridge would translate it to a whole GPU, changing what pods get",
+                          "Keep MIG-enabled nodes with migStrategy single on the device plugin (or switch them to "
+                          "mixed and per-profile DeviceClasses)", details)
         elif cfg.mig_strategy == "mixed":
             yield Finding("DRB054", "info", cfg.source,
                           f"[{cfg.key}] migStrategy mixed: each nvidia.com/mig-<profile> name needs its own "
                           "DeviceClass (extendedResourceName) on a driver publishing MIG devices",
-                          "See DRB020 findings and mig-*.yaml in --emit-manifests", {"config": cfg.key})
+                          "See DRB020 findings and mig-*.yaml in --emit-manifests", details)
 
 
 @rule("DRB055", "Per-node device-plugin configs")
 def per_node(ctx: CheckContext) -> Iterator[Finding]:
-    chosen = sorted({n.labels[_CONFIG_LABEL] for n in ctx.model.nodes.values() if _CONFIG_LABEL in n.labels})
+    chosen = sorted({n.labels[CONFIG_LABEL] for n in ctx.model.nodes.values() if CONFIG_LABEL in n.labels})
     if chosen:
         known = {c.key for c in ctx.dp_configs}
         unknown = [c for c in chosen if known and c not in known]
         yield Finding("DRB055", "warning" if unknown else "info", ObjectRef("Cluster", "", "cluster"),
-                      f"nodes select device-plugin configs by label {_CONFIG_LABEL} ({', '.join(chosen)})"
+                      f"nodes select device-plugin configs by label {CONFIG_LABEL} ({', '.join(chosen)})"
                       + (f"; not found in any config: {', '.join(unknown)}" if unknown else "")
                       + ": DRA has no per-node config label; NVIDIA's DRA driver has PerNodeGPUConfig (chosen once "
                       "at plugin start), the bridge applies one config per node daemon",

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from bridge.controller.record import DECISION_KEY, RecordError, record_of
 from bridge.report.checks.context import CheckContext, class_cel
-from bridge.report.features import GPU
+from bridge.report.features import FEATURE_BY_KEY, GPU, TARGET_LABEL
 from bridge.report.findings import Finding, ObjectRef, rule
 
 
@@ -17,33 +17,74 @@ def _node(name: str) -> ObjectRef:
     return ObjectRef("Node", "", name)
 
 
+OPERATOR_DP_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+
+
+def gpu_operator_managed(ctx: CheckContext, labels: dict[str, str]) -> bool:
+    """The NVIDIA GPU Operator runs the vendor device plugin: a ClusterPolicy exists, the node carries the
+    operator's deploy label, or a device-plugin DaemonSet is owned by a ClusterPolicy."""
+    if OPERATOR_DP_LABEL in labels or ctx.model.data.of("ClusterPolicy"):
+        return True
+    return any(r.get("kind") == "ClusterPolicy" for ds in ctx.model.data.of("DaemonSet")
+               for r in (ds.get("metadata") or {}).get("ownerReferences") or ())
+
+
+def stop_device_plugin(ctx: CheckContext, node: str, labels: dict[str, str]) -> str:
+    """How to take the vendor device plugin off one node, the supported way for how it was installed."""
+    operator = (f"under the GPU Operator, label the node: kubectl label node {node} {OPERATOR_DP_LABEL}=false "
+                "--overwrite (the operator then removes its device plugin from the node; editing the operator's "
+                "DaemonSet is reverted by the operator)")
+    standalone = ("with NVIDIA's standalone device-plugin chart, exclude the node through the chart's node affinity "
+                  "(the dra-bridge chart's values for it do this for nodes labeled dra-bridge.io/node=true)")
+    if gpu_operator_managed(ctx, labels):
+        return operator[0].upper() + operator[1:]
+    return f"{operator[0].upper() + operator[1:]}; {standalone}"
+
+
 @rule("DRB010", "GPUs served by two backends on one node")
 def double_backend(ctx: CheckContext) -> Iterator[Finding]:
+    """Three ways one node's GPUs end up behind two backends (kubernetes/kubernetes sources in brackets):
+
+    * two device plugins for nvidia.com/gpu: the kubelet keeps one endpoint per resource name, the last to register
+      (pkg/kubelet/cm/devicemanager/manager.go `PluginConnected`), so the plugins take the GPUs from each other on
+      every restart;
+    * the device plugin and another DRA driver publishing the same GPUs: two inventories, each GPU counted twice;
+    * a DeviceClass with `extendedResourceName` on a node whose allocatable for that name is above 0: the scheduler
+      serves the name through the device plugin there and reaches the DRA devices only on nodes where it is 0
+      (pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go `filterExtendedResources`), so
+      on this node pods asking that name never get the class's DRA devices.
+    """
     classes = [(str((c.get("spec") or {}).get("extendedResourceName")), (c.get("metadata") or {}).get("name", ""),
                 class_cel(c)) for c in ctx.model.device_classes if (c.get("spec") or {}).get("extendedResourceName")]
     for node in ctx.model.nodes.values():
         other_dra = sorted(b[4:] for b in node.backends if b.startswith("dra:"))
         vendor_dp = "device-plugin" in node.backends
+        fix = stop_device_plugin(ctx, node.name, node.labels)
         if vendor_dp and "bridge" in node.backends:
             yield Finding("DRB010", "blocker", _node(node.name),
-                          "the vendor device plugin and the bridge both run here: two device plugins register "
-                          f"{GPU} and the kubelet keeps only the last one",
-                          "Remove the vendor device plugin from this node (node selector/affinity on its "
-                          "DaemonSet); the bridge serves both APIs")
+                          f"the vendor device plugin and the bridge both register {GPU} with this node's kubelet, "
+                          "which keeps one plugin per resource name (the last to register): they take the GPUs "
+                          "from each other on every restart, so no GPU has one owner",
+                          f"{fix}; the bridge serves both APIs")
         if (vendor_dp or "bridge" in node.backends) and other_dra:
             yield Finding("DRB010", "blocker", _node(node.name),
                           f"GPUs are offered through the device plugin and by DRA driver {', '.join(other_dra)}: "
                           "the scheduler counts each GPU twice and admits pods onto GPUs already in use",
-                          "Run one GPU owner per node: move the node to the bridge, or remove the device plugin")
+                          "Run one GPU owner per node: move the node to the bridge, or stop the device plugin "
+                          f"here ({fix[0].lower() + fix[1:]})")
         allocatable = {k: v for k, v in node.allocatable.items() if v > 0}
         for ern, cls, expr in classes:
             if ern not in allocatable:
                 continue
             if any(ctx.evaluator.matches(expr, d) for d in node.devices):
-                yield Finding("DRB010", "blocker", _node(node.name),
-                              f"{ern} is advertised by a device plugin (allocatable {allocatable[ern]}) and backed "
-                              f"by DRA through DeviceClass {cls}: KEP-5004 forbids both on one node",
-                              f"Stop the device plugin on this node, or remove extendedResourceName from {cls}",
+                yield Finding("DRB010", "warning", _node(node.name),
+                              f"{ern} is advertised by a device plugin here (allocatable {allocatable[ern]}) and "
+                              f"backed by DRA through DeviceClass {cls}: the scheduler serves {ern} through the "
+                              "device plugin on every node whose allocatable for it is above 0, so on this node pods "
+                              f"asking {ern} never get the DRA devices {cls} selects (only claims reach them)",
+                              f"To serve {ern} through DRA here, stop the device plugin on the node "
+                              f"({fix[0].lower() + fix[1:]}); or remove extendedResourceName from {cls} and "
+                              "request its devices by claim",
                               {"resource": ern, "deviceClass": cls})
 
 
@@ -141,3 +182,62 @@ def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
                       f"{rec.reason}", fix,
                       {"dryRun": rec.dry_run, "previous": rec.previous, "target": rec.target, "moves": rec.moves,
                        "direction": rec.direction, "time": rec.time, "pods": list(rec.pods)})
+
+
+@rule("DRB015", "nvidia.com/gpu is not a whole GPU on this node")
+def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
+    """Under MIG strategy `single` a MIG slice is advertised as `nvidia.com/gpu`; time-slicing or MPS without a
+    rename advertises each GPU several times under that name. On such a node `nvidia.com/gpu: 1` is not one GPU, so
+    translating it to one whole DRA device changes what the pod gets: the webhook leaves pods on such nodes
+    untouched, and the node blocks. Sources: the device-plugin config the node runs and the GPU Operator's
+    ClusterPolicy (`bridge.report.sharing`), and GFD's labels on the node."""
+    for name, reasons in sorted(ctx.not_whole_gpu.items()):
+        yield Finding("DRB015", "blocker", _node(name),
+                      f"{GPU} here is not one whole GPU: " + "; ".join(reasons),
+                      f"Keep the namespaces whose pods run here legacy (the webhook leaves pods on this node "
+                      f"untouched); to migrate, give the node whole GPUs ({GPU} without MIG strategy single or "
+                      "un-renamed sharing) or move the workloads to nodes that have them",
+                      {"reasons": list(reasons)})
+
+
+_KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+def kubelet_minor(node_kubelet: str) -> tuple[int, int] | None:
+    m = _KUBELET.match(node_kubelet)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@rule("DRB016", "Kubelet too old for the extended target")
+def kubelet_version(ctx: CheckContext) -> Iterator[Finding]:
+    """The `extended` target (pods ask `deviceclass.resource.kubernetes.io/<class>`, the scheduler makes the claim)
+    needs the API server AND the kubelets of GPU nodes at the release where DRAExtendedResource is on by default: an
+    older kubelet does not know that a DRA claim serves the name and rejects the pod at admission. `--target auto`
+    picks `claims` while any GPU node's kubelet is older (so nothing breaks, the nodes only hold back the switch);
+    a namespace that forces `dra-bridge.io/target=extended` breaks on those nodes."""
+    feature = FEATURE_BY_KEY["extended-resource"]
+    first = feature.first_on()
+    server = ctx.stage(feature.key)
+    if first is None or server is None or not server.on_by_default:
+        return  # the API server itself cannot serve the extended target: nothing to hold back
+    old = []
+    for node in ctx.model.nodes.values():
+        version = kubelet_minor(node.kubelet)
+        if not node.gpu_total or version is None or version >= first:
+            continue
+        old.append(node.name)
+        yield Finding("DRB016", "warning", _node(node.name),
+                      f"kubelet {node.kubelet} is older than the extended target needs ({feature.history()}): with "
+                      "--target auto the webhook translates to claims while this node's kubelet is older; a pod "
+                      "translated to the extended target and bound here is rejected by the kubelet",
+                      f"Upgrade the kubelet to {first[0]}.{first[1]}+ (or keep the claims target)",
+                      {"kubeletVersion": node.kubelet})
+    if not old:
+        return
+    for ns in ctx.model.namespaces.values():
+        if ns.labels.get(TARGET_LABEL) == "extended":
+            yield Finding("DRB016", "blocker", ObjectRef("Namespace", "", ns.name),
+                          f"{TARGET_LABEL}=extended, but GPU nodes run older kubelets ({', '.join(old[:5])}): pods "
+                          "of this namespace bound there are rejected at admission",
+                          f"kubectl label namespace {ns.name} {TARGET_LABEL}- (auto picks claims), or upgrade those "
+                          "kubelets", {"nodes": old})

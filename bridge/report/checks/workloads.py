@@ -4,10 +4,23 @@ access that bypasses any allocator, selectors to translate, preemption reliance.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+from bridge.kvalues import gfd, podgpu
 from bridge.report.checks.context import CheckContext, workload_ref
-from bridge.report.features import GPU, GPU_SHARED_SUFFIX, HAMI_RESOURCES, MAX_DEVICES_PER_CLAIM, MIG_PREFIX
+from bridge.report.features import (
+    BRIDGE_DRIVER,
+    DEFAULT_SCHEDULER,
+    FEATURE_BY_KEY,
+    GPU,
+    GPU_SHARED_SUFFIX,
+    HAMI_RESOURCES,
+    MAX_DEVICES_PER_CLAIM,
+    MIG_PREFIX,
+)
 from bridge.report.findings import Finding, rule
+from bridge.report.model import Node
+from bridge.report.sharing import terms_match
 
 
 @rule("DRB020", "MIG resource names")
@@ -37,7 +50,9 @@ def mig(ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("DRB021", "Time-sliced shared GPUs")
 def shared(ctx: CheckContext) -> Iterator[Finding]:
-    stage = ctx.stage("extended-resource-capacity")
+    capacity = FEATURE_BY_KEY["extended-resource-capacity"]
+    consumable = FEATURE_BY_KEY["consumable-capacity"]
+    stage = ctx.stage(capacity.key)
     for w in ctx.gpu_workloads:
         names = sorted(k for k in w.spec.gpu if k.endswith(GPU_SHARED_SUFFIX))
         if not names:
@@ -45,14 +60,15 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
         if stage is not None and stage.on_by_default:
             yield Finding("DRB021", "warning", workload_ref(w),
                           f"requests {', '.join(names)}: served by DRA through extendedResourceCapacityRequests "
-                          "(KEP-6406); N replicas become N independent 1-share allocations, not N shares of one GPU",
+                          f"({capacity.title}); N replicas become N independent 1-share allocations, not N shares "
+                          "of one GPU",
                           "Create a DeviceClass with extendedResourceName and extendedResourceCapacityRequests")
         else:
             yield Finding("DRB021", "blocker", workload_ref(w),
                           f"requests {', '.join(names)} (time-slicing): DRA serves whole devices to extended-resource "
-                          "requests until KEP-6406 (DRAExtendedResourceCapacity, alpha in 1.38)",
+                          f"requests; a shared name needs {capacity.history()}",
                           "Keep this workload on the device plugin, or rewrite it to a ResourceClaim on a class "
-                          "with consumable capacity (DRAConsumableCapacity, beta in 1.36)")
+                          f"with consumable capacity ({consumable.history()})")
 
 
 @rule("DRB022", "HAMi GPU sharing resources")
@@ -93,14 +109,167 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
                           f"split the pod to at most {limit} GPUs", details)
 
 
-@rule("DRB024", "Ephemeral containers")
-def ephemeral(ctx: CheckContext) -> Iterator[Finding]:
+@rule("DRB033", "GPUs in init containers")
+def init_containers(ctx: CheckContext) -> Iterator[Finding]:
+    """The device plugin's count for a pod with GPU init containers is max(app + sidecars, each init container +
+    the sidecars started before it), and the kubelet hands an init container's GPUs on to the containers after it
+    (`bridge.kvalues.podgpu`). The webhook keeps that count: init containers borrow the claims of the containers
+    that start after them, plus one shared claim for what those cannot cover. Where the numbers matter - GPUs that
+    only an init container uses, held for the pod's whole life under both APIs, and what upstream's extended path
+    shows an init container - this says so; nothing to fix."""
+    extended = ctx.stage("extended-resource")
     for w in ctx.gpu_workloads:
-        if w.ephemeral_pods and w.gpus_per_pod:
-            yield Finding("DRB024", "warning", workload_ref(w),
-                          f"{w.ephemeral_pods} pod(s) carry ephemeral containers: they get no DRA devices "
-                          "(KEP-5004 does not support ephemeral containers)",
-                          "Debug with a copy of the pod (kubectl debug --copy-to) instead of ephemeral containers")
+        counts = w.spec.gpu_counts
+        inits = [c for c in counts if c.kind == "init" and c.count]
+        if not inits:
+            continue
+        plan = podgpu.plan_claims(counts)
+        long_lived = sum(c.count for c in counts if c.long_lived)
+        held = plan.devices
+        idle = held - long_lived
+        init_text = ", ".join(f"{c.name} {c.count}" for c in inits)
+        message = (f"init container(s) {init_text} ask {GPU}; each pod holds {held} GPU(s) under the device plugin "
+                   f"and after translation alike ({long_lived} for its app containers and sidecars"
+                   + (f", {idle} only for its init containers, held until the pod ends" if idle > 0 else "") + ")")
+        if extended is not None and extended.on_by_default:
+            message += ("; with the extended target the scheduler hands an init container whole requests of the "
+                        "app containers, so it may see more GPUs than it asked for")
+        yield Finding("DRB033", "info", workload_ref(w), message,
+                      "None: translation keeps the count; size quotas and the DRA split for "
+                      f"{held} GPU(s) per pod" + (" (or move the GPU work out of the init container to free "
+                                                   f"{idle} GPU(s) per pod)" if idle > 0 else ""),
+                      {"podDevices": held, "longLived": long_lived, "onlyForInit": max(idle, 0),
+                       "initContainers": [c.name for c in inits]})
+
+
+@rule("DRB035", "GPU-label selectors whose CEL misses the published devices")
+def gfd_mismatch(ctx: CheckContext) -> Iterator[Finding]:
+    """The webhook turns GFD-label selectors into CEL on the attributes the bridge publishes
+    (`bridge.kvalues.gfd`), for the family rule the cluster's GFD labels show. On every node that publishes bridge
+    devices, the node's labels and the CEL must agree: labels that select the node while the CEL matches none of its
+    devices leave translated pods Pending there (blocker); a CEL that matches devices on a node the labels exclude
+    gives pods GPUs they did not select (warning); a CEL that errors on a device aborts scheduling for the pod in
+    the real scheduler (structured/allocator.go), so it is a blocker too. Typical causes: GFD releases that disagree
+    on `nvidia.com/gpu.family`, slices written by another node daemon version, hand-made node labels."""
+    bridged = [n for n in ctx.model.nodes.values() if any(d.driver == BRIDGE_DRIVER for d in n.devices)]
+    if not bridged:
+        return
+    rule_, why = ctx.family_rule
+    seen: dict[Any, tuple[list[str], list[str], list[str]]] = {}  # one comparison per distinct selector
+    for w in ctx.gpu_workloads:
+        t = ctx.workload_cel(w)
+        if not t.cel or t.problems:
+            continue
+        hit = seen.get(w.spec.gfd_terms)
+        if hit is None:
+            hit = seen[w.spec.gfd_terms] = _compare(ctx, t.cel, w.spec.gfd_terms, bridged)
+        pending, extra, errors = hit
+        details: dict[str, object] = {"cel": t.cel, "familyRule": rule_.value, "labelsOnlyNodes": pending,
+                                      "celOnlyNodes": extra, "errors": errors[:5]}
+        rule_note = f" ({why}; the newest GFD family rule was assumed)" if why else ""
+        if errors:
+            yield Finding("DRB035", "blocker", workload_ref(w),
+                          f"the translated selector errors on published devices ({errors[0]}): the scheduler aborts "
+                          "scheduling for the pod on a CEL runtime error" + rule_note,
+                          "Fix the node daemon's published attributes or the selector", details)
+        if pending:
+            yield Finding("DRB035", "blocker", workload_ref(w),
+                          f"its GPU labels select nodes {', '.join(pending[:5])}, but the translated selector "
+                          f"matches none of their published devices: translated pods cannot use those nodes"
+                          + rule_note,
+                          "Align the nodes' GFD labels with their GPUs (one GFD release across the cluster), or "
+                          "select by product/compute capability instead of family; keep the workload legacy until "
+                          "then", details)
+        if extra:
+            yield Finding("DRB035", "warning", workload_ref(w),
+                          f"the translated selector also matches devices on nodes {', '.join(extra[:5])}, which its "
+                          "GPU labels exclude: translated pods may get GPUs they did not select" + rule_note,
+                          "Align the nodes' GFD labels with their GPUs, or narrow the selector", details)
+
+
+def _compare(ctx: CheckContext, cel: str, terms: Any, nodes: list[Node]) -> tuple[list[str], list[str], list[str]]:
+    """(nodes the labels select but the CEL misses, nodes the CEL hits but the labels exclude, CEL errors)."""
+    device_terms = tuple(tuple(r for r in term if r[0] in gfd.DEVICE_LABELS) for term in terms)
+    pending, extra, errors = [], [], []
+    for node in nodes:
+        by_labels = terms_match(device_terms, node.labels)
+        matched = False
+        for d in node.devices:
+            if d.driver != BRIDGE_DRIVER:
+                continue
+            out = ctx.evaluator.outcome(cel, d)
+            if isinstance(out, str):
+                errors.append(f"{node.name}/{d.name}: {out}")
+            elif out:
+                matched = True
+        if by_labels and not matched:
+            pending.append(node.name)
+        elif matched and not by_labels:
+            extra.append(node.name)
+    return pending, extra, errors
+
+
+@rule("DRB034", "Pods the default scheduler does not place")
+def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
+    """Only kube-scheduler allocates ResourceClaims. A pod template with `nodeName` set skips scheduling: a claim
+    would never be allocated and the pod never starts, so the webhook leaves such pods untouched (they stay on the
+    device plugin). A pod naming another scheduler (Volcano, KAI, YuniKorn, ...) is left untouched unless the webhook
+    is told to translate for it (`bridge webhook --translate-scheduler NAME`), which is right only when that
+    scheduler allocates claims itself or is a kube-scheduler profile. Bare pods
+    always carry the node they were bound to, so `nodeName` is read from controller templates only."""
+    for w in ctx.gpu_workloads:
+        if not w.gpus_per_pod:
+            continue
+        if w.spec.node_name and w.kind != "Pod":
+            yield Finding("DRB034", "blocker", workload_ref(w),
+                          f"its pod template sets nodeName {w.spec.node_name}: the scheduler never sees these pods, "
+                          "so no one would allocate a ResourceClaim for them; the webhook leaves them on the device "
+                          "plugin",
+                          "Replace spec.nodeName with a node selector (kubernetes.io/hostname: "
+                          f"{w.spec.node_name}) so the scheduler places the pods, then migrate",
+                          {"nodeName": w.spec.node_name})
+        scheduler = w.spec.scheduler_name
+        if scheduler and scheduler != DEFAULT_SCHEDULER:
+            yield Finding("DRB034", "warning", workload_ref(w),
+                          f"its pods name scheduler {scheduler}: only kube-scheduler is known to allocate "
+                          "ResourceClaims, so the webhook leaves these pods untouched (on the device plugin)",
+                          f"If {scheduler} allocates ResourceClaims in the version you run (or is a kube-scheduler "
+                          f"profile), run the webhook with --translate-scheduler {scheduler}; otherwise keep this "
+                          "workload legacy",
+                          {"schedulerName": scheduler})
+
+
+@rule("DRB036", "Workloads on nodes where nvidia.com/gpu is not a whole GPU")
+def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
+    """A workload whose pods run on, or whose GPU-label selectors choose only, nodes where `nvidia.com/gpu` is a MIG
+    slice or a shared GPU (DRB015): the webhook leaves its pods untouched, so it cannot move to DRA as it is."""
+    shared = ctx.not_whole_gpu
+    if not shared:
+        return
+    whole = [n for n in ctx.model.nodes.values() if n.gpu_total and n.name not in shared]
+    for w in ctx.gpu_workloads:
+        if not w.gpus_per_pod:
+            continue
+        running = sorted(n for n in w.nodes if n in shared)
+        selected: list[str] = []
+        if w.spec.gfd_terms and not any(terms_match(w.spec.gfd_terms, n.labels) for n in whole):
+            selected = sorted(n for n in shared if terms_match(w.spec.gfd_terms, ctx.model.nodes[n].labels))
+        where = running or selected
+        if not where:
+            continue
+        how = "runs on" if running else "selects only"
+        yield Finding("DRB036", "blocker", workload_ref(w),
+                      f"{how} nodes where {GPU} is not a whole GPU ({', '.join(where[:5])}: "
+                      f"{shared[where[0]][0]}): each {GPU} its pods hold there is a slice or a share of a GPU, "
+                      "so translating them to whole DRA devices would change what they get; the webhook leaves "
+                      "its pods untouched",
+                      "Keep this workload legacy, or move it to nodes with whole GPUs (see DRB015)",
+                      {"nodes": where})
+
+
+def _short(cel: str, limit: int = 240) -> str:
+    """A selector for a message: product-name patterns are long; the whole expression is in the details (`cel`)."""
+    return cel if len(cel) <= limit else cel[:limit - 30] + " ... (full expression in details.cel)"
 
 
 @rule("DRB025", "GPU Feature Discovery label selectors")
@@ -116,13 +285,13 @@ def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
         if t.problems:
             yield Finding("DRB025", "warning", workload_ref(w),
                           f"GPU label selectors the translation cannot express: {'; '.join(t.problems)}"
-                          + (f"; the rest becomes `{t.cel}`" if t.cel else "") + kept,
+                          + (f"; the rest becomes `{_short(t.cel)}`" if t.cel else "") + kept,
                           "Rewrite these terms with In/NotIn/Gt/Lt on nvidia.com/gpu.product, .memory, .family or "
                           ".compute.major/minor, or drop them",
                           details)
         elif t.cel:
             yield Finding("DRB025", "info", workload_ref(w),
-                          f"selects GPUs by labels {', '.join(labels)}; as a device selector: `{t.cel}`{kept}",
+                          f"selects GPUs by labels {', '.join(labels)}; as a device selector: `{_short(t.cel)}`{kept}",
                           "None: the webhook adds this CEL selector when it translates the pod", details)
 
 
@@ -163,7 +332,8 @@ def preemption(ctx: CheckContext) -> Iterator[Finding]:
         name = (pc_obj.get("metadata") or {}).get("name", "")
         if pc_obj.get("preemptionPolicy", "PreemptLowerPriority") != "Never":
             classes[name] = int(pc_obj.get("value", 0))
-    stage = ctx.stage("dra-preemption")
+    preemption = FEATURE_BY_KEY["dra-preemption"]
+    stage = ctx.stage(preemption.key)
     if stage is not None and stage != stage.ABSENT:
         return
     for w in ctx.gpu_workloads:
@@ -171,7 +341,8 @@ def preemption(ctx: CheckContext) -> Iterator[Finding]:
         if pc in classes and (w.spec.gpu.get(GPU) or w.spec.uses_claims):
             yield Finding("DRB029", "warning", workload_ref(w),
                           f"runs with PriorityClass {pc} (value {classes[pc]}, may preempt): the scheduler does not "
-                          "preempt pods holding DRA devices (KEP-5690, alpha in 1.38), so it may wait instead of "
-                          "evicting lower-priority GPU pods",
-                          "Reserve capacity for it (a higher split on its nodes) or keep it legacy until 1.38",
+                          "preempt pods holding DRA devices until DRA preemption ships "
+                          f"({preemption.history()}), so it may wait instead of evicting lower-priority GPU pods",
+                          "Reserve capacity for it (a higher split on its nodes) or keep it legacy until the "
+                          "cluster runs a release with DRA preemption",
                           {"priorityClass": pc})

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from bridge.report.findings import RULES
-from bridge.report.render.common import fmt_gpus
+from bridge.report.render.common import LEGEND, fmt_gpus, severity_counts, waves
 from bridge.report.report import Report
 
 COLOURS = {"ready": "#2e7d32", "needs-config": "#ef8f00", "blocked": "#c62828",
@@ -130,7 +130,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def render_html(report: Report) -> str:
-    sev = {k: sum(1 for f in report.findings if f.severity == k) for k in ("blocker", "warning", "info")}
+    sev = severity_counts(report)
     ns_status = {s: sum(1 for r in report.namespaces if r.status == s) for s in ("ready", "needs-config", "blocked")}
     cards = "".join(
         f'<div class="card">{label}<b style="color:{colour}">{value}</b></div>'
@@ -164,12 +164,14 @@ def render_html(report: Report) -> str:
         + "</div>"
         for f in report.findings
     )
-    waves = "\n".join(
-        f"# wave {s.wave}: {escape(s.namespace)} -> {s.mode} ({escape(s.reason)})\n"
-        f"#   {escape(s.kubectl_command)}\n{escape(s.bridge_command)}"
-        for s in report.waves
+    wave_text = "\n\n".join(
+        f"# --- wave {number}\n" + "\n".join(
+            f"# {escape(s.namespace)} -> {s.mode} ({escape(s.reason)})\n#   {escape(s.kubectl_command)}\n"
+            f"{escape(s.bridge_command)}" for s in steps)
+        for number, steps in waves(report)
     ) or "# nothing to move"
-    features = [[escape(f.gate), escape(f.kep), escape(f.stage), escape(f.why)] for f in report.features]
+    features = [[escape(f.gate or "-"), escape(f.kep), escape(f.stage), escape(f.stages), escape(f.why), escape(f.source)]
+                for f in report.features]
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -189,13 +191,13 @@ def render_html(report: Report) -> str:
 <section><h2>GPUs by backend</h2>{backend_chart(report)}</section>
 </div>
 <section><h2>Namespaces</h2>{_table(["Namespace", "Mode", "Status", "Workloads", "GPUs", "DRA capacity", "Rules"], ns_rows)}</section>
-<section><h2>Findings</h2>
+<section><h2>Findings</h2><p>{escape(LEGEND)}</p>
 <div class="filters"><button data-filter="all">all</button><button data-filter="blocker">blockers ({sev["blocker"]})</button><button data-filter="warning">warnings ({sev["warning"]})</button><button data-filter="info">info ({sev["info"]})</button></div>
 {findings}</section>
-<section><h2>Wave plan (lowest risk first)</h2><pre>{waves}</pre></section>
+<section><h2>Wave plan (lowest risk first; one wave per run: wave-plan.sh N)</h2><pre>{wave_text}</pre></section>
 <section><h2>Nodes</h2>{_table(["Node", "Backends", "GPUs", "Device plugin", "DRA devices", "Split", "Status", "Rules"], node_rows)}</section>
 <section><h2>Workloads</h2>{_table(["Workload", "Replicas", "Per pod", "Status", "Rules"], wl_rows)}</section>
-<section><h2>Feature availability</h2>{_table(["Gate", "KEP", "Stage", "Used for"], features)}</section>
+<section><h2>Feature availability</h2>{_table(["Gate", "KEP", "Stage here", "Stages", "Used for", "Source"], features)}</section>
 </main>
 <script>{_SCRIPT}</script>
 </body>

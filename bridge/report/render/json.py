@@ -8,10 +8,11 @@ over the same input produce byte-identical output. Nothing machine-specific (pat
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from bridge.report.findings import RULES
-from bridge.report.report import STATUSES, Report
+from bridge.report.findings import RULES, Finding
+from bridge.report.report import STATUSES, NamespaceRow, NodeRow, Report, WaveStep, WorkloadRow
 
 SCHEMA_VERSION = "1"
 
@@ -23,82 +24,113 @@ def summary(report: Report) -> dict[str, Any]:
     return {"findings": sev, "namespaces": ns, "nodes": nodes, "counts": dict(report.counts)}
 
 
-def to_dict(report: Report) -> dict[str, Any]:
+def _namespace(r: NamespaceRow) -> dict[str, Any]:
     return {
-        "schemaVersion": SCHEMA_VERSION,
-        "source": report.source,
-        "kubernetesVersion": report.version,
-        "resourceApiVersions": list(report.resource_versions),
-        "status": report.status,
-        "assumeSplit": report.assume_split,
-        "summary": summary(report),
-        "gpusByBackend": dict(report.gpus_by_backend),
-        "features": [{"gate": f.gate, "kep": f.kep, "stage": f.stage, "use": f.why} for f in report.features],
-        "namespaces": [
-            {
-                "name": r.name,
-                "mode": r.mode,
-                "status": r.status,
-                "workloads": r.workloads,
-                "gpus": r.gpus,
-                "rules": list(r.rules),
-                "capacity": None if r.capacity is None else {
-                    "gpus": r.capacity.gpus,
-                    "pods": r.capacity.pods,
-                    "matchingDevices": r.capacity.matching_devices,
-                    "fitsAlone": r.capacity.alone.fits,
-                    "pendingAlone": r.capacity.alone.pending,
-                    "fitsInWaveOrder": r.capacity.cumulative.fits,
-                    "pendingInWaveOrder": r.capacity.cumulative.pending,
-                },
-            }
-            for r in report.namespaces
-        ],
-        "nodes": [
-            {
-                "name": r.name,
-                "backends": list(r.backends),
-                "gpus": r.gpus,
-                "devicePluginAllocatable": r.allocatable,
-                "draDevices": r.dra_devices,
-                "split": r.split,
-                "status": r.status,
-                "rules": list(r.rules),
-            }
-            for r in report.nodes
-        ],
-        "workloads": [
-            {
-                "kind": w.kind,
-                "namespace": w.namespace,
-                "name": w.name,
-                "replicas": w.replicas,
-                "gpusPerPod": w.gpus_per_pod,
-                "gpus": w.gpus,
-                "status": w.status,
-                "rules": list(w.rules),
-            }
-            for w in report.workloads
-        ],
-        "findings": [
-            {
-                "rule": f.rule,
-                "title": RULES[f.rule].title,
-                "severity": f.severity,
-                "object": {"kind": f.object.kind, "namespace": f.object.namespace, "name": f.object.name},
-                "message": f.message,
-                "fix": f.fix,
-                "details": f.details,
-            }
-            for f in report.findings
-        ],
-        "wavePlan": [
-            {"wave": s.wave, "namespace": s.namespace, "mode": s.mode, "reason": s.reason,
-             "command": s.bridge_command, "kubectlCommand": s.kubectl_command}
-            for s in report.waves
-        ],
+        "name": r.name,
+        "mode": r.mode,
+        "status": r.status,
+        "workloads": r.workloads,
+        "gpus": r.gpus,
+        "rules": list(r.rules),
+        "capacity": None if r.capacity is None else {
+            "gpus": r.capacity.gpus,
+            "pods": r.capacity.pods,
+            "matchingDevices": r.capacity.matching_devices,
+            "fitsAlone": r.capacity.alone.fits,
+            "pendingAlone": r.capacity.alone.pending,
+            "fitsInWaveOrder": r.capacity.cumulative.fits,
+            "pendingInWaveOrder": r.capacity.cumulative.pending,
+        },
     }
 
 
+def _node(r: NodeRow) -> dict[str, Any]:
+    return {"name": r.name, "backends": list(r.backends), "gpus": r.gpus, "devicePluginAllocatable": r.allocatable,
+            "draDevices": r.dra_devices, "split": r.split, "status": r.status, "rules": list(r.rules)}
+
+
+def _workload(w: WorkloadRow) -> dict[str, Any]:
+    return {"kind": w.kind, "namespace": w.namespace, "name": w.name, "replicas": w.replicas,
+            "gpusPerPod": w.gpus_per_pod, "gpus": w.gpus, "status": w.status, "rules": list(w.rules)}
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {"rule": f.rule, "title": RULES[f.rule].title, "severity": f.severity,
+            "object": {"kind": f.object.kind, "namespace": f.object.namespace, "name": f.object.name},
+            "message": f.message, "fix": f.fix, "details": f.details}
+
+
+def _wave(s: WaveStep) -> dict[str, Any]:
+    return {"wave": s.wave, "namespace": s.namespace, "mode": s.mode, "reason": s.reason,
+            "command": s.bridge_command, "kubectlCommand": s.kubectl_command}
+
+
+def _fields(report: Report) -> Iterator[tuple[str, Any, Iterable[dict[str, Any]] | None]]:
+    """(key, value, None) for small fields; (key, None, items) for the long lists, built one item at a time."""
+    yield "schemaVersion", SCHEMA_VERSION, None
+    yield "source", report.source, None
+    yield "kubernetesVersion", report.version, None
+    yield "resourceApiVersions", list(report.resource_versions), None
+    yield "status", report.status, None
+    yield "assumeSplit", report.assume_split, None
+    yield "summary", summary(report), None
+    yield "gpusByBackend", dict(report.gpus_by_backend), None
+    yield "features", [{"gate": f.gate, "kep": f.kep, "stage": f.stage, "use": f.why, "stages": f.stages,
+                        "source": f.source} for f in report.features], None
+    yield "namespaces", None, map(_namespace, report.namespaces)
+    yield "nodes", None, map(_node, report.nodes)
+    yield "workloads", None, map(_workload, report.workloads)
+    yield "findings", None, map(_finding, report.findings)
+    yield "wavePlan", None, map(_wave, report.waves)
+
+
+def to_dict(report: Report) -> dict[str, Any]:
+    return {key: value if items is None else list(items) for key, value, items in _fields(report)}
+
+
+_SCALAR = json.JSONEncoder().encode  # the C encoder (no indent): no per-call closures
+
+
+_PADS = ["\n" + "  " * n for n in range(64)]
+
+
+def _pad(level: int) -> str:
+    return _PADS[level] if level < len(_PADS) else "\n" + "  " * level
+
+
+def _pretty(value: Any, level: int) -> str:
+    """`json.dumps(value, indent=2)` nested `level` deep, without json's indenting encoder: that one builds a fresh
+    set of closures referring to each other on every call, garbage the cyclic GC must find, and the report renders
+    with the GC paused (`bulk_allocation`)."""
+    if isinstance(value, str):
+        return _SCALAR(value)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        pad = _pad(level + 1)
+        return "{" + pad + ("," + pad).join([_SCALAR(str(k)) + ": " + _pretty(v, level + 1)
+                                              for k, v in value.items()]) + _pad(level) + "}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        pad = _pad(level + 1)
+        return "[" + pad + ("," + pad).join([_pretty(v, level + 1) for v in value]) + _pad(level) + "]"
+    return _SCALAR(value)
+
+
 def render_json(report: Report) -> str:
-    return json.dumps(to_dict(report), indent=2, sort_keys=False) + "\n"
+    """Byte for byte `json.dumps(to_dict(report), indent=2) + "\n"`, written one list item at a time: on a
+    150,000-pod cluster the whole document as one dict, then one chunk list, was the report's memory peak."""
+    out: list[str] = ["{"]
+    for n, (key, value, items) in enumerate(_fields(report)):
+        out.append(("\n  " if n == 0 else ",\n  ") + json.dumps(key) + ": ")
+        if items is None:
+            out.append(_pretty(value, 1))
+            continue
+        count = 0
+        for item in items:
+            out.append(("[\n    " if count == 0 else ",\n    ") + _pretty(item, 2))
+            count += 1
+        out.append("[]" if count == 0 else "\n  ]")
+    out.append("\n}\n")
+    return "".join(out)

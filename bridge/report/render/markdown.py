@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from bridge.report.findings import RULES
-from bridge.report.render.common import fmt_gpus, grouped_findings
+from bridge.report.render.common import (
+    LEGEND,
+    SEVERITY_HEADING,
+    counts_text,
+    fmt_gpus,
+    grouped_findings,
+    waves,
+)
 from bridge.report.report import Report
 
 _ICON = {"blocked": "blocked", "needs-config": "needs-config", "ready": "ready"}
@@ -20,14 +27,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    sev = {k: sum(1 for f in report.findings if f.severity == k) for k in ("blocker", "warning", "info")}
     lines = [
         "# GPU migration report",
         "",
         f"- Source: {report.source}",
         f"- Kubernetes: {report.version}; resource.k8s.io: {', '.join(report.resource_versions) or 'not served'}",
         f"- DRA split assumed: {report.assume_split}",
-        f"- **Overall: {report.status}** ({sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info)",
+        f"- **Overall: {report.status}** ({counts_text(report)})",
         "",
         "## Namespaces",
         "",
@@ -55,25 +61,30 @@ def render_markdown(report: Report) -> str:
         [[f"`{w.namespace}/{w.kind}/{w.name}`", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status,
           ", ".join(w.rules) or "-"] for w in report.workloads],
     )
-    for severity, title in (("blocker", "Blockers"), ("warning", "Needs configuration"), ("info", "Information")):
+    if report.findings:
+        lines += ["", LEGEND]
+    for severity in ("blocker", "warning", "info"):
         fs = grouped_findings(report, severity)
         if not fs:
             continue
-        lines += ["", f"## {title}", ""]
+        lines += ["", f"## {SEVERITY_HEADING[severity]}", ""]
         for f in fs:
             lines.append(f"- **{f.rule}** {RULES[f.rule].title}: `{f.object}`  ")
             lines.append(f"  {_esc(f.message)}  ")
             if severity != "info":
                 lines.append(f"  *Fix:* {_esc(f.fix)}")
     lines += ["", "## Feature availability", ""]
-    lines += _table(["Gate", "KEP", "Stage", "Used for"], [[f.gate, f.kep, f.stage, f.why] for f in report.features])
-    lines += ["", "## Wave plan", "", "Lowest risk first. Each step is one command (equivalent kubectl in the comment).", ""]
-    if report.waves:
-        lines.append("```sh")
-        for s in report.waves:
-            lines.append(f"# wave {s.wave}: {s.namespace} -> {s.mode} ({s.reason}); {s.kubectl_command}")
+    lines += _table(["Gate", "KEP", "Stage here", "Stages", "Used for", "Source"],
+                    [[f.gate or "-", f.kep, f.stage, f.stages, f.why, f.source] for f in report.features])
+    lines += ["", "## Wave plan", "", "Lowest risk first, one wave at a time (`sh wave-plan.sh N` from "
+              "`--emit-manifests` checks each step's fixes first). Each step is one command (equivalent kubectl in "
+              "the comment).", ""]
+    for number, steps in waves(report):
+        lines += [f"### Wave {number}", "", "```sh"]
+        for s in steps:
+            lines.append(f"# {s.namespace} -> {s.mode} ({s.reason}); {s.kubectl_command}")
             lines.append(s.bridge_command)
-        lines.append("```")
-    else:
+        lines += ["```", ""]
+    if not report.waves:
         lines.append("Nothing to move.")
     return "\n".join(lines) + "\n"

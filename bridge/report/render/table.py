@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import textwrap
 
-from bridge.report.render.common import fmt_gpus, grouped_findings
+from bridge.report.render.common import (
+    LEGEND,
+    SEVERITY_HEADING,
+    counts_text,
+    fmt_gpus,
+    grouped_findings,
+    waves,
+)
 from bridge.report.report import Report
 
 WIDTH = 100
@@ -42,14 +49,13 @@ def _table(headers: list[str], rows: list[list[str]], widths: list[int], style: 
 def render_table(report: Report, colour: bool = False) -> str:
     s = _Style(colour)
     lines: list[str] = []
-    sev = {k: sum(1 for f in report.findings if f.severity == k) for k in ("blocker", "warning", "info")}
     lines.append(s.bold("dra-bridge migrate-report") + "  " + _cut(report.source, WIDTH - 27))
     lines.append(
         f"Kubernetes {report.version}, resource.k8s.io {', '.join(report.resource_versions) or 'not served'}, "
         f"split {report.assume_split}"
     )
     overall = textwrap.wrap(
-        f"Overall: {report.status}  ({sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info; "
+        f"Overall: {report.status}  ({counts_text(report)}; "
         f"{report.counts.get('gpuWorkloads', 0)} GPU workloads, {report.counts.get('pods', 0)} pods, "
         f"{report.counts.get('nodes', 0)} nodes)", WIDTH, subsequent_indent="    ")
     overall[0] = "Overall: " + s.status(report.status) + overall[0][len("Overall: ") + len(report.status):]
@@ -76,12 +82,15 @@ def render_table(report: Report, colour: bool = False) -> str:
     rows = [[f"{w.namespace}/{w.kind}/{w.name}", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status, " ".join(w.rules)]
             for w in report.workloads]
     lines += _table(["WORKLOAD", "REPL", "PER POD", "STATUS", "RULES"], rows, [46, 4, 22, 12, 8], s, status_col=3)
+    if report.findings:
+        lines.append("")
+        lines += textwrap.wrap(LEGEND, WIDTH)
     for severity in ("blocker", "warning", "info"):
         groups = grouped_findings(report, severity)
         if not groups:
             continue
         lines.append("")
-        lines.append(s.bold({"blocker": "Blockers", "warning": "Needs configuration", "info": "Information"}[severity]))
+        lines.append(s.bold(SEVERITY_HEADING[severity]))
         for f in groups:
             # Object names can be 253 characters: wrap (breaking inside the name), colour only the rule ID.
             head = textwrap.wrap(f"{f.rule} {f.object}", WIDTH, subsequent_indent="    ")
@@ -91,12 +100,14 @@ def render_table(report: Report, colour: bool = False) -> str:
             if severity != "info":
                 lines += textwrap.wrap("fix: " + f.fix, WIDTH, initial_indent="    ", subsequent_indent="         ")
     lines.append("")
-    lines.append(s.bold("Wave plan") + " (lowest risk first)")
+    lines.append(s.bold("Wave plan") + " (lowest risk first; one wave per run: wave-plan.sh N from --emit-manifests)")
     if not report.waves:
         lines.append("    nothing to move")
-    for step in report.waves:
-        lines += textwrap.wrap(f"{step.wave:>2}. {step.bridge_command}  # {step.reason}", WIDTH,
-                               initial_indent="  ", subsequent_indent="        ")
+    for number, steps in waves(report):
+        for i, step in enumerate(steps):
+            label = f"wave {number:<3}" if i == 0 else " " * 8
+            lines += textwrap.wrap(f"{label}{step.bridge_command}  # {step.reason}", WIDTH,
+                                   initial_indent="  ", subsequent_indent=" " * 12)
     lines.append("")
     lines.append("Exit status: 0 ready, 1 blockers found, 2 usage or connection error.")
     return "\n".join(line.rstrip() for line in lines) + "\n"
