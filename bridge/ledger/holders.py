@@ -66,8 +66,39 @@ class Holder:
         return f"{self.who} ({_KIND_TEXT[self.kind]})"
 
 
+_CLAIM_RANK = {HolderKind.PREPARED: 0, HolderKind.PREPARING: 1, HolderKind.ALLOCATED: 2}
+
+
+def distinct(holders: Iterable[Holder]) -> tuple[Holder, ...]:
+    """One entry per holder, for people: a DRA claim that several sources report (our checkpoint record, the
+    kubelet's PodResources, the pods bound to this node, a prepare under way) is named once, by the strongest fact
+    (prepared, then preparing, then allocated), with its pod when any source named it. Order is kept."""
+    out: list[Holder] = []
+    at: dict[str, int] = {}
+    pod: dict[str, str] = {}
+    for h in holders:
+        key = h.who.split(" ", 2)[1] if h.kind in _CLAIM_RANK and h.who.startswith("claim ") else None
+        if key is None:
+            if h not in out:
+                out.append(h)
+            continue
+        if " (pod " in h.who:
+            pod.setdefault(key, h.who[h.who.index(" (pod "):])
+        i = at.get(key)
+        if i is None:
+            at[key] = len(out)
+            out.append(h)
+        elif _CLAIM_RANK[h.kind] < _CLAIM_RANK[out[i].kind]:
+            out[i] = h
+    for key, i in at.items():
+        h = out[i]
+        if key in pod and " (pod " not in h.who:
+            out[i] = Holder(h.kind, f"claim {key}{pod[key]}{h.who[len('claim ' + key):]}")
+    return tuple(out)
+
+
 def describe_all(holders: Iterable[Holder], limit: int = 3) -> str:
-    items = list(dict.fromkeys(h.describe() for h in holders))
+    items = list(dict.fromkeys(h.describe() for h in distinct(holders)))
     text = "; ".join(items[:limit])
     return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
@@ -100,4 +131,4 @@ class Facts:
         return Facts.build(pairs, {**self.unknown, **other.unknown})
 
 
-__all__ = ["Facts", "Holder", "HolderKind", "describe_all"]
+__all__ = ["Facts", "Holder", "HolderKind", "describe_all", "distinct"]

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bridge.kvalues.versioned import load_versioned
-from bridge.ledger.holders import Facts
+from bridge.ledger.holders import Facts, distinct
 from bridge.ledger.ledger import Decision
 from bridge.ledger.sides import SIDES, Side, device_name, parse_side
 from bridge.ledger.target import RequestSource, SplitRequest
@@ -214,7 +214,8 @@ def build_status(*, node: str, request: SplitRequest, decision: Decision, facts:
     for gpu in led.devices:
         side = led.sides[gpu.uuid]
         sides = (side,) if side is not Side.WITHDRAWN else (Side.LEGACY, Side.DRA)
-        holders = tuple(dict.fromkeys(h.describe() for s in sides for h in led.holders(gpu.uuid, s, facts)))
+        holders = tuple(dict.fromkeys(h.describe() for h in distinct(
+            h for s in sides for h in led.holders(gpu.uuid, s, facts))))
         devices.append(DeviceStatus(device_name(gpu), str(gpu.uuid), side, holders, gpu.numa_node))
     pending = [PendingStatus(w.name, led.moves[w.device].source if w.device in led.moves else w.side, w.target,
                              w.phase, w.reason) for w in decision.waiting]

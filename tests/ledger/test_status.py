@@ -94,3 +94,29 @@ def test_bridge_controller_reads_the_document_the_daemon_writes() -> None:
     assert read.moving_to == {"gpu-5": "dra"} and read.unknown_holders == ()
     assert [d.name for d in read.devices if d.held] == ["gpu-7"]
     assert {d.group for d in read.devices} == {"0", "1"}  # NUMA nodes, for its whole-group preference
+
+
+def test_a_claim_several_sources_report_is_named_once_by_its_strongest_fact() -> None:
+    """Our checkpoint record, the kubelet's PodResources and the pods bound to the node all report a prepared claim;
+    the status (and `bridge node status`) names it once, as prepared, with its pod, never as 'not prepared yet'."""
+    gpu = GPUS[6].uuid
+    facts = Facts.build([
+        (gpu, Holder(HolderKind.PREPARED, "claim ml/train-gpu")),
+        (gpu, Holder(HolderKind.PREPARED, "claim ml/train-gpu (pod ml/train)")),
+        (gpu, Holder(HolderKind.ALLOCATED, "claim ml/train-gpu (pod ml/train)")),
+        (gpu, Holder(HolderKind.ALLOCATED, "claim ml/next-gpu (pod ml/next)")),
+    ])
+    s = status_for("gpu-6", facts)
+    (dev,) = [d for d in s.devices if d.name == "gpu-6"]
+    assert dev.holders == ("claim ml/train-gpu (pod ml/train) (DRA claim prepared)",
+                           "claim ml/next-gpu (pod ml/next) (DRA claim allocated, not prepared yet)")
+
+
+def test_a_prepared_record_without_its_pod_borrows_the_pod_another_source_named() -> None:
+    from bridge.ledger.holders import distinct
+
+    held = distinct([Holder(HolderKind.PREPARED, "claim ml/a (prepare in progress)"),
+                     Holder(HolderKind.ALLOCATED, "claim ml/a (pod ml/p)"),
+                     Holder(HolderKind.CONTAINER, "pod x/y container main")])
+    assert [h.describe() for h in held] == ["claim ml/a (pod ml/p) (prepare in progress) (DRA claim prepared)",
+                                            "pod x/y container main (legacy container)"]
