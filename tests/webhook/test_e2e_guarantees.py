@@ -195,7 +195,7 @@ def test_namespace_cli_sets_modes_and_reports_translated_legacy_and_shadow_pods(
     assert header.split() == ["NAMESPACE", "MODE", "TARGET", "LEGACY-GPU-PODS", "TRANSLATED", "OPTED-OUT",
                               "SHADOW-OK", "SHADOW-BLOCKED"]
     # legacy: the pod from before + the shadowed 2-GPU pod + the MIG pod; translated: the 4-GPU pod
-    assert row.split() == ["team-s", "dra", "-", "3", "1", "0", "1", "1"]
+    assert row.split() == ["team-s", "dra", "default", "3", "1", "0", "1", "1"]
     assert notes[0] == ("  team-s: 1 pod(s) would stay legacy: nvidia.com/mig-1g.10gb is a MIG slice; the bridge "
                         "serves whole GPUs: request a MIG DeviceClass through a ResourceClaim, or keep this workload "
                         "legacy (opt out with dra-bridge.io/translate=false)")
