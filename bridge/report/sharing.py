@@ -27,12 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.kvalues.nodeselector import requirement_matches
 from bridge.report.dpconfig import DevicePluginConfig
 from bridge.report.features import GPU, MIG_PREFIX
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Node
 from bridge.report.podspec import template_spec
-from bridge.kvalues.nodeselector import requirement_matches
 
 Obj = dict[str, Any]
 
