@@ -193,7 +193,7 @@ def test_no_controller_the_finding_gives_the_exact_annotate_commands() -> None:
     (f,) = findings(dra_team(*two_idle_nodes()), "DRB032")
     assert f.severity == "blocker"
     assert f.message.startswith("needs 6 GPUs in 3 pods: 0 matching on DRA now, so 3 pod(s) would stay Pending; no "
-                                "bridge controller runs")
+                                "bridge controller is known to run")
     assert "raising the split by hand can move 8 free legacy GPUs on 2 nodes, enough for all of them" in f.message
     assert f.details["commands"] == ["kubectl annotate node a dra-bridge.io/dra-devices=all --overwrite",
                                      "kubectl annotate node b dra-bridge.io/dra-devices=2 --overwrite"]
@@ -336,7 +336,7 @@ def test_legacy_pods_waiting_for_gpus_on_the_dra_side_get_the_lower_split_comman
     (f,) = findings(cluster(namespace("team-b"), *dra_heavy_node(), pending("sweep-0", 2)), "DRB037")
     assert f.severity == "warning"
     assert f.message.startswith("1 pending pod(s) asking nvidia.com/gpu (2 GPUs: sweep-0) fit no free GPU on the "
-                                "legacy side, and no bridge controller runs")
+                                "legacy side, and no bridge controller is known to run")
     assert "moving 2 free DRA GPUs back on 1 node serves them" in f.message
     assert f.details["commands"] == ["kubectl annotate node c dra-bridge.io/dra-devices=2 --overwrite"]
 

@@ -243,7 +243,7 @@ def _controller_words(c: SplitController) -> str:
                   "unknown-mode": ("a bridge controller runs", " in a mode the report cannot tell, so its moves are "
                                    "not counted"),
                   "not-running": ("bridge controller does not run", ""),
-                  "absent": ("no bridge controller runs", "")}[c.state]
+                  "absent": ("no bridge controller is known to run", "")}[c.state]
     return f"{head} ({c.evidence}){tail}"
 
 
