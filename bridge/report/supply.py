@@ -102,8 +102,9 @@ class Supply:
         return {n: f"{v.frozen}: {v.frozen_reason}" for n, v in self.views.items() if v.frozen}
 
 
-def build_supply(model: ClusterModel, controller: SplitController, now: float = 0.0) -> Supply:
-    """One pass over the pods bound to bridge nodes and the unbound ones; the rest of the cluster is not read."""
+def build_supply(model: ClusterModel, controller: SplitController) -> Supply:
+    """One pass over the pods bound to bridge nodes and the unbound ones; the rest of the cluster is not read. The
+    decision core runs without memory (no cool-down, no rate limit), so it needs no clock."""
     data = model.data
     bridge = {n.name for n in model.nodes.values() if "bridge" in n.backends}
     requested: dict[str, int] = defaultdict(int)
@@ -142,7 +143,7 @@ def build_supply(model: ClusterModel, controller: SplitController, now: float = 
                             {_key(t): t for t in data.of("ResourceClaimTemplate")}) if unbound else None
     pending = {p.key: p for p in demand.pending} if demand is not None else {}
     unlimited = Policy(policy.min_legacy_share, policy.pools, max_moves_per_minute=NO_RATE_LIMIT, cooldown_s=0.0)
-    decision = decide(list(views.values()), list(pending.values()), unlimited, now=now)
+    decision = decide(list(views.values()), list(pending.values()), unlimited)
     reserved: dict[str, int] = defaultdict(int)
     for placed in decision.placements:
         asked = pending.get(placed.pod)

@@ -368,3 +368,13 @@ def test_pods_nothing_can_serve_are_a_warning_with_the_controllers_reason() -> N
 
 def test_no_pending_pods_no_finding() -> None:
     assert findings(cluster(namespace("team-b"), *dra_heavy_node()), "DRB037") == []
+
+
+def test_a_controller_that_may_change_no_node_says_which_it_may_not() -> None:
+    pinned = [bridge_node("a", ["legacy"] * 4, annotations={"dra-bridge.io/split-pinned": "true"}),
+              bridge_node("b", ["legacy"] * 4, labels={"dra-bridge.io/dra-devices": "0"})]
+    (f,) = findings(dra_team(*pinned, lease(), controller_deployment()), "DRB032")
+    assert f.severity == "blocker"
+    assert "bridge controller runs (" in f.message
+    assert "no bridge node it may change has free legacy GPUs these pods match (it may not change 2 bridge nodes" \
+        in f.message

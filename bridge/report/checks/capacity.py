@@ -196,8 +196,8 @@ def _with_moves(ctx: CheckContext, result: dict[str, NamespaceCapacity], selecto
                 needs_of: dict[str, list[PodNeed]], namespaces: list[Namespace]) -> None:
     supply = ctx.supply
     by_controller = ctx.split_controller.acting
-    if not supply.views:
-        return
+    if not any(supply.may_change(n, by_controller) for n in supply.views):
+        return  # no bridge node the mover may change (or none whose split status can be read)
     mv = _Movable(ctx, selectors, devices, supply, by_controller)
     running: Pool | None = None
     room = dict(mv.room_left)
@@ -328,9 +328,11 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
                               f"Raise the split: {_commands_text(commands)}; or run bridge controller (without "
                               "--dry-run) to move GPUs as pods wait", details)
                 continue
+            frozen = f" ({_frozen_text(ctx)})" if controller.acting and ctx.supply.frozen_nodes() else ""
             yield Finding("DRB032", severity, ref,
-                          f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}, and no bridge node has "
-                          f"free legacy GPUs these pods match{_unknown_text(ctx)}",
+                          f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}, and no bridge node "
+                          f"{'it may change ' if controller.acting else ''}has free legacy GPUs these pods match"
+                          f"{frozen or _unknown_text(ctx)}",
                           "Hand more GPU nodes to the bridge and raise their split (kubectl annotate node NODE "
                           f"{SPLIT_LABEL}=N --overwrite), free legacy GPUs on bridge nodes, or check the workload's "
                           "selectors; rerun with --assume-split all to see the whole fleet", details)
@@ -368,12 +370,16 @@ def _limits_text(ctx: CheckContext, m: Moves) -> str:
         parts.append("the policy keeps " + ", ".join(f"{n} free legacy GPU(s) in pool {p or '(default)'}"
                                                      for p, n in sorted(m.held_back.items()))
                      + f" ({ctx.split_controller.policy_text()})")
-    frozen = ctx.supply.frozen_nodes()
-    if frozen:
-        names = sorted(frozen)
-        parts.append(f"it may not change {_plural(len(names), 'bridge node')} ({', '.join(names[:3])}"
-                     f"{', ...' if len(names) > 3 else ''}: {frozen[names[0]]})")
+    if ctx.supply.frozen_nodes():
+        parts.append(_frozen_text(ctx))
     return f"; {'; '.join(parts)}" if parts else ""
+
+
+def _frozen_text(ctx: CheckContext) -> str:
+    frozen = ctx.supply.frozen_nodes()
+    names = sorted(frozen)
+    return (f"it may not change {_plural(len(names), 'bridge node')} ({', '.join(names[:3])}"
+            f"{', ...' if len(names) > 3 else ''}: {frozen[names[0]]})")
 
 
 def _short_fix(ctx: CheckContext, m: Moves) -> str:

@@ -13,7 +13,7 @@ from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, 
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
 from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
-from bridge.report.splitcontroller import SplitController, detect, reference_time
+from bridge.report.splitcontroller import SplitController, detect
 from bridge.report.supply import Supply, build_supply
 
 Obj = dict[str, Any]
@@ -119,8 +119,8 @@ class CheckContext:
     @cached_property
     def supply(self) -> Supply:
         """What can move between the sides on each bridge node, and what the controller would do with the pods
-        pending now (bridge.report.supply). Built on first use: only when some capacity does not fit."""
-        return build_supply(self.model, self.split_controller, reference_time(self.model.data) or 0.0)
+        pending now (bridge.report.supply). Built on first use: only when some capacity does not fit, or pods wait."""
+        return build_supply(self.model, self.split_controller)
 
     @cached_property
     def gpu_workloads(self) -> list[Workload]:
