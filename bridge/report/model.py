@@ -9,8 +9,8 @@
   notes which API its live pods use (`pods_by_api`: a Deployment's template still says `nvidia.com/gpu` while the
   pods created after a flip are translated).
 * Namespaces: mode from the `dra-bridge.io/mode` label (absent = legacy), demand summed over workloads.
-* Nodes: which backends serve GPUs today (vendor device plugin, the bridge: its ResourceSlices, even empty ones,
-  its DaemonSet's pods or its node daemon's split-status annotation; another DRA driver), capacity and
+* Nodes: which backends serve GPUs today (vendor device plugin; the bridge: its ResourceSlices, even the empty one it
+  publishes with every GPU on the legacy side, or its DaemonSet's pods; another DRA driver), capacity and
   allocatable `nvidia.com/gpu`, the split the node asks for (label or annotation, read by the node daemon's own
   parser: `bridge.ledger.requested_split`) and the daemon's split status annotation, the devices published in
   ResourceSlices.
@@ -394,9 +394,6 @@ def build_model(data: ClusterData) -> ClusterModel:
             node = nodes.get(str(spec.get("nodeName") or "")) or nodes.get(str((spec.get("pool") or {}).get("name", "")))
             if node is not None:
                 node.backends.add("bridge")
-    for node in nodes.values():
-        if node.split_status is not None:
-            node.backends.add("bridge")  # only the bridge's node daemon writes the split-status annotation
 
     # --- daemonsets: which GPU agents run where (by their pods; by nodeSelector when no pods were captured)
     roles: list[DaemonSetRole] = []

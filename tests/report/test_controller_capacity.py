@@ -69,8 +69,13 @@ def bridge_node(name: str, sides: list[str], **kw: Any) -> Obj:
     return n
 
 
+def empty_slices(*names: str) -> list[Obj]:
+    """The empty ResourceSlice the bridge publishes for a node with every GPU on the legacy side."""
+    return [resource_slice(n, []) for n in names]
+
+
 def two_idle_nodes(**kw: Any) -> list[Obj]:
-    return [bridge_node("a", ["legacy"] * 4, **kw), bridge_node("b", ["legacy"] * 4)]
+    return [bridge_node("a", ["legacy"] * 4, **kw), bridge_node("b", ["legacy"] * 4), *empty_slices("a", "b")]
 
 
 def app(replicas: int = 3, gpus: int = 2, ns: str = "team") -> Obj:
@@ -187,6 +192,17 @@ def test_a_custom_lease_name_from_the_arguments_is_the_one_read() -> None:
     assert detect(cluster(lease(), dep)).state == "not-running"  # the default name is not its Lease
 
 
+def vendor_plugin_pod(node_name: str) -> list[Obj]:
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "nvidia-device-plugin-daemonset",
+                                                                     "namespace": "gpu-operator"},
+          "spec": {"selector": {"matchLabels": {"app": "dp"}}, "template": {"metadata": {"labels": {"app": "dp"}},
+                   "spec": {"containers": [{"name": "dp", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.1"}]}}}}
+    p = pod("nvidia-device-plugin-x", "gpu-operator", spec(container()), node=node_name)
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "controller": True,
+                                         "name": "nvidia-device-plugin-daemonset", "uid": "u"}]
+    return [ds, p]
+
+
 # ---- DRB032 ----------------------------------------------------------------------------------------------------
 
 def test_no_controller_the_finding_gives_the_exact_annotate_commands() -> None:
@@ -223,7 +239,7 @@ def test_what_fits_as_it_is_needs_no_finding_whatever_the_controller() -> None:
 
 def test_pinned_nodes_are_not_the_controllers_to_change() -> None:
     nodes = [bridge_node("a", ["legacy"] * 4, annotations={"dra-bridge.io/split-pinned": "true"}),
-             bridge_node("b", ["legacy"] * 4)]
+             bridge_node("b", ["legacy"] * 4), *empty_slices("a", "b")]
     (f,) = findings(dra_team(*nodes, lease(), controller_deployment()), "DRB032")
     assert f.severity == "blocker"
     assert "the controller can move 4 free legacy GPUs on 1 node: 1 pod(s) would still stay Pending" in f.message
@@ -240,7 +256,7 @@ def test_the_policys_minimum_legacy_share_holds_gpus_back() -> None:
 
 def test_per_pool_floors_apply_to_their_pool_only() -> None:
     nodes = [bridge_node("a", ["legacy"] * 4, labels={"dra-bridge.io/pool": "inference"}),
-             bridge_node("b", ["legacy"] * 4, labels={"dra-bridge.io/pool": "training"})]
+             bridge_node("b", ["legacy"] * 4, labels={"dra-bridge.io/pool": "training"}), *empty_slices("a", "b")]
     dep = controller_deployment("--pool-min-legacy-share", "inference=1")
     (f,) = findings(dra_team(*nodes, lease(), dep, replicas=2), "DRB032")
     assert (f.severity, f.details["movableDevices"], f.details["heldBackByPolicy"]) == ("info", 4, {"inference": 4})
@@ -296,6 +312,15 @@ def test_together_in_wave_order_with_the_controllers_moves_is_an_info() -> None:
     assert "fits only with the GPUs the controller can move" in fs[0].message
     without = findings(cluster(*objs[:-2]), "DRB032")
     assert [(f.object.name, f.severity) for f in without] == [("second", "warning")]
+
+
+def test_a_stale_split_status_without_the_bridge_is_not_a_bridge_node() -> None:
+    """The annotation stays on a Node after the bridge is uninstalled; only its slices or its DaemonSet's pods say
+    the bridge serves the node."""
+    stale = bridge_node("a", ["legacy"] * 4)
+    (f,) = findings(dra_team(stale), "DRB032")
+    assert "commands" not in f.details and "no bridge node has free legacy GPUs" in f.message
+    assert findings(dra_team(stale, *vendor_plugin_pod("a")), "DRB010") == []
 
 
 def test_bridge_nodes_without_a_readable_status_are_named() -> None:
@@ -372,7 +397,7 @@ def test_no_pending_pods_no_finding() -> None:
 
 def test_a_controller_that_may_change_no_node_says_which_it_may_not() -> None:
     pinned = [bridge_node("a", ["legacy"] * 4, annotations={"dra-bridge.io/split-pinned": "true"}),
-              bridge_node("b", ["legacy"] * 4, labels={"dra-bridge.io/dra-devices": "0"})]
+              bridge_node("b", ["legacy"] * 4, labels={"dra-bridge.io/dra-devices": "0"}), *empty_slices("a", "b")]
     (f,) = findings(dra_team(*pinned, lease(), controller_deployment()), "DRB032")
     assert f.severity == "blocker"
     assert "bridge controller runs (" in f.message
