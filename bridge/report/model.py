@@ -33,7 +33,6 @@ from bridge.report.features import (
     MODE_LABEL,
     MODES,
 )
-from bridge.kvalues import podgpu
 from bridge.report.podspec import VENDOR_PREFIX, SpecInfo, analyse, desired_replicas, dra_gpus, template_spec
 from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
 from bridge.report.sources import ClusterData, ServerVersion
@@ -179,6 +178,7 @@ class ClusterModel:
     device_classes: list[Obj]
     daemonsets: list[DaemonSetRole]
     ignored_pods: int  # pods that are not GPU-relevant
+    unbound_pods: int = 0  # pods without spec.nodeName (pending for the scheduler, or not yet bound)
 
 
 def classify_daemonset(ds: Obj) -> str:
@@ -299,9 +299,12 @@ def build_model(data: ClusterData) -> ClusterModel:
     rows: dict[Ref, Workload | None] = {}
     ignored = 0
     ds_pods: list[tuple[str, str, str]] = []  # (namespace, daemonset, node)
+    unbound = 0
     for pod in data.of("Pod"):
         m = pod.get("metadata") or {}
         ns = m.get("namespace", "")
+        if not (pod.get("spec") or {}).get("nodeName"):
+            unbound += 1
         ref = _controller_ref(pod)
         if ref is not None and ref[0] == "DaemonSet":
             ds_pods.append((ns, ref[1], (pod.get("spec") or {}).get("nodeName") or ""))
@@ -437,18 +440,32 @@ def build_model(data: ClusterData) -> ClusterModel:
         device_classes=sorted(data.of("DeviceClass"), key=lambda o: _meta(o).get("name", "")),
         daemonsets=roles,
         ignored_pods=ignored,
+        unbound_pods=unbound,
     )
 
 
-def _is_vendor(name: str) -> bool:
-    return name.startswith(VENDOR_PREFIX)
+def _asks_vendor(spec: Obj) -> bool:
+    """Whether some container asks a positive count of an `nvidia.com/*` resource (the device plugin's). A per-pod
+    check on the report's hot path: stops at the first hit instead of computing the pod's counts."""
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or ():
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue
+            for part in ("limits", "requests"):
+                values = res.get(part)
+                if isinstance(values, dict):
+                    for k, v in values.items():
+                        if isinstance(k, str) and k.startswith(VENDOR_PREFIX) and quantity_int(v) > 0:
+                            return True
+    return False
 
 
 def _pod_api(spec: Obj, ns: str, status: Obj | None, templates: dict[tuple[str, str], Obj],
              claims: dict[tuple[str, str], Obj]) -> str:
     """legacy, dra, both, or "" for one live pod (its own spec: a Deployment's pods may be translated while its
     template is not)."""
-    legacy = any(podgpu.pod_devices_by_name(spec, _is_vendor).values())
+    legacy = _asks_vendor(spec)
     dra = False
     if spec.get("resourceClaims") or not legacy:
         asked = dra_gpus(spec, ns, status, templates, claims)

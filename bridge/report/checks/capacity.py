@@ -194,6 +194,8 @@ def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
 def _with_moves(ctx: CheckContext, result: dict[str, NamespaceCapacity], selectors: list[str], index: dict[str, int],
                 by_ns: dict[str, list[tuple[str, int, int]]], devices: dict[str, list[Device]],
                 needs_of: dict[str, list[PodNeed]], namespaces: list[Namespace]) -> None:
+    if not any("bridge" in n.backends and n.split_status is not None for n in ctx.model.nodes.values()):
+        return  # no bridge node publishes a readable split status: nothing is known to be movable
     supply = ctx.supply
     by_controller = ctx.split_controller.acting
     if not any(supply.may_change(n, by_controller) for n in supply.views):
@@ -356,12 +358,17 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
 
 
 def _unknown_text(ctx: CheckContext) -> str:
-    """Bridge nodes whose free GPUs cannot be told (no readable split status), as a parenthesis."""
+    """Bridge nodes whose free GPUs cannot be told (no readable split status), as a parenthesis (once per report:
+    every namespace that does not fit says the same)."""
+    cached = ctx.__dict__.get("_unknown_text")
+    if isinstance(cached, str):
+        return cached
     unknown = sorted(n for n, v in ctx.supply.views.items() if v.frozen == "unknown")
-    if not unknown:
-        return ""
-    return (f" ({_plural(len(unknown), 'bridge node')} publish no readable split status, so their free GPUs are not "
-            f"known: {', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''})")
+    text = "" if not unknown else (
+        f" ({_plural(len(unknown), 'bridge node')} publish no readable split status, so their free GPUs are not "
+        f"known: {', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''})")
+    ctx.__dict__["_unknown_text"] = text
+    return text
 
 
 def _limits_text(ctx: CheckContext, m: Moves) -> str:
@@ -425,7 +432,7 @@ def _fits_elsewhere(ctx: CheckContext, pods: list[tuple[str, int]], spec_of: dic
 def legacy_pending(ctx: CheckContext) -> Iterator[Finding]:
     if ctx.options.assume_split != "current":
         return
-    if not any(not (p.get("spec") or {}).get("nodeName") for p in ctx.model.data.of("Pod")):
+    if not ctx.model.unbound_pods:
         return
     supply = ctx.supply
     legacy = {k: p for k, p in supply.pending.items() if p.api == "legacy"}
