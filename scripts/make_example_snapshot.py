@@ -13,7 +13,8 @@ The cluster (Kubernetes 1.36.2 in the middle of an upgrade from 1.35, resource.k
 * teams: vision (legacy: inference Deployment + training Job with a GFD product selector, a batch Job selecting
   family `ampere`, an unpaired quota while other teams share the GPUs), nlp (shadow: StatefulSet with GFD
   affinity, nightly fine-tune CronJob with a preempting PriorityClass, an RL sweep on Volcano, paired quota),
-  speech (dra: inference Deployment), research (legacy: embeddings on the MIG node, a CronJob still asking
+  speech (dra: inference Deployment whose pods the webhook translated: its ResourceClaimTemplate and their
+  allocated claims), research (legacy: embeddings on the MIG node, a CronJob still asking
   `nvidia.com/mig-1g.10gb` from the days of the mixed strategy, a notebook mounting /dev/nvidia0, a debugger pinned
   with nodeName), recsys (legacy: time-sliced gpu.shared ranker, a reranker on the un-renamed time-sliced node,
   NVIDIA_VISIBLE_DEVICES set by hand), batch (legacy: ready Job with a GPU warm-up init container), rl (legacy:
@@ -21,7 +22,8 @@ The cluster (Kubernetes 1.36.2 in the middle of an upgrade from 1.35, resource.k
 * agents: NVIDIA device plugin + GFD + dcgm-exporter under the GPU Operator (ClusterPolicy: MIG strategy single,
   device-plugin configs in `device-plugin-config`: default / mig-mixed / time-sliced / time-sliced-inference), the
   bridge node daemon (dra-bridge), NVIDIA's DRA kubelet plugin (nvidia-dra-driver-gpu), cluster-autoscaler
-  (kube-system), Kueue's queues.
+  (kube-system), Kueue's queues; kube-scheduler's leader-election Lease (no `bridge controller` runs: the report
+  says the split must be raised by hand).
 
 The custom resources (ClusterPolicy, ClusterQueue, LocalQueue) are in `crds.yaml.gz`, gzipped as a large export
 would be: the API emulator (`bridge sandbox apiserver --load`) serves none of these CRDs and reads no `.gz` file,
@@ -292,8 +294,9 @@ running_pod("nightly-finetune-29392140-7dl4c", "team-nlp", cron_job, ft_spec, "g
 
 # team-speech (dra): pods were translated by the webhook into claims
 asr_spec = pod_spec([container("asr", SERVE_IMG, {"nvidia.com/gpu": 1})])
+ASR_TEMPLATE = "dra-bridge-gpu-1-fd1f7326"  # bridge.webhook.translate.template_name(1, "gpu.dra-bridge.io", "")
 asr_pod_spec = pod_spec([container("asr", SERVE_IMG, resources={"claims": [{"name": "gpu"}]})],
-                        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "dra-bridge-gpu-1"}])
+                        resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": ASR_TEMPLATE}])
 deployment("asr-inference", "team-speech", 2, asr_spec, ["gpu-h100-2"], asr_pod_spec)
 
 # team-research (legacy): embeddings on the MIG node (nvidia.com/gpu: 1 is one 1g.10gb slice there), a CronJob
@@ -419,6 +422,34 @@ CRDS = [
 ]
 
 
+# The translated team-speech pods' template and claims (created last, so the UIDs above stay as they were): the
+# webhook's template for one GPU, and the claim the claim controller generated from it for each pod, allocated a
+# device of the bridge on gpu-h100-2.
+DRA.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": meta(ASR_TEMPLATE, "team-speech", labels={"app.kubernetes.io/managed-by": "dra-bridge",
+                                                                  "dra-bridge.io/gpu-count": "1"}),
+            "spec": {"metadata": {"labels": {"app.kubernetes.io/managed-by": "dra-bridge"}},
+                     "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                         "deviceClassName": "gpu.dra-bridge.io", "allocationMode": "ExactCount", "count": 1}}]}}}})
+for i, p in enumerate(p for p in pods if p["metadata"]["namespace"] == "team-speech"):
+    claim_name = f"{p['metadata']['name']}-gpu-{'mzq4w'[i]}8k2v"
+    p["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    DRA.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": meta(claim_name, "team-speech", owner=p,
+                                 annotations={"resource.kubernetes.io/pod-claim-name": "gpu"}),
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": "gpu.dra-bridge.io", "allocationMode": "ExactCount", "count": 1}}]}},
+                "status": {"allocation": {"devices": {"results": [
+                    {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "gpu-h100-2", "device": f"gpu-{i}"}]}},
+                    "reservedFor": [{"resource": "pods", "name": p["metadata"]["name"],
+                                     "uid": p["metadata"]["uid"]}]}})
+# Leader election of another component: the report reads Leases to find `bridge controller`'s and ignores others.
+LEASES = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta("kube-scheduler", "kube-system"),
+           "spec": {"holderIdentity": "control-plane-1_5b8c2e3a-1f4d-4a7e-9c21-7d0b6e4f8a90",
+                    "leaseDurationSeconds": 15, "acquireTime": "2026-11-02T08:00:00.000000Z",
+                    "renewTime": "2026-11-02T09:00:00.000000Z", "leaseTransitions": 3}}]
+
+
 def as_list(items: list[Obj]) -> Obj:
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
 
@@ -428,7 +459,7 @@ def write(out: Path) -> None:
     files = {
         "nodes.yaml": NODES, "namespaces.yaml": NAMESPACES, "priorityclasses.yaml": PRIORITY,
         "resourcequotas.yaml": QUOTAS, "configmaps.yaml": CONFIGMAPS, "dra.yaml": DRA,
-        "controllers.yaml": controllers + replicasets + jobs, "pods.yaml": pods,
+        "controllers.yaml": controllers + replicasets + jobs, "pods.yaml": pods, "leases.yaml": LEASES,
     }
     for name, items in files.items():
         (out / name).write_text(yaml.safe_dump(as_list(items), sort_keys=False, width=120))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -23,6 +24,7 @@ from bridge.kube.api import (
     DAEMON_SETS,
     DEPLOYMENTS,
     JOBS,
+    LEASES,
     NAMESPACES,
     NODES,
     PODS,
@@ -49,8 +51,12 @@ from bridge.report.sources import (
 
 CORE_RESOURCES: tuple[Resource, ...] = (
     NAMESPACES, NODES, PRIORITY_CLASSES, RESOURCE_QUOTAS, CONFIG_MAPS, DAEMON_SETS, DEPLOYMENTS, STATEFUL_SETS,
-    REPLICA_SETS, JOBS, CRON_JOBS, PODS,
+    REPLICA_SETS, JOBS, CRON_JOBS, PODS, LEASES,
 )
+
+# Field selectors per resource: every node's heartbeat Lease lives in kube-node-lease (one per node), and the report
+# wants only the Leases components elect leaders with (`bridge controller`'s among them).
+FIELD_SELECTORS = {LEASES.plural: "metadata.namespace!=kube-node-lease"}
 
 
 # CRDs the report reads when the cluster has them; a cluster without them is normal (nothing to report missing).
@@ -109,7 +115,7 @@ def _rbac_text(err: Forbidden, res: Resource) -> str:
 def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress | None = None,
               page_size: int = 500) -> ClusterData:
     progress = progress or Progress(enabled=False)
-    data = ClusterData(source=source)
+    data = ClusterData(source=source, taken_at=time.time())
     try:
         disc = api.discovery()
     except Unavailable as err:
@@ -125,7 +131,7 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
     rversion = next((v for v in ("v1", "v1beta2", "v1beta1") if disc.serves(f"resource.k8s.io/{v}")), None)
     if rversion is not None:
         rapi = ResourceAPI(rversion)
-        resources += [rapi.device_classes, rapi.slices]
+        resources += [rapi.device_classes, rapi.slices, rapi.claim_templates, rapi.claims]
     resources += optional_resources(disc)
 
     with bulk_allocation():
@@ -142,7 +148,8 @@ def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progre
             progress.update(label, count)
 
         try:
-            result = api.list(res, page_size=page_size, on_page=on_page)
+            result = api.list(res, page_size=page_size, on_page=on_page,
+                              field_selector=FIELD_SELECTORS.get(res.plural))
         except Forbidden as err:
             data.unreadable[label] = _rbac_text(err, res)
             continue

@@ -4,9 +4,13 @@
   StatefulSet, DaemonSet; an owner of another kind stands as itself; a pod without owner is its own workload), so
   one row stands for all replicas. Controllers found without pods (scaled to zero, a CronJob between runs) get a
   row from their template. Only GPU-relevant workloads are kept (GPU requests, claims, GFD selectors, /dev/nvidia
-  host paths, NVIDIA_VISIBLE_DEVICES).
+  host paths, NVIDIA_VISIBLE_DEVICES). A row counts GPUs through either API: `nvidia.com/gpu`, or the bridge
+  DeviceClass's devices its claims request (a pod the webhook translated; `bridge.report.podspec.dra_gpus`), and
+  notes which API its live pods use (`pods_by_api`: a Deployment's template still says `nvidia.com/gpu` while the
+  pods created after a flip are translated).
 * Namespaces: mode from the `dra-bridge.io/mode` label (absent = legacy), demand summed over workloads.
-* Nodes: which backends serve GPUs today (vendor device plugin, the bridge, another DRA driver), capacity and
+* Nodes: which backends serve GPUs today (vendor device plugin; the bridge: its ResourceSlices, even the empty one it
+  publishes with every GPU on the legacy side, or its DaemonSet's pods; another DRA driver), capacity and
   allocatable `nvidia.com/gpu`, the split the node asks for (label or annotation, read by the node daemon's own
   parser: `bridge.ledger.requested_split`) and the daemon's split status annotation, the devices published in
   ResourceSlices.
@@ -29,7 +33,7 @@ from bridge.report.features import (
     MODE_LABEL,
     MODES,
 )
-from bridge.report.podspec import SpecInfo, analyse, desired_replicas, template_spec
+from bridge.report.podspec import VENDOR_PREFIX, SpecInfo, analyse, desired_replicas, dra_gpus, template_spec
 from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
 from bridge.report.sources import ClusterData, ServerVersion
 
@@ -66,6 +70,7 @@ class Workload:
     replicas: int  # desired where the controller says, else live pods
     pods: int = 0  # live (not Succeeded/Failed) pods seen
     nodes: set[str] = field(default_factory=set)
+    pods_by_api: dict[str, int] = field(default_factory=dict)  # live GPU pods per API ("legacy", "dra", "both")
 
     @property
     def ref(self) -> Ref:
@@ -73,11 +78,23 @@ class Workload:
 
     @property
     def gpus_per_pod(self) -> int:
-        return self.spec.gpu.get(GPU, 0)
+        """Whole GPUs per pod through either API."""
+        return self.spec.gpus
+
+    @property
+    def api(self) -> str:
+        """The API its live pods get GPUs through (legacy, dra, mixed), or its spec's when no pod runs; "" when it
+        asks no whole GPU."""
+        seen = {a for a, n in self.pods_by_api.items() if n}
+        if not seen:
+            seen = {self.spec.api} - {""}
+        if not seen:
+            return ""
+        return seen.pop() if len(seen) == 1 and "both" not in seen else "mixed"
 
     @property
     def demand(self) -> dict[str, int]:
-        return {k: v * self.replicas for k, v in self.spec.gpu.items()}
+        return {k: v * self.replicas for k, v in self.spec.per_pod.items()}
 
 
 @dataclass
@@ -161,6 +178,7 @@ class ClusterModel:
     device_classes: list[Obj]
     daemonsets: list[DaemonSetRole]
     ignored_pods: int  # pods that are not GPU-relevant
+    unbound_pods: int = 0  # pods without spec.nodeName (pending for the scheduler, or not yet bound)
 
 
 def classify_daemonset(ds: Obj) -> str:
@@ -273,13 +291,20 @@ def build_model(data: ClusterData) -> ClusterModel:
             kind, name = up
         return kind, name
 
+    # --- claim objects, for GPUs asked through DRA (translated pods)
+    templates = {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in data.of("ResourceClaimTemplate")}
+    claims = {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in data.of("ResourceClaim")}
+
     # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass)
     rows: dict[Ref, Workload | None] = {}
     ignored = 0
     ds_pods: list[tuple[str, str, str]] = []  # (namespace, daemonset, node)
+    unbound = 0
     for pod in data.of("Pod"):
         m = pod.get("metadata") or {}
         ns = m.get("namespace", "")
+        if not (pod.get("spec") or {}).get("nodeName"):
+            unbound += 1
         ref = _controller_ref(pod)
         if ref is not None and ref[0] == "DaemonSet":
             ds_pods.append((ns, ref[1], (pod.get("spec") or {}).get("nodeName") or ""))
@@ -289,7 +314,8 @@ def build_model(data: ClusterData) -> ClusterModel:
         if row is False:
             ctrl = controllers.get(key)
             tmpl = template_spec(kind, ctrl) if ctrl is not None else None
-            info = analyse(tmpl if tmpl is not None else pod.get("spec") or {})
+            info = analyse(tmpl, ns, None, templates, claims) if tmpl is not None else \
+                analyse(pod.get("spec") or {}, ns, pod.get("status"), templates, claims)
             if info.relevant:
                 desired = desired_replicas(kind, ctrl) if ctrl is not None else None
                 row = Workload(kind, ns, name, info, desired if desired is not None else -1)
@@ -302,9 +328,13 @@ def build_model(data: ClusterData) -> ClusterModel:
         if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
             continue
         row.pods += 1
-        node = (pod.get("spec") or {}).get("nodeName")
+        pod_spec = pod.get("spec") or {}
+        node = pod_spec.get("nodeName")
         if node:
             row.nodes.add(node)
+        api = _pod_api(pod_spec, ns, pod.get("status"), templates, claims) if row.spec.api else ""
+        if api:
+            row.pods_by_api[api] = row.pods_by_api.get(api, 0) + 1
 
     # --- controllers without pods (top-level only: Deployments/StatefulSets/DaemonSets/CronJobs, Jobs without owner)
     for (kind, ns, name), ctrl in controllers.items():
@@ -313,7 +343,7 @@ def build_model(data: ClusterData) -> ClusterModel:
         tmpl = template_spec(kind, ctrl)
         if tmpl is None:
             continue
-        info = analyse(tmpl)
+        info = analyse(tmpl, ns, None, templates, claims)
         if not info.relevant:
             continue
         desired = desired_replicas(kind, ctrl)
@@ -361,6 +391,12 @@ def build_model(data: ClusterData) -> ClusterModel:
                 continue
             node.devices.append(d)
             node.backends.add("bridge" if d.driver == BRIDGE_DRIVER else f"dra:{d.driver}")
+        spec = s.get("spec") or {}
+        if spec.get("driver") == BRIDGE_DRIVER and not spec.get("devices"):
+            # The bridge publishes its pool even with every GPU on the legacy side (an empty slice).
+            node = nodes.get(str(spec.get("nodeName") or "")) or nodes.get(str((spec.get("pool") or {}).get("name", "")))
+            if node is not None:
+                node.backends.add("bridge")
 
     # --- daemonsets: which GPU agents run where (by their pods; by nodeSelector when no pods were captured)
     roles: list[DaemonSetRole] = []
@@ -404,7 +440,39 @@ def build_model(data: ClusterData) -> ClusterModel:
         device_classes=sorted(data.of("DeviceClass"), key=lambda o: _meta(o).get("name", "")),
         daemonsets=roles,
         ignored_pods=ignored,
+        unbound_pods=unbound,
     )
+
+
+def _asks_vendor(spec: Obj) -> bool:
+    """Whether some container asks a positive count of an `nvidia.com/*` resource (the device plugin's). A per-pod
+    check on the report's hot path: stops at the first hit instead of computing the pod's counts."""
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or ():
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue
+            for part in ("limits", "requests"):
+                values = res.get(part)
+                if isinstance(values, dict):
+                    for k, v in values.items():
+                        if isinstance(k, str) and k.startswith(VENDOR_PREFIX) and quantity_int(v) > 0:
+                            return True
+    return False
+
+
+def _pod_api(spec: Obj, ns: str, status: Obj | None, templates: dict[tuple[str, str], Obj],
+             claims: dict[tuple[str, str], Obj]) -> str:
+    """legacy, dra, both, or "" for one live pod (its own spec: a Deployment's pods may be translated while its
+    template is not)."""
+    legacy = _asks_vendor(spec)
+    dra = False
+    if spec.get("resourceClaims") or not legacy:
+        asked = dra_gpus(spec, ns, status, templates, claims)
+        # A claim that cannot be read (its template missing from the input) on a pod asking no device-plugin GPU:
+        # the pod gets its GPUs through DRA, the count is what is unknown.
+        dra = asked.count > 0 or (bool(asked.unknown) and not legacy)
+    return "both" if legacy and dra else "legacy" if legacy else "dra" if dra else ""
 
 
 def _add_backend(node: Node, role: str) -> None:

@@ -5,16 +5,29 @@ How many devices of a resource a pod holds is the shared device-plugin arithmeti
 the webhook uses too): max(app containers + sidecars, each ordinary init container + the sidecars started before
 it). Extended resources must have requests == limits, so a value in either is taken (limits win when both are set
 and differ, as the API server rejects that anyway).
+
+**GPUs through DRA** (`dra_gpus`): a pod the webhook translated asks no `nvidia.com/gpu` any more. Its GPUs are
+the devices of the bridge's DeviceClass its claims request, counted as `bridge controller` counts them
+(`bridge.controller.demand.request_count`: `exactly.count` with `allocationMode: ExactCount`, default 1; v1beta1's
+flat fields; the first `firstAvailable` alternative of the class), summed over the pod's claims (a pod-level claim
+is allocated once, however many containers reference it: the webhook's claims plan gives the pod exactly its
+device-plugin count, `bridge.kvalues.podgpu.plan_claims`), plus the DeviceClass's implicit extended-resource name
+`deviceclass.resource.kubernetes.io/<class>` counted with the device-plugin arithmetic (KEP-5004: the scheduler
+makes that claim). A claim is read from the ResourceClaim when it exists (`resourceClaimName`, or the generated
+name in `status.resourceClaimStatuses`), else from its ResourceClaimTemplate. What cannot be counted (a template or
+claim not in the input, `allocationMode: All`) is named in `DraGpus.unknown`, never guessed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.controller.demand import request_count
 from bridge.kvalues import podgpu
 from bridge.kvalues.quantity import quantity_int
-from bridge.report.features import GPU, IMPLICIT_PREFIX
+from bridge.report.features import BRIDGE_CLASS, GPU, IMPLICIT_PREFIX
 
 Obj = dict[str, Any]
 
@@ -25,8 +38,11 @@ DEV_NVIDIA = "/dev/nvidia"
 Requirement = tuple[str, str, tuple[str, ...]]
 
 
+VENDOR_PREFIX = "nvidia.com/"  # extended resources of NVIDIA's device plugin (gpu, mig-*, gpu.shared, ...)
+
+
 def _is_gpu_name(name: str) -> bool:
-    return name.startswith("nvidia.com/") or name.startswith(IMPLICIT_PREFIX)
+    return name.startswith(VENDOR_PREFIX) or name.startswith(IMPLICIT_PREFIX)
 
 
 def _container_gpu(c: Obj) -> dict[str, int]:
@@ -48,9 +64,86 @@ def effective_gpu(spec: Obj) -> dict[str, int]:
     return podgpu.pod_devices_by_name(spec, _is_gpu_name)
 
 
+# (namespace, name) -> object, for ResourceClaimTemplates and ResourceClaims.
+ClaimObjects = Mapping[tuple[str, str], Obj]
+
+
+@dataclass(frozen=True)
+class DraGpus:
+    """The bridge DeviceClass's devices one pod asks for through DRA (see the module docstring)."""
+
+    count: int = 0
+    selectors: tuple[str, ...] = ()  # CEL of those requests (the webhook's translated GFD selectors), distinct
+    unknown: tuple[str, ...] = ()  # what could not be counted, in words
+
+
+NO_DRA = DraGpus()
+
+
+def _request_body(req: Obj, device_class: str) -> Obj | None:
+    """The part of a claim request that names `device_class` (v1 `exactly`, v1beta1 flat, or the first matching
+    `firstAvailable` alternative); None when it asks another class."""
+    exact = req.get("exactly")
+    if isinstance(exact, dict):
+        return exact if exact.get("deviceClassName") == device_class else None
+    for sub in req.get("firstAvailable") or ():
+        if isinstance(sub, dict) and sub.get("deviceClassName") == device_class:
+            return sub
+    return req if req.get("deviceClassName") == device_class else None
+
+
+def dra_gpus(spec: Obj, namespace: str = "", status: Obj | None = None, templates: ClaimObjects | None = None,
+             claims: ClaimObjects | None = None, device_class: str = BRIDGE_CLASS) -> DraGpus:
+    """GPUs the pod asks for through DRA (module docstring). `status`: the pod's status (generated claim names)."""
+    count = podgpu.pod_devices(spec, IMPLICIT_PREFIX + device_class)
+    refs = spec.get("resourceClaims") or ()
+    if not refs:
+        return DraGpus(count) if count else NO_DRA
+    generated = {s.get("name"): s.get("resourceClaimName")
+                 for s in (status or {}).get("resourceClaimStatuses") or () if isinstance(s, dict)}
+    selectors: dict[str, None] = {}
+    unknown: list[str] = []
+    for ref in refs:
+        if not isinstance(ref, dict):
+            continue
+        name = str(ref.get("name", ""))
+        claim_name = ref.get("resourceClaimName") or generated.get(name)
+        claim_spec: Obj | None = None
+        if claim_name:
+            claim = (claims or {}).get((namespace, str(claim_name)))
+            if claim is not None:
+                claim_spec = claim.get("spec") or {}
+        template_name = ref.get("resourceClaimTemplateName")
+        if claim_spec is None and template_name:
+            template = (templates or {}).get((namespace, str(template_name)))
+            if template is not None:
+                claim_spec = ((template.get("spec") or {}).get("spec")) or {}
+        if claim_spec is None:
+            what = f"ResourceClaim {claim_name}" if claim_name and not template_name else \
+                f"ResourceClaimTemplate {template_name}"
+            unknown.append(f"claim {name}: {what} is not in the input")
+            continue
+        for req in ((claim_spec.get("devices") or {}).get("requests") or ()):
+            if not isinstance(req, dict):
+                continue
+            n = request_count(req, device_class)
+            if n is None:
+                unknown.append(f"claim {name} request {req.get('name', '')}: allocationMode All has no count")
+                continue
+            if not n:
+                continue
+            count += n
+            body = _request_body(req, device_class) or {}
+            for sel in body.get("selectors") or ():
+                expr = str(((sel or {}).get("cel") or {}).get("expression", "")).strip() if isinstance(sel, dict) else ""
+                if expr:
+                    selectors[expr] = None
+    return DraGpus(count, tuple(selectors), tuple(unknown))
+
+
 @dataclass(frozen=True)
 class SpecInfo:
-    gpu: dict[str, int]  # per pod
+    gpu: dict[str, int]  # per pod, by resource name as the spec writes it (the implicit DRA name included)
     uses_claims: bool
     gfd_terms: tuple[tuple[Requirement, ...], ...]  # OR of ANDed requirements on GFD labels; () when none
     dev_hostpaths: tuple[str, ...]
@@ -62,6 +155,35 @@ class SpecInfo:
     gpu_counts: tuple[podgpu.ContainerCount, ...] = ()  # nvidia.com/gpu per container, start order
     scheduler_name: str = ""  # spec.schedulerName ("" = default-scheduler)
     node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
+    dra: DraGpus = field(default=NO_DRA)  # the bridge DeviceClass's devices asked through DRA
+
+    @property
+    def legacy_gpus(self) -> int:
+        """`nvidia.com/gpu` per pod: GPUs through the device plugin."""
+        return self.gpu.get(GPU, 0)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per pod through either API (the webhook's translation keeps the count)."""
+        return self.gpu.get(GPU, 0) + self.dra.count
+
+    @property
+    def per_pod(self) -> dict[str, int]:
+        """Devices per pod by resource name, GPUs through either API under `nvidia.com/gpu` (the bridge class's
+        implicit extended-resource name folded in): what the workload table shows."""
+        out = {k: v for k, v in self.gpu.items() if k != IMPLICIT_PREFIX + BRIDGE_CLASS}
+        if self.gpus:
+            out[GPU] = self.gpus
+        return out
+
+    @property
+    def api(self) -> str:
+        """Which API this spec asks devices through: legacy (any `nvidia.com/*` resource: the device plugin), dra
+        (the bridge class), both, or "" (neither)."""
+        legacy = any(v > 0 for k, v in self.gpu.items() if k.startswith(VENDOR_PREFIX))
+        # Claims that cannot be read on a spec asking nothing of the device plugin: DRA, count unknown.
+        dra = self.dra.count > 0 or (bool(self.dra.unknown) and not legacy)
+        return "both" if legacy and dra else "legacy" if legacy else "dra" if dra else ""
 
     @property
     def relevant(self) -> bool:
@@ -88,7 +210,10 @@ def _gfd_terms(spec: Obj) -> tuple[tuple[Requirement, ...], ...]:
     return tuple(terms)
 
 
-def analyse(spec: Obj) -> SpecInfo:
+def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates: ClaimObjects | None = None,
+            claims: ClaimObjects | None = None) -> SpecInfo:
+    """What `spec` says about GPUs; `namespace`, `status` (a pod's) and the claim objects let DRA requests be
+    counted (`dra_gpus`)."""
     containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
     dev_paths = tuple(
         sorted(
@@ -119,7 +244,14 @@ def analyse(spec: Obj) -> SpecInfo:
         gpu_counts=podgpu.containers(spec, GPU) if spec.get("initContainers") else (),
         scheduler_name=str(spec.get("schedulerName") or ""),
         node_name=str(spec.get("nodeName") or ""),
+        dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
     )
+
+
+def _asks_implicit(spec: Obj) -> bool:
+    return any(str(k).startswith(IMPLICIT_PREFIX)
+               for kind in ("containers", "initContainers") for c in spec.get(kind) or ()
+               for part in ("limits", "requests") for k in (((c.get("resources") or {}).get(part)) or {}))
 
 
 def template_spec(kind: str, obj: Obj) -> Obj | None:

@@ -18,6 +18,7 @@ from bridge.report.findings import SEVERITY_RANK, Finding
 from bridge.report.model import ClusterModel, Node, Workload, build_model
 from bridge.report.shape import find_malformed
 from bridge.report.sources import ClusterData, MalformedInput, bulk_allocation
+from bridge.report.splitcontroller import SplitController
 
 STATUS_BY_SEVERITY = {"blocker": "blocked", "warning": "needs-config"}
 STATUSES = ("ready", "needs-config", "blocked")
@@ -41,6 +42,9 @@ class WorkloadRow:
     gpus: dict[str, int]
     status: str
     rules: tuple[str, ...]
+    api: str = "none"  # legacy | dra | mixed (its live pods' API, else its spec's) | none (no whole GPU asked)
+    pods_by_api: dict[str, int] = field(default_factory=dict)
+    dra_unknown: tuple[str, ...] = ()  # DRA requests whose count could not be read
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class Report:
     waves: list[WaveStep]
     gpus_by_backend: dict[str, int]
     counts: dict[str, int] = field(default_factory=dict)
+    controller: SplitController = field(default_factory=lambda: SplitController("absent", ""))
     model: ClusterModel | None = None
 
     @property
@@ -178,9 +183,10 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
     wl_by_ns: dict[str, list[Workload]] = defaultdict(list)
     for w in gpu_workloads:
         fs = by_obj.get((w.kind, w.namespace, w.name), [])
-        workload_rows.append(WorkloadRow(w.kind, w.namespace, w.name, w.replicas, dict(sorted(w.spec.gpu.items())),
+        workload_rows.append(WorkloadRow(w.kind, w.namespace, w.name, w.replicas, dict(sorted(w.spec.per_pod.items())),
                                          dict(sorted(w.demand.items())), status_of(fs),
-                                         tuple(sorted({f.rule for f in fs if f.severity != "info"}))))
+                                         tuple(sorted({f.rule for f in fs if f.severity != "info"})),
+                                         w.api or "none", dict(sorted(w.pods_by_api.items())), w.spec.dra.unknown))
         wl_by_ns[w.namespace].append(w)
 
     capacity = simulate_capacity(ctx)
@@ -236,6 +242,7 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
             "ignoredPods": model.ignored_pods,
         },
         model=model,
+        controller=ctx.split_controller,
     )
 
 

@@ -68,6 +68,11 @@ KINDS = (
     "PriorityClass",
     "DeviceClass",
     "ResourceSlice",
+    # What translated pods ask for (their GPU counts), and the claims naming allocated devices.
+    "ResourceClaimTemplate",
+    "ResourceClaim",
+    # `bridge controller`'s leader-election Lease (is a controller running? bridge.report.splitcontroller).
+    "Lease",
     # Optional CRDs: the GPU Operator's ClusterPolicy (nvidia.com/v1) and Kueue's queues (kueue.x-k8s.io).
     "ClusterPolicy",
     "ClusterQueue",
@@ -79,7 +84,8 @@ PLURALS = {
     "Node": "nodes", "Pod": "pods", "Namespace": "namespaces", "ResourceQuota": "resourcequotas",
     "ConfigMap": "configmaps", "DaemonSet": "daemonsets", "Deployment": "deployments", "StatefulSet": "statefulsets",
     "ReplicaSet": "replicasets", "Job": "jobs", "CronJob": "cronjobs", "PriorityClass": "priorityclasses",
-    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ClusterPolicy": "clusterpolicies",
+    "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaimTemplate": "resourceclaimtemplates",
+    "ResourceClaim": "resourceclaims", "Lease": "leases", "ClusterPolicy": "clusterpolicies",
     "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
 }
 
@@ -145,6 +151,9 @@ class ClusterData:
     unreadable: dict[str, str] = field(default_factory=dict)
     other_kinds: dict[str, int] = field(default_factory=dict)
     source: str = ""  # a description for humans ("snapshot examples/cluster-snapshot", "context prod")
+    # When the state was read (epoch seconds): set by a live scan; None for a snapshot, whose time is inferred from
+    # the newest timestamp in it (bridge.report.splitcontroller.reference_time).
+    taken_at: float | None = None
 
     def of(self, kind: str) -> list[Obj]:
         return self.objects.get(kind, [])

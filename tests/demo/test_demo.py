@@ -92,7 +92,8 @@ def test_every_step_checks_out_and_the_story_is_told_in_order(demo: Demo) -> Non
     doc = summary(demo)
     assert doc["ok"] and doc["failure"] == "", doc["failure"]
     titles = [s["title"] for s in doc["steps"]]
-    assert len(titles) == 8 and titles[2].startswith("The migration report") and titles[-1] == "The report again"
+    assert len(titles) == 8 and titles[2].startswith("The migration report")
+    assert titles[6].startswith("The report again") and titles[7].startswith("Finishing team-a")
     assert all(c["ok"] for s in doc["steps"] for c in s["checks"]) and all(s["checks"] for s in doc["steps"])
     positions = [demo.text.index(f"Step {i}/8") for i in range(1, 9)]
     assert positions == sorted(positions)
@@ -125,12 +126,20 @@ def test_the_report_exits_0_before_and_after_and_team_a_ends_ready_on_dra(demo: 
     assert (before["exitCode"], after["exitCode"]) == (0, 0)
     assert before["namespaces"] == {"team-a": "needs-config", "team-b": "needs-config"}
     assert after["namespaces"]["team-a"] == "ready"
+    # The second report runs while team-a's old pods still hold device-plugin GPUs and every other GPU is busy: it
+    # counts on the controller it sees acting, and on the 3 GPUs those pods free when they are replaced.
+    after_doc = json.loads(Path(after["json"]).read_text())
+    assert after_doc["splitController"]["state"] == "acting"
+    (team_a,) = [f for f in after_doc["findings"] if f["rule"] == "DRB032" and f["object"]["name"] == "team-a"]
+    assert team_a["severity"] == "info" and team_a["details"]["freedByNamespace"] == 3
+    before_doc = json.loads(Path(before["json"]).read_text())
+    assert before_doc["splitController"]["state"] == "absent"  # it had decided nothing yet
     for r in (before, after):
         report = json.loads(Path(r["json"]).read_text())
         assert report["status"] == r["status"] and not report["summary"]["findings"]["blocker"]
         assert Path(r["html"]).read_text().lstrip().lower().startswith("<!doctype html")
     assert f"HTML report: {after['html']}" in demo.text
-    assert "Migration report: before exit 0 (needs-config), after exit 0 (needs-config)" in demo.text
+    assert "Migration report: before exit 0 (needs-config), after exit 0 (ready)" in demo.text
 
 
 def test_the_shadow_step_shows_the_recorded_translation(demo: Demo) -> None:

@@ -177,3 +177,31 @@ def test_snapshot_files_are_named_by_the_resource_plural(tmp_path: Path) -> None
     names = {p.name for p in write_snapshot(load_snapshot(EXAMPLE), tmp_path)}
     assert {"deviceclasses.json", "priorityclasses.json", "resourceslices.json", "clusterpolicies.json"} <= names
     assert not any(n.endswith("sss.json") or n == "priorityclasss.json" for n in names)
+
+
+def test_a_live_scan_reads_claims_templates_and_leaders_leases_but_not_node_heartbeats(tmp_path: Path) -> None:
+    """One Lease per node lives in kube-node-lease: the scan leaves them out (a field selector), and reads the Leases
+    components elect leaders with, `bridge controller`'s among them, whose renewal it judges by its own clock."""
+    import datetime as dt
+
+    from bridge.kube.leaderelection import micro_time
+
+    now = micro_time(dt.datetime.now(dt.timezone.utc))
+    leases = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": name, "namespace": ns},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": now}}
+              for name, ns, holder in (("gpu-h100-1", "kube-node-lease", "gpu-h100-1"),
+                                       ("dra-bridge-controller", "dra-bridge", "ctl-0_abc"))]
+    example = _without_crds()
+    with ApiServer(version="1.36.2") as srv:
+        srv.load_objects([o for kind in KINDS for o in example.of(kind)])
+        srv.load_objects(leases)
+        data = load_live(connect(srv.write_kubeconfig(tmp_path / "kc")))
+    assert sorted((o["metadata"]["namespace"], o["metadata"]["name"]) for o in data.of("Lease")) == [
+        ("dra-bridge", "dra-bridge-controller"), ("kube-system", "kube-scheduler")]
+    assert {o["metadata"]["name"] for o in data.of("ResourceClaimTemplate")} == {"dra-bridge-gpu-1-fd1f7326"}
+    assert len(data.of("ResourceClaim")) == 2 and data.taken_at is not None
+    report = build_report(data)
+    assert report.controller.state == "unknown-mode"  # held by its Lease, but no Deployment or decision says how
+    asr = next(w for w in report.workloads if w.name == "asr-inference")
+    assert (asr.api, asr.pods_by_api) == ("dra", {"dra": 2})

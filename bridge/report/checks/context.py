@@ -13,6 +13,8 @@ from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, 
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
 from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
+from bridge.report.splitcontroller import SplitController, detect
+from bridge.report.supply import Supply, build_supply
 
 Obj = dict[str, Any]
 
@@ -102,9 +104,23 @@ class CheckContext:
         return hit
 
     def request_cel(self, w: Workload) -> str:
-        """What one device of this workload must satisfy on the DRA side: class selectors AND translated GFD terms."""
-        extra = self.workload_cel(w).cel
-        return self.bridge_class_cel if not extra else f"({self.bridge_class_cel}) && ({extra})"
+        """What one device of this workload must satisfy on the DRA side: class selectors AND translated GFD terms
+        AND, for pods already on DRA, their claims' own selectors."""
+        extras = [e for e in (self.workload_cel(w).cel,) if e] + [e for e in w.spec.dra.selectors if e]
+        if not extras:
+            return self.bridge_class_cel
+        return f"({self.bridge_class_cel}) && " + " && ".join(f"({e})" for e in dict.fromkeys(extras))
+
+    @cached_property
+    def split_controller(self) -> SplitController:
+        """Does `bridge controller` run and act (bridge.report.splitcontroller)?"""
+        return detect(self.model.data)
+
+    @cached_property
+    def supply(self) -> Supply:
+        """What can move between the sides on each bridge node, and what the controller would do with the pods
+        pending now (bridge.report.supply). Built on first use: only when some capacity does not fit, or pods wait."""
+        return build_supply(self.model, self.split_controller)
 
     @cached_property
     def gpu_workloads(self) -> list[Workload]:

@@ -218,8 +218,8 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
     scheduler allocates claims itself or is a kube-scheduler profile. Bare pods
     always carry the node they were bound to, so `nodeName` is read from controller templates only."""
     for w in ctx.gpu_workloads:
-        if not w.gpus_per_pod:
-            continue
+        if not w.spec.legacy_gpus:
+            continue  # the webhook translates nvidia.com/gpu only: pods already on DRA are not its to leave alone
         if w.spec.node_name and w.kind != "Pod":
             yield Finding("DRB034", "blocker", workload_ref(w),
                           f"its pod template sets nodeName {w.spec.node_name}: the scheduler never sees these pods, "
@@ -248,8 +248,8 @@ def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
         return
     whole = [n for n in ctx.model.nodes.values() if n.gpu_total and n.name not in shared]
     for w in ctx.gpu_workloads:
-        if not w.gpus_per_pod:
-            continue
+        if not w.spec.legacy_gpus:
+            continue  # nvidia.com/gpu is what is not whole there; DRA devices of the bridge are whole GPUs
         running = sorted(n for n in w.nodes if n in shared)
         selected: list[str] = []
         if w.spec.gfd_terms and not any(terms_match(w.spec.gfd_terms, n.labels) for n in whole):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bridge.report.checks.capacity import NamespaceCapacity
 from bridge.report.findings import Finding
 from bridge.report.report import Report, WaveStep
 
@@ -11,6 +12,28 @@ def fmt_gpus(gpus: dict[str, int]) -> str:
     if not gpus:
         return "-"
     return ", ".join(f"{v} {k.split('/', 1)[-1]}" for k, v in gpus.items())
+
+
+def fmt_capacity(c: NamespaceCapacity | None, short: bool = False) -> str:
+    """The DRA CAPACITY cell: fits (as things are), fits moving (with the GPUs the controller moves), fits alone
+    (not after the namespaces before it in the wave plan), or how many pods would stay Pending (after the
+    controller's moves, when it acts)."""
+    if c is None:
+        return "-"
+    m = c.moves if c.moves is not None and c.moves.by == "controller" else None
+    if c.cumulative.fits:
+        return "fits"
+    if m is not None and m.cumulative is not None and m.cumulative.fits:
+        return "fits, moving" if short else "fits with the controller's moves"
+    if c.alone.fits or (m is not None and m.alone.fits):
+        return "fits alone"
+    pending = m.alone.pending if m is not None else c.alone.pending
+    return f"{pending} pending" if short else f"{pending} pods pending"
+
+
+def fmt_api(api: str) -> str:
+    """A workload's API for tables: legacy, DRA, mixed, or "-"."""
+    return {"dra": "DRA", "none": "-"}.get(api, api)
 
 
 def grouped_findings(report: Report, severity: str) -> list[Finding]:

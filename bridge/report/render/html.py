@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from bridge.report.findings import RULES
-from bridge.report.render.common import LEGEND, fmt_gpus, severity_counts, waves
+from bridge.report.render.common import LEGEND, fmt_api, fmt_capacity, fmt_gpus, severity_counts, waves
 from bridge.report.report import Report
 
 COLOURS = {"ready": "#2e7d32", "needs-config": "#ef8f00", "blocked": "#c62828",
@@ -144,17 +144,15 @@ def render_html(report: Report) -> str:
     )
     ns_rows = []
     for r in report.namespaces:
-        cap = "-"
-        if r.capacity is not None:
-            c = r.capacity
-            cap = "fits" if c.cumulative.fits else ("fits alone" if c.alone.fits else f"{c.alone.pending} pods pending")
+        cap = fmt_capacity(r.capacity)
         ns_rows.append([f"<code>{escape(r.name)}</code>", escape(r.mode), _pill(r.status), str(r.workloads),
                         escape(fmt_gpus(r.gpus)), escape(cap), escape(", ".join(r.rules) or "-")])
     node_rows = [[f"<code>{escape(r.name)}</code>", escape(", ".join(r.backends) or "-"), str(r.gpus),
                   str(r.allocatable), str(r.dra_devices), escape(r.split), _pill(r.status),
                   escape(", ".join(r.rules) or "-")] for r in report.nodes]
     wl_rows = [[f"<code>{escape(w.namespace)}/{escape(w.kind)}/{escape(w.name)}</code>", str(w.replicas),
-                escape(fmt_gpus(w.gpus_per_pod)), _pill(w.status), escape(", ".join(w.rules) or "-")]
+                escape(fmt_gpus(w.gpus_per_pod)), escape(fmt_api(w.api)), _pill(w.status),
+                escape(", ".join(w.rules) or "-")]
                for w in report.workloads]
     findings = "".join(
         f'<div class="finding" data-severity="{f.severity}" style="border-color:{COLOURS[f.severity]}">'
@@ -196,7 +194,7 @@ def render_html(report: Report) -> str:
 {findings}</section>
 <section><h2>Wave plan (lowest risk first; one wave per run: wave-plan.sh N)</h2><pre>{wave_text}</pre></section>
 <section><h2>Nodes</h2>{_table(["Node", "Backends", "GPUs", "Device plugin", "DRA devices", "Split", "Status", "Rules"], node_rows)}</section>
-<section><h2>Workloads</h2>{_table(["Workload", "Replicas", "Per pod", "Status", "Rules"], wl_rows)}</section>
+<section><h2>Workloads</h2>{_table(["Workload", "Replicas", "Per pod", "API", "Status", "Rules"], wl_rows)}</section>
 <section><h2>Feature availability</h2>{_table(["Gate", "KEP", "Stage here", "Stages", "Used for", "Source"], features)}</section>
 </main>
 <script>{_SCRIPT}</script>

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from bridge.report.checks.capacity import Moves
 from bridge.report.findings import RULES, Finding
 from bridge.report.report import STATUSES, NamespaceRow, NodeRow, Report, WaveStep, WorkloadRow
 
@@ -40,8 +41,17 @@ def _namespace(r: NamespaceRow) -> dict[str, Any]:
             "pendingAlone": r.capacity.alone.pending,
             "fitsInWaveOrder": r.capacity.cumulative.fits,
             "pendingInWaveOrder": r.capacity.cumulative.pending,
+            "moves": None if r.capacity.moves is None else _moves(r.capacity.moves),
         },
     }
+
+
+def _moves(m: Moves) -> dict[str, Any]:
+    return {"by": m.by, "devices": m.devices, "nodes": m.nodes, "freedByNamespace": m.freed,
+            "fitsAlone": m.alone.fits, "pendingAlone": m.alone.pending,
+            "fitsInWaveOrder": None if m.cumulative is None else m.cumulative.fits,
+            "pendingInWaveOrder": None if m.cumulative is None else m.cumulative.pending,
+            "perNode": dict(sorted(m.per_node.items()))}
 
 
 def _node(r: NodeRow) -> dict[str, Any]:
@@ -51,7 +61,8 @@ def _node(r: NodeRow) -> dict[str, Any]:
 
 def _workload(w: WorkloadRow) -> dict[str, Any]:
     return {"kind": w.kind, "namespace": w.namespace, "name": w.name, "replicas": w.replicas,
-            "gpusPerPod": w.gpus_per_pod, "gpus": w.gpus, "status": w.status, "rules": list(w.rules)}
+            "gpusPerPod": w.gpus_per_pod, "gpus": w.gpus, "status": w.status, "rules": list(w.rules),
+            "api": w.api, "podsByApi": w.pods_by_api, "draUncounted": list(w.dra_unknown)}
 
 
 def _finding(f: Finding) -> dict[str, Any]:
@@ -73,6 +84,7 @@ def _fields(report: Report) -> Iterator[tuple[str, Any, Iterable[dict[str, Any]]
     yield "resourceApiVersions", list(report.resource_versions), None
     yield "status", report.status, None
     yield "assumeSplit", report.assume_split, None
+    yield "splitController", {"state": report.controller.state, "evidence": report.controller.evidence}, None
     yield "summary", summary(report), None
     yield "gpusByBackend", dict(report.gpus_by_backend), None
     yield "features", [{"gate": f.gate, "kep": f.kep, "stage": f.stage, "use": f.why, "stages": f.stages,

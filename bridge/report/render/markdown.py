@@ -7,6 +7,8 @@ from bridge.report.render.common import (
     LEGEND,
     SEVERITY_HEADING,
     counts_text,
+    fmt_api,
+    fmt_capacity,
     fmt_gpus,
     grouped_findings,
     waves,
@@ -40,10 +42,7 @@ def render_markdown(report: Report) -> str:
     ]
     rows = []
     for r in report.namespaces:
-        cap = "-"
-        if r.capacity is not None:
-            c = r.capacity
-            cap = "fits" if c.cumulative.fits else ("fits alone" if c.alone.fits else f"{c.alone.pending} pods pending")
+        cap = fmt_capacity(r.capacity)
         rows.append([f"`{r.name}`", r.mode, f"**{r.status}**", str(r.workloads), fmt_gpus(r.gpus), cap,
                      ", ".join(r.rules) or "-"])
     lines += _table(["Namespace", "Mode", "Status", "Workloads", "GPUs", "DRA capacity", "Rules"], rows)
@@ -57,8 +56,8 @@ def render_markdown(report: Report) -> str:
     lines += _table(["Backend", "GPUs"], [[k, str(v)] for k, v in report.gpus_by_backend.items()])
     lines += ["", "## Workloads", ""]
     lines += _table(
-        ["Workload", "Replicas", "Per pod", "Status", "Rules"],
-        [[f"`{w.namespace}/{w.kind}/{w.name}`", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status,
+        ["Workload", "Replicas", "Per pod", "API", "Status", "Rules"],
+        [[f"`{w.namespace}/{w.kind}/{w.name}`", str(w.replicas), fmt_gpus(w.gpus_per_pod), fmt_api(w.api), w.status,
           ", ".join(w.rules) or "-"] for w in report.workloads],
     )
     if report.findings:

@@ -8,6 +8,8 @@ from bridge.report.render.common import (
     LEGEND,
     SEVERITY_HEADING,
     counts_text,
+    fmt_api,
+    fmt_capacity,
     fmt_gpus,
     grouped_findings,
     waves,
@@ -64,10 +66,7 @@ def render_table(report: Report, colour: bool = False) -> str:
     lines.append(s.bold("Namespaces"))
     rows = []
     for r in report.namespaces:
-        cap = "-"
-        if r.capacity is not None:
-            cap = "fits" if r.capacity.cumulative.fits else (
-                "fits alone" if r.capacity.alone.fits else f"{r.capacity.alone.pending} pending")
+        cap = fmt_capacity(r.capacity, short=True)
         rows.append([r.name, r.mode, r.status, str(r.workloads), fmt_gpus(r.gpus), cap, " ".join(r.rules)])
     lines += _table(["NAMESPACE", "MODE", "STATUS", "WL", "GPUS", "DRA CAPACITY", "RULES"], rows,
                     [20, 6, 12, 3, 22, 12, 13], s, status_col=2)
@@ -79,9 +78,10 @@ def render_table(report: Report, colour: bool = False) -> str:
                     [20, 23, 4, 4, 4, 7, 12, 12], s, status_col=6)
     lines.append("")
     lines.append(s.bold("Workloads"))
-    rows = [[f"{w.namespace}/{w.kind}/{w.name}", str(w.replicas), fmt_gpus(w.gpus_per_pod), w.status, " ".join(w.rules)]
-            for w in report.workloads]
-    lines += _table(["WORKLOAD", "REPL", "PER POD", "STATUS", "RULES"], rows, [46, 4, 22, 12, 8], s, status_col=3)
+    rows = [[f"{w.namespace}/{w.kind}/{w.name}", str(w.replicas), fmt_gpus(w.gpus_per_pod), fmt_api(w.api), w.status,
+             " ".join(w.rules)] for w in report.workloads]
+    lines += _table(["WORKLOAD", "REPL", "PER POD", "API", "STATUS", "RULES"], rows, [46, 4, 14, 6, 12, 8], s,
+                    status_col=4)
     if report.findings:
         lines.append("")
         lines += textwrap.wrap(LEGEND, WIDTH)

@@ -10,8 +10,10 @@ outcome ends the demo with `DemoFailed` (the CLI exits 1).
    run on DRA devices; the old pods keep their UIDs, GPUs and containers.
 6. Demand shifts: team-b needs more GPUs than the legacy side has free once team-a's batch jobs finish; the
    controller moves the freed GPUs back.
-7. team-a's old pods are replaced (as a rollout would): they come back through DRA.
-8. The report again: team-a is ready.
+7. The report again: team-a is ready. Its old pods still hold device-plugin GPUs and every other GPU is busy, but
+   the report sees the controller act (the decisions it records) and counts the GPUs those pods free when they are
+   replaced, which the controller then moves.
+8. team-a's old pods are replaced (as a rollout would): they come back through DRA, as the report said.
 Throughout, a `SideWatch` samples every node: no GPU is ever held twice or offered to both APIs.
 """
 
@@ -195,8 +197,8 @@ class Story:
         self.shadow()
         self.dra()
         self.demand_shifts()
+        self.report("report-after", "The report again, with the controller in the picture", before=False)
         self.replace_old_pods()
-        self.report("report-after", "The report again", before=False)
         return self.results
 
     def cluster_on_the_device_plugin(self) -> None:
@@ -257,7 +259,7 @@ class Story:
         self.n.label("What happened", f"The read-only report scanned the live sandbox: overall "
                      f"{doc.get('status')} ({counts.get('blocker', 0)} blockers, {counts.get('warning', 0)} "
                      f"warnings, {counts.get('info', 0)} notes), exit status {as_json.code}. Per namespace:")
-        self.n.table(["NAMESPACE", "MODE", "STATUS", "LEGACY GPUS", "RULES"],
+        self.n.table(["NAMESPACE", "MODE", "STATUS", "GPUS", "RULES"],
                      [[n["name"], n.get("mode", ""), n.get("status", ""),
                        sum((n.get("gpus") or {}).values()), ",".join(n.get("rules") or []) or "-"]
                       for n in namespaces.values()])
@@ -276,19 +278,34 @@ class Story:
                                       "namespaces": {k: v.get("status") for k, v in namespaces.items()},
                                       "json": str(self.out / f"{name}.json"), "html": str(html)}
         self.results.html = str(html)
+        controller = doc.get("splitController") or {}
         if before:
             self.n.label("Look at", f"whether anything blocks {MIGRATING}: a blocker (exit 1) would have to be "
-                         "fixed first; DRB032 only notes that no GPU serves DRA yet, which the controller changes "
-                         "as soon as pods ask for DRA devices.")
+                         "fixed first. DRB032 notes that no GPU serves DRA yet. The report knows `bridge controller` "
+                         "by its Lease, its Deployment or the decisions it records; this one has decided nothing yet "
+                         f"(the report says: {controller.get('state')}), so the report gives the commands that raise "
+                         "the split by hand. The controller will do that itself as soon as pods ask for DRA devices.")
             self.ensure(as_json.code == 0 and team.get("status") != "blocked",
                         f"nothing blocks moving {MIGRATING} (exit 0)",
                         f"exit {as_json.code}, {MIGRATING} {team.get('status')}")
         else:
-            self.n.label("Look at", f"{MIGRATING}: mode dra and ready, no legacy GPUs left to move; "
-                         f"{STAYING} still on the device plugin, as planned.")
+            capacity = next((f for f in doc.get("findings") or [] if f.get("rule") == "DRB032"
+                             and (f.get("object") or {}).get("name") == MIGRATING), None) or {}
+            self.n.say(f"DRB032 on {MIGRATING}: {capacity.get('message', '(none)')}", indent=4)
+            self.n.label("Look at", f"{MIGRATING}: mode dra and ready. Its first pods (train-a, infer-a) still hold "
+                         "3 device-plugin GPUs and every other GPU is busy, so the DRA side cannot hold the "
+                         "namespace as it is; but the report sees the controller act (the decisions it recorded) and "
+                         "counts the GPUs those pods free when they are replaced: a note, not a blocker. "
+                         f"{STAYING} stays on the device plugin, as planned. The next step replaces the old pods.")
             self.ensure(as_json.code == 0 and team.get("mode") == "dra" and team.get("status") == "ready",
                         f"{MIGRATING} is in dra mode and ready, no blockers (exit 0)",
                         f"exit {as_json.code}, {MIGRATING} mode {team.get('mode')} {team.get('status')}")
+            details = capacity.get("details") or {}
+            self.ensure(controller.get("state") == "acting" and capacity.get("severity") == "info"
+                        and details.get("movedBy") == "controller" and details.get("freedByNamespace") == 3
+                        and details.get("pendingAloneWithMoves") == 0,
+                        f"the report counts on the controller: the 3 GPUs {MIGRATING}'s old pods free are enough",
+                        f"controller {controller.get('state')}: {json.dumps(capacity)[:400]}")
         self.n.commands("bridge migrate-report", f"xdg-open {html}   # the HTML page, with charts")
 
     def shadow(self) -> None:
@@ -391,7 +408,7 @@ class Story:
                         "kubectl get events -A --field-selector reason=SplitTargetChanged")
 
     def replace_old_pods(self) -> None:
-        self.step(f"Finishing {MIGRATING}: its old pods are replaced and come back on DRA")
+        self.step(f"Finishing {MIGRATING}: its old pods are replaced and come back on DRA, as the report said")
         olds = [name for ns, name in self.old if ns == MIGRATING]
         for name in olds:
             self.api.delete(PODS, name, MIGRATING)
