@@ -1,5 +1,6 @@
 """Child processes of a sandbox cluster (node daemons, the webhook): started with a death signal tied to the
-cluster, logs to a file, stopped with SIGTERM and, after a grace period, SIGKILL.
+cluster's process (not to the thread that asked: see `orphanguard`), logs to a file, stopped with SIGTERM and, after
+a grace period, SIGKILL.
 
 Children run in their own session, so a Ctrl-C in the terminal reaches only the cluster process, which then stops
 them in order (webhook and daemons before the API emulator); `orphanguard` makes them go if the cluster dies.
@@ -11,8 +12,9 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
+
+from bridge.sandbox.cluster import orphanguard
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +34,13 @@ class ChildProcess:
     def start(self) -> ChildProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bridge.sandbox.cluster.orphanguard", str(os.getpid()), "--", *self.argv],
+            # forked by orphanguard's spawner thread, whichever thread calls start: the death signal follows
+            # the thread that forked, and that one lives as long as this process
+            self.proc = orphanguard.spawn(lambda: subprocess.Popen(
+                orphanguard.command(self.argv),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, **(self.env or {})},
-            )
+            ))
         log.info("started %s (pid %d), log %s", self.name, self.proc.pid, self.log_path)
         return self
 
