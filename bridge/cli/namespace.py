@@ -184,7 +184,7 @@ def _webhook_applies(api: KubeAPI, name: str, mode: Mode, timeout: float, cannot
         assert last is not None
         click.echo(f"checked: a GPU pod created in {name} now gets {mode.value} from the webhook: {last.detail}; "
                    f"seen {applied.seconds:.1f}s after the change ({probes}).")
-        if last.detail.startswith("dra applied, but"):
+        if last.left_legacy:
             click.echo(f"WARNING: the webhook leaves GPU pods like the probe on the device plugin in {name}: see "
                        "`bridge namespace status` and its DRABridgeUntranslatable Events.", err=True)
         return True

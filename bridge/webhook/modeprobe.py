@@ -69,6 +69,7 @@ class Observed:
     mode: Mode  # the mode the webhook applied to the probe, as far as the answer shows
     detail: str  # what showed it ("translated (claims)", the webhook's reason for leaving it legacy, ...)
     notes: tuple[str, ...] = ()  # the webhook's other warnings on the probe
+    left_legacy: str = ""  # dra applied, but the webhook leaves the probe on the device plugin: why
 
 
 def observe(pod: Mapping[str, Any], warnings: Sequence[str]) -> Observed:
@@ -80,8 +81,9 @@ def observe(pod: Mapping[str, Any], warnings: Sequence[str]) -> Observed:
     if TRANSLATED_ANNOTATION in ann:
         return Observed(Mode.DRA, f"translated ({ann[TRANSLATED_ANNOTATION]})", notes)
     if left:
-        return Observed(Mode.DRA, "dra applied, but the webhook leaves this pod on the device plugin: "
-                        + "; ".join(left), notes)
+        why = "; ".join(left)
+        return Observed(Mode.DRA, f"dra applied, but the webhook leaves this pod on the device plugin: {why}", notes,
+                        why)
     if SHADOW_ANNOTATION in ann:
         return Observed(Mode.SHADOW, "shadow record written", notes)
     return Observed(Mode.LEGACY, "not translated, no shadow record", notes)

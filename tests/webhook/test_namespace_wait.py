@@ -195,7 +195,7 @@ def test_the_answer_shows_the_mode_the_webhook_applied() -> None:
     assert observe({"metadata": {}}, []).mode is Mode.LEGACY
     # dra mode applied, translation impossible here: the webhook's warning is the evidence, and it says why
     left = observe({"metadata": {}}, ["dra-bridge: stays on the device plugin: the API server drops pod claims"])
-    assert left.mode is Mode.DRA and left.detail.endswith("on the device plugin: the API server drops pod claims")
+    assert left.mode is Mode.DRA and left.left_legacy == "the API server drops pod claims"
     # another component's warnings prove nothing; the webhook's own other warnings are kept as notes
     other = observe({"metadata": {}}, ["stays on the device plugin: x", "dra-bridge: not translated: internal error"])
     assert other.mode is Mode.LEGACY and other.notes == ("not translated: internal error",)
@@ -206,3 +206,17 @@ def test_warning_headers_parse_as_the_api_server_writes_them() -> None:
         "dra-bridge: stays on the device plugin: x"]
     assert parse_warning_headers(['299 - "a, b", 299 - "say \\"hi\\" \\\\ bye"', "garbage"]) == [
         "a, b", 'say "hi" \\ bye']
+
+
+def test_dra_applied_but_nothing_translatable_is_said_with_the_webhooks_reason(
+        cluster_factory: Callable[..., Cluster]) -> None:  # noqa: F811
+    """An API server that drops pod claims (DynamicResourceAllocation off on 1.34): the webhook applies dra and leaves
+    every pod on the device plugin, saying why in a warning; `set` reports that instead of waiting for a translation
+    that can never come."""
+    c = cluster_factory("1.34.0", "claims", gates={"DynamicResourceAllocation": False})
+    c.api.create(NAMESPACES, {"metadata": {"name": "team-w"}})
+    out = run("namespace", "set", "team-w", "dra", "--strict", "--kubeconfig", c.kubeconfig)
+    assert out.exit_code == 0, out.output
+    assert ("gets dra from the webhook: dra applied, but the webhook leaves this pod on the device plugin: the API "
+            "server drops pod claims") in out.output
+    assert "WARNING: the webhook leaves GPU pods like the probe on the device plugin in team-w" in out.output
