@@ -78,7 +78,7 @@ def test_02_report_blockers_are_worked_through_until_it_exits_0(world: GuideWorl
     fixes = sorted(p.name for p in (clone / "fixes").iterdir())
     assert fixes == ["mig-1g.10gb.yaml", "quota-team-b-gpus.yaml", "wave-plan.sh"]
     assert (clone / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
-    assert "bridge namespace set team-a shadow" in ran["plan"].stdout  # the wave plan, printed by `cat`
+    assert '"$BRIDGE" namespace set team-a shadow' in ran["plan"].stdout  # the wave plan, printed by `cat`
     assert "team-c: DRB020" in ran["plan"].stdout  # blocked: not planned
 
     ran = world.run("02-report", through="assume")
@@ -91,7 +91,7 @@ def test_02_report_blockers_are_worked_through_until_it_exits_0(world: GuideWorl
     ran = world.run("02-report", through="verify")
     out = ran["verify"].stdout  # exit 0 checked by the runner: no blockers
     assert "Overall: blocked" not in out and "DRB020" not in out and "DRB030" not in out
-    assert "bridge namespace set team-c shadow" in out and "bridge namespace set team-c dra" in out
+    assert 'namespace set team-c shadow' in out and 'namespace set team-c dra' in out
 
     ran = world.run("02-report")
     assert (world.home / "clone" / "my-cluster").is_dir() and (world.home / "clone" / "offline.md").exists()
@@ -199,7 +199,7 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
 def test_05_finishing_leaves_every_gpu_pod_on_dra_and_the_legacy_side_empty(world: GuideWorld) -> None:
     world.run("04-node-split")
     ran = world.run("05-finishing", through="replace")
-    assert "bridge namespace set team-a" not in ran["waves"].stdout  # already dra: not planned again
+    assert "namespace set team-a" not in ran["waves"].stdout  # already dra: not planned again
     modes = {n: (world.api.get(NAMESPACES, n)["metadata"].get("labels") or {}).get("dra-bridge.io/mode")
              for n in ("team-a", "team-b", "team-c")}
     assert modes == {"team-a": "dra", "team-b": "dra", "team-c": "dra"}
