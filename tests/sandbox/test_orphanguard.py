@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.sandbox.cluster import orphanguard
+from bridge.sandbox.cluster import processes
 from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,11 +74,11 @@ def test_a_child_started_from_a_thread_that_exits_lives_until_the_parent_process
 
 def test_every_child_is_forked_by_one_long_lived_thread_and_its_errors_reach_the_caller() -> None:
     seen: list[threading.Thread] = []
-    helpers = [threading.Thread(target=lambda: seen.append(orphanguard.spawn(threading.current_thread)))
+    helpers = [threading.Thread(target=lambda: seen.append(processes.spawn(threading.current_thread)))
                for _ in range(3)]
     for h in helpers:
         h.start()
         h.join()
-    assert seen == [orphanguard.spawner_thread()] * 3 and seen[0].daemon and seen[0].is_alive()
+    assert seen == [processes.spawner_thread()] * 3 and seen[0].daemon and seen[0].is_alive()
     with pytest.raises(ValueError, match="embedded null byte"):
-        orphanguard.spawn(lambda: subprocess.Popen(["sleep", "1"], env={"X": "a\0b"}))
+        processes.spawn(lambda: subprocess.Popen(["sleep", "1"], env={"X": "a\0b"}))
