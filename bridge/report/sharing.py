@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.kvalues.nodeselector import requirement_matches
 from bridge.report.dpconfig import DevicePluginConfig
 from bridge.report.features import GPU, MIG_PREFIX
 from bridge.report.findings import ObjectRef
@@ -185,28 +186,6 @@ def not_whole_gpu(model: ClusterModel, selection: Selection, policies: list[Oper
         if reasons:
             out[node.name] = reasons
     return out
-
-
-def requirement_matches(key: str, op: str, values: tuple[str, ...], labels: dict[str, str]) -> bool:
-    """One NodeSelectorRequirement against a node's labels (k8s.io/component-helpers/scheduling/corev1/nodeaffinity:
-    In, NotIn, Exists, DoesNotExist, Gt, Lt; Gt/Lt compare integers and fail on anything else)."""
-    has = key in labels
-    value = labels.get(key, "")
-    if op == "In":
-        return has and value in values
-    if op == "NotIn":
-        return not has or value not in values
-    if op == "Exists":
-        return has
-    if op == "DoesNotExist":
-        return not has
-    if op in ("Gt", "Lt") and has and len(values) == 1:
-        try:
-            left, right = int(value), int(values[0])
-        except ValueError:
-            return False
-        return left > right if op == "Gt" else left < right
-    return False
 
 
 def terms_match(terms: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...], labels: dict[str, str]) -> bool:

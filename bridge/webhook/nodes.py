@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.kvalues import gfd
+from bridge.kvalues.nodeselector import requirement_matches
 from bridge.webhook import jsoncodec
 
 MAX_NODES = 20_000  # GPU nodes kept; the Kubernetes scalability envelope is 5,000 nodes
@@ -106,24 +107,8 @@ def project(node: Mapping[str, Any]) -> NodeInfo | None:
 # --- the scheduler's node selection -----------------------------------------------------------------------------
 
 def _requirement(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, op = str(req.get("key", "")), req.get("operator")
-    values = [str(v) for v in req.get("values") or []]
-    value = labels.get(key)
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, want = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
+    return requirement_matches(str(req.get("key", "")), str(req.get("operator")),
+                               [str(v) for v in req.get("values") or []], labels)
 
 
 def _field(req: Mapping[str, Any], name: str) -> bool:

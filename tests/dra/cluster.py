@@ -64,3 +64,19 @@ def cdi_files(cdi_root: Path) -> dict[str, Path]:
     if not cdi_root.exists():
         return {}
     return {p.name[len(prefix):-5]: p for p in cdi_root.iterdir() if p.name.startswith(prefix) and p.name.endswith(".json")}
+
+
+def reallocate(api: KubeAPI, ns: str, name: str, pod: dict[str, Any], device: str) -> None:
+    """As the claim controller and the scheduler would: clear the allocation (no pod reserves the claim any more),
+    then allocate `device` and reserve the claim for `pod`."""
+    claims = api.resource_api().claims
+    claim = api.get(claims, name, ns)
+    claim["status"] = {}
+    claim = api.update(claims, claim, ns, subresource="status")
+    claim["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", **gpu(device)}]},
+                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                           {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}],
+    }
+    api.update(claims, claim, ns, subresource="status")

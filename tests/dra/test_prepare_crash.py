@@ -11,51 +11,26 @@ only gpu-3) and gpu-2 free for another claim. The daemon is the same subprocess 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from bridge.kube import PODS, KubeAPI
 from bridge.sandbox.kubelet.dramanager import DraManager
-from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, wait_until
+from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, reallocate, wait_until
 from tests.dra.conftest import Cluster
-from tests.dra.test_crash import Daemon
+from tests.dra.test_crash import daemon_factory  # noqa: F401  (the fixture, shared with the crash tests)
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def daemons(cluster: Cluster) -> Iterator[Any]:
-    started: list[Daemon] = []
-
-    def start(**env: str) -> Daemon:
-        d = Daemon(cluster, env)
-        started.append(d)
-        return d
-
-    yield start
-    for d in started:
-        d.close()
-
-
 def reallocate_to_a_new_pod(api: KubeAPI, ns: str, claim_name: str, pod_name: str, device: str) -> dict[str, Any]:
     """The claim's pod is gone; the claim is deallocated, allocated to `device` for a new pod, which is bound."""
-    claims = api.resource_api().claims
     pod = api.create(PODS, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": ns},
         "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": claim_name}]}}],
                  "resourceClaims": [{"name": claim_name, "resourceClaimName": claim_name}]}}, ns)
-    claim = api.get(claims, claim_name, ns)
-    claim["status"] = {}
-    claim = api.update(claims, claim, ns, subresource="status")
-    claim["status"] = {
-        "allocation": {"devices": {"results": [{"request": "gpu", **gpu(device)}]},
-                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                           {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}},
-        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": pod["metadata"]["uid"]}],
-    }
-    api.update(claims, claim, ns, subresource="status")
+    reallocate(api, ns, claim_name, pod, device)
     api.create(PODS, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod_name, "namespace": ns},
                       "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}, ns, subresource="binding")
     return api.get(PODS, pod_name, ns)
@@ -64,9 +39,9 @@ def reallocate_to_a_new_pod(api: KubeAPI, ns: str, claim_name: str, pod_name: st
 @pytest.mark.parametrize("point", ["prepare-after-checkpoint-started", "prepare-after-cdi-write",
                                    "prepare-after-checkpoint-completed"])
 def test_a_crash_while_re_preparing_a_reallocated_claim_ends_prepared_once_on_the_new_gpu(
-    cluster: Cluster, kubelet: DraManager, daemons: Any, point: str
+    cluster: Cluster, kubelet: DraManager, daemon_factory: Any, point: str
 ) -> None:
-    first_daemon = daemons()
+    first_daemon = daemon_factory()
     kubelet.wait_for_plugin(DRIVER)
     first = make_pod(cluster.api, "ns", "first", ["gpu"])
     uid = make_claim(cluster.api, "ns", "gpu", first, [gpu("gpu-2")])["metadata"]["uid"]
@@ -75,7 +50,7 @@ def test_a_crash_while_re_preparing_a_reallocated_claim_ends_prepared_once_on_th
 
     cluster.api.delete(PODS, "first", "ns")
     second = reallocate_to_a_new_pod(cluster.api, "ns", "gpu", "second", "gpu-3")
-    daemon = daemons(BRIDGE_CRASH_AT=point, BRIDGE_CRASH_ONCE_FILE=str(cluster.root / "once"))
+    daemon = daemon_factory(BRIDGE_CRASH_AT=point, BRIDGE_CRASH_ONCE_FILE=str(cluster.root / "once"))
     kubelet.restart()  # forgets that the claim is prepared: it asks again, for the UID it knows
     kubelet.wait_for_plugin(DRIVER)
     records = kubelet.prepare_pod_with_retry(second, timeout=60, interval=0.3)
@@ -95,12 +70,12 @@ def test_a_crash_while_re_preparing_a_reallocated_claim_ends_prepared_once_on_th
 
 
 def test_a_crash_before_the_background_sync_keeps_the_answered_claim_prepared(
-    cluster: Cluster, kubelet: DraManager, daemons: Any
+    cluster: Cluster, kubelet: DraManager, daemon_factory: Any
 ) -> None:
     """The kubelet's answer no longer waits for the fsync: a SIGKILL between the answer and the sync must not
     lose or undo the prepared claim (the renamed checkpoint is in the page cache; only a reboot loses it, and a
     reboot voids every claim record anyway)."""
-    daemon = daemons(BRIDGE_CRASH_AT="claims-before-sync", BRIDGE_CRASH_ONCE_FILE=str(cluster.root / "once"))
+    daemon = daemon_factory(BRIDGE_CRASH_AT="claims-before-sync", BRIDGE_CRASH_ONCE_FILE=str(cluster.root / "once"))
     kubelet.wait_for_plugin(DRIVER)
     pod = make_pod(cluster.api, "ns", "p", ["gpu"])
     uid = make_claim(cluster.api, "ns", "gpu", pod, [gpu("gpu-1")])["metadata"]["uid"]

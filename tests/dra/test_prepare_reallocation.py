@@ -16,47 +16,17 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import NODES, PODS, KubeAPI, connect
-from bridge.sandbox.apiserver import ApiServer
-from bridge.sandbox.kubelet import KubeletSimulator
-from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, wait_until
-from tests.node.nodestatus import NodeStatusPoster
-from tests.node.test_dual_api_e2e import GPUS, SPLIT_KEY, Env, NodeProc, healthy_split
+from bridge.kube import NODES, PODS, KubeAPI
+from tests.dra.cluster import DRIVER, NODE, cdi_files, gpu, make_claim, make_pod, reallocate, wait_until
+from tests.node.test_dual_api_e2e import GPUS, SPLIT_KEY, Env, NodeProc, healthy_split, node_env
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def env(short_tmp: Path) -> Iterator[Env]:
-    with ApiServer() as srv:
-        kubeconfig = srv.write_kubeconfig(short_tmp / "kubeconfig")
-        api = connect(str(kubeconfig))
-        api.create(NODES, {"apiVersion": "v1", "kind": "Node",
-                           "metadata": {"name": NODE, "annotations": {SPLIT_KEY: "gpu-2,gpu-5"}}})
-        kubelet = KubeletSimulator(short_tmp / "kl", kube=connect(str(kubeconfig)), node_name=NODE,
-                                   dra_call_timeout=20, dra_health_retry=0.2).start()
-        status = NodeStatusPoster(api, NODE, kubelet.devices).start()
-        try:
-            yield Env(api, kubeconfig, short_tmp, kubelet)
-        finally:
-            status.stop()
-            kubelet.stop()
-
-
-def reallocate(api: KubeAPI, ns: str, name: str, pod: dict[str, Any], device: str) -> None:
-    """As the claim controller and the scheduler would: clear the allocation (no pod reserves the claim any more),
-    then allocate `device` and reserve the claim for `pod`."""
-    claims = api.resource_api().claims
-    claim = api.get(claims, name, ns)
-    claim["status"] = {}
-    claim = api.update(claims, claim, ns, subresource="status")
-    claim["status"] = {
-        "allocation": {"devices": {"results": [{"request": "gpu", **gpu(device)}]},
-                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                           {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}},
-        "reservedFor": [{"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}],
-    }
-    api.update(claims, claim, ns, subresource="status")
+    with node_env(short_tmp, "gpu-2,gpu-5") as e:
+        yield e
 
 
 def test_a_claim_reallocated_from_gpu_2_to_gpu_5_under_the_same_uid_is_prepared_on_gpu_5_and_gpu_2_is_freed(

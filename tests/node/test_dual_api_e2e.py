@@ -6,6 +6,7 @@ The node says `dra-bridge.io/dra-devices=2`, so gpu-6 and gpu-7 serve DRA and gp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -99,13 +100,14 @@ class NodeProc:
         return rc
 
 
-@pytest.fixture
-def env(short_tmp: Path) -> Iterator[Env]:
+@contextlib.contextmanager
+def node_env(short_tmp: Path, split: str) -> Iterator[Env]:
+    """An emulator with our Node (split annotation `split`), a kubelet simulator and its node-status loop."""
     with ApiServer() as srv:
         kubeconfig = srv.write_kubeconfig(short_tmp / "kubeconfig")
         api = connect(str(kubeconfig))
         api.create(NODES, {"apiVersion": "v1", "kind": "Node",
-                           "metadata": {"name": NODE, "annotations": {SPLIT_KEY: "2"}}})
+                           "metadata": {"name": NODE, "annotations": {SPLIT_KEY: split}}})
         kubelet = KubeletSimulator(short_tmp / "kl", kube=connect(str(kubeconfig)), node_name=NODE,
                                    dra_call_timeout=20, dra_health_retry=0.2).start()
         status = NodeStatusPoster(api, NODE, kubelet.devices).start()
@@ -114,6 +116,12 @@ def env(short_tmp: Path) -> Iterator[Env]:
         finally:
             status.stop()
             kubelet.stop()
+
+
+@pytest.fixture
+def env(short_tmp: Path) -> Iterator[Env]:
+    with node_env(short_tmp, "2") as e:
+        yield e
 
 
 def healthy_split(kubelet: KubeletSimulator) -> tuple[int, int]:

@@ -241,8 +241,10 @@ def test_prepare_takes_a_free_gpu_back_and_waits_for_a_held_one_naming_its_holde
         node.kubelet.dra.prepare_pod(pod2)
     assert "held on the legacy side by pod team/legacy-0 container main (legacy container)" in str(refused.value)
     assert "is prepared once it is free" in str(refused.value)
-    claim_events = [e for e in node.api.list(EVENTS, "ml")["items"] if e["reason"] == "DeviceRefused"]
-    assert any("pod team/legacy-0" in e["message"] and e["involvedObject"]["name"] == "c2" for e in claim_events)
+    # The refusal's Event is recorded in the background, after the node lock is released.
+    wait_until(lambda: any("pod team/legacy-0" in e["message"] and e["involvedObject"]["name"] == "c2"
+                           for e in node.api.list(EVENTS, "ml")["items"] if e["reason"] == "DeviceRefused"),
+               30, "a DeviceRefused Event on claim c2 naming the holder")
     node.kubelet.devices.remove_pod("uid-legacy")
     records = node.kubelet.dra.prepare_pod_with_retry(pod2, timeout=30)
     assert records[uid2].prepared[DRIVER][0].device == "gpu-2"
