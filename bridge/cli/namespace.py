@@ -4,10 +4,13 @@
 `--webhook-name`) is registered, selects NS with its labels as they will be after the flip (namespaceSelector,
 matchConditions as far as they can be judged without a pod) and is reachable; the webhook fails open, so without
 this check a flip can silently do nothing. It refuses kube-system, kube-public, kube-node-lease and the webhook's
-own namespace (the webhook never acts on them).
+own namespace (the webhook never acts on them). After the change it waits (`--wait`, the default; at most
+`--timeout`) until a dry-run probe GPU pod shows that the webhook applies the new mode (bridge/webhook/modeprobe.py),
+and prints how long that took.
 
 Exit codes: 0 done (warnings on stderr), 1 refused by `--strict` (the webhook is missing, unreachable or does not
-cover the namespace; nothing was changed) or the API server rejected the change, 2 usage, configuration or
+cover the namespace: nothing was changed; or the new mode was not seen applied within `--timeout`: the namespace
+is changed) or the API server rejected the change, 2 usage, configuration or
 connection errors (no kubeconfig, API unreachable or slower than `--timeout`, missing RBAC, namespace not found, a
 namespace that must not be flipped).
 """
@@ -24,6 +27,7 @@ import click
 if TYPE_CHECKING:
     from bridge.kube.api import KubeAPI
     from bridge.kube.errors import KubeError
+    from bridge.webhook.policy import Mode
 
 _F = TypeVar("_F", bound=Callable[..., object])
 EXIT_REFUSED, EXIT_USAGE = 1, 2
@@ -42,8 +46,8 @@ _kube_options = [
     click.option("--context", show_envvar=True, envvar="BRIDGE_NAMESPACE_CONTEXT", default=None, help="Kubeconfig context."),
     click.option("--timeout", show_envvar=True, envvar="BRIDGE_NAMESPACE_TIMEOUT", type=click.FloatRange(min=0.1),
                  default=30.0, show_default=True,
-                 help="Seconds for each API request (retries of an unreachable API server included) and for the "
-                      "webhook reachability check."),
+                 help="Seconds for each API request (retries of an unreachable API server included), for the "
+                      "webhook reachability check and for `set`'s wait until the webhook applies the new mode."),
     click.option("--webhook-name", show_envvar=True, envvar="BRIDGE_NAMESPACE_WEBHOOK_NAME", default="pods.dra-bridge.io",
                  show_default=True,
                  help="Name of our webhook entry in a MutatingWebhookConfiguration (the chart and examples/webhook/ "
@@ -81,15 +85,23 @@ def namespace() -> None:
               default=None, help="Also set (claims/extended) or clear (auto) this namespace's translation target.")
 @click.option("--strict/--no-strict", show_envvar=True, envvar="BRIDGE_NAMESPACE_STRICT", default=False, show_default=True,
               help="Refuse (exit 1, nothing changed) when the webhook is not registered, not reachable or does not "
-                   "cover the namespace, instead of flipping with a warning.")
+                   "cover the namespace, instead of flipping with a warning; and exit 1 (the namespace IS changed) "
+                   "when the webhook is not seen applying the new mode within --timeout.")
+@click.option("--wait/--no-wait", show_envvar=True, envvar="BRIDGE_NAMESPACE_WAIT", default=True, show_default=True,
+              help="After the change, dry-run a probe GPU pod in NAME until the webhook's answer shows the new mode "
+                   "(at most --timeout seconds): the webhook learns labels from a watch, so pods created right "
+                   "after a flip can still get the old mode. Needs RBAC create on pods in NAME.")
 @kube_options
-def set_cmd(name: str, mode: str, target: str | None, strict: bool, kubeconfig: str | None, context: str | None,
-            timeout: float, webhook_name: str) -> None:
+def set_cmd(name: str, mode: str, target: str | None, strict: bool, wait: bool, kubeconfig: str | None,
+            context: str | None, timeout: float, webhook_name: str) -> None:
     """Set namespace NAME to MODE (legacy, shadow or dra) and say what changes for new pods.
 
     \b
     Before a flip to shadow or dra the webhook registration is checked against NAME with its labels as they
     will be after the flip: a missing, unreachable or non-covering webhook is a loud warning (--strict: refusal).
+    Then (unless --no-wait) a server-side dry run of a pod asking nvidia.com/gpu: 1 is repeated until the answer
+    shows MODE (translated for dra, the shadow record for shadow, neither for legacy), and the time it took is
+    printed; nothing is created. Not seen within --timeout: a warning (--strict: exit 1).
     """
     import copy
 
@@ -150,6 +162,42 @@ def set_cmd(name: str, mode: str, target: str | None, strict: bool, kubeconfig: 
     for p in problems:
         click.echo(f"WARNING: {p}. Pods created in {name} are admitted UNTRANSLATED until this is fixed (the "
                    "webhook fails open); `bridge namespace status` counts them.", err=True)
+    if wait and not _webhook_applies(api, name, Mode(mode), timeout, cannot=bool(problems)) and strict:
+        click.echo(f"bridge namespace set: --strict: namespace {name} IS set to {mode}, but the webhook was not seen "
+                   "applying it", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+def _webhook_applies(api: KubeAPI, name: str, mode: Mode, timeout: float, cannot: bool) -> bool:
+    """`set`'s wait (bridge/webhook/modeprobe.py), reported; False when the new mode was not seen applied. `cannot`:
+    the webhook check already said it cannot apply it, so one probe shows what new pods get now, without waiting."""
+    from bridge.webhook.modeprobe import wait_applied
+
+    applied = wait_applied(api, name, mode, timeout, once=cannot)
+    last = applied.last
+    probes = f"{applied.probes} dry-run probe{'s' if applied.probes != 1 else ''}"
+    if applied.ok is None:
+        click.echo(f"WARNING: cannot check that the webhook applies {mode.value} to new pods in {name}: "
+                   f"{applied.error}. Pods created now may still get the old mode for a moment.", err=True)
+        return False
+    if applied.ok:
+        assert last is not None
+        click.echo(f"checked: a GPU pod created in {name} now gets {mode.value} from the webhook: {last.detail}; "
+                   f"seen {applied.seconds:.1f}s after the change ({probes}).")
+        if last.left_legacy:
+            click.echo(f"WARNING: the webhook leaves GPU pods like the probe on the device plugin in {name}: see "
+                       "`bridge namespace status` and its DRABridgeUntranslatable Events.", err=True)
+        return True
+    got = f"it still gets {last.mode.value} ({last.detail})" if last is not None else "no answer"
+    if cannot:
+        click.echo(f"  not waiting for the webhook to apply {mode.value}: a GPU pod created in {name} now: {got}.")
+        return False
+    extra = f"; the webhook also said: {'; '.join(last.notes)}" if last is not None and last.notes else ""
+    click.echo(f"WARNING: {applied.seconds:.0f}s after the change ({probes}) a GPU pod created in {name} does not "
+               f"get {mode.value} from the webhook: {got}{extra}. Its namespace watch may lag or the webhook may "
+               f"not be serving; pods created now get the old mode. Check again: bridge namespace set {name} "
+               f"{mode.value}", err=True)
+    return False
 
 
 @namespace.command("status")

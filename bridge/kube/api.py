@@ -12,7 +12,7 @@ device classes) for the version the server prefers, so version handling sits in 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableSequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -146,10 +146,11 @@ class KubeAPI(Protocol):
 
     def create(
         self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False,
-        subresource: str | None = None,
+        subresource: str | None = None, warnings: MutableSequence[str] | None = None,
     ) -> Obj:
         """POST a new object; with `subresource` ("binding" for pods) POST to `<plural>/<metadata.name>/<sub>`
-        and return the server's answer (a Status for pods/binding)."""
+        and return the server's answer (a Status for pods/binding). `warnings`, when given, receives the texts of
+        the answer's `Warning` headers (admission webhooks' warnings among them)."""
         ...
 
     def update(self, res: Resource, obj: Obj, namespace: str | None = None, *, subresource: str | None = None) -> Obj:

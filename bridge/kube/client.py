@@ -22,8 +22,9 @@ Invariants
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
 import urllib3.exceptions
@@ -55,6 +56,20 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
 }
 _LIST_RESTARTS = 3
 Query = Sequence[tuple[str, str | int]]
+
+
+_WARNING = re.compile(r'(\d{3}) \S+ "((?:[^"\\]|\\.)*)"')
+
+
+def parse_warning_headers(values: Sequence[str]) -> list[str]:
+    """The texts of `Warning` response headers (`299 - "text"`, RFC 7234 section 5.5: one or more per header, comma
+    separated, `"` and `\\` escaped with a backslash), as kube-apiserver sends admission webhooks' warnings
+    (k8s.io/apimachinery pkg/util/net/http.go `ParseWarningHeader`). Anything that does not parse is skipped."""
+    out: list[str] = []
+    for value in values:
+        for _code, text in _WARNING.findall(value):
+            out.append(re.sub(r"\\(.)", r"\1", text))
+    return out
 
 
 def resource_label(res: Resource, subresource: str | None = None) -> str:
@@ -154,8 +169,11 @@ class RestKube:
         finally:
             resp.release_conn()
 
-    def _json(self, method: str, path: str, *, verb: str, label: str, name: str | None = None, **kw: Any) -> Obj:
+    def _json(self, method: str, path: str, *, verb: str, label: str, name: str | None = None,
+              warnings: MutableSequence[str] | None = None, **kw: Any) -> Obj:
         resp = self._open(method, path, verb=verb, label=label, name=name, **kw)
+        if warnings is not None:
+            warnings.extend(parse_warning_headers(resp.headers.getlist("Warning")))
         data = self._read_all(resp, verb=verb, label=label, url=path)
         if not data:
             return {}
@@ -250,7 +268,7 @@ class RestKube:
 
     def create(
         self, res: Resource, obj: Obj, namespace: str | None = None, *, dry_run: bool = False,
-        subresource: str | None = None,
+        subresource: str | None = None, warnings: MutableSequence[str] | None = None,
     ) -> Obj:
         ns = self._namespace(res, namespace, obj)
         meta = obj.get("metadata") or {}
@@ -270,6 +288,7 @@ class RestKube:
                 query=query,
                 body=obj,
                 content_type="application/json",
+                warnings=warnings,
                 # A named create is safe to repeat: at worst the retry answers AlreadyExists (flagged below).
                 retry_if_sent=bool(name),
                 on_retry=lambda e: ambiguous.append(e.request_sent),

@@ -10,7 +10,8 @@
   lists the waves). Before a namespace goes to dra its step rescans the cluster (`bridge migrate-report
   --require-fixed NS=RULES`, on the cluster KUBECONFIG points at) and stops unless the
   findings the plan waited for are fixed and no blocker appeared; every flip runs `bridge namespace set` strict
-  (refused when the webhook does not cover the namespace), with the equivalent `kubectl label` in a comment. The
+  (refused when the webhook does not cover the namespace, stopped when it is not seen applying the new mode within
+  the timeout), with the `kubectl label` that sets the same label in a comment. The
   CLI writes it executable. Nothing is applied by the report itself; the files are for review.
 
 Every manifest validates against the Kubernetes OpenAPI schemas (tested with kubernetes-validate).
@@ -112,8 +113,10 @@ def wave_script(report: Report) -> str:
         "# Before a namespace goes to dra, its step rescans the cluster with `bridge migrate-report --require-fixed`",
         "# (the cluster KUBECONFIG points at, as for kubectl) and stops unless the findings the plan waited for",
         "# are fixed and no blocker appeared. Every flip runs strict (BRIDGE_NAMESPACE_STRICT=true unless you set",
-        "# it): refused, nothing changed, when the webhook is not registered, reachable and covering the namespace.",
-        "# The kubectl line above each flip is its equivalent. Rerunning a wave is safe (a mode set twice is set).",
+        "# it): refused, nothing changed, when the webhook is not registered, reachable and covering the namespace;",
+        "# and it returns only once a dry-run probe pod shows the webhook applying the new mode (exit 1, the wave",
+        "# stopped, when it does not within --timeout). The kubectl line above each flip sets the same label without",
+        "# those checks. Rerunning a wave is safe (a mode set twice is set).",
         "set -eu",
         'BRIDGE="${BRIDGE:-bridge}"',
         'BRIDGE_NAMESPACE_STRICT="${BRIDGE_NAMESPACE_STRICT:-true}"',

@@ -186,10 +186,12 @@ def own_namespace(configured: str) -> str:
 
 def build(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: WebhookMetrics,
           ready: Callable[[], tuple[bool, str]] | None = None,
-          live: LiveFacts | None = None) -> tuple[WebhookServer, NamespaceCache, EventRecorder]:
+          live: LiveFacts | None = None,
+          namespace_cache: NamespaceCache | None = None) -> tuple[WebhookServer, NamespaceCache, EventRecorder]:
     """Everything wired but not started (tests start the pieces themselves). Without `live` the webhook reviews under
-    `ServeFacts()`: the caller vouches that the cluster keeps claims (tests that do not run the checks)."""
-    cache = NamespaceCache(api, metrics)
+    `ServeFacts()`: the caller vouches that the cluster keeps claims (tests that do not run the checks).
+    `namespace_cache`: one built by the caller (tests pass one whose watch lags)."""
+    cache = namespace_cache if namespace_cache is not None else NamespaceCache(api, metrics)
     templates = TemplateEnsurer(api, metrics, max_per_namespace=options.max_templates_per_namespace)
     events = EventRecorder(api, metrics)
     policy = PolicyConfig(own_namespace=own_namespace(options.namespace), excluded_namespaces=SYSTEM_NAMESPACES)

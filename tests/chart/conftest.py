@@ -81,6 +81,18 @@ def cluster() -> Iterator[Cluster]:
 
 
 _CACHE: dict[str, list[dict[str, Any]]] = {}
+_NOTES: dict[str, str] = {}  # the release's NOTES.txt as Helm rendered it, for the releases installed here
+
+
+def _install(values: dict[str, Any] | None, version: str, resource_versions: tuple[str, ...]) -> str:
+    key = json.dumps([values or {}, version, resource_versions], sort_keys=True)
+    if key not in _CACHE or key not in _NOTES:
+        helm.require_helm()
+        with emulated_cluster(version, resource_versions) as c:
+            release = c.install(values or {})
+        _CACHE[key] = helm.manifests(release)
+        _NOTES[key] = str((release.get("info") or {}).get("notes") or "")
+    return key
 
 
 @pytest.fixture(scope="session")
@@ -88,13 +100,18 @@ def installed() -> Callable[..., list[dict[str, Any]]]:
     def render(values: dict[str, Any] | None = None, version: str = "1.34.2",
                resource_versions: tuple[str, ...] = ("v1", "v1beta2", "v1beta1")) -> list[dict[str, Any]]:
         key = json.dumps([values or {}, version, resource_versions], sort_keys=True)
-        if key not in _CACHE:
-            helm.require_helm()
-            with emulated_cluster(version, resource_versions) as c:
-                _CACHE[key] = helm.manifests(c.install(values or {}))
-        return _CACHE[key]
+        return _CACHE[key] if key in _CACHE else _CACHE[_install(values, version, resource_versions)]
 
     return render
+
+
+@pytest.fixture(scope="session")
+def installed_notes() -> Callable[..., str]:
+    """The NOTES Helm prints after installing the chart with `values`."""
+    def notes(values: dict[str, Any] | None = None) -> str:
+        return _NOTES[_install(values, "1.34.2", ("v1", "v1beta2", "v1beta1"))]
+
+    return notes
 
 
 def remember(objects: list[dict[str, Any]], values: dict[str, Any] | None = None, version: str = "1.34.2",

@@ -194,7 +194,14 @@ GPU_NODES = {
 }
 
 
-def test_standalone_vendor_plugin_and_bridge_never_share_a_node(installed: Any) -> None:
+OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}
+
+
+def test_standalone_vendor_plugin_leaves_first_and_the_bridge_comes_only_after_the_opt_in(installed: Any) -> None:
+    """The hand-over in its two steps, each a label of its own: `nvidia.com/gpu.deploy.device-plugin=false` takes
+    NVIDIA's plugin off the node (and starts nothing), then the opt-in label brings the bridge. A bridge that
+    registered while the vendor plugin still served would be cut off when the vendor's stream ends (kubelets up to
+    1.36), so no label combination runs both, and opting in first changes nothing."""
     standalone = installed(helm.load_values(helm.EXAMPLES / "standalone-device-plugin.yaml"))
     ours = one(standalone, "DaemonSet")["spec"]["template"]["spec"]
     theirs = yaml.safe_load((helm.EXAMPLES / "nvidia-device-plugin-values.yaml").read_text())
@@ -204,9 +211,34 @@ def test_standalone_vendor_plugin_and_bridge_never_share_a_node(installed: Any) 
         "feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/cpu-model.vendor_id",
         "nvidia.com/gpu.present"]
     for name, labels in GPU_NODES.items():
-        assert (schedules(theirs, labels), schedules(ours, labels)) == (True, False), f"{name}, not opted in"
-        opted = {**labels, **OPTED_IN}
-        assert (schedules(theirs, opted), schedules(ours, opted)) == (False, True), f"{name}, opted in"
+        steps = [("before", labels), ("opted in first", {**labels, **OPTED_IN}), ("vendor off", {**labels, **OFF}),
+                 ("handed over", {**labels, **OFF, **OPTED_IN})]
+        expected = {"before": (True, False), "opted in first": (True, False), "vendor off": (False, False),
+                    "handed over": (False, True)}
+        for step, node in steps:
+            assert (schedules(theirs, node), schedules(ours, node)) == expected[step], f"{name}, {step}"
+    back = {**GPU_NODES["forced"], "nvidia.com/gpu.deploy.device-plugin": "true"}  # guide 06's way back
+    assert (schedules(theirs, back), schedules(ours, back)) == (True, False)
+
+
+@pytest.mark.parametrize("vendor", ["gpu-operator", "standalone"])
+def test_notes_hand_a_node_over_in_order_vendor_plugin_off_wait_then_opt_in(vendor: str,
+                                                                             installed_notes: Any) -> None:
+    files = {"gpu-operator": "gpu-operator.yaml", "standalone": "standalone-device-plugin.yaml"}
+    notes = installed_notes(helm.load_values(helm.EXAMPLES / files[vendor]))
+    lines = notes.splitlines()
+    off = [i for i, ln in enumerate(lines) if "kubectl label node NODE nvidia.com/gpu.deploy.device-plugin=false" in ln]
+    wait = [i for i, ln in enumerate(lines) if "wait --for=delete pod" in ln]
+    opt_in = [i for i, ln in enumerate(lines) if "kubectl label node NODE dra-bridge.io/node=true" in ln]
+    assert len(off) == len(wait) == len(opt_in) == 1 and off[0] < wait[0] < opt_in[0], notes
+    assert "dra-bridge.io/node" not in lines[off[0]]  # never both labels in one command
+    namespace = {"gpu-operator": "-n gpu-operator", "standalone": "-n nvidia-device-plugin"}[vendor]
+    assert namespace in lines[wait[0]]
+
+
+def test_notes_without_a_vendor_plugin_name_only_the_opt_in_label(installed_notes: Any) -> None:
+    notes = installed_notes({"nodeRestriction": {"enabled": False}, "vendorDevicePlugin": "none"})
+    assert "kubectl label node NODE dra-bridge.io/node=true" in notes and "gpu.deploy.device-plugin" not in notes
 
 
 def test_under_the_gpu_operator_the_bridge_waits_for_the_operators_plugin_to_be_switched_off(installed: Any) -> None:

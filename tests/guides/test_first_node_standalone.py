@@ -1,8 +1,10 @@
 """Guide 01 with NVIDIA's standalone device-plugin chart instead of the GPU Operator: its device plugin's DaemonSet
 carries the node affinity of charts/dra-bridge/examples/nvidia-device-plugin-values.yaml (the effect of the guide's
 `helm upgrade nvdp ...`, which needs NVIDIA's Helm repository), the chart is installed with
-standalone-device-plugin.yaml, and the one opt-in label moves the node. The steps after Verify (the daemon restart)
-are the same as with the GPU Operator and run in tests/guides/test_guides.py."""
+standalone-device-plugin.yaml, and the node moves in the same two steps as under the GPU Operator: the label
+`nvidia.com/gpu.deploy.device-plugin=false` takes NVIDIA's plugin off, and only once its pod is gone the opt-in label
+brings the bridge. The steps after Verify (the daemon restart) are the same as with the GPU Operator and run in
+tests/guides/test_guides.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ NODE, NODE2 = "gpu-a", "gpu-b"
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_the_opt_in_label_alone_moves_the_node_from_the_standalone_plugin_to_the_bridge(
+def test_the_standalone_plugin_leaves_first_then_the_bridge_takes_the_node_without_being_cut_off(
         standalone_world: GuideWorld) -> None:
     world = standalone_world
     world.run("01-first-node", through="before")
@@ -29,9 +31,12 @@ def test_the_opt_in_label_alone_moves_the_node_from_the_standalone_plugin_to_the
 
     ran = world.run("01-first-node", through="verify")
     assert "install" not in ran and "STATUS: deployed" in ran["install-standalone"].stdout
-    assert "dra-bridge.io/node=true" in ran["installed"].stdout.replace(" ", "")
-    assert "nvidia.com/gpu.deploy.device-plugin" not in ran["installed"].stdout  # no GPU Operator label needed
+    # the same two labels as under the GPU Operator: the bridge needs the vendor plugin switched off
+    assert "dra-bridge.io/node=true,nvidia.com/gpu.deploy.device-plugin=false" in ran["installed"].stdout
     assert set(world.workloads.vendor) == {NODE2} and set(world.workloads.running("node")) == {NODE}
+    # NVIDIA's plugin was gone before the bridge registered: the kubelet never cut the bridge off
+    logs = "".join(p.read_text() for p in world.workloads.dir.glob(f"node-{NODE}-*.log"))
+    assert "registered" in logs and "the kubelet ended our ListAndWatch stream" not in logs
     assert {k: p["metadata"]["uid"] for k, p in checks.running_gpu_pods(world).items()
             if p["spec"].get("nodeName") == NODE} == pods_before
     assert checks.legacy_devices(world, NODE) == gpus_before

@@ -102,6 +102,8 @@ def test_03_first_namespace_goes_through_shadow_to_dra_and_only_new_pods_change(
     world.run("02-report")
     ran = world.run("03-first-namespace", through="shadow-restart")
     assert "legacy -> shadow" in ran["shadow"].stdout and "WARNING" not in ran["shadow"].stderr
+    # `set` returned once the webhook applied shadow (a dry-run probe pod), so the restart's pods were recorded
+    assert "a GPU pod created in team-a now gets shadow from the webhook" in ran["shadow"].stdout
     pods = checks.running_gpu_pods(world, NS)
     assert len(pods) == 2
     for p in pods.values():  # shadow: recorded, not changed
@@ -125,6 +127,7 @@ def test_03_first_namespace_goes_through_shadow_to_dra_and_only_new_pods_change(
         assert p["metadata"]["name"] in json.dumps(status["devices"])
 
     ran = world.run("03-first-namespace", through="verify")
+    assert "now gets dra from the webhook: translated (claims)" in ran["dra"].stdout
     now = checks.running_gpu_pods(world, NS)
     assert len(now) == 2 and not set(now) & set(pods)  # replaced ...
     assert all(checks.api_of(p) == "dra" for p in now.values())  # ... by pods that get GPUs through DRA
@@ -136,7 +139,9 @@ def test_03_first_namespace_goes_through_shadow_to_dra_and_only_new_pods_change(
     assert row[1] == "dra" and row[3] == "0" and row[4] == "2"  # LEGACY-GPU-PODS 0, TRANSLATED 2
     assert "allocated,reserved" in ran["verify"].stdout and "\n6\n" in ran["verify"].stdout
     no_gpu_shared(world)
-    world.run("03-first-namespace")
+    ran = world.run("03-first-namespace")
+    assert '"dra-bridge.io/translated":"claims"' in ran["probe"].stdout  # by hand: what a new GPU pod gets now
+    assert "gpu-probe" not in json.dumps(world.pods(NS))  # a dry run: nothing created
 
 
 def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_run(world: GuideWorld) -> None:

@@ -21,17 +21,18 @@ def node(labels: dict[str, str], name: str = "gpu-a") -> dict[str, Any]:
 def test_a_daemonset_runs_where_its_node_selector_and_required_affinity_both_match() -> None:
     spec = {"nodeSelector": {"dra-bridge.io/node": "true", "nvidia.com/gpu.deploy.device-plugin": "false"}}
     assert should_run(spec, node({"dra-bridge.io/node": "true", "nvidia.com/gpu.deploy.device-plugin": "false"}))
-    # Setting only one of the two labels changes nothing (the GPU Operator's label alone only removes its plugin).
+    # The bridge's node daemon needs both labels (the vendor plugin's label alone only removes that plugin).
     assert not should_run(spec, node({"dra-bridge.io/node": "true"}))
     assert not should_run(spec, node({"nvidia.com/gpu.deploy.device-plugin": "false"}))
 
 
-def test_nvidia_standalone_plugin_leaves_exactly_the_nodes_opted_in_to_the_bridge() -> None:
+def test_nvidia_standalone_plugin_leaves_exactly_the_nodes_where_it_is_switched_off() -> None:
     spec = {"affinity": yaml.safe_load(VALUES.read_text())["affinity"]}
     gpu = {"nvidia.com/gpu.present": "true"}
     assert should_run(spec, node(gpu))  # NotIn matches a node without the label
-    assert should_run(spec, node({**gpu, "dra-bridge.io/node": "false"}))
-    assert not should_run(spec, node({**gpu, "dra-bridge.io/node": "true"}))
+    assert should_run(spec, node({**gpu, "nvidia.com/gpu.deploy.device-plugin": "true"}))
+    assert not should_run(spec, node({**gpu, "nvidia.com/gpu.deploy.device-plugin": "false"}))
+    assert should_run(spec, node({**gpu, "dra-bridge.io/node": "true"}))  # the opt-in label alone: it stays
     assert should_run(spec, node({"feature.node.kubernetes.io/pci-10de.present": "true"}))  # terms are ORed
     assert not should_run(spec, node({"kubernetes.io/os": "linux"}))  # no GPU: no plugin
 

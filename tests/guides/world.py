@@ -36,6 +36,7 @@ from bridge.kube.api import NODES, PODS, KubeAPI, Obj, Resource
 from bridge.kube.errors import AlreadyExists
 from bridge.sandbox.apiserver.registry import ResourceType
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.cluster.processes import guarded, spawn
 from tests.guides import markdown
 from tests.guides.markdown import REPO, Block, Guide
 from tests.guides.standins import OperatorLabeller, Workloads, gpu_operator_objects, standalone_objects
@@ -120,9 +121,9 @@ class GuideWorld:
         start = time.monotonic()
         # Under orphanguard (the shell gets SIGTERM if this process dies: a wait loop must not outlive its cluster)
         # and in its own session (a block that overruns is killed with everything it started).
-        proc = subprocess.Popen([sys.executable, "-m", "bridge.sandbox.cluster.orphanguard", str(os.getpid()), "--",
-                                 "bash", "-euo", "pipefail", "-c", block.text], cwd=self.home / "clone", env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = spawn(lambda: subprocess.Popen(
+            guarded(["bash", "-euo", "pipefail", "-c", block.text]), cwd=self.home / "clone", env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

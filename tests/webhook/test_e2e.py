@@ -16,10 +16,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from bridge.kube import connect
-from bridge.kube.api import MUTATING_WEBHOOKS, NODES, ResourceAPI
+from bridge.kube.api import MUTATING_WEBHOOKS, NODES, KubeAPI, ResourceAPI
 from bridge.sandbox.apiserver import ApiServer
 from bridge.kube.api import NAMESPACES
 from bridge.webhook.app import WebhookOptions, build, live_facts
+from bridge.webhook.effects import NamespaceCache
 from bridge.webhook.facts import facts_from_discovery
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook import cel
@@ -44,7 +45,8 @@ def gpu_node(name: str, kubelet: str = "v1.36.0", labels: dict[str, str] | None 
 
 class Cluster:
     def __init__(self, srv: ApiServer, kubeconfig: Path, pki: Pki, target: str,
-                 nodes: tuple[dict[str, Any], ...] = ()) -> None:
+                 nodes: tuple[dict[str, Any], ...] = (),
+                 namespace_cache: Callable[[KubeAPI, WebhookMetrics], NamespaceCache] | None = None) -> None:
         self.pki = pki
         self.kubeconfig = str(kubeconfig)
         self.api = connect(str(kubeconfig))
@@ -60,7 +62,9 @@ class Cluster:
         dc["apiVersion"] = rapi.device_classes.api_version
         self.api.create(rapi.device_classes, dc)
         self.live = live_facts(options, self.api, self.facts, self.metrics)
-        self.server, self.cache, self.events = build(options, self.api, self.facts, self.metrics, live=self.live)
+        cache = namespace_cache(self.api, self.metrics) if namespace_cache is not None else None
+        self.server, self.cache, self.events = build(options, self.api, self.facts, self.metrics, live=self.live,
+                                                     namespace_cache=cache)
         self.stop = threading.Event()
         self.cache.start(self.stop)
         self.live.start(self.stop)
@@ -107,12 +111,13 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     made: list[tuple[ApiServer, Cluster]] = []
 
     def make(version: str, target: str, nodes: tuple[dict[str, Any], ...] = (),
-             gates: dict[str, bool] | None = None) -> Cluster:
+             gates: dict[str, bool] | None = None,
+             namespace_cache: Callable[[KubeAPI, WebhookMetrics], NamespaceCache] | None = None) -> Cluster:
         srv = ApiServer(version=version, feature_gates=gates).start()
         kubeconfig = srv.write_kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
         pki = Pki(tmp_path)
         pki.issue()
-        c = Cluster(srv, kubeconfig, pki, target, nodes)
+        c = Cluster(srv, kubeconfig, pki, target, nodes, namespace_cache)
         made.append((srv, c))
         return c
 

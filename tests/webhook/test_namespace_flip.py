@@ -114,7 +114,8 @@ def test_service_registration_is_reachable_only_with_ready_endpoints(emulator: t
     assert out.exit_code == 1 and "has no ready endpoints" in out.output
     slice_["endpoints"].append({"addresses": ["10.0.0.10"], "conditions": {"ready": True}})
     api.create(ENDPOINT_SLICES, dict(slice_, metadata=dict(slice_["metadata"], name="dra-bridge-webhook-y")), "dra-bridge")
-    out = run("namespace", "set", "team-a", "dra", "--strict", "--kubeconfig", path)
+    # --no-wait: the endpoint is made up, so no webhook would ever answer the dry-run probe (test_namespace_wait.py)
+    out = run("namespace", "set", "team-a", "dra", "--strict", "--no-wait", "--kubeconfig", path)
     assert out.exit_code == 0, out.output
     assert "Service dra-bridge/dra-bridge-webhook (port 443) has 1 ready endpoint(s)" in out.output
     assert mode_of(api, "team-a") == "dra"
@@ -127,7 +128,7 @@ def test_with_the_real_webhook_the_flip_succeeds_and_status_counts_pods_since_it
     out = run("namespace", "set", "team-t", "dra", "--strict", "--kubeconfig", c.kubeconfig)
     assert out.exit_code == 0, out.output
     assert "TLS handshake with 127.0.0.1" in out.output and "WARNING" not in out.output
-    wait_until(lambda: (c.cache.labels("team-t") or {}).get("dra-bridge.io/mode") == "dra", what="cache sees dra")
+    assert "a GPU pod created in team-t now gets dra from the webhook" in out.output  # set waited for the webhook
     next_second()
     c.create_pod("team-t", 1)
     status = json.loads(run("namespace", "status", "team-t", "-o", "json", "--kubeconfig", c.kubeconfig).output)[0]

@@ -35,7 +35,8 @@ def stop_device_plugin(ctx: CheckContext, node: str, labels: dict[str, str]) -> 
                 "--overwrite (the operator then removes its device plugin from the node; editing the operator's "
                 "DaemonSet is reverted by the operator)")
     standalone = ("with NVIDIA's standalone device-plugin chart, exclude the node through the chart's node affinity "
-                  "(the dra-bridge chart's values for it do this for nodes labeled dra-bridge.io/node=true)")
+                  "(upgraded with the dra-bridge chart's values for it, it leaves nodes labeled "
+                  f"{OPERATOR_DP_LABEL}=false: the same label)")
     if gpu_operator_managed(ctx, labels):
         return operator[0].upper() + operator[1:]
     return f"{operator[0].upper() + operator[1:]}; {standalone}"

@@ -1,10 +1,21 @@
-"""`python -m bridge.sandbox.cluster.orphanguard PARENT_PID -- COMMAND...`: run COMMAND so that it gets SIGTERM when
-the process that started it dies (Linux `prctl(PR_SET_PDEATHSIG)`), then exec it.
+"""Children that go when the sandbox goes: the child half of the guard (the parent half is `processes.spawn`).
 
-The sandbox cluster starts its node daemons and webhook through this, so a sandbox killed with SIGKILL (or crashing)
-leaves no daemons behind. The signal is tied to the *thread* that forked the child, so the cluster starts children
-from a thread that lives as long as the cluster (the one calling `SandboxCluster.start`). On systems without prctl
-the command simply runs; `SandboxCluster.stop` still ends it.
+`python -m bridge.sandbox.cluster.orphanguard PARENT_PID -- COMMAND...` asks the kernel for SIGTERM when its parent
+dies (Linux `prctl(PR_SET_PDEATHSIG)`), checks that the parent is still PARENT_PID, then execs COMMAND (the setting
+survives `execve` for anything that is not set-user-ID or file-capability, which `bridge` is not).
+
+The Linux man page prctl(2) (man-pages, `PR_SET_PDEATHSIG`, now also PR_SET_PDEATHSIG(2const)) says the
+parent-death signal "is sent upon subsequent termination of the parent thread", and warns that the "parent" is the
+*thread* that created the child, not the process: a child forked from a short-lived thread (a reconciler's worker, a
+test's helper thread, a `ThreadPoolExecutor` worker the pool retires) gets SIGTERM the moment that thread returns,
+while the sandbox lives on. So the parent forks every guarded child from one thread that lives as long as the
+process (`processes.spawn`): the signal then comes exactly when the process dies (SIGKILL, a crash, a normal exit:
+threads end with their process).
+
+The sandbox cluster and the guide tests start their node daemons, controller, webhook and shells this way, so a
+sandbox killed with SIGKILL (or crashing) leaves none behind. On systems without prctl the command simply runs;
+`SandboxCluster.stop` still ends it. This module imports nothing but the standard library, and nothing in the
+package imports it: run with `-m`, it must not be in `sys.modules` already.
 """
 
 from __future__ import annotations
