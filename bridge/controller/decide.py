@@ -51,6 +51,7 @@ a pod is placed by looking at a few buckets, not at every node (bench/controller
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ from bridge.ledger.choice import group_order
 _SCAN_FOR_GROUP = 16  # nodes looked at in one bucket for a whole-group move before taking the best of them
 _SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free legacy, free dra]
 _NO_GROUP = (2, 0, -1)  # a move rank when no one group holds the GPUs to move
+_API_SIDES: tuple[tuple[Api, int], ...] = (("legacy", 0), ("dra", 1))
+_OTHER: dict[Api, Api] = {"legacy": "dra", "dra": "legacy"}
 
 
 def _api_name(api: Api) -> str:
@@ -94,6 +97,8 @@ def _fit_groups(view: NodeView, free: dict[Api, int]) -> tuple[list[str], list[l
     for api in APIS:
         s = _SIDE[api]
         surplus = sum(c[s] for c in counts) - free[api]
+        if not surplus:
+            continue
         for c in sorted((c for c in counts if c[s]), key=lambda c: c[s]):
             if surplus <= 0:
                 break
@@ -105,6 +110,13 @@ def _fit_groups(view: NodeView, free: dict[Api, int]) -> tuple[list[str], list[l
             counts.append([0, 0])
             counts[-1][s] = -surplus
     return names, counts
+
+
+@functools.lru_cache(maxsize=4096)
+def _orders(names: tuple[str, ...]) -> Mapping[Api, tuple[int, ...]]:
+    """Group indexes in the daemon's order (`group_order`) per receiving API (pure; nodes alike share one)."""
+    return {api: tuple(sorted(range(len(names)), key=lambda i: (group_order(names[i], joining_dra=api == "dra"), i)))
+            for api in APIS}
 
 
 def _drain(counts: list[list[int]], s: int, k: int, into: int | None = None) -> None:
@@ -130,21 +142,28 @@ class _Node:
     reasons: list[str] = field(default_factory=list)  # floor restorations
     group_names: list[str] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)  # free [legacy, dra] per group, kept equal to `free`
-    order: dict[Api, list[int]] = field(default_factory=dict)  # group indexes in the daemon's order, moving to api
+    order: Mapping[Api, tuple[int, ...]] = field(default_factory=dict)  # group indexes in the daemon's order
+    largest: list[int] = field(default_factory=list)  # free GPUs in the largest group, [legacy, dra] (index keys)
     moved_from: dict[str, None] = field(default_factory=dict)  # the groups the planned moves take GPUs from
 
     def __post_init__(self) -> None:
         self.group_names, self.groups = _fit_groups(self.view, self.free)
-        self.order = {api: sorted(range(len(self.groups)), key=lambda i: (
-            group_order(self.group_names[i], joining_dra=api == "dra"), i)) for api in APIS}
+        self.order = _orders(tuple(self.group_names))
+        self.measure()
+
+    def measure(self) -> None:
+        """Refresh `largest` after the groups changed (the index reads it as a bucket key)."""
+        if len(self.groups) == 1:
+            self.largest = list(self.groups[0])
+        else:
+            self.largest = [max(c[0] for c in self.groups), max(c[1] for c in self.groups)]
 
     @property
     def changeable(self) -> bool:
         return self.view.frozen == ""
 
     def largest_group(self, api: Api) -> int:
-        s = _SIDE[api]
-        return max((c[s] for c in self.groups), default=0)
+        return self.largest[_SIDE[api]]
 
     def move_rank(self, to: Api, need: int) -> tuple[int, int, int]:
         """How well `need` moves to `to` keep a pod (taking every free GPU of `to` here plus the moved ones) in one
@@ -152,6 +171,9 @@ class _Node:
         2: they do not (`_NO_GROUP`). Slack: free GPUs of that group left on the giving side (0: it moves whole)."""
         a = _SIDE[to]
         b = 1 - a
+        if len(self.groups) == 1:  # the common case (one island, or no topology): it holds every free GPU
+            slack = self.groups[0][b] - need
+            return (0, slack, 0) if slack >= 0 else _NO_GROUP
         have = self.free[to]
         best = _NO_GROUP
         for i in self.order[to]:  # ties go to the group the daemon's choice takes (bridge.ledger.choice)
@@ -165,6 +187,9 @@ class _Node:
     def take_groups(self, api: Api, gpus: int) -> None:
         """A pod takes `gpus` free GPUs of `api`: from the tightest group that holds them all, else the smallest."""
         s = _SIDE[api]
+        if len(self.groups) == 1:
+            self.groups[0][s] -= gpus
+            return
         fits = [i for i in self.order[api] if self.groups[i][s] >= gpus]
         if fits:
             self.groups[min(fits, key=lambda i: self.groups[i][s])][s] -= gpus
@@ -208,32 +233,36 @@ class _Index:
         out: list[tuple[Direction, tuple[int, int]]] = []
         if not n.changeable:
             return out
-        for api in APIS:
-            d = direction_to(api)
-            if n.view.name in self.move_ok[d]:
-                out.append((d, (n.free[api], n.free[other(api)])))
+        name, legacy, dra = n.view.name, n.free["legacy"], n.free["dra"]
+        if name in self.move_ok["to-legacy"]:
+            out.append(("to-legacy", (legacy, dra)))
+        if name in self.move_ok["to-dra"]:
+            out.append(("to-dra", (dra, legacy)))
         return out
 
     def _add(self, n: _Node) -> None:
-        for api in APIS:
-            self.fit[api][n.free[api]][n.largest_group(api)].setdefault(n.free[other(api)], {})[n.view.name] = None
+        name, legacy, dra = n.view.name, n.free["legacy"], n.free["dra"]
+        self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, {})[name] = None
+        self.fit["dra"][dra][n.largest[1]].setdefault(legacy, {})[name] = None
         for d, key in self._keys(n):
-            self.move[d][n.view.pool][key][n.view.name] = None
+            self.move[d][n.view.pool][key][name] = None
 
     def _remove(self, n: _Node) -> None:
-        for api in APIS:
-            by_largest = self.fit[api].get(n.free[api]) or {}
-            largest = n.largest_group(api)
-            by_other = by_largest.get(largest) or {}
-            bucket = by_other.get(n.free[other(api)])
-            if bucket is not None:
-                bucket.pop(n.view.name, None)
+        name, free = n.view.name, n.free
+        for api, s in _API_SIDES:
+            by_largest = self.fit[api].get(free[api])
+            if not by_largest:
+                continue
+            by_other = by_largest.get(n.largest[s])
+            bucket = by_other.get(free[_OTHER[api]]) if by_other else None
+            if by_other is not None and bucket is not None:
+                bucket.pop(name, None)
                 if not bucket:
-                    del by_other[n.free[other(api)]]
+                    del by_other[free[_OTHER[api]]]
                     if not by_other:
-                        del by_largest[largest]
+                        del by_largest[n.largest[s]]
         for d, key in self._keys(n):
-            self.move[d][n.view.pool][key].pop(n.view.name, None)
+            self.move[d][n.view.pool][key].pop(name, None)
 
     def best_fit(self, api: Api, gpus: int, top: int) -> str | None:
         """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
@@ -244,6 +273,13 @@ class _Index:
         for c in range(gpus, top + 1):
             by_largest = by_free.get(c)
             if not by_largest:
+                continue
+            if len(by_largest) == 1:  # the common case: every node alike
+                size, by_other = next(iter(by_largest.items()))
+                if size >= gpus:
+                    return next(iter(by_other[min(by_other)]))
+                if fallback is None:
+                    fallback = next(iter(by_other[min(by_other)]))
                 continue
             whole = sorted(size for size in by_largest if size >= gpus)
             if whole:
@@ -334,6 +370,7 @@ class _Planner:
         n.free = free
         if groups is not None:
             groups()
+            n.measure()
         if dra is not None:
             self.pool_legacy[n.view.pool] += n.dra - dra
             n.dra = dra

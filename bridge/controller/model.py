@@ -67,7 +67,9 @@ class FreeGroup:
 def describe_group(name: str) -> str:
     """"nvlink-1" -> "NVLink island 1", "numa-0" -> "NUMA node 0" (for reasons and Events)."""
     kind, _, ident = name.partition("-")
-    return {"nvlink": f"NVLink island {ident}", "numa": f"NUMA node {ident}"}.get(kind, name)
+    if kind == "nvlink":
+        return f"NVLink island {ident}"
+    return f"NUMA node {ident}" if kind == "numa" else name
 
 
 @dataclass(frozen=True)
