@@ -14,8 +14,9 @@ Every node publishes its topology, as the daemons do: the HGX products (H100, A1
 --gpus, the PCIe ones (L40S, L4) two NUMA nodes, with the free GPUs of each side spread over them at random; the
 core prefers nodes where a pod's GPUs are one group. Baseline, same process: the same scenario at a tenth of the
 nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the same full-size scenario with no
-topology published (every node one group), so the cost of the topology preference shows beside it. "writing it" is what the shell would send for that decision: per change one Node patch and one
-Event, plus at most 20 Warning Events for pods newly blocked (bridge/controller/writer.py).
+topology published (every node one group), so the cost of the topology preference shows beside it. "writing it"
+is what the shell would send for that decision: per change one Node patch and one Event, plus at most 20 Warning
+Events for pods newly blocked (bridge/controller/writer.py).
 Also timed: building the core's input from Kubernetes objects (node_view over --nodes Nodes carrying the daemon's
 status JSON, pending_demand over --pending pending + 3 x --pending bound pods): the shell's per-decision work.
 

@@ -5,9 +5,9 @@ travels with the Node: `kubectl get node -o yaml`, a `migrate-report` snapshot a
 without extra RBAC or a CRD, and it disappears with the Node. The daemon writes it (merge patch on the Node's
 metadata) only when its content changes, so a quiet node costs no writes; `updated` is the time of the last change,
 not a heartbeat (the daemon's liveness is its pod's readiness). Size: devices x (name, UUID, side, NUMA node, NVLink
-island, up to 4 holders) plus at most 8 pending entries and 5 refusals, every message cut at 300 characters: about 2 KiB for 8 GPUs, and
-`encode` drops the holder details if a document would still exceed 16 KiB, well inside the 256 KiB that all of a
-Node's annotations share.
+island, up to 4 holders) plus at most 8 pending entries and 5 refusals, every message cut at 300 characters: about
+2 KiB for 8 GPUs, and `encode` drops the holder details if a document would still exceed 16 KiB, well inside the
+256 KiB that all of a Node's annotations share.
 
 Schema, version 1 (readers accept any version they know and refuse newer ones, naming the version):
 

@@ -63,7 +63,8 @@ def node_views(draw: st.DrawFn, index: int, max_gpus: int, frozen: bool, lagging
     legacy_held = draw(st.integers(0, total - dra))
     groups = draw(free_groups(total - dra - legacy_held, dra - dra_held, lagging))
     return NodeView(f"n{index}", total, dra, dra_held=dra_held, legacy_held=legacy_held,
-                    pool=draw(st.sampled_from("ab")), frozen=state, moving=moving, groups=groups)  # type: ignore[arg-type]
+                    pool=draw(st.sampled_from("ab")), frozen=state, moving=moving,  # type: ignore[arg-type]
+                    groups=groups)
 
 
 @st.composite
@@ -221,7 +222,7 @@ def _tier(node: NodeView, api: Api, need: int) -> int:
     """0: the pod (every free GPU of `api` on the node plus `need` moved ones) ends in one group; 1: the moved GPUs
     come from one group; 2: neither. A node without topology is one group."""
     groups = node.groups or (FreeGroup("", node.free("legacy"), node.free("dra")),)
-    give = "legacy" if api == "dra" else "dra"
+    give: Api = "legacy" if api == "dra" else "dra"
     if any(g.free(give) >= need and g.free(api) == node.free(api) for g in groups):
         return 0
     return 1 if any(g.free(give) >= need for g in groups) else 2
@@ -285,7 +286,7 @@ def test_a_change_names_only_groups_of_its_node_that_had_the_gpus_it_moves(nodes
     by_name = {n.name: n for n in nodes}
     for c in d.changes:
         groups = {g.name: g for g in by_name[c.node].groups}
-        giving = "legacy" if c.direction == "to-dra" else "dra"
+        giving: Api = "legacy" if c.direction == "to-dra" else "dra"
         assert set(c.groups) <= set(groups), c
         assert all(groups[g].free(giving) > 0 for g in c.groups), f"{c} names a group with nothing to give"
         assert len(c.groups) <= c.moves

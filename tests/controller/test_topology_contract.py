@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from typing import Any
 
 import pytest
 
@@ -29,8 +31,8 @@ QUADS = devices_from_document({"nvlink": "none", "gpus": [
     for i in range(8)]}, "gpu-node-1")
 
 
-def published(devices: tuple[GpuDevice, ...], sides: str, held: set[int] = frozenset(),  # type: ignore[assignment]
-              many_holders: int = 1) -> tuple[Ledger, Facts, dict]:  # type: ignore[type-arg]
+def published(devices: tuple[GpuDevice, ...], sides: str, held: Collection[int] = (),
+              many_holders: int = 1) -> tuple[Ledger, Facts, dict[str, Any]]:
     """The Node as the daemon leaves it: `sides` one letter per GPU (L legacy, D DRA), `held` GPUs in use on their
     side; the Node's target is the DRA devices by name, converged, and the annotation is the daemon's document."""
     side_of = {"L": Side.LEGACY, "D": Side.DRA}
@@ -39,8 +41,8 @@ def published(devices: tuple[GpuDevice, ...], sides: str, held: set[int] = froze
                           if sides[i] == "L" else Holder(HolderKind.PREPARED, f"claim ns/c{i}-{k} (pod ns/p{i}-{k})"))
                          for i in held for k in range(many_holders)])
     target = ",".join(f"gpu-{i}" for i, c in enumerate(sides) if c == "D") or "0"
-    node: dict = {"apiVersion": "v1", "kind": "Node",  # type: ignore[type-arg]
-                  "metadata": {"name": "gpu-node-1", "annotations": {SPLIT_KEY: target}}, "spec": {}, "status": {}}
+    node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "spec": {}, "status": {},
+                            "metadata": {"name": "gpu-node-1", "annotations": {SPLIT_KEY: target}}}
     d = reconcile(led, parse_split(target), facts, Observations(now=0, node_allocatable=sides.count("L"),
                                                                 node_changed_at=-10))
     assert d.state == "converged"
