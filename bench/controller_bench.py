@@ -10,9 +10,13 @@ scenario (best of --repeat runs):
   scarce       demand far above capacity: most pods are blocked (the diagnosis path)
   moves*       the same under the default policy (32 moves per minute): what one real decision writes
   constrained  pods spread over 40 node-selector/toleration shapes (40 eligibility indexes)
-Baseline, same process: the same scenario at a tenth of the nodes and pods. The ratio shows how the cost scales
-(10.0 = linear). "writing it" is what the shell would send for that decision: per change one Node patch and one
-Event, plus at most 20 Warning Events for pods newly blocked (bridge/controller/writer.py).
+Every node publishes its topology, as the daemons do: the HGX products (H100, A100, B200) are one NVLink island of
+--gpus, the PCIe ones (L40S, L4) two NUMA nodes, with the free GPUs of each side spread over them at random; the
+core prefers nodes where a pod's GPUs are one group. Baseline, same process: the same scenario at a tenth of the
+nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the same full-size scenario with no
+topology published (every node one group), so the cost of the topology preference shows beside it. "writing it"
+is what the shell would send for that decision: per change one Node patch and one Event, plus at most 20 Warning
+Events for pods newly blocked (bridge/controller/writer.py).
 Also timed: building the core's input from Kubernetes objects (node_view over --nodes Nodes carrying the daemon's
 status JSON, pending_demand over --pending pending + 3 x --pending bound pods): the shell's per-decision work.
 
@@ -31,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +43,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge.controller.decide import decide  # noqa: E402
 from bridge.controller.demand import legacy_requested_by_node, pending_demand  # noqa: E402
-from bridge.controller.model import Api, Decision, NodeView, PendingPod, Policy  # noqa: E402
+from bridge.controller.model import Api, Decision, FreeGroup, NodeView, PendingPod, Policy  # noqa: E402
 from bridge.controller.nodestatus import STATUS_KEY, node_view  # noqa: E402
 from bridge.controller.placement import Constraints, Taint, Toleration  # noqa: E402
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
 PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
+PCIE = ("L40S", "L4")
+
+
+def group_names(product: str, gpus: int) -> list[str]:
+    """Each GPU's topology group: an HGX board is one NVLink island, PCIe cards split over two NUMA nodes."""
+    return [f"numa-{2 * j // gpus}" if product in PCIE else "nvlink-0" for j in range(gpus)]
+
+
+def with_topology(v: NodeView, product: str, rng: random.Random) -> NodeView:
+    """`v` with its free GPUs spread at random over its product's topology groups."""
+    names = group_names(product, v.total)
+    rng.shuffle(names)
+    free = {"legacy": names[: v.free("legacy")], "dra": names[v.legacy: v.legacy + v.free("dra")]}
+    groups = tuple(FreeGroup(g, free["legacy"].count(g), free["dra"].count(g)) for g in sorted(set(names)))
+    return replace(v, groups=groups)
 
 
 def nodes_for(scenario: str, n: int, gpus: int, rng: random.Random) -> list[NodeView]:
@@ -63,7 +83,7 @@ def nodes_for(scenario: str, n: int, gpus: int, rng: random.Random) -> list[Node
             v = NodeView(f"node-{i:05d}", gpus, rng.randint(0, gpus), labels=labels, taints=taints)
             v = NodeView(v.name, gpus, v.dra, dra_held=rng.randint(0, v.dra), legacy_held=rng.randint(0, gpus - v.dra),
                          labels=labels, taints=taints)
-        out.append(v)
+        out.append(with_topology(v, PRODUCTS[i % len(PRODUCTS)], rng))
     return out
 
 
@@ -96,22 +116,27 @@ def summary(d: Decision) -> str:
         reasons[b.reason] = reasons.get(b.reason, 0) + 1
     fitted = sum(1 for p in d.placements if p.moves == 0)
     writes = 2 * len(d.changes) + min(MAX_BLOCKED_EVENTS, len(d.blocked))
-    return (f"{fitted} fit, {len(d.placements) - fitted} by moves, {len(d.changes)} target changes, "
-            f"{d.moves} GPUs moved, blocked {reasons or 0}; writing it: {writes} requests")
+    one_group = sum(1 for c in d.changes if c.groups)
+    return (f"{fitted} fit, {len(d.placements) - fitted} by moves, {len(d.changes)} target changes "
+            f"({one_group} from one group), {d.moves} GPUs moved, blocked {reasons or 0}; "
+            f"writing it: {writes} requests")
 
 
 def core(args: argparse.Namespace) -> None:
     print(f"core: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending pods (best of {args.repeat})")
-    print(f"  {'scenario':<12} {'decision':>10} {'baseline':>10} {'ratio':>6}   outcome")
+    print(f"  {'scenario':<12} {'decision':>10} {'baseline':>10} {'ratio':>6} {'flat':>8}   outcome")
     for scenario, policy in (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY),
                              ("constrained", POLICY)):
         rng = random.Random(1)
         shape = scenario.rstrip("*")
         nodes, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
         small_n, small_p = nodes[: args.nodes // 10], pods[: args.pending // 10]
+        flat_nodes = [replace(v, groups=()) for v in nodes]
         base, _ = best_of(args.repeat, lambda: decide(small_n, small_p, policy))
         full, d = best_of(args.repeat, lambda: decide(nodes, pods, policy))
-        print(f"  {scenario:<12} {full * 1000:>8.0f}ms {base * 1000:>8.1f}ms {full / base:>6.1f}   {summary(d)}")
+        flat, _ = best_of(args.repeat, lambda: decide(flat_nodes, pods, policy))
+        print(f"  {scenario:<12} {full * 1000:>8.0f}ms {base * 1000:>8.1f}ms {full / base:>6.1f} {flat * 1000:>6.0f}ms"
+              f"   {summary(d)}")
     print("  (* with the default policy: at most 32 moves per minute, so one decision writes little)")
 
 
@@ -120,8 +145,9 @@ def status_node(i: int, gpus: int) -> dict[str, Any]:
     doc = {"version": 1, "node": f"node-{i:05d}", "updated": "", "requested": {"value": str(gpus - gpus // 2),
                                                                                 "source": "annotation"},
            "state": "converged", "message": "", "wanted": gpus - gpus // 2,
-           "devices": [{"name": f"gpu-{j}", "uuid": "", "side": s, "holders": ["pod x"] if j % 3 == 0 else []}
-                       for j, s in enumerate(sides)], "pending": [], "refusals": []}
+           "devices": [{"name": f"gpu-{j}", "uuid": "", "side": s, "numa": 2 * j // gpus, "nvlink": 0,
+                        "holders": ["pod x"] if j % 3 == 0 else []} for j, s in enumerate(sides)],
+           "pending": [], "refusals": []}
     return {"metadata": {"name": f"node-{i:05d}", "labels": {"dra-bridge.io/pool": f"pool-{i % 10}"},
                          "annotations": {STATUS_KEY: json.dumps(doc),
                                          "dra-bridge.io/dra-devices": str(gpus - gpus // 2)}},

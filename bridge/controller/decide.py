@@ -5,16 +5,19 @@
 Four steps, each over whole-GPU counts (bridge.controller.model):
 
 1. **Fit.** Pending pods are taken in the scheduler's queue order (priority, then age, then size) and placed where
-   the GPUs of their API are already free (best fit: the node left with the fewest free GPUs of that API, then the
-   one with the fewest free GPUs of the other API, whose free GPUs a move could use). These
-   pods need no move: the scheduler will bind them by itself, so their GPUs are reserved before anything moves.
+   the GPUs of their API are already free: preferably on a node where they fit inside one topology group (below),
+   then best fit (the node left with the fewest free GPUs of that API, then the one with the fewest free GPUs of
+   the other API, whose free GPUs a move could use). These pods need no move: the scheduler will bind them by
+   itself, so their GPUs are reserved before anything moves.
 2. **Floor.** A pool below its minimum legacy share gets free DRA GPUs back to the legacy side (only free ones,
    and only on nodes whose cool-down allows that direction).
 3. **Move.** Each pod still unplaced goes to the node where it needs the **fewest moves**: the node with the most
-   free GPUs of its API among those where the free GPUs of the other API make up the rest. Ties prefer a node where
-   the GPUs to move are one topology group (NVLink island / NUMA node), then the node with the fewest free GPUs of
-   the other API (best fit: large blocks stay whole for larger pods), then the name. Only free GPUs move, so every
-   target stays inside `NodeView.safe_range` (never a held device).
+   free GPUs of its API among those where the free GPUs of the other API make up the rest. Among those, a node
+   where the pod's whole request ends up inside one topology group (its free GPUs there and the moved ones in one
+   group) comes first, then one where the moved GPUs come from one group, the tightest first (a group that moves
+   whole, leaving no half of it behind, is the tightest); then the node with the fewest free GPUs of the other API
+   (best fit: large blocks stay whole for larger pods), then the name. Only free GPUs move, so every target stays
+   inside `NodeView.safe_range` (never a held device); the preference never costs a move.
 4. **Limits.** A node an operator pinned, one still settling its previous target and one whose state is unknown
    are never changed; a node with moves under way changes further only in their direction; a reversal on a node
    (to DRA, then back to legacy) waits for the cool-down; a pool never goes
@@ -24,6 +27,18 @@ Four steps, each over whole-GPU counts (bridge.controller.model):
 Hysteresis (no flapping): GPUs move only for a pending pod that fits nowhere as things are (never to "balance"),
 moves already under way count as supply (the node's `dra` includes them), a node changed in one direction does not
 change back before the cool-down, and one decision never moves GPUs both ways on one node.
+
+Topology groups are the daemon's (`NodeView.groups`: NVLink island, else NUMA node). The core keeps each node's
+free counts per group up to date as it plans (a pod takes its GPUs from the tightest group that holds them all,
+moves take them from the group counted on), and ranks a node's groups exactly as the daemon's device choice does
+with the count it is given (bridge/ledger/choice.py rule 4: one group when one holds every device that moves, the
+one holding the receiving side's free devices first, then the tightest, then `group_order`), so the group a
+change names (`TargetChange.groups`, and "from NVLink island 1" in its reason) is the one whose GPUs move. When no
+one group holds them, the daemon picks by affinity and the core only keeps counts (smallest groups first). The
+groups' counts are fitted to the node's free counts first (a binding the daemon has not reported yet is taken off
+the smallest groups; devices the groups miss form a group of their own). A node that publishes no topology is one
+group: nothing to prefer there. The preference only orders nodes that need the same number of moves, so it changes
+neither what is safe nor how many GPUs a pod needs moved, and hysteresis is unchanged.
 
 Every pod left pending gets a `Blocked` with the first reason that applies, checked from the most specific:
 `no-matching-node` (no node passes its selector/affinity/taints), `frozen` (only a pinned/settling node could take
@@ -36,8 +51,9 @@ a pod is placed by looking at a few buckets, not at every node (bench/controller
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bridge.controller.model import (
@@ -53,16 +69,67 @@ from bridge.controller.model import (
     Placement,
     Policy,
     TargetChange,
+    describe_group,
     direction_to,
     other,
 )
 from bridge.controller.placement import Constraints
+from bridge.ledger.choice import group_order
 
-_SCAN_FOR_GROUP = 16  # nodes looked at in one bucket for a whole-group move before taking the first
+_SCAN_FOR_GROUP = 16  # nodes looked at in one bucket for a whole-group move before taking the best of them
+_SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free legacy, free dra]
+_NO_GROUP = (2, 0, -1)  # a move rank when no one group holds the GPUs to move
+_API_SIDES: tuple[tuple[Api, int], ...] = (("legacy", 0), ("dra", 1))
+_OTHER: dict[Api, Api] = {"legacy": "dra", "dra": "legacy"}
 
 
 def _api_name(api: Api) -> str:
     return "DRA" if api == "dra" else "legacy"
+
+
+def _fit_groups(view: NodeView, free: dict[Api, int]) -> tuple[list[str], list[list[int]]]:
+    """The node's topology groups (names, [free legacy, free dra] each), fitted to its free counts: a surplus (a
+    binding the daemon has not reported yet) comes off the smallest groups, a shortfall forms a group of its own."""
+    if not view.groups:
+        return [""], [[free["legacy"], free["dra"]]]
+    names = [g.name for g in view.groups]
+    counts = [[g.legacy, g.dra] for g in view.groups]
+    for api in APIS:
+        s = _SIDE[api]
+        surplus = sum(c[s] for c in counts) - free[api]
+        if not surplus:
+            continue
+        for c in sorted((c for c in counts if c[s]), key=lambda c: c[s]):
+            if surplus <= 0:
+                break
+            k = min(surplus, c[s])
+            c[s] -= k
+            surplus -= k
+        if surplus < 0:
+            names.append("")
+            counts.append([0, 0])
+            counts[-1][s] = -surplus
+    return names, counts
+
+
+@functools.lru_cache(maxsize=4096)
+def _orders(names: tuple[str, ...]) -> Mapping[Api, tuple[int, ...]]:
+    """Group indexes in the daemon's order (`group_order`) per receiving API (pure; nodes alike share one)."""
+    return {api: tuple(sorted(range(len(names)), key=lambda i: (group_order(names[i], joining_dra=api == "dra"), i)))
+            for api in APIS}
+
+
+def _drain(counts: list[list[int]], s: int, k: int, into: int | None = None) -> None:
+    """Take `k` from side `s` of the groups, smallest groups first (they empty whole); `into`: add them to that side
+    of the same groups (a move)."""
+    for i in sorted((i for i, c in enumerate(counts) if c[s]), key=lambda i: (counts[i][s], i)):
+        if k <= 0:
+            break
+        t = min(k, counts[i][s])
+        counts[i][s] -= t
+        if into is not None:
+            counts[i][into] += t
+        k -= t
 
 
 @dataclass
@@ -73,26 +140,87 @@ class _Node:
     direction: Direction | None = None
     served: list[PendingPod] = field(default_factory=list)  # pods this node serves through moves
     reasons: list[str] = field(default_factory=list)  # floor restorations
+    group_names: list[str] = field(default_factory=list)
+    groups: list[list[int]] = field(default_factory=list)  # free [legacy, dra] per group, kept equal to `free`
+    order: Mapping[Api, tuple[int, ...]] = field(default_factory=dict)  # group indexes in the daemon's order
+    largest: list[int] = field(default_factory=list)  # free GPUs in the largest group, [legacy, dra] (index keys)
+    moved_from: dict[str, None] = field(default_factory=dict)  # the groups the planned moves take GPUs from
+
+    def __post_init__(self) -> None:
+        self.group_names, self.groups = _fit_groups(self.view, self.free)
+        self.order = _orders(tuple(self.group_names))
+        self.measure()
+
+    def measure(self) -> None:
+        """Refresh `largest` after the groups changed (the index reads it as a bucket key)."""
+        if len(self.groups) == 1:
+            self.largest = list(self.groups[0])
+        else:
+            self.largest = [max(c[0] for c in self.groups), max(c[1] for c in self.groups)]
 
     @property
     def changeable(self) -> bool:
         return self.view.frozen == ""
 
     def largest_group(self, api: Api) -> int:
-        groups = self.view.groups.get(api) or ()
-        return max(groups, default=0)
+        return self.largest[_SIDE[api]]
+
+    def move_rank(self, to: Api, need: int) -> tuple[int, int, int]:
+        """How well `need` moves to `to` keep a pod (taking every free GPU of `to` here plus the moved ones) in one
+        group: (tier, slack, group). Tier 0: one group holds all of them; 1: the moved GPUs come from one group;
+        2: they do not (`_NO_GROUP`). Slack: free GPUs of that group left on the giving side (0: it moves whole)."""
+        a = _SIDE[to]
+        b = 1 - a
+        if len(self.groups) == 1:  # the common case (one island, or no topology): it holds every free GPU
+            slack = self.groups[0][b] - need
+            return (0, slack, 0) if slack >= 0 else _NO_GROUP
+        have = self.free[to]
+        best = _NO_GROUP
+        for i in self.order[to]:  # ties go to the group the daemon's choice takes (bridge.ledger.choice)
+            c = self.groups[i]
+            if c[b] >= need:
+                rank = (0 if c[a] == have else 1, c[b] - need, i)
+                if rank[:2] < best[:2]:
+                    best = rank
+        return best
+
+    def take_groups(self, api: Api, gpus: int) -> None:
+        """A pod takes `gpus` free GPUs of `api`: from the tightest group that holds them all, else the smallest."""
+        s = _SIDE[api]
+        if len(self.groups) == 1:
+            self.groups[0][s] -= gpus
+            return
+        fits = [i for i in self.order[api] if self.groups[i][s] >= gpus]
+        if fits:
+            self.groups[min(fits, key=lambda i: self.groups[i][s])][s] -= gpus
+        else:
+            _drain(self.groups, s, gpus)
+
+    def move_groups(self, to: Api, count: int, group: int) -> None:
+        """`count` free GPUs move to `to`: from `group` when it has them, else from the smallest groups first."""
+        a = _SIDE[to]
+        b = 1 - a
+        if 0 <= group < len(self.groups) and self.groups[group][b] >= count:
+            self.groups[group][b] -= count
+            self.groups[group][a] += count
+            if self.group_names[group]:
+                self.moved_from[self.group_names[group]] = None
+        else:  # not from one group: the daemon picks by affinity (not modelled); counts only
+            _drain(self.groups, b, count, into=a)
 
 
 class _Index:
     """The eligible nodes of one constraint group, bucketed by free counts.
 
-    `fit[api][c][o]`: nodes (any but unknown) with exactly `c` free GPUs of `api` and `o` of the other (step 1);
-    emptied buckets are dropped, so a lookup visits only counts some node has.
+    `fit[api][c][l][o]`: nodes (any but unknown) with exactly `c` free GPUs of `api`, `l` of them in their largest
+    topology group, and `o` free GPUs of the other API (step 1); emptied buckets are dropped, so a lookup visits only
+    counts some node has.
     `move[direction][pool][(c_to, c_from)]`: changeable nodes that may change in `direction`, with `c_to` free GPUs
     of the receiving API and `c_from` of the giving one (step 3)."""
 
     def __init__(self, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]) -> None:
-        self.fit: dict[Api, dict[int, dict[int, dict[str, None]]]] = {a: defaultdict(dict) for a in APIS}
+        self.fit: dict[Api, dict[int, dict[int, dict[int, dict[str, None]]]]] = {
+            a: defaultdict(lambda: defaultdict(dict)) for a in APIS}
         self.nodes: list[_Node] = list(nodes)
         self.move: dict[Direction, dict[str, dict[tuple[int, int], dict[str, None]]]] = {
             "to-dra": defaultdict(lambda: defaultdict(dict)), "to-legacy": defaultdict(lambda: defaultdict(dict))}
@@ -105,38 +233,66 @@ class _Index:
         out: list[tuple[Direction, tuple[int, int]]] = []
         if not n.changeable:
             return out
-        for api in APIS:
-            d = direction_to(api)
-            if n.view.name in self.move_ok[d]:
-                out.append((d, (n.free[api], n.free[other(api)])))
+        name, legacy, dra = n.view.name, n.free["legacy"], n.free["dra"]
+        if name in self.move_ok["to-legacy"]:
+            out.append(("to-legacy", (legacy, dra)))
+        if name in self.move_ok["to-dra"]:
+            out.append(("to-dra", (dra, legacy)))
         return out
 
     def _add(self, n: _Node) -> None:
-        for api in APIS:
-            self.fit[api][n.free[api]].setdefault(n.free[other(api)], {})[n.view.name] = None
+        name, legacy, dra = n.view.name, n.free["legacy"], n.free["dra"]
+        self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, {})[name] = None
+        self.fit["dra"][dra][n.largest[1]].setdefault(legacy, {})[name] = None
         for d, key in self._keys(n):
-            self.move[d][n.view.pool][key][n.view.name] = None
+            self.move[d][n.view.pool][key][name] = None
 
     def _remove(self, n: _Node) -> None:
-        for api in APIS:
-            by_other = self.fit[api][n.free[api]]
-            bucket = by_other.get(n.free[other(api)])
-            if bucket is not None:
-                bucket.pop(n.view.name, None)
+        name, free = n.view.name, n.free
+        for api, s in _API_SIDES:
+            by_largest = self.fit[api].get(free[api])
+            if not by_largest:
+                continue
+            by_other = by_largest.get(n.largest[s])
+            bucket = by_other.get(free[_OTHER[api]]) if by_other else None
+            if by_other is not None and bucket is not None:
+                bucket.pop(name, None)
                 if not bucket:
-                    del by_other[n.free[other(api)]]
+                    del by_other[free[_OTHER[api]]]
+                    if not by_other:
+                        del by_largest[n.largest[s]]
         for d, key in self._keys(n):
-            self.move[d][n.view.pool][key].pop(n.view.name, None)
+            self.move[d][n.view.pool][key].pop(name, None)
 
     def best_fit(self, api: Api, gpus: int, top: int) -> str | None:
-        """The node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free
+        """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
+        those, the node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free
         GPUs a later move could use stay together)."""
         by_free = self.fit[api]
+        fallback: str | None = None
         for c in range(gpus, top + 1):
-            by_other = by_free.get(c)
-            if by_other:
-                return next(iter(by_other[min(by_other)]))
-        return None
+            by_largest = by_free.get(c)
+            if not by_largest:
+                continue
+            if len(by_largest) == 1:  # the common case: every node alike
+                size, by_other = next(iter(by_largest.items()))
+                if size >= gpus:
+                    return next(iter(by_other[min(by_other)]))
+                if fallback is None:
+                    fallback = next(iter(by_other[min(by_other)]))
+                continue
+            whole = sorted(size for size in by_largest if size >= gpus)
+            if whole:
+                return _fewest_other(by_largest, whole)
+            if fallback is None:
+                fallback = _fewest_other(by_largest, sorted(by_largest))
+        return fallback
+
+
+def _fewest_other(by_largest: Mapping[int, Mapping[int, Mapping[str, None]]], sizes: Sequence[int]) -> str:
+    """The first node with the fewest free GPUs of the other API among the buckets of `sizes` (in that order)."""
+    o, size = min((min(by_largest[size]), size) for size in sizes)
+    return next(iter(by_largest[size][o]))
 
 
 class _Planner:
@@ -207,11 +363,14 @@ class _Planner:
         return idx
 
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
-             direction: Direction | None = None) -> None:
+             direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
         idxs = self.members.get(n.view.name, ())
         for idx in idxs:
             idx._remove(n)
         n.free = free
+        if groups is not None:
+            groups()
+            n.measure()
         if dra is not None:
             self.pool_legacy[n.view.pool] += n.dra - dra
             n.dra = dra
@@ -222,18 +381,19 @@ class _Planner:
         for idx in idxs:
             idx._add(n)
 
-    def move(self, n: _Node, to: Api, count: int) -> None:
+    def move(self, n: _Node, to: Api, count: int, group: int = -1) -> None:
         frm = other(to)
         free = dict(n.free)
         free[frm] -= count
         free[to] += count
-        self._set(n, free, n.dra + (count if to == "dra" else -count), direction_to(to))
+        self._set(n, free, n.dra + (count if to == "dra" else -count), direction_to(to),
+                  lambda: n.move_groups(to, count, group))
         self.budget -= count
 
     def take(self, n: _Node, api: Api, gpus: int) -> None:
         free = dict(n.free)
         free[api] -= gpus
-        self._set(n, free)
+        self._set(n, free, groups=lambda: n.take_groups(api, gpus))
 
     # ---- step 1: fit -------------------------------------------------------------------------------------------
 
@@ -274,14 +434,14 @@ class _Planner:
             return True
         return self.pool_legacy[pool] - count >= self.floor(pool)
 
-    def _candidate(self, idx: _Index, pod: PendingPod) -> tuple[_Node, int] | None:
-        """The node needing the fewest moves for `pod`, and that number (ignoring the rate limit)."""
+    def _candidate(self, idx: _Index, pod: PendingPod) -> tuple[_Node, int, int] | None:
+        """The node needing the fewest moves for `pod`, that number (ignoring the rate limit), and the topology
+        group the moves are counted from (-1: none holds them all)."""
         d = direction_to(pod.api)
-        frm = other(pod.api)
         g = pod.gpus
         for have in range(min(g - 1, self.top), -1, -1):
             need = g - have
-            best: tuple[bool, int, str] | None = None
+            best: tuple[int, int, int, str, int] | None = None  # tier, slack, give, name, group
             for pool in sorted(idx.move[d]):
                 if not self._pool_allows(pool, d, need):
                     continue
@@ -290,23 +450,21 @@ class _Planner:
                     bucket = grid.get((have, give))
                     if not bucket:
                         continue
-                    pick, whole = None, False
+                    pick: tuple[int, int, int, str, int] | None = None
                     for i, name in enumerate(bucket):
-                        if pick is None:
-                            pick = name
-                        if self.nodes[name].largest_group(frm) >= need:
-                            pick, whole = name, True
-                            break
-                        if i >= _SCAN_FOR_GROUP:
+                        tier, slack, group = self.nodes[name].move_rank(pod.api, need)
+                        key = (tier, slack, give, name, group)
+                        if pick is None or key[:2] < pick[:2]:
+                            pick = key
+                        if (tier, slack) == (0, 0) or i >= _SCAN_FOR_GROUP:
                             break
                     assert pick is not None
-                    key = (not whole, give, pick)
-                    if best is None or key < best:
-                        best = key
-                    if whole:
-                        break  # a larger `give` in this pool is a worse fit; keep looking only for a whole group
+                    if best is None or pick < best:
+                        best = pick
+                    if pick[:2] == (0, 0):
+                        break  # a larger `give` in this pool is a worse fit, and no group fits better
             if best is not None:
-                return self.nodes[best[2]], need
+                return self.nodes[best[3]], need, best[4]
         return None
 
     def place_by_moves(self, pod: PendingPod) -> tuple[Placement | None, Blocked | None]:
@@ -318,15 +476,15 @@ class _Planner:
         if found is None:
             reason, message = self._diagnose(idx, pod)
             return None, Blocked(pod.key, pod.api, pod.gpus, reason, message)
-        n, need = found
+        n, need, group = found
         if need > self.budget:
             if self.budget > 0:  # spend what is left on the best node; the rest follows next minute
-                self.move(n, pod.api, self.budget)
+                self.move(n, pod.api, self.budget, group)
                 n.served.append(pod)
             return None, Blocked(pod.key, pod.api, pod.gpus, "rate-limit",
                                  f"needs {need} GPUs moved on {n.view.name}; the limit of "
                                  f"{self.policy.max_moves_per_minute} moves per minute is reached")
-        self.move(n, pod.api, need)
+        self.move(n, pod.api, need, group)
         self.take(n, pod.api, pod.gpus)
         n.served.append(pod)
         return Placement(pod.key, n.view.name, need), None
@@ -380,7 +538,7 @@ class _Planner:
                 continue
             assert n.view.is_safe(n.dra), f"unsafe target {n.dra} for {n.view}"
             out.append(TargetChange(n.view.name, n.view.dra, n.dra, n.view.target, self._reason(n),
-                                    tuple(p.key for p in n.served)))
+                                    tuple(p.key for p in n.served), tuple(n.moved_from)))
         return tuple(out)
 
     def _reason(self, n: _Node) -> str:
@@ -402,7 +560,8 @@ class _Planner:
                 f"need{'s' if len(pods) == 1 else ''} {gpus} GPU{'s' if gpus != 1 else ''}; {v.name} had "
                 f"{v.free(other(api))} free {_api_name(other(api))} GPU{'s' if v.free(other(api)) != 1 else ''}"
                 + (f" and {v.free(api)} free {_api_name(api)}" if v.free(api) else "")
-                + f": moving {moved} to {_api_name(api)}")
+                + f": moving {moved} to {_api_name(api)}"
+                + (f" from {' and '.join(describe_group(g) for g in n.moved_from)}" if n.moved_from else ""))
         return "; ".join(parts) if parts else f"{v.name}: target {v.dra} -> {n.dra}"
 
 

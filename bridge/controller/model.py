@@ -8,6 +8,10 @@ way land (`dra`), and by how many devices on each side cannot move because a pod
     free_dra    = dra - dra_held        (>= 0)
     free_legacy = legacy - legacy_held  (>= 0)
 
+Topology: `groups` says how a node's free devices fall into topology groups (`FreeGroup`: an NVLink island, else a
+NUMA node, as the daemon publishes them; bridge.inventory.model.topology_group), so the core can prefer nodes where
+a pod's GPUs are one group. It is a preference only: the counts above decide what is safe and what fits.
+
 A count target `N` is safe exactly when `dra_held <= N <= total - legacy_held`: the node daemon picks which devices
 move (free ones first, bridge.ledger's choice), and there are enough free ones on the side that shrinks. So the
 controller never needs device names to keep the one-owner invariant, and a target outside that range is never
@@ -44,6 +48,31 @@ def direction_to(api: Api) -> Direction:
 
 
 @dataclass(frozen=True)
+class FreeGroup:
+    """The free devices of one topology group of a node, per side. `name` is the group's key ("nvlink-1" for NVLink
+    island 1, "numa-0" for NUMA node 0; bridge.inventory.model.topology_group), "" when unknown."""
+
+    name: str
+    legacy: int = 0
+    dra: int = 0
+
+    def __post_init__(self) -> None:
+        if self.legacy < 0 or self.dra < 0:
+            raise ValueError(f"group {self.name!r}: negative free count")
+
+    def free(self, api: Api) -> int:
+        return self.dra if api == "dra" else self.legacy
+
+
+def describe_group(name: str) -> str:
+    """"nvlink-1" -> "NVLink island 1", "numa-0" -> "NUMA node 0" (for reasons and Events)."""
+    kind, _, ident = name.partition("-")
+    if kind == "nvlink":
+        return f"NVLink island {ident}"
+    return f"NUMA node {ident}" if kind == "numa" else name
+
+
+@dataclass(frozen=True)
 class NodeView:
     name: str
     total: int
@@ -57,8 +86,10 @@ class NodeView:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
-    # Free devices per topology group (NVLink island / NUMA node) on each side, largest first; () when unknown.
-    groups: Mapping[Api, tuple[int, ...]] = field(default_factory=dict)
+    # Free devices per topology group (NVLink island, else NUMA node), largest first; () when the daemon does not
+    # say (the node's free devices then count as one group). The counts may lag `free()` (a binding the daemon has
+    # not reported yet): the core trusts `free()` and fits the groups to it (bridge.controller.decide).
+    groups: tuple[FreeGroup, ...] = ()
     # The direction of moves under way (they count as landed in `dra`); the node may move further that way now,
     # the other way only once they have landed.
     moving: Direction | None = None
@@ -156,6 +187,9 @@ class TargetChange:
     previous_target: str  # the split value the Node carried
     reason: str  # one human sentence: who needs what, and what this node had
     pods: tuple[str, ...] = ()  # pending pods this change serves (namespace/name)
+    # The topology groups the moved GPUs come from, as the core planned them (the daemon's device choice takes them
+    # from there: bridge/ledger/choice.py); () when the node publishes no topology.
+    groups: tuple[str, ...] = ()
 
     @property
     def moves(self) -> int:
@@ -234,6 +268,7 @@ __all__ = [
     "Blocked",
     "Decision",
     "Direction",
+    "FreeGroup",
     "Frozen",
     "Memory",
     "NodeView",
@@ -242,6 +277,7 @@ __all__ = [
     "Policy",
     "PoolPolicy",
     "TargetChange",
+    "describe_group",
     "direction_to",
     "other",
 ]

@@ -9,14 +9,16 @@ split changes (schema version 1, defined and decoded by the node daemon's ledger
     {"version": 1, "node": "gpu-node-7", "updated": "…",
      "requested": {"value": "4", "source": "annotation|label|flag|default"},
      "state": "converged|converging|refused", "message": "…", "wanted": 4,
-     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy|dra|withdrawn", "holders": ["…"]}],
+     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy|dra|withdrawn", "numa": 0, "nvlink": 0,
+                  "holders": ["…"]}],
      "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "…", "reason": "…"}],
      "refusals": [...]}
 
 Only these fields are used; others are ignored, so the daemon may add fields without a version bump. A document
 with a newer `version` is not guessed at: the node becomes `unknown` (never changed, offers nothing) with a message
-naming both versions. A device entry may carry `"numa": <int>`; free devices are then grouped by it
-for the core's whole-group preference, else the node's free devices count as one group. The document is decoded by
+naming both versions. A device entry may carry `"numa": <int>` and `"nvlink": <island>`; free devices are then
+grouped by NVLink island, by NUMA node where a device has no island (`FreeGroup`, for the core's whole-group
+preference); when a device has neither, the node's free devices count as one group. The document is decoded by
 the ledger's own `decode` (one schema, one parser), so a field the daemon writes wrongly is refused here the same way
 `bridge node status` and `migrate-report` refuse it.
 
@@ -42,12 +44,11 @@ core add more moves that way (a second pod for the same node) but none the other
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.controller.model import Api, Direction, Frozen, NodeView
+from bridge.controller.model import Api, Direction, FreeGroup, Frozen, NodeView
 from bridge.controller.placement import taints_of
 from bridge.ledger import Side, parse_split
 from bridge.ledger.status import STATUS_KEY, STATUS_VERSION, StatusError, decode
@@ -85,8 +86,7 @@ def decode_status(text: str) -> NodeStatus:
     """The daemon's document, read by the ledger's own decoder (`StatusError` naming what is wrong), reduced to what
     the core needs."""
     doc = decode(text)
-    devices = tuple(DeviceState(d.name, d.side, bool(d.holders), "" if d.numa is None else str(d.numa))
-                    for d in doc.devices)
+    devices = tuple(DeviceState(d.name, d.side, bool(d.holders), d.group) for d in doc.devices)
     moving = {p.device: p.target for p in doc.pending if p.phase in IN_FLIGHT}
     unknown = tuple(p.device for p in doc.pending if p.phase == "unknown")
     return NodeStatus(doc.node, doc.requested, doc.source, doc.state, doc.message, devices, moving, unknown)
@@ -144,10 +144,17 @@ def _ready(node: Mapping[str, Any]) -> bool:
     return True  # a Node without conditions (just registered, or a stand-in) is not held against it
 
 
-def _groups(devices: list[DeviceState]) -> tuple[int, ...]:
-    if not devices or any(not d.group for d in devices):
-        return (len(devices),) if devices else ()
-    return tuple(sorted(Counter(d.group for d in devices).values(), reverse=True))
+def _groups(devices: list[DeviceState], free: Mapping[Api, list[DeviceState]]) -> tuple[FreeGroup, ...]:
+    """Free devices per topology group, largest first; () when some device of the node has no group."""
+    if any(not d.group for d in devices):
+        return ()
+    counts: dict[Api, dict[str, int]] = {"legacy": {}, "dra": {}}
+    for api, free_of in free.items():
+        for d in free_of:
+            counts[api][d.group] = counts[api].get(d.group, 0) + 1
+    legacy, dra = counts["legacy"], counts["dra"]
+    groups = [FreeGroup(g, legacy.get(g, 0), dra.get(g, 0)) for g in sorted(set(legacy) | set(dra))]
+    return tuple(sorted(groups, key=lambda f: (-(f.legacy + f.dra), -f.legacy, f.name)))
 
 
 def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] = frozenset(),
@@ -208,11 +215,12 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
         pending = _dra_count(target, total)
         if pending is not None and len(held_dra) <= pending <= total - held_legacy:
             dra = pending
+    # Free devices as the counts see them: a device moving to a side counts there (moves under way land).
     free_devices: dict[Api, list[DeviceState]] = {
-        "dra": [d for d in by_side[Side.DRA] if d.name not in held_dra],
-        "legacy": [d for d in by_side[Side.LEGACY] if not d.held],
+        "dra": [d for d in by_side[Side.DRA] + to_dra if d.name not in held_dra],
+        "legacy": [d for d in legacy_side if not (d.side is Side.LEGACY and d.held)],
     }
-    groups = {api: _groups(devs) for api, devs in free_devices.items()}
+    groups = _groups(list(status.devices), free_devices)
     directions = {status.moving_to.get(d.name) for d in by_side[Side.WITHDRAWN]}
     moving: Direction | None = None
     if directions == {Side.DRA}:

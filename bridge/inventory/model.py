@@ -8,7 +8,7 @@ snapshot: it changes at run time and arrives as `HealthEvent`s from the same sou
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NewType, Protocol
 
@@ -45,6 +45,54 @@ class GpuDevice:
 
     def nvlink_links_to(self, other: DeviceID) -> int:
         return next((n for peer, n in self.nvlink_peers if peer == other), 0)
+
+
+def nvlink_islands(devices: Sequence[GpuDevice]) -> dict[DeviceID, int]:
+    """Each GPU's NVLink island: the connected components of the NVLink peer graph among `devices` (pure).
+
+    A link counts when either end lists the other (NVML reports both ends, a YAML file may list one), whatever its
+    number of links; peers outside `devices` are ignored. Islands are numbered 0, 1, ... in the order of their
+    lowest-index GPU, so the same inventory always gives the same numbers. A GPU with no NVLink peer among `devices`
+    (a PCIe card) is in no island and absent from the result: an island of one says nothing about placement.
+    An HGX board (every GPU on the NVSwitch fabric) is one island; two boards in one node are two."""
+    ids = {g.uuid for g in devices}
+    adjacent: dict[DeviceID, set[DeviceID]] = {g.uuid: set() for g in devices}
+    for g in devices:
+        for peer, links in g.nvlink_peers:
+            if links > 0 and peer in ids and peer != g.uuid:
+                adjacent[g.uuid].add(peer)
+                adjacent[peer].add(g.uuid)
+    out: dict[DeviceID, int] = {}
+    island = -1
+    for g in sorted(devices, key=lambda d: (d.index, d.uuid)):
+        if g.uuid in out or not adjacent[g.uuid]:
+            continue
+        island += 1
+        stack = [g.uuid]
+        out[g.uuid] = island
+        while stack:
+            for peer in adjacent[stack.pop()]:
+                if peer not in out:
+                    out[peer] = island
+                    stack.append(peer)
+    return out
+
+
+def topology_group(nvlink: int | None, numa: int | None) -> str:
+    """The topology group a GPU counts in when whole groups are preferred: its NVLink island when it has one, else
+    its NUMA node, else "" (unknown). One rule for the node daemon's device choice (bridge/ledger/choice.py) and
+    `bridge controller` (which reads both numbers from the split status)."""
+    if nvlink is not None:
+        return f"nvlink-{nvlink}"
+    if numa is not None:
+        return f"numa-{numa}"
+    return ""
+
+
+def topology_groups(devices: Sequence[GpuDevice]) -> dict[DeviceID, str]:
+    """`topology_group` of every device (pure)."""
+    islands = nvlink_islands(devices)
+    return {g.uuid: topology_group(islands.get(g.uuid), g.numa_node) for g in devices}
 
 
 @dataclass(frozen=True)

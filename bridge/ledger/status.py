@@ -4,10 +4,10 @@ Where: the Node annotation `dra-bridge.io/split-status` (JSON, compact). Chosen 
 travels with the Node: `kubectl get node -o yaml`, a `migrate-report` snapshot and `bridge node status` all see it
 without extra RBAC or a CRD, and it disappears with the Node. The daemon writes it (merge patch on the Node's
 metadata) only when its content changes, so a quiet node costs no writes; `updated` is the time of the last change,
-not a heartbeat (the daemon's liveness is its pod's readiness). Size: devices x (name, UUID, side, up to 4 holders)
-plus at most 8 pending entries and 5 refusals, every message cut at 300 characters: about 2 KiB for 8 GPUs, and
-`encode` drops the holder details if a document would still exceed 16 KiB, well inside the 256 KiB that all of a
-Node's annotations share.
+not a heartbeat (the daemon's liveness is its pod's readiness). Size: devices x (name, UUID, side, NUMA node, NVLink
+island, up to 4 holders) plus at most 8 pending entries and 5 refusals, every message cut at 300 characters: about
+2 KiB for 8 GPUs, and `encode` drops the holder details if a document would still exceed 16 KiB, well inside the
+256 KiB that all of a Node's annotations share.
 
 Schema, version 1 (readers accept any version they know and refuse newer ones, naming the version):
 
@@ -19,14 +19,20 @@ Schema, version 1 (readers accept any version they know and refuse newer ones, n
      "message": "…",                                     the refusal, or a one-line summary
      "wanted": 4,                                        devices the target puts on DRA (null when refused)
      "counts": {"legacy": 4, "dra": 3, "withdrawn": 1},
-     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy", "numa": 0,
+     "devices": [{"name": "gpu-0", "uuid": "GPU-…", "side": "legacy", "numa": 0, "nvlink": 0,
                   "holders": ["pod a/b container c (legacy container)"]}],
      "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "held",
                   "reason": "gpu-5 held by pod ml/train-7 container init (legacy init container); will move when free"}],
      "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}],
      "checkpointError": {"since": "…", "message": "…"}}  only while the checkpoint cannot be written
 
-`devices[].numa` is the GPU's NUMA node, absent when unknown (`bridge controller` groups free devices by it).
+`devices[].numa` is the GPU's NUMA node, absent when unknown. `devices[].nvlink` (optional, added without a version
+bump: older readers ignore it) is the GPU's NVLink island: the connected components of the node's NVLink peer graph
+(NVML's links, or the simulated source's), numbered 0, 1, ... in the order of their lowest-index GPU, so the same
+inventory always publishes the same numbers; absent for a GPU with no NVLink peer on the node (a PCIe card). Two
+GPUs with the same `nvlink` can reach each other over NVLink (perhaps through others); an HGX board is one island.
+`bridge controller` groups free devices by island, by NUMA node where a GPU has no island
+(`bridge.inventory.model.topology_group`, the rule the daemon's own device choice follows).
 `pending[].phase` is a move phase (`waiting-node-status`, `waiting-slice`, `waiting-scheduler`, `verifying`) for a
 device in transit, or `held`, `unknown` (its side's holders cannot be read), `cooldown` (its last move timed out)
 for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`. `checkpointError` (optional,
@@ -41,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.inventory.model import nvlink_islands, topology_group
 from bridge.kvalues.versioned import load_versioned
 from bridge.ledger.holders import Facts, distinct
 from bridge.ledger.ledger import Decision
@@ -74,6 +81,12 @@ class DeviceStatus:
     side: Side
     holders: tuple[str, ...] = ()
     numa: int | None = None
+    nvlink: int | None = None  # NVLink island (see the module docstring)
+
+    @property
+    def group(self) -> str:
+        """The topology group for whole-group placement: NVLink island, else NUMA node, else "" (unknown)."""
+        return topology_group(self.nvlink, self.numa)
 
 
 @dataclass(frozen=True)
@@ -142,6 +155,7 @@ def _doc(s: SplitStatus, *, with_time: bool) -> dict[str, Any]:
         "counts": s.counts(),
         "devices": [{"name": d.name, "uuid": d.uuid, "side": d.side.value,
                      **({"numa": d.numa} if d.numa is not None else {}),
+                     **({"nvlink": d.nvlink} if d.nvlink is not None else {}),
                      "holders": [_cut(h) for h in d.holders[:MAX_HOLDERS]]
                      + ([f"and {len(d.holders) - MAX_HOLDERS} more"] if len(d.holders) > MAX_HOLDERS else [])}
                     for d in s.devices],
@@ -162,6 +176,13 @@ def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where:
     return v
 
 
+def _optional_int(d: Mapping[str, Any], key: str) -> int | None:
+    """An optional small number (NUMA node, NVLink island): absent or anything but a non-negative int reads as
+    unknown, so a reader never fails on a field it can do without."""
+    v = d.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
 def decode(text: str) -> SplitStatus:
     """Read a split-status annotation; `StatusError` naming what is wrong."""
     doc = load_versioned(text, STATUS_KEY, STATUS_VERSION, StatusError, "written by a newer dra-bridge: upgrade this one")
@@ -177,7 +198,7 @@ def decode(text: str) -> SplitStatus:
         devices = tuple(DeviceStatus(_field(d, "name", str, "devices[]"), str(d.get("uuid", "")),
                                      parse_side(d.get("side"), "devices[].side"),
                                      tuple(str(h) for h in d.get("holders") or []),
-                                     d["numa"] if isinstance(d.get("numa"), int) else None)
+                                     _optional_int(d, "numa"), _optional_int(d, "nvlink"))
                         for d in _field(doc, "devices", list, "status"))
         pending = tuple(PendingStatus(_field(p, "device", str, "pending[]"), parse_side(p.get("from"), "pending[].from"),
                                       parse_side(p.get("to"), "pending[].to"), str(p.get("phase", "")),
@@ -210,13 +231,15 @@ def build_status(*, node: str, request: SplitRequest, decision: Decision, facts:
                  checkpoint_error: CheckpointErrorStatus | None = None) -> SplitStatus:
     """The status document for one evaluation (pure)."""
     led = decision.ledger
+    islands = nvlink_islands(led.devices)
     devices = []
     for gpu in led.devices:
         side = led.sides[gpu.uuid]
         sides = (side,) if side is not Side.WITHDRAWN else (Side.LEGACY, Side.DRA)
         holders = tuple(dict.fromkeys(h.describe() for h in distinct(
             h for s in sides for h in led.holders(gpu.uuid, s, facts))))
-        devices.append(DeviceStatus(device_name(gpu), str(gpu.uuid), side, holders, gpu.numa_node))
+        devices.append(DeviceStatus(device_name(gpu), str(gpu.uuid), side, holders, gpu.numa_node,
+                                    islands.get(gpu.uuid)))
     pending = [PendingStatus(w.name, led.moves[w.device].source if w.device in led.moves else w.side, w.target,
                              w.phase, w.reason) for w in decision.waiting]
     listed = {w.device for w in decision.waiting}

@@ -139,13 +139,6 @@ def test_zero_moves_per_minute_pauses_every_move() -> None:
     assert d.changes == () and d.blocked[0].reason == "rate-limit"
 
 
-def test_a_node_where_the_moving_gpus_form_one_topology_group_is_preferred() -> None:
-    split = NodeView("split", 8, 0, legacy_held=4, groups={"legacy": (2, 2)})
-    whole = NodeView("whole", 8, 0, legacy_held=4, groups={"legacy": (4,)})
-    d = decide([split, whole], dra_pods(1, 4), FREE)
-    assert [c.node for c in d.changes] == ["whole"]
-
-
 def test_gpus_move_only_on_nodes_the_pod_may_run_on() -> None:
     wants_h100 = Constraints(node_selector=(("nvidia.com/gpu.product", "H100"),))
     tainted = NodeView("h100-tainted", 8, 0, labels={"nvidia.com/gpu.product": "H100"},

@@ -10,6 +10,12 @@
   bridge/controller/decide.py);
 * the limits hold: no reversal inside the cool-down, never more moves than the rate-limit budget, and a to-DRA move
   never takes a pool below its minimum legacy share.
+
+Nodes carry topology groups (NVLink islands / NUMA nodes, sometimes lagging the counts as a status may) in every
+property above, and the topology preference has its own: a pod that needs moves goes to a node where it ends in one
+group, else where the moved GPUs come from one group, whenever a node needing as few moves offers that; a pod that
+fits goes where it fits one group whenever a node offers that; and a change names only groups of its node that had
+the GPUs it moves.
 """
 
 from __future__ import annotations
@@ -21,29 +27,51 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.controller.decide import decide
-from bridge.controller.model import Api, Decision, Memory, NodeView, PendingPod, Policy, PoolPolicy
+from bridge.controller.model import Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Policy, PoolPolicy
 
 PROPS = settings(max_examples=120, deadline=None, derandomize=True)
+TOPOLOGY = settings(max_examples=80, deadline=None, derandomize=True)
 UNLIMITED = Policy(max_moves_per_minute=10_000, cooldown_s=0)
 
 
 @st.composite
-def node_views(draw: st.DrawFn, index: int, max_gpus: int, frozen: bool) -> NodeView:
+def free_groups(draw: st.DrawFn, legacy: int, dra: int, lagging: bool) -> tuple[FreeGroup, ...]:
+    """`legacy` and `dra` free GPUs spread over up to 3 groups (none: no topology); `lagging`: the groups may show a
+    few more free GPUs than the counts (a binding the daemon has not reported yet)."""
+    n = draw(st.integers(0, 3))
+    if n == 0:
+        return ()
+    if lagging:
+        legacy += draw(st.integers(0, 2))
+    names = draw(st.permutations(["nvlink-0", "nvlink-1", "numa-0", "numa-1"]))[:n]
+    counts = [[0, 0] for _ in range(n)]
+    for side, total in enumerate((legacy, dra)):
+        for _ in range(total):
+            counts[draw(st.integers(0, n - 1))][side] += 1
+    return tuple(FreeGroup(name, c[0], c[1]) for name, c in zip(names, counts))
+
+
+@st.composite
+def node_views(draw: st.DrawFn, index: int, max_gpus: int, frozen: bool, lagging: bool = True) -> NodeView:
     total = draw(st.integers(1, max_gpus))
     dra = draw(st.integers(0, total))
     state = draw(st.sampled_from(["", "", "", "pinned", "settling", "unknown"])) if frozen else ""
     if state == "unknown":
         return NodeView(f"n{index}", 0, 0, frozen="unknown", pool=draw(st.sampled_from("ab")))
     moving = draw(st.sampled_from([None, None, "to-dra", "to-legacy"])) if frozen else None
-    return NodeView(f"n{index}", total, dra, dra_held=draw(st.integers(0, dra)),
-                    legacy_held=draw(st.integers(0, total - dra)), pool=draw(st.sampled_from("ab")),
-                    frozen=state, moving=moving)  # type: ignore[arg-type]
+    dra_held = draw(st.integers(0, dra))
+    legacy_held = draw(st.integers(0, total - dra))
+    groups = draw(free_groups(total - dra - legacy_held, dra - dra_held, lagging))
+    return NodeView(f"n{index}", total, dra, dra_held=dra_held, legacy_held=legacy_held,
+                    pool=draw(st.sampled_from("ab")), frozen=state, moving=moving,  # type: ignore[arg-type]
+                    groups=groups)
 
 
 @st.composite
-def clusters(draw: st.DrawFn, max_nodes: int = 3, max_gpus: int = 4, frozen: bool = False) -> list[NodeView]:
+def clusters(draw: st.DrawFn, max_nodes: int = 3, max_gpus: int = 4, frozen: bool = False,
+             lagging: bool = True) -> list[NodeView]:
     n = draw(st.integers(1, max_nodes))
-    return [draw(node_views(i, max_gpus, frozen)) for i in range(n)]
+    return [draw(node_views(i, max_gpus, frozen, lagging)) for i in range(n)]
 
 
 @st.composite
@@ -186,3 +214,79 @@ def test_cool_down_rate_limit_and_legacy_floor_hold(nodes: list[NodeView], pods:
         before = sum(n.legacy for n in members)
         after = sum(n.total - dra[n.name] for n in members)
         assert after >= min(before, floor), f"pool {pool} pushed below its floor: {before} -> {after}"
+
+
+# ---- the topology preference ----------------------------------------------------------------------------------------
+
+def _tier(node: NodeView, api: Api, need: int) -> int:
+    """0: the pod (every free GPU of `api` on the node plus `need` moved ones) ends in one group; 1: the moved GPUs
+    come from one group; 2: neither. A node without topology is one group."""
+    groups = node.groups or (FreeGroup("", node.free("legacy"), node.free("dra")),)
+    give: Api = "legacy" if api == "dra" else "dra"
+    if any(g.free(give) >= need and g.free(api) == node.free(api) for g in groups):
+        return 0
+    return 1 if any(g.free(give) >= need for g in groups) else 2
+
+
+@TOPOLOGY
+@given(clusters(max_nodes=6, max_gpus=8, lagging=False), st.sampled_from(["legacy", "dra"]), st.integers(1, 8))
+def test_a_pod_needing_moves_goes_where_its_gpus_are_one_group_when_a_node_needing_as_few_offers_that(
+        nodes: list[NodeView], api: Api, gpus: int) -> None:
+    d = decide(nodes, [PendingPod("ns/p", api, gpus, "ns")], UNLIMITED)
+    if not d.changes:
+        return
+    (change,) = d.changes
+    need = {n.name: gpus - n.free(api) for n in nodes if n.free("legacy") + n.free("dra") >= gpus}
+    fewest = min(need.values())
+    by_name = {n.name: n for n in nodes}
+    assert change.moves == fewest == need[change.node]
+    best = min(_tier(by_name[name], api, k) for name, k in need.items() if k == fewest)
+    assert _tier(by_name[change.node], api, fewest) == best, f"{change} on {by_name[change.node]}"
+    if best < 2 and by_name[change.node].groups:
+        (group,) = change.groups
+        assert any(g.name == group for g in by_name[change.node].groups)
+    else:
+        assert change.groups == (), "a move spanning groups (or a node without topology) promises no group"
+
+
+@st.composite
+def grouped_nodes(draw: st.DrawFn) -> list[NodeView]:
+    """2-5 nodes of 16 GPUs whose free GPUs all sit in 2 or 3 known groups (where the fit preference can bite)."""
+    out = []
+    for i in range(draw(st.integers(2, 5))):
+        groups = tuple(FreeGroup(f"nvlink-{k}", draw(st.integers(0, 2)), draw(st.integers(0, 3)))
+                       for k in range(draw(st.integers(2, 3))))
+        free_legacy, free_dra = sum(g.legacy for g in groups), sum(g.dra for g in groups)
+        dra = free_dra + draw(st.integers(0, 16 - free_legacy - free_dra))
+        out.append(NodeView(f"n{i}", 16, dra, dra_held=dra - free_dra, legacy_held=16 - dra - free_legacy,
+                            groups=groups))
+    return out
+
+
+@TOPOLOGY
+@given(grouped_nodes(), st.sampled_from(["legacy", "dra"]), st.integers(2, 4))
+def test_a_pod_that_fits_is_placed_where_it_fits_one_group_when_a_node_offers_that(
+        nodes: list[NodeView], api: Api, gpus: int) -> None:
+    d = decide(nodes, [PendingPod("ns/p", api, gpus, "ns")], UNLIMITED)
+    if d.changes or d.blocked:
+        return
+    (placed,) = d.placements
+    def one_group(n: NodeView) -> bool:
+        return any(g.free(api) >= gpus for g in n.groups)
+
+    if any(one_group(n) for n in nodes if n.free(api) >= gpus):
+        assert one_group(next(n for n in nodes if n.name == placed.node))
+
+
+@TOPOLOGY
+@given(clusters(max_nodes=5, max_gpus=8), pending(max_pods=10, max_gpus=6))
+def test_a_change_names_only_groups_of_its_node_that_had_the_gpus_it_moves(nodes: list[NodeView],
+                                                                          pods: list[PendingPod]) -> None:
+    d = decide(nodes, pods, UNLIMITED)
+    by_name = {n.name: n for n in nodes}
+    for c in d.changes:
+        groups = {g.name: g for g in by_name[c.node].groups}
+        giving: Api = "legacy" if c.direction == "to-dra" else "dra"
+        assert set(c.groups) <= set(groups), c
+        assert all(groups[g].free(giving) > 0 for g in c.groups), f"{c} names a group with nothing to give"
+        assert len(c.groups) <= c.moves

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bridge.controller.model import FreeGroup
 from bridge.controller.nodestatus import PIN_KEY, SPLIT_KEY, STATUS_KEY, StatusError, decode_status, node_view
 from tests.controller.status_docs import gpu_node, status_doc
 
@@ -97,8 +98,25 @@ def test_a_node_that_is_not_ready_is_unknown() -> None:
 
 def test_free_devices_are_grouped_by_numa_when_the_daemon_reports_it() -> None:
     v = node_view(gpu_node("n1", [L] * 8, held=[0], numa={i: i // 4 for i in range(8)}))
-    assert v.groups["legacy"] == (4, 3)
-    assert node_view(gpu_node("n1", [L] * 8, held=[0])).groups["legacy"] == (7,)
+    assert v.groups == (FreeGroup("numa-1", legacy=4), FreeGroup("numa-0", legacy=3))
+    assert node_view(gpu_node("n1", [L] * 8, held=[0])).groups == (), "no topology: the core sees one group"
+
+
+def test_free_devices_are_grouped_by_nvlink_island_where_a_device_has_one_and_by_numa_otherwise() -> None:
+    # Two NVLink pairs on NUMA node 0 (one NUMA group, two islands) and two PCIe cards on NUMA node 1.
+    v = node_view(gpu_node("n1", [L, L, D, D, L, L, D, L], held=[1, 2], numa={0: 0, 1: 0, 2: 0, 3: 0, 4: 1, 5: 1,
+                                                                           6: 1, 7: 1},
+                           nvlink={0: 0, 1: 0, 2: 1, 3: 1}))
+    assert v.groups == (FreeGroup("numa-1", legacy=3, dra=1), FreeGroup("nvlink-0", legacy=1),
+                        FreeGroup("nvlink-1", dra=1))
+
+
+def test_devices_moving_to_a_side_count_as_free_there_in_their_group() -> None:
+    pending = [{"device": "gpu-3", "from": "legacy", "to": "dra", "phase": "waiting-node-status", "reason": ""}]
+    v = node_view(gpu_node("n1", [L, L, L, W], target="1", state="converging", pending=pending,
+                           nvlink={0: 0, 1: 0, 2: 1, 3: 1}))
+    assert v.groups == (FreeGroup("nvlink-0", legacy=2), FreeGroup("nvlink-1", legacy=1, dra=1))
+    assert (v.free("legacy"), v.free("dra")) == (3, 1)
 
 
 def test_pool_labels_and_taints_are_read_from_the_node() -> None:

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from bridge.inventory import DeviceID, devices_from_spec
+from bridge.inventory.simulated_yaml import devices_from_document
 from bridge.ledger import (
     Facts,
     Holder,
@@ -90,6 +91,44 @@ def test_growing_joins_the_numa_island_of_the_devices_already_there() -> None:
 
 def test_a_move_in_flight_is_cancelled_before_a_settled_device_moves() -> None:
     assert names(choose_dra(GPUS, 1, on_dra={U[3], U[7]}, in_flight={U[3]})) == ["gpu-7"]
+
+
+# Two NVLink quads (gpu-0..3 and gpu-4..7) on one NUMA node: only the islands tell the groups apart.
+QUADS = devices_from_document({"nvlink": "none", "gpus": [
+    {"model": "H100-80GB", "numa": 0, "nvlinkPeers": {j: 18 for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i}}
+    for i in range(8)]}, "node-q")
+Q = [g.uuid for g in QUADS]
+
+
+def qnames(ids) -> list[int]:  # type: ignore[no-untyped-def]
+    return sorted(Q.index(i) for i in ids)
+
+
+def test_the_devices_that_join_come_from_the_one_island_that_holds_them_all() -> None:
+    # gpu-4 and gpu-5 are held: island 1 has 2 free, island 0 has 4. Highest index first alone would take
+    # gpu-7, gpu-6, then two of island 0 (a pod asking for the 4 would span both islands).
+    assert qnames(choose_dra(QUADS, 4, on_dra=(), busy={Q[4], Q[5]})) == [0, 1, 2, 3]
+
+
+def test_the_island_holding_the_free_dra_devices_is_grown_before_a_tighter_one() -> None:
+    # gpu-3 is on DRA and free: a pod asking for 3 gets island 0 (3 free there) rather than island 1's 2.
+    assert qnames(choose_dra(QUADS, 3, on_dra={Q[3]}, busy={Q[4], Q[5]})) == [1, 2, 3]
+
+
+def test_between_equal_islands_the_highest_numbered_joins_and_the_lowest_leaves() -> None:
+    assert qnames(choose_dra(QUADS, 4, on_dra=())) == [4, 5, 6, 7]
+    assert qnames(choose_dra(QUADS, 4, on_dra=set(Q))) == [4, 5, 6, 7]
+
+
+def test_the_devices_that_leave_come_from_the_tightest_island() -> None:
+    # All on DRA; gpu-4 and gpu-5 are held there. Two must leave: island 1's two free ones go (island 0 stays whole);
+    # least attached, lowest index first alone would take gpu-0 and gpu-1.
+    assert qnames(choose_dra(QUADS, 6, on_dra=set(Q), busy={Q[4], Q[5]})) == [0, 1, 2, 3, 4, 5]
+
+
+def test_when_no_island_holds_them_all_affinity_and_index_decide_as_before() -> None:
+    assert qnames(choose_dra(QUADS, 6, on_dra=())) == [2, 3, 4, 5, 6, 7]
+    assert qnames(choose_dra(QUADS, 3, on_dra=(), busy={Q[0], Q[1], Q[4], Q[5]})) == [3, 6, 7]
 
 
 # ---- reconcile: legacy -> dra -------------------------------------------------------------------------------------

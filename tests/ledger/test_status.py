@@ -44,7 +44,7 @@ def test_the_document_round_trips_and_says_what_a_reader_needs() -> None:
     assert doc["state"] == "converging" and doc["wanted"] == 2
     assert doc["counts"] == {"legacy": 7, "dra": 0, "withdrawn": 1}
     gpu7 = doc["devices"][7]
-    assert gpu7 == {"name": "gpu-7", "uuid": GPUS[7].uuid, "side": "legacy", "numa": GPUS[7].numa_node,
+    assert gpu7 == {"name": "gpu-7", "uuid": GPUS[7].uuid, "side": "legacy", "numa": GPUS[7].numa_node, "nvlink": 0,
                     "holders": ["pod ml/train-7 container init (legacy init container)"]}
     assert {p["device"]: p["phase"] for p in doc["pending"]} == {"gpu-7": "held", "gpu-5": "waiting-node-status"}
     assert "will move when free" in next(p["reason"] for p in doc["pending"] if p["device"] == "gpu-7")
@@ -93,7 +93,7 @@ def test_bridge_controller_reads_the_document_the_daemon_writes() -> None:
     assert read.node == "node-1" and read.requested == "gpu-5,gpu-7" and read.source == "annotation"
     assert read.moving_to == {"gpu-5": "dra"} and read.unknown_holders == ()
     assert [d.name for d in read.devices if d.held] == ["gpu-7"]
-    assert {d.group for d in read.devices} == {"0", "1"}  # NUMA nodes, for its whole-group preference
+    assert {d.group for d in read.devices} == {"nvlink-0"}  # one HGX board: one NVLink island, for its preference
 
 
 def test_a_claim_several_sources_report_is_named_once_by_its_strongest_fact() -> None:
