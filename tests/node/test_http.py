@@ -172,15 +172,25 @@ def test_when_every_connection_is_being_answered_a_new_one_gets_503_at_once() ->
     from bridge.node.http import HealthServer
 
     release = threading.Event()
-    srv = HealthServer(("127.0.0.1", 0), CollectorRegistry(), {"slow": lambda: None if release.wait(30) else "x"},
-                       {}, max_connections=4, io_timeout_s=30.0)
+    in_check = threading.Semaphore(0)
+
+    def slow() -> str | None:
+        in_check.release()
+        return None if release.wait(30) else "x"
+
+    srv = HealthServer(("127.0.0.1", 0), CollectorRegistry(), {"slow": slow}, {}, max_connections=4,
+                       io_timeout_s=30.0)
     srv.start()
     answers: list[tuple[int, str]] = []
     busy = [threading.Thread(target=lambda: answers.append(get(srv.port, "/healthz"))) for _ in range(4)]
     try:
         for t in busy:
             t.start()
-        wait_until(lambda: srv.open._value.get() == 4, what="4 requests in the check")
+        # every one has sent its whole request and is being answered (a connection still sending its request head
+        # would be evicted for the new one instead: that is the other test)
+        for _ in range(4):
+            assert in_check.acquire(timeout=20), "4 requests in the check"
+        assert srv.open._value.get() == 4
         started = time.monotonic()
         assert get(srv.port, "/healthz")[0] == 503
         assert time.monotonic() - started < 2
