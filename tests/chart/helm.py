@@ -1,8 +1,9 @@
 """Real Helm for the chart tests: helm-sdkpy (Helm v4's Go library) in a child process, against the API emulator.
 
 * `helm_action(req)` runs `tests/chart/helmrun.py` with `HELM_DRIVER=memory`: Helm keeps its release record in
-  memory instead of a Secret (client-go stores releases protobuf-encoded, which the emulator does not decode yet),
-  so everything Helm stores in the cluster is the chart's own objects.
+  memory instead of a Secret, so everything Helm stores in the cluster is the chart's own objects and each test
+  starts from no release. (The emulator does serve Helm's default Secret storage: the guide tests' `helm` runs
+  with it, see tests/guides/helmcli.py.)
 * helm-sdkpy declares Python >= 3.12 and works on 3.11; `.ci/run` installs it with `--ignore-requires-python`. Where
   it is missing the tests are skipped with that command, except under CI (`CI` set), where they fail.
 * `helm lint` takes no values files in helm-sdkpy, so `lint_with(values_file)` lints a copy of the chart whose
