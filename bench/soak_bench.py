@@ -29,8 +29,11 @@ processes after the quiet phase, after the hostile phase, and once settled; the 
 end (at most the cap). Nothing is asserted.
 
 Adding a hostile case: write `def case(t: Targets) -> None` that makes one hostile call (an RpcError is recorded
-by its status code, an HttpError by its text, anything else as an error) and add it to `HOSTILE`. The DRA hostile cases of issue 16 items 4
-and 7 (claims that stall the API, empty namespaces, wrong names) belong here once they exist.
+by its status code, an HttpError by its text, anything else as an error) and add it to `HOSTILE`.
+
+Not here: an API server that stalls during a prepare. The emulator serves the normal callers too, so stalling it
+would stall the baseline; tests/dra/test_prepare_grpc.py measures that case (20 claims during an outage, and a
+hanging API server, answered within the kubelet's deadline).
 """
 
 from __future__ import annotations
@@ -237,6 +240,18 @@ def dra_prepare_missing_claim(t: Targets) -> None:
         raise RuntimeError("a claim that does not exist was prepared")
 
 
+def dra_prepare_bad_claims_in_one_call(t: Targets) -> None:
+    """One NodePrepareResources with three bad claims: an empty namespace, a real claim's UID under a wrong name, a
+    claim that does not exist. Each gets its own error; the call itself succeeds (per-claim means per-claim)."""
+    real = t.claims[0]
+    bad = [dra_pb.Claim(namespace="", name="no-namespace", uid="00000000-0000-0000-0000-00000000000a"),
+           dra_pb.Claim(namespace=real.namespace, name=real.name + "-wrong", uid=real.uid),
+           dra_pb.Claim(namespace=NS, name="does-not-exist", uid="00000000-0000-0000-0000-00000000000b")]
+    resp = t.dra.NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=bad), timeout=45)
+    errored = sum(1 for c in bad if resp.claims[c.uid].error)
+    raise HttpError(f"{errored} of {len(bad)} claims answered with their own error")
+
+
 def raw_garbage(t: Targets) -> None:
     for path in t.sockets.values():
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -293,6 +308,7 @@ HOSTILE: dict[str, Callable[[Targets], None]] = {
     "dp 10 ListAndWatch streams at once": dp_listandwatch_flood,
     "dra 10 health streams at once": dra_health_stream_flood,
     "dra NodePrepareResources of a missing claim": dra_prepare_missing_claim,
+    "dra one prepare: empty namespace, wrong name, missing claim": dra_prepare_bad_claims_in_one_call,
     "raw garbage bytes on all three sockets": raw_garbage,
     "GET /healthz: --half-sent half-sent requests held 2 s": healthz_half_sent,
     "webhook: forged review without the client certificate": webhook_forged_without_certificate,
