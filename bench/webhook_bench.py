@@ -81,24 +81,19 @@ def pin(cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def serve(cert: str, key: str, kubeconfig: str, cpu: int | None, executor: bool, log_format: str,
-          ready: mp.Queue) -> None:  # type: ignore[type-arg]
-    import logging
+def wire(cert: str, key: str, kubeconfig: str, executor: bool = False,
+         check_interval: float | None = None) -> tuple[WebhookServer, Admitter]:
+    """The server and its admitter, wired as `bridge webhook` wires them, caches synced (also used by
+    bench/webhook_review_cost.py, so both measure the same code path)."""
     import threading
 
-    pin(cpu)
-    if log_format == "off":
-        logging.disable(logging.INFO)
-    else:
-        setup_logging(log_format, "info")
-        for handler in logging.getLogger().handlers:
-            handler.setStream(open(os.devnull, "w"))  # type: ignore[attr-defined]
     api = connect(kubeconfig)
     facts = facts_from_discovery(api.discovery())
     metrics = WebhookMetrics()
     cache = NamespaceCache(api, metrics)
     events = EventRecorder(api, metrics)
-    live = LiveFacts(api, facts, "dra-bridge")  # the node informer, the dry-run check, the DeviceClass, as in run()
+    # the node informer, the dry-run check, the DeviceClass, as in run() (`check_interval`: seconds between checks)
+    live = LiveFacts(api, facts, "dra-bridge", **({} if check_interval is None else {"interval": check_interval}))
     admitter = Admitter(ReviewConfig(PolicyConfig(own_namespace="dra-bridge"), facts, "claims"), cache.labels,
                         TemplateEnsurer(api, metrics), events, metrics, peek_labels=cache.peek, serve=live.current)
     stop = threading.Event()
@@ -112,6 +107,26 @@ def serve(cert: str, key: str, kubeconfig: str, cpu: int | None, executor: bool,
     paths = {"/mutate": admitter.handle if executor else admitter.handle_inline, "/echo": lambda body: (200, body)}
     srv = WebhookServer(paths, ReloadingContext(cert, key), host="127.0.0.1", port=0, metrics=metrics,
                         inline=() if executor else tuple(paths))
+    return srv, admitter
+
+
+def quiet_logging(log_format: str) -> None:
+    """`off`: no INFO lines at all; else the production format written to /dev/null."""
+    import logging
+
+    if log_format == "off":
+        logging.disable(logging.INFO)
+    else:
+        setup_logging(log_format, "info")
+        for handler in logging.getLogger().handlers:
+            handler.setStream(open(os.devnull, "w"))  # type: ignore[attr-defined]
+
+
+def serve(cert: str, key: str, kubeconfig: str, cpu: int | None, executor: bool, log_format: str,
+          ready: mp.Queue) -> None:  # type: ignore[type-arg]
+    pin(cpu)
+    quiet_logging(log_format)
+    srv, _ = wire(cert, key, kubeconfig, executor)
     ready.put(srv.port)
     srv.serve_forever()
 
@@ -230,6 +245,29 @@ def gpu_nodes() -> list[dict[str, object]]:
                                                  "nvidia.com/mig.strategy": "single"}))]
 
 
+def request_template() -> bytes:
+    """The AdmissionReview the bench sends, with UID_MARK and POD_MARK to replace per request: a Deployment pod
+    with 2 GPUs, a sidecar without, and a GFD nodeSelector."""
+    pod = deployment_pod(container("trainer", 2), container("sidecar"),
+                         node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
+    pod["metadata"]["generateName"] = f"trainer-{POD_MARK}-"
+    return json.dumps(admission_review(pod, "team-a", uid=UID_MARK)).encode()
+
+
+def start_cluster(directory: Path) -> tuple[ApiServer, Path]:
+    """The API emulator with namespace `team-a` in dra mode, the webhook's own namespace and the two GPU nodes;
+    the emulator and the path of a kubeconfig for it."""
+    apiserver = ApiServer(version="1.35.0").start()
+    kubeconfig = apiserver.write_kubeconfig(directory / "kubeconfig")
+    admin = connect(str(kubeconfig))
+    admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "team-a", "labels": {"dra-bridge.io/mode": "dra"}}})
+    admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra-bridge"}})
+    for node in gpu_nodes():  # a whole-GPU node the pod selects, and a MIG node: the placement check runs
+        admin.create(NODES, node)
+    return apiserver, kubeconfig
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -249,23 +287,13 @@ def main() -> None:
     if args.pin and (os.cpu_count() or 1) < 2:
         raise SystemExit("--pin needs at least 2 CPUs")
     server_cpu, client_cpu = (SERVER_CPU, CLIENT_CPU) if args.pin else (None, None)
-    pod = deployment_pod(container("trainer", 2), container("sidecar"),
-                         node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
-    pod["metadata"]["generateName"] = f"trainer-{POD_MARK}-"
-    body = json.dumps(admission_review(pod, "team-a", uid=UID_MARK)).encode()
+    body = request_template()
     with tempfile.TemporaryDirectory() as d:
         pki = Pki(Path(d))
         pki.issue()
         body_file = Path(d) / "body.json"
         body_file.write_bytes(body)
-        apiserver = ApiServer(version="1.35.0").start()
-        kubeconfig = apiserver.write_kubeconfig(Path(d) / "kubeconfig")
-        admin = connect(str(kubeconfig))
-        admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": "team-a", "labels": {"dra-bridge.io/mode": "dra"}}})
-        admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra-bridge"}})
-        for node in gpu_nodes():  # a whole-GPU node the pod selects, and a MIG node: the placement check runs
-            admin.create(NODES, node)
+        apiserver, kubeconfig = start_cluster(Path(d))
         q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
         server = mp.Process(target=serve, args=(str(pki.cert_file), str(pki.key_file), str(kubeconfig), server_cpu,
                                                 args.executor, args.log, q), daemon=True)

@@ -77,6 +77,9 @@ class _NeedsIO(Exception):
     """Raised by the peeking label lookup on a cache miss: the review must be redone off the loop."""
 
 
+_RERAISE = (_NeedsIO,)
+
+
 def _load(body: bytes) -> Any:
     """The parsed body when it is a JSON object, else the raw bytes (then `review` parses them again and says what
     is wrong: a parsed JSON string would be taken for a raw body)."""
@@ -127,21 +130,20 @@ class Admitter:
         callable for the pool. Never does I/O itself."""
         start = time.perf_counter()
         doc = _load(body)
-
-        def peek(namespace: str) -> Mapping[str, str] | None:
-            found = self._peek(namespace)
-            if found is MISS:
-                raise _NeedsIO(namespace)
-            return found
-
         try:
-            result, encoded = self._review(body, doc, peek, reraise=(_NeedsIO,))
+            result, encoded = self._review(body, doc, self._peek_or_raise, _RERAISE)
         except _NeedsIO:
             return lambda: self.handle(body)
         if (result.templates and not result.dry_run and self._templates is not None
                 and not self._templates.ensure_cached(result.templates)):
             return lambda: self._finish(result, encoded, self._side_effects(result, doc), start)
         return self._finish(result, encoded, self._side_effects(result, doc, ensure=False), start)
+
+    def _peek_or_raise(self, namespace: str) -> Mapping[str, str] | None:
+        found = self._peek(namespace)
+        if found is MISS:
+            raise _NeedsIO(namespace)
+        return found
 
     def _finish(self, reviewed: ReviewResult, encoded: bytes, result: ReviewResult, start: float) -> Reply:
         """Metrics and the log line for `result`; its body is `encoded` unless the side effects replaced it."""

@@ -131,23 +131,25 @@ class TemplateEnsurer:
         self._counters: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def _count(self, result: str) -> None:
+    def _count(self, result: str, n: int = 1) -> None:
         if self._metrics is not None:
             child = self._counters.get(result)
             if child is None:  # `labels()` costs a lock and a tuple per call: the inline path counts every review
                 child = self._counters[result] = self._metrics.templates.labels(result)
-            child.inc()
+            child.inc(n)
 
     def ensure_cached(self, templates: tuple[dict[str, Any], ...]) -> bool:
         """True (each counted as `cached`) when every template was ensured within the TTL, so `ensure` would make
         no API call; False, counting nothing, when any needs one. Never blocks on the API."""
-        now = self._clock()
-        with self._lock:
-            fresh = all(self._seen.get(_key(t), -1e18) > now - self._ttl for t in templates)
-        if fresh:
-            for _ in templates:
-                self._count("cached")
-        return fresh
+        oldest = self._clock() - self._ttl
+        seen = self._seen  # read without the lock: `ensure` only sets entries (under it), one lookup is atomic
+        for t in templates:
+            meta = t["metadata"]
+            if seen.get((t["apiVersion"], meta["namespace"], meta["name"]), -1e18) <= oldest:
+                return False
+        if templates:
+            self._count("cached", len(templates))
+        return True
 
     def ensure(self, templates: tuple[dict[str, Any], ...]) -> list[str]:
         """Create each template unless it exists; the error messages of those that could not be ensured."""

@@ -87,11 +87,25 @@ def facts_from_discovery(discovery: Discovery, device_class: str = DEFAULT_DEVIC
     return ClusterFacts(served, discovery.major, discovery.minor, device_class, driver)
 
 
+_TARGETS = {t.value: t for t in Target}
+_ASSUMED = ServeFacts()
+_last_auto: tuple[ClusterFacts, ServeFacts, Target] | None = None
+
+
 def effective_target(facts: ClusterFacts, configured: str, namespace_override: Target | None,
                      serve: ServeFacts | None = None) -> Target:
-    """`configured` is the operator's --target: auto, claims or extended. The namespace label wins over both."""
+    """`configured` is the operator's --target: auto, claims or extended. The namespace label wins over both.
+    `auto` is decided once per (facts, serve) snapshot, not once per review (the snapshot is immutable)."""
+    global _last_auto
     if namespace_override is not None:
         return namespace_override
     if configured == "auto":
-        return auto_target(facts, serve if serve is not None else ServeFacts())[0]
-    return Target(configured)
+        serve = serve if serve is not None else _ASSUMED
+        last = _last_auto
+        if last is not None and last[0] is facts and last[1] is serve:
+            return last[2]
+        target = auto_target(facts, serve)[0]
+        _last_auto = (facts, serve, target)
+        return target
+    found = _TARGETS.get(configured) if type(configured) is str else None
+    return found if found is not None else Target(configured)

@@ -28,7 +28,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.webhook.policy import MODE_LABEL, TARGET_LABEL
@@ -38,6 +38,7 @@ from bridge.webhook.review import NamespaceLabels, ReviewConfig, ReviewResult, r
 
 _QUOTE = json.encoder.encode_basestring_ascii  # a str as the encoder writes it (ensure_ascii), without its overhead
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+_BODY_KEYS = ["apiVersion", "kind", "response"]
 _CACHED_OUTCOMES = frozenset({"translated", "shadow", "skipped", "no-gpu", "untranslatable", "invalid"})
 
 Key = tuple[object, int, int, bytes]
@@ -48,25 +49,31 @@ def encode(body: Mapping[str, Any]) -> bytes:
     return jsoncodec.dumps(body)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Entry:
     result: ReviewResult  # as reviewed, for the uid it was reviewed with
     tail: bytes  # the encoded response after the uid value
 
     def bind(self, uid: str) -> tuple[ReviewResult, bytes]:
-        body = self.result.body
+        r = self.result
+        body = r.body
         body = {**body, "response": {**body["response"], "uid": uid}}
-        return replace(self.result, uid=uid, body=body), _HEAD + _QUOTE(uid).encode() + self.tail
+        # every field, as dataclasses.replace(r, uid=uid, body=body) would give, at a tenth of its cost
+        return (ReviewResult(r.status, body, r.outcome, r.mode, r.target, uid, r.namespace, r.pod, r.dry_run,
+                             r.templates, r.events, r.reason),
+                _HEAD + _QUOTE(uid).encode() + self.tail)
 
     @classmethod
     def of(cls, result: ReviewResult) -> tuple[_Entry | None, bytes]:
         """The entry for `result` (None when it must not be stored: see the module invariants) and the encoded
         response."""
         body = result.body
-        response = body.get("response")
         encoded = encode(body)
-        if (result.outcome not in _CACHED_OUTCOMES or result.status != 200 or list(body) != ["apiVersion", "kind", "response"]
-                or not isinstance(response, dict) or next(iter(response), None) != "uid" or response["uid"] != result.uid):
+        if result.status != 200 or result.outcome not in _CACHED_OUTCOMES:
+            return None, encoded
+        response = body.get("response")
+        if (not isinstance(response, dict) or list(body) != _BODY_KEYS or next(iter(response), None) != "uid"
+                or response["uid"] != result.uid):
             return None, encoded
         head = _HEAD + _QUOTE(result.uid).encode()
         if not encoded.startswith(head):
@@ -97,12 +104,10 @@ class ReviewMemo:
         if key is None:
             result = review(doc, self.config, namespace_labels, reraise, serve)
             return result, encode(result.body)
-        uid = doc["request"]["uid"]
-        with self._lock:
-            entry = self._entries.get(key)
+        entry = self._entries.get(key)  # no lock: one lookup is atomic, and entries are complete when stored
         if entry is not None:
             self.hits += 1
-            return entry.bind(uid)
+            return entry.bind(doc["request"]["uid"])
         self.misses += 1
         result = review(doc, self.config, lambda _ns: labels, reraise, serve)
         entry, encoded = _Entry.of(result)
@@ -124,13 +129,13 @@ class ReviewMemo:
         if not isinstance(uid, str) or not uid or not isinstance(namespace, str):
             return None, None
         value = _QUOTE(uid).encode()
-        at, token = -1, b""
-        for token in (b'"uid":' + value, b'"uid": ' + value):
-            at = body.find(token)
-            if at >= 0:
-                break
+        token = b'"uid":' + value  # compact, as the API server writes it
+        at = body.find(token)
         if at < 0:
-            return None, None
+            token = b'"uid": ' + value
+            at = body.find(token)
+            if at < 0:
+                return None, None
         policy = self.config.policy
         labels: Mapping[str, str] | None = None
         label_key: object = "excluded"

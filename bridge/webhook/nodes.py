@@ -47,6 +47,7 @@ _GPU_LABELS = (gfd.PRODUCT, gfd.COUNT, "nvidia.com/gpu.present", OPT_IN_LABEL)
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 
 Taint = tuple[str, str, str]  # key, value, effect
+_UNKNOWN = object()  # not in a NodeView's verdict memo yet
 
 
 @dataclass(frozen=True)
@@ -170,9 +171,10 @@ def asks_for_shares(spec: Mapping[str, Any]) -> str | None:
     selector = spec.get("nodeSelector")
     if selector and (type(selector) is dict or isinstance(selector, Mapping)):
         for key in _ASKS:
-            value = selector.get(key)
-            if value is not None and (why := _shares(key, str(value))) is not None:
-                return why
+            if key in selector:
+                value = selector[key]
+                if value is not None and (why := _shares(key, str(value))) is not None:
+                    return why
     if not spec.get("affinity"):
         return None
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
@@ -247,16 +249,24 @@ class NodeView:
         if not self.any_not_whole:
             return None
         selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
-        if not affinity and not tolerations and (not selector or type(selector) is dict and all(
-                type(v) is str for v in selector.values())):
-            key: object = tuple(sorted(selector.items())) if selector else ()  # the common pod: a node selector
-        else:
+        key: object = None
+        if not affinity and not tolerations:  # the common pod: at most a node selector of strings
+            if not selector:
+                key = ()
+            elif type(selector) is dict:
+                for v in selector.values():
+                    if type(v) is not str:
+                        break
+                else:
+                    key = tuple(selector.items()) if len(selector) == 1 else tuple(sorted(selector.items()))
+        if key is None:
             key = jsoncodec.dumps_sorted([selector, (affinity or {}).get("nodeAffinity"), tolerations])
-        with self._lock:
-            if key in self._memo:
-                return self._memo[key]
+        # read without the lock: entries are only ever added (under it), and one dict lookup is atomic
+        verdict = self._memo.get(key, _UNKNOWN)
+        if verdict is not _UNKNOWN:
+            return verdict  # type: ignore[return-value]
         candidates = [n for n in self.nodes if selects(spec, n)]
-        verdict: str | None = None
+        verdict = None
         if candidates and all(n.not_whole for n in candidates):
             first = candidates[0]
             verdict = f"on node {first.name[:30]}: {first.not_whole}"

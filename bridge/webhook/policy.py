@@ -59,13 +59,22 @@ class PolicyConfig:
     excluded_namespaces: frozenset[str] = field(default_factory=lambda: SYSTEM_NAMESPACES)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decision:
+    """Not frozen: the review makes one per request, and a frozen dataclass's __init__ costs about as much as the
+    rest of `resolve` (one `object.__setattr__` per field); nothing changes a Decision after `resolve`."""
+
     action: Action
     mode: Mode
     target: Target | None  # the namespace's override, if any (None: use the cluster's)
     reason: str
     warnings: tuple[str, ...] = ()
+
+
+# Enum members as module constants: in CPython 3.11 `Mode.DRA` goes through a Python-level descriptor
+# (enum.property), about as costly as a function call, and the review path names them many times per request.
+SKIP, SHADOW, TRANSLATE = Action.SKIP, Action.SHADOW, Action.TRANSLATE
+LEGACY_MODE, SHADOW_MODE = Mode.LEGACY, Mode.SHADOW
 
 
 @functools.lru_cache(maxsize=256)
@@ -97,30 +106,32 @@ def annotations_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     return ann if isinstance(ann, Mapping) else {}
 
 
+@functools.lru_cache(maxsize=256)
+def _namespace(mode_value: str | None, target_value: str | None) -> tuple[Mode, Target | None, tuple[str, ...], str]:
+    """The namespace labels' mode, target override, warnings and the reason for a pod that is acted on."""
+    mode, mode_warning = parse_mode(mode_value)
+    target, target_warning = parse_target(target_value)
+    warnings = tuple(w for w in (mode_warning, target_warning) if w)
+    return mode, target, warnings, f"namespace mode is {mode.value}"
+
+
 def resolve(
     namespace: str, namespace_labels: Mapping[str, str] | None, pod: Mapping[str, Any], config: PolicyConfig
 ) -> Decision:
     """Decide what to do with a pod being created in `namespace`. `namespace_labels` None means unknown namespace
     (not in the cache and not readable): treated as legacy, the safe side."""
     if namespace in config.excluded_namespaces:
-        return Decision(Action.SKIP, Mode.LEGACY, None, f"namespace {namespace} is a system namespace")
+        return Decision(SKIP, LEGACY_MODE, None, f"namespace {namespace} is a system namespace")
     if config.own_namespace and namespace == config.own_namespace:
-        return Decision(Action.SKIP, Mode.LEGACY, None, "the webhook's own namespace is never mutated")
-    warnings: list[str] = []
+        return Decision(SKIP, LEGACY_MODE, None, "the webhook's own namespace is never mutated")
     if namespace_labels is None:
-        return Decision(Action.SKIP, Mode.LEGACY, None, f"namespace {namespace} is unknown; treated as legacy")
-    mode, w = parse_mode(namespace_labels.get(MODE_LABEL))
-    if w:
-        warnings.append(w)
-    target, w = parse_target(namespace_labels.get(TARGET_LABEL))
-    if w:
-        warnings.append(w)
-    if mode is Mode.LEGACY:
-        return Decision(Action.SKIP, mode, target, "namespace mode is legacy", tuple(warnings))
+        return Decision(SKIP, LEGACY_MODE, None, f"namespace {namespace} is unknown; treated as legacy")
+    mode, target, warnings, reason = _namespace(namespace_labels.get(MODE_LABEL), namespace_labels.get(TARGET_LABEL))
+    if mode is LEGACY_MODE:
+        return Decision(SKIP, mode, target, "namespace mode is legacy", warnings)
     ann = annotations_of(pod)
     if str(ann.get(OPT_OUT_ANNOTATION, "")).lower() == "false":
-        return Decision(Action.SKIP, mode, target, f"pod opted out with {OPT_OUT_ANNOTATION}=false", tuple(warnings))
+        return Decision(SKIP, mode, target, f"pod opted out with {OPT_OUT_ANNOTATION}=false", warnings)
     if TRANSLATED_ANNOTATION in ann or SHADOW_ANNOTATION in ann:
-        return Decision(Action.SKIP, mode, target, "pod already carries a dra-bridge translation record")
-    action = Action.SHADOW if mode is Mode.SHADOW else Action.TRANSLATE
-    return Decision(action, mode, target, f"namespace mode is {mode.value}", tuple(warnings))
+        return Decision(SKIP, mode, target, "pod already carries a dra-bridge translation record")
+    return Decision(SHADOW if mode is SHADOW_MODE else TRANSLATE, mode, target, reason, warnings)

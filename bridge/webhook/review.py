@@ -23,16 +23,16 @@ record), with `dry_run` set when the API server said the request is a dry run: t
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
+from binascii import b2a_base64
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bridge.webhook import jsoncodec
 from bridge.webhook.facts import ClusterFacts, ServeFacts, effective_target
-from bridge.webhook.policy import Action, PolicyConfig, resolve
+from bridge.webhook.policy import SHADOW, SKIP, PolicyConfig, resolve
 from bridge.webhook.translate import DEFAULT_SCHEDULER, Translation, translate
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,11 @@ class EventSpec:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class ReviewResult:
+    """Not frozen, like policy.Decision: one per request, and nothing changes it after `review` (the shell makes a
+    new one with `dataclasses.replace`)."""
+
     status: int  # HTTP status
     body: dict[str, Any]
     outcome: str  # metrics label: translated|shadow|skipped|no-gpu|untranslatable|invalid|error
@@ -90,7 +93,7 @@ def allow(uid: str, patch: tuple[dict[str, Any], ...] | list[dict[str, Any]] = (
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(jsoncodec.dumps(list(patch))).decode()
+        response["patch"] = b2a_base64(jsoncodec.dumps(patch), newline=False).decode()  # = base64.b64encode
     if warnings:
         response["warnings"] = [_fit(WARNING_PREFIX + w) for w in warnings]
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
@@ -126,18 +129,22 @@ def parse(raw: bytes | str | Any) -> dict[str, Any] | ReviewResult:
 def _pod_shape_error(pod: Any) -> str | None:
     if not isinstance(pod, dict):
         return "request.object is not a Pod object"
-    if not isinstance(pod.get("metadata", {}), dict):
+    meta = pod.get("metadata", {})
+    if not isinstance(meta, dict):
         return "pod metadata is not an object"
-    ann = pod.get("metadata", {}).get("annotations")
+    ann = meta.get("annotations")
     if ann is not None and not isinstance(ann, dict):
         return "pod annotations are not an object"
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return "pod has no spec"
-    for key in ("nodeSelector", "affinity"):
-        if spec.get(key) is not None and not isinstance(spec[key], dict):
-            return f"pod spec.{key} is not an object"
-    if spec.get("resourceClaims") is not None and not isinstance(spec["resourceClaims"], list):
+    node_selector, aff = spec.get("nodeSelector"), spec.get("affinity")
+    if node_selector is not None and not isinstance(node_selector, dict):
+        return "pod spec.nodeSelector is not an object"
+    if aff is not None and not isinstance(aff, dict):
+        return "pod spec.affinity is not an object"
+    claims = spec.get("resourceClaims")
+    if claims is not None and not isinstance(claims, list):
         return "pod spec.resourceClaims is not a list"
     for kind in ("containers", "initContainers"):
         items = spec.get(kind)
@@ -153,12 +160,17 @@ def _pod_shape_error(pod: Any) -> str | None:
                 continue
             if not isinstance(res, dict):
                 return f"container {str(c.get('name'))[:63]} resources is not an object"
-            for part in ("requests", "limits"):
-                if res.get(part) is not None and not isinstance(res[part], dict):
-                    return f"container {str(c.get('name'))[:63]} resources.{part} is not an object"
-            if res.get("claims") is not None and not isinstance(res["claims"], list):
+            part = res.get("requests")
+            if part is not None and not isinstance(part, dict):
+                return f"container {str(c.get('name'))[:63]} resources.requests is not an object"
+            part = res.get("limits")
+            if part is not None and not isinstance(part, dict):
+                return f"container {str(c.get('name'))[:63]} resources.limits is not an object"
+            part = res.get("claims")
+            if part is not None and not isinstance(part, list):
                 return f"container {str(c.get('name'))[:63]} resources.claims is not a list"
-    aff = spec.get("affinity") or {}
+    if not aff:
+        return None
     node_aff = aff.get("nodeAffinity")
     if node_aff is not None:
         if not isinstance(node_aff, dict):
@@ -222,33 +234,33 @@ def _review(raw: bytes | str | Any, config: ReviewConfig, namespace_labels: Name
     meta = pod.get("metadata") or {}
     pod_name = str(req.get("name") or meta.get("name") or meta.get("generateName") or "")
     dry_run = req.get("dryRun") is True
-    base = {"uid": uid, "namespace": namespace, "pod": pod_name, "dry_run": dry_run}
 
     policy = config.policy
     skip_namespace = namespace in policy.excluded_namespaces or namespace == policy.own_namespace
     decision = resolve(namespace, None if skip_namespace else namespace_labels(namespace), pod, policy)
     target = effective_target(config.facts, config.target, decision.target, serve)
-    if decision.action is Action.SKIP:
-        return ReviewResult(200, allow(uid, warnings=decision.warnings), "skipped", decision.mode.value,
-                            target.value, reason=decision.reason, **base)
-    t: Translation = translate(pod, namespace, decision.action, target, config.facts, serve, config.schedulers)
-    target = t.target or target
+    action, mode = decision.action, decision.mode._value_
+    if action is SKIP:
+        return ReviewResult(200, allow(uid, warnings=decision.warnings), "skipped", mode, target._value_, uid,
+                            namespace, pod_name, dry_run, reason=decision.reason)
+    t: Translation = translate(pod, namespace, action, target, config.facts, serve, config.schedulers)
+    target_value = (t.target or target)._value_
     warnings = list(decision.warnings)
     if not t.has_gpus:
-        return ReviewResult(200, allow(uid, warnings=warnings), "no-gpu", decision.mode.value, target.value,
-                            reason="pod asks for no GPUs", **base)
+        return ReviewResult(200, allow(uid, warnings=warnings), "no-gpu", mode, target_value, uid, namespace,
+                            pod_name, dry_run, reason="pod asks for no GPUs")
     events: tuple[EventSpec, ...] = ()
     if t.untranslatable:
-        verb = "would stay" if decision.action is Action.SHADOW else "stays"
+        verb = "would stay" if action is SHADOW else "stays"
         warnings += [f"{verb} on the device plugin: {r}" for r in t.short]
-        message = (f"dra-bridge ({decision.mode.value} mode) left the pod on nvidia.com/gpu: "
-                   + "; ".join(t.untranslatable))[:1024]
+        message = (f"dra-bridge ({mode} mode) left the pod on nvidia.com/gpu: " + "; ".join(t.untranslatable))[:1024]
         events = (EventSpec(namespace, pod_name, str(meta.get("uid") or ""), "DRABridgeUntranslatable", message),)
-        return ReviewResult(200, allow(uid, t.patch, warnings), "untranslatable", decision.mode.value, target.value,
-                            events=events, reason="untranslatable", **base)
-    warnings += list(t.warnings)
-    if decision.action is Action.SHADOW:
-        return ReviewResult(200, allow(uid, t.patch, warnings), "shadow", decision.mode.value, target.value,
-                            reason="shadow translation recorded", **base)
-    return ReviewResult(200, allow(uid, t.patch, warnings), "translated", decision.mode.value, target.value,
-                        templates=t.templates, reason=f"translated to {target.value}", **base)
+        return ReviewResult(200, allow(uid, t.patch, warnings), "untranslatable", mode, target_value, uid, namespace,
+                            pod_name, dry_run, events=events, reason="untranslatable")
+    if t.warnings:
+        warnings += t.warnings
+    if action is SHADOW:
+        return ReviewResult(200, allow(uid, t.patch, warnings), "shadow", mode, target_value, uid, namespace,
+                            pod_name, dry_run, reason="shadow translation recorded")
+    return ReviewResult(200, allow(uid, t.patch, warnings), "translated", mode, target_value, uid, namespace, pod_name,
+                        dry_run, t.templates, reason="translated to " + target_value)

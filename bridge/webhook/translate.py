@@ -60,9 +60,12 @@ from bridge.webhook.policy import (
     PREFIX,
     SHADOW_ANNOTATION,
     TRANSLATED_ANNOTATION,
+    SHADOW,
     Action,
     Target,
 )
+
+CLAIMS, EXTENDED = Target.CLAIMS, Target.EXTENDED
 
 MAX_DEVICES_PER_CLAIM = 32  # AllocationResultsMaxSize
 REQUEST_NAME = "gpu"
@@ -103,8 +106,10 @@ class Why:
     detail: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Translation:
+    """Not frozen, like GpuContainer: one per review, nothing changes it after `translate`."""
+
     patch: tuple[Obj, ...] = ()
     templates: tuple[Obj, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -149,30 +154,53 @@ def _container_why(cname: str, short: str, detail: str | None = None) -> Why:
     return Why(f"{who}: {short}", f"{who}: {detail or short}")
 
 
+_EMPTY: Mapping[str, Any] = {}  # read only: the default for an absent resources/requests/limits
+# resource names that are never untranslatable, known without a (costly) `startswith`
+_PLAIN = frozenset({LEGACY_RESOURCE, "cpu", "memory", "ephemeral-storage"})
+
+
+def _container_name(c: Mapping[str, Any], i: int) -> str:
+    return str(c["name"]) if "name" in c else f"#{i}"
+
+
 def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
     """GPU-using containers and the reasons the pod cannot be translated (empty when it can)."""
-    spec = pod.get("spec") or {}
+    spec = pod.get("spec") or _EMPTY
     found: list[GpuContainer] = []
     reasons: list[Why] = []
     for kind in CONTAINER_KINDS:
-        for i, c in enumerate(spec.get(kind) or []):
-            res = c.get("resources") or {}
-            req = res.get("requests") or {}
-            lim = res.get("limits") or {}
-            cname = str(c.get("name", f"#{i}"))
+        items = spec.get(kind)
+        if not items:
+            continue
+        init = kind == "initContainers"
+        for i, c in enumerate(items):
+            res = c.get("resources") or _EMPTY
+            req = res.get("requests") or _EMPTY
+            lim = res.get("limits") or _EMPTY
             # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ...
-            other = [k for part in (req, lim) for k in part if k != LEGACY_RESOURCE and k.startswith(_NVIDIA)]
-            for n in sorted(set(other)):
-                why = _why_untranslatable(n)
-                if why:
-                    reasons.append(_container_why(cname, *why))
-            if LEGACY_RESOURCE not in req and LEGACY_RESOURCE not in lim:
+            other: list[str] = []
+            for k in req:
+                if k not in _PLAIN and k.startswith(_NVIDIA):
+                    other.append(k)
+            for k in lim:
+                if k not in _PLAIN and k.startswith(_NVIDIA):
+                    other.append(k)
+            if other:
+                cname = _container_name(c, i)
+                for n in sorted(set(other)):
+                    why = _why_untranslatable(n)
+                    if why:
+                        reasons.append(_container_why(cname, *why))
+            in_req, in_lim = LEGACY_RESOURCE in req, LEGACY_RESOURCE in lim
+            if not in_req and not in_lim:
                 continue
-            rq, lm = whole_count(req.get(LEGACY_RESOURCE)), whole_count(lim.get(LEGACY_RESOURCE))
-            if LEGACY_RESOURCE in req and rq is None or LEGACY_RESOURCE in lim and lm is None:
+            cname = _container_name(c, i)
+            rq = whole_count(req[LEGACY_RESOURCE]) if in_req else None
+            lm = whole_count(lim[LEGACY_RESOURCE]) if in_lim else None
+            if in_req and rq is None or in_lim and lm is None:
                 reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} must be a whole number of GPUs"))
                 continue
-            if LEGACY_RESOURCE not in lim:
+            if not in_lim:
                 reasons.append(_container_why(
                     cname, f"{LEGACY_RESOURCE} is requested without a limit",
                     f"{LEGACY_RESOURCE} is requested without a limit; the API server rejects that for extended "
@@ -190,8 +218,7 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
                     f"{lm} GPUs is more than a claim can allocate ({MAX_DEVICES_PER_CLAIM}): split the work across "
                     "pods, or keep this workload legacy (opt out with dra-bridge.io/translate=false)"))
                 continue
-            found.append(GpuContainer(kind, i, cname, lm, LEGACY_RESOURCE in req, True,
-                                      kind == "initContainers" and c.get("restartPolicy") == "Always"))
+            found.append(GpuContainer(kind, i, cname, lm, in_req, True, init and c.get("restartPolicy") == "Always"))
     return found, reasons
 
 
@@ -224,12 +251,13 @@ def serve_reasons(spec: Mapping[str, Any], facts: ClusterFacts, serve: ServeFact
                        f"schedulerName is {scheduler}: claims are allocated by kube-scheduler's DRA plugin, and this "
                        "scheduler may not do it, so the pod would wait forever. If it is a kube-scheduler profile "
                        f"(or allocates DRA claims), start the webhook with --translate-scheduler {scheduler}"))
-    for why in (asks_for_shares(spec), serve.nodes.placement(spec)):
-        if why is not None:
-            out.append(Why(why[:80], f"{why}: wherever this pod can run, the device plugin gives it a MIG slice or a "
-                                     "share of a GPU, while the bridge serves whole GPUs; keep this workload legacy "
-                                     "or request a MIG or shared device through a ResourceClaim"))
-            break
+    why = asks_for_shares(spec)
+    if why is None:
+        why = serve.nodes.placement(spec)
+    if why is not None:
+        out.append(Why(why[:80], f"{why}: wherever this pod can run, the device plugin gives it a MIG slice or a "
+                                 "share of a GPU, while the bridge serves whole GPUs; keep this workload legacy "
+                                 "or request a MIG or shared device through a ResourceClaim"))
     return out
 
 
@@ -263,14 +291,21 @@ def _selectors(spec: Mapping[str, Any], driver: str, rule: gfd.FamilyRule | None
     """The device selector of a pod and what stays on it. A pod with only a nodeSelector of strings (the common
     case: every pod of a Deployment carries the same one) is answered from a cache keyed by that selector."""
     ns = spec.get("nodeSelector")
-    if not spec.get("affinity") and (ns is None or type(ns) is dict and all(type(v) is str for v in ns.values())):
-        return _node_selector_only(tuple(ns.items()) if ns else (), driver, rule)
+    if not spec.get("affinity") and (ns is None or type(ns) is dict):
+        if not ns:
+            return _node_selector_only((), driver, None if rule is None else rule._value_)
+        for v in ns.values():
+            if type(v) is not str:
+                break
+        else:
+            return _node_selector_only(tuple(ns.items()), driver, None if rule is None else rule._value_)
     return _compute_selectors(spec, driver, rule)
 
 
 @functools.lru_cache(maxsize=1024)
-def _node_selector_only(items: tuple[tuple[str, str], ...], driver: str, rule: gfd.FamilyRule | None) -> _Selectors:
-    return _compute_selectors({"nodeSelector": dict(items)} if items else {}, driver, rule)
+def _node_selector_only(items: tuple[tuple[str, str], ...], driver: str, rule: str | None) -> _Selectors:
+    return _compute_selectors({"nodeSelector": dict(items)} if items else {}, driver,
+                              None if rule is None else gfd.FamilyRule(rule))
 
 
 def _compute_selectors(spec: Mapping[str, Any], driver: str, rule: gfd.FamilyRule | None) -> _Selectors:
@@ -364,18 +399,23 @@ def request_name(segments: tuple[int, ...], index: int) -> str:
     return REQUEST_NAME if len(segments) <= 1 else f"{REQUEST_NAME}-{index}"
 
 
-@functools.lru_cache(maxsize=4096)
 def claim_template(name: str, namespace: str, count: int, expression: str, facts: ClusterFacts,
                    segments: tuple[int, ...] = ()) -> Obj:
     """The ResourceClaimTemplate in the shape of the served resource.k8s.io version (v1beta1 puts deviceClassName
     and count on the request itself; v1beta2 and v1 nest them under `exactly`). `segments`: the request sizes a
     claim is cut into (default: one request for all `count` devices). Cached (a namespace's pods ask for a few
     templates, over and over): the same object is returned for the same arguments, so callers must not change it."""
+    return _template(name, namespace, count, expression, facts.resource_version or "v1", facts.device_class, segments)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(name: str, namespace: str, count: int, expression: str, version: str, device_class: str,
+              segments: tuple[int, ...]) -> Obj:
+    """`claim_template`, cached on plain values (a dataclass argument would be hashed in Python on every call)."""
     segments = segments or (count,)
-    version = facts.resource_version or "v1"
     requests: list[Obj] = []
     for i, n in enumerate(segments):
-        exact: Obj = {"deviceClassName": facts.device_class, "allocationMode": "ExactCount", "count": n}
+        exact: Obj = {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": n}
         if expression:
             exact["selectors"] = [{"cel": {"expression": expression}}]
         rname = request_name(segments, i)
@@ -401,10 +441,25 @@ def _claim_name(container: str, taken: set[str]) -> str:
 
 
 def _annotation_ops(pod: Mapping[str, Any], values: Mapping[str, str]) -> list[Obj]:
-    meta = pod.get("metadata") or {}
+    meta = pod.get("metadata") or _EMPTY
     if not isinstance(meta.get("annotations"), Mapping):
         return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
     return [{"op": "add", "path": f"/metadata/annotations/{escape(k)}", "value": v} for k, v in values.items()]
+
+
+_TRANSLATED_PATH = "/metadata/annotations/" + escape(TRANSLATED_ANNOTATION)
+_DETAIL_PATH = "/metadata/annotations/" + escape(DETAIL_ANNOTATION)
+
+
+def _record_ops(pod: Mapping[str, Any], target: str, detail: str) -> list[Obj]:
+    """`_annotation_ops(pod, {TRANSLATED_ANNOTATION: target, DETAIL_ANNOTATION: detail})`, without building the
+    paths on every review."""
+    ann = (pod.get("metadata") or _EMPTY).get("annotations")
+    if type(ann) is dict or isinstance(ann, Mapping):
+        return [{"op": "add", "path": _TRANSLATED_PATH, "value": target},
+                {"op": "add", "path": _DETAIL_PATH, "value": detail}]
+    return [{"op": "add", "path": "/metadata/annotations", "value": {TRANSLATED_ANNOTATION: target,
+                                                                      DETAIL_ANNOTATION: detail}}]
 
 
 _compact = jsoncodec.dumps_sorted
@@ -461,20 +516,23 @@ def _simple_claims_ops(spec: Mapping[str, Any], namespace: str, facts: ClusterFa
     """`_claims_ops` for the common pod, whose GPU init containers (if any) are all sidecars: every GPU container its
     own claim, nothing borrowed or cut (what `plan_claims` gives such a pod, without building the plan)."""
     existing = spec.get("resourceClaims")
-    taken = {str(c.get("name")) for c in existing or () if isinstance(c, Mapping)}
+    taken = {str(c.get("name")) for c in existing if isinstance(c, Mapping)} if existing else set()
     claims: dict[str, str] = {}
     new_claims: list[Obj] = []
+    device_class, version = facts.device_class, facts.resource_version or "v1"
     for g in gpus:
         name = _claim_name(g.name, taken)
         taken.add(name)
-        tname = template_name(g.count, facts.device_class, expression)
+        tname = template_name(g.count, device_class, expression)
         if tname not in claims.values():
-            templates.append(claim_template(tname, namespace, g.count, expression, facts))
+            templates.append(_template(tname, namespace, g.count, expression, version, device_class, ()))
         claims[name] = tname
         new_claims.append({"name": name, "resourceClaimTemplateName": tname})
-        res = spec[g.kind][g.index].get("resources") or {}
+        res = spec[g.kind][g.index].get("resources") or _EMPTY
         base = f"/spec/{g.kind}/{g.index}/resources"
-        _remove_legacy(ops, res, base)
+        if g.in_requests:
+            ops.append({"op": "remove", "path": f"{base}/requests/{_LEGACY_TOKEN}"})
+        ops.append({"op": "remove", "path": f"{base}/limits/{_LEGACY_TOKEN}"})  # scan found it there
         if isinstance(res.get("claims"), list):
             ops.append({"op": "add", "path": f"{base}/claims/-", "value": {"name": name}})
         else:
@@ -504,25 +562,36 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
     summary: Obj
     if whys:
         reasons = [w.detail for w in whys]
-        summary = {"ok": False, "target": target.value, "reasons": reasons}
-        patch = _annotation_ops(pod, {SHADOW_ANNOTATION: _compact(summary)}) if action is Action.SHADOW else []
+        summary = {"ok": False, "target": target._value_, "reasons": reasons}
+        patch = _annotation_ops(pod, {SHADOW_ANNOTATION: _compact(summary)}) if action is SHADOW else []
         return Translation(tuple(patch), (), (), tuple(reasons), tuple(gpus), summary, tuple(w.short for w in whys),
                            target)
 
-    borrowing = any(g.kind == "initContainers" and not g.sidecar for g in gpus)  # ordinary init containers
+    borrowing = False  # ordinary (not sidecar) init containers with GPUs
+    devices = 0
+    containers: dict[str, int] = {}
+    for g in gpus:
+        if g.kind == "initContainers":
+            containers["init:" + g.name] = g.count
+            if not g.sidecar:
+                borrowing = True
+        else:
+            containers[g.name] = g.count
+        devices += g.count
     counts = [g.counted() for g in gpus] if borrowing else []  # start order, as scan walks them
-    devices = devices_of(counts) if borrowing else sum(g.count for g in gpus)
+    if borrowing:
+        devices = devices_of(counts)
     used = target
-    if target is Target.EXTENDED and borrowing:
-        used = Target.CLAIMS  # see the module docstring: init containers keep the count only through claims
+    if target is EXTENDED and borrowing:
+        used = CLAIMS  # see the module docstring: init containers keep the count only through claims
+    used_value = used._value_
     ops: list[Obj] = []
     templates: list[Obj] = []
     warnings: list[str] = []
-    summary = {"ok": True, "target": used.value, "devices": devices,
-               "containers": {("init:" if g.kind == "initContainers" else "") + g.name: g.count for g in gpus}}
+    summary = {"ok": True, "target": used_value, "devices": devices, "containers": containers}
     if used is not target:
         summary["note"] = "init containers with GPUs: translated with claims, which keep the device-plugin count"
-    if used is Target.EXTENDED:
+    if used is EXTENDED:
         new = facts.extended_resource_name
         for g in gpus:
             res = spec[g.kind][g.index]["resources"]
@@ -533,9 +602,10 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
                     ops.append({"op": "add", "path": f"{base}/{escape(new)}", "value": res[part][LEGACY_RESOURCE]})
         summary["resource"] = new
     else:
-        rule = serve.nodes.family_rule if not serve.nodes.family_problem else None
-        sel = _selectors(spec, facts.driver, rule)
-        warnings.extend(sel.warnings)
+        nodes = serve.nodes
+        sel = _selectors(spec, facts.driver, nodes.family_rule if not nodes.family_problem else None)
+        if sel.warnings:
+            warnings.extend(sel.warnings)
         if borrowing:
             plan = plan_claims(counts)
             assert plan.devices == devices, (plan, devices)
@@ -555,8 +625,8 @@ def translate(pod: Mapping[str, Any], namespace: str, action: Action, target: Ta
     if warnings:
         summary["warnings"] = warnings
 
-    if action is Action.SHADOW:
+    if action is SHADOW:
         return Translation(tuple(_annotation_ops(pod, {SHADOW_ANNOTATION: _compact(summary)})), (), tuple(warnings),
                            (), tuple(gpus), summary, (), used)
-    ops.extend(_annotation_ops(pod, {TRANSLATED_ANNOTATION: used.value, DETAIL_ANNOTATION: _compact(summary)}))
+    ops += _record_ops(pod, used_value, _compact(summary))
     return Translation(tuple(ops), tuple(templates), tuple(warnings), (), tuple(gpus), summary, (), used)
