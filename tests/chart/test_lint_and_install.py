@@ -23,7 +23,7 @@ INFO = 1  # Helm's support.InfoSev; WarningSev = 2, ErrorSev = 3 (helm.sh/helm/v
 
 def test_the_documented_values_files_are_the_ones_tested() -> None:
     assert {p.name for p in EXAMPLES} == {"gpu-operator.yaml", "standalone-device-plugin.yaml", "controller.yaml",
-                                          "sandbox.yaml", "existing-secret.yaml"}
+                                          "sandbox.yaml", "existing-secret.yaml", "api-server-only.yaml"}
     readme = (helm.CHART / "README.md").read_text()
     for p in EXAMPLES:
         assert f"examples/{p.name}" in readme, f"{p.name} is not documented in the chart README"
@@ -107,6 +107,10 @@ FAIL_FAST = {
     "pdb-blocks-drain": ({"webhook": {"podDisruptionBudget": {"minAvailable": 2}}},
                          "must be below webhook.replicas (2)"),
     "extended-on-1.34": ({"webhook": {"target": "extended"}}, "needs Kubernetes 1.36+"),
+    "client-names-without-ca": ({"webhook": {"clientAuth": {"names": ["kube-apiserver-webhook-client"]}}},
+                                "webhook.clientAuth.names needs webhook.clientAuth.caConfigMap"),
+    "network-policy-without-sources": ({"webhook": {"networkPolicy": {"enabled": True}}},
+                                       "an ingress rule without sources would admit every client"),
     "controller-without-daemons": ({"controller": {"enabled": True}, "node": {"enabled": False}},
                                    "controller.enabled needs node.enabled"),
 }
@@ -116,6 +120,11 @@ SCHEMA_REFUSES = {
     "bad-split": ({"node": {"draDevices": "half"}}, "draDevices"),
     "no-such-strategy": ({"node": {"updateStrategy": {"type": "Recreate"}}}, "type"),
     "misspelt-key": ({"webhook": {"replica": 3}}, "replica"),
+    "no-templates": ({"webhook": {"maxTemplatesPerNamespace": 0}}, "maxTemplatesPerNamespace"),
+    "address-not-cidr": ({"webhook": {"networkPolicy": {"enabled": True, "apiServerCIDRs": ["10.0.0.10"]}}},
+                         "apiServerCIDRs"),
+    "names-in-one-string": ({"webhook": {"clientAuth": {"caConfigMap": "ca", "names": ["a,b"]}}}, "names"),
+    "misspelt-client-auth-key": ({"webhook": {"clientAuth": {"configMap": "ca"}}}, "configMap"),
 }
 
 

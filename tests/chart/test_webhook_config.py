@@ -195,3 +195,59 @@ def test_the_deployment_runs_restricted_with_two_replicas_a_pdb_and_the_certific
     assert "--tls-cert-file=/tls/tls.crt" in container["args"] and "--tls-key-file=/tls/tls.key" in container["args"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+
+
+# -- who can reach the webhook ----------------------------------------------------------------------------------------
+
+API_SERVER_ONLY = helm.EXAMPLES / "api-server-only.yaml"
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_by_default_any_client_is_served_capped_at_100_templates_per_namespace(installed: Any) -> None:
+    objects = installed()
+    (container,) = one(objects, "Deployment", "dra-bridge-webhook")["spec"]["template"]["spec"]["containers"]
+    assert "--max-templates-per-namespace=100" in container["args"]
+    assert not [a for a in container["args"] if a.startswith(("--client-ca-file", "--client-name"))]
+    assert [m["name"] for m in container["volumeMounts"]] == ["tls"]
+    assert not find(objects, "NetworkPolicy")
+
+
+def test_client_auth_mounts_the_ca_from_its_config_map_and_passes_the_file_and_names(installed: Any) -> None:
+    values = {"webhook": {"maxTemplatesPerNamespace": 7,
+                          "clientAuth": {"caConfigMap": "apiserver-client-ca", "caKey": "client-ca.pem",
+                                         "names": ["kube-apiserver-webhook-client", "apiserver.example.com"]}}}
+    pod_spec = one(installed(values), "Deployment", "dra-bridge-webhook")["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == "client-ca")
+    assert volume["configMap"]["name"] == "apiserver-client-ca"
+    (item,) = volume["configMap"]["items"]
+    assert item["key"] == "client-ca.pem"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "client-ca")
+    assert mount["readOnly"] is True
+    # The file the binary is told to read is the ConfigMap key as the volume lays it out.
+    assert f"--client-ca-file={mount['mountPath']}/{item['path']}" in container["args"]
+    assert "--client-name=kube-apiserver-webhook-client,apiserver.example.com" in container["args"]
+    assert "--max-templates-per-namespace=7" in container["args"]
+    # The probes stay plain HTTPS GETs: the webhook asks no certificate of them.
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_network_policy_admits_only_the_api_server_and_the_given_peers_to_the_webhook_port(installed: Any) -> None:
+    values = helm.load_values(API_SERVER_ONLY)
+    objects = installed(values)
+    dep = one(objects, "Deployment", "dra-bridge-webhook")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    policy = one(objects, "NetworkPolicy", "dra-bridge-webhook")  # installed: the emulator accepted it
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"]
+    assert match_label_selector_object(spec["podSelector"], dep["spec"]["template"]["metadata"]["labels"])
+    assert not match_label_selector_object(spec["podSelector"], {"app.kubernetes.io/component": "node",
+                                                                 "app.kubernetes.io/instance": "dra-bridge"})
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [{"ipBlock": {"cidr": c}} for c in ("10.0.0.10/32", "10.0.0.11/32", "10.0.0.12/32")]
+    assert rule["ports"] == [{"port": container["ports"][0]["containerPort"], "protocol": "TCP"}]
+    with_prometheus = {"webhook": {"port": 9443, "networkPolicy": {
+        "enabled": True, "apiServerCIDRs": ["fd00::10/128"], "additionalFrom": [PROMETHEUS]}}}
+    (rule,) = one(installed(with_prometheus), "NetworkPolicy")["spec"]["ingress"]
+    assert rule["from"] == [{"ipBlock": {"cidr": "fd00::10/128"}}, PROMETHEUS]
+    assert rule["ports"] == [{"port": 9443, "protocol": "TCP"}]

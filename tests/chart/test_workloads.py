@@ -144,7 +144,23 @@ def test_the_webhook_accepts_every_argument_the_chart_passes(installed: Any, tmp
     assert params["bind_address"] == "0.0.0.0"  # explicit: the binary listens on loopback unless told
     assert params["port"] == next(p["containerPort"] for p in c["ports"])
     assert params["device_class"] == one(installed(), "DeviceClass")["metadata"]["name"]
+    assert params["max_templates_per_namespace"] == 100 and params["client_ca_file"] is None
     assert {e["name"] for e in c["env"]} <= envvars(webhook_command)
+
+
+def test_the_webhook_accepts_the_client_certificate_and_template_cap_arguments_as_the_chart_passes_them(
+        installed: Any, tmp_path: Path) -> None:
+    c = container(installed(helm.load_values(helm.EXAMPLES / "api-server-only.yaml")), "Deployment",
+                  "dra-bridge-webhook")
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        (tmp_path / name).write_text("x")
+    params = parse(webhook_command, c["args"], {"--tls-cert-file": str(tmp_path / "tls.crt"),
+                                                "--tls-key-file": str(tmp_path / "tls.key"),
+                                                "--client-ca-file": str(tmp_path / "ca.crt")},
+                   env={"POD_NAMESPACE": "dra-bridge"})
+    assert params["client_ca_file"] == str(tmp_path / "ca.crt")
+    assert params["client_names"] == "kube-apiserver-webhook-client"
+    assert params["max_templates_per_namespace"] == 50
 
 
 def test_the_controller_accepts_every_argument_the_chart_passes(installed: Any) -> None:

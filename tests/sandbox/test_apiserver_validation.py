@@ -179,3 +179,23 @@ def test_validation_can_be_switched_off(make_server, tmp_path):
     dra = kubernetes.client.ResourceV1Api(client)
     assert dra.create_resource_slice(resource_slice("big", devices=129)).metadata.name == "big"
     client.close()
+
+
+def test_a_network_policy_is_stored_with_a_generation_and_schema_validated(api_client, custom):
+    # Served for the chart's webhook.networkPolicy: stored and validated, not enforced (there is no pod network).
+    net = kubernetes.client.NetworkingV1Api(api_client)
+    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "webhook"},
+              "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "webhook"}},
+                       "policyTypes": ["Ingress"],
+                       "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.10/32"}}],
+                                    "ports": [{"port": 8443, "protocol": "TCP"}]}]}}
+    created = net.create_namespaced_network_policy("default", policy)
+    assert created.metadata.generation == 1
+    assert created.spec.ingress[0]._from[0].ip_block.cidr == "10.0.0.10/32"
+    assert [p.metadata.name for p in net.list_namespaced_network_policy("default").items] == ["webhook"]
+    bad = {**policy, "metadata": {"name": "bad"},
+           "spec": {**policy["spec"], "ingress": [{"from": [{"ipBlock": {"cidr": 10}}]}]}}
+    body = rejected(custom.create_namespaced_custom_object, "networking.k8s.io", "v1", "default", "networkpolicies",
+                    bad)
+    assert body["details"]["causes"][0]["field"] == "spec.ingress[0].from[0].ipBlock.cidr"
+    assert body["message"].startswith('NetworkPolicy.networking.k8s.io "bad" is invalid')

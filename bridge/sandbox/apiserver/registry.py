@@ -175,13 +175,18 @@ _RETURNS_DELETED_OBJECT = frozenset({
 _WITH_GENERATION = frozenset({
     "pods", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs",
     "mutatingwebhookconfigurations", "validatingwebhookconfigurations", "resourceslices", "deviceclasses",
+    "networkpolicies",
 })
 
 
 def _install_types() -> list[ResourceType]:
     """Built-in kinds a Helm install of charts/dra-bridge creates besides workloads: RBAC, the webhook's
-    PodDisruptionBudget and the node daemons' ValidatingAdmissionPolicies (stored and schema-validated; the emulator
-    neither authorizes requests with RBAC nor evaluates the policies)."""
+    PodDisruptionBudget and NetworkPolicy, and the node daemons' ValidatingAdmissionPolicies (stored and
+    schema-validated; the emulator neither authorizes requests with RBAC, evaluates the policies, nor enforces a
+    NetworkPolicy: that is the network plugin's job, and the emulator has no pod network). A NetworkPolicy has no
+    status subresource (NetworkPolicyStatus was removed in 1.28), short name `netpol`, and its strategy sets
+    metadata.generation (kubernetes/kubernetes pkg/registry/networking/networkpolicy/strategy.go and
+    storage/storage.go); like the other kinds here it prints the generic NAME / CREATED AT columns."""
     rbac = "rbac.authorization.k8s.io"
     adm = "admissionregistration.k8s.io"
     return [
@@ -191,6 +196,8 @@ def _install_types() -> list[ResourceType]:
         ResourceType(rbac, "v1", "rolebindings", "RoleBinding", True, "rolebinding"),
         ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "poddisruptionbudget",
                      ("pdb",), _STATUS),
+        ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, "networkpolicy",
+                     ("netpol",)),
         ResourceType(adm, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
                      "validatingadmissionpolicy", (), _STATUS),
         ResourceType(adm, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False,

@@ -37,6 +37,13 @@ Run on every install, upgrade, lint and template through templates/validate.yaml
 {{- if and $v.webhook.podDisruptionBudget.enabled (ge (int $v.webhook.podDisruptionBudget.minAvailable) (int $v.webhook.replicas)) -}}
 {{- fail (printf "webhook.podDisruptionBudget.minAvailable (%d) must be below webhook.replicas (%d), or no node running a webhook replica could ever be drained" (int $v.webhook.podDisruptionBudget.minAvailable) (int $v.webhook.replicas)) -}}
 {{- end -}}
+{{- if and $v.webhook.clientAuth.names (not $v.webhook.clientAuth.caConfigMap) -}}
+{{- fail "webhook.clientAuth.names needs webhook.clientAuth.caConfigMap: the names are checked on client certificates signed by that CA (the ConfigMap in the release namespace holding the CA of the API server's client certificate)" -}}
+{{- end -}}
+{{- $np := $v.webhook.networkPolicy -}}
+{{- if and $np.enabled (not $np.apiServerCIDRs) (not $np.additionalFrom) -}}
+{{- fail "webhook.networkPolicy.enabled needs webhook.networkPolicy.apiServerCIDRs (each API server's address as the pods see it, e.g. 10.0.0.10/32): an ingress rule without sources would admit every client" -}}
+{{- end -}}
 {{- if and (eq $v.webhook.target "extended") (semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "webhook.target is extended, which needs Kubernetes 1.36+ (DRAExtendedResource) on the API server and every kubelet; this cluster is %s: use auto or claims" .Capabilities.KubeVersion.Version) -}}
 {{- end -}}
