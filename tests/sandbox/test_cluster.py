@@ -131,11 +131,15 @@ def _run_cli(*args: str) -> subprocess.Popen[str]:
 
 
 def _children_of(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
+    """Children of every thread of `pid`: /proc lists a child under the thread that forked it, and the sandbox forks
+    its processes from a spawner thread (processes.py), not the main one."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children
 
 
 def _bridge_pids(cluster_pid: int, command: bytes) -> list[int]:
