@@ -108,37 +108,45 @@ def test_deleting_a_dra_pod_unprepares_and_deletes_its_claim(cluster: SandboxClu
                60, "the generated claim to be deleted with its pod")
 
 
-def test_on_1_37_legacy_pods_and_extended_resource_pods_share_a_node_and_get_scheduler_made_claims() -> None:
-    """The same story on 1.37 with the extended-resource path (KEP-5004): on a node at split 4, legacy pods fill the
-    device plugin's 4 GPUs while pods asking `deviceclass.resource.kubernetes.io/<class>` get claims the scheduler
-    makes itself, next to a pod with an ordinary claim; no GPU is held twice."""
+def test_on_1_37_legacy_pods_and_extended_resource_pods_share_the_nodes_and_get_scheduler_made_claims() -> None:
+    """The same story on 1.37 with the extended-resource path (KEP-5004): two nodes at split 4, six legacy pods fill
+    the device plugins' 8 GPUs while six DRA pods - four asking `deviceclass.resource.kubernetes.io/<class>`, which
+    get claims the scheduler makes itself, and two with ordinary claims - take 7 of the 8 DRA GPUs; no GPU is held
+    twice."""
     ext = f"deviceclass.resource.kubernetes.io/{CLASS}"
-    with SandboxCluster(spec_for_tests(1, "8xH100-80GB", version="1.37", bridge=True, split="4")) as c:
+    legacy_gpus = [2, 1, 1, 2, 1, 1]
+    ext_gpus = [2, 1, 1, 1]
+    with SandboxCluster(spec_for_tests(2, "8xH100-80GB", version="1.37", bridge=True, split="4")) as c:
         c.wait_daemons_settled(60)
         namespace(c.api, "legacy")
         namespace(c.api, "dra")
-        for i, gpus in enumerate([2, 1, 1]):
+        for i, gpus in enumerate(legacy_gpus):
             c.api.create(PODS, legacy_pod(f"legacy-{i}", gpus), "legacy")
-        for i, gpus in enumerate([2, 1]):
+        for i, gpus in enumerate(ext_gpus):
             c.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"ext-{i}", "namespace": "dra"},
                                 "spec": {"containers": [{"name": "main", "image": "cuda:12",
                                                          "resources": {"limits": {ext: str(gpus)}}}]}}, "dra")
         template(c.api, "any-gpu", None)
-        c.api.create(PODS, dra_pod("claimed", "any-gpu"), "dra")
-        for i in range(3):
-            c.wait_pod_phase("legacy", f"legacy-{i}", "Running", 90)
+        for i in range(2):
+            c.api.create(PODS, dra_pod(f"claimed-{i}", "any-gpu"), "dra")
+        nodes = set()
+        for i in range(len(legacy_gpus)):
+            nodes.add(c.wait_pod_phase("legacy", f"legacy-{i}", "Running", 90)["spec"]["nodeName"])
         extended: dict[str, int] = {}
-        for i, gpus in enumerate([2, 1]):
+        for i in range(len(ext_gpus)):
             pod = c.wait_pod_phase("dra", f"ext-{i}", "Running", 90)
+            nodes.add(pod["spec"]["nodeName"])
             claim_name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
             claim = c.api.get(c.api.resource_api().claims, claim_name, "dra")
             results = claim["status"]["allocation"]["devices"]["results"]
             assert {r["driver"] for r in results} == {CLASS}
             extended[f"ext-{i}"] = len(results)
-        c.wait_pod_phase("dra", "claimed", "Running", 90)
-        assert extended == {"ext-0": 2, "ext-1": 1}
+        for i in range(2):
+            c.wait_pod_phase("dra", f"claimed-{i}", "Running", 90)
+        assert extended == {f"ext-{i}": n for i, n in enumerate(ext_gpus)}
+        assert len(nodes) == 2, "both nodes run pods"
         held = holders(c)
         assert shared(c) == {}
         legacy = {k for k, v in held.items() if any(h.startswith("legacy ") for h in v)}
         claimed = {k for k, v in held.items() if any(h.startswith("claim ") for h in v)}
-        assert len(legacy) == 4 and len(claimed) == 4 and not legacy & claimed
+        assert len(legacy) == sum(legacy_gpus) and len(claimed) == sum(ext_gpus) + 2 and not legacy & claimed
