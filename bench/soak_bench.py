@@ -452,6 +452,9 @@ def main() -> None:
     api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                             "metadata": {"name": NS, "labels": {"dra-bridge.io/mode": "dra"}}})
+    # the webhook's own namespace: its dry-run check (does the API server keep pod claims?) runs there, and until
+    # it answers nothing is translated
+    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dra-bridge"}})
     kubelet = KubeletSimulator(root, kube=api, node_name=NODE).start()
     port = free_port()
     (tmp / "clients").mkdir()
@@ -482,11 +485,12 @@ def main() -> None:
             if hook.poll() is not None:
                 raise SystemExit(f"bridge webhook exited: see {tmp / 'webhook.log'}")
             try:
-                return webhook.post(gpu_review(1), with_certificate=True)[0] == 200
+                code, body = webhook.post(gpu_review(1), with_certificate=True)
             except OSError:
                 return False
+            return code == 200 and "patch" in body.get("response", {})
 
-        wait(webhook_up, "the webhook")
+        wait(webhook_up, f"the webhook to translate (see {tmp / 'webhook.log'})")
         stubs = {}
         for key, path in sockets.items():
             ch = grpc.insecure_channel("unix://" + path)
