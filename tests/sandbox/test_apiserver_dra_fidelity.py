@@ -4,6 +4,7 @@ validation, pods/binding, events.k8s.io stored as core Events, server-side defau
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from bridge.kube import EVENTS, PODS, Conflict, Invalid, KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
+from bridge.sandbox.apiserver.strategy import drop_disabled_fields
 from bridge.sandbox.scheduler.recorder import EVENTS_V1
 
 Obj = dict[str, Any]
@@ -117,9 +119,19 @@ def test_device_taints_are_kept_and_default_their_time_added_where_the_gate_is_o
 def test_an_admin_can_turn_a_gate_off_and_taints_already_stored_survive_updates(kube):
     _, api = kube("1.36.0")
     rapi = api.resource_api()
-    api.create(rapi.slices, slice_obj(taints=[TAINT]))
-    _, api_off = kube("1.36.0", feature_gates={"DRADeviceTaints": False})
+    stored = api.create(rapi.slices, slice_obj(taints=[TAINT]))
+    srv_off, api_off = kube("1.36.0", feature_gates={"DRADeviceTaints": False})
     assert "taints" not in api_off.create(api_off.resource_api().slices, slice_obj(taints=[TAINT]))["spec"]["devices"][0]
+    # An update of the slice stored while the gate was on keeps its taints (dropDisabledFields looks at the old
+    # object: resourceslice/strategy.go); an old object without taints does not let the update add them.
+    rt = srv_off.registry.get("resource.k8s.io", "v1", "resourceslices")
+    updated = copy.deepcopy(stored)
+    updated["spec"]["devices"][0]["attributes"]["note"] = {"string": "updated"}
+    kept = drop_disabled_fields(rt, copy.deepcopy(updated), stored, srv_off.profile)
+    assert kept["spec"]["devices"][0]["taints"] == stored["spec"]["devices"][0]["taints"]
+    untainted = copy.deepcopy(stored)
+    del untainted["spec"]["devices"][0]["taints"]
+    assert "taints" not in drop_disabled_fields(rt, updated, untainted, srv_off.profile)["spec"]["devices"][0]
 
 
 def test_first_available_is_dropped_where_prioritized_list_is_off_so_the_request_is_invalid(kube):

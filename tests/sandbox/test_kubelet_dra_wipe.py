@@ -19,6 +19,7 @@ from bridge._proto.dra.v1 import dra_pb2_grpc as pb_grpc
 from bridge.kube import NODES, KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet.dramanager import DraManager
+from bridge.sandbox.kubelet.slicewipe import WIPING_DELAY_S
 from tests.polling import wait_until
 from tests.sandbox.conftest import resource_slice
 from tests.sandbox.draplugins import DRIVER, OTHER, Script, ScriptedDra, ScriptedPlugin
@@ -86,6 +87,7 @@ class DraService:
 
 
 def test_a_drivers_slices_are_wiped_after_its_last_instance_is_gone_for_the_wiping_delay(world: World) -> None:
+    assert WIPING_DELAY_S == 30.0  # pkg/kubelet/cm/dra/manager.go defaultWipingDelay (the test shortens it below)
     world.node()
     world.node("node-b")
     kubelet = world.kubelet(wiping_delay=0.6)

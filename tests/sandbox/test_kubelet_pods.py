@@ -74,6 +74,11 @@ class World:
             pods = prpb_grpc.PodResourcesListerStub(ch).List(prpb.ListPodResourcesRequest(), timeout=10).pod_resources
         return {p.name: {i for c in p.containers for d in c.devices for i in d.device_ids} for p in pods}
 
+    def listed_containers(self) -> dict[str, set[str]]:
+        with grpc.insecure_channel(f"unix://{self.kubelet.podresources_socket}") as ch:
+            pods = prpb_grpc.PodResourcesListerStub(ch).List(prpb.ListPodResourcesRequest(), timeout=10).pod_resources
+        return {p.name: {c.name for c in p.containers} for p in pods}
+
 
 class Env:
     """An API emulator with the namespace; `start()` starts the kubelet (version-dependent) and the plugins."""
@@ -180,6 +185,7 @@ def test_the_devices_an_init_container_held_are_reused_by_the_app_container_and_
     init_status = world.get("staged")["status"]["initContainerStatuses"][0]
     assert init_status["state"]["terminated"]["reason"] == "Completed"
     assert world.listed() == {"staged": set(world.widgets.allocations[0])}
+    assert "fetch" not in world.listed_containers()["staged"]  # an ordinary init container is never listed
 
 
 def test_a_dra_pod_is_prepared_before_it_runs_and_unprepared_when_deleted(world: World) -> None:
