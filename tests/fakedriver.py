@@ -18,8 +18,10 @@ And `toolkit_spec(gpus)`: a spec shaped like `nvidia-ctk cdi generate` output (i
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,12 +86,17 @@ def make_driver_files(root: Path, version: str = VERSION, *, libdir: str = LIBDI
 
 
 def make_socket(path: Path) -> None:
+    """A unix socket file at `path`, however long the path: bound under a short directory, then renamed into place
+    (a socket path is limited to 107 bytes; a test's tmp_path under pytest-xdist can be longer)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    short = Path(tempfile.mkdtemp(prefix="sock-", dir="/tmp"))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        s.bind(str(path))
+        s.bind(str(short / "s"))
+        os.rename(short / "s", path)
     finally:
         s.close()
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def mknod(path: Path, minor: int) -> None:

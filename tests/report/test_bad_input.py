@@ -43,7 +43,7 @@ _GARBAGE_LIST = b"apiVersion: v1\nkind: List\nitems:\n- 42\n- {kind: Pod, metada
     [
         ("picture.yaml", b"\x89PNG\r\n\x1a\n\x00\x00binary", "picture.yaml: cannot read"),
         ("notes.yaml", b"this: is: not yaml: [", "notes.yaml: not valid YAML"),
-        ("pods-extra.yaml.gz", gzip.compress(b"kind: Pod\nmetadata: {name: x}\n" * 50)[:40], "truncated gzip data"),
+        ("pods-extra.yaml.gz", gzip.compress(b"kind: Pod\nmetadata: {name: x}\n" * 50, mtime=0)[:40], "truncated gzip data"),
         ("garbage.yaml", _GARBAGE_LIST, "garbage.yaml: expected a Kubernetes object or List, found int"),
         ("nokind.yaml", b"kind: List\nitems:\n- {metadata: {name: x}}\n", "nokind.yaml: an object without 'kind'"),
         ("meta.yaml", b"kind: List\nitems:\n- {kind: Pod, metadata: 5}\n", "meta.yaml: a Pod whose metadata is not"),
