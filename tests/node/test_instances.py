@@ -13,12 +13,10 @@ registration socket was never re-created.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +30,7 @@ from bridge.kube import NODES, KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator
 from bridge.unixsock import socket_identity
+from tests.node.test_dual_api_e2e import NodeProc
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow
@@ -50,23 +49,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Daemon:
-    """A `bridge node` process; its output is kept (JSON log lines)."""
+class Daemon(NodeProc):
+    """A `bridge node` process (its output kept: JSON log lines) with its health endpoint on `port`."""
 
     def __init__(self, args: list[str], port: int) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
+        super().__init__(args)
         self.port = port
-        self.p = subprocess.Popen([sys.executable, "-m", "bridge", "node", *args], cwd=ROOT, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.p.stdout is not None
-        for line in self.p.stdout:
-            self.lines.append(line.rstrip("\n"))
 
     def ready(self) -> bool:
         try:
@@ -80,13 +68,6 @@ class Daemon:
 
     def wait(self, timeout: float = 60) -> int:
         """Wait for the process to exit on its own."""
-        rc = self.p.wait(timeout)
-        self._reader.join(timeout)
-        return rc
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
         rc = self.p.wait(timeout)
         self._reader.join(timeout)
         return rc
