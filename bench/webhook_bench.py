@@ -247,11 +247,12 @@ def gpu_nodes() -> list[dict[str, object]]:
 
 def request_template() -> bytes:
     """The AdmissionReview the bench sends, with UID_MARK and POD_MARK to replace per request: a Deployment pod
-    with 2 GPUs, a sidecar without, and a GFD nodeSelector."""
+    with 2 GPUs, a sidecar without, and a GFD nodeSelector. Compact JSON, as the API server's webhook client writes
+    it (apimachinery's JSON serializer: no spaces between tokens, a newline at the end)."""
     pod = deployment_pod(container("trainer", 2), container("sidecar"),
                          node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})
     pod["metadata"]["generateName"] = f"trainer-{POD_MARK}-"
-    return json.dumps(admission_review(pod, "team-a", uid=UID_MARK)).encode()
+    return json.dumps(admission_review(pod, "team-a", uid=UID_MARK), separators=(",", ":")).encode() + b"\n"
 
 
 def start_cluster(directory: Path) -> tuple[ApiServer, Path]:

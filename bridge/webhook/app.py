@@ -81,10 +81,11 @@ _RERAISE = (_NeedsIO,)
 
 
 def _load(body: bytes) -> Any:
-    """The parsed body when it is a JSON object, else the raw bytes (then `review` parses them again and says what
-    is wrong: a parsed JSON string would be taken for a raw body)."""
+    """The parsed body when it is a JSON object (only the fields the review reads, `jsoncodec.load_review`), else the
+    raw bytes (then `review` parses them again and says what is wrong: a parsed JSON string would be taken for a
+    raw body)."""
     try:
-        doc = jsoncodec.loads(body)
+        doc = jsoncodec.load_review(body)
     except (ValueError, RecursionError):
         return body
     return doc if isinstance(doc, dict) else body

@@ -455,7 +455,7 @@ def _record_ops(pod: Mapping[str, Any], target: str, detail: str) -> list[Obj]:
     """`_annotation_ops(pod, {TRANSLATED_ANNOTATION: target, DETAIL_ANNOTATION: detail})`, without building the
     paths on every review."""
     ann = (pod.get("metadata") or _EMPTY).get("annotations")
-    if type(ann) is dict or isinstance(ann, Mapping):
+    if ann is not None and (type(ann) is dict or isinstance(ann, Mapping)):
         return [{"op": "add", "path": _TRANSLATED_PATH, "value": target},
                 {"op": "add", "path": _DETAIL_PATH, "value": detail}]
     return [{"op": "add", "path": "/metadata/annotations", "value": {TRANSLATED_ANNOTATION: target,
@@ -514,34 +514,54 @@ def _claims_ops(spec: Mapping[str, Any], namespace: str, facts: ClusterFacts, pl
 def _simple_claims_ops(spec: Mapping[str, Any], namespace: str, facts: ClusterFacts, gpus: list[GpuContainer],
                        expression: str, ops: list[Obj], templates: list[Obj]) -> dict[str, str]:
     """`_claims_ops` for the common pod, whose GPU init containers (if any) are all sidecars: every GPU container its
-    own claim, nothing borrowed or cut (what `plan_claims` gives such a pod, without building the plan)."""
+    own claim, nothing borrowed or cut (what `plan_claims` gives such a pod, without building the plan). Every review
+    of a new pod runs this: the paths and the (template name, template) pairs come from small caches."""
     existing = spec.get("resourceClaims")
     taken = {str(c.get("name")) for c in existing if isinstance(c, Mapping)} if existing else set()
     claims: dict[str, str] = {}
     new_claims: list[Obj] = []
     device_class, version = facts.device_class, facts.resource_version or "v1"
     for g in gpus:
-        name = _claim_name(g.name, taken)
+        name = "gpu-" + g.name
+        if len(name) > 63 or name in taken:
+            name = _claim_name(g.name, taken)
         taken.add(name)
-        tname = template_name(g.count, device_class, expression)
+        tname, template = _named_template(g.count, device_class, expression, namespace, version)
         if tname not in claims.values():
-            templates.append(_template(tname, namespace, g.count, expression, version, device_class, ()))
+            templates.append(template)
         claims[name] = tname
         new_claims.append({"name": name, "resourceClaimTemplateName": tname})
-        res = spec[g.kind][g.index].get("resources") or _EMPTY
-        base = f"/spec/{g.kind}/{g.index}/resources"
+        remove_request, remove_limit, add_claims, append_claim = _container_paths(g.kind, g.index)
         if g.in_requests:
-            ops.append({"op": "remove", "path": f"{base}/requests/{_LEGACY_TOKEN}"})
-        ops.append({"op": "remove", "path": f"{base}/limits/{_LEGACY_TOKEN}"})  # scan found it there
+            ops.append({"op": "remove", "path": remove_request})
+        ops.append({"op": "remove", "path": remove_limit})  # scan found it there
+        res = spec[g.kind][g.index].get("resources") or _EMPTY
         if isinstance(res.get("claims"), list):
-            ops.append({"op": "add", "path": f"{base}/claims/-", "value": {"name": name}})
+            ops.append({"op": "add", "path": append_claim, "value": {"name": name}})
         else:
-            ops.append({"op": "add", "path": f"{base}/claims", "value": [{"name": name}]})
+            ops.append({"op": "add", "path": add_claims, "value": [{"name": name}]})
     if isinstance(existing, list):
         ops.extend({"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in new_claims)
     else:
         ops.append({"op": "add", "path": "/spec/resourceClaims", "value": new_claims})
     return claims
+
+
+@functools.lru_cache(maxsize=256)
+def _container_paths(kind: str, index: int) -> tuple[str, str, str, str]:
+    """The patch paths of one container: remove the legacy request and limit, add the claims list, append to it."""
+    base = f"/spec/{kind}/{index}/resources"
+    return (f"{base}/requests/{_LEGACY_TOKEN}", f"{base}/limits/{_LEGACY_TOKEN}", f"{base}/claims",
+            f"{base}/claims/-")
+
+
+@functools.lru_cache(maxsize=4096)
+def _named_template(count: int, device_class: str, expression: str, namespace: str,
+                    version: str) -> tuple[str, Obj]:
+    """`template_name` and `_template` of a one-request claim in one cached call (the same shared, unchanged
+    objects those return)."""
+    name = template_name(count, device_class, expression)
+    return name, _template(name, namespace, count, expression, version, device_class, ())
 
 
 _ASSUMED = ServeFacts()

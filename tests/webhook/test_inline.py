@@ -51,7 +51,8 @@ CORPUS: dict[str, tuple[dict[str, Any], str, dict[str, str] | None]] = {
 def test_a_memoised_answer_is_byte_identical_to_a_fresh_review(name: str, compact: bool) -> None:
     pod, namespace, labels = CORPUS[name]
     memo = ReviewMemo(CONFIG)
-    for uid in ("3b0d3f4e-0000-4000-8000-000000000001", "3b0d3f4e-0000-4000-8000-000000000002"):
+    for uid in ("3b0d3f4e-0000-4000-8000-000000000001", "3b0d3f4e-0000-4000-8000-000000000002",
+                "3b0d3f4e-0000-4000-8000-000000000003"):
         raw = body_of(pod, namespace, uid=uid, compact=compact)
         doc = json.loads(raw)
         result, encoded = memo.review(raw, doc, lambda ns: labels)
@@ -59,7 +60,8 @@ def test_a_memoised_answer_is_byte_identical_to_a_fresh_review(name: str, compac
         assert encoded == encode(fresh.body)
         assert json.loads(encoded)["response"]["uid"] == uid
         assert result == fresh  # outcome, templates, events, reason: all as a fresh review says
-    assert (memo.hits, memo.misses) == (1, 1)
+    # the first sighting is only remembered, the second stored, the third answered from the memo (when storable)
+    assert (memo.hits, memo.misses) == ((1, 2) if len(memo) else (0, 3))
 
 
 def test_the_memo_key_holds_everything_the_answer_depends_on() -> None:
@@ -68,8 +70,13 @@ def test_the_memo_key_holds_everything_the_answer_depends_on() -> None:
     labels: dict[str, str] = dict(DRA)
 
     def answer(uid: str, **kw: Any) -> Any:
-        raw = body_of(pod, uid=uid, **kw)
-        return memo.review(raw, json.loads(raw), lambda ns: labels)[0]
+        """The third sighting of the request: answered from the entry the second stored, never from another's."""
+        hits = memo.hits
+        for again in ("a", "b", "c"):
+            raw = body_of(pod, uid=uid + again, **kw)
+            result = memo.review(raw, json.loads(raw), lambda ns: labels)[0]
+        assert memo.hits == hits + 1
+        return result
 
     assert answer("u1").outcome == "translated"
     assert answer("u2", dry_run=True).dry_run is True  # dryRun is part of the request: its own entry
@@ -81,7 +88,31 @@ def test_the_memo_key_holds_everything_the_answer_depends_on() -> None:
     pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 4
     pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = 4
     assert answer("u5").templates == ()  # extended target: a different pod is a different answer
-    assert memo.hits == 0
+
+
+def test_a_pod_seen_once_is_remembered_by_a_hash_only_and_its_second_sighting_is_stored() -> None:
+    """Unrelated pods (each its own spec) cost the memo a hash each, not an entry: only a request seen again, as
+    the replicas of one Deployment are, takes an entry."""
+    memo = ReviewMemo(CONFIG, capacity=4)
+    for i in range(50):
+        raw = body_of(deployment_pod(container(f"one-off-{i}", 1)), uid=f"u{i}")
+        assert memo.review(raw, json.loads(raw), lambda ns: DRA)[0].outcome == "translated"
+    assert len(memo) == 0 and memo.misses == 50
+    replica = deployment_pod(container("replica", 1))
+    for i in range(3):
+        raw = body_of(replica, uid=f"r{i}")
+        memo.review(raw, json.loads(raw), lambda ns: DRA)
+    assert len(memo) == 1 and memo.hits == 1
+
+
+def test_the_uid_is_found_in_compact_and_spaced_bodies_alike() -> None:
+    for compact in (True, False):
+        memo = ReviewMemo(CONFIG)
+        for uid in ("x1", "x2", "x3"):
+            raw = body_of(deployment_pod(container("main", 1)), uid=uid, compact=compact)
+            result, encoded = memo.review(raw, json.loads(raw), lambda ns: DRA)
+            assert json.loads(encoded)["response"]["uid"] == uid
+        assert memo.hits == 1, compact
 
 
 def test_a_body_whose_uid_is_spelled_differently_is_answered_but_not_memoised() -> None:
@@ -96,8 +127,9 @@ def test_a_body_whose_uid_is_spelled_differently_is_answered_but_not_memoised() 
 def test_the_memo_is_bounded() -> None:
     memo = ReviewMemo(CONFIG, capacity=3)
     for i in range(10):
-        raw = body_of(deployment_pod(container(f"c{i}", 1)), uid=f"u{i}")
-        memo.review(raw, json.loads(raw), lambda ns: DRA)
+        for uid in ("a", "b"):
+            raw = body_of(deployment_pod(container(f"c{i}", 1)), uid=f"u{i}{uid}")
+            memo.review(raw, json.loads(raw), lambda ns: DRA)
     assert len(memo) == 3
     with pytest.raises(ValueError):
         ReviewMemo(CONFIG, capacity=0)
