@@ -109,7 +109,6 @@ class Admitter:
         self._events = events
         self._metrics = metrics
         self.memo = ReviewMemo(config, memo_capacity) if memo_capacity else None
-        self._counters: dict[tuple[str, str, str], Any] = {}
 
     def _review(self, body: bytes, doc: Any, labels: NamespaceLabels,
                 reraise: tuple[type[Exception], ...] = ()) -> tuple[ReviewResult, bytes]:
@@ -148,11 +147,7 @@ class Admitter:
 
     def _finish(self, reviewed: ReviewResult, encoded: bytes, result: ReviewResult, start: float) -> Reply:
         """Metrics and the log line for `result`; its body is `encoded` unless the side effects replaced it."""
-        key = (result.outcome, result.mode or "-", result.target or "-")
-        counter = self._counters.get(key)
-        if counter is None:
-            counter = self._counters[key] = self._metrics.reviews.labels(*key)
-        counter.inc()
+        self._metrics.reviews.inc((result.outcome, result.mode or "-", result.target or "-"))
         if log.isEnabledFor(logging.INFO):
             log.info("review %s", result.outcome, extra={
                 "uid": result.uid, "namespace": result.namespace, "pod": result.pod, "mode": result.mode,

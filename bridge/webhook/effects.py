@@ -129,15 +129,11 @@ class TemplateEnsurer:
         self.max_per_namespace = max_per_namespace
         self._seen: dict[tuple[str, str, str], float] = {}
         self._ours: dict[tuple[str, str], tuple[float, set[str]]] = {}  # (version, ns) -> (listed at, names)
-        self._counters: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def _count(self, result: str, n: int = 1) -> None:
         if self._metrics is not None:
-            child = self._counters.get(result)
-            if child is None:  # `labels()` costs a lock and a tuple per call: the inline path counts every review
-                child = self._counters[result] = self._metrics.templates.labels(result)
-            child.inc(n)
+            self._metrics.templates.inc((result,), n)
 
     def ensure_cached(self, templates: tuple[dict[str, Any], ...]) -> bool:
         """True (each counted as `cached`) when every template was ensured within the TTL, so `ensure` would make

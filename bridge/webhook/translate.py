@@ -177,14 +177,13 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
             res = c.get("resources") or _EMPTY
             req = res.get("requests") or _EMPTY
             lim = res.get("limits") or _EMPTY
-            # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ...
+            # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ... (the
+            # common container names nothing else: one C-level superset check per part)
             other: list[str] = []
-            for k in req:
-                if k not in _PLAIN and k.startswith(_NVIDIA):
-                    other.append(k)
-            for k in lim:
-                if k not in _PLAIN and k.startswith(_NVIDIA):
-                    other.append(k)
+            if not _PLAIN.issuperset(req):
+                other += [k for k in req if k not in _PLAIN and k.startswith(_NVIDIA)]
+            if not _PLAIN.issuperset(lim):
+                other += [k for k in lim if k not in _PLAIN and k.startswith(_NVIDIA)]
             if other:
                 cname = _container_name(c, i)
                 for n in sorted(set(other)):

@@ -98,15 +98,15 @@ def test_reinvocation_after_another_webhook_changes_nothing_more(cluster_factory
                                            "caBundle": base64.b64encode(c.pki.ca_pem).decode()},
                           "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                                      "resources": ["pods"]}], "failurePolicy": "Fail"}]})
-        before = {o: c.metrics.reviews.labels(o, "dra", "claims")._value.get() for o in ("skipped", "translated")}
+        before = {o: c.metrics.reviews.value(o, "dra", "claims") for o in ("skipped", "translated")}
         pod = c.create_pod("team-i", 2)
     assert pod["metadata"]["labels"]["labeled"] == "yes"
     assert [rc["name"] for rc in pod["spec"]["resourceClaims"]] == ["gpu-trainer"]
     assert pod["spec"]["containers"][0]["resources"]["claims"] == [{"name": "gpu-trainer"}]
     # the API server reinvokes ours only if its matchConditions still select the pod: the translation record says
     # it is done, so ours is not called again (and, were it called, it would answer "nothing to do")
-    assert c.metrics.reviews.labels("translated", "dra", "claims")._value.get() == before["translated"] + 1
-    assert c.metrics.reviews.labels("skipped", "dra", "claims")._value.get() == before["skipped"]
+    assert c.metrics.reviews.value("translated", "dra", "claims") == before["translated"] + 1
+    assert c.metrics.reviews.value("skipped", "dra", "claims") == before["skipped"]
     assert len(c.api.list(c.templates, "team-i")["items"]) == 1
 
 

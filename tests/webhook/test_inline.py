@@ -191,7 +191,7 @@ def test_an_unknown_template_is_created_off_the_loop_then_served_inline(emulator
     second = admitter.handle_inline(body_of(pod, uid="u2"))
     assert isinstance(second, tuple) and json.loads(second[1])["response"]["uid"] == "u2"
     assert emulator.list(templates, "team-a")["items"] == [created]
-    assert metrics.templates.labels("cached")._value.get() == 1
+    assert metrics.templates.value("cached") == 1
 
 
 def test_untranslatable_pods_are_answered_inline_and_their_event_reaches_the_api(emulator: KubeAPI) -> None:

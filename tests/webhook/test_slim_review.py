@@ -127,3 +127,13 @@ def test_integers_of_any_size_are_read_exactly() -> None:
     body = json.dumps(admission_review(pod, uid="u-6")).encode()
     limits = jsoncodec.load_review(body)["request"]["object"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 18446744073709551617 and type(limits["nvidia.com/gpu"]) is int
+
+
+def test_the_patch_is_standard_base64() -> None:
+    import base64
+    import os
+
+    from bridge.webhook.review import _b64, _b64_stdlib
+    for n in (0, 1, 2, 3, 998, 999, 1000, 4097):
+        data = os.urandom(n)
+        assert _b64(data) == _b64_stdlib(data) == base64.b64encode(data).decode()
