@@ -1,6 +1,7 @@
 """Webhook throughput and latency over TLS, against a bare echo endpoint on the same server in the same run.
 
-    .venv/bin/python bench/webhook_bench.py [--seconds 3] [--concurrency 1,16,64] [--client auto|wrk|python]
+    .venv/bin/python bench/webhook_bench.py [--seconds 3] [--rounds 3] [--concurrency 1,16,64]
+                                            [--client auto|wrk|python]
                                             [--pin] [--executor] [--log off|text|json]
 
 The server runs in its own process (as in production), wired as `bridge webhook` wires it: an API emulator (in the
@@ -27,7 +28,11 @@ pod (a new generateName), so each one is reviewed from scratch - the worst case,
 pods costs. For each concurrency it prints req/s, p50, p99 (ms) for both and for echo, the ratios, and the server
 process's CPU time per request (user+system from /proc, all its threads): on a shared machine that column is the
 stable one, and in a closed loop latency ~= concurrency x per-request cost once the server's core is saturated.
-Targets (issue 5): p99 < 10 ms at concurrency 16 on 2 cores; mutate >= 60% of echo's throughput.
+Each concurrency is measured in `--rounds` rounds of the three endpoints, one after the other, so that a busy
+stretch of a shared machine slows all three alike; each line prints the medians over the rounds, and each ratio its
+median, every round's value, and the same ratio from the server's CPU per request (echo's over the endpoint's).
+Targets (issue 5): p99 < 10 ms at concurrency 16 on 2 cores; mutate >= 60% of echo's throughput. Issue 11: mutate-new
+>= 0.5 of echo at concurrency 16 (`bench/webhook_review_cost.py` counts the instructions behind it).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import multiprocessing as mp
 import os
 import shutil
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -278,6 +284,8 @@ def main() -> None:
     ap.add_argument("--executor", action="store_true", help="run handlers in the server's thread pool")
     ap.add_argument("--log", choices=("off", "text", "json"), default="off",
                     help="server logging: one INFO line per review to /dev/null (production), or none")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of mutate, mutate-new, echo per concurrency (printed: medians over the rounds)")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     client = args.client
@@ -322,12 +330,22 @@ def main() -> None:
         try:
             measure("/mutate", 4, 1)  # warm-up: imports, caches, CEL compile
             for c in levels:
-                m, mcpu = measure("/mutate", c, args.seconds)
-                n, ncpu = measure("/mutate", c, args.seconds, vary_pod=True)
-                e, ecpu = measure("/echo", c, args.seconds)
-                for name, r, cpu in (("mutate", m, mcpu), ("mutate-new", n, ncpu), ("echo", e, ecpu)):
+                rounds: list[dict[str, tuple[Result, float]]] = []
+                for _ in range(args.rounds):  # interleaved, so a slow stretch of the machine hits all three alike
+                    rounds.append({"mutate": measure("/mutate", c, args.seconds),
+                                   "mutate-new": measure("/mutate", c, args.seconds, vary_pod=True),
+                                   "echo": measure("/echo", c, args.seconds)})
+                for name in ("mutate", "mutate-new", "echo"):
+                    runs_of = [r[name] for r in rounds]
+                    r = tuple(statistics.median(x[0][k] for x in runs_of) for k in range(3))
+                    cpu = statistics.median(x[1] for x in runs_of)
                     print(f"{c:>4} {name:<10} {r[0]:>8.0f} {r[1]:>8.2f} {r[2]:>8.2f} {cpu:>15.0f}")
-                print(f"{c:>4} ratio mutate/echo = {m[0] / e[0]:.2f}  mutate-new/echo = {n[0] / e[0]:.2f}", flush=True)
+                for name in ("mutate", "mutate-new"):
+                    ratios = sorted(r[name][0][0] / r["echo"][0][0] for r in rounds)
+                    cpu_ratio = statistics.median(r["echo"][1] / r[name][1] for r in rounds)
+                    print(f"{c:>4} ratio {name}/echo = {statistics.median(ratios):.2f} (rounds: "
+                          f"{' '.join(f'{x:.2f}' for x in ratios)}; by server CPU per request {cpu_ratio:.2f})",
+                          flush=True)
             templates = connect(str(kubeconfig)).list(
                 connect(str(kubeconfig)).resource_api().claim_templates, "team-a")["items"]
             print(f"templates in team-a after the run: {[t['metadata']['name'] for t in templates]}")
