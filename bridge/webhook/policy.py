@@ -115,12 +115,16 @@ _NO_ANNOTATIONS: Mapping[str, Any] = MappingProxyType({})
 
 
 @functools.lru_cache(maxsize=256)
-def _namespace(mode_value: str | None, target_value: str | None) -> tuple[Mode, Target | None, tuple[str, ...], str]:
-    """The namespace labels' mode, target override, warnings and the reason for a pod that is acted on."""
+def _namespace(mode_value: str | None,
+               target_value: str | None) -> tuple[Mode, Target | None, tuple[str, ...], Decision]:
+    """The namespace labels' mode, target override, warnings and the decision for a pod that is acted on (shared by
+    every such pod of those labels: nothing changes a Decision after `resolve`)."""
     mode, mode_warning = parse_mode(mode_value)
     target, target_warning = parse_target(target_value)
     warnings = tuple(w for w in (mode_warning, target_warning) if w)
-    return mode, target, warnings, f"namespace mode is {mode.value}"
+    act = Decision(SHADOW if mode is SHADOW_MODE else TRANSLATE, mode, target, f"namespace mode is {mode.value}",
+                   warnings)
+    return mode, target, warnings, act
 
 
 def resolve(
@@ -134,12 +138,14 @@ def resolve(
         return Decision(SKIP, LEGACY_MODE, None, "the webhook's own namespace is never mutated")
     if namespace_labels is None:
         return Decision(SKIP, LEGACY_MODE, None, f"namespace {namespace} is unknown; treated as legacy")
-    mode, target, warnings, reason = _namespace(namespace_labels.get(MODE_LABEL), namespace_labels.get(TARGET_LABEL))
+    mode, target, warnings, act = _namespace(namespace_labels.get(MODE_LABEL), namespace_labels.get(TARGET_LABEL))
     if mode is LEGACY_MODE:
         return Decision(SKIP, mode, target, "namespace mode is legacy", warnings)
     ann = annotations_of(pod)
+    if not ann:
+        return act
     if str(ann.get(OPT_OUT_ANNOTATION, "")).lower() == "false":
         return Decision(SKIP, mode, target, f"pod opted out with {OPT_OUT_ANNOTATION}=false", warnings)
     if TRANSLATED_ANNOTATION in ann or SHADOW_ANNOTATION in ann:
         return Decision(SKIP, mode, target, "pod already carries a dra-bridge translation record")
-    return Decision(SHADOW if mode is SHADOW_MODE else TRANSLATE, mode, target, reason, warnings)
+    return act
