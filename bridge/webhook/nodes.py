@@ -32,7 +32,7 @@ import functools
 import re
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,32 +248,53 @@ class NodeView:
         Short: it ends up in a 120-character warning; the first candidate node is named."""
         if not self.any_not_whole:
             return None
-        selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
-        key: object = None
-        if not affinity and not tolerations:  # the common pod: at most a node selector of strings
-            if not selector:
-                key = ()
-            elif type(selector) is dict:
-                for v in selector.values():
-                    if type(v) is not str:
-                        break
-                else:
-                    key = tuple(selector.items()) if len(selector) == 1 else tuple(sorted(selector.items()))
-        if key is None:
-            key = jsoncodec.dumps_sorted([selector, (affinity or {}).get("nodeAffinity"), tolerations])
+        return self._memoised(("placement", _selector_key(spec)), spec, self._placement)
+
+    def share_reason(self, spec: Mapping[str, Any]) -> str | None:
+        """`asks_for_shares(spec)`, else `placement(spec)`: why the pod means a slice or a share of a GPU, or None.
+        Both read only the pod's node selector, affinity and tolerations, so one memo answers them together (every
+        review asks)."""
+        return self._memoised(("shares", _selector_key(spec)), spec, self._share_reason)
+
+    def _placement(self, spec: Mapping[str, Any]) -> str | None:
+        candidates = [n for n in self.nodes if selects(spec, n)]
+        if candidates and all(n.not_whole for n in candidates):
+            first = candidates[0]
+            return f"on node {first.name[:30]}: {first.not_whole}"
+        return None
+
+    def _share_reason(self, spec: Mapping[str, Any]) -> str | None:
+        why = asks_for_shares(spec)
+        return why if why is not None else self.placement(spec)
+
+    def _memoised(self, key: object, spec: Mapping[str, Any],
+                  compute: Callable[[Mapping[str, Any]], str | None]) -> str | None:
         # read without the lock: entries are only ever added (under it), and one dict lookup is atomic
         verdict = self._memo.get(key, _UNKNOWN)
         if verdict is not _UNKNOWN:
             return verdict  # type: ignore[return-value]
-        candidates = [n for n in self.nodes if selects(spec, n)]
-        verdict = None
-        if candidates and all(n.not_whole for n in candidates):
-            first = candidates[0]
-            verdict = f"on node {first.name[:30]}: {first.not_whole}"
+        verdict = compute(spec)
         with self._lock:
             if len(self._memo) < 4096:
                 self._memo[key] = verdict
         return verdict
+
+
+def _selector_key(spec: Mapping[str, Any]) -> object:
+    """What placement and the share check read of a pod, as a hashable key: the common pod's node selector of
+    strings as a tuple, anything else as sorted JSON."""
+    selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
+    if not affinity and not tolerations:  # the common pod: at most a node selector of strings
+        if not selector:
+            return ()
+        if type(selector) is dict:
+            for v in selector.values():
+                if type(v) is not str:
+                    break
+            else:
+                return tuple(selector.items()) if len(selector) == 1 else tuple(sorted(selector.items()))
+    return jsoncodec.dumps_sorted([selector, (affinity or {}).get("nodeAffinity") if type(affinity) is dict
+                                   or isinstance(affinity, Mapping) else affinity, tolerations])
 
 
 EMPTY = NodeView()

@@ -52,7 +52,6 @@ from bridge.kvalues.podgpu import OWNER_EXTRA, ClaimPlan, ContainerCount, Kind, 
 from bridge.kvalues.quantity import whole_count
 from bridge.webhook import cel, jsoncodec
 from bridge.webhook.facts import LEGACY_RESOURCE, ClusterFacts, ServeFacts
-from bridge.webhook.nodes import asks_for_shares
 from bridge.webhook.policy import (
     DETAIL_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -250,9 +249,7 @@ def serve_reasons(spec: Mapping[str, Any], facts: ClusterFacts, serve: ServeFact
                        f"schedulerName is {scheduler}: claims are allocated by kube-scheduler's DRA plugin, and this "
                        "scheduler may not do it, so the pod would wait forever. If it is a kube-scheduler profile "
                        f"(or allocates DRA claims), start the webhook with --translate-scheduler {scheduler}"))
-    why = asks_for_shares(spec)
-    if why is None:
-        why = serve.nodes.placement(spec)
+    why = serve.nodes.share_reason(spec)  # asks_for_shares(spec), else the nodes' placement verdict
     if why is not None:
         out.append(Why(why[:80], f"{why}: wherever this pod can run, the device plugin gives it a MIG slice or a "
                                  "share of a GPU, while the bridge serves whole GPUs; keep this workload legacy "
