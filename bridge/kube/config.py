@@ -155,6 +155,13 @@ def connect(
     loaded = load_configuration(kubeconfig, context, environ=environ, home=home, sa_dir=sa_dir)
     cfg = loaded.configuration
     cfg.retries = False  # the layer retries with its own policy; urllib3 must not retry non-idempotent requests
+    # The proxy the environment names, resolved ONCE. With a kubeconfig token, the client's refresh hook assigns
+    # `host` again before every request, and assigning `host` re-reads every environment variable
+    # (urllib.request.getproxies) to pick a proxy for it: a third of a claim GET's CPU here, more in a pod with
+    # many service variables. The connection pool takes the proxy once, when `ApiClient` is built below, so that
+    # per-request re-resolution never changed what a request used. Assigning `proxy` pins it (the client then
+    # stops re-resolving); a kubeconfig `proxy-url` was assigned the same way by the loader.
+    cfg.proxy = cfg.proxy
     client = ApiClient(configuration=cfg)
     client.user_agent = USER_AGENT
     return RestKube(client, timeout=timeout, retry=retry, default_namespace=loaded.namespace, source=loaded.source)

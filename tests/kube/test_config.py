@@ -3,6 +3,7 @@ in-cluster service account; a context override; and an error that lists what was
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,28 @@ def test_connect_builds_a_client_without_contacting_the_server(two_files: tuple[
     with connect(two_files[0], environ={}, home=tmp_path) as api:
         assert api.host == "https://a.example:6443"
         assert api.default_namespace == "team-a"
+
+
+def test_requests_use_the_proxy_resolved_at_connect_without_rereading_the_environment(
+        two_files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's token refresh re-assigns the host before every request; that must not scan the environment
+    for proxies again each time (it cost a third of a claim GET), and the proxy stays the one found at connect."""
+    import urllib.request
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    scans: list[int] = []
+    real = urllib.request.getproxies
+
+    def counting() -> dict[str, str]:
+        scans.append(1)
+        return real()
+
+    with connect(two_files[0], environ={}, home=tmp_path) as api:
+        cfg = api._client.configuration
+        assert cfg.proxy == "http://proxy.example:3128"
+        monkeypatch.setattr(sys.modules[type(cfg).__module__], "getproxies", counting)
+        monkeypatch.setenv("HTTPS_PROXY", "http://other.example:3128")
+        for _ in range(3):  # what every request does: the refresh hook, then the auth header
+            assert cfg.auth_settings()["BearerToken"]["value"] == "Bearer token-a"
+        assert scans == []
+        assert cfg.proxy == "http://proxy.example:3128"
