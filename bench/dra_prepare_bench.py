@@ -111,7 +111,8 @@ def run_daemon(kubeconfig: str, root: Path, cdi_root: Path, state_dir: Path) -> 
             if sample.labels.get("op") == "prepare" and sample.name.endswith("_sum"):
                 total = sample.value
     node.stop()
-    print(f"daemon prepare mean {total / count * 1000 if count else 0:.3f} ms over {count:.0f} calls; daemon CPU "
+    print(f"daemon prepare mean {total / count * 1000 if count else 0:.3f} ms over {count:.0f} calls (the driver's "
+          f"latency histogram, fresh and repeat); daemon CPU "
           f"{cpu * 1e6 / max(count / 2, 1):.0f} us per iteration (fresh + repeat + unprepare + echo, all threads, "
           "background syncs included)", flush=True)
     return 0
@@ -298,7 +299,7 @@ def main() -> int:
           f"repeat/echo: p50 {r50 / e50:.1f}x  p99 {r99 / e99:.1f}x")
     print(f"claim GET alone (emulator, official client): p50 {pct(gets, 50) * ms:.2f} ms  "
           f"p99 {pct(gets, 99) * ms:.2f} ms")
-    print(f"{daemon_view} (the mean from the driver's latency histogram, fresh and repeat)")
+    print(daemon_view)
     print(f"storage floor in the state dir ({checkpoint_size}-byte file): 2 unsynced replaces (in the call) "
           f"p50 {pct(floor_writes, 50) * ms:.2f} ms  p99 {pct(floor_writes, 99) * ms:.2f} ms;  file + directory "
           f"fsync (after the call) p50 {pct(floor_syncs, 50) * ms:.2f} ms  p99 {pct(floor_syncs, 99) * ms:.2f} ms")
