@@ -4,6 +4,7 @@ tests and benches can run several servers in one process)."""
 from __future__ import annotations
 
 import threading
+from threading import get_ident
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -26,15 +27,16 @@ class TallyCounter:
         self._documentation = documentation
         self._labelnames = tuple(labelnames)
         self._tallies: list[dict[tuple[str, ...], float]] = []
-        self._local = threading.local()
+        # thread ident -> that thread's dict (an ident a finished thread had may be reused: its counts then go on
+        # in the same dict, which is still summed, so nothing is lost)
+        self._by_thread: dict[int, dict[tuple[str, ...], float]] = {}
         self._lock = threading.Lock()  # only to add a new thread's dict
         registry.register(self)
 
     def inc(self, labels: tuple[str, ...], amount: float = 1) -> None:
-        try:
-            tally: dict[tuple[str, ...], float] = self._local.tally
-        except AttributeError:
-            tally = self._local.tally = {}
+        tally = self._by_thread.get(get_ident())
+        if tally is None:
+            tally = self._by_thread[get_ident()] = {}
             with self._lock:
                 self._tallies.append(tally)
         tally[labels] = tally.get(labels, 0) + amount

@@ -173,25 +173,32 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
             continue
         init = kind == "initContainers"
         for i, c in enumerate(items):
-            res = c.get("resources") or _EMPTY
+            res = c.get("resources")
+            if not res:
+                continue
             req = res.get("requests") or _EMPTY
             lim = res.get("limits") or _EMPTY
             # only nvidia.com/* names other than nvidia.com/gpu can be untranslatable: skip cpu, memory, ... (the
             # common container names nothing else: one C-level superset check per part)
-            other: list[str] = []
-            if not _PLAIN.issuperset(req):
-                other += [k for k in req if k not in _PLAIN and k.startswith(_NVIDIA)]
-            if not _PLAIN.issuperset(lim):
-                other += [k for k in lim if k not in _PLAIN and k.startswith(_NVIDIA)]
-            if other:
-                cname = _container_name(c, i)
-                for n in sorted(set(other)):
-                    why = _why_untranslatable(n)
-                    if why:
-                        reasons.append(_container_why(cname, *why))
-            in_req, in_lim = LEGACY_RESOURCE in req, LEGACY_RESOURCE in lim
-            if not in_req and not in_lim:
+            if not (_PLAIN.issuperset(req) and _PLAIN.issuperset(lim)):
+                other = [k for k in (*req, *lim) if k not in _PLAIN and k.startswith(_NVIDIA)]
+                if other:
+                    cname = _container_name(c, i)
+                    for n in sorted(set(other)):
+                        why = _why_untranslatable(n)
+                        if why:
+                            reasons.append(_container_why(cname, *why))
+            in_lim = LEGACY_RESOURCE in lim
+            in_req = LEGACY_RESOURCE in req
+            if not in_lim and not in_req:
                 continue
+            if in_lim:  # the common GPU container: the same whole count in limits (and requests), within a claim
+                count = lim[LEGACY_RESOURCE]
+                if (type(count) is int and 0 < count <= MAX_DEVICES_PER_CLAIM
+                        and (not in_req or type(req[LEGACY_RESOURCE]) is int and req[LEGACY_RESOURCE] == count)):
+                    found.append(GpuContainer(kind, i, str(c["name"]) if "name" in c else f"#{i}", count, in_req,
+                                              True, init and c.get("restartPolicy") == "Always"))
+                    continue
             cname = _container_name(c, i)
             rq = whole_count(req[LEGACY_RESOURCE]) if in_req else None
             lm = whole_count(lim[LEGACY_RESOURCE]) if in_lim else None
