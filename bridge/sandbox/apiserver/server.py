@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from bridge.atomicfile import atomic_write_bytes
+
 from . import loader
 from .admission import WebhookAdmitter
 from .discovery import parse_version
@@ -318,7 +320,8 @@ class ApiServer:
         }
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(yaml.safe_dump(config, sort_keys=False))
+        # atomically: whoever polls for the file (a test, `bridge demo`, a script) must never read it half-written
+        atomic_write_bytes(out, yaml.safe_dump(config, sort_keys=False).encode(), mode=0o600)
         return out
 
     def load_objects(self, objects: Iterable[Obj], *, validate: bool = True) -> int:
