@@ -9,9 +9,10 @@ Invariants:
 * the key is everything the answer depends on: the request body as received with the request's uid cut out
   (position and remaining bytes), plus the namespace's mode and target label values (or "unknown namespace"), plus
   the generation of the live facts snapshot (`ServeFacts.generation`: the API server check, the DeviceClass, the
-  nodes); the config is fixed per memo. Cutting the first `"uid":"<uid>"` is exact: two bodies with the same key differ only
-  in that one JSON value, so either it is `request.uid` in both, or (when the request's uid is spelled elsewhere)
-  both have the same uid and are the same body. A body whose uid is not spelled that way is simply not memoised;
+  nodes); the config is fixed per memo. Cutting the first `"uid":"<uid>"` (or `"uid": "<uid>"`) is exact: two
+  bodies with the same key differ only in that one JSON value (and that one space), so either it is `request.uid` in
+  both, or (when the request's uid is spelled elsewhere) both have the same uid and are the same JSON. A body whose
+  uid is not spelled that way is simply not memoised;
 * a hit returns exactly what a fresh review would: the stored answer with the request's uid put back, and the
   encoded response byte-identical to encoding that answer;
 * only answers of the ordinary `allow` shape are stored; bodies that are not AdmissionReviews, and answers from the
