@@ -61,6 +61,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _node_exists(api: Any) -> bool:
+    try:
+        api.get(NODES, "n1")
+        return True
+    except Exception:  # noqa: BLE001 - not registered yet
+        return False
+
+
 def test_the_readme_sandbox_node_daemon_and_webhook_commands_work_together_as_written(short_tmp: Path) -> None:
     commands = _readme_commands()
     ports = {"8001": _free_port(), "8443": _free_port()}
@@ -74,10 +82,12 @@ def test_the_readme_sandbox_node_daemon_and_webhook_commands_work_together_as_wr
         wait_until(lambda: kubeconfig.exists() or procs["apiserver"].poll() is not None, 60, "the kubeconfig")
         # The kubelet posts its Node's status every 10 s like a real one; the documented env var shortens that.
         env = {**os.environ, "BRIDGE_SANDBOX_KUBELET_NODE_STATUS_FREQUENCY": "0.5"}
+        api = connect(str(kubeconfig))
         for key in ("kubelet", "node", "webhook"):
             procs[key] = subprocess.Popen(_localise(commands[key], short_tmp, ports), cwd=ROOT, env=env,
                                           stdout=logs[key], stderr=subprocess.STDOUT, text=True)
-        api = connect(str(kubeconfig))
+            if key == "kubelet":  # as in the README, the daemon starts once its node's kubelet runs (has registered)
+                wait_until(lambda: _node_exists(api) or procs["kubelet"].poll() is not None, 60, "Node n1")
         _the_webhook_translates_a_pod_of_a_namespace_flipped_to_dra(api, commands, short_tmp, ports, procs)
 
         def gpus() -> str | None:
