@@ -11,7 +11,7 @@ faster.
   integer exact. Where orjson refuses a document the standard library accepts (nesting deeper than orjson's limit,
   lone surrogates), the standard library reads it too. So any JSON the API server sends (Go's encoding/json) is
   understood as before; what neither reads raises `ValueError`.
-* `load_review` reads an AdmissionReview keeping only the fields the review reads (`_REVIEW_FIELDS` below), with
+* `load_review` reads an AdmissionReview keeping only the fields the review reads (`_Review` below), with
   msgspec (a dependency of the package): the rest of the pod (images, commands, env, volumes, probes, ...) is
   scanned but never turned into Python objects, which made parsing and freeing the body the largest single cost of
   reviewing a new pod. Integers are read exactly. A body that does not fit the shape (not an object, a field of
@@ -116,7 +116,6 @@ class _Review(TypedDict, total=False):
     request: _Request
 
 
-_REVIEW_FIELDS = _Review
 _SLIM = msgspec.json.Decoder(_Review) if msgspec is not None else None
 _SLIM_REFUSED = (msgspec.ValidationError, msgspec.DecodeError) if msgspec is not None else ()
 

@@ -3,7 +3,6 @@ tests and benches can run several servers in one process)."""
 
 from __future__ import annotations
 
-import threading
 from threading import get_ident
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,19 +25,15 @@ class TallyCounter:
         self._name = name
         self._documentation = documentation
         self._labelnames = tuple(labelnames)
-        self._tallies: list[dict[tuple[str, ...], float]] = []
-        # thread ident -> that thread's dict (an ident a finished thread had may be reused: its counts then go on
-        # in the same dict, which is still summed, so nothing is lost)
+        # thread ident -> that thread's dict, which only that thread adds to (an ident a finished thread had may be
+        # reused: its counts then go on in the same dict, which is still summed, so nothing is lost)
         self._by_thread: dict[int, dict[tuple[str, ...], float]] = {}
-        self._lock = threading.Lock()  # only to add a new thread's dict
         registry.register(self)
 
     def inc(self, labels: tuple[str, ...], amount: float = 1) -> None:
         tally = self._by_thread.get(get_ident())
         if tally is None:
             tally = self._by_thread[get_ident()] = {}
-            with self._lock:
-                self._tallies.append(tally)
         tally[labels] = tally.get(labels, 0) + amount
 
     def value(self, *labels: str) -> float:
@@ -46,10 +41,8 @@ class TallyCounter:
 
     def totals(self) -> dict[tuple[str, ...], float]:
         out: dict[tuple[str, ...], float] = {}
-        with self._lock:
-            tallies = list(self._tallies)
-        for tally in tallies:
-            for key, n in list(tally.items()):  # one C call: no size change can interleave
+        for tally in list(self._by_thread.values()):  # each list() is one C call: no insertion can interleave
+            for key, n in list(tally.items()):
                 out[key] = out.get(key, 0) + n
         return out
 

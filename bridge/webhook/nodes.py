@@ -265,7 +265,7 @@ class NodeView:
 
     def _share_reason(self, spec: Mapping[str, Any]) -> str | None:
         why = asks_for_shares(spec)
-        return why if why is not None else self.placement(spec)
+        return why if why is not None or not self.any_not_whole else self._placement(spec)
 
     def _memoised(self, key: object, spec: Mapping[str, Any],
                   compute: Callable[[Mapping[str, Any]], str | None]) -> str | None:

@@ -196,8 +196,8 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
                 count = lim[LEGACY_RESOURCE]
                 if (type(count) is int and 0 < count <= MAX_DEVICES_PER_CLAIM
                         and (not in_req or type(req[LEGACY_RESOURCE]) is int and req[LEGACY_RESOURCE] == count)):
-                    found.append(GpuContainer(kind, i, str(c["name"]) if "name" in c else f"#{i}", count, in_req,
-                                              True, init and c.get("restartPolicy") == "Always"))
+                    found.append(GpuContainer(kind, i, _container_name(c, i), count, in_req, True,
+                                              init and c.get("restartPolicy") == "Always"))
                     continue
             cname = _container_name(c, i)
             rq = whole_count(req[LEGACY_RESOURCE]) if in_req else None
