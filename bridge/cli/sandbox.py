@@ -224,10 +224,17 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 
 
 @sandbox.command()
+@click.option("--backend", type=click.Choice(["standin", "real"]), default="standin", show_default=True,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_BACKEND",
+              help="standin: the API emulator and the scheduler/claim-controller stand-ins, in this process (needs "
+                   "nothing but this package). real: etcd, kube-apiserver, kube-controller-manager and "
+                   "kube-scheduler built from source by `python scripts/build_real.py` (real TLS, RBAC, Node "
+                   "authorizer, admission); the nodes are kubelet simulators with their own node credentials.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_KUBERNETES_VERSION",
               help="Kubernetes release (1.32-1.37) of the API emulator and the kubelets: the served resource.k8s.io "
-                   "versions and the DRA features follow it.")
+                   "versions and the DRA features follow it. With --backend real: the built line, 1.37 (v1.37.2, "
+                   "the default there) or 1.35 (v1.35.4).")
 @click.option("--nodes", "node_count", type=click.IntRange(1, 64), default=2, show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_NODES", help="Number of nodes (node-0, node-1, ...).")
 @click.option("--gpus", default="8xH100-80GB", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_GPUS",
@@ -281,7 +288,7 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "webhook log to their own files.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
-def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
+def cluster(backend: str, version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
             with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
@@ -295,6 +302,7 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
       bridge sandbox cluster --nodes 2 --gpus 8xH100-80GB --bridge --split 4 --kubeconfig-out /tmp/sb.kubeconfig
       bridge sandbox cluster --kubernetes-version 1.37 --nodes-file nodes.yaml --bridge --webhook
       bridge sandbox cluster --nodes 4 --bridge --webhook --controller --controller-args "--cooldown 10s"
+      bridge sandbox cluster --backend real --bridge --webhook --controller   # after scripts/build_real.py
       kubectl --kubeconfig /tmp/sb.kubeconfig get nodes
 
     Exit codes: 0 after Ctrl-C/SIGTERM (everything stopped, the temporary work directory removed), 1 when a part
@@ -304,6 +312,8 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
     from bridge.sandbox.cluster.spec import nodes_from_file
 
     ctx = click.get_current_context()
+    if backend == "real" and ctx.get_parameter_source("version") in (click.core.ParameterSource.DEFAULT, None):
+        version = "1.37"
     if nodes_file is not None:
         for opt in ("node_count", "gpus"):
             if ctx.get_parameter_source(opt) not in (click.core.ParameterSource.DEFAULT, None):
@@ -329,7 +339,8 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
             raise click.BadParameter(str(err), param_hint="--split") from err
     try:
         nodes = nodes_from_file(nodes_file) if nodes_file is not None else nodes_from_count(node_count, gpus)
-        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, bridge=with_bridge, webhook=with_webhook,
+        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, backend=backend, bridge=with_bridge,
+                           webhook=with_webhook,
                            controller=with_controller, controller_interval=controller_interval,
                            controller_args=extra_controller_args, split=split,
                            node_status_frequency=node_status_frequency)

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj
@@ -47,6 +48,9 @@ from bridge.sandbox.cluster.processes import ChildProcess
 from bridge.sandbox.cluster.spec import ClusterSpec, NodeSpec, check
 from bridge.sandbox.cluster.webhook import SandboxWebhook
 from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
+
+if TYPE_CHECKING:
+    from bridge.sandbox.real.plane import ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +104,8 @@ class SandboxCluster:
         self.kubeconfig_out = kubeconfig_out
         self.host, self.port = host, port
         self.work_dir: Path | None = None
-        self.server: ApiServer | None = None
+        self.server: ApiServer | None = None  # the API emulator (stand-in backend)
+        self.plane: ControlPlane | None = None  # the real control plane (real backend)
         self.nodes: list[SandboxNode] = []
         self.controllers: list[Controller] = []
         self.control_plane = ""
@@ -125,12 +130,15 @@ class SandboxCluster:
     def _start(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self.work_dir = self._make_work_dir()
-        self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
-                                resource_versions=self.spec.resource_versions, graceful_pod_deletion=True).start()
-        self.port = self.server.port
-        self.server.write_kubeconfig(self.kubeconfig)
-        if self.kubeconfig_out is not None:
-            self.server.write_kubeconfig(self.kubeconfig_out)
+        if self.spec.backend == "real":
+            self._start_real_plane(deadline)
+        else:
+            self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
+                                    resource_versions=self.spec.resource_versions, graceful_pod_deletion=True).start()
+            self.port = self.server.port
+            self.server.write_kubeconfig(self.kubeconfig)
+            if self.kubeconfig_out is not None:
+                self.server.write_kubeconfig(self.kubeconfig_out)
         from bridge.kube import connect
 
         self._api = connect(str(self.kubeconfig))
@@ -139,7 +147,7 @@ class SandboxCluster:
                              device_class(self._api.resource_api().version))
         for i, n in enumerate(self.spec.nodes):
             root = self.work_dir / f"n{i}"
-            kubelet = KubeletSimulator(root / "kl", kube=connect(str(self.kubeconfig)), node_name=n.name,
+            kubelet = KubeletSimulator(root / "kl", kube=connect(str(self._node_kubeconfig(n.name))), node_name=n.name,
                                        config=KubeletConfig(
                                            version=self.spec.kubernetes_version, register_node=True, run_pods=True,
                                            node_status_frequency=self.spec.node_status_frequency,
@@ -155,7 +163,11 @@ class SandboxCluster:
             split = node.spec.split
             if split is not None:
                 self._api.patch(NODES, node.name, {"metadata": {"annotations": {SPLIT_ANNOTATION: split}}})
-        self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version)
+        if self.plane is None:
+            self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version)
+        else:
+            self.control_plane = (f"kube-scheduler and kube-controller-manager {self.plane.bin.version} (real, "
+                                  f"built from source)")
         if self.spec.bridge:
             for node in self.nodes:
                 node.daemon = ChildProcess(f"bridge node {node.name}", self._node_argv(node),
@@ -172,7 +184,7 @@ class SandboxCluster:
                 self.controller.start(timeout=max(1.0, deadline - time.monotonic()))
             except ControllerStartError as err:
                 raise ClusterError(str(err)) from err
-        log.info("sandbox cluster running", extra={"nodes": len(self.nodes), "api": self.server.url})
+        log.info("sandbox cluster running", extra={"nodes": len(self.nodes), "api": self.url})
 
     def _make_work_dir(self) -> Path:
         if self._given_work_dir is not None:
@@ -186,6 +198,32 @@ class SandboxCluster:
             raise ClusterError(f"work directory {d} is {len(str(d).encode())} bytes long; unix socket paths below "
                                f"it would pass the 107-byte limit: use one of at most {_MAX_WORK_DIR} bytes")
         return d
+
+    def _start_real_plane(self, deadline: float) -> None:
+        """etcd, kube-apiserver, kube-controller-manager and kube-scheduler of the spec's line, built from source."""
+        from bridge.sandbox.real.binaries import Binaries, BinariesMissing, line_of
+        from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
+        from bridge.sandbox.real.process import StartError
+
+        assert self.work_dir is not None
+        binaries = Binaries(line_of(self.spec.kubernetes_version))
+        self.plane = ControlPlane(self.work_dir / "cp", binaries, PlaneOptions(host=self.host))
+        try:
+            self.plane.start(timeout=max(1.0, deadline - time.monotonic()))
+        except (BinariesMissing, StartError) as err:
+            raise ClusterError(str(err)) from err
+        self.port = self.plane.port
+        self.plane.write_admin_kubeconfig(self.kubeconfig)
+        if self.kubeconfig_out is not None:
+            self.plane.write_admin_kubeconfig(self.kubeconfig_out)
+
+    def _node_kubeconfig(self, node_name: str) -> Path:
+        """The credentials a node's kubelet uses: on the real backend its own client certificate
+        (`system:node:<name>` in `system:nodes`), which the Node authorizer and NodeRestriction confine to that
+        node, as on a real cluster; the emulator has no authorization (one kubeconfig for all)."""
+        if self.plane is None:
+            return self.kubeconfig
+        return self.plane.kubeconfig_for(f"kubelet-{node_name}", f"system:node:{node_name}", "system:nodes")
 
     def _node_argv(self, node: SandboxNode) -> list[str]:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
@@ -233,6 +271,9 @@ class SandboxCluster:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.plane is not None:
+            self.plane.stop()
+            self.plane = None
         if self.work_dir is not None and self._given_work_dir is None:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -256,6 +297,8 @@ class SandboxCluster:
 
     @property
     def url(self) -> str:
+        if self.plane is not None:
+            return self.plane.url
         assert self.server is not None, "start() the cluster first"
         return self.server.url
 
@@ -267,8 +310,12 @@ class SandboxCluster:
 
     def describe(self) -> str:
         """What runs where, for people."""
-        lines = [f"API emulator  {self.url}  (Kubernetes v{self.spec.api_version}, resource.k8s.io "
-                 f"{','.join(self.spec.resource_versions)})",
+        if self.plane is not None:
+            api_line = f"kube-apiserver {self.url}  ({self.plane.bin.version}, real; logs in {self.plane.dir})"
+        else:
+            api_line = (f"API emulator  {self.url}  (Kubernetes v{self.spec.api_version}, resource.k8s.io "
+                        f"{','.join(self.spec.resource_versions)})")
+        lines = [api_line,
                  f"kubeconfig    {self.kubeconfig_out or self.kubeconfig}",
                  f"control plane {self.control_plane}"]
         for n in self.nodes:

@@ -64,6 +64,10 @@ class ClusterSpec:
     webhook_args: tuple[str, ...] = ()  # extra `bridge webhook` arguments
     controller_interval: float = 5.0  # `bridge controller --interval` (seconds between decisions at most)
     controller_args: tuple[str, ...] = ()  # extra `bridge controller` arguments (--cooldown, --dry-run, ...)
+    # "standin": the API emulator, scheduler/claim-controller stand-ins and kubelet simulators (Python, in this
+    # process); "real": etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from source
+    # (scripts/build_real.py), with kubelet simulators as nodes. `kubernetes_version` picks the built line there.
+    backend: str = "standin"
 
     @property
     def version(self) -> KubeletVersion:
@@ -114,12 +118,24 @@ def gfd_labels(node_name: str, gpus: str) -> dict[str, str]:
     return labels
 
 
+BACKENDS = ("standin", "real")
+
+
 def check(spec: ClusterSpec) -> ClusterSpec:
     """Validate the whole description (raises SpecError naming the problem) and return it."""
     try:
         spec.version
     except VersionError as err:
         raise SpecError(f"kubernetes version: {err}") from err
+    if spec.backend not in BACKENDS:
+        raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if spec.backend == "real":
+        from bridge.sandbox.real.binaries import line_of
+
+        try:
+            line_of(spec.kubernetes_version)
+        except ValueError as err:
+            raise SpecError(str(err)) from err
     if not spec.nodes:
         raise SpecError("a cluster needs at least one node")
     if len(spec.nodes) > MAX_NODES:
