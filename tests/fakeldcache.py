@@ -10,9 +10,12 @@ each). The cache is then made as a host's package scripts make it, inside the fa
 creates the soname links (`libcuda.so.1 -> libcuda.so.<version>`), as on a real host. Tests that need these skip
 with the reason when gcc or ldconfig is missing.
 
-`make_cache_only_driver(root, version)` is the layout of the H200 machine of the real-hardware finding (driver
-580.159.04): `ldconfig -p` there says `libcuda.so.1 (libc6,x86-64) => /lib/libcuda.so.1`, and none of NVIDIA's
-standard search dirs (`/usr/lib64`, `/usr/lib/x86_64-linux-gnu`, …) holds a driver library.
+`make_cache_only_driver(root, version)`: driver libraries in one directory that none of NVIDIA's standard search
+dirs (`/usr/lib64`, `/usr/lib/x86_64-linux-gnu`, …) is, `/lib` by default. `make_h200_layout(root)`: the H200
+machine of the real-hardware finding (driver 580.159.04), as read there: `/lib -> usr/lib`, the libraries in
+`/usr/local/nvidia/lib64` (listed in `/etc/ld.so.conf.d`), absolute links `/usr/lib/libcuda.so.1 ->
+/usr/local/nvidia/lib64/libcuda.so.580.159.04`, so that `ldconfig -p` lists each soname twice:
+`libcuda.so.1 (libc6,x86-64) => /lib/libcuda.so.1` and `=> /usr/local/nvidia/lib64/libcuda.so.1`.
 """
 
 from __future__ import annotations
@@ -95,3 +98,13 @@ def make_cache_only_driver(root: Path, version: str = H200_VERSION, libdir: str 
         elf_library(lib / f"{stem}.{version}", soname)
     tidy(lib)
     return run_ldconfig(root, conf_dirs)
+
+
+def make_h200_layout(root: Path, version: str = H200_VERSION) -> Path:
+    """The real H200 machine's layout (module docstring). Returns the cache file."""
+    (root / "usr/lib").mkdir(parents=True, exist_ok=True)
+    (root / "lib").symlink_to("usr/lib")
+    for stem, soname in CACHE_ONLY_LIBRARIES.items():
+        (root / "usr/lib" / soname).symlink_to(f"/usr/local/nvidia/lib64/{stem}.{version}")
+    return make_cache_only_driver(root, version, libdir="usr/local/nvidia/lib64",
+                                  conf_dirs=["/usr/local/nvidia/lib64"])

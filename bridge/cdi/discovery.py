@@ -17,9 +17,11 @@ container gets what `nvidia-ctk cdi generate` would give it:
   (`library.go`: `First(symlink locator, ldcache locator)`; `pkg/lookup/ldcache.go`), and so do we
   (`bridge.cdi.ldcache` reads it): every link on the way from each 64-bit cache entry to its file is matched
   against `lib*.so.<version>` (`symlinks.ResolveChain`), and the directories of the matching files are the
-  driver's library directories (`/lib` where `ldconfig -p` says `libcuda.so.1 => /lib/libcuda.so.1`). Unlike
-  NVIDIA, which resolves those links with the kernel, the cache's paths are resolved inside the root like every
-  other path here.
+  driver's library directories. On the H200 machine that showed the need, `ldconfig -p` says `libcuda.so.1 =>
+  /lib/libcuda.so.1` (and `=> /usr/local/nvidia/lib64/libcuda.so.1`, from `/etc/ld.so.conf.d`), `/lib/libcuda.so.1`
+  links to `/usr/local/nvidia/lib64/libcuda.so.580.159.04`, so the directory is `/usr/local/nvidia/lib64`.
+  Unlike NVIDIA, which resolves those links with the kernel, the cache's paths are resolved inside the root like
+  every other path here.
 * **Soname links** (`internal/discover/symlinks.go`): NVIDIA reads each library's ELF `SONAME` and recreates the
   soname and `.so` links that exist on the host. We take the same links from the host directly: every symlink
   next to a mounted library that resolves to it (`libcuda.so.1 -> libcuda.so.<v>`, `libcuda.so -> libcuda.so.1`),

@@ -3,9 +3,10 @@
 Why: NVIDIA's CDI generator falls back to the root's loader cache when the standard library directories hold no
 `lib*.so.<version>` (NVIDIA/nvidia-container-toolkit `pkg/lookup/library.go` `NewLibraryLocator`: `First(symlink
 locator over the search dirs, ldcache locator)`; `pkg/lookup/ldcache.go` `newLdcacheLocator`;
-`internal/ldcache/ldcache.go`). On hosts whose installer put the driver in a directory outside those (`/lib` on an
-H200 machine with driver 580.159.04, where `ldconfig -p` shows `libcuda.so.1 (libc6,x86-64) =>
-/lib/libcuda.so.1`), the cache is the only place that names it.
+`internal/ldcache/ldcache.go`). Where the driver sits in a directory outside those, the cache is the only place
+that names it: on an H200 machine with driver 580.159.04 `ldconfig -p` shows `libcuda.so.1 (libc6,x86-64) =>
+/lib/libcuda.so.1` and `=> /usr/local/nvidia/lib64/libcuda.so.1` (a directory from `/etc/ld.so.conf.d`), and no
+search dir holds a driver library.
 
 The format, from glibc `sysdeps/generic/dl-cache.h` (all integers in the machine's byte order; little-endian on
 x86-64 and aarch64, the only machines NVIDIA's ldcache reader serves; big-endian caches are refused):

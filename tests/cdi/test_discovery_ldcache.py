@@ -13,7 +13,7 @@ from bridge.cdi.discovery import discover_driver_files
 from bridge.cdi.driver import HostFile, Root, Symlink
 from bridge.inventory.simulated import devices_from_spec
 from tests.fakedriver import LIBDIR, make_driver_files
-from tests.fakeldcache import H200_VERSION, make_cache_only_driver
+from tests.fakeldcache import H200_VERSION, ldconfig_listing, make_cache_only_driver, make_h200_layout
 
 V = H200_VERSION
 
@@ -22,7 +22,19 @@ def files_at(root: Path, host: str = "/", version: str = V):  # type: ignore[no-
     return discover_driver_files(Root(host, root), version, kernel_release="6.8.0")
 
 
-def test_the_h200_layout_is_found_through_the_ld_so_cache(tmp_path: Path) -> None:
+def test_the_h200_machines_layout_is_found_through_the_ld_so_cache(tmp_path: Path) -> None:
+    cache = make_h200_layout(tmp_path)
+    listed = {(soname, path) for soname, _, path in ldconfig_listing(cache)}  # as `ldconfig -p` said there:
+    assert {("libcuda.so.1", "/lib/libcuda.so.1"), ("libcuda.so.1", "/usr/local/nvidia/lib64/libcuda.so.1")} <= listed
+    files = files_at(tmp_path)
+    # /lib/libcuda.so.1 -> /usr/local/nvidia/lib64/libcuda.so.580.159.04: the real directory, as on the machine
+    assert files.library_dirs == ("/usr/local/nvidia/lib64",) and files.ld_cache == "/etc/ld.so.cache"
+    assert HostFile(f"/usr/local/nvidia/lib64/libcuda.so.{V}", f"/usr/local/nvidia/lib64/libcuda.so.{V}") in \
+        files.libraries
+    assert len(files.libraries) == 4 and files.found
+
+
+def test_a_driver_only_in_lib_is_found_through_the_ld_so_cache(tmp_path: Path) -> None:
     make_cache_only_driver(tmp_path)  # /lib/lib*.so.580.159.04, soname links by ldconfig, nothing elsewhere
     files = files_at(tmp_path)
     assert files.found and files.library_dirs == ("/lib",) and files.ld_cache == "/etc/ld.so.cache"
