@@ -156,6 +156,12 @@ def _labels(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBECONFIG",
               help="API server: registers the Node, posts its status, runs the pods bound to it and serves the DRA "
                    "side (claims, ResourceSlice wipes). Without it, device plugins and PodResources only.")
+@click.option("--kubelets", type=click.Choice(["real", "simulated"]), default=None, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_KUBELETS",
+              help="With --backend real: real kubelets, each with its own containerd, runc and CNI bridge, running "
+                   "pods in real containers that get our CDI devices (the default there; needs the node set of "
+                   "scripts/build_real.py and root), or the kubelet simulators. The stand-in backend always "
+                   "simulates them.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBERNETES_VERSION",
               help="Kubelet release to play (1.32-1.37): decides e.g. the device-plugin disconnect rule (1.37 "
@@ -288,7 +294,7 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "webhook log to their own files.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
-def cluster(backend: str, version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
+def cluster(backend: str, kubelets: str | None, version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
             with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
@@ -314,6 +320,9 @@ def cluster(backend: str, version: str, node_count: int, gpus: str, nodes_file: 
     ctx = click.get_current_context()
     if backend == "real" and ctx.get_parameter_source("version") in (click.core.ParameterSource.DEFAULT, None):
         version = "1.37"
+    if kubelets == "real" and backend != "real":
+        raise click.BadParameter("real kubelets run on the real backend: add --backend real", param_hint="--kubelets")
+    real_kubelets = backend == "real" and kubelets != "simulated"
     if nodes_file is not None:
         for opt in ("node_count", "gpus"):
             if ctx.get_parameter_source(opt) not in (click.core.ParameterSource.DEFAULT, None):
@@ -339,7 +348,8 @@ def cluster(backend: str, version: str, node_count: int, gpus: str, nodes_file: 
             raise click.BadParameter(str(err), param_hint="--split") from err
     try:
         nodes = nodes_from_file(nodes_file) if nodes_file is not None else nodes_from_count(node_count, gpus)
-        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, backend=backend, bridge=with_bridge,
+        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, backend=backend, real_kubelets=real_kubelets,
+                           bridge=with_bridge,
                            webhook=with_webhook,
                            controller=with_controller, controller_interval=controller_interval,
                            controller_args=extra_controller_args, split=split,

@@ -68,6 +68,9 @@ class ClusterSpec:
     # process); "real": etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from source
     # (scripts/build_real.py), with kubelet simulators as nodes. `kubernetes_version` picks the built line there.
     backend: str = "standin"
+    # real backend only: real kubelets with containerd and runc (bridge.sandbox.real.node) instead of the kubelet
+    # simulators
+    real_kubelets: bool = False
 
     @property
     def version(self) -> KubeletVersion:
@@ -129,6 +132,8 @@ def check(spec: ClusterSpec) -> ClusterSpec:
         raise SpecError(f"kubernetes version: {err}") from err
     if spec.backend not in BACKENDS:
         raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if spec.real_kubelets and spec.backend != "real":
+        raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
     if spec.backend == "real":
         from bridge.sandbox.real.binaries import line_of
 
