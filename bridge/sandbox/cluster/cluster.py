@@ -32,7 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -86,6 +86,7 @@ class SandboxNode:
     daemon: ChildProcess | None = None
     real: RealNode | None = None  # a real kubelet + containerd (the real backend with real_kubelets)
     http_port: int = 0  # the node daemon's /readyz and /metrics (real nodes)
+    retired: list[ChildProcess] = field(default_factory=list)  # earlier daemon instances (rollouts, restarts)
 
     @property
     def sim(self) -> KubeletSimulator:
@@ -325,7 +326,57 @@ class SandboxCluster:
         raise ClusterError(f"bridge node {node.name} did not register with the kubelet (device plugin and DRA) in "
                            f"time ({last.strip()}):\n{node.daemon.log_tail()}")
 
-    def _node_argv(self, node: SandboxNode) -> list[str]:
+    # -- node lifecycle (real nodes): what a DaemonSet rollout, a crash and a kubelet restart do ---------------------
+
+    def start_daemon_instance(self, name: str, timeout: float = 60.0) -> ChildProcess:
+        """Start another `bridge node` instance on a real node with a new pod UID, as a DaemonSet's surge rollout
+        does (`maxSurge: 1`: the new pod starts before the old one stops); it becomes the node's `daemon` once
+        ready (standby until the old one exits, then it takes over). The old instance keeps running: stop it
+        with `node.daemon` of before, or `stop_daemon_instance`."""
+        import uuid
+
+        node = self.node(name)
+        if node.real is None:
+            raise ClusterError("daemon instances with pod UIDs are a real-node operation")
+        old = node.daemon
+        pod_uid = str(uuid.uuid4())
+        proc = ChildProcess(f"bridge node {name} ({pod_uid[:8]})", self._node_argv(node, pod_uid=pod_uid),
+                            node.root / f"node-{pod_uid[:8]}.log").start()
+        node.daemon = proc
+        try:
+            self._wait_daemon_ready(node, time.monotonic() + timeout)
+        except ClusterError:
+            node.daemon = old
+            proc.stop()
+            raise
+        if old is not None:
+            node.retired.append(old)
+        return proc
+
+    def kill_daemon(self, name: str) -> None:
+        """SIGKILL the node's daemon (a crash: no cleanup)."""
+        node = self.node(name)
+        assert node.daemon is not None and node.daemon.proc is not None
+        node.daemon.proc.kill()
+        node.daemon.proc.wait()
+
+    def restart_daemon(self, name: str, timeout: float = 60.0) -> None:
+        """Start the node's daemon again (after `kill_daemon` or a stop) and wait until it serves both APIs."""
+        node = self.node(name)
+        if node.daemon is not None:
+            node.daemon.stop()
+            node.retired.append(node.daemon)
+        node.daemon = ChildProcess(f"bridge node {name}", self._node_argv(node), node.root / "node.log").start()
+        self._wait_daemon(node, time.monotonic() + timeout)
+
+    def restart_kubelet(self, name: str, timeout: float = 60.0) -> None:
+        """Stop and start a real node's kubelet (same root dir, same state), with its pods left running."""
+        node = self.node(name)
+        if node.real is None or node.real.kubelet is None:
+            raise ClusterError("restart_kubelet is for real nodes")
+        node.real.kubelet.restart(timeout)
+
+    def _node_argv(self, node: SandboxNode, pod_uid: str | None = None) -> list[str]:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
                 "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
                 "--state-dir", str(node.state_dir), "--cdi-root", str(node.cdi_root),
@@ -347,7 +398,7 @@ class SandboxCluster:
             node.http_port = free_port()
             argv[argv.index("--http-address") + 1] = f"127.0.0.1:{node.http_port}"
             argv += ["--dev-root", str(node.real.dev_root), "--driver-root", str(node.real.driver_root),
-                     "--device-list-strategy", "cdi-cri"]
+                     "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
             return node.real.ns.enter(argv + list(self.spec.node_args))
         return argv + list(self.spec.node_args)
 
@@ -376,6 +427,8 @@ class SandboxCluster:
         if self.webhook is not None:
             self.webhook.stop(grace)
         for node in self.nodes:
+            for retired in node.retired:
+                retired.stop(grace)
             if node.daemon is not None:
                 code = node.daemon.stop(grace)
                 if code not in (0, None):
