@@ -18,7 +18,9 @@ from tests.real.conftest import CONTROL_PLANE, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
 from tests.sandbox_cluster import spec_for_tests
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+START_TIMEOUT = 300.0  # a loaded 2-core CI machine starts two kubelets, two containerds and two daemons slowly
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 NAME = "gpu-node"
 
@@ -29,7 +31,7 @@ def cluster() -> Iterator[SandboxCluster]:
     # the kubelet's default node-status cadence: moves to DRA wait for it, as on a real node
     spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version="1.37",
                           real_kubelets=True, bridge=True, node_status_frequency=10.0, split_grace=1.0)
-    with SandboxCluster(spec) as c:
+    with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
         ensure_namespace(c, "legacy")
         ensure_namespace(c, "dra")
         c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")

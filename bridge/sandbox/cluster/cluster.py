@@ -454,7 +454,9 @@ class SandboxCluster:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> SandboxCluster:
-        return self.start()
+        """`with SandboxCluster(spec) as c` starts it (default timeout); `with SandboxCluster(spec).start(t) as c`
+        uses the one already started, with its own timeout."""
+        return self if self._started else self.start()
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()

@@ -108,7 +108,7 @@ class RealNode:
 
     def start(self, timeout: float) -> RealNode:
         make_gpu_files(self.dev_root, range(self.gpus))
-        self.ns.start()
+        self.ns.start(timeout)
         self.containerd.start(timeout)
         for image in self.images:
             self.containerd.import_image(image)
