@@ -156,12 +156,6 @@ def _labels(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBECONFIG",
               help="API server: registers the Node, posts its status, runs the pods bound to it and serves the DRA "
                    "side (claims, ResourceSlice wipes). Without it, device plugins and PodResources only.")
-@click.option("--kubelets", type=click.Choice(["real", "simulated"]), default=None, show_envvar=True,
-              envvar="BRIDGE_SANDBOX_CLUSTER_KUBELETS",
-              help="With --backend real: real kubelets, each with its own containerd, runc and CNI bridge, running "
-                   "pods in real containers that get our CDI devices (the default there; needs the node set of "
-                   "scripts/build_real.py and root), or the kubelet simulators. The stand-in backend always "
-                   "simulates them.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBERNETES_VERSION",
               help="Kubelet release to play (1.32-1.37): decides e.g. the device-plugin disconnect rule (1.37 "
@@ -236,6 +230,12 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "nothing but this package). real: etcd, kube-apiserver, kube-controller-manager and "
                    "kube-scheduler built from source by `python scripts/build_real.py` (real TLS, RBAC, Node "
                    "authorizer, admission); the nodes are kubelet simulators with their own node credentials.")
+@click.option("--kubelets", type=click.Choice(["real", "simulated"]), default=None, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_KUBELETS",
+              help="With --backend real: real kubelets, each with its own containerd, runc and CNI bridge, running "
+                   "pods in real containers that get our CDI devices (the default there; needs the node set of "
+                   "scripts/build_real.py and root), or the kubelet simulators. The stand-in backend always "
+                   "simulates them.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_KUBERNETES_VERSION",
               help="Kubernetes release (1.32-1.37) of the API emulator and the kubelets: the served resource.k8s.io "
@@ -356,7 +356,9 @@ def cluster(backend: str, kubelets: str | None, version: str, node_count: int, g
                            node_status_frequency=node_status_frequency)
         sandbox_cluster = SandboxCluster(spec, work_dir=work_dir, kubeconfig_out=kubeconfig_out, host=host, port=port)
     except SpecError as err:
-        raise click.BadParameter(str(err), param_hint="--nodes-file" if nodes_file else "--gpus") from err
+        hint = ("--kubernetes-version" if "real backend builds" in str(err)
+                else "--nodes-file" if nodes_file else "--gpus")
+        raise click.BadParameter(str(err), param_hint=hint) from err
     setup_logging(log_format, log_level.upper())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -25,11 +25,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 NAME = "gpu-node"
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[SandboxCluster]:
-    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+@pytest.fixture(scope="module", params=["1.37", "1.35"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    """On both built lines: v1.35's device manager still has the old disconnect rule (an old instance's stream
+    ending disconnects the current endpoint: kubernetes `pkg/kubelet/cm/devicemanager/endpoint.go` of that
+    release), which is what the rollout test is about there."""
+    line = request.param
+    require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
     # the kubelet's default node-status cadence: moves to DRA wait for it, as on a real node
-    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version="1.37",
+    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=line,
                           real_kubelets=True, bridge=True, node_status_frequency=10.0, split_grace=1.0)
     with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
         ensure_namespace(c, "legacy")
