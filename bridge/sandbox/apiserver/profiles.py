@@ -126,6 +126,11 @@ class KubernetesProfile:
         return self.minor <= 33
 
     @property
+    def slice_pool_field_selector(self) -> bool:
+        """ResourceSlices are selectable by `spec.pool.name` from 1.37 (registry.py)."""
+        return self.minor >= 37
+
+    @property
     def device_taint_effects(self) -> tuple[str, ...]:
         return ("NoExecute", "NoSchedule", "None") if self.minor >= 35 else ("NoExecute", "NoSchedule")
 
