@@ -21,6 +21,14 @@ def causes(status: Any) -> list[tuple[str, str]]:
     return [(c.get("field", ""), c["reason"]) for c in (status.get("details") or {}).get("causes") or []]
 
 
+def test_a_1_37_server_serves_only_resource_k8s_io_v1_unless_betas_are_asked_for(make_server) -> None:  # type: ignore[no-untyped-def]
+    srv = make_server(version="1.37.2")
+    assert [v["version"] for v in call(srv, "GET", "/apis/resource.k8s.io")[2]["versions"]] == ["v1"]
+    assert call(srv, "GET", "/apis/resource.k8s.io/v1beta2")[0] == 404
+    admin = make_server(version="1.37.2", resource_versions=("v1", "v1beta2"))  # --runtime-config
+    assert call(admin, "GET", "/apis/resource.k8s.io/v1beta2")[0] == 200
+
+
 def test_a_lease_or_a_webhook_configuration_needs_a_resource_version_to_be_updated(server) -> None:  # type: ignore[no-untyped-def]
     leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
     call(server, "POST", leases, {"metadata": {"name": "l"}, "spec": {}})
