@@ -123,6 +123,8 @@ def test_dra_validation_reports_each_cause_once_where_the_real_server_does(serve
     no_pool = {k: v for k, v in spec.items() if k != "pool"} | {"devices": [{"name": "gpu-0"}]}
     assert causes(call(server, "POST", slices, {"metadata": {"name": "s"}, "spec": no_pool})[2]) == [
         ("spec.pool.name", "FieldValueRequired"), ("spec.pool.resourceSliceCount", "FieldValueInvalid")]
+    no_generation = dict(spec, devices=[{"name": "gpu-0"}], pool={"name": "n", "resourceSliceCount": 1})
+    assert call(server, "POST", slices, {"metadata": {"name": "s"}, "spec": no_generation})[0] == 201  # 0 is valid
     claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
     no_class = {"devices": {"requests": [{"name": "gpu", "exactly": {"count": 1}}]}}
     assert causes(call(server, "POST", claims, {"metadata": {"name": "c"}, "spec": no_class})[2]) == [
