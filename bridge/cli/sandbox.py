@@ -20,9 +20,11 @@ def sandbox() -> None:
     """Stand-ins for a Kubernetes cluster on one machine, for tests and demos."""
 
 
-def _resource_versions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+def _resource_versions(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
     from bridge.sandbox.apiserver.registry import KNOWN_RESOURCE_VERSIONS
 
+    if value is None:
+        return None  # the release's default
     versions = tuple(v.strip() for v in value.split(",") if v.strip())
     unknown = [v for v in versions if v not in KNOWN_RESOURCE_VERSIONS]
     if not versions or unknown:
@@ -54,9 +56,11 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="YAML/JSON file or directory of objects to create at start (repeatable; env: space-separated).")
 @click.option("--version", "k8s_version", default="1.34.2", show_default=True, callback=_k8s_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VERSION", help="Kubernetes version to report (MAJOR.MINOR.PATCH).")
-@click.option("--resource-versions", default="v1,v1beta2,v1beta1", show_default=True, callback=_resource_versions,
+@click.option("--resource-versions", default=None, callback=_resource_versions,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_RESOURCE_VERSIONS",
-              help="resource.k8s.io versions to serve (comma-separated); the newest is preferred, as on a real server.")
+              help="resource.k8s.io versions to serve (comma-separated; e.g. v1,v1beta2,v1beta1, as kube-apiserver's "
+                   "--runtime-config enables betas); the newest is preferred, as on a real server. Default: what the "
+                   "release serves by default (v1 alone from 1.34; v1beta2,v1beta1 for 1.33; v1beta1 for 1.32).")
 @click.option("--tls/--no-tls", default=False, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_TLS",
               help="Serve HTTPS with a throwaway self-signed certificate (embedded in the kubeconfig).")
 @click.option("--validate/--no-validate", default=True, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VALIDATE",
@@ -75,7 +79,7 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_FORMAT")
 def apiserver(
     host: str, port: int, kubeconfig_out: Path, context_name: str, load_paths: tuple[Path, ...], k8s_version: str,
-    resource_versions: tuple[str, ...], tls: bool, validate: bool, history_limit: int, admission_config: Path | None,
+    resource_versions: tuple[str, ...] | None, tls: bool, validate: bool, history_limit: int, admission_config: Path | None,
     log_level: str, log_format: str,
 ) -> None:
     """Run the Kubernetes API emulator until Ctrl-C.
@@ -117,7 +121,7 @@ def apiserver(
     try:
         srv.write_kubeconfig(kubeconfig_out, context=context_name)
         click.echo(f"API emulator serving at {srv.url} (Kubernetes v{k8s_version}, resource.k8s.io "
-                   f"{','.join(resource_versions)}); kubeconfig: {kubeconfig_out}")
+                   f"{','.join(srv.resource_versions)}); kubeconfig: {kubeconfig_out}")
         while not stop.wait(0.5):
             pass
     finally:

@@ -84,10 +84,11 @@ class ClusterSpec:
 
     @property
     def resource_versions(self) -> tuple[str, ...]:
-        """The resource.k8s.io versions a real API server of this release serves by default (v1 from 1.34,
-        v1beta2 from 1.33, v1beta1 from 1.32)."""
-        minor = self.version.minor
-        return tuple(v for v, since in (("v1", 34), ("v1beta2", 33), ("v1beta1", 32)) if minor >= since)
+        """The resource.k8s.io versions a real API server of this release serves by default: `v1` alone from 1.34
+        (the betas are disabled by default; see bridge/sandbox/apiserver/profiles.py)."""
+        from bridge.sandbox.apiserver.profiles import profile_for
+
+        return profile_for(f"1.{self.version.minor}").resource_versions
 
 
 def _gfd_family(major: int, minor: int) -> str:
