@@ -5,6 +5,8 @@ APIs, and the running containers keep their devices."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -95,6 +97,26 @@ def test_free_gpus_move_both_ways_at_the_kubelets_cadence_and_held_ones_stay(clu
     time.sleep(3)
     assert (allocatable(cluster), published(cluster)) == (3, 1)
     assert running_gpus(cluster) == before
+    set_split(cluster, "2")
+    wait_split(cluster, 2, 2)
+
+
+def test_a_running_init_containers_gpu_known_only_from_the_kubelets_checkpoint_does_not_move(
+        cluster: SandboxCluster, watch: SideWatch) -> None:
+    """PodResources omits init containers; the real kubelet's device-manager checkpoint
+    (device-plugins/kubelet_internal_checkpoint, written after every Allocate) is where the daemon finds them."""
+    pod = probe_pod("in-init", init_gpus=1)
+    pod["spec"]["initContainers"][0]["env"] = [{"name": "PROBE_SLEEP", "value": "100000"}]  # stays in init
+    create_pod(cluster, "legacy", pod)
+    assert len(probe_log(cluster, "legacy", "in-init", container="init", timeout=120).gpus) == 1
+    set_split(cluster, "4")  # both legacy GPUs are held now: nothing may move
+    time.sleep(12)  # more than a node-status period
+    assert (allocatable(cluster), published(cluster)) == (2, 2)
+    status = subprocess.run([sys.executable, "-m", "bridge", "node", "status", NAME, "--kubeconfig",
+                             str(cluster.kubeconfig)], capture_output=True, text=True, timeout=60).stdout
+    assert "held by pod legacy/in-init container init (legacy init container)" in status, status
+    _delete_pod(cluster, "legacy", "in-init")
+    wait_split(cluster, 1, 3)  # freed: it moves now
     set_split(cluster, "2")
     wait_split(cluster, 2, 2)
 
