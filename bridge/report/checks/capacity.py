@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from bridge.controller.placement import constraints_of, taints_of
+from bridge.kvalues.placement import constraints_of, taints_of
 from bridge.kvalues.podgpu import pod_devices
 from bridge.report.cel import gfd_devices
 from bridge.report.checks.context import CheckContext
