@@ -158,6 +158,15 @@ class Constraints:
                 return f"taint {t.key}{'=' + t.value if t.value else ''}:{t.effect} not tolerated"
         return None
 
+    def describe(self) -> str:
+        """The node selector and required affinity in words (tolerations are not restrictions); "" when none."""
+        parts = [f"nodeSelector {k}={v}" for k, v in self.node_selector]
+        terms = [" and ".join(f"{r.key} {r.operator}" + (f" ({', '.join(r.values)})" if r.values else "")
+                              for r in t.expressions + t.fields) or "nothing" for t in self.terms]
+        if terms:
+            parts.append("required node affinity " + " or ".join(terms))
+        return "; ".join(parts)
+
     @property
     def unconstrained(self) -> bool:
         """No selector, no affinity: only taints can keep the pod off a node."""

@@ -1,5 +1,6 @@
 """What one pod spec says about GPUs: requests per resource name, DRA claims, GFD-label selectors, device access
-that bypasses any allocator. Pure functions over plain dicts.
+that bypasses any allocator, and the node filters it keeps once translated (`dra_placement`). Pure functions over
+plain dicts.
 
 How many devices of a resource a pod holds is the shared device-plugin arithmetic (`bridge.kvalues.podgpu`, which
 the webhook uses too): max(app containers + sidecars, each ordinary init container + the sidecars started before
@@ -21,11 +22,13 @@ claim not in the input, `allocationMode: All`) is named in `DraGpus.unknown`, ne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bridge.controller.demand import request_count
-from bridge.kvalues import podgpu
+from bridge.kvalues import gfd, podgpu
+from bridge.kvalues.placement import NONE as NO_CONSTRAINTS
+from bridge.kvalues.placement import Constraints, constraints_of
 from bridge.kvalues.quantity import quantity_int
 from bridge.report.features import BRIDGE_CLASS, GPU, IMPLICIT_PREFIX
 
@@ -156,6 +159,7 @@ class SpecInfo:
     scheduler_name: str = ""  # spec.schedulerName ("" = default-scheduler)
     node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
     dra: DraGpus = field(default=NO_DRA)  # the bridge DeviceClass's devices asked through DRA
+    placement: Constraints = NO_CONSTRAINTS  # the node filters the pod keeps once translated (`dra_placement`)
 
     @property
     def legacy_gpus(self) -> int:
@@ -245,7 +249,32 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
         scheduler_name=str(spec.get("schedulerName") or ""),
         node_name=str(spec.get("nodeName") or ""),
         dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
+        placement=dra_placement(spec),
     )
+
+
+def dra_placement(spec: Obj) -> Constraints:
+    """The scheduler's node filters a pod keeps once the webhook translated it (`bridge.kvalues.placement`): its node
+    selector, required node affinity and tolerations, without the GPU Feature Discovery device labels
+    (`bridge.kvalues.gfd.DEVICE_LABELS`), which the translation moves into the claim's CEL selector as the webhook
+    does (bridge/webhook/translate.py): from the node selector, from a single affinity term, and from several terms
+    only when every one of them selects device labels alone (several terms mixing other labels stay whole). A pod
+    already translated has nothing left to move, so this is its own filters."""
+    if not spec.get("nodeSelector") and not spec.get("affinity") and not spec.get("tolerations"):
+        return NO_CONSTRAINTS  # the common pod: nothing keeps it off a node but taints
+    c = constraints_of(spec)
+    selector = tuple((k, v) for k, v in c.node_selector if k not in gfd.DEVICE_LABELS)
+    terms = c.terms
+    stripped = tuple(replace(t, expressions=tuple(r for r in t.expressions if r.key not in gfd.DEVICE_LABELS))
+                     for t in terms)
+    device_only = [t.expressions != s.expressions and not s.expressions and not s.fields for t, s in zip(terms, stripped)]
+    if len(terms) == 1:
+        terms = () if device_only[0] else stripped
+    elif terms and all(device_only):
+        terms = ()
+    if selector == c.node_selector and terms == c.terms:
+        return c
+    return Constraints(selector, terms, c.tolerations)
 
 
 def _asks_implicit(spec: Obj) -> bool:

@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from bridge.kvalues.placement import constraints_of, taints_of
+from bridge.kvalues.placement import Constraints, constraints_of
 from bridge.kvalues.podgpu import pod_devices
 from bridge.report.cel import gfd_devices
 from bridge.report.checks.context import CheckContext
@@ -46,6 +46,23 @@ from bridge.report.splitcontroller import SplitController
 from bridge.report.supply import Supply
 
 MAX_COMMANDS = 5  # annotate commands spelled out in one fix; the rest are counted
+
+# What one device must satisfy for a pod: the CEL its request carries (class, translated GFD terms, its claims' own
+# selectors) and the node filters its node must pass (node selector, required affinity, taints: the pod's own,
+# `bridge.report.podspec.dra_placement`). Devices are reduced to one bit per selector in play (bridge.report.simulate).
+Selector = tuple[str, Constraints]
+
+
+def _selector_order(s: Selector) -> tuple[str, str]:
+    return (s[0], repr(s[1]))
+
+
+def _vectors(ctx: CheckContext, selectors: list[Selector], node: str, devices: list[Device]) -> list[Vector]:
+    """One match vector per device of `node`: the node passes the selector's node filters (evaluated once per
+    distinct filters, `CheckContext.admitted`) and the device its CEL."""
+    ev = ctx.evaluator
+    admitted = [node in ctx.admitted(c) for _, c in selectors]
+    return [tuple(a and ev.matches(cel, d) for a, (cel, _) in zip(admitted, selectors)) for d in devices]
 
 
 @dataclass(frozen=True)
@@ -115,21 +132,20 @@ def wave_order(namespaces: list[Namespace]) -> list[Namespace]:
 class _Movable:
     """The pools with GPUs that need a move, for one mover (controller or operator)."""
 
-    def __init__(self, ctx: CheckContext, selectors: list[str], devices: dict[str, list[Device]], supply: Supply,
-                 by_controller: bool) -> None:
+    def __init__(self, ctx: CheckContext, selectors: list[Selector], devices: dict[str, list[Device]],
+                 supply: Supply, by_controller: bool) -> None:
         self.supply = supply
         self.by_controller = by_controller
-        ev = ctx.evaluator
         self.free, self.held_back = supply.movable(by_controller)
         self.changeable = {n for n in supply.views if supply.may_change(n, by_controller)}
         self.vector: dict[str, Vector] = {}
         for name in self.changeable:
             node = ctx.model.nodes[name]
-            self.vector[name] = tuple(ev.matches(s, legacy_device(node)) for s in selectors) + (True,)
+            self.vector[name] = _vectors(ctx, selectors, name, [legacy_device(node)])[0] + (True,)
         names = sorted(set(devices) | self.changeable)
         rows = []
         for name in names:
-            now = [tuple(ev.matches(s, d) for s in selectors) + (False,) for d in devices.get(name, ())]
+            now = [v + (False,) for v in _vectors(ctx, selectors, name, devices.get(name, []))]
             rows.append(now + [self.vector[name]] * self.free.get(name, 0) if name in self.vector else now)
         self.base = Pool.from_nodes(rows, len(selectors), [n if n in self.changeable else None for n in names])
         self.room_left = self._room_left()
@@ -162,23 +178,21 @@ def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
     cached = ctx.__dict__.get("_capacity")
     if cached is not None:
         return cached  # type: ignore[no-any-return]
-    by_ns: dict[str, list[tuple[str, int, int]]] = {}  # ns -> [(cel, gpus per pod, pods)]
+    by_ns: dict[str, list[tuple[Selector, int, int]]] = {}  # ns -> [(selector, gpus per pod, pods)]
     for w in ctx.gpu_workloads:
         if w.gpus_per_pod and w.replicas:
-            by_ns.setdefault(w.namespace, []).append((ctx.request_cel(w), w.gpus_per_pod, w.replicas))
-    selectors = sorted({cel for items in by_ns.values() for cel, _, _ in items})
-    index = {cel: i for i, cel in enumerate(selectors)}
+            by_ns.setdefault(w.namespace, []).append(((ctx.request_cel(w), w.spec.placement), w.gpus_per_pod,
+                                                      w.replicas))
+    selectors = sorted({sel for items in by_ns.values() for sel, _, _ in items}, key=_selector_order)
+    index = {sel: i for i, sel in enumerate(selectors)}
     devices = dra_side(ctx)
-    ev = ctx.evaluator
-    pool = Pool.from_nodes(
-        ([tuple(ev.matches(s, d) for s in selectors) for d in devs] for devs in devices.values()), len(selectors)
-    )
+    pool = Pool.from_nodes((_vectors(ctx, selectors, name, devs) for name, devs in devices.items()), len(selectors))
     namespaces = wave_order([ctx.model.namespaces[n] for n in by_ns])
     needs_of: dict[str, list[PodNeed]] = {}
     result: dict[str, NamespaceCapacity] = {}
     running = pool.copy()
     for ns in namespaces:
-        needs = needs_of[ns.name] = [PodNeed(index[cel], k) for cel, k, pods in by_ns[ns.name] for _ in range(pods)]
+        needs = needs_of[ns.name] = [PodNeed(index[sel], k) for sel, k, pods in by_ns[ns.name] for _ in range(pods)]
         alone = pool.copy().fit(needs)
         cumulative = running.fit(needs)
         first = index[by_ns[ns.name][0][0]]
@@ -191,8 +205,9 @@ def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
     return result
 
 
-def _with_moves(ctx: CheckContext, result: dict[str, NamespaceCapacity], selectors: list[str], index: dict[str, int],
-                by_ns: dict[str, list[tuple[str, int, int]]], devices: dict[str, list[Device]],
+def _with_moves(ctx: CheckContext, result: dict[str, NamespaceCapacity], selectors: list[Selector],
+                index: dict[Selector, int], by_ns: dict[str, list[tuple[Selector, int, int]]],
+                devices: dict[str, list[Device]],
                 needs_of: dict[str, list[PodNeed]], namespaces: list[Namespace]) -> None:
     if not any("bridge" in n.backends and n.split_status is not None for n in ctx.model.nodes.values()):
         return  # no bridge node publishes a readable split status: nothing is known to be movable
@@ -297,6 +312,10 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
                 details["heldBackByPolicy"] = dict(sorted(m.held_back.items()))
         severity = "blocker" if ns.mode == "dra" else "warning"
         demand = f"needs {cap.gpus} GPUs in {_plural(cap.pods, 'pod')}"
+        placement = _placement(ctx, name)
+        if placement:
+            details["placement"] = placement
+            demand += f" (only on nodes matching {' / '.join(placement)})"
         if not cap.alone.fits:
             if split != "current":
                 yield Finding("DRB032", severity, ref,
@@ -333,7 +352,8 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
             frozen = f" ({_frozen_text(ctx)})" if controller.acting and ctx.supply.frozen_nodes() else ""
             yield Finding("DRB032", severity, ref,
                           f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}, and no bridge node "
-                          f"{'it may change ' if controller.acting else ''}has free legacy GPUs these pods match"
+                          f"{'it may change ' if controller.acting else ''}has free legacy GPUs these pods match "
+                          "and can run on"
                           f"{frozen or _unknown_text(ctx)}",
                           "Hand more GPU nodes to the bridge and raise their split (kubectl annotate node NODE "
                           f"{SPLIT_LABEL}=N --overwrite), free legacy GPUs on bridge nodes, or check the workload's "
@@ -355,6 +375,20 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
                           f"fits alone ({cap.gpus} GPUs) but not together with the namespaces before it in the wave "
                           f"plan at {split_txt}: {cap.cumulative.pending} pod(s) would stay Pending",
                           "Move more GPUs to the DRA side before this wave", details)
+
+
+def _placement(ctx: CheckContext, namespace: str) -> list[str]:
+    """The node selectors and required affinities that keep the namespace's GPU pods to some nodes, in words
+    (gathered for every namespace in one pass, once per report)."""
+    cached = ctx.__dict__.get("_placement_text")
+    if not isinstance(cached, dict):
+        by_ns: dict[str, set[str]] = defaultdict(set)
+        for w in ctx.gpu_workloads:
+            text = w.spec.placement.describe() if w.gpus_per_pod and w.replicas else ""
+            if text:
+                by_ns[w.namespace].add(text)
+        cached = ctx.__dict__["_placement_text"] = {ns: sorted(texts) for ns, texts in by_ns.items()}
+    return list(cached.get(namespace, ()))
 
 
 def _unknown_text(ctx: CheckContext) -> str:
@@ -414,14 +448,11 @@ def _fits_elsewhere(ctx: CheckContext, pods: list[tuple[str, int]], spec_of: dic
         name = spec.get("nodeName")
         if name in free and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             free[str(name)] -= pod_devices(spec, GPU)
-    raw = {str((n.get("metadata") or {}).get("name", "")): n for n in ctx.model.data.of("Node")}
     out = set()
     for key, gpus in sorted(pods, key=lambda kp: -kp[1]):
-        c = constraints_of(spec_of.get(key) or {})
+        admitted = ctx.admitted(constraints_of(spec_of.get(key) or {}))
         for name in sorted(free, key=lambda n: free[n]):
-            node = ctx.model.nodes[name]
-            if free[name] >= gpus and c.allows(name, node.labels, taints_of(raw.get(name, {})),
-                                                bool((raw.get(name, {}).get("spec") or {}).get("unschedulable"))):
+            if free[name] >= gpus and name in admitted:
                 free[name] -= gpus
                 out.add(key)
                 break

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import Any
 
 from bridge.kvalues import gfd
+from bridge.kvalues.placement import Constraints
 from bridge.report.cel import GfdTranslation, SelectorEvaluator, gfd_to_cel
 from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
@@ -42,6 +43,17 @@ class CheckContext:
     options: ReportOptions = ReportOptions()
     evaluator: SelectorEvaluator = field(default_factory=SelectorEvaluator)
     _gfd: dict[Any, GfdTranslation] = field(default_factory=dict, repr=False)
+    _admitted: dict[Constraints, frozenset[str]] = field(default_factory=dict, repr=False)
+
+    def admitted(self, constraints: Constraints) -> frozenset[str]:
+        """The nodes the scheduler's node filters let a pod with these constraints onto (node selector, required
+        affinity, taints, cordon: `bridge.kvalues.placement`). Computed once per distinct constraints: the pods of a
+        workload, and most workloads of a cluster, share one."""
+        hit = self._admitted.get(constraints)
+        if hit is None:
+            hit = self._admitted[constraints] = frozenset(
+                n.name for n in self.model.nodes.values() if n.admits(constraints))
+        return hit
 
     def stage(self, feature: str) -> Stage | None:
         v = self.model.version
