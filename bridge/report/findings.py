@@ -51,11 +51,42 @@ class Finding:
         return (SEVERITY_RANK[self.severity], self.rule, o.namespace, o.kind, o.name)
 
 
+# Cluster-wide blockers that block every namespace (no DRA API, an invalid or hijacked DeviceClass).
+GLOBAL_RULES = frozenset({"DRB001", "DRB003", "DRB004"})
+
+
+def namespace_of(f: Finding) -> str:
+    """The namespace a finding is about (its object's, or the Namespace itself); "" for cluster-scoped objects."""
+    o = f.object
+    return o.namespace or (o.name if o.kind == "Namespace" else "")
+
+
+def is_cluster_blocker(f: Finding) -> bool:
+    return f.rule in GLOBAL_RULES and f.severity == "blocker"
+
+
+def blocked_namespaces(findings: Iterable[Finding]) -> tuple[frozenset[str], bool]:
+    """(namespaces with a blocker about them or their objects, whether a cluster-wide blocker blocks them all)."""
+    out: set[str] = set()
+    cluster = False
+    for f in findings:
+        if f.severity != "blocker":
+            continue
+        cluster = cluster or is_cluster_blocker(f)
+        ns = namespace_of(f)
+        if ns:
+            out.add(ns)
+    return frozenset(out), cluster
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
     title: str
     func: Callable[["CheckContext"], Iterable[Finding]]
+    # Runs after every other rule, when which namespaces those block is known (`CheckContext.blocked`): the
+    # capacity rule, whose wave order leaves blocked namespaces out as the wave plan does.
+    late: bool = False
 
 
 RULES: dict[str, Rule] = {}
@@ -68,13 +99,13 @@ RETIRED: dict[str, str] = {
 }
 
 
-def rule(rule_id: str, title: str) -> Callable[[Callable[["CheckContext"], Iterable[Finding]]], Callable[["CheckContext"], Iterable[Finding]]]:
+def rule(rule_id: str, title: str, *, late: bool = False) -> Callable[[Callable[["CheckContext"], Iterable[Finding]]], Callable[["CheckContext"], Iterable[Finding]]]:
     def register(func: Callable[["CheckContext"], Iterable[Finding]]) -> Callable[["CheckContext"], Iterable[Finding]]:
         if rule_id in RULES:
             raise ValueError(f"rule {rule_id} registered twice")
         if rule_id in RETIRED:
             raise ValueError(f"rule {rule_id} is retired ({RETIRED[rule_id]}); pick a new ID")
-        RULES[rule_id] = Rule(rule_id, title, func)
+        RULES[rule_id] = Rule(rule_id, title, func, late)
         return func
 
     return register

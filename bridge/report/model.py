@@ -34,7 +34,16 @@ from bridge.report.features import (
     MODE_LABEL,
     MODES,
 )
-from bridge.report.podspec import VENDOR_PREFIX, SpecInfo, analyse, desired_replicas, dra_gpus, template_spec
+from bridge.report.podspec import (
+    VENDOR_PREFIX,
+    SpecInfo,
+    analyse,
+    desired_replicas,
+    dra_gpus,
+    opted_out,
+    template_metadata,
+    template_spec,
+)
 from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
 from bridge.report.sources import ClusterData, ServerVersion
 
@@ -72,6 +81,7 @@ class Workload:
     pods: int = 0  # live (not Succeeded/Failed) pods seen
     nodes: set[str] = field(default_factory=set)
     pods_by_api: dict[str, int] = field(default_factory=dict)  # live GPU pods per API ("legacy", "dra", "both")
+    opted_out: bool = False  # its pods carry dra-bridge.io/translate: "false": the webhook keeps them legacy
 
     @property
     def ref(self) -> Ref:
@@ -326,7 +336,8 @@ def build_model(data: ClusterData) -> ClusterModel:
                 analyse(pod.get("spec") or {}, ns, pod.get("status"), templates, claims)
             if info.relevant:
                 desired = desired_replicas(kind, ctrl) if ctrl is not None else None
-                row = Workload(kind, ns, name, info, desired if desired is not None else -1)
+                out = opted_out(template_metadata(kind, ctrl) if ctrl is not None else m)
+                row = Workload(kind, ns, name, info, desired if desired is not None else -1, opted_out=out)
             else:
                 row = None
             rows[key] = row
@@ -357,7 +368,8 @@ def build_model(data: ClusterData) -> ClusterModel:
         desired = desired_replicas(kind, ctrl)
         if kind == "Job" and desired == 0:
             continue  # a finished Job holds no GPUs
-        rows[(kind, ns, name)] = Workload(kind, ns, name, info, desired if desired is not None else 0)
+        rows[(kind, ns, name)] = Workload(kind, ns, name, info, desired if desired is not None else 0,
+                                          opted_out=opted_out(template_metadata(kind, ctrl)))
 
     workloads = [w for w in rows.values() if w is not None]
     for w in workloads:

@@ -283,6 +283,24 @@ def _asks_implicit(spec: Obj) -> bool:
                for part in ("limits", "requests") for k in (((c.get("resources") or {}).get(part)) or {}))
 
 
+OPT_OUT_ANNOTATION = "dra-bridge.io/translate"  # "false" keeps a pod on the device plugin (bridge/webhook/policy.py)
+
+
+def opted_out(metadata: Obj | None) -> bool:
+    """Whether pod metadata opts the pod out of translation, as the webhook reads it (value "false", any case)."""
+    annotations = (metadata or {}).get("annotations") or {}
+    return isinstance(annotations, dict) and str(annotations.get(OPT_OUT_ANNOTATION, "")).lower() == "false"
+
+
+def template_metadata(kind: str, obj: Obj) -> Obj | None:
+    """The pod template's metadata of a controller (CronJob: its job template's)."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    tmpl = spec.get("template")
+    return (tmpl.get("metadata") or {}) if isinstance(tmpl, dict) else None
+
+
 def template_spec(kind: str, obj: Obj) -> Obj | None:
     spec = obj.get("spec") or {}
     if kind == "CronJob":

@@ -41,8 +41,10 @@ from bridge.report.checks.context import CheckContext
 from bridge.report.features import BRIDGE_DRIVER, GPU, SPLIT_LABEL
 from bridge.report.findings import Finding, ObjectRef, rule
 from bridge.report.model import Device, Namespace, Node
+from bridge.report.offers import DoubleOffer
 from bridge.report.simulate import FitResult, PodNeed, Pool, Vector
 from bridge.report.splitcontroller import SplitController
+from bridge.report.waves import flips, wave_order
 from bridge.report.supply import Supply
 
 MAX_COMMANDS = 5  # annotate commands spelled out in one fix; the rest are counted
@@ -74,7 +76,7 @@ class Moves:
     nodes: int  # nodes they are on
     freed: int  # of those, GPUs the namespace's own device-plugin pods hold now (free once they are replaced)
     alone: FitResult
-    cumulative: FitResult | None  # in wave order (controller only)
+    cumulative: FitResult | None  # in wave order, with the moves of the namespaces before it; None when unplanned
     per_node: dict[str, int] = field(default_factory=dict)  # node -> GPUs the simulated pods needed moved there
     held_back: dict[str, int] = field(default_factory=dict)  # pool -> free legacy GPUs the policy's floor keeps
 
@@ -85,18 +87,22 @@ class NamespaceCapacity:
     gpus: int
     pods: int
     alone: FitResult
-    cumulative: FitResult
+    cumulative: FitResult  # after the namespaces before it in wave order; `alone` again when the plan leaves it out
     matching_devices: int  # DRA-side devices matching this namespace's (first) selector
     moves: Moves | None = None  # None: everything fits as it is, or a split is assumed
+    wave: int | None = None  # the wave that flips it to dra (bridge.report.waves); None: already dra, or unplanned
+    before: tuple[str, ...] = ()  # the namespaces whose pods are on DRA before its wave, in wave order
+    planned: bool = True  # False: a blocker holds it back, so the plan does not move it (only `alone` is judged)
 
 
 def dra_side(ctx: CheckContext) -> dict[str, list[Device]]:
     split = ctx.options.assume_split
     out: dict[str, list[Device]] = {}
+    doubled = ctx.double_offers
     for node in ctx.model.nodes.values():
         if split == "current" or any(b.startswith("dra:") for b in node.backends):
             if node.devices:
-                out[node.name] = list(node.devices)
+                out[node.name] = _offered_once(node, doubled.get(node.name))
             continue
         total = node.gpu_total
         if not total:
@@ -115,6 +121,21 @@ def dra_side(ctx: CheckContext) -> dict[str, list[Device]]:
     return out
 
 
+def _offered_once(node: Node, doubled: DoubleOffer | None) -> list[Device]:
+    """The node's published devices without those also offered to the device plugin (DRB017): the ones the split
+    status names first, then the last published, until the overcount is out."""
+    if doubled is None:
+        return list(node.devices)
+    held = set(doubled.devices)
+    bridge = [d for d in node.devices if d.driver == BRIDGE_DRIVER]
+    drop = {d.name for d in bridge if d.name in held}
+    for d in reversed(bridge):
+        if len(drop) >= doubled.excess:
+            break
+        drop.add(d.name)
+    return [d for d in node.devices if not (d.driver == BRIDGE_DRIVER and d.name in drop)]
+
+
 def legacy_device(node: Node) -> Device:
     """What one of the node's legacy-side GPUs would look like published: a copy of a device the bridge publishes
     there, else one derived from the node's GFD labels."""
@@ -124,30 +145,26 @@ def legacy_device(node: Node) -> Device:
     return gfd_devices(node, 1)[0]
 
 
-def wave_order(namespaces: list[Namespace]) -> list[Namespace]:
-    rank = {"dra": 0, "shadow": 1, "legacy": 2}
-    return sorted(namespaces, key=lambda n: (rank[n.mode], n.demand.get(GPU, 0), n.name))
-
-
 class _Movable:
     """The pools with GPUs that need a move, for one mover (controller or operator)."""
 
     def __init__(self, ctx: CheckContext, selectors: list[Selector], devices: dict[str, list[Device]],
-                 supply: Supply, by_controller: bool) -> None:
+                 supply: Supply, by_controller: bool, committed: dict[str, dict[str, int]]) -> None:
         self.supply = supply
         self.by_controller = by_controller
+        self.committed = committed
         self.free, self.held_back = supply.movable(by_controller)
         self.changeable = {n for n in supply.views if supply.may_change(n, by_controller)}
         self.vector: dict[str, Vector] = {}
-        for name in self.changeable:
-            node = ctx.model.nodes[name]
-            self.vector[name] = _vectors(ctx, selectors, name, [legacy_device(node)])[0] + (True,)
-        names = sorted(set(devices) | self.changeable)
+        names = sorted(set(devices) | self.changeable | {n for c in committed.values() for n in c})
+        for name in names:
+            if name in self.changeable or any(name in c for c in committed.values()):
+                self.vector[name] = _vectors(ctx, selectors, name, [legacy_device(ctx.model.nodes[name])])[0] + (True,)
         rows = []
         for name in names:
             now = [v + (False,) for v in _vectors(ctx, selectors, name, devices.get(name, []))]
-            rows.append(now + [self.vector[name]] * self.free.get(name, 0) if name in self.vector else now)
-        self.base = Pool.from_nodes(rows, len(selectors), [n if n in self.changeable else None for n in names])
+            rows.append(now + [self.vector[name]] * self.free.get(name, 0) if name in self.changeable else now)
+        self.base = Pool.from_nodes(rows, len(selectors), [n if n in self.vector else None for n in names])
         self.room_left = self._room_left()
 
     def _room_left(self) -> dict[str, int | None]:
@@ -158,89 +175,151 @@ class _Movable:
         return {pool: None if r is None else max(0, r - used[pool]) for pool, r in room.items()}
 
     def extras(self, namespace: str, room: dict[str, int | None]) -> dict[str, int]:
-        """GPUs the namespace's own pods free on changeable nodes, within `room` (consumed)."""
+        """GPUs the namespace's own pods free on changeable nodes, within `room` (consumed), beyond those its node's
+        split already sends to DRA (`committed`)."""
         out: dict[str, int] = {}
+        committed = self.committed.get(namespace, {})
         for name, held in sorted(self.supply.held_legacy.get(namespace, {}).items()):
             if name not in self.changeable:
                 continue
             v = self.supply.views[name]
-            n = min(held, v.legacy_held)
+            n = min(held, v.legacy_held) - committed.get(name, 0)
             left = room.get(v.pool)
             if left is not None:
                 n = min(n, left)
-                room[v.pool] = left - n
+                room[v.pool] = left - max(n, 0)
             if n > 0:
                 out[name] = n
         return out
 
+    def add_own(self, pool: Pool, namespace: str, extras: dict[str, int]) -> None:
+        """The namespace's own GPUs into `pool`: those its nodes' splits already send to DRA (no move needed: the
+        flag clear) and `extras` (a move each)."""
+        for name, n in self.committed.get(namespace, {}).items():
+            pool.add(name, [self.vector[name][:-1] + (False,)] * n)
+        for name, n in extras.items():
+            pool.add(name, [self.vector[name]] * n)
+
+
+def _committed(ctx: CheckContext) -> dict[str, dict[str, int]]:
+    """namespace -> bridge node -> legacy GPUs its own Running pods hold there that the node's requested split already
+    puts on the DRA side: the daemon moves them as soon as those pods are replaced (after the namespace's flip), so
+    they are the namespace's DRA capacity. Shared out per node in wave order (the namespace that flips first has
+    its pods replaced first) when several namespaces hold GPUs there."""
+    behind: dict[str, int] = {}
+    for node in ctx.model.nodes.values():  # from the model alone: most clusters have no node behind its target
+        status = node.split_status
+        result = node.split_result() if status is not None and "bridge" in node.backends else None
+        if status is not None and result is not None and result.wanted is not None:
+            if result.wanted > sum(1 for d in status.devices if d.side.value == "dra"):
+                behind[node.name] = result.wanted
+    if not behind:
+        return {}
+    supply = ctx.supply
+    order = [ns.name for ns in wave_order([ctx.model.namespaces[n] for n in supply.held_legacy
+                                           if n in ctx.model.namespaces])]
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, wanted in sorted(behind.items()):
+        view = supply.views.get(name)
+        if view is None or view.frozen == "unknown":
+            continue
+        waiting = wanted - view.dra
+        for ns in order:
+            held = supply.held_legacy[ns].get(name, 0)
+            take = min(held, waiting)
+            if take > 0:
+                out[ns][name] = take
+                waiting -= take
+    return dict(out)
+
 
 def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
+    """Each namespace alone, and in wave order after the namespaces before it (those the plan moves, and those in
+    dra already); with the current split, also with the GPUs that can move (`_with_moves`). Cached per context."""
     cached = ctx.__dict__.get("_capacity")
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     by_ns: dict[str, list[tuple[Selector, int, int]]] = {}  # ns -> [(selector, gpus per pod, pods)]
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         if w.gpus_per_pod and w.replicas:
             by_ns.setdefault(w.namespace, []).append(((ctx.request_cel(w), w.spec.placement), w.gpus_per_pod,
                                                       w.replicas))
     selectors = sorted({sel for items in by_ns.values() for sel, _, _ in items}, key=_selector_order)
     index = {sel: i for i, sel in enumerate(selectors)}
     devices = dra_side(ctx)
-    pool = Pool.from_nodes((_vectors(ctx, selectors, name, devs) for name, devs in devices.items()), len(selectors))
+    current = ctx.options.assume_split == "current" and any(
+        "bridge" in n.backends and n.split_status is not None for n in ctx.model.nodes.values())
+    committed = _committed(ctx) if current else {}
+    own_nodes = sorted({n for c in committed.values() for n in c} | set(devices))
+    own_vector = {n: _vectors(ctx, selectors, n, [legacy_device(ctx.model.nodes[n])])[0]
+                  for c in committed.values() for n in c}
+    tracked = {n for c in committed.values() for n in c}
+    pool = Pool.from_nodes((_vectors(ctx, selectors, name, devices.get(name, [])) for name in own_nodes),
+                           len(selectors), [n if n in tracked else None for n in own_nodes])
     namespaces = wave_order([ctx.model.namespaces[n] for n in by_ns])
+    blocked, everything = ctx.blocked
+    plan = flips([ns for ns in namespaces if not everything and ns.name not in blocked])
+    planned = {ns.name for ns in plan.to_dra} | {ns.name for ns in namespaces if ns.mode == "dra"}
     needs_of: dict[str, list[PodNeed]] = {}
     result: dict[str, NamespaceCapacity] = {}
     running = pool.copy()
+    before: list[str] = []
     for ns in namespaces:
         needs = needs_of[ns.name] = [PodNeed(index[sel], k) for sel, k, pods in by_ns[ns.name] for _ in range(pods)]
-        alone = pool.copy().fit(needs)
-        cumulative = running.fit(needs)
+        own = committed.get(ns.name, {})
+        alone_pool = pool.copy()
+        for name, n in own.items():
+            alone_pool.add(name, [own_vector[name]] * n)
+        alone = alone_pool.fit(needs)
+        cumulative = alone
+        if ns.name in planned:
+            for name, n in own.items():
+                running.add(name, [own_vector[name]] * n)
+            cumulative = running.fit(needs)
         first = index[by_ns[ns.name][0][0]]
         result[ns.name] = NamespaceCapacity(
-            ns.name, sum(p.devices for p in needs), len(needs), alone, cumulative, pool.matching(first)
-        )
-    if ctx.options.assume_split == "current" and any(not c.cumulative.fits for c in result.values()):
-        _with_moves(ctx, result, selectors, index, by_ns, devices, needs_of, namespaces)
+            ns.name, sum(p.devices for p in needs), len(needs), alone, cumulative, pool.matching(first),
+            wave=plan.dra_wave(ns.name), before=tuple(before) if ns.name in planned else (),
+            planned=ns.name in planned)
+        if ns.name in planned:
+            before.append(ns.name)
+    if current and any(not c.cumulative.fits for c in result.values()):
+        _with_moves(ctx, result, selectors, index, by_ns, devices, needs_of, namespaces, committed)
     ctx.__dict__["_capacity"] = result
     return result
 
 
 def _with_moves(ctx: CheckContext, result: dict[str, NamespaceCapacity], selectors: list[Selector],
                 index: dict[Selector, int], by_ns: dict[str, list[tuple[Selector, int, int]]],
-                devices: dict[str, list[Device]],
-                needs_of: dict[str, list[PodNeed]], namespaces: list[Namespace]) -> None:
-    if not any("bridge" in n.backends and n.split_status is not None for n in ctx.model.nodes.values()):
-        return  # no bridge node publishes a readable split status: nothing is known to be movable
+                devices: dict[str, list[Device]], needs_of: dict[str, list[PodNeed]], namespaces: list[Namespace],
+                committed: dict[str, dict[str, int]]) -> None:
+    """The same simulation with the GPUs the mover may move (bridge.report.supply), alone and in wave order: the
+    moves a namespace's pods take are counted per node (`Pool.moved`), so the split commands cover the namespace
+    and every one before it."""
     supply = ctx.supply
     by_controller = ctx.split_controller.acting
     if not any(supply.may_change(n, by_controller) for n in supply.views):
         return  # no bridge node the mover may change (or none whose split status can be read)
-    mv = _Movable(ctx, selectors, devices, supply, by_controller)
-    running: Pool | None = None
+    mv = _Movable(ctx, selectors, devices, supply, by_controller, committed)
+    running = mv.base.copy()
     room = dict(mv.room_left)
-    if by_controller:
-        running = mv.base.copy()
     for ns in namespaces:
         cap = result[ns.name]
         needs = needs_of[ns.name]
-        extras = mv.extras(ns.name, room) if running is not None else {}
-        for name, n in extras.items():
-            assert running is not None
-            running.add(name, [mv.vector[name]] * n)
-        cumulative = running.fit(needs) if running is not None else None
+        cumulative: FitResult | None = None
+        if cap.planned:
+            mv.add_own(running, ns.name, mv.extras(ns.name, room))
+            cumulative = running.fit(needs)
         if cap.alone.fits and cap.cumulative.fits:
             continue
         freed = mv.extras(ns.name, dict(mv.room_left))  # free GPUs first, then its own within the floor's room
         first = index[by_ns[ns.name][0][0]]
-        matching = {n for n in set(mv.free) | set(freed) if mv.vector[n][first]}
-        alone = cap.alone
-        per_node: dict[str, int] = {}
-        if matching:
-            p = mv.base.copy()
-            for name, n in freed.items():
-                p.add(name, [mv.vector[name]] * n)
-            alone = p.fit(needs)
-            per_node = {n: k for n, k in p.moved.items() if k}
+        matching = {n for n in set(mv.free) | set(freed) if n in mv.changeable and mv.vector[n][first]}
+        p = mv.base.copy()
+        mv.add_own(p, ns.name, freed)
+        alone = p.fit(needs)
+        moved = running.moved if cumulative is not None else p.moved
+        per_node = {n: k for n, k in moved.items() if k}
         result[ns.name] = replace(cap, moves=Moves(
             "controller" if by_controller else "operator",
             sum(mv.free.get(n, 0) + freed.get(n, 0) for n in matching), len(matching),
@@ -264,14 +343,20 @@ def _controller_words(c: SplitController) -> str:
     return f"{head} ({c.evidence}){tail}"
 
 
-def annotate_commands(ctx: CheckContext, per_node: dict[str, int]) -> list[str]:
-    """`kubectl annotate` commands that raise each node's split by the moves the simulation used there."""
+def split_commands(ctx: CheckContext, per_node: dict[str, int]) -> list[str]:
+    """The commands that raise each node's split by the moves the simulation used there, above what the node asks
+    for now: `kubectl annotate`, or `kubectl label` where the operator set the split as a label (an annotation would
+    override it silently, DRB013)."""
     out = []
     for name in sorted(per_node, key=lambda n: (-per_node[n], n)):
         view = ctx.supply.views[name]
-        target = view.dra + per_node[name]
+        node = ctx.model.nodes[name]
+        result = node.split_result()
+        now = max(view.dra, result.wanted or 0) if result is not None else view.dra
+        target = now + per_node[name]
         value = "all" if target >= view.total else str(target)
-        out.append(f"kubectl annotate node {name} {SPLIT_LABEL}={value} --overwrite")
+        verb = "label" if node.split_request is not None and node.split_request.source == "label" else "annotate"
+        out.append(f"kubectl {verb} node {name} {SPLIT_LABEL}={value} --overwrite")
     return out
 
 
@@ -288,21 +373,44 @@ def _moves_text(m: Moves, who: str) -> str:
     return f"{who} can move {_plural(m.devices, what)} on {_plural(m.nodes, 'node')}{freed}"
 
 
-@rule("DRB032", "DRA capacity for the namespace's GPU demand")
+def _together(cap: NamespaceCapacity) -> str:
+    """"together with team-speech, team-nlp (on DRA before its wave 3)": the namespaces before it, by name."""
+    names = ", ".join(cap.before[:5]) + (f" and {len(cap.before) - 5} more" if len(cap.before) > 5 else "")
+    when = f"before its wave {cap.wave}" if cap.wave is not None else "already"
+    return f"together with {names} (on DRA {when})"
+
+
+def _short_by(fit: FitResult) -> str:
+    return f"{fit.pending} pod(s) asking {fit.pending_devices} GPU(s)"
+
+
+@rule("DRB032", "DRA capacity for the namespace's GPU demand", late=True)
 def capacity(ctx: CheckContext) -> Iterator[Finding]:
+    """Only namespaces the wave plan moves (or already in dra) are judged together with those before them; one a
+    blocker holds back is judged alone. With the current split, the fix is the split commands that make it fit
+    (`kubectl annotate|label node NODE dra-bridge.io/dra-devices=N`), covering the namespaces before it too."""
     split = ctx.options.assume_split
     split_txt = {"current": "the current split", "all": "split all"}.get(split, f"split {split} per node")
     controller = ctx.split_controller
     for name, cap in simulate_capacity(ctx).items():
+        short = not cap.alone.fits
+        together = not short and not cap.cumulative.fits
+        if not short and not together:
+            continue
         ns = ctx.model.namespaces[name]
         ref = ObjectRef("Namespace", "", name)
         m = cap.moves
+        fit = cap.alone if short else cap.cumulative
         details: dict[str, object] = {
             "gpus": cap.gpus, "pods": cap.pods, "matchingDevices": cap.matching_devices,
-            "pendingAlone": cap.alone.pending, "pendingCumulative": cap.cumulative.pending, "split": split}
+            "pendingAlone": cap.alone.pending, "pendingCumulative": cap.cumulative.pending, "split": split,
+            "planned": cap.planned, "before": list(cap.before)}
+        if cap.wave is not None:
+            details["wave"] = cap.wave
         if split == "current":
             details["controller"] = controller.state
             details["controllerEvidence"] = controller.evidence
+        with_moves = None if m is None else (m.cumulative if cap.planned else m.alone)
         if m is not None:
             details.update({"movableDevices": m.devices, "movableNodes": m.nodes, "freedByNamespace": m.freed,
                             "movedBy": m.by, "pendingAloneWithMoves": m.alone.pending})
@@ -316,65 +424,53 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
         if placement:
             details["placement"] = placement
             demand += f" (only on nodes matching {' / '.join(placement)})"
-        if not cap.alone.fits:
-            if split != "current":
-                yield Finding("DRB032", severity, ref,
-                              f"{demand}; the DRA side at {split_txt} has {cap.matching_devices} matching devices: "
-                              f"{cap.alone.pending} pod(s) would stay Pending",
-                              "Raise the DRA share on the GPU nodes (kubectl annotate node NODE "
-                              f"{SPLIT_LABEL}=all --overwrite) or check the workload's selectors", details)
+        if short:
+            now = f"{demand}: {cap.matching_devices} matching on DRA" + (" now" if split == "current" else
+                                                                         f" at {split_txt}")
+            head = f"{now}, so {_short_by(fit)} would stay Pending"
+        else:
+            now = f"fits alone ({cap.gpus} GPUs); {_together(cap)} it does not fit as things are"
+            head = f"fits alone ({cap.gpus} GPUs) but not {_together(cap)}: {_short_by(fit)} would stay Pending"
+        if split != "current":
+            yield Finding("DRB032", severity, ref, head,
+                          f"Raise the DRA share on the GPU nodes by at least {fit.pending_devices} matching GPUs "
+                          f"(kubectl annotate node NODE {SPLIT_LABEL}=all --overwrite), or check the workload's "
+                          "selectors", details)
+            continue
+        if m is not None and m.by == "controller" and with_moves is not None:
+            moved = _moves_text(m, "the controller")
+            if with_moves.fits:
+                yield Finding("DRB032", "info", ref, f"{now}; {moved}, enough for all of them ({controller.evidence})",
+                              "Nothing to do: the controller moves GPUs as the pods wait (kubectl get events -A "
+                              "--field-selector reason=SplitTargetChanged)", details)
                 continue
-            now = f"{demand}: {cap.matching_devices} matching on DRA now"
-            if m is not None and m.by == "controller":
-                moved = _moves_text(m, "the controller")
-                if m.alone.fits:
-                    yield Finding("DRB032", "info", ref, f"{now}; {moved}, enough for all of them "
-                                  f"({controller.evidence})",
-                                  "Nothing to do: the controller moves GPUs as the pods wait (kubectl get events -A "
-                                  "--field-selector reason=SplitTargetChanged)", details)
-                    continue
-                yield Finding("DRB032", severity, ref,
-                              f"{now}; {moved}: {m.alone.pending} pod(s) would still stay Pending"
-                              + _limits_text(ctx, m), _short_fix(ctx, m), details)
-                continue
-            # No controller acts: the split must be raised by hand.
-            why = _controller_words(controller)
-            if m is not None and m.per_node:
-                commands = annotate_commands(ctx, m.per_node)
-                details["commands"] = commands
-                served = "all of them" if m.alone.fits else f"all but {m.alone.pending} pod(s)"
-                yield Finding("DRB032", severity, ref,
-                              f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}: raising the split by "
-                              f"hand {_moves_text(m, '')[1:]}, enough for {served}",
-                              f"Raise the split: {_commands_text(commands)}; or run bridge controller (without "
-                              "--dry-run) to move GPUs as pods wait", details)
-                continue
-            frozen = f" ({_frozen_text(ctx)})" if controller.acting and ctx.supply.frozen_nodes() else ""
             yield Finding("DRB032", severity, ref,
-                          f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}, and no bridge node "
-                          f"{'it may change ' if controller.acting else ''}has free legacy GPUs these pods match "
-                          "and can run on"
-                          f"{frozen or _unknown_text(ctx)}",
-                          "Hand more GPU nodes to the bridge and raise their split (kubectl annotate node NODE "
-                          f"{SPLIT_LABEL}=N --overwrite), free legacy GPUs on bridge nodes, or check the workload's "
-                          "selectors; rerun with --assume-split all to see the whole fleet", details)
-        elif not cap.cumulative.fits:
-            if m is not None and m.cumulative is not None:
-                if m.cumulative.fits:
-                    yield Finding("DRB032", "info", ref,
-                                  f"fits alone ({cap.gpus} GPUs); together with the namespaces before it in the wave "
-                                  f"plan it fits only with the GPUs the controller can move ({controller.evidence})",
-                                  "Nothing to do: the controller moves GPUs as the pods wait", details)
-                    continue
-                yield Finding("DRB032", "warning", ref,
-                              f"fits alone ({cap.gpus} GPUs) but not together with the namespaces before it in the "
-                              f"wave plan, even with the GPUs the controller can move: {m.cumulative.pending} pod(s) "
-                              "would stay Pending" + _limits_text(ctx, m), _short_fix(ctx, m), details)
-                continue
-            yield Finding("DRB032", "warning", ref,
-                          f"fits alone ({cap.gpus} GPUs) but not together with the namespaces before it in the wave "
-                          f"plan at {split_txt}: {cap.cumulative.pending} pod(s) would stay Pending",
-                          "Move more GPUs to the DRA side before this wave", details)
+                          f"{head}; {moved}: {_short_by(with_moves)} would still stay Pending" + _limits_text(ctx, m),
+                          _short_fix(ctx, m, with_moves), details)
+            continue
+        why = _controller_words(controller)
+        if m is not None and m.per_node and with_moves is not None:
+            commands = split_commands(ctx, m.per_node)
+            details["commands"] = commands
+            served = "all of them" if with_moves.fits else f"all but {_short_by(with_moves)}"
+            rest = "" if with_moves.fits else (f"; then {_more_text(with_moves)}")
+            yield Finding("DRB032", severity, ref,
+                          f"{head}; {why}: raising the split by hand {_moves_text(m, '')[1:]}, enough for {served}",
+                          f"Raise the split: {_commands_text(commands)}{rest} (or run bridge controller without "
+                          "--dry-run to move GPUs as pods wait)", details)
+            continue
+        frozen = f" ({_frozen_text(ctx)})" if controller.acting and ctx.supply.frozen_nodes() else ""
+        yield Finding("DRB032", severity, ref,
+                      f"{head}; {why}, and no bridge node {'it may change ' if controller.acting else ''}has free "
+                      f"legacy GPUs these pods match and can run on{frozen or _unknown_text(ctx)}",
+                      _more_text(fit)[0].upper() + _more_text(fit)[1:] + "; rerun with --assume-split all to see the "
+                      "whole fleet", details)
+
+
+def _more_text(fit: FitResult) -> str:
+    return (f"put {fit.pending_devices} more GPU(s) its pods match and can run on on the DRA side: hand GPU nodes to "
+            f"the bridge (migration-guides/01-first-node) and raise their split (kubectl annotate node NODE "
+            f"{SPLIT_LABEL}=N --overwrite), or free legacy GPUs on bridge nodes")
 
 
 def _placement(ctx: CheckContext, namespace: str) -> list[str]:
@@ -383,7 +479,7 @@ def _placement(ctx: CheckContext, namespace: str) -> list[str]:
     cached = ctx.__dict__.get("_placement_text")
     if not isinstance(cached, dict):
         by_ns: dict[str, set[str]] = defaultdict(set)
-        for w in ctx.gpu_workloads:
+        for w in ctx.translatable:
             text = w.spec.placement.describe() if w.gpus_per_pod and w.replicas else ""
             if text:
                 by_ns[w.namespace].add(text)
@@ -423,13 +519,14 @@ def _frozen_text(ctx: CheckContext) -> str:
             f"{', ...' if len(names) > 3 else ''}: {frozen[names[0]]})")
 
 
-def _short_fix(ctx: CheckContext, m: Moves) -> str:
-    fixes = ["Free legacy GPUs on bridge nodes or hand more GPU nodes to the bridge"]
+def _short_fix(ctx: CheckContext, m: Moves, fit: FitResult) -> str:
+    fixes = [f"Put {fit.pending_devices} more GPU(s) these pods match within the controller's reach: free legacy GPUs "
+             "on bridge nodes or hand more GPU nodes to the bridge (migration-guides/01-first-node)"]
     if m.held_back:
-        fixes.append("lower the policy's minimum legacy share")
+        fixes.append("lower the policy's minimum legacy share (bridge controller --min-legacy-share, or its policy "
+                     "ConfigMap)")
     if ctx.supply.frozen_nodes():
         fixes.append("unpin nodes the controller may change (kubectl annotate node NODE dra-bridge.io/split-pinned-)")
-    fixes.append("or check the workload's selectors")
     return "; ".join(fixes)
 
 

@@ -141,7 +141,7 @@ def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
 def bridge_class(ctx: CheckContext) -> Iterator[Finding]:
     cls = ctx.bridge_class
     if cls is None:
-        if any(w.gpus_per_pod for w in ctx.gpu_workloads):
+        if any(w.gpus_per_pod for w in ctx.translatable):
             yield Finding("DRB004", "warning", ObjectRef("DeviceClass", "", BRIDGE_CLASS),
                           f"DeviceClass {BRIDGE_CLASS} does not exist: translated pods would stay Pending",
                           "Apply deviceclass.yaml from --emit-manifests (or install the dra-bridge chart)")
@@ -167,7 +167,7 @@ def bridge_class(ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("DRB040", "Cluster autoscaler support for DRA pods")
 def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
-    if not ctx.gpu_workloads:
+    if not ctx.translatable:
         return
     for dep in ctx.model.data.of("Deployment"):
         spec = (((dep.get("spec") or {}).get("template") or {}).get("spec")) or {}

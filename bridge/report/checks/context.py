@@ -13,6 +13,7 @@ from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
+from bridge.report.offers import DoubleOffer, double_offers
 from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
 from bridge.report.splitcontroller import SplitController, detect
 from bridge.report.supply import Supply, build_supply
@@ -44,6 +45,9 @@ class CheckContext:
     evaluator: SelectorEvaluator = field(default_factory=SelectorEvaluator)
     _gfd: dict[Any, GfdTranslation] = field(default_factory=dict, repr=False)
     _admitted: dict[Constraints, frozenset[str]] = field(default_factory=dict, repr=False)
+    # (namespaces a blocker holds back, whether a cluster-wide blocker holds back all): set by `run_checks` before
+    # the late rules run (the capacity simulation's wave order leaves them out, as the wave plan does).
+    blocked: tuple[frozenset[str], bool] = (frozenset(), False)
 
     def admitted(self, constraints: Constraints) -> frozenset[str]:
         """The nodes the scheduler's node filters let a pod with these constraints onto (node selector, required
@@ -124,6 +128,11 @@ class CheckContext:
         return f"({self.bridge_class_cel}) && " + " && ".join(f"({e})" for e in dict.fromkeys(extras))
 
     @cached_property
+    def double_offers(self) -> dict[str, DoubleOffer]:
+        """Bridge nodes whose GPUs are offered through both APIs (bridge.report.offers): DRB017, and not capacity."""
+        return double_offers(self.model)
+
+    @cached_property
     def split_controller(self) -> SplitController:
         """Does `bridge controller` run and act (bridge.report.splitcontroller)?"""
         return detect(self.model.data)
@@ -133,6 +142,13 @@ class CheckContext:
         """What can move between the sides on each bridge node, and what the controller would do with the pods
         pending now (bridge.report.supply). Built on first use: only when some capacity does not fit, or pods wait."""
         return build_supply(self.model, self.split_controller)
+
+    @cached_property
+    def translatable(self) -> list[Workload]:
+        """The GPU workloads the webhook may translate: all but those whose pods opt out
+        (`dra-bridge.io/translate: "false"`, the "keep it legacy" of every rule that says so). Rules about what
+        translation would change read these; rules about what a pod does on a shared node read `gpu_workloads`."""
+        return [w for w in self.gpu_workloads if not w.opted_out]
 
     @cached_property
     def gpu_workloads(self) -> list[Workload]:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from bridge.controller.record import DECISION_KEY, RecordError, record_of
 from bridge.report.checks.context import CheckContext, class_cel
-from bridge.report.features import FEATURE_BY_KEY, GPU, TARGET_LABEL
+from bridge.report.features import BRIDGE_DRIVER, FEATURE_BY_KEY, GPU, SPLIT_LABEL, TARGET_LABEL
 from bridge.report.findings import Finding, ObjectRef, rule
 
 
@@ -199,6 +199,27 @@ def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
                       f"untouched); to migrate, give the node whole GPUs ({GPU} without MIG strategy single or "
                       "un-renamed sharing) or move the workloads to nodes that have them",
                       {"reasons": list(reasons)})
+
+
+@rule("DRB017", "GPUs offered through both APIs")
+def both_apis(ctx: CheckContext) -> Iterator[Finding]:
+    """The state the bridge exists to prevent (bridge.report.offers): the bridge's ResourceSlices publish GPUs
+    that Running device-plugin pods hold, by count (published + held above the node's GPUs) or by device (the
+    daemon's split status names a legacy holder of a published GPU). The scheduler can then hand one GPU to a DRA
+    claim and a legacy pod at once, and those devices are not DRA capacity."""
+    for name, o in ctx.double_offers.items():
+        pods = ", ".join(o.pods[:5]) + (" and more" if o.legacy_held and len(o.pods) > 5 else "")
+        by_device = f"; the split status shows {', '.join(o.devices)} held by legacy pods" if o.devices else ""
+        yield Finding("DRB017", "blocker", _node(name),
+                      f"its ResourceSlices publish {o.published} GPU(s) while Running device-plugin pods hold "
+                      f"{o.legacy_held} {GPU} here ({pods or 'none'}): {o.published + o.legacy_held} offered on a "
+                      f"node of {o.gpus}, so {o.excess} GPU(s) are offered through both APIs{by_device}",
+                      f"kubectl annotate node {name} {SPLIT_LABEL}={o.dra_room} --overwrite (the DRA GPUs this node "
+                      f"can have while those pods run), then check that the node daemon publishes the slices: "
+                      f"bridge node status {name}; delete ResourceSlices of driver {BRIDGE_DRIVER} for the node "
+                      "that it did not write",
+                      {"gpus": o.gpus, "published": o.published, "legacyHeld": o.legacy_held, "pods": list(o.pods),
+                       "devices": list(o.devices), "excess": o.excess})
 
 
 _KUBELET = re.compile(r"^v?(\d+)\.(\d+)")

@@ -79,7 +79,7 @@ def kueue(ctx: CheckContext) -> Iterator[Finding]:
     local: dict[str, list[Obj]] = defaultdict(list)
     for lq in ctx.model.data.of("LocalQueue"):
         local[str((lq.get("spec") or {}).get("clusterQueue", ""))].append(lq)
-    gpu_namespaces = {w.namespace for w in ctx.gpu_workloads if w.gpus_per_pod}
+    gpu_namespaces = {w.namespace for w in ctx.translatable if w.gpus_per_pod}
     mapping = (f"resources.deviceClassMappings: [{{name: {GPU}, deviceClassNames: [{BRIDGE_CLASS}]}}] in Kueue's "
                "Configuration, with Kueue's DRA support enabled, so claims of translated pods count against the same "
                f"quota (and cover {IMPLICIT_PREFIX}{BRIDGE_CLASS} if the webhook uses the extended target)")

@@ -28,7 +28,7 @@ def mig(ctx: CheckContext) -> Iterator[Finding]:
     dra_mig = any(
         "profile" in d.attributes.get(d.driver, {}) for n in ctx.model.nodes.values() for d in n.devices
     )
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         names = sorted(k for k in w.spec.gpu if k.startswith(MIG_PREFIX))
         if not names:
             continue
@@ -53,7 +53,7 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
     capacity = FEATURE_BY_KEY["extended-resource-capacity"]
     consumable = FEATURE_BY_KEY["consumable-capacity"]
     stage = ctx.stage(capacity.key)
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         names = sorted(k for k in w.spec.gpu if k.endswith(GPU_SHARED_SUFFIX))
         if not names:
             continue
@@ -73,7 +73,7 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
 
 @rule("DRB022", "HAMi GPU sharing resources")
 def hami(ctx: CheckContext) -> Iterator[Finding]:
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         names = sorted(k for k in w.spec.gpu if k in HAMI_RESOURCES)
         if names:
             yield Finding("DRB022", "blocker", workload_ref(w),
@@ -90,7 +90,7 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
     only the extended one (on by default from 1.36, when the bridge may pick it)."""
     limit = MAX_DEVICES_PER_CLAIM
     extended = ctx.stage("extended-resource")
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         per_container, per_pod = w.spec.max_container_gpus, w.spec.gpu.get(GPU, 0)
         details: dict[str, object] = {"gpusPerPod": per_pod, "maxGpusPerContainer": per_container,
                                       "gpuContainers": w.spec.gpu_containers}
@@ -118,7 +118,7 @@ def init_containers(ctx: CheckContext) -> Iterator[Finding]:
     only an init container uses, held for the pod's whole life under both APIs, and what upstream's extended path
     shows an init container - this says so; nothing to fix."""
     extended = ctx.stage("extended-resource")
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         counts = w.spec.gpu_counts
         inits = [c for c in counts if c.kind == "init" and c.count]
         if not inits:
@@ -156,7 +156,7 @@ def gfd_mismatch(ctx: CheckContext) -> Iterator[Finding]:
         return
     rule_, why = ctx.family_rule
     seen: dict[Any, tuple[list[str], list[str], list[str]]] = {}  # one comparison per distinct selector
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         t = ctx.workload_cel(w)
         if not t.cel or t.problems:
             continue
@@ -217,7 +217,7 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
     is told to translate for it (`bridge webhook --translate-scheduler NAME`), which is right only when that
     scheduler allocates claims itself or is a kube-scheduler profile. Bare pods
     always carry the node they were bound to, so `nodeName` is read from controller templates only."""
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         if not w.spec.legacy_gpus:
             continue  # the webhook translates nvidia.com/gpu only: pods already on DRA are not its to leave alone
         if w.spec.node_name and w.kind != "Pod":
@@ -247,7 +247,7 @@ def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
     if not shared:
         return
     whole = [n for n in ctx.model.nodes.values() if n.gpu_total and n.name not in shared]
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         if not w.spec.legacy_gpus:
             continue  # nvidia.com/gpu is what is not whole there; DRA devices of the bridge are whole GPUs
         running = sorted(n for n in w.nodes if n in shared)
@@ -274,7 +274,7 @@ def _short(cel: str, limit: int = 240) -> str:
 
 @rule("DRB025", "GPU Feature Discovery label selectors")
 def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         if not w.spec.gfd_terms:
             continue
         t = ctx.workload_cel(w)
@@ -336,7 +336,7 @@ def preemption(ctx: CheckContext) -> Iterator[Finding]:
     stage = ctx.stage(preemption.key)
     if stage is not None and stage != stage.ABSENT:
         return
-    for w in ctx.gpu_workloads:
+    for w in ctx.translatable:
         pc = w.spec.priority_class
         if pc in classes and (w.spec.gpu.get(GPU) or w.spec.uses_claims):
             yield Finding("DRB029", "warning", workload_ref(w),
