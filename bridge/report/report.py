@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from bridge.report.checks import CheckContext, ReportOptions, run_checks
-from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity
+from bridge.report.checks.simulation import NamespaceCapacity, simulate_capacity
 from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
 from bridge.report.findings import SEVERITY_RANK, Finding, is_cluster_blocker, namespace_of
 from bridge.report.model import ClusterModel, Node, Workload, build_model
