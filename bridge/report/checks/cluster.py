@@ -132,7 +132,8 @@ def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
                 "DRB003", "blocker", ref_of(c),
                 f"extendedResourceName {name} is claimed by {len(classes)} DeviceClasses ({', '.join(names)}); "
                 f"the scheduler picks {winner} ({why}), silently capturing every {name} request",
-                f"Keep {name} on exactly one DeviceClass: remove spec.extendedResourceName from the others",
+                f"Keep {name} on exactly one DeviceClass ({winner}, which the scheduler uses now): "
+                + "; ".join(_remove_ern(n) for n in names if n != winner),
                 {"extendedResourceName": name, "classes": names, "winner": winner},
             )
 
@@ -144,25 +145,37 @@ def bridge_class(ctx: CheckContext) -> Iterator[Finding]:
         if any(w.gpus_per_pod for w in ctx.translatable):
             yield Finding("DRB004", "warning", ObjectRef("DeviceClass", "", BRIDGE_CLASS),
                           f"DeviceClass {BRIDGE_CLASS} does not exist: translated pods would stay Pending",
-                          "Apply deviceclass.yaml from --emit-manifests (or install the dra-bridge chart)")
+                          "kubectl apply -f deviceclass.yaml (written by --emit-manifests; the chart installs the "
+                          "same class)")
         return
     expr = class_cel(cls)
     if BRIDGE_DRIVER not in expr:
         yield Finding("DRB004", "warning", ref_of(cls),
                       f"DeviceClass {BRIDGE_CLASS} does not select the bridge's driver: selectors are `{expr}`",
-                      f'Add the selector device.driver == "{BRIDGE_DRIVER}"', {"cel": expr})
+                      _driver_selector(), {"cel": expr})
     try:
         ctx.evaluator.check(expr)
     except ValueError as err:
         yield Finding("DRB004", "blocker", ref_of(cls), f"DeviceClass {BRIDGE_CLASS} has an invalid CEL selector: {err}",
-                      "Fix the selector expression", {"cel": expr})
+                      _driver_selector(), {"cel": expr})
     ern = (cls.get("spec") or {}).get("extendedResourceName")
     if ern == GPU:
         yield Finding("DRB004", "warning", ref_of(cls),
                       f"DeviceClass {BRIDGE_CLASS} sets extendedResourceName {GPU}: on nodes where the device plugin "
                       f"also advertises {GPU} the KEP-5004 one-backend-per-node rule applies to every namespace",
-                      "Remove extendedResourceName; the bridge uses the implicit name "
-                      f"deviceclass.resource.kubernetes.io/{BRIDGE_CLASS} or claims")
+                      f"{_remove_ern(BRIDGE_CLASS)} (the bridge uses the implicit name "
+                      f"deviceclass.resource.kubernetes.io/{BRIDGE_CLASS}, or claims)")
+
+
+def _remove_ern(cls: str) -> str:
+    return (f"kubectl patch deviceclass {cls} --type json "
+            "-p '[{\"op\":\"remove\",\"path\":\"/spec/extendedResourceName\"}]'")
+
+
+def _driver_selector() -> str:
+    expr = f'device.driver == \\"{BRIDGE_DRIVER}\\"'
+    return (f"Select the bridge's devices: kubectl patch deviceclass {BRIDGE_CLASS} --type merge "
+            f"-p '{{\"spec\":{{\"selectors\":[{{\"cel\":{{\"expression\":\"{expr}\"}}}}]}}}}'")
 
 
 @rule("DRB040", "Cluster autoscaler support for DRA pods")
@@ -178,13 +191,15 @@ def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB040", "warning", ref_of(dep),
                           "Karpenter cannot provision nodes for pods whose GPUs come from ResourceClaims "
                           "(kubernetes-sigs/karpenter#1231): DRA namespaces will not scale GPU node pools",
-                          "Keep statically sized GPU node pools for DRA namespaces, or keep scaling namespaces on "
-                          "legacy until Karpenter supports DRA")
+                          "Keep the GPU workloads that need node autoscaling on the device plugin until Karpenter "
+                          "supports DRA (opt their pod templates out: annotation dra-bridge.io/translate: \"false\"), "
+                          "and give DRA namespaces statically sized GPU node pools")
         elif "cluster-autoscaler" in images and "--enable-dynamic-resource-allocation" not in args:
             yield Finding("DRB040", "warning", ref_of(dep),
                           "cluster-autoscaler runs without --enable-dynamic-resource-allocation: it will not "
                           "scale up for pods with ResourceClaims",
-                          "Add --enable-dynamic-resource-allocation=true to the cluster-autoscaler arguments")
+                          "Add --enable-dynamic-resource-allocation=true to the cluster-autoscaler container's "
+                          f"command (kubectl -n {ref_of(dep).namespace} edit deployment {ref_of(dep).name})")
 
 
 @rule("DRB041", "GPU metrics exporter on DRA nodes")
@@ -202,5 +217,6 @@ def dcgm_exporter(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB041", "warning", ref_of(ds),
                           "dcgm-exporter runs without KUBERNETES_ENABLE_DRA: metrics of pods using DRA devices "
                           "lose their pod attribution",
-                          "Set KUBERNETES_ENABLE_DRA=true on the exporter and grant it get/list/watch on "
-                          "resourceslices and resourceclaims")
+                          f"kubectl -n {ref_of(ds).namespace} set env daemonset/{ref_of(ds).name} "
+                          "KUBERNETES_ENABLE_DRA=true, and grant its ServiceAccount get/list/watch on resourceslices "
+                          "and resourceclaims")

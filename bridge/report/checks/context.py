@@ -15,7 +15,8 @@ from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
 from bridge.report.offers import DoubleOffer, double_offers
 from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
-from bridge.report.splitcontroller import SplitController, detect
+from bridge.report.podspec import OPT_OUT_ANNOTATION
+from bridge.report.splitcontroller import SplitController, component_args, detect
 from bridge.report.supply import Supply, build_supply
 
 Obj = dict[str, Any]
@@ -133,6 +134,27 @@ class CheckContext:
         return double_offers(self.model)
 
     @cached_property
+    def translated_schedulers(self) -> frozenset[str]:
+        """The schedulers besides default-scheduler whose pods the webhook translates: `--translate-scheduler` (or
+        BRIDGE_WEBHOOK_TRANSLATE_SCHEDULERS, names separated by spaces) of every Deployment running `bridge
+        webhook` in the input."""
+        out: set[str] = set()
+        for dep in self.model.data.of("Deployment"):
+            for c in (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or ():
+                args = component_args(c, "webhook") if isinstance(c, dict) else None
+                if args is None:
+                    continue
+                for i, a in enumerate(args):
+                    if a == "--translate-scheduler" and i + 1 < len(args):
+                        out.add(args[i + 1])
+                    elif a.startswith("--translate-scheduler="):
+                        out.add(a.split("=", 1)[1])
+                for e in c.get("env") or ():
+                    if isinstance(e, dict) and e.get("name") == "BRIDGE_WEBHOOK_TRANSLATE_SCHEDULERS":
+                        out.update(str(e.get("value") or "").split())
+        return frozenset(out)
+
+    @cached_property
     def split_controller(self) -> SplitController:
         """Does `bridge controller` run and act (bridge.report.splitcontroller)?"""
         return detect(self.model.data)
@@ -156,6 +178,21 @@ class CheckContext:
         system namespaces are left out."""
         infra = {r.ref for r in self.model.daemonsets if r.role}
         return [w for w in self.model.workloads if w.ref not in infra and w.namespace not in SYSTEM_NAMESPACES]
+
+
+def keep_legacy(w: Workload) -> str:
+    """The command that keeps a workload on the device plugin: the webhook's opt-out annotation
+    (`dra-bridge.io/translate: "false"`) on its pods, through the controller's pod template (a bare pod is annotated
+    in place: the webhook only reads pods it admits, and the report reads the annotation)."""
+    if w.kind == "Pod":
+        return f"kubectl -n {w.namespace} annotate pod {w.name} {OPT_OUT_ANNOTATION}=false --overwrite"
+    if w.kind == "Job":  # batch/v1 Job: spec.template is immutable
+        return (f"re-create Job {w.namespace}/{w.name} with the pod template annotation {OPT_OUT_ANNOTATION}: "
+                "\"false\" (a Job's template cannot be changed)")
+    template = '{"template":{"metadata":{"annotations":{"' + OPT_OUT_ANNOTATION + '":"false"}}}}'
+    if w.kind == "CronJob":
+        template = '{"jobTemplate":{"spec":' + template + '}}'
+    return f"kubectl -n {w.namespace} patch {w.kind.lower()} {w.name} --type merge -p '{{\"spec\":{template}}}'"
 
 
 def class_cel(cls: Obj) -> str:

@@ -17,6 +17,13 @@ def _used_by(ctx: CheckContext, cfg: DevicePluginConfig) -> tuple[tuple[str, ...
     return use.nodes, use.default_by
 
 
+def _edit(cfg: DevicePluginConfig, change: str) -> str:
+    """Where to make a change to one config: its ConfigMap's key, or the file given with --device-plugin-config."""
+    where = (f"kubectl -n {cfg.source.namespace} edit configmap {cfg.source.name}, key {cfg.key}"
+             if cfg.source.kind == "ConfigMap" else f"in {cfg.source.name}")
+    return f"{change} ({where}; the device plugin restarts with it)"
+
+
 def _nodes_text(nodes: tuple[str, ...]) -> str:
     return ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
 
@@ -48,19 +55,18 @@ def time_slicing(ctx: CheckContext) -> Iterator[Finding]:
                                   f"[{cfg.key}] time-slicing {r.name} x{r.replicas} without a rename: each GPU is "
                                   f"advertised {r.replicas} times as {GPU}, so {GPU}: 1 there is a time-slice, not a "
                                   f"GPU; translating it to a whole DRA device changes what pods get ({where})",
-                                  "Keep namespaces whose pods run on these nodes legacy (the webhook leaves pods "
-                                  "that select them untouched); to migrate, rename the shared resource "
-                                  f"(renameByDefault: true advertises {GPU}.shared) and move GPU pods to nodes "
-                                  "without time-slicing", details)
+                                  _edit(cfg, "Rename the shared resource: sharing.timeSlicing.renameByDefault: true "
+                                        f"advertises {GPU}.shared, so {GPU} is a whole GPU again") + "; pods that "
+                                  f"want a time-slice then ask {GPU}.shared (and stay legacy, DRB021)", details)
                     continue
-                yield Finding("DRB050", "warning", cfg.source,
+                yield Finding("DRB050", "info", cfg.source,
                               f"[{cfg.key}] time-slicing {r.name} x{r.replicas}"
                               + (f" advertised as {r.rename}" if r.rename else "")
                               + f": DRA equivalent is {dra}. Differences: device-plugin sharing is node-wide and "
                               "implicit; in DRA it is per claim and opt-in, and `count: N` means N independent "
                               "shares, not N slots on one GPU; neither isolates memory",
-                              "Keep workloads using the shared name legacy; for new workloads write claims on a "
-                              "shared-GPU class", details)
+                              "Nothing to do for the config: pods asking the shared name stay legacy (DRB021); new "
+                              "workloads that want a share write claims on a shared-GPU class", details)
 
 
 @rule("DRB051", "Device-plugin config: renamed shared resources")
@@ -69,13 +75,14 @@ def rename(ctx: CheckContext) -> Iterator[Finding]:
         for s in cfg.sharing:
             renamed = sorted({r.rename for r in s.resources if r.rename})
             if renamed:
-                yield Finding("DRB051", "warning", cfg.source,
+                yield Finding("DRB051", "info", cfg.source,
                               f"[{cfg.key}] {s.strategy} advertises {', '.join(renamed)}"
                               + (" (renameByDefault)" if s.rename_by_default else "")
                               + ": no DRA DeviceClass can carry that name for a fraction of a GPU: that needs "
                               f"{FEATURE_BY_KEY['extended-resource-capacity'].history()}; pods requesting it "
                               "cannot be translated",
-                              "Keep namespaces using the renamed resource legacy until a release serves it",
+                              "Nothing to do for the config: pods asking the renamed resource stay legacy (DRB021) "
+                              "until a release serves it",
                               {"config": cfg.key, "resources": renamed})
 
 
@@ -105,21 +112,24 @@ def mps(ctx: CheckContext) -> Iterator[Finding]:
                 yield Finding("DRB053", "blocker", cfg.source,
                               f"[{cfg.key}] MPS ({names}) together with migStrategy {cfg.mig_strategy}: no DRA "
                               "driver offers MPS on MIG devices",
-                              "Keep these nodes on the device plugin", {"config": cfg.key, "nodes": list(nodes)})
+                              _edit(cfg, "Take MPS out of this config (remove sharing.mps), or MIG (flags.migStrategy: "
+                                    "none)"), {"config": cfg.key, "nodes": list(nodes)})
             elif shared_gpu and nodes:
                 yield Finding("DRB053", "blocker", cfg.source,
                               f"[{cfg.key}] MPS shares {GPU} x{shared_gpu[0].replicas} without a rename on nodes "
                               f"{_nodes_text(nodes)}: {GPU}: 1 there is an MPS share of a GPU, and translating it to "
                               "a whole DRA device changes what pods get",
-                              "Keep namespaces whose pods run on these nodes legacy; to migrate, move GPU pods to "
-                              "nodes without MPS sharing", {"config": cfg.key, "nodes": list(nodes)})
+                              _edit(cfg, "Rename the MPS resource: sharing.mps.renameByDefault: true advertises "
+                                    f"{GPU}.shared, so {GPU} is a whole GPU again"),
+                              {"config": cfg.key, "nodes": list(nodes)})
             else:
-                yield Finding("DRB053", "warning", cfg.source,
+                yield Finding("DRB053", "info", cfg.source,
                               f"[{cfg.key}] MPS ({names}): DRA equivalent is NVIDIA's DRA driver MpsConfig per claim "
                               "(gate MPSSupport, alpha); the bridge does not run an MPS control daemon. Difference: "
                               "the device plugin splits memory and compute equally across replicas; MpsConfig sets "
                               "per-claim limits",
-                              "Keep MPS workloads legacy, or move them to NVIDIA's DRA driver with MPSSupport",
+                              "Nothing to do for the config: pods asking MPS shares stay legacy; move them to "
+                              "NVIDIA's DRA driver with MPSSupport to use DRA",
                               {"config": cfg.key, "nodes": list(nodes)})
 
 
@@ -146,8 +156,8 @@ def mig_strategy(ctx: CheckContext) -> Iterator[Finding]:
                           + (f"({_nodes_text(tuple(mig_nodes))} run this config)" if mig_nodes else
                              "(no MIG-enabled node runs this config now)")
                           + "; the bridge would translate it to a whole GPU, changing what pods get",
-                          "Keep MIG-enabled nodes with migStrategy single on the device plugin (or switch them to "
-                          "mixed and per-profile DeviceClasses)", details)
+                          _edit(cfg, "Switch the config to flags.migStrategy: mixed (pods then ask "
+                                "nvidia.com/mig-<profile>, served by per-profile DeviceClasses, DRB020)"), details)
         elif cfg.mig_strategy == "mixed":
             yield Finding("DRB054", "info", cfg.source,
                           f"[{cfg.key}] migStrategy mixed: each nvidia.com/mig-<profile> name needs its own "
@@ -161,13 +171,17 @@ def per_node(ctx: CheckContext) -> Iterator[Finding]:
     if chosen:
         known = {c.key for c in ctx.dp_configs}
         unknown = [c for c in chosen if known and c not in known]
+        fix = ("Group nodes by config into separate node-daemon DaemonSets (node selectors) when migrating" if not unknown
+               else "Label those nodes with a config that exists ("
+               + "; ".join(f"kubectl label node {n.name} {CONFIG_LABEL}={sorted(known)[0]} --overwrite"
+                           for n in ctx.model.nodes.values() if n.labels.get(CONFIG_LABEL) in unknown)
+               + f"), or add {', '.join(unknown)} to the device-plugin config ConfigMap")
         yield Finding("DRB055", "warning" if unknown else "info", ObjectRef("Cluster", "", "cluster"),
                       f"nodes select device-plugin configs by label {CONFIG_LABEL} ({', '.join(chosen)})"
                       + (f"; not found in any config: {', '.join(unknown)}" if unknown else "")
                       + ": DRA has no per-node config label; NVIDIA's DRA driver has PerNodeGPUConfig (chosen once "
                       "at plugin start), the bridge applies one config per node daemon",
-                      "Group nodes by config into separate node-daemon DaemonSets (node selectors) when migrating",
-                      {"configs": chosen})
+                      fix, {"configs": chosen})
 
 
 @rule("DRB056", "Device-plugin config problems")
@@ -175,4 +189,5 @@ def problems(ctx: CheckContext) -> Iterator[Finding]:
     for cfg in ctx.dp_configs:
         for p in cfg.problems:
             yield Finding("DRB056", "warning", cfg.source, f"[{cfg.key}] {p}",
-                          "Fix the device-plugin config; the device plugin rejects it the same way")
+                          _edit(cfg, "Fix the config as the message says: the device plugin rejects it the same "
+                                "way"))

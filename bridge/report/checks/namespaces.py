@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext, ref_of
@@ -49,7 +50,7 @@ def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB030", "warning", ref_of(q),
                           f"{gpu_key}={hard[gpu_key]} but {', '.join(f'{k}={hard[k]}' for k in differ)}: the limits "
                           "differ, so the same workload gets a different GPU budget depending on the API",
-                          "Set both to the same value", details)
+                          _patch_quota(q, {k: str(hard[gpu_key]) for k in differ}), details)
         missing = [k for k in wanted if k not in hard]
         if not missing:
             continue
@@ -61,8 +62,15 @@ def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
                       "to the DRA keys, so this quota no longer limits them"
                       + (f"; {len(tenants) - 1} other namespace(s) share the GPUs, and this namespace's translated "
                          "pods can take theirs" if shared else ""),
-                      f"Add {', '.join(f'{k}: {hard[gpu_key]}' for k in missing)} (paired quota in --emit-manifests)"
-                      " before flipping the namespace", details)
+                      f"Before flipping the namespace, add {', '.join(f'{k}: {hard[gpu_key]}' for k in missing)}: "
+                      f"kubectl apply -f quota-{ref_of(q).namespace}-{ref_of(q).name}.yaml (written by "
+                      f"--emit-manifests), or {_patch_quota(q, {k: str(hard[gpu_key]) for k in missing})}", details)
+
+
+def _patch_quota(q: dict[str, object], keys: dict[str, str]) -> str:
+    ref = ref_of(q)
+    body = json.dumps({"spec": {"hard": keys}}, separators=(",", ":"))
+    return f"kubectl -n {ref.namespace} patch resourcequota {ref.name} --type merge -p '{body}'"
 
 
 @rule("DRB031", "Namespace mode label")

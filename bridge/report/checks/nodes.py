@@ -4,6 +4,7 @@ controller's own decoder, bridge.controller.record)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -97,8 +98,11 @@ def stale_zero(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB011", "warning", _node(node.name),
                           f"node status keeps {', '.join(stale)} at 0 from a removed device plugin: dashboards and "
                           "autoscalers reading allocatable see 'no GPU' (the scheduler treats 0 as inactive)",
-                          "Remove the stale entries: kubectl patch node --subresource=status (JSON patch removing "
-                          "status.capacity/allocatable keys) or restart the kubelet",
+                          "Remove the stale entries (or restart the kubelet): kubectl patch node "
+                          f"{node.name} --subresource=status --type json -p '"
+                          + json.dumps([{"op": "remove", "path": f"/status/{part}/{k.replace('~', '~0').replace('/', '~1')}"}
+                                        for k in stale for part in ("capacity", "allocatable")],
+                                       separators=(",", ":")) + "'",
                           {"resources": stale})
 
 
@@ -125,7 +129,9 @@ def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
         elif name == "containerd" and major == 1:
             yield Finding("DRB012", "warning", _node(node.name),
                           f"runtime {node.runtime}: CDI is off by default in containerd 1.7",
-                          "Set enable_cdi = true (and cdi_spec_dirs) in the CRI plugin config, or upgrade to 2.x")
+                          "Upgrade containerd on the node to 2.x (CDI on by default); enable_cdi = true in the CRI "
+                          "plugin config of 1.7 works too, but the report cannot see that setting, so this warning "
+                          "stays until the upgrade")
 
 
 @rule("DRB013", "The bridge's split label")
@@ -140,7 +146,7 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
         result = node.split_result()
         if node.split_request is not None and node.split_request.conflict:
             yield Finding("DRB013", "info", _node(node.name), node.split_request.conflict,
-                          "Remove the label or make both say the same: kubectl label node NODE "
+                          f"Remove the label (the annotation decides): kubectl label node {node.name} "
                           "dra-bridge.io/dra-devices-")
         if result is not None and result.wanted is None:
             yield Finding("DRB013", "warning", _node(node.name),
@@ -150,7 +156,9 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
                           f" (this node has {result.total} GPUs)")
         if node.split_status_error:
             yield Finding("DRB013", "warning", _node(node.name), node.split_status_error,
-                          "Check the node daemon's version on this node")
+                          "Run a migrate-report as new as the node daemon on this node; or, if the daemon is older, "
+                          f"remove the annotation and let it write it again: kubectl annotate node {node.name} "
+                          "dra-bridge.io/split-status-")
         status = node.split_status
         if status is not None and status.state == "converging":
             held = [p for p in status.pending if p.phase in ("held", "unknown", "cooldown")]
@@ -169,7 +177,8 @@ def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
             rec = record_of(raw)
         except RecordError as err:
             yield Finding("DRB014", "warning", _node(name), f"unreadable {DECISION_KEY}: {err}",
-                          "Upgrade the report to the controller's version, or remove the annotation")
+                          "Run a migrate-report as new as bridge controller; or remove the annotation (the controller "
+                          f"writes it again at its next decision): kubectl annotate node {name} {DECISION_KEY}-")
             continue
         if rec is None:
             continue
@@ -195,9 +204,8 @@ def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
     for name, reasons in sorted(ctx.not_whole_gpu.items()):
         yield Finding("DRB015", "blocker", _node(name),
                       f"{GPU} here is not one whole GPU: " + "; ".join(reasons),
-                      f"Keep the namespaces whose pods run here legacy (the webhook leaves pods on this node "
-                      f"untouched); to migrate, give the node whole GPUs ({GPU} without MIG strategy single or "
-                      "un-renamed sharing) or move the workloads to nodes that have them",
+                      "Give the node whole GPUs: " + _whole_gpu_commands(name, reasons) + " (the webhook leaves pods "
+                      "on this node untouched meanwhile: their workloads stay legacy, DRB036)",
                       {"reasons": list(reasons)})
 
 
@@ -220,6 +228,18 @@ def both_apis(ctx: CheckContext) -> Iterator[Finding]:
                       "that it did not write",
                       {"gpus": o.gpus, "published": o.published, "legacyHeld": o.legacy_held, "pods": list(o.pods),
                        "devices": list(o.devices), "excess": o.excess})
+
+
+def _whole_gpu_commands(node: str, reasons: list[str]) -> str:
+    """What gives the node whole GPUs, for the reasons DRB015 found (MIG slices, shares)."""
+    out = []
+    if any("MIG" in r for r in reasons):
+        out.append(f"turn MIG off (kubectl label node {node} nvidia.com/mig.config=all-disabled --overwrite: the GPU "
+                   "Operator's MIG manager reconfigures the GPUs)")
+    if any("MIG" not in r for r in reasons):
+        out.append(f"run a device-plugin config without sharing on it (kubectl label node {node} "
+                   "nvidia.com/device-plugin.config=default --overwrite, or rename the shared resource in its config)")
+    return " and ".join(out)
 
 
 _KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
@@ -252,7 +272,8 @@ def kubelet_version(ctx: CheckContext) -> Iterator[Finding]:
                       f"kubelet {node.kubelet} is older than the extended target needs ({feature.history()}): with "
                       "--target auto the webhook translates to claims while this node's kubelet is older; a pod "
                       "translated to the extended target and bound here is rejected by the kubelet",
-                      f"Upgrade the kubelet to {first[0]}.{first[1]}+ (or keep the claims target)",
+                      f"Upgrade the kubelet on {node.name} to {first[0]}.{first[1]}+ (until then the webhook's "
+                      "auto target picks claims, which works)",
                       {"kubeletVersion": node.kubelet})
     if not old:
         return

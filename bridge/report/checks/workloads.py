@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bridge.kvalues import gfd, podgpu
-from bridge.report.checks.context import CheckContext, workload_ref
+from bridge.report.checks.context import CheckContext, keep_legacy, workload_ref
 from bridge.report.features import (
     BRIDGE_DRIVER,
     DEFAULT_SCHEDULER,
@@ -17,6 +17,7 @@ from bridge.report.features import (
     HAMI_RESOURCES,
     MAX_DEVICES_PER_CLAIM,
     MIG_PREFIX,
+    TARGET_LABEL,
 )
 from bridge.report.findings import Finding, rule
 from bridge.report.model import Node
@@ -37,14 +38,16 @@ def mig(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB020", "warning", workload_ref(w),
                           f"requests {', '.join(names)}: DRA has no such name; it needs one DeviceClass per MIG "
                           "profile with that extendedResourceName",
-                          "Apply the per-profile DeviceClasses from --emit-manifests (mig-<profile>.yaml)",
+                          "Apply the per-profile DeviceClasses from --emit-manifests: "
+                          + "; ".join(f"kubectl apply -f mig-{p}.yaml" for p in profiles),
                           {"profiles": profiles})
         else:
             yield Finding("DRB020", "blocker", workload_ref(w),
                           f"requests {', '.join(names)}: no DRA driver in this cluster publishes MIG devices, and the "
                           "bridge serves whole GPUs only; the workload must stay on the device plugin",
-                          "Keep this namespace legacy; or run a DRA driver that publishes MIG devices (attribute "
-                          "`profile`) and apply per-profile DeviceClasses from --emit-manifests",
+                          f"Keep this workload on the device plugin: {keep_legacy(w)}; or run a DRA driver that "
+                          "publishes MIG devices (attribute `profile`) and apply the per-profile DeviceClasses from "
+                          "--emit-manifests",
                           {"profiles": profiles})
 
 
@@ -53,11 +56,15 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
     capacity = FEATURE_BY_KEY["extended-resource-capacity"]
     consumable = FEATURE_BY_KEY["consumable-capacity"]
     stage = ctx.stage(capacity.key)
+    served = {str((c.get("spec") or {}).get("extendedResourceName")) for c in ctx.model.device_classes}
     for w in ctx.translatable:
         names = sorted(k for k in w.spec.gpu if k.endswith(GPU_SHARED_SUFFIX))
         if not names:
             continue
         if stage is not None and stage.on_by_default:
+            names = [n for n in names if n not in served]
+            if not names:
+                continue  # a DeviceClass serves the shared name with capacity requests
             yield Finding("DRB021", "warning", workload_ref(w),
                           f"requests {', '.join(names)}: served by DRA through extendedResourceCapacityRequests "
                           f"({capacity.title}); N replicas become N independent 1-share allocations, not N shares "
@@ -67,8 +74,8 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB021", "blocker", workload_ref(w),
                           f"requests {', '.join(names)} (time-slicing): DRA serves whole devices to extended-resource "
                           f"requests; a shared name needs {capacity.history()}",
-                          "Keep this workload on the device plugin, or rewrite it to a ResourceClaim on a class "
-                          f"with consumable capacity ({consumable.history()})")
+                          f"Keep this workload on the device plugin: {keep_legacy(w)}; or rewrite it to a "
+                          f"ResourceClaim on a class with consumable capacity ({consumable.history()})")
 
 
 @rule("DRB022", "HAMi GPU sharing resources")
@@ -79,7 +86,8 @@ def hami(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB022", "blocker", workload_ref(w),
                           f"requests HAMi resources {', '.join(names)}: memory/core limits come from HAMi-core, which "
                           "DRA devices from the bridge do not carry",
-                          "Keep this workload on HAMi, or move it to HAMi-DRA")
+                          f"Keep this workload on HAMi: {keep_legacy(w)}; or move it to HAMi-DRA and request "
+                          "its devices by claim")
 
 
 @rule("DRB023", "More GPUs than one claim can hold")
@@ -99,14 +107,16 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
                           f"one container requests {per_container} {GPU}: a ResourceClaim allocates at most {limit} "
                           "devices, so the webhook leaves the pod untranslated and KEP-5004 cannot schedule it",
                           f"Split the work into containers or pods of at most {limit} GPUs, or keep it on the device "
-                          "plugin", details)
-        elif per_pod > limit and extended is not None and extended.on_by_default:
+                          f"plugin: {keep_legacy(w)}", details)
+        elif per_pod > limit and extended is not None and extended.on_by_default and \
+                ctx.model.namespaces[w.namespace].labels.get(TARGET_LABEL) != "claims":
             yield Finding("DRB023", "warning", workload_ref(w),
                           f"each pod requests {per_pod} {GPU} over {w.spec.gpu_containers} containers: the `claims` "
                           f"target (one claim per container) works, but the `extended` target (KEP-5004: one claim "
                           f"per pod, at most {limit} devices and {limit} requests) leaves it Pending",
-                          "Run the webhook with the claims translation target while this workload migrates, or "
-                          f"split the pod to at most {limit} GPUs", details)
+                          "Keep the claims translation target for its namespace while it migrates: kubectl label "
+                          f"namespace {w.namespace} {TARGET_LABEL}=claims --overwrite; or split the pod to at most "
+                          f"{limit} GPUs", details)
 
 
 @rule("DRB033", "GPUs in init containers")
@@ -171,20 +181,23 @@ def gfd_mismatch(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB035", "blocker", workload_ref(w),
                           f"the translated selector errors on published devices ({errors[0]}): the scheduler aborts "
                           "scheduling for the pod on a CEL runtime error" + rule_note,
-                          "Fix the node daemon's published attributes or the selector", details)
+                          "Select by attributes every published device carries (productName, "
+                          "cudaComputeCapability, memory); until then keep the workload legacy: "
+                          f"{keep_legacy(w)}", details)
         if pending:
             yield Finding("DRB035", "blocker", workload_ref(w),
                           f"its GPU labels select nodes {', '.join(pending[:5])}, but the translated selector "
                           f"matches none of their published devices: translated pods cannot use those nodes"
                           + rule_note,
                           "Align the nodes' GFD labels with their GPUs (one GFD release across the cluster), or "
-                          "select by product/compute capability instead of family; keep the workload legacy until "
-                          "then", details)
+                          "select by product/compute capability instead of family; until then keep the workload "
+                          f"legacy: {keep_legacy(w)}", details)
         if extra:
             yield Finding("DRB035", "warning", workload_ref(w),
                           f"the translated selector also matches devices on nodes {', '.join(extra[:5])}, which its "
                           "GPU labels exclude: translated pods may get GPUs they did not select" + rule_note,
-                          "Align the nodes' GFD labels with their GPUs, or narrow the selector", details)
+                          "Align the nodes' GFD labels with their GPUs, or narrow the selector; until then keep the "
+                          f"workload legacy: {keep_legacy(w)}", details)
 
 
 def _compare(ctx: CheckContext, cel: str, terms: Any, nodes: list[Node]) -> tuple[list[str], list[str], list[str]]:
@@ -215,8 +228,9 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
     would never be allocated and the pod never starts, so the webhook leaves such pods untouched (they stay on the
     device plugin). A pod naming another scheduler (Volcano, KAI, YuniKorn, ...) is left untouched unless the webhook
     is told to translate for it (`bridge webhook --translate-scheduler NAME`), which is right only when that
-    scheduler allocates claims itself or is a kube-scheduler profile. Bare pods
-    always carry the node they were bound to, so `nodeName` is read from controller templates only."""
+    scheduler allocates claims itself or is a kube-scheduler profile; the report reads that option from the webhook's
+    Deployment in the input (`CheckContext.translated_schedulers`). Bare pods always carry the node they were bound
+    to, so `nodeName` is read from controller templates only."""
     for w in ctx.translatable:
         if not w.spec.legacy_gpus:
             continue  # the webhook translates nvidia.com/gpu only: pods already on DRA are not its to leave alone
@@ -225,17 +239,18 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
                           f"its pod template sets nodeName {w.spec.node_name}: the scheduler never sees these pods, "
                           "so no one would allocate a ResourceClaim for them; the webhook leaves them on the device "
                           "plugin",
-                          "Replace spec.nodeName with a node selector (kubernetes.io/hostname: "
-                          f"{w.spec.node_name}) so the scheduler places the pods, then migrate",
+                          "Replace spec.nodeName in the pod template with a node selector (kubernetes.io/hostname: "
+                          f"{w.spec.node_name}) so the scheduler places the pods; or keep this workload legacy: "
+                          f"{keep_legacy(w)}",
                           {"nodeName": w.spec.node_name})
         scheduler = w.spec.scheduler_name
-        if scheduler and scheduler != DEFAULT_SCHEDULER:
+        if scheduler and scheduler != DEFAULT_SCHEDULER and scheduler not in ctx.translated_schedulers:
             yield Finding("DRB034", "warning", workload_ref(w),
                           f"its pods name scheduler {scheduler}: only kube-scheduler is known to allocate "
                           "ResourceClaims, so the webhook leaves these pods untouched (on the device plugin)",
-                          f"If {scheduler} allocates ResourceClaims in the version you run (or is a kube-scheduler "
-                          f"profile), run the webhook with --translate-scheduler {scheduler}; otherwise keep this "
-                          "workload legacy",
+                          f"Keep this workload legacy: {keep_legacy(w)}; or, if {scheduler} allocates "
+                          "ResourceClaims in the version you run (or is a kube-scheduler profile), run the webhook "
+                          f"with --translate-scheduler {scheduler} (the chart: webhook.extraArgs)",
                           {"schedulerName": scheduler})
 
 
@@ -263,7 +278,8 @@ def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
                       f"{shared[where[0]][0]}): each {GPU} its pods hold there is a slice or a share of a GPU, "
                       "so translating them to whole DRA devices would change what they get; the webhook leaves "
                       "its pods untouched",
-                      "Keep this workload legacy, or move it to nodes with whole GPUs (see DRB015)",
+                      f"Keep this workload legacy: {keep_legacy(w)}; or move it to nodes with whole GPUs (a node "
+                      "selector on them; see DRB015)",
                       {"nodes": where})
 
 
@@ -287,7 +303,7 @@ def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
                           f"GPU label selectors the translation cannot express: {'; '.join(t.problems)}"
                           + (f"; the rest becomes `{_short(t.cel)}`" if t.cel else "") + kept,
                           "Rewrite these terms with In/NotIn/Gt/Lt on nvidia.com/gpu.product, .memory, .family or "
-                          ".compute.major/minor, or drop them",
+                          f".compute.major/minor, or drop them; or keep the workload legacy: {keep_legacy(w)}",
                           details)
         elif t.cel:
             yield Finding("DRB025", "info", workload_ref(w),
@@ -343,6 +359,6 @@ def preemption(ctx: CheckContext) -> Iterator[Finding]:
                           f"runs with PriorityClass {pc} (value {classes[pc]}, may preempt): the scheduler does not "
                           "preempt pods holding DRA devices until DRA preemption ships "
                           f"({preemption.history()}), so it may wait instead of evicting lower-priority GPU pods",
-                          "Reserve capacity for it (a higher split on its nodes) or keep it legacy until the "
-                          "cluster runs a release with DRA preemption",
+                          "Keep it legacy until the cluster runs a release with DRA preemption: "
+                          f"{keep_legacy(w)}",
                           {"priorityClass": pc})
