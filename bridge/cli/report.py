@@ -30,6 +30,7 @@ Examples:
   bridge migrate-report -o html --file report.html --emit-manifests fixes/
   bridge migrate-report --assume-split all -o json | jq '.findings[] | select(.severity=="blocker")'
   bridge migrate-report snapshot --out cluster-snapshot/
+  bridge migrate-report --rules                  # the rule catalogue (docs/rules.md)
 """
 
 
@@ -114,6 +115,9 @@ class ReportError(click.ClickException):
               envvar="BRIDGE_REPORT_REQUIRE_FIXED", metavar="NAMESPACE[=RULE,...]",
               help="Instead of the report: exit 0 when NAMESPACE is ready to flip (none of RULES left, no blocker "
                    "about it), else list what is left and exit 1. Repeatable; wave-plan.sh runs it before each flip.")
+@click.option("--rules", "list_rules", is_flag=True, show_envvar=True, envvar="BRIDGE_REPORT_RULES",
+              help="Print the rule catalogue (every rule ID, what it detects, its severities and fix; Markdown, as "
+                   "docs/rules.md) and exit 0, scanning nothing.")
 @click.option("--max-file-size", "max_file_size", default="2Gi", show_default=True, callback=_bytes, show_envvar=True,
               envvar="BRIDGE_REPORT_MAX_FILE_SIZE",
               help="Largest snapshot or config file read (after gunzip), e.g. 512Mi, 4Gi; only regular files are read.")
@@ -122,9 +126,14 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
                    timeout: float, output: str,
                    out_file: Path | None, emit_manifests: Path | None, assume_split: str, dp_configs: tuple[Path, ...],
                    colour: bool | None, max_file_size: int,
-                   require_fixed: tuple[tuple[str, frozenset[str]], ...]) -> None:
+                   require_fixed: tuple[tuple[str, frozenset[str]], ...], list_rules: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
+    if list_rules:
+        from bridge.report.catalogue import markdown
+
+        click.echo(markdown(), nl=False)
+        ctx.exit(EXIT_READY)
     from bridge.report import run_report
     from bridge.report.dpconfig import parse_config
     from bridge.report.findings import ObjectRef

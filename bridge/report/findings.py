@@ -81,12 +81,23 @@ def blocked_namespaces(findings: Iterable[Finding]) -> tuple[frozenset[str], boo
 
 @dataclass(frozen=True)
 class Rule:
+    """A registered check and what the rule catalogue (docs/rules.md, bridge.report.catalogue) says about it: what
+    it detects (the check's docstring, first paragraph), the severities its findings can have, and how it is fixed
+    in general (each finding's own fix says it for its object)."""
+
     id: str
     title: str
     func: Callable[["CheckContext"], Iterable[Finding]]
+    severities: tuple[str, ...]
+    fix: str
     # Runs after every other rule, when which namespaces those block is known (`CheckContext.blocked`): the
     # capacity rule, whose wave order leaves blocked namespaces out as the wave plan does.
     late: bool = False
+
+    @property
+    def detects(self) -> str:
+        doc = (self.func.__doc__ or "").strip()
+        return " ".join(doc.split("\n\n")[0].split())
 
 
 RULES: dict[str, Rule] = {}
@@ -99,13 +110,22 @@ RETIRED: dict[str, str] = {
 }
 
 
-def rule(rule_id: str, title: str, *, late: bool = False) -> Callable[[Callable[["CheckContext"], Iterable[Finding]]], Callable[["CheckContext"], Iterable[Finding]]]:
-    def register(func: Callable[["CheckContext"], Iterable[Finding]]) -> Callable[["CheckContext"], Iterable[Finding]]:
+CheckFunc = Callable[["CheckContext"], Iterable[Finding]]
+
+
+def rule(rule_id: str, title: str, *, severities: tuple[str, ...], fix: str,
+         late: bool = False) -> Callable[[CheckFunc], CheckFunc]:
+    """Register a check under a stable ID, with the severities its findings can have and its fix in general."""
+    def register(func: CheckFunc) -> CheckFunc:
         if rule_id in RULES:
             raise ValueError(f"rule {rule_id} registered twice")
         if rule_id in RETIRED:
             raise ValueError(f"rule {rule_id} is retired ({RETIRED[rule_id]}); pick a new ID")
-        RULES[rule_id] = Rule(rule_id, title, func, late)
+        if not severities or any(sev not in SEVERITIES for sev in severities):
+            raise ValueError(f"rule {rule_id}: severities {severities!r} must be some of {SEVERITIES}")
+        if not func.__doc__:
+            raise ValueError(f"rule {rule_id}: the check needs a docstring saying what it detects (the catalogue)")
+        RULES[rule_id] = Rule(rule_id, title, func, severities, fix, late)
         return func
 
     return register

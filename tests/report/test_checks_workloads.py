@@ -116,7 +116,7 @@ def test_the_same_pod_without_ephemeral_containers_has_no_finding_either() -> No
 
 def test_a_retired_rule_id_cannot_be_registered_again() -> None:
     with pytest.raises(ValueError, match="retired"):
-        rule("DRB024", "anything")(lambda ctx: iter(()))
+        rule("DRB024", "anything", severities=("info",), fix="none")(lambda ctx: iter(()))
 
 
 # ---- DRB025 GFD selectors

@@ -110,7 +110,10 @@ def _short_by(fit: FitResult) -> str:
     return f"{fit.pending} pod(s) asking {fit.pending_devices} GPU(s)"
 
 
-@rule("DRB032", "DRA capacity for the namespace's GPU demand", late=True)
+@rule("DRB032", "DRA capacity for the namespace's GPU demand", severities=("blocker", "warning", "info"),
+      fix="The split commands the finding gives (kubectl annotate|label node NODE dra-bridge.io/dra-devices=N "
+          "--overwrite), or bridge controller moving GPUs as pods wait; where no bridge node can serve, more "
+          "GPU nodes handed to the bridge.", late=True)
 def capacity(ctx: CheckContext) -> Iterator[Finding]:
     """Only namespaces the wave plan moves (or already in dra) are judged together with those before them; one a
     blocker holds back is judged alone. With the current split, the fix is the split commands that make it fit
@@ -282,8 +285,12 @@ def _fits_elsewhere(ctx: CheckContext, pods: list[tuple[str, int]], spec_of: dic
     return out
 
 
-@rule("DRB037", "GPUs for pods pending on the device plugin")
+@rule("DRB037", "GPUs for pods pending on the device plugin", severities=("warning", "info"),
+      fix="The commands that lower the split (kubectl annotate node NODE dra-bridge.io/dra-devices=N "
+          "--overwrite), or bridge controller; else free GPUs or add GPU nodes.")
 def legacy_pending(ctx: CheckContext) -> Iterator[Finding]:
+    """Pods pending for the device plugin that no free legacy GPU can take: whether moving free DRA GPUs back serves
+    them, and who moves them."""
     if ctx.options.assume_split != "current":
         return
     if not ctx.model.unbound_pods:

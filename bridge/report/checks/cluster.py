@@ -11,8 +11,10 @@ from bridge.report.findings import CLUSTER, Finding, ObjectRef, rule
 from bridge.report.model import Obj
 
 
-@rule("DRB000", "Input completeness")
+@rule("DRB000", "Input completeness", severities=("warning",),
+      fix="Grant the scanning identity get/list on the resource, then rerun.")
 def unreadable(ctx: CheckContext) -> Iterator[Finding]:
+    """A resource kind the scan could not read (RBAC, not served): the checks that need it are incomplete."""
     for plural, reason in sorted(ctx.model.data.unreadable.items()):
         yield Finding("DRB000", "warning", ObjectRef("Resource", "", plural),
                       f"{plural} could not be read ({reason}): checks that need them are incomplete",
@@ -20,8 +22,11 @@ def unreadable(ctx: CheckContext) -> Iterator[Finding]:
                       {"resource": plural, "reason": reason})
 
 
-@rule("DRB001", "Kubernetes version and served resource.k8s.io API")
+@rule("DRB001", "Kubernetes version and served resource.k8s.io API", severities=("blocker", "warning"),
+      fix="Upgrade Kubernetes to the release where DRA is GA (resource.k8s.io/v1 served).")
 def dra_api(ctx: CheckContext) -> Iterator[Finding]:
+    """The Kubernetes version and the resource.k8s.io versions the API server serves: no DRA API blocks every
+    namespace; a beta-only API or an unknown version needs attention."""
     m = ctx.model
     served = m.resource_versions
     version = m.version.git_version or "unknown"
@@ -82,8 +87,11 @@ _FEATURE_ADVICE = {
 }
 
 
-@rule("DRB002", "DRA feature availability by version")
+@rule("DRB002", "DRA feature availability by version", severities=("info",),
+      fix="Nothing to do, or the release (or feature gate) that brings the feature.")
 def features(ctx: CheckContext) -> Iterator[Finding]:
+    """Which DRA features the cluster's release has on by default (extended resources, device taints, consumable
+    capacity, health), and what the bridge does with or without each."""
     if not ctx.model.version.known:
         return
     version = ctx.model.version.git_version
@@ -107,8 +115,13 @@ def features(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
-@rule("DRB003", "DeviceClasses sharing one extendedResourceName")
+@rule("DRB003", "DeviceClasses sharing one extendedResourceName", severities=("blocker",),
+      fix="kubectl patch deviceclass NAME --type json -p "
+          '\'[{"op":"remove","path":"/spec/extendedResourceName"}]\' on every class but the one that keeps the '
+          "name.")
 def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
+    """Several DeviceClasses claiming one extendedResourceName: the scheduler silently picks one (KEP-5004: the
+    newest, then the first name) for every pod asking that name."""
     by_name: dict[str, list[Obj]] = defaultdict(list)
     for c in ctx.model.device_classes:
         ern = (c.get("spec") or {}).get("extendedResourceName")
@@ -138,8 +151,12 @@ def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
             )
 
 
-@rule("DRB004", "The bridge's DeviceClass")
+@rule("DRB004", "The bridge's DeviceClass", severities=("blocker", "warning"),
+      fix="kubectl apply -f deviceclass.yaml from --emit-manifests, or patch the class's selector to the "
+          "bridge's driver, or remove its extendedResourceName.")
 def bridge_class(ctx: CheckContext) -> Iterator[Finding]:
+    """The bridge's DeviceClass gpu.dra-bridge.io: missing (translated pods would stay Pending), not selecting the
+    bridge's driver, an invalid CEL selector, or extendedResourceName nvidia.com/gpu."""
     cls = ctx.bridge_class
     if cls is None:
         if any(w.gpus_per_pod for w in ctx.translatable):
@@ -178,8 +195,12 @@ def _driver_selector() -> str:
             f"-p '{{\"spec\":{{\"selectors\":[{{\"cel\":{{\"expression\":\"{expr}\"}}}}]}}}}'")
 
 
-@rule("DRB040", "Cluster autoscaler support for DRA pods")
+@rule("DRB040", "Cluster autoscaler support for DRA pods", severities=("warning",),
+      fix="Add --enable-dynamic-resource-allocation=true to cluster-autoscaler; with Karpenter, keep GPU "
+          "workloads that need autoscaling legacy.")
 def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
+    """Node autoscalers that cannot scale for pods with ResourceClaims: cluster-autoscaler without DRA support
+    switched on, Karpenter."""
     if not ctx.translatable:
         return
     for dep in ctx.model.data.of("Deployment"):
@@ -202,8 +223,11 @@ def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
                           f"command (kubectl -n {ref_of(dep).namespace} edit deployment {ref_of(dep).name})")
 
 
-@rule("DRB041", "GPU metrics exporter on DRA nodes")
+@rule("DRB041", "GPU metrics exporter on DRA nodes", severities=("warning",),
+      fix="kubectl set env daemonset/NAME KUBERNETES_ENABLE_DRA=true (and RBAC on resourceslices and "
+          "resourceclaims).")
 def dcgm_exporter(ctx: CheckContext) -> Iterator[Finding]:
+    """dcgm-exporter without KUBERNETES_ENABLE_DRA: metrics of pods using DRA devices lose their pod attribution."""
     for role in ctx.model.daemonsets:
         if role.role != "dcgm-exporter":
             continue

@@ -28,7 +28,8 @@ def _nodes_text(nodes: tuple[str, ...]) -> str:
     return ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
 
 
-@rule("DRB050", "Device-plugin config: time-slicing")
+@rule("DRB050", "Device-plugin config: time-slicing", severities=("blocker", "warning", "info"),
+      fix="Rename the shared resource (sharing.timeSlicing.renameByDefault: true) in the device-plugin config.")
 def time_slicing(ctx: CheckContext) -> Iterator[Finding]:
     """Time-slicing under a new name (`renameByDefault`) is a separate resource: pods asking it stay legacy
     (DRB021) and the config needs a DRA counterpart (warning). Time-slicing without a rename replicates
@@ -69,8 +70,11 @@ def time_slicing(ctx: CheckContext) -> Iterator[Finding]:
                               "workloads that want a share write claims on a shared-GPU class", details)
 
 
-@rule("DRB051", "Device-plugin config: renamed shared resources")
+@rule("DRB051", "Device-plugin config: renamed shared resources", severities=("info",),
+      fix="Nothing to do for the config: pods asking the renamed resource stay legacy (DRB021).")
 def rename(ctx: CheckContext) -> Iterator[Finding]:
+    """Device-plugin configs that advertise a shared GPU under a new name (renameByDefault): no DRA DeviceClass can
+    carry that name for a fraction of a GPU yet."""
     for cfg in ctx.dp_configs:
         for s in cfg.sharing:
             renamed = sorted({r.rename for r in s.resources if r.rename})
@@ -86,8 +90,11 @@ def rename(ctx: CheckContext) -> Iterator[Finding]:
                               {"config": cfg.key, "resources": renamed})
 
 
-@rule("DRB052", "Device-plugin config: failRequestsGreaterThanOne")
+@rule("DRB052", "Device-plugin config: failRequestsGreaterThanOne", severities=("info",),
+      fix="Enforce the limit with a ValidatingAdmissionPolicy on claims if you rely on it.")
 def fail_gt_one(ctx: CheckContext) -> Iterator[Finding]:
+    """Time-slicing with failRequestsGreaterThanOne: the device plugin refuses pods asking more than one share; DRA
+    has no such rule."""
     for cfg in ctx.dp_configs:
         for s in cfg.sharing:
             if s.fail_requests_greater_than_one:
@@ -99,8 +106,12 @@ def fail_gt_one(ctx: CheckContext) -> Iterator[Finding]:
                               {"config": cfg.key})
 
 
-@rule("DRB053", "Device-plugin config: MPS")
+@rule("DRB053", "Device-plugin config: MPS", severities=("blocker", "info"),
+      fix="Take MPS out of a MIG config, or rename the MPS resource (renameByDefault) in the device-plugin "
+          "config.")
 def mps(ctx: CheckContext) -> Iterator[Finding]:
+    """MPS sharing in a device-plugin config: with MIG (no DRA driver offers it), or sharing nvidia.com/gpu itself
+    on the nodes that run it."""
     for cfg in ctx.dp_configs:
         nodes, _ = _used_by(ctx, cfg)
         for s in cfg.sharing:
@@ -133,7 +144,8 @@ def mps(ctx: CheckContext) -> Iterator[Finding]:
                               {"config": cfg.key, "nodes": list(nodes)})
 
 
-@rule("DRB054", "Device-plugin config: MIG strategy")
+@rule("DRB054", "Device-plugin config: MIG strategy", severities=("blocker", "warning", "info"),
+      fix="Switch the config to flags.migStrategy: mixed.")
 def mig_strategy(ctx: CheckContext) -> Iterator[Finding]:
     """`migStrategy: single` makes `nvidia.com/gpu` one MIG slice on MIG-enabled nodes; on nodes without MIG it is
     still a whole GPU. A ClusterPolicy's spec.mig.strategy wins over the file (the plugin's flags do), so the
@@ -165,8 +177,11 @@ def mig_strategy(ctx: CheckContext) -> Iterator[Finding]:
                           "See DRB020 findings and mig-*.yaml in --emit-manifests", details)
 
 
-@rule("DRB055", "Per-node device-plugin configs")
+@rule("DRB055", "Per-node device-plugin configs", severities=("warning", "info"),
+      fix="Label the nodes with a config that exists (nvidia.com/device-plugin.config), or add the config.")
 def per_node(ctx: CheckContext) -> Iterator[Finding]:
+    """Nodes choosing device-plugin configs by label: DRA has no per-node config label, and a label naming no config
+    is a mistake."""
     chosen = sorted({n.labels[CONFIG_LABEL] for n in ctx.model.nodes.values() if CONFIG_LABEL in n.labels})
     if chosen:
         known = {c.key for c in ctx.dp_configs}
@@ -184,8 +199,10 @@ def per_node(ctx: CheckContext) -> Iterator[Finding]:
                       fix, {"configs": chosen})
 
 
-@rule("DRB056", "Device-plugin config problems")
+@rule("DRB056", "Device-plugin config problems", severities=("warning",),
+      fix="Fix the device-plugin config as the finding says (the device plugin rejects it the same way).")
 def problems(ctx: CheckContext) -> Iterator[Finding]:
+    """Device-plugin configs the device plugin itself would reject (replicas below 2, ...)."""
     for cfg in ctx.dp_configs:
         for p in cfg.problems:
             yield Finding("DRB056", "warning", cfg.source, f"[{cfg.key}] {p}",

@@ -21,7 +21,9 @@ def _q(v: object) -> object:
 _GPU_KEYS = (f"requests.{GPU}", GPU, f"limits.{GPU}")
 
 
-@rule("DRB030", "GPU quota without the matching DeviceClass quota")
+@rule("DRB030", "GPU quota without the matching DeviceClass quota", severities=("blocker", "warning"),
+      fix="kubectl apply -f quota-NS-NAME.yaml from --emit-manifests (the DeviceClass quota keys with the same "
+          "limit), or patch the quota.")
 def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
     """A ResourceQuota on `requests.nvidia.com/gpu` does not see translated pods: their GPUs are charged to
     `<class>.deviceclass.resource.k8s.io/devices` (claims, kubernetes/kubernetes
@@ -73,8 +75,10 @@ def _patch_quota(q: dict[str, object], keys: dict[str, str]) -> str:
     return f"kubectl -n {ref.namespace} patch resourcequota {ref.name} --type merge -p '{body}'"
 
 
-@rule("DRB031", "Namespace mode label")
+@rule("DRB031", "Namespace mode label", severities=("warning",),
+      fix="bridge namespace set NS legacy|shadow|dra.")
 def mode_label(ctx: CheckContext) -> Iterator[Finding]:
+    """A namespace whose dra-bridge.io/mode label is not legacy, shadow or dra: the webhook treats it as legacy."""
     for ns in ctx.model.namespaces.values():
         if ns.bad_mode:
             yield Finding("DRB031", "warning", ObjectRef("Namespace", "", ns.name),

@@ -43,7 +43,9 @@ def stop_device_plugin(ctx: CheckContext, node: str, labels: dict[str, str]) -> 
     return f"{operator[0].upper() + operator[1:]}; {standalone}"
 
 
-@rule("DRB010", "GPUs served by two backends on one node")
+@rule("DRB010", "GPUs served by two backends on one node", severities=("blocker", "warning"),
+      fix="Take the vendor device plugin off the node (the GPU Operator's label nvidia.com/gpu.deploy.device-"
+          "plugin=false), or stop the other DRA driver there.")
 def double_backend(ctx: CheckContext) -> Iterator[Finding]:
     """Three ways one node's GPUs end up behind two backends (kubernetes/kubernetes sources in brackets):
 
@@ -90,8 +92,10 @@ def double_backend(ctx: CheckContext) -> Iterator[Finding]:
                               {"resource": ern, "deviceClass": cls})
 
 
-@rule("DRB011", "Stale zero-capacity GPU entries")
+@rule("DRB011", "Stale zero-capacity GPU entries", severities=("warning",),
+      fix="kubectl patch node NODE --subresource=status removing the stale keys, or restart the kubelet.")
 def stale_zero(ctx: CheckContext) -> Iterator[Finding]:
+    """A node whose status keeps nvidia.com/* at 0 after its device plugin was removed."""
     for node in ctx.model.nodes.values():
         stale = sorted(k for k, v in node.capacity.items() if v == 0 and node.allocatable.get(k, 0) == 0)
         if stale and "device-plugin" not in node.backends and "bridge" not in node.backends:
@@ -109,8 +113,11 @@ def stale_zero(ctx: CheckContext) -> Iterator[Finding]:
 _RUNTIME = re.compile(r"^([a-z-]+)://v?(\d+)\.(\d+)")
 
 
-@rule("DRB012", "Container runtime CDI support")
+@rule("DRB012", "Container runtime CDI support", severities=("blocker", "warning"),
+      fix="Move the node to containerd 2.x or CRI-O.")
 def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
+    """A GPU node's container runtime without CDI support (cri-dockerd, containerd before 1.7) or with CDI off by
+    default (containerd 1.7): DRA devices are injected through CDI."""
     for node in ctx.model.nodes.values():
         if not node.gpu_total or not node.runtime:
             continue
@@ -134,7 +141,9 @@ def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
                           "stays until the upgrade")
 
 
-@rule("DRB013", "The bridge's split label")
+@rule("DRB013", "The bridge's split label", severities=("warning", "info"),
+      fix="kubectl label|annotate node NODE dra-bridge.io/dra-devices=<0|N|all|gpu-I> --overwrite with a value "
+          "the node daemon accepts.")
 def split_label(ctx: CheckContext) -> Iterator[Finding]:
     """The node's split request read and fitted with the node daemon's own parser (`bridge.ledger`), so the report
     says exactly what the daemon does with it; and what the daemon itself reports (its split-status annotation)."""
@@ -169,8 +178,12 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
                               f"bridge node status {node.name} shows every device and its holders")
 
 
-@rule("DRB014", "The controller's latest split decision")
+@rule("DRB014", "The controller's latest split decision", severities=("warning", "info"),
+      fix="Nothing to do for a readable decision; remove an unreadable one (kubectl annotate node NODE dra-"
+          "bridge.io/split-decision-).")
 def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
+    """The split decision bridge controller recorded on a Node (annotation dra-bridge.io/split-decision): what it
+    changed and why, or that the annotation cannot be read."""
     for raw in ctx.model.data.of("Node"):
         name = str((raw.get("metadata") or {}).get("name", ""))
         try:
@@ -194,7 +207,9 @@ def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
                        "direction": rec.direction, "time": rec.time, "pods": list(rec.pods)})
 
 
-@rule("DRB015", "nvidia.com/gpu is not a whole GPU on this node")
+@rule("DRB015", "nvidia.com/gpu is not a whole GPU on this node", severities=("blocker",),
+      fix="Give the node whole GPUs: turn MIG off (nvidia.com/mig.config=all-disabled) or run a device-plugin "
+          "config without sharing.")
 def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
     """Under MIG strategy `single` a MIG slice is advertised as `nvidia.com/gpu`; time-slicing or MPS without a
     rename advertises each GPU several times under that name. On such a node `nvidia.com/gpu: 1` is not one GPU, so
@@ -209,7 +224,9 @@ def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
                       {"reasons": list(reasons)})
 
 
-@rule("DRB017", "GPUs offered through both APIs")
+@rule("DRB017", "GPUs offered through both APIs", severities=("blocker",),
+      fix="kubectl annotate node NODE dra-bridge.io/dra-devices=N --overwrite (N = the node's GPUs minus those "
+          "its legacy pods hold), then check the node daemon (bridge node status NODE).")
 def both_apis(ctx: CheckContext) -> Iterator[Finding]:
     """The state the bridge exists to prevent (bridge.report.offers): the bridge's ResourceSlices publish GPUs
     that Running device-plugin pods hold, by count (published + held above the node's GPUs) or by device (the
@@ -250,7 +267,9 @@ def kubelet_minor(node_kubelet: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-@rule("DRB016", "Kubelet too old for the extended target")
+@rule("DRB016", "Kubelet too old for the extended target", severities=("blocker", "warning"),
+      fix="Upgrade the kubelet to the release with DRAExtendedResource on by default; a namespace forcing the "
+          "extended target: kubectl label namespace NS dra-bridge.io/target-.")
 def kubelet_version(ctx: CheckContext) -> Iterator[Finding]:
     """The `extended` target (pods ask `deviceclass.resource.kubernetes.io/<class>`, the scheduler makes the claim)
     needs the API server AND the kubelets of GPU nodes at the release where DRAExtendedResource is on by default: an

@@ -19,7 +19,9 @@ def _names(items: list[str], limit: int = 5) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-@rule("DRB042", "GPU Operator ClusterPolicy")
+@rule("DRB042", "GPU Operator ClusterPolicy", severities=("blocker", "warning", "info"),
+      fix="kubectl patch clusterpolicy NAME: spec.mig.strategy mixed, or turn MIG off on the nodes "
+          "(nvidia.com/mig.config=all-disabled).")
 def cluster_policy(ctx: CheckContext) -> Iterator[Finding]:
     """NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go: `spec.mig.strategy` (none | single | mixed) is
     handed to the device plugin and GFD on every node the operator manages, and wins over a config file's
@@ -94,7 +96,9 @@ def kueue_maps_bridge(configmaps: list[Obj]) -> bool:
     return False
 
 
-@rule("DRB043", "Kueue ClusterQueue budgeting nvidia.com/gpu")
+@rule("DRB043", "Kueue ClusterQueue budgeting nvidia.com/gpu", severities=("blocker", "info"),
+      fix="Map nvidia.com/gpu to the bridge's DeviceClass in Kueue's Configuration "
+          "(resources.deviceClassMappings); until then keep the namespace's GPU workloads legacy.")
 def kueue(ctx: CheckContext) -> Iterator[Finding]:
     """kueue.x-k8s.io ClusterQueue `spec.resourceGroups[].coveredResources` / `flavors[].resources[].nominalQuota`:
     Kueue admits a workload against the quota of the resources its pods request. A translated pod requests no

@@ -24,8 +24,12 @@ from bridge.report.model import Node
 from bridge.report.sharing import terms_match
 
 
-@rule("DRB020", "MIG resource names")
+@rule("DRB020", "MIG resource names", severities=("blocker", "warning"),
+      fix='Keep the workload legacy (pod template annotation dra-bridge.io/translate: "false"), or apply per-'
+          "profile DeviceClasses on a driver publishing MIG devices.")
 def mig(ctx: CheckContext) -> Iterator[Finding]:
+    """Workloads asking nvidia.com/mig-<profile>: DRA has no such name unless a driver publishes MIG devices and a
+    DeviceClass carries the name."""
     dra_mig = any(
         "profile" in d.attributes.get(d.driver, {}) for n in ctx.model.nodes.values() for d in n.devices
     )
@@ -51,8 +55,12 @@ def mig(ctx: CheckContext) -> Iterator[Finding]:
                           {"profiles": profiles})
 
 
-@rule("DRB021", "Time-sliced shared GPUs")
+@rule("DRB021", "Time-sliced shared GPUs", severities=("blocker", "warning"),
+      fix='Keep the workload legacy (dra-bridge.io/translate: "false"), or a DeviceClass serving the shared '
+          "name with capacity requests where the release has them.")
 def shared(ctx: CheckContext) -> Iterator[Finding]:
+    """Workloads asking a time-sliced shared name (nvidia.com/gpu.shared): DRA serves whole devices to extended-
+    resource requests."""
     capacity = FEATURE_BY_KEY["extended-resource-capacity"]
     consumable = FEATURE_BY_KEY["consumable-capacity"]
     stage = ctx.stage(capacity.key)
@@ -78,8 +86,11 @@ def shared(ctx: CheckContext) -> Iterator[Finding]:
                           f"ResourceClaim on a class with consumable capacity ({consumable.history()})")
 
 
-@rule("DRB022", "HAMi GPU sharing resources")
+@rule("DRB022", "HAMi GPU sharing resources", severities=("blocker",),
+      fix='Keep the workload on HAMi (dra-bridge.io/translate: "false"), or move it to HAMi-DRA.')
 def hami(ctx: CheckContext) -> Iterator[Finding]:
+    """Workloads asking HAMi resources (gpumem, gpucores, ...): their limits come from HAMi-core, which the bridge's
+    devices do not carry."""
     for w in ctx.translatable:
         names = sorted(k for k in w.spec.gpu if k in HAMI_RESOURCES)
         if names:
@@ -90,7 +101,9 @@ def hami(ctx: CheckContext) -> Iterator[Finding]:
                           "its devices by claim")
 
 
-@rule("DRB023", "More GPUs than one claim can hold")
+@rule("DRB023", "More GPUs than one claim can hold", severities=("blocker", "warning"),
+      fix="Split the work to at most 32 GPUs per claim, keep the claims target (kubectl label namespace NS dra-"
+          "bridge.io/target=claims), or keep the workload legacy.")
 def too_many(ctx: CheckContext) -> Iterator[Finding]:
     """The webhook's `claims` target gives each container its own claim; KEP-5004's `extended` path makes one claim
     per pod with one request per container. A claim holds at most 32 devices (AllocationResultsMaxSize) and 32
@@ -119,7 +132,8 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
                           f"{limit} GPUs", details)
 
 
-@rule("DRB033", "GPUs in init containers")
+@rule("DRB033", "GPUs in init containers", severities=("info",),
+      fix="Nothing to do: translation keeps the count.")
 def init_containers(ctx: CheckContext) -> Iterator[Finding]:
     """The device plugin's count for a pod with GPU init containers is max(app + sidecars, each init container +
     the sidecars started before it), and the kubelet hands an init container's GPUs on to the containers after it
@@ -152,7 +166,9 @@ def init_containers(ctx: CheckContext) -> Iterator[Finding]:
                        "initContainers": [c.name for c in inits]})
 
 
-@rule("DRB035", "GPU-label selectors whose CEL misses the published devices")
+@rule("DRB035", "GPU-label selectors whose CEL misses the published devices", severities=("blocker", "warning"),
+      fix="Align the nodes' GFD labels with their GPUs, or select by product/compute capability; until then "
+          "keep the workload legacy.")
 def gfd_mismatch(ctx: CheckContext) -> Iterator[Finding]:
     """The webhook turns GFD-label selectors into CEL on the attributes the bridge publishes
     (`bridge.kvalues.gfd`), for the family rule the cluster's GFD labels show. On every node that publishes bridge
@@ -222,7 +238,9 @@ def _compare(ctx: CheckContext, cel: str, terms: Any, nodes: list[Node]) -> tupl
     return pending, extra, errors
 
 
-@rule("DRB034", "Pods the default scheduler does not place")
+@rule("DRB034", "Pods the default scheduler does not place", severities=("blocker", "warning"),
+      fix="Replace a template's nodeName with a node selector; run the webhook with --translate-scheduler NAME "
+          "for a scheduler that allocates claims; or keep the workload legacy.")
 def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
     """Only kube-scheduler allocates ResourceClaims. A pod template with `nodeName` set skips scheduling: a claim
     would never be allocated and the pod never starts, so the webhook leaves such pods untouched (they stay on the
@@ -254,7 +272,8 @@ def scheduler_bypass(ctx: CheckContext) -> Iterator[Finding]:
                           {"schedulerName": scheduler})
 
 
-@rule("DRB036", "Workloads on nodes where nvidia.com/gpu is not a whole GPU")
+@rule("DRB036", "Workloads on nodes where nvidia.com/gpu is not a whole GPU", severities=("blocker",),
+      fix='Keep the workload legacy (dra-bridge.io/translate: "false"), or move it to nodes with whole GPUs.')
 def on_shared_nodes(ctx: CheckContext) -> Iterator[Finding]:
     """A workload whose pods run on, or whose GPU-label selectors choose only, nodes where `nvidia.com/gpu` is a MIG
     slice or a shared GPU (DRB015): the webhook leaves its pods untouched, so it cannot move to DRA as it is."""
@@ -288,8 +307,12 @@ def _short(cel: str, limit: int = 240) -> str:
     return cel if len(cel) <= limit else cel[:limit - 30] + " ... (full expression in details.cel)"
 
 
-@rule("DRB025", "GPU Feature Discovery label selectors")
+@rule("DRB025", "GPU Feature Discovery label selectors", severities=("warning", "info"),
+      fix="Nothing to do for a translatable selector; rewrite (or drop) the terms the translation cannot "
+          "express, or keep the workload legacy.")
 def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
+    """GPU Feature Discovery label selectors (nvidia.com/gpu.product, .memory, .family, .compute.*) and the CEL the
+    webhook turns them into."""
     for w in ctx.translatable:
         if not w.spec.gfd_terms:
             continue
@@ -311,8 +334,10 @@ def gfd_selectors(ctx: CheckContext) -> Iterator[Finding]:
                           "None: the webhook adds this CEL selector when it translates the pod", details)
 
 
-@rule("DRB026", "Host /dev/nvidia* mounts")
+@rule("DRB026", "Host /dev/nvidia* mounts", severities=("blocker",),
+      fix="Remove the hostPath volumes of /dev/nvidia* and request GPUs (nvidia.com/gpu or a claim).")
 def dev_mounts(ctx: CheckContext) -> Iterator[Finding]:
+    """Pods mounting /dev/nvidia* from the host: they use GPUs no allocator gave them."""
     for w in ctx.gpu_workloads:
         if w.spec.dev_hostpaths:
             yield Finding("DRB026", "blocker", workload_ref(w),
@@ -321,8 +346,10 @@ def dev_mounts(ctx: CheckContext) -> Iterator[Finding]:
                           "Remove the hostPath volumes and request GPUs (nvidia.com/gpu or a claim)")
 
 
-@rule("DRB027", "Privileged GPU containers")
+@rule("DRB027", "Privileged GPU containers", severities=("warning",),
+      fix="Drop privileged: true from the GPU containers.")
 def privileged(ctx: CheckContext) -> Iterator[Finding]:
+    """Privileged GPU containers: they see every GPU of the node, not only the allocated ones."""
     for w in ctx.gpu_workloads:
         if w.spec.privileged and (w.spec.gpu or w.spec.uses_claims):
             yield Finding("DRB027", "warning", workload_ref(w),
@@ -331,8 +358,10 @@ def privileged(ctx: CheckContext) -> Iterator[Finding]:
                           "Drop privileged: true; grant only the capabilities the workload needs")
 
 
-@rule("DRB028", "NVIDIA_VISIBLE_DEVICES set by hand")
+@rule("DRB028", "NVIDIA_VISIBLE_DEVICES set by hand", severities=("warning",),
+      fix="Remove NVIDIA_VISIBLE_DEVICES from the pod spec.")
 def visible_devices(ctx: CheckContext) -> Iterator[Finding]:
+    """Containers setting NVIDIA_VISIBLE_DEVICES by hand: it can expose other GPUs and conflicts with CDI."""
     for w in ctx.gpu_workloads:
         if w.spec.visible_devices_env:
             yield Finding("DRB028", "warning", workload_ref(w),
@@ -341,8 +370,11 @@ def visible_devices(ctx: CheckContext) -> Iterator[Finding]:
                           "Remove NVIDIA_VISIBLE_DEVICES from the pod spec; the allocated devices are injected")
 
 
-@rule("DRB029", "Preemption of GPU pods")
+@rule("DRB029", "Preemption of GPU pods", severities=("warning",),
+      fix='Keep the workload legacy until the release has DRA preemption (dra-bridge.io/translate: "false").')
 def preemption(ctx: CheckContext) -> Iterator[Finding]:
+    """GPU workloads with a preempting PriorityClass on a release where the scheduler does not preempt pods holding
+    DRA devices."""
     classes: dict[str, int] = {}
     for pc_obj in ctx.model.data.of("PriorityClass"):
         name = (pc_obj.get("metadata") or {}).get("name", "")
