@@ -104,7 +104,8 @@ class ReportError(click.ClickException):
 @click.option("--file", "out_file", type=click.Path(dir_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_FILE",
               help="Write the report to this file instead of stdout.")
 @click.option("--emit-manifests", type=click.Path(file_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_EMIT_MANIFESTS",
-              help="Write remediation YAML (DeviceClasses, paired quotas) and wave-plan.sh into this directory.")
+              help="Write remediation YAML (DeviceClasses, paired quotas) and wave-plan.sh into this directory; "
+                   "files an earlier run wrote there and this one does not are removed (and named).")
 @click.option("--assume-split", default="current", callback=_split, show_envvar=True, envvar="BRIDGE_REPORT_ASSUME_SPLIT",
               show_default=True, help="DRA side for the capacity simulation: current (published devices), all, or N per GPU node.")
 @click.option("--device-plugin-config", "dp_configs", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -175,12 +176,16 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
     else:
         click.echo(result.text, nl=False, color=colour)
     if emit_manifests is not None:
-        emit_manifests.mkdir(parents=True, exist_ok=True)
-        for name, text in sorted(result.manifests.items()):
-            (emit_manifests / name).write_text(text)
-            if name.endswith(".sh"):
-                (emit_manifests / name).chmod(0o755)  # wave-plan.sh N runs as it is
-        click.echo(f"{len(result.manifests)} remediation file(s) written to {emit_manifests}", err=True)
+        from bridge.report.emit import write_manifests
+
+        done = write_manifests(emit_manifests, result.manifests)
+        click.echo(f"{len(done.written)} remediation file(s) written to {emit_manifests}", err=True)
+        if done.removed:
+            click.echo(f"removed {len(done.removed)} file(s) an earlier run wrote there and this one does not: "
+                       f"{', '.join(done.removed)}", err=True)
+        if done.kept:
+            click.echo(f"left {len(done.kept)} file(s) of an earlier run that were changed since it wrote them "
+                       f"(remove them if they no longer apply): {', '.join(done.kept)}", err=True)
     ctx.exit(EXIT_BLOCKED if result.report.blockers else EXIT_READY)
 
 
