@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bridge.kube.api import NAMESPACES, RESOURCE_QUOTAS
+from bridge.kube.api import NAMESPACES, PODS, RESOURCE_QUOTAS
 from tests.guides import checks, markdown
 from tests.guides.checks import eventually, no_gpu_shared
 from tests.guides.world import GuideWorld
@@ -34,6 +34,12 @@ def test_01_first_node_is_handed_over_and_its_running_pods_keep_their_gpus(world
     assert "STATUS: deployed" in ran["install"].stdout
     assert ran["installed"].stdout.split("\n")[1].split()[1:3] == ["0", "0"]  # DESIRED 0, CURRENT 0
     assert set(world.workloads.vendor) == {NODE, NODE2} and not world.workloads.running("node")
+
+    ran = world.run("01-first-node", through="image")
+    # The image is pulled on the node while the vendor plugin still serves it; the check pod is gone after.
+    assert f"pulled on {NODE}" in ran["image"].stdout and set(world.workloads.vendor) == {NODE, NODE2}
+    assert not [p for p in world.api.list(PODS, "dra-bridge")["items"]
+                if p["metadata"]["name"] == "dra-bridge-image-check" and not p["metadata"].get("deletionTimestamp")]
 
     ran = world.run("01-first-node", through="verify")
     # The vendor plugin left the node before the bridge came; the bridge runs there and only there.
