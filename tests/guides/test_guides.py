@@ -156,6 +156,10 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
               if p["spec"]["nodeName"] == NODE2}
     gpus_before = checks.legacy_devices(world, NODE2)
     ran = world.run("04-node-split", through="status")
+    # One node at a time with guide 01's checks: gpu-b's image pulled, its split converged, all legacy.
+    out = ran["hand-over"].stdout
+    assert f"pulled on {NODE2}" in out and f"handed over {NODE2}: every GPU on the device-plugin side" in out
+    assert f"handed over: {NODE2}" in out and "blocked by the report" not in out
     assert set(world.workloads.running("node")) == {NODE, NODE2} and not world.workloads.vendor
     assert {k: (p["metadata"]["uid"], p["spec"]["nodeName"]) for k, p in checks.running_gpu_pods(world).items()
             if p["spec"]["nodeName"] == NODE2} == others
