@@ -9,7 +9,7 @@ their pods are on the DRA side before any wave runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bridge.report.features import GPU
 from bridge.report.model import Namespace
@@ -27,13 +27,14 @@ class Flips:
     to_shadow: list[Namespace]  # wave 1, by name
     to_dra: list[Namespace]  # one per wave, in wave order
     first_dra_wave: int  # the wave of to_dra[0]
+    _waves: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._waves.update({ns.name: self.first_dra_wave + i for i, ns in enumerate(self.to_dra)})
 
     def dra_wave(self, name: str) -> int | None:
         """The wave in which `name` goes to dra; None when the plan does not move it there."""
-        for i, ns in enumerate(self.to_dra):
-            if ns.name == name:
-                return self.first_dra_wave + i
-        return None
+        return self._waves.get(name)
 
 
 def flips(movable: list[Namespace]) -> Flips:

@@ -101,7 +101,8 @@ def _moves_text(m: Moves, who: str) -> str:
 
 def _together(cap: NamespaceCapacity) -> str:
     """"together with team-speech, team-nlp (on DRA before its wave 3)": the namespaces before it, by name."""
-    names = ", ".join(cap.before[:5]) + (f" and {len(cap.before) - 5} more" if len(cap.before) > 5 else "")
+    more = cap.before_count - len(cap.before)
+    names = (f"{more} more and " if more > 0 else "") + ", ".join(cap.before)
     when = f"before its wave {cap.wave}" if cap.wave is not None else "already"
     return f"together with {names} (on DRA {when})"
 
@@ -133,7 +134,7 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
         details: dict[str, object] = {
             "gpus": cap.gpus, "pods": cap.pods, "matchingDevices": cap.matching_devices,
             "pendingAlone": cap.alone.pending, "pendingCumulative": cap.cumulative.pending, "split": split,
-            "planned": cap.planned, "before": list(cap.before)}
+            "planned": cap.planned, "before": list(cap.before), "beforeCount": cap.before_count}
         if cap.wave is not None:
             details["wave"] = cap.wave
         if split == "current":

@@ -18,6 +18,8 @@ from bridge.report.simulate import FitResult, PodNeed, Pool, Vector
 from bridge.report.supply import Supply
 from bridge.report.waves import flips, wave_order
 
+BEFORE_NAMED = 5  # namespaces before one in wave order named in its finding (a list of all is quadratic in size)
+
 # What one device must satisfy for a pod: the CEL its request carries (class, translated GFD terms, its claims' own
 # selectors) and the node filters its node must pass (node selector, required affinity, taints: the pod's own,
 # `bridge.report.podspec.dra_placement`). Devices are reduced to one bit per selector in play (bridge.report.simulate).
@@ -60,7 +62,8 @@ class NamespaceCapacity:
     matching_devices: int  # DRA-side devices matching this namespace's (first) selector
     moves: Moves | None = None  # None: everything fits as it is, or a split is assumed
     wave: int | None = None  # the wave that flips it to dra (bridge.report.waves); None: already dra, or unplanned
-    before: tuple[str, ...] = ()  # the namespaces whose pods are on DRA before its wave, in wave order
+    before: tuple[str, ...] = ()  # the last BEFORE_NAMED namespaces on DRA before its wave, in wave order
+    before_count: int = 0  # how many namespaces are on DRA before its wave (the names stop at BEFORE_NAMED)
     planned: bool = True  # False: a blocker holds it back, so the plan does not move it (only `alone` is judged)
 
 
@@ -248,8 +251,8 @@ def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
         first = index[by_ns[ns.name][0][0]]
         result[ns.name] = NamespaceCapacity(
             ns.name, sum(p.devices for p in needs), len(needs), alone, cumulative, pool.matching(first),
-            wave=plan.dra_wave(ns.name), before=tuple(before) if ns.name in planned else (),
-            planned=ns.name in planned)
+            wave=plan.dra_wave(ns.name), before=tuple(before[-BEFORE_NAMED:]) if ns.name in planned else (),
+            before_count=len(before) if ns.name in planned else 0, planned=ns.name in planned)
         if ns.name in planned:
             before.append(ns.name)
     if current and any(not c.cumulative.fits for c in result.values()):
