@@ -19,14 +19,13 @@ daemon (a copy restored from a backup, an edited snapshot), a daemon version wit
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
-from bridge.kvalues.podgpu import pod_devices
 from bridge.ledger.holders import described_side
 from bridge.ledger.sides import Side
-from bridge.report.features import BRIDGE_DRIVER, GPU
+from bridge.report.features import BRIDGE_DRIVER
 from bridge.report.model import ClusterModel, Node
+from bridge.report.supply import BoundGpuPod
 
 MAX_PODS = 20  # pods named per node (the count covers all)
 
@@ -62,34 +61,22 @@ def _held_by_legacy(node: Node) -> tuple[str, ...]:
                         and str(d.attributes.get(BRIDGE_DRIVER, {}).get("uuid", "")) in legacy_uuids))
 
 
-def double_offers(model: ClusterModel) -> dict[str, DoubleOffer]:
-    """node -> what it offers twice, for every bridge node publishing devices; one pass over the pods, reading only
-    those bound to such a node."""
-    published = {n.name: sum(1 for d in n.devices if d.driver == BRIDGE_DRIVER) for n in model.nodes.values()
-                 if "bridge" in n.backends}
-    published = {n: k for n, k in published.items() if k}
-    if not published:
-        return {}
-    held: dict[str, int] = defaultdict(int)
-    pods: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for pod in model.data.of("Pod"):
-        spec = pod.get("spec") or {}
-        node = spec.get("nodeName")
-        if node not in published or (pod.get("status") or {}).get("phase") != "Running":
-            continue
-        n = pod_devices(spec, GPU)
-        if n:
-            held[node] += n
-            m = pod.get("metadata") or {}
-            pods[node].append((n, f"{m.get('namespace', '')}/{m.get('name', '')}"))
+def double_offers(model: ClusterModel, bound: dict[str, list[BoundGpuPod]]) -> dict[str, DoubleOffer]:
+    """node -> what it offers twice, for every bridge node publishing devices; `bound` is
+    `bridge.report.supply.bound_gpu_pods` (the pods bound to bridge nodes that hold nvidia.com/gpu)."""
     out: dict[str, DoubleOffer] = {}
-    for name, count in sorted(published.items()):
-        node = model.nodes[name]
-        offer = DoubleOffer(name, node.gpu_total, count, held.get(name, 0),
-                            tuple(p for _, p in sorted(pods.get(name, []), key=lambda np: (-np[0], np[1]))[:MAX_PODS]),
-                            _held_by_legacy(node))
+    for node in model.nodes.values():
+        if "bridge" not in node.backends:
+            continue
+        published = sum(1 for d in node.devices if d.driver == BRIDGE_DRIVER)
+        if not published:
+            continue
+        running = sorted(((p.gpus, f"{p.namespace}/{p.name}") for p in bound.get(node.name, ())
+                          if p.phase == "Running"), key=lambda np: (-np[0], np[1]))
+        offer = DoubleOffer(node.name, node.gpu_total, published, sum(n for n, _ in running),
+                            tuple(name for _, name in running[:MAX_PODS]), _held_by_legacy(node))
         if offer.excess:
-            out[name] = offer
+            out[node.name] = offer
     return out
 
 

@@ -260,8 +260,22 @@ def dra_placement(spec: Obj) -> Constraints:
     does (bridge/webhook/translate.py): from the node selector, from a single affinity term, and from several terms
     only when every one of them selects device labels alone (several terms mixing other labels stay whole). A pod
     already translated has nothing left to move, so this is its own filters."""
-    if not spec.get("nodeSelector") and not spec.get("affinity") and not spec.get("tolerations"):
+    selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
+    if not selector and not affinity and not tolerations:
         return NO_CONSTRAINTS  # the common pod: nothing keeps it off a node but taints
+    key = repr((selector, affinity, tolerations))  # the pods of a workload (and most workloads) share one
+    hit = _PLACEMENTS.get(key)
+    if hit is None:
+        if len(_PLACEMENTS) >= 4096:
+            _PLACEMENTS.clear()
+        hit = _PLACEMENTS[key] = _dra_placement(spec)
+    return hit
+
+
+_PLACEMENTS: dict[str, Constraints] = {}
+
+
+def _dra_placement(spec: Obj) -> Constraints:
     c = constraints_of(spec)
     selector = tuple((k, v) for k, v in c.node_selector if k not in gfd.DEVICE_LABELS)
     terms = c.terms

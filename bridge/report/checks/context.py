@@ -17,7 +17,7 @@ from bridge.report.offers import DoubleOffer, double_offers
 from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
 from bridge.report.podspec import OPT_OUT_ANNOTATION
 from bridge.report.splitcontroller import SplitController, component_args, detect
-from bridge.report.supply import Supply, build_supply
+from bridge.report.supply import BoundGpuPod, Supply, bound_gpu_pods, build_supply
 
 Obj = dict[str, Any]
 
@@ -131,7 +131,13 @@ class CheckContext:
     @cached_property
     def double_offers(self) -> dict[str, DoubleOffer]:
         """Bridge nodes whose GPUs are offered through both APIs (bridge.report.offers): DRB017, and not capacity."""
-        return double_offers(self.model)
+        return double_offers(self.model, self.bound_gpu_pods)
+
+    @cached_property
+    def bound_gpu_pods(self) -> dict[str, list[BoundGpuPod]]:
+        """bridge node -> its pods holding nvidia.com/gpu (bridge.report.supply): read once for DRB017 and the
+        supply."""
+        return bound_gpu_pods(self.model)
 
     @cached_property
     def translated_schedulers(self) -> frozenset[str]:
@@ -163,7 +169,7 @@ class CheckContext:
     def supply(self) -> Supply:
         """What can move between the sides on each bridge node, and what the controller would do with the pods
         pending now (bridge.report.supply). Built on first use: only when some capacity does not fit, or pods wait."""
-        return build_supply(self.model, self.split_controller)
+        return build_supply(self.model, self.split_controller, self.bound_gpu_pods)
 
     @cached_property
     def translatable(self) -> list[Workload]:
