@@ -230,7 +230,10 @@ def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
                            len(selectors), [n if n in tracked else None for n in own_nodes])
     namespaces = wave_order([ctx.model.namespaces[n] for n in by_ns])
     blocked, everything = ctx.blocked
-    plan = flips([ns for ns in namespaces if not everything and ns.name not in blocked])
+    # The plan over the same namespaces as the wave plan's (every namespace with GPU workloads, demand or not), so
+    # the wave numbers agree with it.
+    plan = flips([ctx.model.namespaces[n] for n in sorted({w.namespace for w in ctx.gpu_workloads})
+                  if not everything and n not in blocked])
     planned = {ns.name for ns in plan.to_dra} | {ns.name for ns in namespaces if ns.mode == "dra"}
     needs_of: dict[str, list[PodNeed]] = {}
     result: dict[str, NamespaceCapacity] = {}
