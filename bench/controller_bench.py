@@ -45,7 +45,7 @@ from bridge.controller.decide import decide  # noqa: E402
 from bridge.controller.demand import legacy_requested_by_node, pending_demand  # noqa: E402
 from bridge.controller.model import Api, Decision, FreeGroup, NodeView, PendingPod, Policy  # noqa: E402
 from bridge.controller.nodestatus import STATUS_KEY, node_view  # noqa: E402
-from bridge.controller.placement import Constraints, Taint, Toleration  # noqa: E402
+from bridge.kvalues.placement import Constraints, Taint, Toleration  # noqa: E402
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)

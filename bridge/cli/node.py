@@ -147,8 +147,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
       /                 read-only at /host with mountPropagation HostToContainer, and --host-root /host
                         (the driver root, /dev/nvidia*, nvidia-cdi-hook and /etc/cdi are read through it;
                         HostToContainer lets a GPU Operator driver root mounted later appear)
-    Under the GPU Operator add --driver-root /run/nvidia/driver (and --dev-root /run/nvidia/driver if the
-    driver container creates the device nodes there).
+    Under the GPU Operator's driver container add --driver-root /run/nvidia/driver --dev-root /run/nvidia/driver
+    (its root holds dev/nvidia*: NVIDIA's device plugin takes a driver root with dev/ as the dev root too).
     """
     if ctx.invoked_subcommand is not None:
         return

@@ -73,7 +73,7 @@ from bridge.controller.model import (
     direction_to,
     other,
 )
-from bridge.controller.placement import Constraints
+from bridge.kvalues.placement import Constraints
 from bridge.ledger.choice import group_order
 
 _SCAN_FOR_GROUP = 16  # nodes looked at in one bucket for a whole-group move before taking the best of them

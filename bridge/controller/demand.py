@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.controller.model import PendingPod
-from bridge.controller.placement import constraints_of
+from bridge.kvalues.placement import constraints_of
 from bridge.kvalues.podgpu import pod_devices
 
 Obj = dict[str, Any]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from bridge.controller.placement import Constraints, Taint
+from bridge.kvalues.placement import Constraints, Taint
 
 Api = Literal["legacy", "dra"]
 APIS: tuple[Api, ...] = ("legacy", "dra")

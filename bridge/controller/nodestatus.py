@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.controller.model import Api, Direction, FreeGroup, Frozen, NodeView
-from bridge.controller.placement import taints_of
+from bridge.kvalues.placement import taints_of
 from bridge.ledger import Side, parse_split
 from bridge.ledger.status import STATUS_KEY, STATUS_VERSION, StatusError, decode
 from bridge.ledger.target import SPLIT_KEY

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bridge.controller.decide import decide, queue_order
 from bridge.controller.model import Memory, NodeView, PendingPod, Policy, PoolPolicy
-from bridge.controller.placement import Constraints, Taint, Toleration
+from bridge.kvalues.placement import Constraints, Taint, Toleration
 
 FREE = Policy(max_moves_per_minute=1000, cooldown_s=60)
 
