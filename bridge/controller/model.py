@@ -165,9 +165,10 @@ class Policy:
         return math.ceil(Fraction(self.share(pool)).limit_denominator(10**6) * total)
 
 
-BlockReason = Literal["no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen"]
+BlockReason = Literal["no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen",
+                      "invalid-count"]
 BLOCK_REASONS: tuple[BlockReason, ...] = (
-    "no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen")
+    "no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen", "invalid-count")
 
 
 @dataclass(frozen=True)

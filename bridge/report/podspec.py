@@ -156,6 +156,9 @@ class SpecInfo:
     scheduler_name: str = ""  # spec.schedulerName ("" = default-scheduler)
     node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
     dra: DraGpus = field(default=NO_DRA)  # the bridge DeviceClass's devices asked through DRA
+    # GPU values that are not a valid count ("1e400": out of range; bridge.kvalues.podgpu.count_problems), counted
+    # as 0 GPUs above and named here, one line each
+    invalid_counts: tuple[str, ...] = ()
 
     @property
     def legacy_gpus(self) -> int:
@@ -187,7 +190,8 @@ class SpecInfo:
 
     @property
     def relevant(self) -> bool:
-        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env)
+        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env
+                    or self.invalid_counts)
 
 
 def _gfd_terms(spec: Obj) -> tuple[tuple[Requirement, ...], ...]:
@@ -245,7 +249,14 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
         scheduler_name=str(spec.get("schedulerName") or ""),
         node_name=str(spec.get("nodeName") or ""),
         dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
+        invalid_counts=_invalid_counts(containers, spec),
     )
+
+
+def _invalid_counts(containers: list[Obj], spec: Obj) -> tuple[str, ...]:
+    names = {k for c in containers for part in ("limits", "requests")
+             for k in (((c.get("resources") or {}).get(part)) or {}) if _is_gpu_name(k)}
+    return tuple(p for name in sorted(names) for p in podgpu.count_problems(spec, name))
 
 
 def _asks_implicit(spec: Obj) -> bool:
