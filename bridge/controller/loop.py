@@ -222,6 +222,7 @@ class Controller:
             if v.name not in changed:
                 self.writer.forget_dry_run(v.name)
         self.writer.report_blocked(decision.blocked, state.pending_pods, self.is_leader)
+        self.writer.report_unreadable(state.views, state.nodes, self.is_leader)
         if not self.options.dry_run:
             self.memory = self.memory.after(replace(decision, changes=tuple(written)), now)
         self.last_decision = decision

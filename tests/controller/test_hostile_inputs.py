@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bridge.controller.app import App
-from bridge.controller.nodestatus import SPLIT_KEY
-from bridge.kube import PODS, RestKube
+from bridge.controller.nodestatus import SPLIT_KEY, STATUS_KEY
+from bridge.kube import CONFIG_MAPS, NODES, PODS, RestKube
 from bridge.sandbox.apiserver import ApiServer
 from tests.controller.test_controller_emulator import (  # noqa: F401 - fixtures
     L,
@@ -58,3 +59,74 @@ def test_pods_with_huge_gpu_counts_are_blocked_once_and_every_other_pod_is_serve
     assert app.metrics.pending_gpus.labels(api="dra")._value.get() == 2
     assert app.controller.health() is None
 
+
+def deep_json(n: int = 100_000) -> str:
+    return "[" * n + "]" * n  # 200 KB: RecursionError in json.loads, which load_versioned did not catch
+
+
+def test_deep_json_in_one_nodes_split_status_leaves_that_node_alone_with_an_event_and_a_metric(
+        cluster: Cluster, start_app: Callable[..., App]) -> None:
+    _, api, _ = cluster
+    add_node(api, "good", [L] * 8)
+    add_node(api, "bad", [L] * 8)
+    api.patch(NODES, "bad", {"metadata": {"annotations": {STATUS_KEY: deep_json()}}})
+    add_dra_pod(api, "train", 4)
+    app = start_app()
+    assert wait_until(lambda: annotation(api, "good", SPLIT_KEY), what="the good node's target") == "4"
+    (warning,) = wait_until(lambda: events(api, "SplitStatusUnreadable"), what="the unreadable-status Event")
+    assert warning["involvedObject"]["name"] == "bad" and warning["type"] == "Warning"
+    assert "dra-bridge.io/split-status is nested deeper than 64 levels" in warning["message"]
+    more_decisions(app)
+    assert len(events(api, "SplitStatusUnreadable")) == 1 and annotation(api, "bad", SPLIT_KEY) is None
+    assert app.metrics.unreadable_nodes._value.get() == 1
+    assert app.metrics.nodes.labels(state="unknown")._value.get() == 1
+    api.patch(NODES, "bad", {"metadata": {"annotations": {STATUS_KEY: "x" * 200_000}}})  # big and not JSON
+    wait_until(lambda: len(events(api, "SplitStatusUnreadable")) == 2, what="an Event for the new reason")
+
+
+# 373 bytes: a 597 MiB peak and a 580 MB log line (`{value!r}` of the expanded list) before aliases were refused
+ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]" for i in range(8)]
+    + ["maxMovesPerMinute: *i", ""])
+
+
+def policy_configmap(api: RestKube, text: str) -> None:
+    api.create(CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "policy", "namespace": "dra-bridge"},
+                             "data": {"policy.yaml": text}}, "dra-bridge")
+
+
+def test_a_policy_configmap_with_yaml_aliases_is_refused_with_an_invalid_policy_event(
+        cluster: Cluster, start_app: Callable[..., App]) -> None:
+    _, api, _ = cluster
+    policy_configmap(api, ALIAS_BOMB)
+    add_node(api, "n1", [L] * 8)
+    add_dra_pod(api, "train", 2)
+    app = start_app(configmap=("dra-bridge", "policy"))
+    (warning,) = wait_until(lambda: events(api, "InvalidPolicy"), what="the InvalidPolicy Event")
+    assert "YAML aliases are not accepted (line 2)" in warning["message"] and len(warning["message"]) < 400
+    assert app.metrics.policy_errors._value.get() == 1
+    assert wait_until(lambda: annotation(api, "n1", SPLIT_KEY), what="a decision with the flags' policy") == "2"
+
+
+def test_a_deeply_nested_policy_is_refused_with_an_invalid_policy_event(
+        cluster: Cluster, start_app: Callable[..., App]) -> None:
+    _, api, _ = cluster
+    policy_configmap(api, "pools:\n  " + "[" * 900 + "]" * 900 + "\n")  # RecursionError in the pure-Python loader
+    add_node(api, "n1", [L] * 8)
+    app = start_app(configmap=("dra-bridge", "policy"))
+    (warning,) = wait_until(lambda: events(api, "InvalidPolicy"), what="the InvalidPolicy Event")
+    assert "nested deeper than 64 levels" in warning["message"]
+    assert app.metrics.policy_errors._value.get() == 1
+
+
+def test_a_long_policy_value_is_named_briefly_in_the_event_and_the_log(
+        cluster: Cluster, start_app: Callable[..., App], caplog: Any) -> None:
+    _, api, _ = cluster
+    policy_configmap(api, "maxMovesPerMinute: '" + "9" * 500_000 + "'\n")
+    add_node(api, "n1", [L] * 8)
+    start_app(configmap=("dra-bridge", "policy"))
+    (warning,) = wait_until(lambda: events(api, "InvalidPolicy"), what="the InvalidPolicy Event")
+    assert "(500000 characters)" in warning["message"] and len(warning["message"]) < 400
+    assert all(len(r.getMessage()) < 2000 for r in caplog.records)
