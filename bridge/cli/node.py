@@ -278,6 +278,7 @@ def status(name: str, output: str, kubeconfig: str | None, kube_context: str | N
     from bridge.kube import NODES, connect
     from bridge.kube.errors import KubeError, NotFound
     from bridge.kube.retry import RetryPolicy
+    from bridge.humantext import escape
     from bridge.node.statusview import render_json, render_table, view_of
 
     try:
@@ -287,7 +288,7 @@ def status(name: str, output: str, kubeconfig: str | None, kube_context: str | N
         click.echo(f"bridge node status: node {name!r} not found", err=True)
         sys.exit(2)
     except KubeError as err:
-        click.echo(f"bridge node status: {err.message}", err=True)
+        click.echo(f"bridge node status: {escape(err.message)}", err=True)
         sys.exit(2)
     view = view_of(obj)
     click.echo(render_json(view) if output == "json" else render_table(view))
