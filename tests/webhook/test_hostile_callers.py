@@ -233,3 +233,37 @@ def test_a_gpu_count_with_a_huge_exponent_is_left_untranslated_with_a_warning_an
     assert w.api.list(w.templates, "team-h")["items"][0]["spec"]["spec"]["devices"]["requests"][0]["exactly"][
         "count"] == 2
 
+
+def test_a_deleted_template_is_created_again_before_a_pod_references_it_and_the_cap_counts_what_exists(
+        webhook: Callable[..., Webhook]) -> None:
+    """Issue 27 item 8: with the cap full and every template deleted, the next pod was translated to point at a
+    template that no longer existed (trusted for the 60 s TTL), while a new shape was still refused as capped."""
+    w = webhook(max_templates_per_namespace=3)
+    w.dra_namespace("team-f")
+    for n in range(3):
+        assert "patch" in w.post(forged(n))[1]["response"]
+    assert "patch" not in w.post(forged(9))[1]["response"]  # capped
+    for t in w.api.list(w.templates, "team-f")["items"]:
+        w.api.delete(w.templates, t["metadata"]["name"], "team-f")
+
+    def referenced_and_exists() -> bool:  # a shape whose template was deleted: created again, then referenced
+        code, body = w.post(forged(0))
+        assert code == 200 and "patch" in body["response"]
+        names = {t["metadata"]["name"] for t in w.api.list(w.templates, "team-f")["items"]}
+        return bool(referenced_templates(body)) and referenced_templates(body) <= names
+
+    wait_until(referenced_and_exists, 10, "a pod referencing a template that exists (the watch saw the deletions; "
+                                          "the TTL alone trusted them for 60 s)")
+    assert len(w.api.list(w.templates, "team-f")["items"]) == 1
+    code, body = w.post(forged(9))  # a new shape: the cap counts what exists (1 of 3), not what was listed before
+    assert code == 200 and "patch" in body["response"]
+    assert len(w.api.list(w.templates, "team-f")["items"]) == 2
+
+
+def referenced_templates(body: dict[str, Any]) -> set[str]:
+    import base64
+
+    ops = json.loads(base64.b64decode(body["response"]["patch"]))
+    claims = [op["value"] for op in ops if op["path"].startswith("/spec/resourceClaims")]
+    flat = [c for v in claims for c in (v if isinstance(v, list) else [v])]
+    return {c["resourceClaimTemplateName"] for c in flat if "resourceClaimTemplateName" in c}
