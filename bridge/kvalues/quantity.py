@@ -41,7 +41,11 @@ _RE = re.compile(r"^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei
 
 
 class QuantityError(ValueError):
-    pass
+    """`reason` is the rule broken in a few words ("out of range", "not a whole number"), for short messages."""
+
+    def __init__(self, message: str, reason: str = "not a quantity") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def _show(value: object) -> str:
@@ -53,7 +57,8 @@ def _show(value: object) -> str:
 
 
 def _out_of_range(value: object) -> QuantityError:
-    return QuantityError(f"{_show(value)} is out of range (the bridge reads quantities below 1e{MAX_MAGNITUDE})")
+    return QuantityError(f"{_show(value)} is out of range (the bridge reads quantities below 1e{MAX_MAGNITUDE})",
+                         "out of range")
 
 
 def _to_nano(q: Fraction) -> Fraction:
@@ -121,12 +126,12 @@ def check_count(value: object) -> int:
         return int(value)
     q = parse_quantity(value)
     if q < 0:
-        raise QuantityError(f"{_show(value)} is negative")
+        raise QuantityError(f"{_show(value)} is negative", "negative")
     if q.denominator != 1:
-        raise QuantityError(f"{_show(value)} is not a whole number")
+        raise QuantityError(f"{_show(value)} is not a whole number", "not a whole number")
     if q > MAX_COUNT:
         raise QuantityError(f"{_show(value)} is more than any node holds (the bridge reads counts up to "
-                            f"{MAX_COUNT})")
+                            f"{MAX_COUNT})", "more than any node holds")
     return int(q)
 
 

@@ -204,7 +204,7 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
                 rq = check_count(req[LEGACY_RESOURCE]) if in_req else None
                 lm = check_count(lim[LEGACY_RESOURCE]) if in_lim else None
             except QuantityError as err:  # bounded: a huge exponent is refused before any arithmetic
-                reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} is not a valid GPU count",
+                reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} is not a valid GPU count ({err.reason})",
                                               f"{LEGACY_RESOURCE} is not a valid GPU count: {err}"))
                 continue
             if not in_lim:
