@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from bridge.cli.exits import EXIT_CONFIG, EXIT_NO, listen_error
+from bridge.cli.params import node_name as valid_node_name
 from bridge.inventory.catalog import model_names
 from bridge.logs import setup_logging
 
@@ -263,7 +264,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
 
 
 @node.command("status")
-@click.argument("name", metavar="NODE")
+@click.argument("name", metavar="NODE", callback=valid_node_name)
 @click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NODE_STATUS_OUTPUT",
               type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
