@@ -19,6 +19,7 @@ import bridge.kube.client as client_module
 from bridge.cli import main
 from bridge.kube import NODES, RetryPolicy, connect
 from bridge.kube.errors import KubeError
+from tests.conftest import kubeconfig_for
 
 
 class EndlessLists(BaseHTTPRequestHandler):
@@ -63,13 +64,7 @@ def endless(tmp_path: Path) -> Iterator[tuple[type[EndlessLists], Path]]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{srv.server_address[1]}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    yield handler, kubeconfig
+    yield handler, kubeconfig_for(f"http://127.0.0.1:{srv.server_address[1]}", tmp_path / "kubeconfig")
     srv.shutdown()
 
 
