@@ -223,3 +223,20 @@ def test_a_live_report_of_a_cluster_with_hostile_objects_names_each_on_its_objec
     assert "is out of range" in found[("DRB057", "huge")]
     assert any(rule == "DRB056" and "YAML aliases are not accepted" in message
                for (rule, _), message in found.items())
+
+
+def test_the_table_escapes_control_characters_in_finding_messages() -> None:
+    """Issue 27 item 10: messages quote what the cluster holds (a pending reason from a node's split status, a
+    config value): ESC or CR there must not reach the terminal."""
+    from dataclasses import replace
+
+    from bridge.report import load_snapshot, run_report
+    from bridge.report.findings import Finding, ObjectRef
+    from bridge.report.render.table import render_table
+
+    report = run_report(load_snapshot(EXAMPLE)).report
+    sneaky = Finding("DRB013", "warning", ObjectRef("Node", "", "gpu-h100-1"),
+                     "the node daemon has not moved 1 GPU(s) yet: \x1b]0;owned\x07gpu-1 held\r", "fix \x1b[2J")
+    text = render_table(replace(report, findings=[sneaky]), colour=False)
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert "\\x1b]0;owned\\x07gpu-1 held\\r" in text and "fix \\x1b[2J" in text
