@@ -130,3 +130,21 @@ def test_a_long_policy_value_is_named_briefly_in_the_event_and_the_log(
     (warning,) = wait_until(lambda: events(api, "InvalidPolicy"), what="the InvalidPolicy Event")
     assert "(500000 characters)" in warning["message"] and len(warning["message"]) < 400
     assert all(len(r.getMessage()) < 2000 for r in caplog.records)
+
+
+def test_a_node_whose_daemon_cannot_evaluate_its_split_is_settling_not_planned() -> None:
+    """Issue 27 item 4: while evaluations fail the daemon publishes evaluationError; what it shows was not
+    re-evaluated, so the controller neither plans moves there nor counts its free GPUs as movable."""
+    import json
+
+    from bridge.controller.nodestatus import node_view
+    from tests.controller.status_docs import gpu_node
+
+    node = gpu_node("n1", [L] * 8, target="2", requested="0")
+    doc = json.loads(node["metadata"]["annotations"][STATUS_KEY])
+    doc["evaluationError"] = {"since": "2025-06-01T12:00:00Z", "message": "RuntimeError: PodResources broke"}
+    doc["message"] = "error: RuntimeError: PodResources broke"
+    node["metadata"]["annotations"][STATUS_KEY] = json.dumps(doc)
+    view = node_view(node)
+    assert view.frozen == "settling" and not view.unreadable
+    assert view.frozen_reason == "the node daemon cannot evaluate its split: RuntimeError: PodResources broke"
