@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from bridge.cli.exits import EXIT_CONFIG, EXIT_NO, listen_error
+from bridge.cli.params import node_name as valid_node_name
 from bridge.inventory.catalog import model_names
 from bridge.logs import setup_logging
 
@@ -265,7 +266,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
 
 
 @node.command("status")
-@click.argument("name", metavar="NODE")
+@click.argument("name", metavar="NODE", callback=valid_node_name)
 @click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NODE_STATUS_OUTPUT",
               type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
@@ -280,6 +281,7 @@ def status(name: str, output: str, kubeconfig: str | None, kube_context: str | N
     from bridge.kube import NODES, connect
     from bridge.kube.errors import KubeError, NotFound
     from bridge.kube.retry import RetryPolicy
+    from bridge.humantext import escape
     from bridge.node.statusview import render_json, render_table, view_of
 
     try:
@@ -289,7 +291,7 @@ def status(name: str, output: str, kubeconfig: str | None, kube_context: str | N
         click.echo(f"bridge node status: node {name!r} not found", err=True)
         sys.exit(2)
     except KubeError as err:
-        click.echo(f"bridge node status: {err.message}", err=True)
+        click.echo(f"bridge node status: {escape(err.message)}", err=True)
         sys.exit(2)
     view = view_of(obj)
     click.echo(render_json(view) if output == "json" else render_table(view))

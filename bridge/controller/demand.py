@@ -15,6 +15,9 @@ What a pending pod asks for:
   once. `allocationMode: All` has no count the controller could plan with; such a request is skipped (logged by the
   shell). Plus the KEP-5004 extended-resource name `deviceclass.resource.kubernetes.io/<class>`, counted like
   `nvidia.com/gpu` (the scheduler creates that claim itself while binding).
+* a count that is not a valid count (`nvidia.com/gpu: "1e400"`: out of range, or above 2^31 - 1; the bounded
+  parser refuses it without computing it) makes the pod **invalid** demand: never planned with, reported once as
+  blocked (`invalid-count`, a `GPUDemandBlocked` Event), and every other pod is decided as usual.
 
 A pod asking through both APIs yields one demand per API (keys `ns/name#legacy`, `ns/name#dra`); the core places
 them independently, which can over-ask but never moves a held GPU.
@@ -37,7 +40,7 @@ from typing import Any
 
 from bridge.controller.model import PendingPod
 from bridge.kvalues.placement import constraints_of
-from bridge.kvalues.podgpu import pod_devices
+from bridge.kvalues.podgpu import count_problems, pod_devices
 
 Obj = dict[str, Any]
 
@@ -137,6 +140,9 @@ def claim_spec_count(spec: Mapping[str, Any], device_class: str) -> tuple[int, b
 class Demand:
     pending: tuple[PendingPod, ...]
     skipped: tuple[str, ...]  # human notes: requests the controller cannot plan with (allocationMode All)
+    # pending pods whose GPU count is not a valid count ("1e400": bridge.kvalues.quantity.check_count): never
+    # planned with, reported as blocked (`invalid-count`) once; (pod key, why)
+    invalid: tuple[tuple[str, str], ...] = ()
 
 
 def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]],
@@ -144,6 +150,7 @@ def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mappi
     """Pending GPU demand. `claims` and `templates` are keyed `namespace/name`."""
     out: list[PendingPod] = []
     skipped: list[str] = []
+    invalid: list[tuple[str, str]] = []
     counted: set[str] = set()
     for pod in pods:
         if not is_pending(pod):
@@ -152,6 +159,10 @@ def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mappi
         meta = _meta(pod)
         ns = str(meta.get("namespace", ""))
         key = pod_key(pod)
+        problems = count_problems(spec, names.resource) + count_problems(spec, names.extended)
+        if problems:
+            invalid.append((key, "; ".join(problems)))
+            continue
         legacy = pod_requests(spec, names.resource)
         dra = pod_requests(spec, names.extended)
         generated = {s.get("name"): s.get("resourceClaimName")
@@ -195,7 +206,7 @@ def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mappi
             out.append(PendingPod(f"{key}#legacy" if both else key, "legacy", legacy, **common))
         if dra:
             out.append(PendingPod(f"{key}#dra" if both else key, "dra", dra, **common))
-    return Demand(tuple(out), tuple(skipped))
+    return Demand(tuple(out), tuple(skipped), tuple(invalid))
 
 
 def legacy_requested_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, int]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from bridge.controller.decide import decide
 from bridge.controller.demand import Demand, Names, allocated_by_node, legacy_requested_by_node, pending_demand, pod_key
 from bridge.controller.metrics import ControllerMetrics
-from bridge.controller.model import Decision, Memory, NodeView, Policy
+from bridge.controller.model import Blocked, Decision, Memory, NodeView, Policy
 from bridge.controller.nodestatus import POOL_LABEL, SPLIT_KEY, STATUS_KEY, node_view
 from bridge.controller.policy import PolicyError, describe, policy_from_configmap
 from bridge.controller.record import EVENT_COMPONENT
@@ -199,6 +199,10 @@ class Controller:
         now = self.clock()
         self.memory = self.memory.forget({v.name for v in state.views}, self.policy, now)
         decision = decide(state.views, state.demand.pending, self.policy, self.memory, now)
+        if state.demand.invalid:  # counted once as unschedulable demand, never planned with
+            decision = replace(decision, blocked=decision.blocked + tuple(
+                Blocked(key, "legacy", 0, "invalid-count", f"not a valid GPU count: {why}")
+                for key, why in state.demand.invalid))
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         self.metrics.decisions.inc()
         states: dict[str, int] = {}
@@ -218,6 +222,7 @@ class Controller:
             if v.name not in changed:
                 self.writer.forget_dry_run(v.name)
         self.writer.report_blocked(decision.blocked, state.pending_pods, self.is_leader)
+        self.writer.report_unreadable(state.views, state.nodes, self.is_leader)
         if not self.options.dry_run:
             self.memory = self.memory.after(replace(decision, changes=tuple(written)), now)
         self.last_decision = decision

@@ -10,6 +10,7 @@
     │                   it was restored from a backup, replaced, or lags behind its peers: relist, as on 410)
     ├── Invalid         422: carries the field causes the server returned
     ├── BadRequest      400 (malformed body or patch, bad selector): a caller bug, never retried
+    │   └── InvalidName     a name that cannot go into a request path (checked before any request is sent)
     ├── Unavailable     connection refused/reset, timeouts, 429, 5xx (retried with backoff by the layer)
     └── ConfigError     no usable kubeconfig / in-cluster configuration (says what was tried)
 
@@ -85,6 +86,11 @@ class BadRequest(KubeError):
     pass
 
 
+class InvalidName(BadRequest):
+    """A namespace or object name refused before any request (bridge.kvalues.names): a path built from it would
+    name another object (`kube-system#` is `kube-system` to a URL parser, `a/../b` is `b`)."""
+
+
 class Unavailable(KubeError):
     """`request_sent` is False only when the server certainly did not act on the request (connection refused,
     connect timeout, 429): then even a non-idempotent create may be retried blindly."""
@@ -104,6 +110,7 @@ class ConfigError(KubeError):
 __all__ = [
     "AlreadyExists",
     "BadRequest",
+    "InvalidName",
     "Cause",
     "ConfigError",
     "Conflict",

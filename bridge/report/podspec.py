@@ -160,6 +160,9 @@ class SpecInfo:
     node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
     dra: DraGpus = field(default=NO_DRA)  # the bridge DeviceClass's devices asked through DRA
     placement: Constraints = NO_CONSTRAINTS  # the node filters the pod keeps once translated (`dra_placement`)
+    # GPU values that are not a valid count ("1e400": out of range; bridge.kvalues.podgpu.count_problems), counted
+    # as 0 GPUs above and named here, one line each
+    invalid_counts: tuple[str, ...] = ()
 
     @property
     def legacy_gpus(self) -> int:
@@ -191,7 +194,8 @@ class SpecInfo:
 
     @property
     def relevant(self) -> bool:
-        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env)
+        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env
+                    or self.invalid_counts)
 
 
 def _gfd_terms(spec: Obj) -> tuple[tuple[Requirement, ...], ...]:
@@ -250,6 +254,7 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
         node_name=str(spec.get("nodeName") or ""),
         dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
         placement=dra_placement(spec),
+        invalid_counts=_invalid_counts(containers, spec),
     )
 
 
@@ -289,6 +294,12 @@ def _dra_placement(spec: Obj) -> Constraints:
     if selector == c.node_selector and terms == c.terms:
         return c
     return Constraints(selector, terms, c.tolerations)
+
+
+def _invalid_counts(containers: list[Obj], spec: Obj) -> tuple[str, ...]:
+    names = {k for c in containers for part in ("limits", "requests")
+             for k in (((c.get("resources") or {}).get(part)) or {}) if _is_gpu_name(k)}
+    return tuple(p for name in sorted(names) for p in podgpu.count_problems(spec, name))
 
 
 def _asks_implicit(spec: Obj) -> bool:

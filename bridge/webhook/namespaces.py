@@ -10,13 +10,14 @@ so the report is the same whether or not the webhook is running. `set_mode` also
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.humantext import escape
 from bridge.kube.api import NAMESPACES, PODS, KubeAPI
+from bridge.kvalues.documents import DocumentError, load_json
 from bridge.webhook.facts import LEGACY_RESOURCE
 from bridge.webhook.nscheck import FLIP_ANNOTATION, now_rfc3339
 from bridge.webhook.policy import (
@@ -107,9 +108,11 @@ def namespace_status(namespaces: Iterable[Mapping[str, Any]], pods: Iterable[Map
             if str(ann.get(OPT_OUT_ANNOTATION, "")).lower() == "false":
                 st.opted_out_pods += 1
         if SHADOW_ANNOTATION in ann:
-            try:
-                record = json.loads(ann[SHADOW_ANNOTATION])
-            except ValueError:
+            try:  # bounded: a pod author writes this annotation too (bridge.kvalues.documents)
+                record = load_json(str(ann[SHADOW_ANNOTATION]), SHADOW_ANNOTATION)
+            except DocumentError:
+                continue
+            if not isinstance(record, dict):
                 continue
             if record.get("ok"):
                 st.shadow_ok += 1
@@ -170,7 +173,7 @@ def render_table(rows: list[NamespaceStatus]) -> str:
             lines.append(f"  {r.name}: {n} pod(s) would stay legacy: {reason}")
     for r in rows:
         lines += _webhook_lines(r)
-    return "\n".join(lines)
+    return "\n".join(escape(line) for line in lines)  # reasons come from pod annotations: no terminal escapes
 
 
 def _webhook_lines(r: NamespaceStatus) -> list[str]:

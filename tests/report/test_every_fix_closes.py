@@ -317,6 +317,9 @@ CASES: dict[str, Case] = {
                         "kubectl label node gpu-1 nvidia.com/device-plugin.config=a --overwrite")),
     "DRB056": Case(lambda: [dp_config(TIME_SLICED.replace("replicas: 4", "replicas: 1"))],
                    _set_config(TIME_SLICED, "kubectl -n gpu-operator edit configmap dp, key a")),
+    "DRB057": Case(lambda: [gpu_app(gpus={"nvidia.com/gpu": "1e400"})],  # type: ignore[dict-item]
+                   edit("Deployment", "app", lambda o: o["spec"]["template"]["spec"]["containers"][0]["resources"][
+                       "limits"].update({"nvidia.com/gpu": "2"}), "as a whole number of GPUs")),
 }
 INFO_ONLY = {"DRB002", "DRB033", "DRB051", "DRB052"}
 

@@ -77,3 +77,17 @@ def test_a_pod_created_in_the_flips_own_second_counts_as_after_it() -> None:
     earlier["metadata"].update(name="earlier", creationTimestamp="2026-11-02T08:59:59Z")
     flip = since_flip(flipped, "dra", [same, earlier], [])
     assert flip is not None and flip.gpu_pods == 1 and flip.unseen == ["same-second"]
+
+
+def test_a_hostile_shadow_record_is_skipped_and_reasons_reach_the_terminal_escaped() -> None:
+    """Issue 27 items 2 and 10: a pod author writes this annotation too. Deep JSON raised RecursionError (only
+    ValueError was caught), a list raised AttributeError, and a reason with ESC reached the terminal raw."""
+    sneaky = json.dumps({"ok": False, "reasons": ["container main: \x1b[2Jcleared\r"]})
+    rows = namespace_status([ns("team-b", **{"dra-bridge.io/mode": "shadow"})], [
+        pod("team-b", container("main", 1), annotations={"dra-bridge.io/shadow-translation": "[" * 100_000}),
+        pod("team-b", container("main", 1), annotations={"dra-bridge.io/shadow-translation": "[1, 2]"}),
+        pod("team-b", container("main", 1), annotations={"dra-bridge.io/shadow-translation": sneaky}),
+    ])
+    assert (rows[0].shadow_ok, rows[0].shadow_blocked) == (0, 1)
+    table = render_table(rows)
+    assert "\x1b" not in table and "\r" not in table and "\\x1b[2Jcleared\\r" in table

@@ -132,6 +132,24 @@ def too_many(ctx: CheckContext) -> Iterator[Finding]:
                           f"{limit} GPUs", details)
 
 
+@rule("DRB057", "GPU counts that are not counts", severities=("blocker",),
+      fix="Write the GPU count as a whole number of GPUs (\"2\", not \"1e400\" or \"500m\").")
+def invalid_counts(ctx: CheckContext) -> Iterator[Finding]:
+    """A GPU value that is not a whole number of devices up to 2^31 - 1 (`bridge.kvalues.quantity.check_count`):
+    "1e400" is out of range, "500m" not whole. Older API servers store such a pod (an exponent that overflows their
+    int64 check counts as whole); the scheduler cannot place it, the webhook leaves it untranslated, the controller
+    counts it as blocked. The report counts it as 0 GPUs and says so here, rather than computing the number."""
+    for w in ctx.gpu_workloads:
+        problems = w.spec.invalid_counts
+        if problems:
+            yield Finding("DRB057", "blocker", workload_ref(w),
+                          f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                          + ": not a valid GPU count, so no scheduler can place the pod and the bridge does not "
+                          "translate it",
+                          f"Write {GPU} as a whole number of GPUs (\"2\", not \"1e400\" or \"500m\")",
+                          {"problems": list(problems[:10])})
+
+
 @rule("DRB033", "GPUs in init containers", severities=("info",),
       fix="Nothing to do: translation keeps the count.")
 def init_containers(ctx: CheckContext) -> Iterator[Finding]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from bridge.humantext import escape
 from bridge.report.render.common import (
     LEGEND,
     SEVERITY_HEADING,
@@ -105,9 +106,11 @@ def render_table(report: Report, colour: bool = False) -> str:
             head = textwrap.wrap(f"{f.rule} {f.object}", WIDTH, subsequent_indent="    ")
             head[0] = s.status(f.rule) + head[0][len(f.rule):]
             lines += head
-            lines += textwrap.wrap(f.message, WIDTH, initial_indent="    ", subsequent_indent="    ")
+            # messages quote what the cluster holds (annotations, config values): control characters escaped
+            lines += textwrap.wrap(escape(f.message), WIDTH, initial_indent="    ", subsequent_indent="    ")
             if severity != "info":
-                lines += textwrap.wrap("fix: " + f.fix, WIDTH, initial_indent="    ", subsequent_indent="         ")
+                lines += textwrap.wrap("fix: " + escape(f.fix), WIDTH, initial_indent="    ",
+                                       subsequent_indent="         ")
     lines.append("")
     lines.append(s.bold("Wave plan") + " (lowest risk first; one wave per run: wave-plan.sh N from --emit-manifests)")
     if not report.waves:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import discovery, fieldvalidation
 from .encoding import Wire, decode_body
@@ -161,7 +161,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
         app = self.app
-        segs = [s for s in path.split("/") if s]
+        # Go's net/http decodes the path (%23 is "#") before kube-apiserver splits it into segments
+        # (k8s.io/apiserver pkg/endpoints/request/requestinfo.go splits req.URL.Path)
+        segs = [s for s in unquote(path).split("/") if s]
         if method == "GET" and segs[:1] == ["openapi"]:
             self._openapi(segs, query)
             return
