@@ -68,6 +68,8 @@ class ClusterSpec:
     # process); "real": etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from source
     # (scripts/build_real.py), with kubelet simulators as nodes. `kubernetes_version` picks the built line there.
     backend: str = "standin"
+    # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
+    apiserver_args: tuple[str, ...] = ()
 
     @property
     def version(self) -> KubeletVersion:
@@ -136,6 +138,8 @@ def check(spec: ClusterSpec) -> ClusterSpec:
             line_of(spec.kubernetes_version)
         except ValueError as err:
             raise SpecError(str(err)) from err
+    if spec.apiserver_args and spec.backend != "real":
+        raise SpecError("apiserver_args are kube-apiserver flags: they need the real backend")
     if not spec.nodes:
         raise SpecError("a cluster needs at least one node")
     if len(spec.nodes) > MAX_NODES:
