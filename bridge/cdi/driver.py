@@ -89,12 +89,15 @@ class DriverFiles:
     `library_dirs` are the container paths of the directories holding the driver's libraries (what
     `update-ldcache --folder` gets); `symlinks` are the links the host has next to those libraries (sonames such as
     `libcuda.so.1`, dev links such as `libcuda.so`) plus `libcuda.so -> libcuda.so.1`, which NVIDIA always adds.
+    `ld_cache` is the host path of the loader cache (`<root>/etc/ld.so.cache`) through which the library
+    directories were found, "" when the standard search directories held them.
     `problems` say, for the log, why something expected was not found (no driver root, a version mismatch)."""
 
     root: str
     version: str
     libraries: tuple[HostFile, ...] = ()
     library_dirs: tuple[str, ...] = ()
+    ld_cache: str = ""
     symlinks: tuple[Symlink, ...] = ()
     binaries: tuple[HostFile, ...] = ()
     firmware: tuple[HostFile, ...] = ()

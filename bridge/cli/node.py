@@ -44,7 +44,9 @@ from bridge.logs import setup_logging
               type=click.Path(file_okay=False, path_type=Path), help="Directory for CDI spec files.")
 @click.option("--driver-root", show_envvar=True, envvar="BRIDGE_DRIVER_ROOT", default=None,
               help="Host path of the NVIDIA driver's user space (libraries, nvidia-smi, firmware) for CDI specs: '/' "
-                   "for a driver installed on the host, '/run/nvidia/driver' under the GPU Operator. Default: '/' "
+                   "for a driver installed on the host, '/run/nvidia/driver' under the GPU Operator. Libraries are "
+                   "looked for in NVIDIA's standard directories (/usr/lib64, /usr/lib/x86_64-linux-gnu, …) and, "
+                   "when those hold none, where the root's /etc/ld.so.cache puts them. Default: '/' "
                    "with --devices nvml; none with simulated GPUs (specs then carry device nodes only).")
 @click.option("--dev-root", show_envvar=True, envvar="BRIDGE_DEV_ROOT", default=None,
               help="Host path under which dev/nvidia* exist (default '/'). With --devices nvml, and with simulated "

@@ -42,6 +42,13 @@ def real_137() -> Iterator[Binaries]:
     yield require_binaries("1.37", CONTROL_PLANE)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/real is marked `real`: `pytest -m "not real"` is the fast tier."""
+    for item in items:
+        if "/tests/real/" in str(item.fspath):
+            item.add_marker(pytest.mark.real)
+
+
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 
 

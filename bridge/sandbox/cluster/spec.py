@@ -68,6 +68,9 @@ class ClusterSpec:
     # process); "real": etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from source
     # (scripts/build_real.py), with kubelet simulators as nodes. `kubernetes_version` picks the built line there.
     backend: str = "standin"
+    # real backend only: real kubelets with containerd and runc (bridge.sandbox.real.node) instead of the kubelet
+    # simulators
+    real_kubelets: bool = False
     # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
     apiserver_args: tuple[str, ...] = ()
 
@@ -83,10 +86,11 @@ class ClusterSpec:
 
     @property
     def resource_versions(self) -> tuple[str, ...]:
-        """The resource.k8s.io versions a real API server of this release serves by default (v1 from 1.34,
-        v1beta2 from 1.33, v1beta1 from 1.32)."""
-        minor = self.version.minor
-        return tuple(v for v, since in (("v1", 34), ("v1beta2", 33), ("v1beta1", 32)) if minor >= since)
+        """The resource.k8s.io versions a real API server of this release serves by default: `v1` alone from 1.34
+        (the betas are disabled by default; see bridge/sandbox/apiserver/profiles.py)."""
+        from bridge.sandbox.apiserver.profiles import profile_for
+
+        return profile_for(f"1.{self.version.minor}").resource_versions
 
 
 def _gfd_family(major: int, minor: int) -> str:
@@ -131,6 +135,10 @@ def check(spec: ClusterSpec) -> ClusterSpec:
         raise SpecError(f"kubernetes version: {err}") from err
     if spec.backend not in BACKENDS:
         raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if spec.real_kubelets and spec.backend != "real":
+        raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
+    if spec.apiserver_args and spec.backend != "real":
+        raise SpecError("apiserver_args are kube-apiserver flags: they need the real backend")
     if spec.backend == "real":
         from bridge.sandbox.real.binaries import line_of
 
@@ -138,8 +146,6 @@ def check(spec: ClusterSpec) -> ClusterSpec:
             line_of(spec.kubernetes_version)
         except ValueError as err:
             raise SpecError(str(err)) from err
-    if spec.apiserver_args and spec.backend != "real":
-        raise SpecError("apiserver_args are kube-apiserver flags: they need the real backend")
     if not spec.nodes:
         raise SpecError("a cluster needs at least one node")
     if len(spec.nodes) > MAX_NODES:

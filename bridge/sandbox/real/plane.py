@@ -169,6 +169,8 @@ class ControlPlane:
             "--allow-privileged=true",
             f"--kubelet-client-certificate={kubelet_client.cert}", f"--kubelet-client-key={kubelet_client.key}",
             f"--kubelet-certificate-authority={ca.pair.cert}",
+            # the nodes' names do not resolve here: reach kubelets (logs, exec) at their InternalIP
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             # no kube-proxy here: webhooks and aggregated APIs behind a Service are dialled at their endpoints' IPs
             "--enable-aggregator-routing=true",
             "--profiling=false", "--v=1",
