@@ -191,8 +191,12 @@ class KubeAPI(Protocol):
         subresource: str | None = None,
     ) -> Obj: ...
 
-    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
-        """NotFound is raised; callers that don't care catch it."""
+    def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None, uid: str | None = None) -> None:
+        """NotFound is raised; callers that don't care catch it. `grace_period_seconds` and `uid` go in the
+        DeleteOptions (`gracePeriodSeconds`, `preconditions.uid`: a uid that no longer matches is a Conflict): a pod
+        already being deleted is removed only by a delete with a shorter grace period, which is how the kubelet
+        finishes it (0, with the pod's uid); a plain delete of it changes nothing."""
         ...
 
     def delete_collection(

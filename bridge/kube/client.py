@@ -381,8 +381,18 @@ class RestKube:
             retry_if_sent=patch_type != "json",  # "add to /-" twice appends twice
         )
 
-    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+    def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None, uid: str | None = None) -> None:
         ambiguous: list[bool] = []
+        options: Obj = {}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        extra: dict[str, Any] = {}
+        if options:
+            extra = {"body": {"apiVersion": "v1", "kind": "DeleteOptions", **options},
+                     "content_type": "application/json"}
         try:
             self._call(
                 "DELETE",
@@ -391,6 +401,7 @@ class RestKube:
                 label=resource_label(res),
                 name=name,
                 on_retry=lambda e: ambiguous.append(e.request_sent),
+                **extra,
             )
         except NotFound:
             if any(ambiguous):

@@ -59,6 +59,15 @@ class Forbidden(KubeError):
         """"missing RBAC: list pods" — the rule an operator has to grant."""
         return f"missing RBAC: {self.verb} {self.resource}" if self.verb and self.resource else self.message
 
+    @property
+    def service_account_missing(self) -> bool:
+        """A pod refused by the ServiceAccount admission plugin because its ServiceAccount does not exist (kubernetes
+        plugin/pkg/admission/serviceaccount/admission.go: `pods "p" is forbidden: error looking up service account
+        ns/default: serviceaccount "default" not found`). Not an RBAC problem: in a namespace created moments ago
+        it means kube-controller-manager's serviceaccount controller has not created `default` yet (the plugin
+        itself retries `default` for about a second before answering this), and it goes away on its own."""
+        return "error looking up service account " in self.message
+
 
 class Gone(KubeError):
     pass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -79,9 +80,18 @@ def status_shape(answer: Answer) -> Obj:
     return shape
 
 
-def namespace(b: Backend, name: str) -> str:
+def namespace(b: Backend, name: str, *, pods_ready: bool = True) -> str:
+    """A new namespace. `pods_ready`: on the real server, also wait until the controller manager has made its
+    `default` ServiceAccount, without which pods there are refused (403 `error looking up service account`) once
+    the ServiceAccount admission's own ten tries (1-2 s) are up; under load that is not rare. The emulator takes
+    the ServiceAccount to exist."""
     answer = b.call("POST", "/api/v1/namespaces", {"metadata": {"name": name}})
     assert answer.status == 201, answer.body
+    if pods_ready and b.name == "real":
+        deadline = time.monotonic() + 60
+        while b.call("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default").status != 200:
+            assert time.monotonic() < deadline, f"no ServiceAccount {name}/default after 60 s"
+            time.sleep(0.1)
     return name
 
 

@@ -139,10 +139,10 @@ def test_crud_answers_match_per_kind(both: tuple[Backend, Backend], sfx: str, pl
 # -- DELETE of pods: graceful when bound -------------------------------------------------------------------------------
 
 GRACEFUL_DELETION = pytest.mark.xfail(strict=True, reason=(
-    "graceful pod deletion is being changed under issue 24 (not here): kube-apiserver v1.37.2 shortens a pending "
-    "grace period on a DELETE with a smaller gracePeriodSeconds (never lengthens it), and answers a pod removed at "
-    "once (unbound, or gracePeriodSeconds=0) with deletionTimestamp, deletionGracePeriodSeconds 0 and generation+1; "
-    "the emulator keeps the first grace period and answers the pod as it was"))
+    "graceful pod deletion's answers are being changed under issue 24 (not here): kube-apiserver v1.37.2 answers a "
+    "pod removed at once (unbound, or gracePeriodSeconds=0) with deletionTimestamp, deletionGracePeriodSeconds 0 and "
+    "generation+1; the emulator answers the pod as it was (it shortens a pending grace period as the real one does, "
+    "since tests/real/test_bridge_components.py showed the kubelet simulator relying on it)"))
 
 
 def _pod_deletion(b: Backend, n: Normaliser, ns: str) -> Any:
@@ -182,14 +182,6 @@ def test_a_second_delete_of_a_terminating_pod_leaves_it_there(both: tuple[Backen
     assert same(both, script)["delete again without grace"] == (200, "Pod")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 24 (graceful deletion, not changed here): kube-apiserver v1.37.2 keeps a terminating pod through a status "
-    "write (k8s.io/apiserver registry/generic/registry/store.go ShouldDeleteDuringUpdate: only when the grace period "
-    "is 0) and through a DELETE without gracePeriodSeconds even once the pod is Succeeded (registry/rest/delete.go "
-    "BeforeDelete: an object already being deleted keeps its period unless a shorter one is given, before the pod "
-    "strategy's CheckGracefulDelete is asked); the emulator removes it at the status write. The kubelet simulator "
-    "(bridge/sandbox/kubelet/pods.py) relies on that: on a real server its plain DELETE leaves the pod; the real "
-    "kubelet deletes with gracePeriodSeconds=0 and a uid precondition (pkg/kubelet/status/status_manager.go)"))
 def test_a_terminating_pod_that_has_finished_stays_until_deleted_with_grace_0(both: tuple[Backend, Backend],
                                                                               sfx: str) -> None:
     """The kubelet simulator's last steps on a pod that is being deleted: write a terminal phase, then DELETE."""
@@ -547,7 +539,7 @@ def test_pods_and_the_service_account_admission(both: tuple[Backend, Backend], s
     (kubernetes plugin/pkg/admission/serviceaccount/admission.go `getServiceAccount`)."""
 
     def script(b: Backend, n: Normaliser) -> Any:
-        ns = namespace(b, f"sa-{sfx}")
+        ns = namespace(b, f"sa-{sfx}", pods_ready=False)
         pods = f"/api/v1/namespaces/{ns}/pods"
         first = b.call("POST", pods, pod("first"))
         missing = b.call("POST", pods, pod("named", serviceAccountName="missing"))

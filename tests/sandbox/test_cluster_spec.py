@@ -65,6 +65,7 @@ def test_a_bad_nodes_file_is_refused_naming_the_problem(text: str, message: str)
     (ClusterSpec(nodes=(NodeSpec("a"),), webhook=True), "needs the bridge nodes"),
     (ClusterSpec(nodes=(NodeSpec("a"),), controller=True), "the controller sets the split"),
     (ClusterSpec(nodes=(NodeSpec("a"),), bridge=True, controller=True, controller_interval=0), "controller interval"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), apiserver_args=("--v=4",)), "kube-apiserver flags: they need the real"),
 ])
 def test_a_bad_cluster_description_is_refused(spec: ClusterSpec, message: str) -> None:
     with pytest.raises(SpecError) as err:

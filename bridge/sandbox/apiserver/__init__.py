@@ -40,10 +40,10 @@ what is compared). Deliberately not modelled, with the reason:
 * `null`, `{}` and an absent field: Go writes an empty struct as `{}` (a ResourceClaim's `status: {}`, a template's
   `spec.metadata: {}`) and a nil time as `null` (a core Event's `eventTime`); the emulator leaves them out. Every
   client reads the three alike.
-* Graceful pod deletion's details, being reworked under issue 24 (strict xfails in the differential test): the
-  real server shortens a pending grace period on a DELETE with a smaller `gracePeriodSeconds`, answers a pod
-  removed at once with `deletionTimestamp`, `deletionGracePeriodSeconds: 0` and generation+1, and keeps a
-  terminating pod through an update unless its grace period is 0 (the emulator removes it at the update).
+* Graceful pod deletion's answers, being reworked under issue 24 (a strict xfail in the differential test): the
+  real server answers a pod removed at once with `deletionTimestamp`, `deletionGracePeriodSeconds: 0` and
+  generation+1. (What a client depends on is modelled, rest.py: a pending grace period changes only with a shorter
+  `gracePeriodSeconds`, and a terminating pod stays through updates until deleted with grace 0.)
 """
 
 from .faults import Faults

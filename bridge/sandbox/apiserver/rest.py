@@ -16,13 +16,14 @@ import base64
 import copy
 import json
 import random
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import patch as patches
-from .clock import now_rfc3339
+from .clock import epoch_of, now_rfc3339
 from .conversion import from_storage, to_storage
 from .profiles import KubernetesProfile, profile_for
 from .registry import Registry, ResourceType
@@ -484,7 +485,12 @@ class Rest:
                 if dry_run:  # nothing written: the answer keeps the stored resourceVersion
                     return Result(self.wire(rt, stored), 200, warnings)
                 stored_meta["resourceVersion"] = str(self.store.next_rv())
-                gone = bool(stored_meta.get("deletionTimestamp")) and not stored_meta.get("finalizers")
+                # k8s.io/apiserver pkg/registry/generic/registry/store.go `ShouldDeleteDuringUpdate`: an update
+                # leaving no finalizers removes an object being deleted only when its grace period is 0 or unset;
+                # a pod in its grace period stays (its status updates included) until deleted with grace 0
+                grace = _meta(current).get("deletionGracePeriodSeconds")
+                gone = (bool(_meta(current).get("deletionTimestamp")) and not stored_meta.get("finalizers")
+                        and not grace)
                 if gone:
                     self._remove(rt, stored, propagation="Background")
                 else:
@@ -569,6 +575,17 @@ class Rest:
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
         if rt.plural == "namespaces" and rt.group == "":
             return self._delete_namespace(rt, current, dry_run)
+        pending = int(meta.get("deletionGracePeriodSeconds") or 0) if meta.get("deletionTimestamp") else 0
+        if pending > 0:
+            # Already being deleted gracefully (k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`, which
+            # looks at this before the strategy's CheckGracefulDelete): only a shorter gracePeriodSeconds changes
+            # anything; a plain DELETE, or a longer period, leaves the object as it is (seen on kube-apiserver
+            # v1.37.2: a terminal pod stays until its kubelet deletes it with gracePeriodSeconds 0).
+            if grace is None or int(grace) >= pending:
+                return current
+            if int(grace) > 0:
+                return self._shorten_grace(rt, current, pending, int(grace), dry_run)
+            grace = 0
         graceful = (
             self.graceful_pod_deletion and rt.plural == "pods" and rt.group == ""
             and (current.get("spec") or {}).get("nodeName")
@@ -594,6 +611,19 @@ class Rest:
         if not dry_run:
             self._remove(rt, final, propagation)
         return final
+
+    def _shorten_grace(self, rt: ResourceType, current: Obj, old: int, new_s: int, dry_run: bool) -> Obj:
+        """BeforeDelete's shortening: the deletionTimestamp moves back by the difference, never into the past."""
+        meta = _meta(current)
+        when = epoch_of(str(meta.get("deletionTimestamp"))) - (old - new_s)
+        new = dict(current)
+        m = new["metadata"] = dict(meta)
+        m["deletionTimestamp"] = now_rfc3339(max(0.0, when - time.time()))
+        m["deletionGracePeriodSeconds"] = new_s
+        m["resourceVersion"] = str(self.store.next_rv())
+        if not dry_run:
+            self.store.put(rt.storage_key, new, "MODIFIED")
+        return new
 
     def _remove(self, rt: ResourceType, final: Obj, propagation: str) -> None:
         """Remove for good (lock held), then collect dependents and finish a terminating namespace."""

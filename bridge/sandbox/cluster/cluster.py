@@ -226,7 +226,8 @@ class SandboxCluster:
 
         assert self.work_dir is not None
         binaries = Binaries(line_of(self.spec.kubernetes_version))
-        self.plane = ControlPlane(self.work_dir / "cp", binaries, PlaneOptions(host=self.host))
+        self.plane = ControlPlane(self.work_dir / "cp", binaries,
+                                  PlaneOptions(host=self.host, apiserver_args=self.spec.apiserver_args))
         try:
             self.plane.start(timeout=max(1.0, deadline - time.monotonic()))
         except (BinariesMissing, StartError) as err:

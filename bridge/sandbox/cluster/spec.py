@@ -71,6 +71,8 @@ class ClusterSpec:
     # real backend only: real kubelets with containerd and runc (bridge.sandbox.real.node) instead of the kubelet
     # simulators
     real_kubelets: bool = False
+    # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
+    apiserver_args: tuple[str, ...] = ()
 
     @property
     def version(self) -> KubeletVersion:
@@ -135,6 +137,8 @@ def check(spec: ClusterSpec) -> ClusterSpec:
         raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
     if spec.real_kubelets and spec.backend != "real":
         raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
+    if spec.apiserver_args and spec.backend != "real":
+        raise SpecError("apiserver_args are kube-apiserver flags: they need the real backend")
     if spec.backend == "real":
         from bridge.sandbox.real.binaries import line_of
 

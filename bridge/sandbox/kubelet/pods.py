@@ -20,7 +20,11 @@ good by the kubelet) and pkg/kubelet/cm/dra/manager.go. What it reproduces:
 * Termination (the pod finished, or it was deleted: `deletionTimestamp` set, or the object gone): containers are
   stopped (a killed container exits 143), then the DRA claims are unprepared (retried until it works: resources
   must be unprepared after the containers stopped and before the status changes), the device-plugin devices go
-  back (`UpdateAllocatedDevices`), the terminal status is written, and a pod being deleted is deleted for good.
+  back (`UpdateAllocatedDevices`), the terminal status is written, and a pod being deleted is deleted for good:
+  with `gracePeriodSeconds: 0` and the pod's uid as precondition (status_manager.go `syncPod`), the only delete
+  the API server acts on once a graceful deletion is under way (a plain DELETE of a pod with a deletionTimestamp
+  changes nothing: k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real
+  kube-apiserver v1.37.2 until this was so).
 * A kubelet restart (`resync`) forgets which claims were prepared, so every running pod's claims are prepared
   again, as the real kubelet does after a restart.
 * Every `reconcile_period` (60 s) claims still referenced by pods that are no longer active are unprepared
@@ -36,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj, WatchEvent
-from bridge.kube.errors import KubeError, NotFound
+from bridge.kube.errors import Conflict, KubeError, NotFound
 from bridge.kube.events import record_event
 from bridge.kube.watch import Informer
 from bridge.kvalues.quantity import QuantityError, parse_quantity
@@ -384,8 +388,8 @@ class PodRunner:
         self._write_status(rec)
         if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
             try:
-                self.kube.delete(PODS, rec.name, rec.namespace)
-            except NotFound:
+                self.kube.delete(PODS, rec.name, rec.namespace, grace_period_seconds=0, uid=rec.uid)
+            except (NotFound, Conflict):  # gone, or a new pod of the same name (not ours to delete)
                 pass
             except KubeError as err:
                 log.warning("deleting the terminated pod failed", extra={"pod": f"{rec.namespace}/{rec.name}",
