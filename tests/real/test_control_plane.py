@@ -16,8 +16,8 @@ from bridge.kube import connect
 from bridge.kube.api import NODES, PODS
 from bridge.kube.errors import Forbidden
 from bridge.sandbox.cluster import SandboxCluster
-from bridge.sandbox.real.binaries import Binaries
-from tests.real.conftest import require_binaries
+from bridge.sandbox.real.binaries import LINES, Binaries
+from tests.real.conftest import CONTROL_PLANE, require_binaries
 from tests.sandbox_cluster import spec_for_tests
 
 
@@ -29,9 +29,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def cluster(real_137: Binaries) -> Iterator[SandboxCluster]:
-    with SandboxCluster(spec_for_tests(2, backend="real", version="1.37")) as c:
+@pytest.fixture(scope="module", params=["1.37", "1.35"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    require_binaries(request.param, CONTROL_PLANE)
+    with SandboxCluster(spec_for_tests(2, backend="real", version=request.param)).start(timeout=300) as c:
         yield c
 
 
@@ -45,9 +46,10 @@ def kubectl(cluster: SandboxCluster, *args: str) -> str:
 
 
 def test_kubectl_get_raw_version_says_the_pinned_release(cluster: SandboxCluster) -> None:
+    assert cluster.plane is not None
     version = json.loads(kubectl(cluster, "get", "--raw", "/version"))
-    assert version["gitVersion"] == "v1.37.2"
-    assert (version["major"], version["minor"]) == ("1", "37")
+    assert version["gitVersion"] == LINES[cluster.plane.bin.line]  # v1.37.2 / v1.35.4, not v0.0.0-master
+    assert (version["major"], version["minor"]) == ("1", cluster.plane.bin.line.split(".")[1])
 
 
 def test_the_nodes_registered_by_the_stand_in_kubelets_are_ready(cluster: SandboxCluster) -> None:
