@@ -50,6 +50,7 @@ from bridge.sandbox.cluster.webhook import SandboxWebhook
 from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
 
 if TYPE_CHECKING:
+    from bridge.sandbox.real.chartrbac import ChartCredentials
     from bridge.sandbox.real.node import RealNode
     from bridge.sandbox.real.plane import ControlPlane
 
@@ -122,6 +123,7 @@ class SandboxCluster:
         self.work_dir: Path | None = None
         self.server: ApiServer | None = None  # the API emulator (stand-in backend)
         self.plane: ControlPlane | None = None  # the real control plane (real backend)
+        self.credentials: ChartCredentials | None = None  # the chart's ServiceAccounts (real backend, chart_rbac)
         self.nodes: list[SandboxNode] = []
         self.controllers: list[Controller] = []
         self.control_plane = ""
@@ -187,6 +189,13 @@ class SandboxCluster:
         else:
             self.control_plane = (f"kube-scheduler and kube-controller-manager {self.plane.bin.version} (real, "
                                   f"built from source)")
+        if self.plane is not None and self.spec.chart_rbac:
+            from bridge.sandbox.real.chartrbac import ChartCredentials, ChartError
+
+            try:
+                self.credentials = ChartCredentials(self.plane, self._api, Path(self.spec.chart_rbac)).install()
+            except ChartError as err:
+                raise ClusterError(str(err)) from err
         if self.spec.bridge:
             for node in self.nodes:
                 node.daemon = ChildProcess(f"bridge node {node.name}", self._node_argv(node),
@@ -194,10 +203,12 @@ class SandboxCluster:
             for node in self.nodes:
                 self._wait_daemon(node, deadline)
         if self.spec.webhook:
-            self.webhook = SandboxWebhook(self.work_dir, self.kubeconfig, extra_args=self.spec.webhook_args)
+            self.webhook = SandboxWebhook(self.work_dir, self._component_kubeconfig("webhook"),
+                                          extra_args=self.spec.webhook_args)
             self.webhook.start(self._api, timeout=max(1.0, deadline - time.monotonic()))
         if self.spec.controller:
-            self.controller = SandboxController(self.work_dir, self.kubeconfig, interval=self.spec.controller_interval,
+            self.controller = SandboxController(self.work_dir, self._component_kubeconfig("controller"),
+                                                interval=self.spec.controller_interval,
                                                 extra_args=self.spec.controller_args)
             try:
                 self.controller.start(timeout=max(1.0, deadline - time.monotonic()))
@@ -236,6 +247,13 @@ class SandboxCluster:
         self.plane.write_admin_kubeconfig(self.kubeconfig)
         if self.kubeconfig_out is not None:
             self.plane.write_admin_kubeconfig(self.kubeconfig_out)
+
+    def _component_kubeconfig(self, component: str, node: str | None = None) -> Path:
+        """The credentials a bridge component runs with: the admin kubeconfig, or with `chart_rbac` the token of
+        the ServiceAccount the chart gives it (a node daemon's bound to a pod on its node)."""
+        if self.credentials is None:
+            return self.kubeconfig
+        return self.credentials.token_kubeconfig(component, node=node)
 
     def _node_kubeconfig(self, node_name: str) -> Path:
         """The credentials a node's kubelet uses: on the real backend its own client certificate
@@ -381,7 +399,8 @@ class SandboxCluster:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
                 "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
                 "--state-dir", str(node.state_dir), "--cdi-root", str(node.cdi_root),
-                "--kubeconfig", str(self.kubeconfig), "--dra", "on", "--http-address", "off",
+                "--kubeconfig", str(self._component_kubeconfig("node", node.name)), "--dra", "on",
+                "--http-address", "off",
                 "--log-format", "json"]
         if self.spec.split is not None:
             argv += ["--dra-devices", self.spec.split]

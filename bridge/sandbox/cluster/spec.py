@@ -71,6 +71,9 @@ class ClusterSpec:
     # real backend only: real kubelets with containerd and runc (bridge.sandbox.real.node) instead of the kubelet
     # simulators
     real_kubelets: bool = False
+    # real backend only: a chart directory (charts/dra-bridge) whose rendered RBAC and admission policies are
+    # applied, each bridge component then running with its ServiceAccount's token (bridge.sandbox.real.chartrbac)
+    chart_rbac: str | None = None
     # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
     apiserver_args: tuple[str, ...] = ()
 
@@ -135,6 +138,8 @@ def check(spec: ClusterSpec) -> ClusterSpec:
         raise SpecError(f"kubernetes version: {err}") from err
     if spec.backend not in BACKENDS:
         raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if spec.chart_rbac and spec.backend != "real":
+        raise SpecError("the chart's RBAC is enforced by a real API server only (backend=\"real\")")
     if spec.real_kubelets and spec.backend != "real":
         raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
     if spec.apiserver_args and spec.backend != "real":
