@@ -88,10 +88,12 @@ def format_lock(pins: Iterable[Pin], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pip_env() -> dict[str, str]:
-    # The resolution must come from the index alone: a local wheel directory (PIP_FIND_LINKS) could offer wheels
-    # built on this machine, whose hashes nobody else can reproduce.
-    return {k: v for k, v in os.environ.items() if k not in {"PIP_FIND_LINKS", "PIP_NO_INDEX"}}
+def pip_env() -> dict[str, str]:
+    """The environment for pip: the package index alone. A local wheel directory (PIP_FIND_LINKS) could offer wheels
+    built on this machine, whose hashes nobody else can reproduce."""
+    env = {k: v for k, v in os.environ.items() if k not in {"PIP_FIND_LINKS", "PIP_NO_INDEX"}}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
 
 
 def resolve(requirements: Sequence[str], platforms: Sequence[str], *, pip: Sequence[str] | None = None) -> list[Pin]:
@@ -106,7 +108,7 @@ def resolve(requirements: Sequence[str], platforms: Sequence[str], *, pip: Seque
                "--python-version", f"{major}.{minor}", "--implementation", "cp", "--abi", f"cp{major}{minor}"]
         for plat in platforms:
             cmd += ["--platform", plat]
-        proc = subprocess.run([*cmd, *requirements], capture_output=True, text=True, env=_pip_env())
+        proc = subprocess.run([*cmd, *requirements], capture_output=True, text=True, env=pip_env())
         if proc.returncode != 0:
             raise LockError(f"pip could not resolve {list(requirements)} for {platforms[0]}...:\n{proc.stderr}")
         items = json.loads(report.read_text())["install"]

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -49,15 +48,9 @@ def buildenv(cache: Path) -> Path:
     _run([sys.executable, "-m", "venv", str(env)], "creating the build virtualenv")
     _run([str(python), "-m", "pip", "install", "--quiet", "--no-cache-dir", "--require-hashes", "--no-deps",
           "--only-binary", ":all:", "-r", str(recipe.BUILD_LOCK)], "installing image/build-requirements.lock",
-         env=_pip_env())
+         env=lockfile.pip_env())
     (env / ".complete").touch()
     return python
-
-
-def _pip_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"PIP_FIND_LINKS", "PIP_NO_INDEX"}}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return env
 
 
 def copy_tracked_sources(dst: Path) -> None:
@@ -78,7 +71,7 @@ def build_wheel(python: Path, work: Path, epoch: int) -> Path:
     copy_tracked_sources(src)
     _run([str(python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-cache-dir",
           "-w", str(out), str(src)], "building the dra-bridge wheel",
-         env=dict(_pip_env(), SOURCE_DATE_EPOCH=str(epoch)))
+         env=dict(lockfile.pip_env(), SOURCE_DATE_EPOCH=str(epoch)))
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise PyLayerError(f"expected one wheel in {out}, found {[w.name for w in wheels]}")
@@ -115,7 +108,7 @@ def locked_wheels(python: Path, cache: Path, arch: str) -> list[Path]:
                "--abi", "cp" + recipe.PYTHON_VERSION.replace(".", ""), "-d", str(store), "-r", str(recipe.LOCK)]
         for plat in recipe.manylinux_platforms(arch):
             cmd += ["--platform", plat]
-        _run(cmd, "downloading the locked wheels", env=_pip_env())
+        _run(cmd, "downloading the locked wheels", env=lockfile.pip_env())
         found = chosen()
     missing = sorted({p.name for p in pins} - set(found))
     if missing:
