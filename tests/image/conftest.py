@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.append(str(REPO / "scripts"))  # scripts/imagebuild, as scripts/build_image.py imports it
 
 from imagebuild import build, oci  # noqa: E402
 
