@@ -12,7 +12,7 @@ requires the published modules, its go.sum, and `tool` lines naming the main pac
 source is in this repository):
 
 * `kubernetes-v1.37`, `kubernetes-v1.35`: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
-  from `k8s.io/kubernetes`. Its go.mod requires the staging modules at `v0.0.0` with `replace => ./staging/...`; the
+  and kube-proxy from `k8s.io/kubernetes`. Its go.mod requires the staging modules at `v0.0.0` with `replace => ./staging/...`; the
   consumer module replaces each with the published `v0.<minor>.<patch>` (the list is generated from the module's own
   go.mod by `--update`, never by hand). Built as the release does (kubernetes `hack/lib/golang.sh`): CGO off, tags
   `selinux,notest,grpcnotrace`, and the version stamped with `-X k8s.io/component-base/version.gitVersion=…`
@@ -96,7 +96,8 @@ def kubernetes_set(line: str) -> BuildSet:
     cmd = "k8s.io/kubernetes/cmd/"
     return BuildSet(
         name=f"kubernetes-v{line}",
-        programs={p: cmd + p for p in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl")},
+        programs={p: cmd + p for p in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
+                                       "kube-proxy")},
         tags=KUBE_TAGS,
         ldflags=f"-s -w {stamp}",
     )

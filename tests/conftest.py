@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from bridge.sandbox.kubelet import KubeletSimulator
 
 # The whole-cluster fixture (`sandbox_cluster`) for every topic's whole-flow tests.
-pytest_plugins = ["tests.sandbox_cluster"]
+pytest_plugins = ["tests.sandbox_cluster", "tests.imagebuilt"]
 
 
 @pytest.fixture

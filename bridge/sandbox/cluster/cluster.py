@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from bridge.sandbox.real.chartrbac import ChartCredentials
     from bridge.sandbox.real.node import RealNode
     from bridge.sandbox.real.plane import ControlPlane
+    from bridge.sandbox.real.proxy import KubeProxy
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class SandboxCluster:
         self.server: ApiServer | None = None  # the API emulator (stand-in backend)
         self.plane: ControlPlane | None = None  # the real control plane (real backend)
         self.credentials: ChartCredentials | None = None  # the chart's ServiceAccounts (real backend, chart_rbac)
+        self.proxy: KubeProxy | None = None  # kube-proxy for the real nodes' Services (real backend, services)
         self.nodes: list[SandboxNode] = []
         self.controllers: list[Controller] = []
         self.control_plane = ""
@@ -238,7 +240,8 @@ class SandboxCluster:
         assert self.work_dir is not None
         binaries = Binaries(line_of(self.spec.kubernetes_version))
         self.plane = ControlPlane(self.work_dir / "cp", binaries,
-                                  PlaneOptions(host=self.host, apiserver_args=self.spec.apiserver_args))
+                                  PlaneOptions(host=self.host, apiserver_args=self.spec.apiserver_args,
+                                               apiserver_bind="0.0.0.0" if self.spec.services else None))
         try:
             self.plane.start(timeout=max(1.0, deadline - time.monotonic()))
         except (BinariesMissing, StartError) as err:
@@ -299,6 +302,17 @@ class SandboxCluster:
             raise ClusterError(f"a real node did not start: {failed[0]}") from failed[0]
         for node in self.nodes:
             self._wait_node_ready(node.name, deadline)
+        if self.spec.services:
+            from bridge.sandbox.real.proxy import KubeProxy, ProxyError
+
+            self.proxy = KubeProxy(self.work_dir / "kube-proxy", self.plane.bin,
+                                   kubeconfig=self.plane.kubeconfig_for("kube-proxy", "system:kube-proxy"),
+                                   node_name=self.nodes[0].name, cluster_cidr="10.64.0.0/10")
+            try:
+                self.proxy.start(max(1.0, deadline - time.monotonic()))
+            except ProxyError as err:
+                self.proxy = None
+                raise ClusterError(str(err)) from err
 
     def _wait_node_ready(self, name: str, deadline: float) -> None:
         last = "not registered"
@@ -417,7 +431,7 @@ class SandboxCluster:
                 del argv[i:i + 2]
             node.http_port = free_port()
             argv[argv.index("--http-address") + 1] = f"127.0.0.1:{node.http_port}"
-            argv += ["--dev-root", str(node.real.dev_root), "--driver-root", str(node.real.driver_root),
+            argv += ["--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
                      "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
             return node.real.ns.enter(argv + list(self.spec.node_args))
         return argv + list(self.spec.node_args)
@@ -457,6 +471,9 @@ class SandboxCluster:
             c.stop(5.0)
         self.controllers = []
         problems: list[str] = []
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
         for node in self.nodes:
             if node.kubelet is not None:
                 node.kubelet.stop()
@@ -518,7 +535,7 @@ class SandboxCluster:
                  f"control plane {self.control_plane}"]
         for n in self.nodes:
             if n.real is not None:
-                lines.append(f"node {n.name}: {n.spec.gpus} (fake device and driver files under {n.real.dev_root}), "
+                lines.append(f"node {n.name}: {n.spec.gpus} (fake device and driver files at its /run/nvidia/driver), "
                              f"real kubelet and containerd in its own mount namespace; its /var/lib, /run, "
                              f"/var/log are {n.root}/var-lib, run, log; logs {n.root}/kubelet.log, "
                              f"{n.root}/containerd/containerd.log")

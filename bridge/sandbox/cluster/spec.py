@@ -74,6 +74,9 @@ class ClusterSpec:
     # real backend only: a chart directory (charts/dra-bridge) whose rendered RBAC and admission policies are
     # applied, each bridge component then running with its ServiceAccount's token (bridge.sandbox.real.chartrbac)
     chart_rbac: str | None = None
+    # real kubelets only: Services for the pods (one real kube-proxy in nftables mode; the API server listens on
+    # this machine's address, the `kubernetes` Service's endpoint), so in-cluster clients reach it (the chart)
+    services: bool = False
     # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
     apiserver_args: tuple[str, ...] = ()
 
@@ -140,6 +143,8 @@ def check(spec: ClusterSpec) -> ClusterSpec:
         raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
     if spec.chart_rbac and spec.backend != "real":
         raise SpecError("the chart's RBAC is enforced by a real API server only (backend=\"real\")")
+    if spec.services and not spec.real_kubelets:
+        raise SpecError("Services (kube-proxy) are for real kubelets' pods (real_kubelets=True)")
     if spec.real_kubelets and spec.backend != "real":
         raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
     if spec.apiserver_args and spec.backend != "real":

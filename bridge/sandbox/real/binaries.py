@@ -23,7 +23,7 @@ from pathlib import Path
 LINES = {"1.37": "v1.37.2", "1.35": "v1.35.4"}
 DEFAULT_LINE = "1.37"
 
-CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kube-proxy")
 KUBELET = ("kubelet",)
 ETCD = ("etcd",)
 NODE = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "bridge", "loopback", "host-local", "portmap",

@@ -1,14 +1,14 @@
-"""Simulated GPUs whose files are real: each real node gets a device root with character device nodes and a driver
-root laid out like a host driver install, so that the runtime really gives a container what our CDI specs say.
+"""Simulated GPUs whose files are real: each real node gets a driver root laid out as the GPU Operator's driver
+container leaves it, at the node's `/run/nvidia/driver` (the driver container's root filesystem, which holds the
+device nodes too), so that the runtime really gives a container what our CDI specs say and the chart's documented
+GPU Operator values (`driverRoot` and `devRoot` both `/run/nvidia/driver`) work unchanged:
 
-* device root `<node>/gpu/dev/`: `nvidia<minor>` (major 195, as NVIDIA's kernel module registers them), `nvidiactl`
-  (195:255), `nvidia-uvm` and `nvidia-uvm-tools` (a dynamic major on a real machine; 235 here), made with mknod;
-  the bridge reads them with `--dev-root <node>/gpu`;
-* driver root `<node>/gpu/driver/`: the user-space files of one driver version where a distribution package puts
-  them (`usr/lib/x86_64-linux-gnu/lib*.so.<version>` with their soname links, `usr/bin/nvidia-smi`, GSP firmware),
-  read with `--driver-root <node>/gpu/driver`. The libraries are small placeholder files (no GPU here to drive);
-  `nvidia-smi` is a shell script that lists the GPUs whose device nodes the container has, so a container's own
-  output shows which GPUs it got.
+* `dev/`: `nvidia<minor>` (major 195, as NVIDIA's kernel module registers them), `nvidiactl` (195:255),
+  `nvidia-uvm` and `nvidia-uvm-tools` (a dynamic major on a real machine; 235 here), made with mknod;
+* the user-space files of one driver version where a distribution package puts them
+  (`usr/lib/x86_64-linux-gnu/lib*.so.<version>` with their soname links, `usr/bin/nvidia-smi`, GSP firmware). The
+  libraries are small placeholder files (no GPU here to drive); `nvidia-smi` is a shell script that lists the GPUs
+  whose device nodes the container has, so a container's own output shows which GPUs it got.
 
 The version is the simulated source's (`bridge.inventory.simulated.DEFAULT_DRIVER_VERSION`), which is what NVML
 would report, so the daemon's driver discovery finds exactly these files.
@@ -45,14 +45,14 @@ def _mknod(path: Path, major: int, minor: int) -> None:
     os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
 
 
-def make_gpu_files(root: Path, minors: range, version: str = DEFAULT_DRIVER_VERSION) -> tuple[Path, Path]:
-    """Create `root/dev/...` and `root/driver/...`; returns (dev root, driver root)."""
+def make_gpu_files(root: Path, minors: range, version: str = DEFAULT_DRIVER_VERSION) -> Path:
+    """Create the device nodes and driver files under `root` (the dev root and the driver root)."""
     for m in minors:
         _mknod(root / "dev" / f"nvidia{m}", NVIDIA_MAJOR, m)
     _mknod(root / "dev" / "nvidiactl", NVIDIA_MAJOR, 255)
     _mknod(root / "dev" / "nvidia-uvm", UVM_MAJOR, 0)
     _mknod(root / "dev" / "nvidia-uvm-tools", UVM_MAJOR, 1)
-    driver = root / "driver"
+    driver = root
     lib = driver / LIBDIR
     lib.mkdir(parents=True, exist_ok=True)
     for stem, soname in LIBRARIES.items():
@@ -67,4 +67,4 @@ def make_gpu_files(root: Path, minors: range, version: str = DEFAULT_DRIVER_VERS
     fw = driver / "lib/firmware/nvidia" / version / "gsp_ga10x.bin"
     fw.parent.mkdir(parents=True, exist_ok=True)
     fw.write_bytes(b"placeholder firmware\n")
-    return root, driver
+    return root

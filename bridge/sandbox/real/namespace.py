@@ -58,6 +58,11 @@ class NodeNamespace:
         for sub, target in BINDS:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
             script.append(f"mount --bind {shlex.quote(str(self.dir / sub))} {target}")
+        # "/" shared inside the node, as systemd makes it on a real node: a hostPath volume mounted with
+        # HostToContainer (the chart mounts the host's "/" so) needs a shared or slave source ("path "/" is mounted
+        # on "/" but it is not a shared or slave mount", seen from containerd), and this machine's is private. The
+        # peer group is the namespace's own: nothing propagates back to the machine.
+        script.append("mount --make-rshared /")
         script.append("exec sleep infinity")
         self.holder = ChildProcess(f"namespace of {self.name}",
                                    ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",

@@ -6,7 +6,7 @@ runc and CNI (`containerd`), and a real kubelet (`kubelet`), all under the node'
     node.ns.enter(argv)  # a command run inside the node (its /var/lib, /run, /var/log: namespace.py)
     node.kubelet_root   # the node's /var/lib/kubelet as the host sees it (device-plugins/, plugins_registry/, ...)
     node.cdi_root       # the node's /var/run/cdi, the only CDI directory its containerd reads
-    node.dev_root, node.driver_root   # the fake GPU files: `bridge node --dev-root / --driver-root`
+    node.dev_root, node.driver_root   # the fake GPU files (the node's /run/nvidia/driver, as the host sees it)
     node.stop()         # pods, kubelet, containerd, shims, the bridge interface, cgroups, mounts: nothing left
 
 Start order is the one a node boots in: its namespace and files, the runtime (with the images imported: nothing
@@ -94,20 +94,23 @@ class RealNode:
         """The node daemon's default --state-dir, /var/lib/dra-bridge, as the host sees it."""
         return self.ns.host_path("/var/lib/dra-bridge")
 
+    GPU_ROOT = "/run/nvidia/driver"  # inside the node: the GPU Operator's driver root, which holds dev/ too
+
     @property
     def dev_root(self) -> Path:
-        return self.dir / "gpu"
+        """The fake GPU files (device nodes and driver) as the host sees them; the node sees `GPU_ROOT`."""
+        return self.ns.host_path(self.GPU_ROOT)
 
     @property
     def driver_root(self) -> Path:
-        return self.dir / "gpu" / "driver"
+        return self.dev_root
 
     @property
     def podresources_socket(self) -> Path:
         return self.kubelet_root / "pod-resources" / "kubelet.sock"
 
     def start(self, timeout: float) -> RealNode:
-        make_gpu_files(self.dev_root, range(self.gpus))
+        make_gpu_files(self.dev_root, range(self.gpus))  # under the node's /run, before its namespace mounts it
         self.ns.start(timeout)
         self.containerd.start(timeout)
         for image in self.images:

@@ -50,7 +50,10 @@ class PlaneOptions:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     runtime_config: dict[str, str] = field(default_factory=dict)  # e.g. {"resource.k8s.io/v1beta2": "true"}
     apiserver_args: tuple[str, ...] = ()
-    host: str = "127.0.0.1"  # where every component listens
+    host: str = "127.0.0.1"  # where every component listens (and clients connect)
+    # where kube-apiserver listens instead of `host`: "0.0.0.0" when pods must reach it at the advertised address
+    # (the `kubernetes` Service's endpoint)
+    apiserver_bind: str | None = None
     advertise_address: str | None = None  # the `kubernetes` Service's endpoint (default: this machine's address)
 
 
@@ -130,10 +133,11 @@ class ControlPlane:
         host = self.options.host
         self.ca = ca = TinyCA(self.pki_dir)
         sa = service_account_keys(self.pki_dir)
+        advertise = self.options.advertise_address or primary_ipv4()
         serving = ca.issue("apiserver", common_name="kube-apiserver", server=True,
                            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                                       "kubernetes.default.svc.cluster.local"),
-                           ips=(host, "127.0.0.1", SERVICE_IP))
+                           ips=tuple(dict.fromkeys((host, "127.0.0.1", SERVICE_IP, *([advertise] if advertise else [])))))
         self.admin = ca.client("admin", "kubernetes-admin", "system:masters")
         kubelet_client = ca.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
 
@@ -150,11 +154,10 @@ class ControlPlane:
         self._run(etcd, deadline)
 
         self.port = free_port(host)
-        advertise = self.options.advertise_address or primary_ipv4()
         args = [
             str(self.bin.path("kube-apiserver")),
             f"--etcd-servers=http://{host}:{etcd_port}",
-            f"--bind-address={host}", f"--secure-port={self.port}",
+            f"--bind-address={self.options.apiserver_bind or host}", f"--secure-port={self.port}",
             # kube-apiserver refuses a loopback advertise address for the `kubernetes` Service's endpoints
             # (kubernetes `pkg/controlplane/reconcilers`: "may not be in the loopback range"): advertise this
             # machine's address, or keep no endpoints at all on a machine without one
