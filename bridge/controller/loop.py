@@ -213,10 +213,7 @@ class Controller:
                      sum(decision.pending_pods.values()), decision.pending_gpus["legacy"],
                      decision.pending_gpus["dra"], len(decision.changes), decision.moves, len(decision.blocked))
         written = self.writer.apply(decision.changes, state.nodes, self.is_leader)
-        changed = {c.node for c in decision.changes}
-        for v in state.views:
-            if v.name not in changed:
-                self.writer.forget_dry_run(v.name)
+        self.writer.forget_dry_runs_except({c.node for c in decision.changes})
         self.writer.report_blocked(decision.blocked, state.pending_pods, self.is_leader)
         if not self.options.dry_run:
             self.memory = self.memory.after(replace(decision, changes=tuple(written)), now)
