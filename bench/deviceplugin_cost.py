@@ -8,7 +8,8 @@ node` wires it with DRA on, "no-ledger" = the same plugin without it, "echo" = t
 unix socket), the client is a gRPC stub in the same process, and the whole process runs under
 `valgrind --tool=callgrind`; callgrind dumps its counters whenever the process calls `os.getppid` (the phase
 marker; nothing on these paths calls it). Phases, after a warm-up of every server: `--calls` Allocates (1 GPU) to
-echo, to no-ledger, to ours, twice over (the second pass shows how well the counts repeat). Each count includes the
+echo, to no-ledger, to ours, three times over (the passes show how well the counts repeat: a garbage collection or
+a background thread's wake-up lands in one of them; the summary takes the median). Each count includes the
 client's side of the call and every thread of the process, so the difference between two servers is exact and
 their ratio understates the server's share; "guard" is ours - no-ledger, what the ledger adds per Allocate.
 Also counted, in-process without gRPC: the pure `guard_allocate` (the fast path, one set lookup in the ledger's
@@ -23,6 +24,7 @@ import logging
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from callgrind import MARKER, totals  # noqa: E402
 
 SERVERS = ("echo", "no-ledger", "ours")
 PURE = ("guard_allocate (snapshot)", "allocate_per_device", "SplitController.guard_allocate")
-PASSES = 2
+PASSES = 3
 
 
 def inner(calls: int) -> None:
@@ -114,6 +116,9 @@ def main() -> None:
         print(f"  pass {i + 1}: " + "   ".join(f"{k} {v:>10,.0f}" for k, v in per.items())
               + f"   guard (ours - no-ledger) {per['ours'] - per['no-ledger']:>8,.0f}   ours/echo "
                 f"{per['ours'] / per['echo']:.3f}   no-ledger/echo {per['no-ledger'] / per['echo']:.3f}")
+    med = {k: statistics.median(p[k] for p in passes) for k in SERVERS}
+    print(f"  median: guard (ours - no-ledger) {med['ours'] - med['no-ledger']:,.0f}   ours/echo "
+          f"{med['ours'] / med['echo']:.3f}   no-ledger/echo {med['no-ledger'] / med['echo']:.3f}")
     for k, v in pure.items():
         print(f"  in-process {k:<32} {v:>10,.0f}")
 
