@@ -48,7 +48,7 @@ from bridge.controller.demand import (
     pod_rank,
     pod_requests,
 )
-from bridge.controller.model import NodeView
+from bridge.controller.model import NodeView, PendingPod
 from bridge.controller.nodestatus import POOL_LABEL, SPLIT_KEY, STATUS_KEY, node_view
 from bridge.kvalues.quantity import quantity_int
 
@@ -129,9 +129,12 @@ class ClusterState:
         self._template_readers: dict[str, set[str]] = {}
         self._owners: dict[str, str] = {}  # claim -> the pending pod it counts for
         self._demand: dict[str, Demand] = {}  # pending pod -> its demand
+        self._pending: dict[str, PendingPod] = {}  # every pending pod's demand, by PendingPod.key
+        self._skipped: dict[str, tuple[str, ...]] = {}  # pending pod -> its notes, when it has any
         # Derived state, recomputed by `state()` for what is stale.
         self._views: dict[str, NodeView] = {}
         self._order: list[str] = []  # GPU node names, sorted
+        self._view_list: list[NodeView] = []  # their views, in that order
         self._stale_nodes: set[str] = set()
         self._stale_demand: set[str] = set()
         self._stale_owners: set[str] = set()
@@ -219,8 +222,7 @@ class ClusterState:
                 if not readers:
                     del self._template_readers[t]
             del self._rank[key]
-            if self._demand.pop(key, None) is not None:
-                self._demand_total = None
+            self._forget_demand(key)
         self._stale_demand.discard(key)
 
     def _claim(self, key: str, obj: Obj | None) -> None:
@@ -262,9 +264,17 @@ class ClusterState:
         self._refresh()
         demand = self._demand_total
         if demand is None:
-            demand = self._demand_total = Demand(tuple(p for d in self._demand.values() for p in d.pending),
-                                                 tuple(s for d in self._demand.values() for s in d.skipped))
+            skipped = tuple(s for notes in self._skipped.values() for s in notes)
+            demand = self._demand_total = Demand(tuple(self._pending.values()), skipped)
         return State(self._views_tuple, demand, dict(self._nodes), dict(self._pending_pods))
+
+    def _forget_demand(self, key: str) -> None:
+        old = self._demand.pop(key, None)
+        if old is not None:
+            for p in old.pending:
+                del self._pending[p.key]
+            self._skipped.pop(key, None)
+            self._demand_total = None
 
     def _refresh(self) -> None:
         for claim in self._stale_owners:
@@ -277,7 +287,13 @@ class ClusterState:
                 self._stale_demand.update(k for k in (owner, before) if k is not None and k in self._rank)
         self._stale_owners.clear()
         for key in self._stale_demand:
-            self._demand[key] = pod_demand(self._pods[key], self._claims, self._templates, self._owners, self.names)
+            self._forget_demand(key)
+            d = self._demand[key] = pod_demand(self._pods[key], self._claims, self._templates, self._owners,
+                                               self.names)
+            for p in d.pending:
+                self._pending[p.key] = p
+            if d.skipped:
+                self._skipped[key] = d.skipped
             self._demand_total = None
         self._stale_demand.clear()
         if not self._stale_nodes:
@@ -285,17 +301,20 @@ class ClusterState:
         for name in self._stale_nodes:
             obj = self._nodes.get(name)
             had = name in self._views
+            at = bisect.bisect_left(self._order, name)
             if obj is not None and is_gpu_node(obj, self.names):
-                self._views[name] = node_view(obj, allocated=set(self._allocated.get(name, ())),
-                                              legacy_requested=self._requested.get(name, 0),
-                                              pool_label=self.pool_label)
-                if not had:
-                    bisect.insort(self._order, name)
+                view = self._views[name] = node_view(obj, allocated=set(self._allocated.get(name, ())),
+                                                     legacy_requested=self._requested.get(name, 0),
+                                                     pool_label=self.pool_label)
+                if had:
+                    self._view_list[at] = view
+                else:
+                    self._order.insert(at, name)
+                    self._view_list.insert(at, view)
             elif had:
-                del self._views[name]
-                del self._order[bisect.bisect_left(self._order, name)]
+                del self._views[name], self._order[at], self._view_list[at]
         self._stale_nodes.clear()
-        self._views_tuple = tuple(self._views[n] for n in self._order)
+        self._views_tuple = tuple(self._view_list)
 
     def reload(self) -> None:
         """Derive everything again from the objects (the full rebuild, through the same per-object steps)."""
