@@ -14,6 +14,7 @@ Two path worlds meet in these values, and mixing them is the classic bug of CDI 
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from pathlib import Path
 CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
+@functools.lru_cache(maxsize=1024)  # every Allocate joins the same few device paths
 def join_host(root: str, path: str) -> str:
     """`("/run/nvidia/driver", "/usr/lib/x.so")` -> `"/run/nvidia/driver/usr/lib/x.so"`; root `/` leaves it."""
     if root in ("", "/"):

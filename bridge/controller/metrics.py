@@ -38,6 +38,8 @@ class ControllerMetrics:
         self.policy_errors = Counter(p + "policy_errors", "Policy documents refused", registry=r)
         self.unreadable_nodes = Gauge(p + "unreadable_nodes", "GPU nodes whose split-status annotation cannot be "
                                       "read (left alone)", registry=r)
+        self.state_mismatches = Counter(p + "state_mismatches", "Incremental cluster states a full rebuild corrected",
+                                        registry=r)
         for api in APIS:
             for g in (self.pending_gpus, self.pending_pods, self.free_gpus):
                 g.labels(api=api).set(0)

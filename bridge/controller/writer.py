@@ -184,8 +184,11 @@ class Writer:
         for gone in [n for n in self._unreadable_told if n not in current]:
             del self._unreadable_told[gone]
 
-    def forget_dry_run(self, node: str) -> None:
-        self._dry_recorded.pop(node, None)
+    def forget_dry_runs_except(self, nodes: set[str]) -> None:
+        """Forget the would-be changes recorded for every node but `nodes` (the ones the last decision changes):
+        a node the controller stopped wanting to change gets its record again when it wants to once more."""
+        for node in [n for n in self._dry_recorded if n not in nodes]:
+            del self._dry_recorded[node]
 
 
 __all__ = ["Writer"]

@@ -156,6 +156,7 @@ class SplitController:
         self._status_error = ""
         self._status_dirty = False
         self._eval_lock = threading.Lock()  # one evaluation at a time (the guards take only `_lock`)
+        self._who_second, self._who = -1, ""  # _allocate_who's cache (under `_lock`)
         self._save_error: CheckpointErrorStatus | None = None  # set while split changes cannot be saved
         self._save_failures = 0  # consecutive failed split writes (the backoff's exponent)
         self._save_retry_at: float | None = None
@@ -209,8 +210,7 @@ class SplitController:
         """The device plugin's Allocate guard: [] = allowed (and recorded as a holder), else the refusals."""
         now = self._clock()
         with self._lock:
-            new, refusals, events = guard_allocate(self._ledger, ids, now, self.cfg,
-                                                   who=f"a device-plugin Allocate at {_now_rfc3339(self._wall())}")
+            new, refusals, events = guard_allocate(self._ledger, ids, now, self.cfg, who=self._allocate_who())
             if refusals:
                 self._note_refusals("allocate", refusals)
                 return refusals
@@ -225,6 +225,13 @@ class SplitController:
         if events:
             self._after_guard(events)
         return []
+
+    def _allocate_who(self) -> str:
+        """The holder text of an answered Allocate, stamped to the second (built once per second: the hot path)."""
+        second = int(self._wall())
+        if second != self._who_second:
+            self._who_second, self._who = second, f"a device-plugin Allocate at {_now_rfc3339(second)}"
+        return self._who
 
     def guard_prepare(self, uuids: Sequence[str], claim: str, uid: str) -> list[Refusal]:
         """NodePrepareResources' guard for one claim ("ns/name", UID): [] = allowed, else per-device refusals.
