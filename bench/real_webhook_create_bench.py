@@ -6,8 +6,8 @@ translates vs one it does not see, in the same run, at a steady rate and in a bu
 Needs the real control plane (`scripts/build_real.py`). One node (a kubelet simulator: no pod here ever runs) with
 our `bridge node`, and our `bridge webhook` registered as the chart registers it (`namespaceSelector` on
 `dra-bridge.io/mode`, `matchConditions`, fail open, TLS with its own CA bundle). Two namespaces:
-  dra     labelled `dra-bridge.io/mode: dra`: the API server calls the webhook, which translates the pod (the
-          legacy request becomes a claim from a ResourceClaimTemplate; the template is created by the first pod)
+  dra     labelled `dra-bridge.io/mode: dra`: the API server calls the webhook, which translates the pod (on 1.37
+          its `auto` target is `extended`: `nvidia.com/gpu` becomes `deviceclass.resource.kubernetes.io/<class>`)
   plain   no label: the namespaceSelector leaves the webhook out (no call, no TLS)
 The pod: one container asking `nvidia.com/gpu: 1`, no nodeName (a preset nodeName is a pod the webhook refuses to
 translate, so its review would be the cheap path), and a scheduling gate.
@@ -17,7 +17,7 @@ Why a gate, and two modes (all four phases run in one process, one after another
   them (the pods never run; nothing else is started by them), so what the two namespaces differ in is the webhook
   call. Not isolated: kube-controller-manager's claim controller makes a ResourceClaim for each translated pod (a
   cost of the translation, on the API server during the run, paid by both namespaces' creates alike since they
-  interleave). Each phase's pods are deleted afterwards (ungated, unbound pods go at once).
+  interleave; with the `extended` target kube-scheduler would make it, and gated pods are not scheduled). Each phase's pods are deleted afterwards (ungated, unbound pods go at once).
 * `dry-run` creates (`dryRun=All`) run the same admission chain and validation and store nothing: no controller
   reacts, the webhook skips its side effects (`sideEffects: NoneOnDryRun`; the template exists by then anyway),
   so the difference is the admission path alone: the API server's webhook dispatch, TLS to the webhook, our
@@ -197,7 +197,7 @@ def main() -> int:
             print("warm-up creates failed", file=sys.stderr)
             return 1
         translated = cluster.api.get(PODS, "warm-0", NS["dra"])
-        if not translated["spec"].get("resourceClaims"):
+        if "nvidia.com/gpu" in json.dumps(translated["spec"]["containers"][0].get("resources")):
             print(f"the webhook did not translate the warm-up pod: {translated['metadata'].get('annotations')}",
                   file=sys.stderr)
             return 1
