@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 import statistics
 import sys
@@ -49,7 +50,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.realbench import AdminHttps, Samples, hist_sum, load, parse_metrics, pct, summary  # noqa: E402
+from bench.realbench import (  # noqa: E402
+    AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, summary)
 from bridge.kube import PODS  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
 from tests.real.realnodes import ensure_namespace  # noqa: E402
@@ -126,6 +128,33 @@ def run_phase(cluster: SandboxCluster, creates: list[tuple[str, bytes]], *, rate
     return out
 
 
+class Connections(threading.Thread):
+    """Samples /proc/net/tcp every 50 ms: the API server's established connections to the webhook's port (how
+    many at once, how many distinct ones over the phase: one per call would mean a TLS handshake per call)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = f"{port:04X}"
+        self.peers: set[str] = set()
+        self.most = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.05):
+            now = set()
+            for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+                try:
+                    lines = open(path).read().splitlines()[1:]
+                except OSError:
+                    continue
+                for line in lines:
+                    f = line.split()
+                    if f[1].endswith(":" + self.port) and f[3] == "01":
+                        now.add(f[2])
+            self.peers |= now
+            self.most = max(self.most, len(now))
+
+
 def scrape(cluster: SandboxCluster, https: AdminHttps) -> Samples:
     import http.client
 
@@ -165,6 +194,12 @@ def show(title: str, results: list[tuple[str, float, int]], before: Samples, aft
     return d50, d99
 
 
+def show_process(cpu: dict[str, float], wall: float, conns: Connections) -> None:
+    print("  CPU seconds in the phase: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+          + f" (wall {wall:.1f}s, 2 CPUs: {2 * wall:.1f} CPU-s in all)")
+    print(f"  API server -> webhook connections: {len(conns.peers)} distinct, at most {conns.most} at once")
+
+
 def cleanup(cluster: SandboxCluster) -> None:
     for ns in NS.values():
         cluster.api.delete_collection(PODS, ns, label_selector="bench=webhook-create")
@@ -182,6 +217,11 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=500, help="creates per namespace in each burst")
     ap.add_argument("--workers", type=int, default=32, help="client connections")
     ap.add_argument("--modes", default="dry-run,stored", help="which kinds of create to run (dry-run, stored)")
+    ap.add_argument("--py-spy", metavar="FILE", help="record the webhook process with py-spy (raw format, "
+                    "non-blocking) over the measured phases")
+    ap.add_argument("--extra-rates", type=lambda v: [float(x) for x in v.split(",") if x], default=[10.0],
+                    help="steady rates to run first as references (default 10: what this machine sustains "
+                         "without queueing; '' for none)")
     args = ap.parse_args()
     spec = ClusterSpec(nodes=(NodeSpec("node-0", "8xH100-80GB", split="4"),), kubernetes_version="1.37",
                        backend="real", bridge=True, webhook=True)
@@ -203,6 +243,31 @@ def main() -> int:
             return 1
         cleanup(cluster)
         summary_rows = []
+        pids = {c.name: [c.child.pid] for c in (cluster.plane.components if cluster.plane else []) if c.child.pid}
+        if cluster.webhook is not None and cluster.webhook.process is not None and cluster.webhook.process.pid:
+            pids["webhook"] = [cluster.webhook.process.pid]
+        pids["this client"] = [os.getpid()]
+        spy = None
+        if args.py_spy and "webhook" in pids:
+            import subprocess
+
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p",
+                                    str(pids["webhook"][0]), "-o", args.py_spy, "--format", "raw", "-r", "200",
+                                    "--idle", "--nonblocking", "--threads"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for rate in args.extra_rates:
+            for mode in args.modes.split(","):
+                dry = mode == "dry-run"
+                title = f"steady {rate:g}/s, {mode} (unsaturated reference)"
+                before = scrape(cluster, https)
+                print(f"\n[{title}] {load()}", flush=True)
+                t = time.monotonic()
+                results = run_phase(cluster, plan(int(rate * args.seconds / 2), f"r{int(rate)}{int(dry)}"),
+                                    rate=rate, workers=8, dry_run=dry)
+                after = scrape(cluster, https)
+                summary_rows.append((title, *show(title, results, before, after, time.monotonic() - t - 1.0)))
+                if not dry:
+                    cleanup(cluster)
         for mode in args.modes.split(","):
             dry = mode == "dry-run"
             phases: list[tuple[str, Callable[[], list[tuple[str, float, int]]]]] = [
@@ -216,17 +281,26 @@ def main() -> int:
             for title, phase in phases:
                 before = scrape(cluster, https)
                 print(f"\n[{title}] {load()}", flush=True)
+                conns = Connections(cluster.webhook.port if cluster.webhook is not None else 0)
+                conns.start()
+                cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
                 t = time.monotonic()
                 results = phase()
                 wall = time.monotonic() - t - 1.0
+                cpu = {k: cpu_seconds(v) - cpu0[k] for k, v in pids.items()}
+                conns.done.set()
                 after = scrape(cluster, https)
                 summary_rows.append((title, *show(title, results, before, after, wall)))
+                show_process(cpu, wall, conns)
                 if not dry:
                     cleanup(cluster)
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(60)
         print(f"\n{load()}")
         print("summary (dra - plain, ms):")
         for title, d50, d99 in summary_rows:
-            print(f"  {title:<36} p50 {d50:+7.1f}  p99 {d99:+7.1f}   {'meets' if d99 <= 3 else 'MISSES'} +3 ms at p99")
+            print(f"  {title:<48} p50 {d50:+7.1f}  p99 {d99:+7.1f}   {'meets' if d99 <= 3 else 'MISSES'} +3 ms at p99")
     finally:
         cluster.stop()
     return 0
