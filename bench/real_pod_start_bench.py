@@ -188,11 +188,9 @@ def deltas(before: Samples, after: Samples) -> dict[str, float]:
 
 
 def _grpc(samples: Samples) -> tuple[float, float]:
-    s = sum(v for (n, lab), v in samples.items() if n == f"{GRPC}_sum" and dict(lab).get("method_name", "")
-            .endswith("NodePrepareResources"))
-    c = sum(v for (n, lab), v in samples.items() if n == f"{GRPC}_count" and dict(lab).get("method_name", "")
-            .endswith("NodePrepareResources"))
-    return s, c
+    """(`_sum`, `_count`) of the kubelet's gRPC histogram for NodePrepareResources (either API version)."""
+    ours = {k: v for k, v in samples.items() if dict(k[1]).get("method_name", "").endswith("NodePrepareResources")}
+    return total(ours, f"{GRPC}_sum"), total(ours, f"{GRPC}_count")
 
 
 def pod(kind: str, name: str) -> dict[str, Any]:
@@ -287,7 +285,7 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
             f"{k} {statistics.fmean([s.deltas.get(key, 0.0) for s in by[k]]):.2f}" for k in KINDS if by[k]))
     inside, count = first_bucket(final)
     print(f"\nkubelet {PREPARE}{{PrepareResources}}: {inside:.0f} of {count:.0f} in its first bucket (<= 100 ms; "
-          f"its buckets cannot resolve 10 ms: the per-pod figures above are exact)")
+          f"every pod's, with claims or not; its buckets cannot resolve 10 ms: the per-pod figures above are exact)")
     prep = [s.deltas["prepare"] for s in samples if s.kind != "legacy" and s.deltas.get("prepare_n") == 1]
     if prep:
         print(f"kubelet-measured prepare p99 {pct(prep, 99) * 1000:.1f} ms (goal <= 10 ms)")
