@@ -2,12 +2,14 @@
 
 One watch per node daemon, on pods with the field selector `spec.nodeName=<node>` (what the kubelet itself
 watches), plus a GET per claim those pods reference: never a cluster-wide claim watch, which every node would
-receive in full (5,000 nodes x every claim change). Claims are read when a pod first references them, again when
-the pod ends (the claim controller deallocates a claim whose pods are gone), after a failed read, and on
-`refresh_claims()` (before a device leaves the DRA side). A claim's allocation is written by the scheduler before
-it binds the pod (PreBind, then Bind), so by the time a pod is seen here its claims are allocated; claims
-allocated for a pod the scheduler has not bound yet are covered by the split's grace and by prepare taking a
-device back (`bridge.ledger.guard_prepare`).
+receive in full (5,000 nodes x every claim change). `on_change` is called once per watch event (or refresh) that
+changed anything, after its claim reads: a new DRA pod is one change to the split, not one for the pod and one for
+its claim (two evaluations, each a PodResources List on the kubelet while it starts that pod). Claims are read
+when a pod first references them, again when the pod ends (the claim controller deallocates a claim whose pods
+are gone), after a failed read, and on `refresh_claims()` (before a device leaves the DRA side). A claim's
+allocation is written by the scheduler before it binds the pod (PreBind, then Bind), so by the time a pod is seen
+here its claims are allocated; claims allocated for a pod the scheduler has not bound yet are covered by the
+split's grace and by prepare taking a device back (`bridge.ledger.guard_prepare`).
 
 Which claims a pod uses (core/v1 Pod): `spec.resourceClaims[].resourceClaimName` (a claim by name),
 `status.resourceClaimStatuses[].resourceClaimName` (claims generated from templates) and, with
@@ -193,8 +195,9 @@ class NodePods:
                     elif p.terminal and c.devices and now >= self._ended_read.get((p.namespace, n), 0.0):
                         keys.add((p.namespace, n))
                         self._ended_read[(p.namespace, n)] = now + ended_interval_s
-        for ns, name in sorted(keys):
-            self._read_claim(ns, name)
+        changed = [self._read_claim(ns, name) for ns, name in sorted(keys)]
+        if any(changed):
+            self.on_change()
 
     # ---- watch -------------------------------------------------------------------------------------------------
 
@@ -214,12 +217,12 @@ class NodePods:
         reread: Sequence[str] = ()
         if ev.type != "DELETED" and old is not None and view.terminal and not old.terminal:
             reread = view.claims  # the pod ended: its claims may be deallocated now
-        for ns, name in unread + [(view.namespace, n) for n in reread]:
-            self._read_claim(ns, name)
-        if old != view:
-            self.on_change()
+        changed = [self._read_claim(ns, name) for ns, name in unread + [(view.namespace, n) for n in reread]]
+        if old != view or any(changed):
+            self.on_change()  # once per event: the pod and its claims are one change to the split
 
-    def _read_claim(self, namespace: str, name: str) -> None:
+    def _read_claim(self, namespace: str, name: str) -> bool:
+        """Read one claim into the cache; True when what is cached for it changed (the caller tells `on_change`)."""
         try:
             claim = self.api.get(self.api.resource_api().claims, name, namespace)
             view = ClaimView(namespace, name, allocated_devices(claim, self.driver, self.node_name))
@@ -235,8 +238,7 @@ class NodePods:
                 self._claims[(namespace, name)] = view
             else:
                 changed = False
-        if changed:
-            self.on_change()
+        return changed
 
 
 __all__ = ["ClaimView", "GpuInitContainer", "NodePods", "PodView", "PodsSnapshot", "allocated_devices", "pod_view"]
