@@ -401,7 +401,7 @@ class PodRunner:
     def _write_status(self, rec: PodRecord) -> None:
         assert rec.run is not None
         self._patch_status(rec, build_status(rec.obj, rec.run, host_ip=self.machine.address,
-                                             pod_ip=self.machine.address, now=_now()))
+                                             pod_ip=self.machine.address, now=_now(), version=self.version))
 
     def _patch_status(self, rec: PodRecord, status: Obj) -> None:
         try:
