@@ -1,12 +1,13 @@
-"""The pod status the kubelet simulator writes, as a real kubelet v1.37.2 wrote them for the
+"""The pod status and container events the kubelet simulator writes, as a real kubelet v1.37.2 wrote them for the
 same pods (tests/real/test_kubelet_differential.py compares the two on a live cluster; these pin the details
 without one): the sandbox condition before and after, terminal reasons, init containers, observedGeneration,
-volume mounts."""
+volume mounts, and the Normal events of starting and killing containers."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from bridge.sandbox.kubelet.podevents import kill_events, start_events
 from bridge.sandbox.kubelet.podstatus import RunState, build_status
 from bridge.sandbox.kubelet.version import KubeletVersion
 
@@ -74,3 +75,22 @@ def test_older_releases_write_what_they_wrote() -> None:
         "PodReadyToStartContainers"] == ("False", None, None, 1)
     old = build_status(pod(), run, host_ip="h", pod_ip="p", now=NOW, version=V133)
     assert "observedGeneration" not in old and all("observedGeneration" not in c for c in old["conditions"])
+
+
+def test_starting_a_pod_records_pulled_created_started_per_container_init_first() -> None:
+    events = [(e.field_path, e.reason) for e in start_events(pod(init=True), V137)]
+    assert events == [("spec.initContainers{init}", r) for r in ("Pulled", "Created", "Started")] + [
+        ("spec.containers{probe}", r) for r in ("Pulled", "Created", "Started")]
+    pulled = start_events(pod(), V137)[0].message
+    assert pulled == 'Container image "probe:1" already present on machine and can be accessed by the pod'
+    assert start_events(pod(), KubeletVersion(34))[0].message == 'Container image "probe:1" already present on machine'
+
+
+def test_an_image_pulled_always_is_pulled_and_a_deleted_pod_kills_its_running_containers() -> None:
+    latest = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    assert [e.reason for e in start_events(latest, V137)] == ["Pulling", "Pulled", "Created", "Started"]
+    tagged = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "reg:5000/busybox:1"}]}}
+    assert [e.reason for e in start_events(tagged, V137)] == ["Pulled", "Created", "Started"]
+    kills = kill_events(pod(init=True))
+    assert [(e.field_path, e.reason, e.message) for e in kills] == [
+        ("spec.containers{probe}", "Killing", "Stopping container probe")]
