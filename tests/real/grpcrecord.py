@@ -71,7 +71,7 @@ def summarise_reply(method: str, reply: Any) -> Any:
     return None
 
 
-class Recorder(grpc.ServerInterceptor):  # type: ignore[misc]
+class Recorder(grpc.ServerInterceptor):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
