@@ -4,10 +4,11 @@ per call to `$BRIDGE_TEST_GRPC_RECORD/<node name>.jsonl`.
 
     BRIDGE_TEST_GRPC_RECORD=/tmp/rec python -m tests.real.grpcrecord node --node-name node-0 ...
 
-Each line: `t` (wall-clock seconds, comparable with the test's own `time.time()`), `method` (the full gRPC method
-name), `what` (`call` for a unary call; `open`, `send` per message and `end` for a server stream), `caller`
-(`kubelet`, or `self` for the daemon's own probes of its sockets), `args` (the request, summarised: counts of
-device IDs, claim identities), `code` (the gRPC status the daemon answered, `OK` or the code's name) and `reply`
+Each line: `t` (wall-clock seconds when the call came, comparable with the test's own `time.time()`), `method`
+(the full gRPC method name), `what` (`call` for a unary call; `open`, `send` per message and `end` for a server
+stream), `caller` (`kubelet`, or `self` for the daemon's own probes of its sockets), `deadline` (of a call or a
+stream: the seconds the caller gave it, None without one), `args` (the request, summarised: counts of device IDs,
+claim identities), `code` (the gRPC status the daemon answered, `OK` or the code's name) and `reply`
 (the answer, summarised). Nothing of the product changes: the launcher wraps `grpc.server` and
 `grpc.insecure_channel` before the daemon uses them, then runs the ordinary CLI.
 """
@@ -79,7 +80,12 @@ class Recorder(grpc.ServerInterceptor):
     def write(self, context: Any, **entry: Any) -> None:
         agent = dict(context.invocation_metadata() or ()).get("user-agent", "")
         entry["caller"] = "self" if SELF_AGENT in agent else "kubelet"
-        line = json.dumps({"t": time.time(), **entry}, sort_keys=True)
+        now = time.time()
+        t0 = entry.pop("t0", now)
+        if entry.get("what") in ("call", "open"):
+            remaining = context.time_remaining()
+            entry["deadline"] = None if remaining is None else round(remaining + (now - t0), 1)
+        line = json.dumps({"t": t0, **entry}, sort_keys=True)
         with self._lock, open(self.path, "a") as f:
             f.write(line + "\n")
 
@@ -98,21 +104,21 @@ class Recorder(grpc.ServerInterceptor):
 
     def _unary(self, method: str, inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         def call(request: Any, context: Any) -> Any:
-            args = summarise_request(method, request)
+            args, t0 = summarise_request(method, request), time.time()
             try:
                 reply = inner(request, context)
             except BaseException:
                 self.write(context, method=method, what="call", args=args, code=_code(context, "UNKNOWN"),
-                           reply=None)
+                           reply=None, t0=t0)
                 raise
             self.write(context, method=method, what="call", args=args, code=_code(context, "OK"),
-                       reply=summarise_reply(method, reply))
+                       reply=summarise_reply(method, reply), t0=t0)
             return reply
         return call
 
     def _stream(self, method: str, inner: Callable[[Any, Any], Iterator[Any]]) -> Callable[[Any, Any], Iterator[Any]]:
         def stream(request: Any, context: Any) -> Iterator[Any]:
-            self.write(context, method=method, what="open", args=summarise_request(method, request))
+            self.write(context, method=method, what="open", args=summarise_request(method, request), t0=time.time())
             code = "OK"
             try:
                 for reply in inner(request, context):

@@ -11,14 +11,14 @@ daemon's servers: each call with its method, summarised arguments, answer and wa
 read through the API server: every version of each pod (an informer), and the Events.
 
 Compared, and required equal: per step, the kubelet's calls in order with their normalised arguments (device-ID
-counts, claim identities) and timing class; the registration calls per API (per API only: whether the real kubelet
-opens NodeWatchResources before or after it answers NotifyRegistrationStatus is a race between two goroutines) and
-the streams kept open; per pod the phases it went through, and at three points (the kubelet's first status, the
-first Running one, the last one before the pod is gone) its conditions with reasons, messages and
-observedGeneration, its container states and the status fields written; the Events (reason, type, source, involved
-container, message).
+counts, claim identities), deadlines, answers and timing class; the registration calls per API (per API only:
+whether the real kubelet opens NodeWatchResources before or after it answers NotifyRegistrationStatus is a race
+between two goroutines) and the streams kept open; per pod the phases it went through, and at three points (the
+kubelet's status before the sandbox exists, the first Running one, the last one before the pod is gone) its
+conditions with reasons, messages and observedGeneration, its container states and the status fields written; the
+Events (reason, type, source, involved container, message).
 
-About 80 s in all (the real control plane and node start in about 40 s; the scenario takes about 25 s).
+About 60-80 s in all (the real control plane and node start in about 40 s; the scenario takes about 25 s).
 
 Differences left, each asserted here as it stands (so that this test says when one goes away) with its reason:
 `KNOWN` below. Where a difference is the real node's configuration rather than the kubelet's (its daemon's device
@@ -213,11 +213,18 @@ def _reply(call: Obj, tokens: Tokens) -> Any:
     return reply
 
 
+def deadline(call: Obj) -> int | None:
+    """The deadline the kubelet gave the call, to the nearest 5 s (None: none): the kubelet's own are 45 s (DRA
+    calls) or what is left of a deadline the daemon gave it (Register's 15 s)."""
+    value = call.get("deadline")
+    return None if value is None or value > 10**6 else 5 * round(value / 5)
+
+
 def transcript(run: Run, node: str, step: str) -> list[tuple[Any, ...]]:
-    """The kubelet's calls of one step: (method, what, arguments, answer code, answer, timing class)."""
+    """The kubelet's calls of one step: (method, what, arguments, deadline, answer code, answer, timing class)."""
     tokens = Tokens()
     start = run.marks[step]
-    return [(c["method"], c["what"], _args(c, node, tokens), c.get("code"), _reply(c, tokens),
+    return [(c["method"], c["what"], _args(c, node, tokens), deadline(c), c.get("code"), _reply(c, tokens),
              "prompt" if c["t"] - start < PROMPT else "late")
             for c in run.window(node, step)]
 
@@ -298,20 +305,22 @@ def events(run: Run, node: str) -> set[tuple[Any, ...]]:
 
 
 def test_registration_is_the_same_through_both_apis(run: Run) -> None:
-    """Before the first pod: per API, the kubelet's calls in order (Register's GetDevicePluginOptions, then
-    ListAndWatch; the DRA plugin's GetInfo, NotifyRegistrationStatus, then NodeWatchResources), and what the
-    daemon's first ListAndWatch answer offered."""
-    def per_api(node: str) -> dict[str, list[tuple[str, str, Any, Any]]]:
-        out: dict[str, list[tuple[str, str, Any, Any]]] = {}
+    """Before the first pod: per API, the kubelet's calls in order with their deadlines (Register's
+    GetDevicePluginOptions, then ListAndWatch; the DRA plugin's GetInfo, NotifyRegistrationStatus, then
+    NodeWatchResources), and what the daemon's first ListAndWatch answer offered."""
+    def per_api(node: str) -> dict[str, list[tuple[Any, ...]]]:
+        out: dict[str, list[tuple[Any, ...]]] = {}
         for c in run.calls[node]:
             if c["t"] >= run.marks["legacy"] or c["what"] == "send":
                 continue
             service, method = c["method"].lstrip("/").rsplit("/", 1)
-            out.setdefault(service, []).append((method, c["what"], c.get("args"), c.get("reply")))
+            out.setdefault(service, []).append((method, c["what"], c.get("args"), deadline(c), c.get("reply")))
         return out
 
     real, sim = per_api(REAL), per_api(SIM)
     assert real == sim
+    # GetDevicePluginOptions runs under the Register call's context: the daemon's 15 s deadline, less the dial
+    assert real["v1beta1.DevicePlugin"][0][3] == 15
     assert [m for m, *_ in real["v1beta1.DevicePlugin"]] == ["GetDevicePluginOptions", "ListAndWatch"]
     assert [m for m, *_ in real["pluginregistration.Registration"]] == ["GetInfo", "NotifyRegistrationStatus"]
     first_lists = {node: next(c["reply"] for c in run.calls[node] if c["method"].endswith("/ListAndWatch")
@@ -340,6 +349,7 @@ def test_each_pod_start_makes_the_same_calls(run: Run, step: str) -> None:
     methods = [c[0].rsplit("/", 1)[-1] for c in real]
     assert methods == {"legacy": ["GetPreferredAllocation", "Allocate"], "dra": ["NodePrepareResources"],
                        "init": ["GetPreferredAllocation", "Allocate", "Allocate"]}[step]
+    assert [c[3] for c in real] == [45 if m.startswith("Node") else None for m in methods]  # DRA's 45 s; none else
     assert {c[-1] for c in real} == {"prompt"}
 
 
@@ -348,7 +358,7 @@ def test_each_pod_deletion_makes_the_same_calls(run: Run, step: str) -> None:
     """A legacy pod's deletion calls nothing (the device manager forgets its devices); a DRA pod's calls
     NodeUnprepareResources once, for the claim it prepared."""
     real, sim = transcript(run, REAL, step), transcript(run, SIM, step)
-    assert [c[:5] for c in real] == [c[:5] for c in sim]
+    assert [c[:6] for c in real] == [c[:6] for c in sim]
     assert [c[0].rsplit("/", 1)[-1] for c in real] == (["NodeUnprepareResources"] if step == "delete-dra" else [])
 
 
