@@ -121,8 +121,13 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool
         if info.st_size > limit:
             raise UnreadableFile(path, f"{info.st_size} bytes, over the {limit}-byte limit", "too-large",
                                  info.st_size)
-        chunks, total = [], 0
-        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+        # The whole file in one read when it does not grow (one buffer, no join: a snapshot's files are hundreds of
+        # MB), then on to its end in chunks.
+        first = os.read(fd, min(info.st_size + 1, limit + 1))
+        chunks, total = [first], len(first)
+        if total > limit:  # grew while we read
+            raise UnreadableFile(path, f"grew while read to over the {limit}-byte limit", "too-large")
+        while first and (chunk := os.read(fd, min(1 << 20, limit + 1 - total))):
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:  # grew while we read
