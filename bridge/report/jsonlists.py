@@ -9,9 +9,9 @@ for the webhook's reviews):
   the report reads (`_Pod` below); every other field is scanned but never becomes a Python object. The objects equal
   the plain path's with those fields left out, key order included. The schema checks what `ClusterData.add` checks
   (a `metadata` mapping, a string name and namespace), so such items go straight into the Pod list.
-* the parts of a Pod that its replicas repeat byte for byte (`_SHARED`: containers, volumes, tolerations, node
-  selector and affinity, labels, owner references, conditions) are decoded once per distinct JSON text and the one
-  object is shared by every Pod that has that text (`Reader`): a Deployment's 100 replicas hold one container list.
+* the parts of a Pod that its replicas repeat byte for byte (`SHARED_TYPES`: containers, tolerations, affinity,
+  labels, owner references) are decoded once per distinct JSON text and the one object is shared by every Pod that
+  has that text (`Reader`): a Deployment's 100 replicas hold one container list.
   The report reads objects and never changes them (`bridge.report.sources`), so sharing is not observable.
 * any other JSON document is decoded whole: the same objects as `json.loads`.
 * anything msgspec refuses or would read differently from the plain path (NaN and Infinity, numbers beyond a double,
@@ -85,12 +85,13 @@ class _Condition(TypedDict, total=False):
 
 
 # What the shared fields hold, as types (the tests walk them with the rest of the schema). Each is read as its raw
-# JSON text first (`Raw` in the schema below), then decoded with this type once per distinct text.
+# JSON text first (`Raw` in the schema below), then decoded with this type once per distinct text. Parts that are
+# small once slimmed, or that differ from pod to pod on a real cluster (volumes name the pod's API token, conditions
+# carry its timestamps), are decoded in place instead.
 SHARED_TYPES: dict[str, dict[str, Any]] = {
     "metadata": {"labels": Any, "ownerReferences": list[_OwnerRef] | None},
     "spec": {"containers": list[_Container] | None, "initContainers": list[_Container] | None,
-             "volumes": list[_Volume] | None, "nodeSelector": Any, "affinity": Any, "tolerations": Any},
-    "status": {"conditions": list[_Condition] | None},
+             "affinity": Any, "tolerations": Any},
 }
 
 
@@ -109,8 +110,8 @@ class _Spec(TypedDict, total=False):
     containers: Raw
     initContainers: Raw
     ephemeralContainers: Any
-    volumes: Raw
-    nodeSelector: Raw
+    volumes: list[_Volume] | None
+    nodeSelector: Any
     affinity: Raw
     tolerations: Raw
     resourceClaims: Any
@@ -124,7 +125,7 @@ class _Status(TypedDict, total=False):
     phase: Any
     resourceClaimStatuses: Any
     startTime: Any
-    conditions: Raw
+    conditions: list[_Condition] | None
 
 
 class _Pod(TypedDict, total=False):
@@ -144,11 +145,8 @@ POD_SCHEMA: type = _Pod  # the fields kept, as types (the tests walk it; `Raw` f
 
 _PODS = msgspec.json.Decoder(_PodList) if msgspec is not None else None
 _WHOLE = msgspec.json.Decoder() if msgspec is not None else None
-_SHARED: dict[str, tuple[tuple[str, Any], ...]] = {
-    part: tuple((name, msgspec.json.Decoder(t)) for name, t in fields.items()) if msgspec is not None else ()
-    for part, fields in SHARED_TYPES.items()
-}
-_META_SHARED, _SPEC_SHARED, _STATUS_SHARED = _SHARED["metadata"], _SHARED["spec"], _SHARED["status"]
+_ANY, _OWNERS, _CONTAINERS = (msgspec.json.Decoder(t) if msgspec is not None else None
+                              for t in (Any, list[_OwnerRef] | None, list[_Container] | None))
 _REFUSED: tuple[type[BaseException], ...] = (
     (msgspec.DecodeError, msgspec.ValidationError, RecursionError) if msgspec is not None else ())
 # Where a Pod List shows itself: the first item's kind, near the start (the API server and kubectl write `kind` before
@@ -158,8 +156,8 @@ _HINT_BYTES = 1 << 16
 # msgspec and json.loads both stop at the interpreter's recursion limit, counted from where each is called; msgspec
 # runs with a limit this much lower, so that it gives up first and the plain path decides (its error, or its objects).
 _DEPTH_MARGIN = 100
-# Distinct shared parts remembered at once (then forgotten, and decoded again when seen again): bounds the memory of
-# a snapshot whose pods share nothing (conditions with a timestamp each).
+# Distinct shared parts of one field remembered at once (then forgotten, and decoded again when seen again): bounds
+# the memory of a snapshot whose pods share little.
 MAX_SHARED = 1 << 16
 
 
@@ -197,7 +195,7 @@ class Reader:
     different files share them too."""
 
     def __init__(self) -> None:
-        self._memo: dict[bytes, tuple[Any]] = {}
+        self._memos: dict[str, dict[bytes, Any]] = {}  # field -> JSON text -> its one decoded value
 
     def pod_items(self, raw: bytes) -> list[Obj] | None:
         """The items of a JSON Pod List, each with only the fields the report reads, identical parts shared; None
@@ -216,23 +214,49 @@ class Reader:
         return items
 
     def _share(self, items: list[Obj]) -> None:
-        memo = self._memo
+        """Every `Raw` field (SHARED_TYPES) replaced by its decoded value, one object per distinct text and type.
+        Written out field by field: it runs for every pod."""
+        memos = self._memos
+        labels, owners = memos.setdefault("labels", {}), memos.setdefault("ownerReferences", {})
+        containers, tolerations = memos.setdefault("containers", {}), memos.setdefault("tolerations", {})
+        inits, affinities = memos.setdefault("initContainers", {}), memos.setdefault("affinity", {})
+
+        def decoded(memo: dict[bytes, Any], key: bytes, decoder: Any) -> Any:
+            if len(memo) >= MAX_SHARED:
+                memo.clear()
+            value = memo[key] = decoder.decode(key)
+            return value
+
         for item in items:
-            for part, fields in ((item["metadata"], _META_SHARED), (item.get("spec"), _SPEC_SHARED),
-                                 (item.get("status"), _STATUS_SHARED)):
-                if not part:
-                    continue
-                for name, decoder in fields:
-                    value = part.get(name)
-                    if value is None:  # absent (a JSON null is Raw(b"null"))
-                        continue
-                    key = bytes(value)
-                    hit = memo.get(key)
-                    if hit is None:
-                        if len(memo) >= MAX_SHARED:
-                            memo.clear()
-                        hit = memo[key] = (decoder.decode(key),)
-                    part[name] = hit[0]
+            meta = item["metadata"]
+            raw = meta.get("labels")
+            if raw is not None:  # absent (a JSON null is Raw(b"null"))
+                key = bytes(raw)
+                meta["labels"] = labels[key] if key in labels else decoded(labels, key, _ANY)
+            raw = meta.get("ownerReferences")
+            if raw is not None:
+                key = bytes(raw)
+                meta["ownerReferences"] = owners[key] if key in owners else decoded(owners, key, _OWNERS)
+            spec = item.get("spec")
+            if spec:
+                raw = spec.get("containers")
+                if raw is not None:
+                    key = bytes(raw)
+                    spec["containers"] = containers[key] if key in containers else \
+                        decoded(containers, key, _CONTAINERS)
+                raw = spec.get("initContainers")
+                if raw is not None:
+                    key = bytes(raw)
+                    spec["initContainers"] = inits[key] if key in inits else decoded(inits, key, _CONTAINERS)
+                raw = spec.get("tolerations")
+                if raw is not None:
+                    key = bytes(raw)
+                    spec["tolerations"] = tolerations[key] if key in tolerations else \
+                        decoded(tolerations, key, _ANY)
+                raw = spec.get("affinity")
+                if raw is not None:
+                    key = bytes(raw)
+                    spec["affinity"] = affinities[key] if key in affinities else decoded(affinities, key, _ANY)
 
     @staticmethod
     def document(raw: bytes) -> Any:
