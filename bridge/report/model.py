@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Generic, Literal, TypeVar
 
 from bridge.kvalues.placement import Constraints, Taint, taints_of
+from bridge.kvalues.podgpu import pod_devices
 from bridge.ledger.status import SplitStatus, StatusError, status_of
 from bridge.ledger.target import SplitRequest, TargetResult, evaluate_request, requested_split
 from bridge.report.features import (
@@ -185,6 +187,89 @@ class DaemonSetRole:
     role: str  # "bridge", "device-plugin", "dra-driver", "dcgm-exporter", "gfd", ""
 
 
+_T = TypeVar("_T")
+
+
+class _Once(Generic[_T]):
+    """`func(part)` once per distinct part object: parts that pods read from a JSON snapshot share when equal
+    (bridge.report.jsonlists) are computed once. Keyed by identity, each part kept alive with its answer (an id is
+    not reused while the part lives); a part no other pod shares costs one lookup more."""
+
+    def __init__(self, func: Callable[[Any], _T]) -> None:
+        self._func = func
+        self._memo: dict[int, tuple[Any, _T]] = {}
+
+    def of(self, part: Any) -> _T:
+        hit = self._memo.get(id(part))
+        if hit is None:
+            hit = self._memo[id(part)] = (part, self._func(part))
+        return hit[1]
+
+
+class _ContainerFacts:
+    """What a pod's spec.containers and spec.initContainers alone decide, each once per distinct pair of them (as
+    `_Once`): the device-plugin GPUs it holds, and its API when it has no spec.resourceClaims."""
+
+    def __init__(self) -> None:
+        self._gpus: dict[tuple[int, int], tuple[Any, Any, int]] = {}
+        self._api: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+
+    def legacy_gpus(self, spec: Obj) -> int:
+        containers, inits = spec.get("containers"), spec.get("initContainers")
+        hit = self._gpus.get((id(containers), id(inits)))
+        if hit is None:
+            n = pod_devices({"containers": containers, "initContainers": inits}, GPU)
+            hit = self._gpus[(id(containers), id(inits))] = (containers, inits, n)
+        return hit[2]
+
+    def api(self, spec: Obj) -> str:
+        """`_pod_api` of a spec without resourceClaims."""
+        containers, inits = spec.get("containers"), spec.get("initContainers")
+        hit = self._api.get((id(containers), id(inits)))
+        if hit is None:
+            api = _pod_api({"containers": containers, "initContainers": inits}, "", None, {}, {})
+            hit = self._api[(id(containers), id(inits))] = (containers, inits, api)
+        return hit[2]
+
+
+def _asks_vendor(spec: Obj) -> bool:
+    """Whether some container asks a positive count of an `nvidia.com/*` resource (the device plugin's). A per-pod
+    check on the report's hot path: stops at the first hit instead of computing the pod's counts."""
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or ():
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue
+            for part in ("limits", "requests"):
+                values = res.get(part)
+                if isinstance(values, dict):
+                    for k, v in values.items():
+                        if isinstance(k, str) and k.startswith(VENDOR_PREFIX) and quantity_int(v) > 0:
+                            return True
+    return False
+
+
+def _pod_api(spec: Obj, ns: str, status: Obj | None, templates: dict[tuple[str, str], Obj],
+             claims: dict[tuple[str, str], Obj]) -> str:
+    """legacy, dra, both, or "" for one live pod (its own spec: a Deployment's pods may be translated while its
+    template is not)."""
+    legacy = _asks_vendor(spec)
+    dra = False
+    if spec.get("resourceClaims") or not legacy:
+        asked = dra_gpus(spec, ns, status, templates, claims)
+        # A claim that cannot be read (its template missing from the input) on a pod asking no device-plugin GPU:
+        # the pod gets its GPUs through DRA, the count is what is unknown.
+        dra = asked.count > 0 or (bool(asked.unknown) and not legacy)
+    return "both" if legacy and dra else "legacy" if legacy else "dra" if dra else ""
+
+
+def _add_backend(node: Node, role: str) -> None:
+    if role == "bridge":
+        node.backends.add("bridge")
+    elif role == "device-plugin":
+        node.backends.add("device-plugin")
+
+
 @dataclass
 class ClusterModel:
     data: ClusterData
@@ -197,6 +282,17 @@ class ClusterModel:
     daemonsets: list[DaemonSetRole]
     ignored_pods: int  # pods that are not GPU-relevant
     unbound_pods: int = 0  # pods without spec.nodeName (pending for the scheduler, or not yet bound)
+    # The pods bound to a node (spec.nodeName, as the pod writes it) and not finished, in input order, and those not
+    # bound: found in the model's one pass over the pods, for the rules that count held or pending GPUs
+    # (bridge.report.supply, DRB017, DRB037), which read the pods' device-plugin GPUs through `legacy_gpus`.
+    bound: list[tuple[Any, Obj]] = field(default_factory=list)
+    unbound: list[Obj] = field(default_factory=list)
+    _facts: _ContainerFacts = field(default_factory=lambda: _ContainerFacts(), repr=False, compare=False)
+
+    def legacy_gpus(self, spec: Obj) -> int:
+        """`nvidia.com/gpu` a pod spec holds under the device plugin (`bridge.kvalues.podgpu.pod_devices`), once per
+        distinct containers (`_ContainerFacts`)."""
+        return self._facts.legacy_gpus(spec)
 
 
 def classify_daemonset(ds: Obj) -> str:
@@ -223,7 +319,10 @@ def _meta(o: Obj) -> Obj:
 
 
 def _controller_ref(o: Obj) -> tuple[str, str] | None:
-    refs = (o.get("metadata") or {}).get("ownerReferences")
+    return _controller_of((o.get("metadata") or {}).get("ownerReferences"))
+
+
+def _controller_of(refs: Any) -> tuple[str, str] | None:
     if not refs:
         return None
     chosen = refs[0]
@@ -313,27 +412,46 @@ def build_model(data: ClusterData) -> ClusterModel:
     templates = {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in data.of("ResourceClaimTemplate")}
     claims = {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in data.of("ResourceClaim")}
 
-    # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass)
+    # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass, and the
+    # GPUs bound pods hold for the rules that count them). What depends only on a part that the replicas of a
+    # workload share is computed once per distinct part (`_Once`).
     rows: dict[Ref, Workload | None] = {}
     ignored = 0
     ds_pods: list[tuple[str, str, str]] = []  # (namespace, daemonset, node)
-    unbound = 0
+    unbound: list[Obj] = []
+    bound: list[tuple[Any, Obj]] = []
+    by_containers = _ContainerFacts()
+    owner_once: _Once[tuple[str, str] | None] = _Once(_controller_of)
+    tops: dict[tuple[str, str, str], tuple[str, str]] = {}
     for pod in data.of("Pod"):
         m = pod.get("metadata") or {}
         ns = m.get("namespace", "")
-        if not (pod.get("spec") or {}).get("nodeName"):
-            unbound += 1
-        ref = _controller_ref(pod)
+        pod_spec = pod.get("spec") or {}
+        node = pod_spec.get("nodeName")
+        status = pod.get("status")
+        phase = (status or {}).get("phase")
+        done = phase in _DONE_PHASES
+        if not node:
+            unbound.append(pod)
+        elif not done:
+            bound.append((node, pod))
+        ref = owner_once.of(m.get("ownerReferences"))
         if ref is not None and ref[0] == "DaemonSet":
-            ds_pods.append((ns, ref[1], (pod.get("spec") or {}).get("nodeName") or ""))
-        kind, name = top_owner(ns, *ref) if ref else ("Pod", str(m.get("name", "")))
+            ds_pods.append((ns, ref[1], node or ""))
+        if ref:
+            top = tops.get((ns, *ref))
+            if top is None:
+                top = tops[(ns, *ref)] = top_owner(ns, *ref)
+            kind, name = top
+        else:
+            kind, name = "Pod", str(m.get("name", ""))
         key: Ref = (kind, ns, name)
         row: Workload | None | Literal[False] = rows.get(key, False)  # False: not seen yet (one lookup per pod)
         if row is False:
             ctrl = controllers.get(key)
             tmpl = template_spec(kind, ctrl) if ctrl is not None else None
             info = analyse(tmpl, ns, None, templates, claims) if tmpl is not None else \
-                analyse(pod.get("spec") or {}, ns, pod.get("status"), templates, claims)
+                analyse(pod_spec, ns, status, templates, claims)
             if info.relevant:
                 desired = desired_replicas(kind, ctrl) if ctrl is not None else None
                 out = opted_out(template_metadata(kind, ctrl) if ctrl is not None else m)
@@ -344,16 +462,16 @@ def build_model(data: ClusterData) -> ClusterModel:
         if row is None:
             ignored += 1
             continue
-        if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+        if done:
             continue
         row.pods += 1
-        pod_spec = pod.get("spec") or {}
-        node = pod_spec.get("nodeName")
         if node:
             row.nodes.add(node)
-        api = _pod_api(pod_spec, ns, pod.get("status"), templates, claims) if row.spec.api else ""
-        if api:
-            row.pods_by_api[api] = row.pods_by_api.get(api, 0) + 1
+        if row.spec.api:
+            api = _pod_api(pod_spec, ns, status, templates, claims) if pod_spec.get("resourceClaims") else \
+                by_containers.api(pod_spec)
+            if api:
+                row.pods_by_api[api] = row.pods_by_api.get(api, 0) + 1
 
     # --- controllers without pods (top-level only: Deployments/StatefulSets/DaemonSets/CronJobs, Jobs without owner)
     for (kind, ns, name), ctrl in controllers.items():
@@ -462,43 +580,8 @@ def build_model(data: ClusterData) -> ClusterModel:
         device_classes=sorted(data.of("DeviceClass"), key=lambda o: _meta(o).get("name", "")),
         daemonsets=roles,
         ignored_pods=ignored,
-        unbound_pods=unbound,
+        unbound_pods=len(unbound),
+        bound=bound,
+        unbound=unbound,
+        _facts=by_containers,
     )
-
-
-def _asks_vendor(spec: Obj) -> bool:
-    """Whether some container asks a positive count of an `nvidia.com/*` resource (the device plugin's). A per-pod
-    check on the report's hot path: stops at the first hit instead of computing the pod's counts."""
-    for kind in ("containers", "initContainers"):
-        for c in spec.get(kind) or ():
-            res = c.get("resources") if isinstance(c, dict) else None
-            if not isinstance(res, dict):
-                continue
-            for part in ("limits", "requests"):
-                values = res.get(part)
-                if isinstance(values, dict):
-                    for k, v in values.items():
-                        if isinstance(k, str) and k.startswith(VENDOR_PREFIX) and quantity_int(v) > 0:
-                            return True
-    return False
-
-
-def _pod_api(spec: Obj, ns: str, status: Obj | None, templates: dict[tuple[str, str], Obj],
-             claims: dict[tuple[str, str], Obj]) -> str:
-    """legacy, dra, both, or "" for one live pod (its own spec: a Deployment's pods may be translated while its
-    template is not)."""
-    legacy = _asks_vendor(spec)
-    dra = False
-    if spec.get("resourceClaims") or not legacy:
-        asked = dra_gpus(spec, ns, status, templates, claims)
-        # A claim that cannot be read (its template missing from the input) on a pod asking no device-plugin GPU:
-        # the pod gets its GPUs through DRA, the count is what is unknown.
-        dra = asked.count > 0 or (bool(asked.unknown) and not legacy)
-    return "both" if legacy and dra else "legacy" if legacy else "dra" if dra else ""
-
-
-def _add_backend(node: Node, role: str) -> None:
-    if role == "bridge":
-        node.backends.add("bridge")
-    elif role == "device-plugin":
-        node.backends.add("device-plugin")
