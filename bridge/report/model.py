@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from collections.abc import Callable
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 from bridge.kvalues.placement import Constraints, Taint, taints_of
 from bridge.kvalues.podgpu import pod_devices
@@ -187,28 +186,11 @@ class DaemonSetRole:
     role: str  # "bridge", "device-plugin", "dra-driver", "dcgm-exporter", "gfd", ""
 
 
-_T = TypeVar("_T")
-
-
-class _Once(Generic[_T]):
-    """`func(part)` once per distinct part object: parts that pods read from a JSON snapshot share when equal
-    (bridge.report.jsonlists) are computed once. Keyed by identity, each part kept alive with its answer (an id is
-    not reused while the part lives); a part no other pod shares costs one lookup more."""
-
-    def __init__(self, func: Callable[[Any], _T]) -> None:
-        self._func = func
-        self._memo: dict[int, tuple[Any, _T]] = {}
-
-    def of(self, part: Any) -> _T:
-        hit = self._memo.get(id(part))
-        if hit is None:
-            hit = self._memo[id(part)] = (part, self._func(part))
-        return hit[1]
-
-
 class _ContainerFacts:
-    """What a pod's spec.containers and spec.initContainers alone decide, each once per distinct pair of them (as
-    `_Once`): the device-plugin GPUs it holds, and its API when it has no spec.resourceClaims."""
+    """What a pod's spec.containers and spec.initContainers alone decide, each once per distinct pair of them: the
+    device-plugin GPUs it holds, and its API when it has no spec.resourceClaims. Keyed by identity (the replicas of
+    a JSON snapshot share these lists, bridge.report.jsonlists), each pair kept alive with its answer so that an id
+    is not reused while the entry lives; a pair no other pod shares costs one lookup more."""
 
     def __init__(self) -> None:
         self._gpus: dict[tuple[int, int], tuple[Any, Any, int]] = {}
@@ -414,15 +396,16 @@ def build_model(data: ClusterData) -> ClusterModel:
 
     # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass, and the
     # GPUs bound pods hold for the rules that count them). What depends only on a part that the replicas of a
-    # workload share is computed once per distinct part (`_Once`).
+    # workload share is computed once per distinct part (identity, as `_ContainerFacts`).
     rows: dict[Ref, Workload | None] = {}
     ignored = 0
     ds_pods: list[tuple[str, str, str]] = []  # (namespace, daemonset, node)
     unbound: list[Obj] = []
     bound: list[tuple[Any, Obj]] = []
     by_containers = _ContainerFacts()
-    owner_once: _Once[tuple[str, str] | None] = _Once(_controller_of)
-    tops: dict[tuple[str, str, str], tuple[str, str]] = {}
+    # (namespace, id(ownerReferences)) -> (those references, the controller reference, the top owner's key): the
+    # replicas of a JSON snapshot share their references (identity, as `_ContainerFacts`)
+    owned: dict[tuple[str, int], tuple[Any, tuple[str, str], Ref]] = {}
     for pod in data.of("Pod"):
         m = pod.get("metadata") or {}
         ns = m.get("namespace", "")
@@ -435,17 +418,22 @@ def build_model(data: ClusterData) -> ClusterModel:
             unbound.append(pod)
         elif not done:
             bound.append((node, pod))
-        ref = owner_once.of(m.get("ownerReferences"))
-        if ref is not None and ref[0] == "DaemonSet":
-            ds_pods.append((ns, ref[1], node or ""))
-        if ref:
-            top = tops.get((ns, *ref))
-            if top is None:
-                top = tops[(ns, *ref)] = top_owner(ns, *ref)
-            kind, name = top
+        refs = m.get("ownerReferences")
+        key: Ref
+        if refs:
+            hit = owned.get((ns, id(refs)))
+            if hit is None:
+                ref = _controller_of(refs)
+                assert ref is not None  # references there are
+                kind, name = top_owner(ns, *ref)
+                hit = owned[(ns, id(refs))] = (refs, ref, (kind, ns, name))
+            _, ref, key = hit
+            kind, name = key[0], key[2]
+            if ref[0] == "DaemonSet":
+                ds_pods.append((ns, ref[1], node or ""))
         else:
             kind, name = "Pod", str(m.get("name", ""))
-        key: Ref = (kind, ns, name)
+            key = (kind, ns, name)
         row: Workload | None | Literal[False] = rows.get(key, False)  # False: not seen yet (one lookup per pod)
         if row is False:
             ctrl = controllers.get(key)
