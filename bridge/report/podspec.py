@@ -244,6 +244,7 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
     )
     uses_claims = bool(spec.get("resourceClaims")) or any((c.get("resources") or {}).get("claims") for c in containers)
     gpu = {name: n for name in names if (n := podgpu.pod_devices(spec, name)) > 0}
+    implicit = any(name.startswith(IMPLICIT_PREFIX) for name in names)  # the implicit extended-resource name asked
     return SpecInfo(
         gpu=gpu,
         uses_claims=uses_claims,
@@ -257,7 +258,7 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
         gpu_counts=podgpu.containers(spec, GPU) if spec.get("initContainers") else (),
         scheduler_name=str(spec.get("schedulerName") or ""),
         node_name=str(spec.get("nodeName") or ""),
-        dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
+        dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or implicit else NO_DRA,
         placement=dra_placement(spec),
         invalid_counts=tuple(p for name in names for p in podgpu.count_problems(spec, name)),
     )
@@ -299,12 +300,6 @@ def _dra_placement(spec: Obj) -> Constraints:
     if selector == c.node_selector and terms == c.terms:
         return c
     return Constraints(selector, terms, c.tolerations)
-
-
-def _asks_implicit(spec: Obj) -> bool:
-    return any(str(k).startswith(IMPLICIT_PREFIX)
-               for kind in ("containers", "initContainers") for c in spec.get(kind) or ()
-               for part in ("limits", "requests") for k in (((c.get("resources") or {}).get(part)) or {}))
 
 
 OPT_OUT_ANNOTATION = "dra-bridge.io/translate"  # "false" keeps a pod on the device plugin (bridge/webhook/policy.py)
