@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from bridge.kvalues.placement import Constraints, Taint, taints_of
@@ -164,9 +165,10 @@ class Node:
             return None
         return evaluate_request(self.split_request, self.split_inventory())
 
-    @property
+    @cached_property
     def gpu_total(self) -> int:
-        """Physical GPUs as best known: device-plugin capacity, published full-GPU devices, or the GFD count."""
+        """Physical GPUs as best known: device-plugin capacity, published full-GPU devices, or the GFD count. Read by
+        many rules for every node: computed once, when the model is built (its devices are all added by then)."""
         published = sum(1 for d in self.devices if d.driver == BRIDGE_DRIVER or _is_full_gpu(d))
         label = quantity_int(self.labels.get("nvidia.com/gpu.count"))
         return max(self.capacity.get(GPU, 0), published, label)
