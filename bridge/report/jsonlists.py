@@ -1,4 +1,5 @@
-"""Snapshot JSON files read with msgspec: Pods down to the fields the report reads, their identical parts shared.
+"""Snapshot JSON files read with msgspec: Pods (and ReplicaSets) down to the fields the report reads, the identical
+parts of Pods shared.
 
 The plain path (`bridge.report.sources`, `json.loads`) turns a 150,000-pod snapshot into 1.3 GB of dicts, most of
 them fields no check reads (env values, volume mounts, probes, ports, container statuses, pod IPs, managedFields on a
@@ -13,6 +14,9 @@ for the webhook's reviews):
   labels, owner references) are decoded once per distinct JSON text and the one object is shared by every Pod that
   has that text (`Reader`): a Deployment's 100 replicas hold one container list.
   The report reads objects and never changes them (`bridge.report.sources`), so sharing is not observable.
+* a List whose items are all ReplicaSets likewise (`_ReplicaSet`): the model reads a ReplicaSet's name, owner and,
+  for one no Deployment owns, its replicas and pod template (the same Pod fields as a Pod's, and the template's
+  opt-out annotation).
 * any other JSON document is decoded whole: the same objects as `json.loads`.
 * anything msgspec refuses or would read differently from the plain path (NaN and Infinity, numbers beyond a double,
   lone surrogates, a byte order mark, several documents one after the other, bytes that are not UTF-8, even in a
@@ -23,8 +27,8 @@ for the webhook's reviews):
   findings and errors it gave before.
 
 Which Pod fields are kept, and who reads them (keep in step with the readers; tests/report/test_jsonlists.py checks
-that the report is the same from either path, and that every Pod field `bridge.report.shape` checks is kept, so a
-malformed-input error names the same object and field):
+that the report is the same from either path, and that every Pod and ReplicaSet field `bridge.report.shape` checks
+is kept, so a malformed-input error names the same object and field; a Pod's apiVersion is read by no one):
 
 * metadata: name, namespace, ownerReferences (kind, name, controller: the top owner, `bridge.report.model`),
   annotations (only `dra-bridge.io/translate`: `bridge.report.podspec.opted_out`), labels (`shape`),
@@ -129,7 +133,6 @@ class _Status(TypedDict, total=False):
 
 
 class _Pod(TypedDict, total=False):
-    apiVersion: Any
     kind: Required[str]
     metadata: Required[_Meta]
     spec: _Spec | None
@@ -141,9 +144,61 @@ class _PodList(TypedDict, total=False):
     items: Required[list[_Pod]]
 
 
+class _TemplateSpec(TypedDict, total=False):
+    """A pod template's spec: the Pod fields of `_Spec`, decoded in place."""
+
+    nodeName: Any
+    containers: list[_Container] | None
+    initContainers: list[_Container] | None
+    ephemeralContainers: Any
+    volumes: list[_Volume] | None
+    nodeSelector: Any
+    affinity: Any
+    tolerations: Any
+    resourceClaims: Any
+    priorityClassName: Any
+    schedulerName: Any
+    priority: Any
+    schedulingGates: Any
+
+
+class _TemplateMeta(TypedDict, total=False):
+    annotations: _Annotations | None
+
+
+class _PodTemplate(TypedDict, total=False):
+    metadata: _TemplateMeta | None
+    spec: _TemplateSpec | None
+
+
+class _ReplicaSetMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    labels: Any
+    ownerReferences: list[_OwnerRef] | None
+
+
+class _ReplicaSetSpec(TypedDict, total=False):
+    replicas: Any
+    template: _PodTemplate | None
+
+
+class _ReplicaSet(TypedDict, total=False):
+    kind: Required[str]
+    metadata: Required[_ReplicaSetMeta]
+    spec: _ReplicaSetSpec | None
+
+
+class _ReplicaSetList(TypedDict, total=False):
+    kind: Required[str]
+    items: Required[list[_ReplicaSet]]
+
+
 POD_SCHEMA: type = _Pod  # the fields kept, as types (the tests walk it; `Raw` fields: see SHARED_TYPES)
+REPLICASET_SCHEMA: type = _ReplicaSet
 
 _PODS = msgspec.json.Decoder(_PodList) if msgspec is not None else None
+_REPLICASETS = msgspec.json.Decoder(_ReplicaSetList) if msgspec is not None else None
 _WHOLE = msgspec.json.Decoder() if msgspec is not None else None
 _ANY, _OWNERS, _CONTAINERS = (msgspec.json.Decoder(t) if msgspec is not None else None
                               for t in (Any, list[_OwnerRef] | None, list[_Container] | None))
@@ -152,6 +207,7 @@ _REFUSED: tuple[type[BaseException], ...] = (
 # Where a Pod List shows itself: the first item's kind, near the start (the API server and kubectl write `kind` before
 # the object's body). Only a hint for which reading to try first; the items are checked after decoding.
 _POD_HINT = re.compile(rb'"kind"\s*:\s*"Pod"')
+_REPLICASET_HINT = re.compile(rb'"kind"\s*:\s*"ReplicaSet"')
 _HINT_BYTES = 1 << 16
 # msgspec and json.loads both stop at the interpreter's recursion limit, counted from where each is called; msgspec
 # runs with a limit this much lower, so that it gives up first and the plain path decides (its error, or its objects).
@@ -197,21 +253,37 @@ class Reader:
     def __init__(self) -> None:
         self._memos: dict[str, dict[bytes, Any]] = {}  # field -> JSON text -> its one decoded value
 
-    def pod_items(self, raw: bytes) -> list[Obj] | None:
-        """The items of a JSON Pod List, each with only the fields the report reads, identical parts shared; None
-        when `raw` is not a List of Pods only, or not JSON msgspec reads as the plain path does (module docstring)."""
-        if _PODS is None or _POD_HINT.search(raw, 0, _HINT_BYTES) is None or not _utf8(raw):
+    def items(self, raw: bytes) -> tuple[str, list[Obj]] | None:
+        """(kind, items) of a JSON List of Pods only or of ReplicaSets only, each item with only the fields the report
+        reads (Pods: identical parts shared); None when `raw` is neither, or not JSON msgspec reads as the plain path
+        does (module docstring)."""
+        if _PODS is None or _REPLICASETS is None:
+            return None
+        decoder: Any
+        if _POD_HINT.search(raw, 0, _HINT_BYTES) is not None:
+            kind, decoder = "Pod", _PODS
+        elif _REPLICASET_HINT.search(raw, 0, _HINT_BYTES) is not None:
+            kind, decoder = "ReplicaSet", _REPLICASETS
+        else:
+            return None
+        if not _utf8(raw):
             return None
         try:
             with _Lowered():
-                doc = _PODS.decode(raw)
-                items: list[Obj] = doc["items"]  # type: ignore[assignment]  # plain dicts at run time
-                if not doc["kind"].endswith("List") or any(item["kind"] != "Pod" for item in items):
+                doc = decoder.decode(raw)
+                items: list[Obj] = doc["items"]
+                if not doc["kind"].endswith("List") or any(item["kind"] != kind for item in items):
                     return None
-                self._share(items)
+                if kind == "Pod":
+                    self._share(items)
         except _REFUSED:
             return None
-        return items
+        return kind, items
+
+    def pod_items(self, raw: bytes) -> list[Obj] | None:
+        """The items of a JSON Pod List (`items`), None for anything else."""
+        got = self.items(raw)
+        return got[1] if got is not None and got[0] == "Pod" else None
 
     def _share(self, items: list[Obj]) -> None:
         """Every `Raw` field (SHARED_TYPES) replaced by its decoded value, one object per distinct text and type.
@@ -271,4 +343,4 @@ class Reader:
             return NOT_READ
 
 
-__all__ = ["MAX_SHARED", "NOT_READ", "POD_SCHEMA", "Reader", "SHARED_TYPES"]
+__all__ = ["MAX_SHARED", "NOT_READ", "POD_SCHEMA", "REPLICASET_SCHEMA", "Reader", "SHARED_TYPES"]

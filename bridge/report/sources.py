@@ -342,14 +342,13 @@ def _load_snapshot(root: Path, limit: int, reader: Reader | None) -> ClusterData
     files = snapshot_files(root)
     if not files:
         raise SnapshotError(f"{root}: no .yaml/.yml/.json files found")
-    pods = data.objects["Pod"]
     for f in files:
         base = f.name[:-3] if f.name.endswith(".gz") else f.name
         raw = _read_bytes(f, limit)
         if reader is not None and base.endswith(".json") and base not in (VERSION_FILE, UNREADABLE_FILE):
-            items = reader.pod_items(raw)
-            if items is not None:  # checked as `ClusterData.add` checks a Pod (bridge.report.jsonlists)
-                pods += items
+            got = reader.items(raw)
+            if got is not None:  # checked as `ClusterData.add` checks the kind (bridge.report.jsonlists)
+                data.objects[got[0]] += got[1]
                 continue
             doc = reader.document(raw)
             if doc is not NOT_READ:

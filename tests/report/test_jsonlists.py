@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from bridge.report import run_report
-from bridge.report.jsonlists import NOT_READ, POD_SCHEMA, SHARED_TYPES, Reader
+from bridge.report.jsonlists import NOT_READ, POD_SCHEMA, REPLICASET_SCHEMA, SHARED_TYPES, Reader
 from bridge.report.shape import _META, SCHEMAS
 from bridge.report.sources import SnapshotError, load_snapshot
 from tests.report.conftest import EXAMPLE, REPO
@@ -110,12 +110,12 @@ def test_pods_are_the_plain_objects_less_the_fields_no_reader_reads(tmp_path: Pa
     _bench_generate()(tmp_path / "bench", 20, 300, 20)
     for root in (tmp_path / "bench", _example_as_json(tmp_path)):
         fast, plain = load_snapshot(root), load_snapshot(root, plain_json=True)
-        schema = _resolve(POD_SCHEMA)
-        slim = [_project(p, schema) for p in plain.of("Pod")]
-        assert json.dumps(fast.of("Pod")) == json.dumps(slim)
-        assert fast.of("Pod") != plain.of("Pod")  # fields were left out
+        for kind, schema in (("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA)):
+            slim = [_project(p, _resolve(schema)) for p in plain.of(kind)]
+            assert json.dumps(fast.of(kind)) == json.dumps(slim), kind
+            assert fast.of(kind) != plain.of(kind) or not slim  # fields were left out
         for kind in fast.objects:
-            if kind != "Pod":
+            if kind not in ("Pod", "ReplicaSet"):
                 assert json.dumps(fast.of(kind)) == json.dumps(plain.of(kind)), kind
 
 
@@ -130,9 +130,10 @@ def _paths(schema: Any, prefix: str = "") -> set[str]:
     return out
 
 
-def test_every_pod_field_the_shape_check_names_is_kept() -> None:
+@pytest.mark.parametrize(("kind", "schema"), [("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA)])
+def test_every_field_the_shape_check_names_is_kept(kind: str, schema: type) -> None:
     """So that a malformed-input error names the same object and field from either reading."""
-    kept = _resolve(POD_SCHEMA)
+    kept = _resolve(schema)
 
     def covered(path: str) -> bool:
         node: Any = kept
@@ -149,7 +150,7 @@ def test_every_pod_field_the_shape_check_names_is_kept() -> None:
                 node = node[part]
         return True
 
-    wanted = _paths({"metadata": _META, **SCHEMAS["Pod"]})
+    wanted = _paths({"metadata": _META, **SCHEMAS[kind]})
     assert wanted and not [p for p in sorted(wanted) if not covered(p)]
 
 
@@ -181,6 +182,13 @@ def _pod(name: str, **spec: Any) -> Obj:
                                                              "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
                      **spec},
             "status": {"phase": "Running"}}
+
+
+def _replicaset(name: str, template: Any = None) -> Obj:
+    pod = _pod(name)
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"replicas": 2, "template": template if template is not None else
+                     {"metadata": {"annotations": {"dra-bridge.io/translate": "false"}}, "spec": pod["spec"]}}}
 
 
 _POD_LIST_HEAD = b'{"apiVersion":"v1","kind":"List","items":['
@@ -229,6 +237,12 @@ def _hostile_lists() -> list[tuple[str, bytes]]:
         *[(f"{deep} deep in a shared field", _POD_LIST_HEAD + json.dumps(_pod("p", affinity="@@")).encode().replace(
             b'"@@"', b"[" * deep + b"]" * deep) + b"]}") for deep in deeps],
         ("trailing garbage", _POD_LIST_HEAD + good + b"]} x"),
+        ("a ReplicaSet List", _POD_LIST_HEAD + json.dumps(_replicaset("rs")).encode() + b"]}"),
+        ("a ReplicaSet whose template is a string", _POD_LIST_HEAD + json.dumps(_replicaset("rs", "tmpl")).encode()
+         + b"]}"),
+        ("a ReplicaSet whose replicas are not a number", _POD_LIST_HEAD + json.dumps(
+            {**_replicaset("rs"), "spec": {"replicas": "many"}}).encode() + b"]}"),
+        ("ReplicaSets and Pods", _POD_LIST_HEAD + json.dumps(_replicaset("rs")).encode() + b"," + good + b"]}"),
         ("empty", b""),
     ]
     return cases
@@ -241,6 +255,8 @@ def test_a_hostile_pod_list_gets_the_plain_readings_answer(tmp_path: Path, what:
     for name in ("version.json", "api-versions.txt", "nodes.yaml", "namespaces.yaml"):
         (snap / name).write_bytes((EXAMPLE / name).read_bytes())
     (snap / "pods.json").write_bytes(content)
+    (snap / "more-pods.json").write_bytes(_POD_LIST_HEAD + json.dumps(_pod("owned")).encode().replace(
+        b'"namespace"', b'"ownerReferences":[{"kind":"ReplicaSet","name":"rs","controller":true}],"namespace"') + b"]}")
     fast, plain = _outcome(snap, False), _outcome(snap, True)
     assert fast == plain
 
