@@ -224,12 +224,13 @@ class _NotRead:
 NOT_READ = _NotRead()
 
 
-def _utf8(raw: bytes) -> bool:
-    """Whether `raw` is UTF-8 (the plain path decodes the whole file; msgspec checks only what it decodes)."""
-    if raw.isascii():
+def _utf8(raw: bytes | memoryview, ascii_only: bool | None = None) -> bool:
+    """Whether `raw` is UTF-8 (the plain path decodes the whole file; msgspec checks only what it decodes);
+    `ascii_only`: True when it is known to be ASCII (None: not known)."""
+    if ascii_only or (isinstance(raw, bytes) and raw.isascii()):
         return True
     try:
-        raw.decode("utf-8")
+        str(raw, "utf-8")
     except UnicodeDecodeError:
         return False
     return True
@@ -253,7 +254,7 @@ class Reader:
     def __init__(self) -> None:
         self._memos: dict[str, dict[bytes, Any]] = {}  # field -> JSON text -> its one decoded value
 
-    def items(self, raw: bytes) -> tuple[str, list[Obj]] | None:
+    def items(self, raw: bytes | memoryview, ascii_only: bool | None = None) -> tuple[str, list[Obj]] | None:
         """(kind, items) of a JSON List of Pods only or of ReplicaSets only, each item with only the fields the report
         reads (Pods: identical parts shared); None when `raw` is neither, or not JSON msgspec reads as the plain path
         does (module docstring)."""
@@ -266,7 +267,7 @@ class Reader:
             kind, decoder = "ReplicaSet", _REPLICASETS
         else:
             return None
-        if not _utf8(raw):
+        if not _utf8(raw, ascii_only):
             return None
         try:
             with _Lowered():
@@ -280,7 +281,7 @@ class Reader:
             return None
         return kind, items
 
-    def pod_items(self, raw: bytes) -> list[Obj] | None:
+    def pod_items(self, raw: bytes | memoryview) -> list[Obj] | None:
         """The items of a JSON Pod List (`items`), None for anything else."""
         got = self.items(raw)
         return got[1] if got is not None and got[0] == "Pod" else None
@@ -331,10 +332,10 @@ class Reader:
                     spec["affinity"] = affinities[key] if key in affinities else decoded(affinities, key, _ANY)
 
     @staticmethod
-    def document(raw: bytes) -> Any:
+    def document(raw: bytes | memoryview, ascii_only: bool | None = None) -> Any:
         """The whole JSON document, as `json.loads` reads it; `NOT_READ` when msgspec refuses it or could read it
         differently (module docstring)."""
-        if _WHOLE is None or not _utf8(raw):
+        if _WHOLE is None or not _utf8(raw, ascii_only):
             return NOT_READ
         try:
             with _Lowered():

@@ -43,11 +43,11 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
-from bridge.atomicfile import UnreadableFile
+from bridge.atomicfile import ReadBuffer, UnreadableFile, read_regular_into
 from bridge.atomicfile import read_regular as bounded_read
 from bridge.report.jsonlists import NOT_READ, Reader
 
@@ -229,12 +229,25 @@ def _too_big(path: Path, limit: int, what: str) -> SnapshotError:
     return SnapshotError(f"{path}: {what} more than {_size(limit)}, the per-file limit (--max-file-size)")
 
 
-def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+@overload
+def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES, into: None = None) -> bytes: ...
+
+
+@overload
+def read_regular(path: Path, limit: int, into: ReadBuffer) -> memoryview: ...
+
+
+def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES, into: ReadBuffer | None = None) -> bytes | memoryview:
     """The bytes of a regular file of at most `limit` bytes; `SnapshotError` for anything else. The type is checked
     on the descriptor (no race with a swapped path) and the open never blocks on a FIFO (`bridge.atomicfile
-    .read_regular`, the daemon's reader; a snapshot may be reached through symlinks)."""
+    .read_regular`, the daemon's reader; a snapshot may be reached through symlinks). With `into`, read into that
+    reused buffer (`bridge.atomicfile.read_regular_into`): a view, to release before the next read into it."""
+    raw: bytes | memoryview | None
     try:
-        raw = bounded_read(path, limit, follow_links=True)
+        if into is None:
+            raw = bounded_read(path, limit, follow_links=True)
+        else:
+            raw = read_regular_into(path, limit, into, follow_links=True)
     except UnreadableFile as err:
         if err.kind == "too-large":
             raise _too_big(path, limit, "grew while read to" if err.size is None else f"{_size(err.size)},") from err
@@ -272,9 +285,9 @@ def _read_bytes(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
 
-def _text(path: Path, raw: bytes) -> str:
+def _text(path: Path, raw: bytes | memoryview) -> str:
     try:
-        return raw.decode("utf-8")
+        return str(raw, "utf-8")
     except UnicodeDecodeError as err:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
@@ -342,21 +355,28 @@ def _load_snapshot(root: Path, limit: int, reader: Reader | None) -> ClusterData
     files = snapshot_files(root)
     if not files:
         raise SnapshotError(f"{root}: no .yaml/.yml/.json files found")
+    buffer = ReadBuffer()  # the files in turn, in one reused buffer (JSON read by `reader`)
     for f in files:
         base = f.name[:-3] if f.name.endswith(".gz") else f.name
-        raw = _read_bytes(f, limit)
-        if reader is not None and base.endswith(".json") and base not in (VERSION_FILE, UNREADABLE_FILE):
-            got = reader.items(raw)
-            if got is not None:  # checked as `ClusterData.add` checks the kind (bridge.report.jsonlists)
-                data.objects[got[0]] += got[1]
-                continue
-            doc = reader.document(raw)
-            if doc is not NOT_READ:
-                for obj in _flatten(doc, str(f)):
-                    data.add(obj, str(f))
-                continue
-        text = _text(f, raw)
-        del raw
+        fast = reader is not None and base.endswith(".json") and base not in (VERSION_FILE, UNREADABLE_FILE)
+        raw = read_regular(f, limit, buffer) if fast and not f.name.endswith(".gz") else _read_bytes(f, limit)
+        try:
+            if reader is not None and fast:
+                # all of the buffer ASCII: the file is (else the UTF-8 check reads the file itself)
+                ascii_only = True if isinstance(raw, memoryview) and buffer.data.isascii() else None
+                got = reader.items(raw, ascii_only)
+                if got is not None:  # checked as `ClusterData.add` checks the kind (bridge.report.jsonlists)
+                    data.objects[got[0]] += got[1]
+                    continue
+                doc = reader.document(raw, ascii_only)
+                if doc is not NOT_READ:
+                    for obj in _flatten(doc, str(f)):
+                        data.add(obj, str(f))
+                    continue
+            text = _text(f, raw)
+        finally:
+            if isinstance(raw, memoryview):
+                raw.release()
         if base == VERSION_FILE:
             try:
                 data.version = parse_version(json.loads(text))

@@ -269,3 +269,22 @@ def test_the_reader_refuses_what_it_would_read_differently() -> None:
     assert reader.document(b'{"a": NaN}') is NOT_READ  # json.loads takes it
     assert reader.document(b'["\\ud800"]') is NOT_READ
     assert reader.document(b'{"a": 1}') == {"a": 1}
+
+
+@pytest.mark.parametrize("last", [b"", b"\xff"])
+def test_files_read_in_turn_into_one_buffer_keep_their_own_bytes(tmp_path: Path, last: bytes) -> None:
+    """A large file, then smaller ones (one not ASCII, one not UTF-8 at all): each is read as itself, not with what
+    an earlier one left in the reused buffer."""
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for name in ("version.json", "api-versions.txt", "nodes.yaml", "namespaces.yaml"):
+        (snap / name).write_bytes((EXAMPLE / name).read_bytes())
+    many = [_pod(f"p{i}", ports=[{"name": "x" * 50}]) for i in range(300)]
+    (snap / "a-pods.json").write_text(json.dumps({"kind": "List", "items": many}))
+    odd = json.dumps({"kind": "List", "items": [_pod("q", ports="@@")]}).encode().replace(b'"@@"', '"é"'.encode())
+    (snap / "b-pods.json").write_bytes(odd)
+    (snap / "c-pods.json").write_bytes(b'{"kind":"List","items":[' + json.dumps(_pod("r")).encode()[:-1]
+                                      + b',"x":"' + last + b'"}]}')
+    fast, plain = _outcome(snap, False), _outcome(snap, True)
+    assert fast == plain
+    assert (fast[0] == "error") == bool(last)
