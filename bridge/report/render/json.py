@@ -143,9 +143,9 @@ def _plain(value: Any) -> bool:
     if t is str or t is int or t is bool or value is None:
         return True
     if t is dict:
-        return all(_plain(v) for v in value.values())
+        return all(map(_plain, value.values()))
     if t is list or t is tuple:
-        return all(_plain(v) for v in value)
+        return all(map(_plain, value))
     return False
 
 
