@@ -170,8 +170,9 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
 
 
 def _scan(snapshot: Path | None, kubeconfig: str | None, context: str | None, timeout: float, output: str,
-          out_file: Path | None, emit_manifests: Path | None, assume_split: str, configs: tuple[DevicePluginConfig, ...],
-          colour: bool, max_file_size: int, require_fixed: tuple[tuple[str, frozenset[str]], ...]) -> int:
+          out_file: Path | None, emit_manifests: Path | None, assume_split: str,
+          configs: tuple[DevicePluginConfig, ...], colour: bool, max_file_size: int,
+          require_fixed: tuple[tuple[str, frozenset[str]], ...]) -> int:
     """Load, report, write: the exit status."""
     from bridge.report import run_report
     from bridge.report.sources import SnapshotError, load_snapshot
