@@ -237,7 +237,9 @@ def _utf8(raw: bytes | memoryview, ascii_only: bool | None = None) -> bool:
 
 
 class _Lowered:
-    """The recursion limit lowered by `_DEPTH_MARGIN` while msgspec decodes (`_DEPTH_MARGIN`)."""
+    """The recursion limit lowered by `_DEPTH_MARGIN` while msgspec decodes (`_DEPTH_MARGIN`). The limit is the
+    interpreter's: another thread recursing that deep meanwhile would stop earlier (the report loads snapshots from
+    its one thread)."""
 
     def __enter__(self) -> None:
         self.limit = sys.getrecursionlimit()
