@@ -101,10 +101,9 @@ def file_type(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool = False) -> bytes | None:
-    """The bytes of the regular file at `path` (at most `limit`); None when it does not exist. Raises
-    `UnreadableFile` for a symlink (unless `follow_links`), anything but a regular file, or more than `limit`
-    bytes, and OSError when it cannot be read (see the module docstring)."""
+def _open_regular(path: str | os.PathLike[str], limit: int, follow_links: bool) -> tuple[int, int] | None:
+    """(descriptor, size) of the regular file at `path` of at most `limit` bytes; None when it does not exist
+    (`read_regular`)."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -121,16 +120,89 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool
         if info.st_size > limit:
             raise UnreadableFile(path, f"{info.st_size} bytes, over the {limit}-byte limit", "too-large",
                                  info.st_size)
-        chunks, total = [], 0
-        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:  # grew while we read
-                raise UnreadableFile(path, f"grew while read to over the {limit}-byte limit", "too-large")
-        return b"".join(chunks)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def _grew(path: str | os.PathLike[str], limit: int) -> UnreadableFile:
+    return UnreadableFile(path, f"grew while read to over the {limit}-byte limit", "too-large")
+
+
+def _rest(path: str | os.PathLike[str], fd: int, limit: int, total: int) -> list[bytes]:
+    """The file from where `total` bytes were read on to its end, in chunks (it grew while read)."""
+    chunks = []
+    while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise _grew(path, limit)
+    return chunks
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool = False) -> bytes | None:
+    """The bytes of the regular file at `path` (at most `limit`); None when it does not exist. Raises
+    `UnreadableFile` for a symlink (unless `follow_links`), anything but a regular file, or more than `limit`
+    bytes, and OSError when it cannot be read (see the module docstring)."""
+    opened = _open_regular(path, limit, follow_links)
+    if opened is None:
+        return None
+    fd, size = opened
+    try:
+        # The whole file in one read when it does not grow (one buffer, no join: a snapshot's files are hundreds of
+        # MB), then on to its end in chunks.
+        first = os.read(fd, min(size + 1, limit + 1))
+        if len(first) > limit:  # grew while we read
+            raise _grew(path, limit)
+        return b"".join([first, *_rest(path, fd, limit, len(first))]) if first else first
     finally:
         os.close(fd)
 
 
-__all__ = ["TEMP_MARK", "UnreadableFile", "atomic_write_bytes", "file_type", "fsync_dir", "read_regular",
+class ReadBuffer:
+    """Memory `read_regular_into` reuses from file to file: `data` starts with the last file read; the rest holds
+    bytes of earlier files, or zeros (so when all of `data` is ASCII, the last file is)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+
+def read_regular_into(path: str | os.PathLike[str], limit: int, buffer: ReadBuffer, *,
+                      follow_links: bool = False) -> memoryview | None:
+    """`read_regular` into `buffer`: a view of the file's bytes at the start of `buffer.data` (`ReadBuffer`). The
+    view is valid until the next read into the same buffer and must be released before it. Reading many large files
+    into one buffer saves a fresh allocation per file, and the page faults of first touching it (a 150,000-pod
+    snapshot is 230 MB of JSON)."""
+    opened = _open_regular(path, limit, follow_links)
+    if opened is None:
+        return None
+    fd, size = opened
+    try:
+        want = min(size + 1, limit + 1)
+        data = buffer.data
+        if len(data) < want:
+            data.extend(bytes(want - len(data)))
+        view = memoryview(data)
+        try:
+            total = 0
+            while total < want and (n := os.readv(fd, [view[total:want]])):
+                total += n
+        finally:
+            view.release()
+        if total > limit:  # grew while we read
+            raise _grew(path, limit)
+        if total == want:  # grew past its size while we read: on to its end
+            rest = b"".join(_rest(path, fd, limit, total))
+            if len(data) < total + len(rest):
+                data.extend(bytes(total + len(rest) - len(data)))
+            data[total:total + len(rest)] = rest
+            total += len(rest)
+    finally:
+        os.close(fd)
+    return memoryview(data)[:total]
+
+
+__all__ = ["TEMP_MARK", "ReadBuffer", "UnreadableFile", "atomic_write_bytes", "file_type", "fsync_dir", "read_regular",
+           "read_regular_into",
            "temp_name"]

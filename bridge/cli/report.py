@@ -6,8 +6,12 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from bridge.report.dpconfig import DevicePluginConfig
 
 EXIT_READY, EXIT_BLOCKED, EXIT_USAGE = 0, 1, 2
 
@@ -135,10 +139,9 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
 
         click.echo(markdown(), nl=False)
         ctx.exit(EXIT_READY)
-    from bridge.report import run_report
     from bridge.report.dpconfig import parse_config
     from bridge.report.findings import ObjectRef
-    from bridge.report.sources import SnapshotError, load_snapshot, read_regular
+    from bridge.report.sources import SnapshotError, bulk_allocation, read_regular
 
     if snapshot is not None and (kubeconfig or context):
         raise click.UsageError("--snapshot cannot be combined with --kubeconfig/--context")
@@ -153,6 +156,27 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
             raise click.BadParameter(f"{p}: not an NVIDIA device-plugin config (expected `version: v1` with flags/sharing)",
                                      param_hint="--device-plugin-config")
         configs.append(cfg)
+    if colour is None:
+        target_tty = out_file is None and sys.stdout.isatty()
+        colour = target_tty and not os.environ.get("NO_COLOR")
+    # The cyclic GC is paused for the whole scan, loading to output: the run allocates millions of objects that hold
+    # no cycles, and every collection would walk all of them to find nothing (between the stages too: the first
+    # collection after a pause walks everything allocated during it). They are freed when `_scan` returns, before
+    # the GC runs again.
+    with bulk_allocation():
+        code = _scan(snapshot, kubeconfig, context, timeout, output, out_file, emit_manifests, assume_split,
+                     tuple(configs), colour, max_file_size, require_fixed)
+    ctx.exit(code)
+
+
+def _scan(snapshot: Path | None, kubeconfig: str | None, context: str | None, timeout: float, output: str,
+          out_file: Path | None, emit_manifests: Path | None, assume_split: str,
+          configs: tuple[DevicePluginConfig, ...], colour: bool, max_file_size: int,
+          require_fixed: tuple[tuple[str, frozenset[str]], ...]) -> int:
+    """Load, report, write: the exit status."""
+    from bridge.report import run_report
+    from bridge.report.sources import SnapshotError, load_snapshot
+
     if snapshot is not None:
         try:
             data = load_snapshot(snapshot, max_file_bytes=max_file_size)
@@ -161,12 +185,9 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
     else:
         data = _load_live(kubeconfig, context, timeout)
     if require_fixed:
-        _check_ready(data, require_fixed, assume_split, tuple(configs))
-    if colour is None:
-        target_tty = out_file is None and sys.stdout.isatty()
-        colour = target_tty and not os.environ.get("NO_COLOR")
+        _check_ready(data, require_fixed, assume_split, configs)
     try:
-        result = run_report(data, output=output, assume_split=assume_split, device_plugin_configs=tuple(configs),
+        result = run_report(data, output=output, assume_split=assume_split, device_plugin_configs=configs,
                             colour=colour)
     except SnapshotError as err:  # MalformedInput: an object with a field of the wrong type
         raise ReportError(str(err)) from err
@@ -186,7 +207,7 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
         if done.kept:
             click.echo(f"left {len(done.kept)} file(s) of an earlier run that were changed since it wrote them "
                        f"(remove them if they no longer apply): {', '.join(done.kept)}", err=True)
-    ctx.exit(EXIT_BLOCKED if result.report.blockers else EXIT_READY)
+    return EXIT_BLOCKED if result.report.blockers else EXIT_READY
 
 
 def _check_ready(data, wanted, assume_split: str, configs) -> None:  # type: ignore[no-untyped-def]

@@ -144,8 +144,24 @@ def devices_of(counts: Sequence[ContainerCount]) -> int:
 
 
 def pod_devices(spec: Mapping[str, Any], resource: str) -> int:
-    """How many devices of `resource` the pod holds under the device plugin (see the module docstring)."""
-    return devices_of(containers(spec, resource))
+    """How many devices of `resource` the pod holds under the device plugin (see the module docstring):
+    `devices_of(containers(spec, resource))`, without building the ContainerCount list (the report and the
+    controller ask this for every pod)."""
+    total = sidecars = peak = 0
+    for c in spec.get("initContainers") or ():
+        if _is_map(c):
+            n = container_count(c, resource)
+            if _is_sidecar(c):
+                total += n
+                sidecars += n
+                if sidecars > peak:
+                    peak = sidecars
+            elif n + sidecars > peak:
+                peak = n + sidecars
+    for c in spec.get("containers") or ():
+        if _is_map(c):
+            total += container_count(c, resource)
+    return max(total, peak)
 
 
 def pod_devices_by_name(spec: Mapping[str, Any], accept: Callable[[str], bool]) -> dict[str, int]:

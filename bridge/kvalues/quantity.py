@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 MAX_TEXT = 128  # characters of a quantity's text (the longest real one is a few dozen)
 MAX_MAGNITUDE = 30  # |value| < 10**30: every real quantity (2^63 bytes is 9.2e18), with room to spare
@@ -114,6 +115,13 @@ def parse_quantity(value: object) -> Fraction:
         return _to_nano(Fraction(value))
     if not isinstance(value, str):
         raise QuantityError(f"{_show(value)} is not a quantity")
+    return _parse_str(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_str(value: str) -> Fraction:
+    """`_parse_text`, once per distinct text (a Fraction is immutable; a refusal is raised again each time): a
+    cluster repeats a handful of quantities ("80Gi" on every device of a kind)."""
     return _parse_text(value, value.strip())
 
 

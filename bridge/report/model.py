@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from bridge.kvalues.placement import Constraints, Taint, taints_of
+from bridge.kvalues.podgpu import pod_devices
 from bridge.ledger.status import SplitStatus, StatusError, status_of
 from bridge.ledger.target import SplitRequest, TargetResult, evaluate_request, requested_split
 from bridge.report.features import (
@@ -163,9 +165,10 @@ class Node:
             return None
         return evaluate_request(self.split_request, self.split_inventory())
 
-    @property
+    @cached_property
     def gpu_total(self) -> int:
-        """Physical GPUs as best known: device-plugin capacity, published full-GPU devices, or the GFD count."""
+        """Physical GPUs as best known: device-plugin capacity, published full-GPU devices, or the GFD count. Read by
+        many rules for every node: computed once, when the model is built (its devices are all added by then)."""
         published = sum(1 for d in self.devices if d.driver == BRIDGE_DRIVER or _is_full_gpu(d))
         label = quantity_int(self.labels.get("nvidia.com/gpu.count"))
         return max(self.capacity.get(GPU, 0), published, label)
@@ -185,6 +188,72 @@ class DaemonSetRole:
     role: str  # "bridge", "device-plugin", "dra-driver", "dcgm-exporter", "gfd", ""
 
 
+class _ContainerFacts:
+    """What a pod's spec.containers and spec.initContainers alone decide, each once per distinct pair of them: the
+    device-plugin GPUs it holds, and its API when it has no spec.resourceClaims. Keyed by identity (the replicas of
+    a JSON snapshot share these lists, bridge.report.jsonlists), each pair kept alive with its answer so that an id
+    is not reused while the entry lives; a pair no other pod shares costs one lookup more."""
+
+    def __init__(self) -> None:
+        self._gpus: dict[tuple[int, int], tuple[Any, Any, int]] = {}
+        self._api: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+
+    def legacy_gpus(self, spec: Obj) -> int:
+        containers, inits = spec.get("containers"), spec.get("initContainers")
+        hit = self._gpus.get((id(containers), id(inits)))
+        if hit is None:
+            n = pod_devices({"containers": containers, "initContainers": inits}, GPU)
+            hit = self._gpus[(id(containers), id(inits))] = (containers, inits, n)
+        return hit[2]
+
+    def api(self, spec: Obj) -> str:
+        """`_pod_api` of a spec without resourceClaims."""
+        containers, inits = spec.get("containers"), spec.get("initContainers")
+        hit = self._api.get((id(containers), id(inits)))
+        if hit is None:
+            api = _pod_api({"containers": containers, "initContainers": inits}, "", None, {}, {})
+            hit = self._api[(id(containers), id(inits))] = (containers, inits, api)
+        return hit[2]
+
+
+def _asks_vendor(spec: Obj) -> bool:
+    """Whether some container asks a positive count of an `nvidia.com/*` resource (the device plugin's). A per-pod
+    check on the report's hot path: stops at the first hit instead of computing the pod's counts."""
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or ():
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
+                continue
+            for part in ("limits", "requests"):
+                values = res.get(part)
+                if isinstance(values, dict):
+                    for k, v in values.items():
+                        if isinstance(k, str) and k.startswith(VENDOR_PREFIX) and quantity_int(v) > 0:
+                            return True
+    return False
+
+
+def _pod_api(spec: Obj, ns: str, status: Obj | None, templates: dict[tuple[str, str], Obj],
+             claims: dict[tuple[str, str], Obj]) -> str:
+    """legacy, dra, both, or "" for one live pod (its own spec: a Deployment's pods may be translated while its
+    template is not)."""
+    legacy = _asks_vendor(spec)
+    dra = False
+    if spec.get("resourceClaims") or not legacy:
+        asked = dra_gpus(spec, ns, status, templates, claims)
+        # A claim that cannot be read (its template missing from the input) on a pod asking no device-plugin GPU:
+        # the pod gets its GPUs through DRA, the count is what is unknown.
+        dra = asked.count > 0 or (bool(asked.unknown) and not legacy)
+    return "both" if legacy and dra else "legacy" if legacy else "dra" if dra else ""
+
+
+def _add_backend(node: Node, role: str) -> None:
+    if role == "bridge":
+        node.backends.add("bridge")
+    elif role == "device-plugin":
+        node.backends.add("device-plugin")
+
+
 @dataclass
 class ClusterModel:
     data: ClusterData
@@ -197,6 +266,17 @@ class ClusterModel:
     daemonsets: list[DaemonSetRole]
     ignored_pods: int  # pods that are not GPU-relevant
     unbound_pods: int = 0  # pods without spec.nodeName (pending for the scheduler, or not yet bound)
+    # The pods bound to a node (spec.nodeName, as the pod writes it) and not finished, in input order, and those not
+    # bound: found in the model's one pass over the pods, for the rules that count held or pending GPUs
+    # (bridge.report.supply, DRB017, DRB037), which read the pods' device-plugin GPUs through `legacy_gpus`.
+    bound: list[tuple[Any, Obj]] = field(default_factory=list)
+    unbound: list[Obj] = field(default_factory=list)
+    _facts: _ContainerFacts = field(default_factory=lambda: _ContainerFacts(), repr=False, compare=False)
+
+    def legacy_gpus(self, spec: Obj) -> int:
+        """`nvidia.com/gpu` a pod spec holds under the device plugin (`bridge.kvalues.podgpu.pod_devices`), once per
+        distinct containers (`_ContainerFacts`)."""
+        return self._facts.legacy_gpus(spec)
 
 
 def classify_daemonset(ds: Obj) -> str:
@@ -223,7 +303,10 @@ def _meta(o: Obj) -> Obj:
 
 
 def _controller_ref(o: Obj) -> tuple[str, str] | None:
-    refs = (o.get("metadata") or {}).get("ownerReferences")
+    return _controller_of((o.get("metadata") or {}).get("ownerReferences"))
+
+
+def _controller_of(refs: Any) -> tuple[str, str] | None:
     if not refs:
         return None
     chosen = refs[0]
@@ -313,27 +396,52 @@ def build_model(data: ClusterData) -> ClusterModel:
     templates = {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in data.of("ResourceClaimTemplate")}
     claims = {(_meta(o).get("namespace", ""), _meta(o).get("name", "")): o for o in data.of("ResourceClaim")}
 
-    # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass)
+    # --- workloads from pods (one pass; DaemonSet-owned pods are also remembered for the node-backend pass, and the
+    # GPUs bound pods hold for the rules that count them). What depends only on a part that the replicas of a
+    # workload share is computed once per distinct part (identity, as `_ContainerFacts`).
     rows: dict[Ref, Workload | None] = {}
     ignored = 0
     ds_pods: list[tuple[str, str, str]] = []  # (namespace, daemonset, node)
-    unbound = 0
+    unbound: list[Obj] = []
+    bound: list[tuple[Any, Obj]] = []
+    by_containers = _ContainerFacts()
+    # (namespace, id(ownerReferences)) -> (those references, the controller reference, the top owner's key): the
+    # replicas of a JSON snapshot share their references (identity, as `_ContainerFacts`)
+    owned: dict[tuple[str, int], tuple[Any, tuple[str, str], Ref]] = {}
     for pod in data.of("Pod"):
         m = pod.get("metadata") or {}
         ns = m.get("namespace", "")
-        if not (pod.get("spec") or {}).get("nodeName"):
-            unbound += 1
-        ref = _controller_ref(pod)
-        if ref is not None and ref[0] == "DaemonSet":
-            ds_pods.append((ns, ref[1], (pod.get("spec") or {}).get("nodeName") or ""))
-        kind, name = top_owner(ns, *ref) if ref else ("Pod", str(m.get("name", "")))
-        key: Ref = (kind, ns, name)
+        pod_spec = pod.get("spec") or {}
+        node = pod_spec.get("nodeName")
+        status = pod.get("status")
+        phase = (status or {}).get("phase")
+        done = phase in _DONE_PHASES
+        if not node:
+            unbound.append(pod)
+        elif not done:
+            bound.append((node, pod))
+        refs = m.get("ownerReferences")
+        key: Ref
+        if refs:
+            hit = owned.get((ns, id(refs)))
+            if hit is None:
+                ref = _controller_of(refs)
+                assert ref is not None  # references there are
+                kind, name = top_owner(ns, *ref)
+                hit = owned[(ns, id(refs))] = (refs, ref, (kind, ns, name))
+            _, ref, key = hit
+            kind, name = key[0], key[2]
+            if ref[0] == "DaemonSet":
+                ds_pods.append((ns, ref[1], node or ""))
+        else:
+            kind, name = "Pod", str(m.get("name", ""))
+            key = (kind, ns, name)
         row: Workload | None | Literal[False] = rows.get(key, False)  # False: not seen yet (one lookup per pod)
         if row is False:
             ctrl = controllers.get(key)
             tmpl = template_spec(kind, ctrl) if ctrl is not None else None
             info = analyse(tmpl, ns, None, templates, claims) if tmpl is not None else \
-                analyse(pod.get("spec") or {}, ns, pod.get("status"), templates, claims)
+                analyse(pod_spec, ns, status, templates, claims)
             if info.relevant:
                 desired = desired_replicas(kind, ctrl) if ctrl is not None else None
                 out = opted_out(template_metadata(kind, ctrl) if ctrl is not None else m)
@@ -344,16 +452,16 @@ def build_model(data: ClusterData) -> ClusterModel:
         if row is None:
             ignored += 1
             continue
-        if (pod.get("status") or {}).get("phase") in _DONE_PHASES:
+        if done:
             continue
         row.pods += 1
-        pod_spec = pod.get("spec") or {}
-        node = pod_spec.get("nodeName")
         if node:
             row.nodes.add(node)
-        api = _pod_api(pod_spec, ns, pod.get("status"), templates, claims) if row.spec.api else ""
-        if api:
-            row.pods_by_api[api] = row.pods_by_api.get(api, 0) + 1
+        if row.spec.api:
+            api = _pod_api(pod_spec, ns, status, templates, claims) if pod_spec.get("resourceClaims") else \
+                by_containers.api(pod_spec)
+            if api:
+                row.pods_by_api[api] = row.pods_by_api.get(api, 0) + 1
 
     # --- controllers without pods (top-level only: Deployments/StatefulSets/DaemonSets/CronJobs, Jobs without owner)
     for (kind, ns, name), ctrl in controllers.items():
@@ -462,43 +570,8 @@ def build_model(data: ClusterData) -> ClusterModel:
         device_classes=sorted(data.of("DeviceClass"), key=lambda o: _meta(o).get("name", "")),
         daemonsets=roles,
         ignored_pods=ignored,
-        unbound_pods=unbound,
+        unbound_pods=len(unbound),
+        bound=bound,
+        unbound=unbound,
+        _facts=by_containers,
     )
-
-
-def _asks_vendor(spec: Obj) -> bool:
-    """Whether some container asks a positive count of an `nvidia.com/*` resource (the device plugin's). A per-pod
-    check on the report's hot path: stops at the first hit instead of computing the pod's counts."""
-    for kind in ("containers", "initContainers"):
-        for c in spec.get(kind) or ():
-            res = c.get("resources") if isinstance(c, dict) else None
-            if not isinstance(res, dict):
-                continue
-            for part in ("limits", "requests"):
-                values = res.get(part)
-                if isinstance(values, dict):
-                    for k, v in values.items():
-                        if isinstance(k, str) and k.startswith(VENDOR_PREFIX) and quantity_int(v) > 0:
-                            return True
-    return False
-
-
-def _pod_api(spec: Obj, ns: str, status: Obj | None, templates: dict[tuple[str, str], Obj],
-             claims: dict[tuple[str, str], Obj]) -> str:
-    """legacy, dra, both, or "" for one live pod (its own spec: a Deployment's pods may be translated while its
-    template is not)."""
-    legacy = _asks_vendor(spec)
-    dra = False
-    if spec.get("resourceClaims") or not legacy:
-        asked = dra_gpus(spec, ns, status, templates, claims)
-        # A claim that cannot be read (its template missing from the input) on a pod asking no device-plugin GPU:
-        # the pod gets its GPUs through DRA, the count is what is unknown.
-        dra = asked.count > 0 or (bool(asked.unknown) and not legacy)
-    return "both" if legacy and dra else "legacy" if legacy else "dra" if dra else ""
-
-
-def _add_backend(node: Node, role: str) -> None:
-    if role == "bridge":
-        node.backends.add("bridge")
-    elif role == "device-plugin":
-        node.backends.add("device-plugin")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from bridge.controller.demand import request_count
@@ -169,7 +170,7 @@ class SpecInfo:
         """`nvidia.com/gpu` per pod: GPUs through the device plugin."""
         return self.gpu.get(GPU, 0)
 
-    @property
+    @cached_property
     def gpus(self) -> int:
         """GPUs per pod through either API (the webhook's translation keeps the count)."""
         return self.gpu.get(GPU, 0) + self.dra.count
@@ -183,10 +184,10 @@ class SpecInfo:
             out[GPU] = self.gpus
         return out
 
-    @property
+    @cached_property
     def api(self) -> str:
         """Which API this spec asks devices through: legacy (any `nvidia.com/*` resource: the device plugin), dra
-        (the bridge class), both, or "" (neither)."""
+        (the bridge class), both, or "" (neither). Read for every pod of the workload: computed once."""
         legacy = any(v > 0 for k, v in self.gpu.items() if k.startswith(VENDOR_PREFIX))
         # Claims that cannot be read on a spec asking nothing of the device plugin: DRA, count unknown.
         dra = self.dra.count > 0 or (bool(self.dra.unknown) and not legacy)
@@ -221,8 +222,11 @@ def _gfd_terms(spec: Obj) -> tuple[tuple[Requirement, ...], ...]:
 def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates: ClaimObjects | None = None,
             claims: ClaimObjects | None = None) -> SpecInfo:
     """What `spec` says about GPUs; `namespace`, `status` (a pod's) and the claim objects let DRA requests be
-    counted (`dra_gpus`)."""
+    counted (`dra_gpus`). Each container's GPU values are read once (`_container_gpu`): the resource names they
+    give are those `effective_gpu` and the invalid counts read."""
     containers = list(spec.get("containers") or ()) + list(spec.get("initContainers") or ())
+    per_container = [_container_gpu(c) for c in containers]
+    names = sorted({k for g in per_container for k in g})
     dev_paths = tuple(
         sorted(
             {
@@ -239,22 +243,24 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
         if any(e.get("name") == "NVIDIA_VISIBLE_DEVICES" for e in c.get("env") or ())
     )
     uses_claims = bool(spec.get("resourceClaims")) or any((c.get("resources") or {}).get("claims") for c in containers)
+    gpu = {name: n for name in names if (n := podgpu.pod_devices(spec, name)) > 0}
+    implicit = any(name.startswith(IMPLICIT_PREFIX) for name in names)  # the implicit extended-resource name asked
     return SpecInfo(
-        gpu=effective_gpu(spec),
+        gpu=gpu,
         uses_claims=uses_claims,
         gfd_terms=_gfd_terms(spec),
         dev_hostpaths=dev_paths,
         privileged=privileged,
         visible_devices_env=env_set,
         priority_class=str(spec.get("priorityClassName") or ""),
-        gpu_containers=sum(1 for c in containers if _container_gpu(c)),
-        max_container_gpus=max((_container_gpu(c).get(GPU, 0) for c in containers), default=0),
+        gpu_containers=sum(1 for g in per_container if g),
+        max_container_gpus=max((g.get(GPU, 0) for g in per_container), default=0),
         gpu_counts=podgpu.containers(spec, GPU) if spec.get("initContainers") else (),
         scheduler_name=str(spec.get("schedulerName") or ""),
         node_name=str(spec.get("nodeName") or ""),
-        dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
+        dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or implicit else NO_DRA,
         placement=dra_placement(spec),
-        invalid_counts=_invalid_counts(containers, spec),
+        invalid_counts=tuple(p for name in names for p in podgpu.count_problems(spec, name)),
     )
 
 
@@ -294,18 +300,6 @@ def _dra_placement(spec: Obj) -> Constraints:
     if selector == c.node_selector and terms == c.terms:
         return c
     return Constraints(selector, terms, c.tolerations)
-
-
-def _invalid_counts(containers: list[Obj], spec: Obj) -> tuple[str, ...]:
-    names = {k for c in containers for part in ("limits", "requests")
-             for k in (((c.get("resources") or {}).get(part)) or {}) if _is_gpu_name(k)}
-    return tuple(p for name in sorted(names) for p in podgpu.count_problems(spec, name))
-
-
-def _asks_implicit(spec: Obj) -> bool:
-    return any(str(k).startswith(IMPLICIT_PREFIX)
-               for kind in ("containers", "initContainers") for c in spec.get(kind) or ()
-               for part in ("limits", "requests") for k in (((c.get("resources") or {}).get(part)) or {}))
 
 
 OPT_OUT_ANNOTATION = "dra-bridge.io/translate"  # "false" keeps a pod on the device plugin (bridge/webhook/policy.py)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 Vector = tuple[bool, ...]
 Shape = tuple[tuple[Vector, int], ...]  # sorted (vector, free count) pairs with count > 0
@@ -54,11 +55,16 @@ class Pool:
     """A multiset of node shapes. `copy()` is cheap (shapes are shared tuples; tracked names are copied)."""
 
     def __init__(self, shapes: Counter[Shape] | None = None, selectors: int = 0,
-                 _free: dict[tuple[Shape, int], tuple[int, int]] | None = None) -> None:
+                 _free: dict[tuple[int, int], tuple[Shape, int, int]] | None = None,
+                 _order: dict[int, tuple[Shape, tuple[tuple[Vector, int], ...]]] | None = None) -> None:
         self.shapes: Counter[Shape] = shapes if shapes is not None else Counter()
         self.selectors = selectors
-        # (shape, selector) -> (matching free devices, all free devices); shapes are values, so copies share it.
+        # (id(shape), selector) -> (shape, matching free devices, all free devices), and id(shape) -> (shape, its
+        # entries in the order a pod takes devices): shapes are values, so copies share these. Keyed by identity
+        # (hashing a shape walks all of it) with the shape kept in the entry and checked, so an id reused by
+        # another object never answers.
         self._free = _free if _free is not None else {}
+        self._order = _order if _order is not None else {}
         # Tracked nodes: shape -> names (an ordered set), name -> its shape (() when it has no free device left).
         self._names: dict[Shape, dict[str, None]] = {}
         self._where: dict[str, Shape] = {}
@@ -80,18 +86,28 @@ class Pool:
         return pool
 
     def copy(self) -> "Pool":
-        p = Pool(Counter(self.shapes), self.selectors, self._free)
+        p = Pool(Counter(self.shapes), self.selectors, self._free, self._order)
         p._names = {shape: dict(names) for shape, names in self._names.items()}
         p._where = dict(self._where)
         p.moved = Counter(self.moved)
         return p
 
-    def _free_of(self, shape: Shape, selector: int) -> tuple[int, int]:
-        hit = self._free.get((shape, selector))
-        if hit is None:
-            hit = (sum(c for v, c in shape if v[selector]), sum(c for _, c in shape))
-            self._free[(shape, selector)] = hit
+    def _free_of(self, shape: Shape, selector: int) -> tuple[Shape, int, int]:
+        hit = self._free.get((id(shape), selector))
+        if hit is None or hit[0] is not shape:
+            hit = (shape, sum(c for v, c in shape if v[selector]), sum(c for _, c in shape))
+            self._free[(id(shape), selector)] = hit
         return hit
+
+    def _taking_order(self, shape: Shape) -> tuple[tuple[Vector, int], ...]:
+        """The shape's entries in the order a pod takes devices: unflagged first, then those matching the fewest
+        selectors."""
+        hit = self._order.get(id(shape))
+        if hit is None or hit[0] is not shape:
+            flags = self.selectors
+            hit = self._order[id(shape)] = (shape, tuple(sorted(
+                shape, key=lambda vc: (vc[0][flags:], sum(vc[0][:flags]), vc[0]))))
+        return hit[1]
 
     def matching(self, selector: int) -> int:
         return sum(n * sum(c for v, c in shape if v[selector]) for shape, n in self.shapes.items())
@@ -127,21 +143,26 @@ class Pool:
         self._set(old, _shape_counts(merged), name)
 
     def place(self, need: PodNeed) -> bool:
-        best: tuple[int, int, Shape] | None = None
+        """Best fit: the shape with the fewest matching free devices that holds the pod, then the fewest free
+        devices, the first in the pool's order on a tie."""
+        best: Shape | None = None
+        best_free = best_total = 0
+        selector, devices = need.selector, need.devices
+        free_of = self._free_of
         for shape in self.shapes:
-            free, total = self._free_of(shape, need.selector)
-            if free >= need.devices and (best is None or (free, total) < best[:2]):
-                best = (free, total, shape)
+            _, free, total = free_of(shape, selector)
+            if free >= devices and (best is None or free < best_free or (free == best_free and total < best_total)):
+                best, best_free, best_total = shape, free, total
         if best is None:
             return False
-        shape = best[2]
-        remaining = need.devices
+        shape = best
+        remaining = devices
         taken: dict[Vector, int] = {}
         flags = self.selectors
-        for v, c in sorted(shape, key=lambda vc: (vc[0][flags:], sum(vc[0][:flags]), vc[0])):
+        for v, c in self._taking_order(shape):
             if remaining == 0:
                 break
-            if v[need.selector]:
+            if v[selector]:
                 t = min(c, remaining)
                 taken[v] = t
                 remaining -= t
@@ -155,9 +176,23 @@ class Pool:
         return True
 
     def fit(self, needs: Iterable[PodNeed]) -> FitResult:
+        """Largest pods first. A pod that does not fit changes nothing, so until the next pod is placed one asking
+        at least as many devices of the same selector does not fit either and is not tried again."""
         ordered = sorted(needs, key=lambda p: -p.devices)
-        left = [p.devices for p in ordered if not self.place(p)]
-        return FitResult(len(ordered), len(ordered) - len(left), sum(p.devices for p in ordered), sum(left))
+        placed = pending = 0
+        failed: dict[int, int] = {}  # selector -> the fewest devices a pod that did not fit asked, since the last fit
+        for p, run in groupby(ordered):  # runs of equal needs (a workload's pods)
+            n = sum(1 for _ in run)
+            while n:
+                if p.devices >= failed.get(p.selector, p.devices + 1) or not self.place(p):
+                    pending += n * p.devices  # this one did not fit, so neither do the equal ones after it
+                    failed[p.selector] = min(p.devices, failed.get(p.selector, p.devices))
+                    break
+                placed += 1
+                n -= 1
+                if failed:
+                    failed = {}
+        return FitResult(len(ordered), placed, sum(p.devices for p in ordered), pending)
 
 
 def _shape(vectors: Sequence[Vector]) -> Shape:

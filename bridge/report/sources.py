@@ -17,7 +17,10 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
 
 Invariant: loading never mutates objects and never drops an object silently; an unreadable file is an error that
 names the file (`SnapshotError`), an object without `kind` or whose metadata is not a mapping is an error too;
-when a deeper field has the wrong type the report raises `MalformedInput` naming the object and field.
+when a deeper field has the wrong type the report raises `MalformedInput` naming the object and field. Nothing
+downstream changes the objects either: JSON Pod Lists are read with only the fields the report reads, and parts
+that Pods repeat byte for byte are one shared object (`bridge.report.jsonlists`; `load_snapshot(plain_json=True)`
+reads every file with the standard library, for the tests that compare both).
 
 Only regular files are read (a symlink is followed to one): a FIFO, a device (`/dev/zero`), a socket or a directory
 named like a snapshot file is an error, checked on the opened descriptor, and opening never blocks. Each file may
@@ -40,12 +43,13 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
-from bridge.atomicfile import UnreadableFile
+from bridge.atomicfile import ReadBuffer, UnreadableFile, read_regular_into
 from bridge.atomicfile import read_regular as bounded_read
+from bridge.report.jsonlists import NOT_READ, Reader
 
 Obj = dict[str, Any]
 
@@ -225,12 +229,25 @@ def _too_big(path: Path, limit: int, what: str) -> SnapshotError:
     return SnapshotError(f"{path}: {what} more than {_size(limit)}, the per-file limit (--max-file-size)")
 
 
-def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
+@overload
+def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES, into: None = None) -> bytes: ...
+
+
+@overload
+def read_regular(path: Path, limit: int, into: ReadBuffer) -> memoryview: ...
+
+
+def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES, into: ReadBuffer | None = None) -> bytes | memoryview:
     """The bytes of a regular file of at most `limit` bytes; `SnapshotError` for anything else. The type is checked
     on the descriptor (no race with a swapped path) and the open never blocks on a FIFO (`bridge.atomicfile
-    .read_regular`, the daemon's reader; a snapshot may be reached through symlinks)."""
+    .read_regular`, the daemon's reader; a snapshot may be reached through symlinks). With `into`, read into that
+    reused buffer (`bridge.atomicfile.read_regular_into`): a view, to release before the next read into it."""
+    raw: bytes | memoryview | None
     try:
-        raw = bounded_read(path, limit, follow_links=True)
+        if into is None:
+            raw = bounded_read(path, limit, follow_links=True)
+        else:
+            raw = read_regular_into(path, limit, into, follow_links=True)
     except UnreadableFile as err:
         if err.kind == "too-large":
             raise _too_big(path, limit, "grew while read to" if err.size is None else f"{_size(err.size)},") from err
@@ -260,13 +277,18 @@ def _gunzip(path: Path, raw: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _read_text(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> str:
+def _read_bytes(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     raw = read_regular(path, limit)
     try:
-        if path.name.endswith(".gz"):
-            raw = _gunzip(path, raw, limit)
-        return raw.decode("utf-8")
-    except (zlib.error, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as err:
+        return _gunzip(path, raw, limit) if path.name.endswith(".gz") else raw
+    except (zlib.error, EOFError, gzip.BadGzipFile) as err:
+        raise SnapshotError(f"{path}: cannot read: {err}") from err
+
+
+def _text(path: Path, raw: bytes | memoryview) -> str:
+    try:
+        return str(raw, "utf-8")
+    except UnicodeDecodeError as err:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
 
@@ -316,23 +338,45 @@ def snapshot_files(root: Path) -> list[Path]:
     raise SnapshotError(f"{root}: no such file or directory")
 
 
-def load_snapshot(path: str | os.PathLike[str], *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> ClusterData:
+def load_snapshot(path: str | os.PathLike[str], *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                  plain_json: bool = False) -> ClusterData:
+    """`plain_json`: read JSON files with the standard library alone, never `bridge.report.jsonlists` (the reference
+    the fast reading is tested against; the report is the same either way)."""
     with bulk_allocation():
         try:
-            return _load_snapshot(Path(path), max_file_bytes)
+            return _load_snapshot(Path(path), max_file_bytes, None if plain_json else Reader())
         except MemoryError as err:
             raise SnapshotError(f"{path}: out of memory while loading; lower --max-file-size or split the "
                                 "snapshot") from err
 
 
-def _load_snapshot(root: Path, limit: int) -> ClusterData:
+def _load_snapshot(root: Path, limit: int, reader: Reader | None) -> ClusterData:
     data = ClusterData(source=f"snapshot {root.name or root}")
     files = snapshot_files(root)
     if not files:
         raise SnapshotError(f"{root}: no .yaml/.yml/.json files found")
+    buffer = ReadBuffer()  # the files in turn, in one reused buffer (JSON read by `reader`)
     for f in files:
         base = f.name[:-3] if f.name.endswith(".gz") else f.name
-        text = _read_text(f, limit)
+        fast = reader is not None and base.endswith(".json") and base not in (VERSION_FILE, UNREADABLE_FILE)
+        raw = read_regular(f, limit, buffer) if fast and not f.name.endswith(".gz") else _read_bytes(f, limit)
+        try:
+            if reader is not None and fast:
+                # all of the buffer ASCII: the file is (else the UTF-8 check reads the file itself)
+                ascii_only = True if isinstance(raw, memoryview) and buffer.data.isascii() else None
+                got = reader.items(raw, ascii_only)
+                if got is not None:  # checked as `ClusterData.add` checks the kind (bridge.report.jsonlists)
+                    data.objects[got[0]] += got[1]
+                    continue
+                doc = reader.document(raw, ascii_only)
+                if doc is not NOT_READ:
+                    for obj in _flatten(doc, str(f)):
+                        data.add(obj, str(f))
+                    continue
+            text = _text(f, raw)
+        finally:
+            if isinstance(raw, memoryview):
+                raw.release()
         if base == VERSION_FILE:
             try:
                 data.version = parse_version(json.loads(text))

@@ -187,6 +187,8 @@ def component_args(container: Mapping[str, Any], component: str) -> list[str] | 
     command = [str(t) for t in container.get("command") or ()]
     args = [str(t) for t in container.get("args") or ()]
     tokens = command + args
+    if component not in tokens:  # both ways of running it name it (asked of every Deployment's containers)
+        return None
     for i in range(len(tokens) - 1):
         if posixpath.basename(tokens[i]) == "bridge" and tokens[i + 1] == component:
             return tokens[i + 2:]

@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.controller.decide import decide
-from bridge.controller.demand import allocated_by_node, is_bound_and_running, pending_demand
+from bridge.controller.demand import allocated_by_node, pending_demand
 from bridge.controller.model import Decision, NodeView, PendingPod, Policy
 from bridge.controller.nodestatus import node_view
-from bridge.kvalues.podgpu import pod_devices
 from bridge.report.features import GPU, SYSTEM_NAMESPACES
 from bridge.report.model import ClusterModel
 from bridge.report.splitcontroller import SplitController
@@ -117,11 +116,9 @@ def bound_gpu_pods(model: ClusterModel) -> dict[str, list[BoundGpuPod]]:
     out: dict[str, list[BoundGpuPod]] = defaultdict(list)
     if not bridge:
         return {}
-    for pod in model.data.of("Pod"):
-        spec = pod.get("spec") or {}
-        node_name = spec.get("nodeName")
-        if node_name in bridge and is_bound_and_running(pod):
-            n = pod_devices(spec, GPU)
+    for node_name, pod in model.bound:  # bound and not finished (`is_bound_and_running`), in input order
+        if node_name in bridge:
+            n = model.legacy_gpus(pod.get("spec") or {})
             if n:
                 meta = pod.get("metadata") or {}
                 out[str(node_name)].append(BoundGpuPod(str(meta.get("namespace", "")), str(meta.get("name", "")),
@@ -138,11 +135,7 @@ def build_supply(model: ClusterModel, controller: SplitController,
     bridge = {n.name for n in model.nodes.values() if "bridge" in n.backends}
     requested: dict[str, int] = defaultdict(int)
     held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    unbound: list[Obj] = []
-    for pod in data.of("Pod"):
-        if not (pod.get("spec") or {}).get("nodeName") and \
-                (pod.get("metadata") or {}).get("namespace") not in SYSTEM_NAMESPACES:
-            unbound.append(pod)
+    unbound = [pod for pod in model.unbound if (pod.get("metadata") or {}).get("namespace") not in SYSTEM_NAMESPACES]
     for node_name, pods in (bound if bound is not None else bound_gpu_pods(model)).items():
         for p in pods:
             requested[node_name] += p.gpus

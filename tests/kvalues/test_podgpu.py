@@ -151,3 +151,14 @@ def test_sidecars_get_their_own_claim_and_a_shortfall_gets_one_shared_extra_clai
     plan = plan_claims(list(containers(pod, GPU)))
     assert [(p.owner, p.count) for p in plan.claims] == [("side", 1), ("main", 1), ("", 2)]
     assert plan.devices == pod_devices(pod, GPU) == 4
+
+
+def test_the_count_is_devices_of_the_container_counts_for_every_shape() -> None:
+    """`pod_devices` counts without building ContainerCounts; it is `devices_of(containers(...))` on every pod shape
+    up to four containers, with malformed entries (not a mapping, a value that is not a count) among them."""
+    for counts in shapes():
+        init = [c(x.name, x.count, sidecar=x.kind == "sidecar") for x in counts if x.kind != "app"]
+        app = [c(x.name, x.count) for x in counts if x.kind == "app"]
+        for pod in (spec(app, init), spec(app + ["junk"], [*init, 5]),  # type: ignore[list-item]
+                    spec(app, [c("bad", "1e400"), *init]), {"containers": app}, {"initContainers": init}):
+            assert pod_devices(pod, GPU) == devices_of(containers(pod, GPU))

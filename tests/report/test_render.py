@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.report import load_snapshot, run_report
 from bridge.report.render import FORMATS
@@ -170,6 +173,29 @@ def test_json_is_written_item_by_item_yet_equals_one_dump_of_the_whole_document(
     for r in (report, replace(report, findings=[], waves=[], workloads=[], nodes=[], namespaces=[]),
               replace(report, findings=[odd])):
         assert render_json(r) == json.dumps(to_dict(r), indent=2) + "\n"
+
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(alphabet=st.characters(max_codepoint=0x7f)),
+    st.text(), st.sampled_from(["\x7f", "a\x00b\x1f", "\u2028", "\ud800", "1e16", "NaN"]))
+_KEYS = st.one_of(st.text(max_size=8), st.integers(min_value=-3, max_value=3), st.booleans())
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.lists(inner, max_size=3).map(tuple),
+    st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    st.dictionaries(_KEYS, inner, max_size=3),
+    st.dictionaries(st.text(max_size=4), inner, max_size=3).map(lambda d: OrderedDict(reversed(d.items())))),
+    max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_a_list_item_written_by_orjson_is_the_standard_librarys_bytes(value: object) -> None:
+    """render_json writes the long lists' items with orjson where that gives the same bytes (`_item`): any value,
+    floats, big integers, non-ASCII, control characters, DEL, tuples, non-string keys and dict subclasses included."""
+    from bridge.report.render.json import _item, _pretty
+
+    assert _item(value) == _pretty(value, 2)
 
 
 def test_rule_lists_wrap_under_their_column_instead_of_being_cut() -> None:

@@ -42,7 +42,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from bridge.kvalues.placement import constraints_of
-from bridge.kvalues.podgpu import pod_devices
 from bridge.report.checks.context import CheckContext
 from bridge.report.checks.simulation import Moves, NamespaceCapacity, simulate_capacity
 from bridge.report.features import GPU, SPLIT_LABEL
@@ -270,11 +269,9 @@ def _fits_elsewhere(ctx: CheckContext, pods: list[tuple[str, int]], spec_of: dic
             free[node.name] = node.allocatable[GPU]
     if not free:
         return set()
-    for pod in ctx.model.data.of("Pod"):
-        spec = pod.get("spec") or {}
-        name = spec.get("nodeName")
-        if name in free and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            free[str(name)] -= pod_devices(spec, GPU)
+    for name, pod in ctx.model.bound:  # bound and not finished, in input order
+        if name in free:
+            free[str(name)] -= ctx.model.legacy_gpus(pod.get("spec") or {})
     out = set()
     for key, gpus in sorted(pods, key=lambda kp: -kp[1]):
         admitted = ctx.admitted(constraints_of(spec_of.get(key) or {}))
@@ -304,7 +301,7 @@ def legacy_pending(ctx: CheckContext) -> Iterator[Finding]:
     placed = {p.pod: p for p in decision.placements}
     blocked = {b.pod: b for b in decision.blocked}
     specs = {f"{(p.get('metadata') or {}).get('namespace', '')}/{(p.get('metadata') or {}).get('name', '')}":
-             p.get("spec") or {} for p in ctx.model.data.of("Pod") if not (p.get("spec") or {}).get("nodeName")}
+             p.get("spec") or {} for p in ctx.model.unbound}
     waiting = [(k, p.gpus) for k, p in legacy.items() if k in blocked or (k in placed and placed[k].moves)]
     elsewhere = _fits_elsewhere(ctx, waiting, specs)
     controller = ctx.split_controller

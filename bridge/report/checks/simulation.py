@@ -240,7 +240,8 @@ def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
     running = pool.copy()
     before: list[str] = []
     for ns in namespaces:
-        needs = needs_of[ns.name] = [PodNeed(index[sel], k) for sel, k, pods in by_ns[ns.name] for _ in range(pods)]
+        needs = needs_of[ns.name] = [need for sel, k, pods in by_ns[ns.name]
+                                     for need in [PodNeed(index[sel], k)] * pods]
         own = committed.get(ns.name, {})
         alone_pool = pool.copy()
         for name, n in own.items():

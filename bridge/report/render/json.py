@@ -11,6 +11,11 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a dependency of the package; without it every item takes `_pretty`
+    orjson = None  # type: ignore[assignment]
+
 from bridge.report.checks.simulation import Moves
 from bridge.report.findings import RULES, Finding
 from bridge.report.report import STATUSES, NamespaceRow, NodeRow, Report, WaveStep, WorkloadRow
@@ -130,6 +135,34 @@ def _pretty(value: Any, level: int) -> str:
     return _SCALAR(value)
 
 
+def _plain(value: Any) -> bool:
+    """Whether `value` is made of exactly str, int, bool, None, dict, list and tuple: what orjson writes as the
+    standard library's encoder does (no float: their spellings differ, "1e+16" / "1e16"; no subclass or other type,
+    which the two encode differently or only one of them at all)."""
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return True
+    if t is dict:
+        return all(map(_plain, value.values()))
+    if t is list or t is tuple:
+        return all(map(_plain, value))
+    return False
+
+
+def _item(value: Any) -> str:
+    """`_pretty(value, 2)`, written by orjson where that gives the same bytes (ten times faster on a 150,000-pod
+    report): plain values (`_plain`) whose keys are strings and integers fit 64 bits (orjson refuses the others),
+    ASCII only (the standard library escapes the rest as \\uXXXX), with DEL escaped as the standard library does."""
+    if orjson is not None and _plain(value):
+        try:
+            raw = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+        except TypeError:  # a key that is not a string, an integer beyond 64 bits, a lone surrogate
+            return _pretty(value, 2)
+        if raw.isascii():
+            return raw.replace(b"\x7f", b"\\u007f").replace(b"\n", b"\n    ").decode("ascii")
+    return _pretty(value, 2)
+
+
 def render_json(report: Report) -> str:
     """Byte for byte `json.dumps(to_dict(report), indent=2) + "\n"`, written one list item at a time: on a
     150,000-pod cluster the whole document as one dict, then one chunk list, was the report's memory peak."""
@@ -141,7 +174,7 @@ def render_json(report: Report) -> str:
             continue
         count = 0
         for item in items:
-            out.append(("[\n    " if count == 0 else ",\n    ") + _pretty(item, 2))
+            out.append(("[\n    " if count == 0 else ",\n    ") + _item(item))
             count += 1
         out.append("[]" if count == 0 else "\n  ]")
     out.append("\n}\n")
