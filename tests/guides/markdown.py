@@ -9,8 +9,11 @@ The convention the guides follow (documented for their readers in migration-guid
   - `id=NAME`: the tests check the cluster (and the block's output) after this block;
   - `exit=N`: the exit status the block ends with (default 0; `bridge migrate-report` exits 1 on blockers);
   - `variant=NAME`: only for one setup (e.g. `standalone` for NVIDIA's standalone device-plugin chart);
-  - `real-cluster-only=REASON`: not run against the sandbox, for one of the reasons listed in
-    migration-guides/README.md (the tests hold the list and the README to each other).
+  - `real-backend=REASON`: needs real nodes (containers, their logs, exec, port-forward, a DaemonSet controller):
+    not run against the stand-in sandbox but by tests/guides/test_real_cluster.py, on the real backend;
+  - `real-cluster-only=REASON`: run by no test, for a reason only a user's own cluster can meet.
+  Both reasons come from the lists in migration-guides/README.md (tests/guides/test_format.py holds the lists and the
+  README to each other).
 * ```` ```text ```` blocks are sample output, never run. No other block languages: manifests are files in the
   guide's folder, applied by a command.
 """
@@ -25,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 GUIDES = REPO / "migration-guides"
 SECTIONS = ("What changes", "Before you begin", "Steps", "Verify", "Roll back", "Troubleshooting")
 LANGUAGES = ("sh", "text")
-ATTRIBUTES = ("id", "exit", "variant", "real-cluster-only")
+ATTRIBUTES = ("id", "exit", "variant", "real-backend", "real-cluster-only")
 _FENCE = re.compile(r"^(\s*)```(.*)$")
 
 
@@ -57,6 +60,10 @@ class Block:
         return self.attrs.get("variant")
 
     @property
+    def real_backend(self) -> str | None:
+        return self.attrs.get("real-backend")
+
+    @property
     def real_cluster_only(self) -> str | None:
         return self.attrs.get("real-cluster-only")
 
@@ -65,8 +72,9 @@ class Block:
         return f"migration-guides/{self.guide}/README.md:{self.line}"
 
     def runs_in(self, variant: str) -> bool:
-        """Whether the tests run this block in a run of `variant`."""
-        return self.language == "sh" and self.real_cluster_only is None and self.variant in (None, variant)
+        """Whether the tests run this block against the sandbox in a run of `variant`."""
+        return (self.language == "sh" and self.real_cluster_only is None and self.real_backend is None
+                and self.variant in (None, variant))
 
 
 @dataclass(frozen=True)

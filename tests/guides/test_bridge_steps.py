@@ -35,7 +35,7 @@ def bridge_steps() -> list[tuple[str, list[str]]]:
     out = []
     for name in guide_names():
         for block in load(name).commands():
-            if block.real_cluster_only is not None or block.variant == "standalone":
+            if block.real_cluster_only is not None or block.real_backend is not None or block.variant == "standalone":
                 continue
             for words in simple_commands(block.text, VARIABLES):
                 if words[0] == "bridge" and tuple(words) not in seen and "$" not in " ".join(words):

@@ -1,10 +1,10 @@
 """Guide 01 with NVIDIA's standalone device-plugin chart instead of the GPU Operator: its device plugin's DaemonSet
 carries the node affinity of charts/dra-bridge/examples/nvidia-device-plugin-values.yaml (the effect of the guide's
-`helm upgrade nvdp ...`, which needs NVIDIA's Helm repository), the chart is installed with
-standalone-device-plugin.yaml, and the node moves in the same two steps as under the GPU Operator: the label
-`nvidia.com/gpu.deploy.device-plugin=false` takes NVIDIA's plugin off, and only once its pod is gone the opt-in label
-brings the bridge. The steps after Verify (the daemon restart) are the same as with the GPU Operator and run in
-tests/guides/test_guides.py."""
+`helm upgrade nvdp ...`, which tests/guides/test_real_cluster.py runs on the real backend against a stand-in of
+NVIDIA's chart), the chart is installed with standalone-device-plugin.yaml, and the node moves in the same two steps
+as under the GPU Operator: the label `nvidia.com/gpu.deploy.device-plugin=false` takes NVIDIA's plugin off, and only
+once its pod is gone the opt-in label brings the bridge. The steps after Verify (the daemon restart) are the same as
+with the GPU Operator and run in tests/guides/test_guides.py."""
 
 from __future__ import annotations
 

@@ -14,14 +14,18 @@ from tests.guides import markdown
 from tests.guides.markdown import GUIDES, REPO, GuideFormatError, parse
 from tests.guides.world import PLACEHOLDERS
 
-# The reasons a block may be marked real-cluster-only, and why (the README's table says the same to readers).
-REAL_CLUSTER_ONLY = {
-    "placeholders": "sets the placeholders to the user's cluster; the tests set them to the sandbox's",
-    "vendor-chart": "upgrades NVIDIA's chart from NVIDIA's Helm repository; the tests run offline",
-    "gpu-operator-crd": "edits the GPU Operator's ClusterPolicy; the operator does not run in the sandbox",
+# The reasons a block may need real nodes (run by tests/guides/test_real_cluster.py on the real backend, not against
+# the stand-in sandbox), and the reasons a block may be run by no test at all; the README's two tables say the same to
+# readers.
+REAL_BACKEND = {
     "exec": "runs a command in a container; the sandbox runs none",
     "logs": "reads container logs; the sandbox's processes log to files",
     "port-forward": "forwards a port to a pod; the sandbox's webhook listens on loopback already",
+    "vendor-chart": "upgrades NVIDIA's chart; the sandbox has no DaemonSet controller to move its pods",
+}
+REAL_CLUSTER_ONLY = {
+    "placeholders": "sets the placeholders to the user's cluster; the tests set them to their own",
+    "gpu-operator-crd": "edits the GPU Operator's ClusterPolicy; the operator runs on neither backend",
 }
 NAMES = markdown.guide_names()
 
@@ -44,24 +48,43 @@ def test_each_guide_has_the_six_sections_in_order_and_parses(name: str) -> None:
             f"{name}: no command the tests run in {section}"
 
 
-def test_real_cluster_only_is_used_only_for_the_listed_reasons_and_the_readme_lists_the_same() -> None:
+def _reasons_in_readme(marker: str) -> list[str]:
+    """The first column of the table that follows the README's paragraph naming `marker`."""
+    text = (GUIDES / "README.md").read_text()
+    after = text[text.index(f"A block marked `{marker}=REASON`"):]
+    table = after[after.index("\n|"):].split("\n\n", 1)[0]
+    return re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
+
+
+@pytest.mark.parametrize(("attribute", "reasons"), [("real-backend", REAL_BACKEND),
+                                                    ("real-cluster-only", REAL_CLUSTER_ONLY)])
+def test_blocks_left_out_of_the_sandbox_run_say_why_with_a_listed_reason_the_readme_lists_too(
+        attribute: str, reasons: dict[str, str]) -> None:
     used = {}
     for name in NAMES:
         for b in markdown.load(name).blocks:
-            if b.real_cluster_only is not None:
-                assert b.real_cluster_only in REAL_CLUSTER_ONLY, f"{b.where}: reason {b.real_cluster_only!r}"
-                used[b.real_cluster_only] = b.where
-    table = re.findall(r"^\| `([a-z-]+)` \|", (GUIDES / "README.md").read_text(), re.M)
-    assert sorted(table) == sorted(REAL_CLUSTER_ONLY)
-    assert sorted(used) == sorted(REAL_CLUSTER_ONLY), "a listed reason no guide uses: drop it"
+            reason = b.attrs.get(attribute)
+            if reason is not None:
+                assert reason in reasons, f"{b.where}: {attribute}={reason!r} (known: {sorted(reasons)})"
+                used[reason] = b.where
+    assert sorted(_reasons_in_readme(attribute)) == sorted(reasons)
+    assert sorted(used) == sorted(reasons), f"a listed {attribute} reason no guide uses: drop it"
 
 
-def test_every_command_block_runs_in_some_sandbox_setup_unless_marked_real_cluster_only() -> None:
+def test_a_block_is_either_for_the_real_backend_or_for_no_test_not_both() -> None:
+    for name in NAMES:
+        for b in markdown.load(name).commands():
+            assert not (b.real_backend and b.real_cluster_only), b.where
+
+
+def test_every_command_block_runs_in_some_setup_unless_marked_real_cluster_only() -> None:
+    """In a sandbox setup (tests/guides/test_guides.py, test_first_node_standalone.py) or, marked real-backend, on the
+    real backend (tests/guides/test_real_cluster.py, which checks it ran each)."""
     for name in NAMES:
         for b in markdown.load(name).commands():
             if b.real_cluster_only is None:
                 assert b.variant in (None, "gpu-operator", "standalone"), b.where
-                if b.variant == "standalone":
+                if b.variant == "standalone" and b.real_backend is None:
                     assert name == "01-first-node", f"{b.where}: the standalone setup is run for guide 01 only"
 
 

@@ -254,8 +254,8 @@ def test_06_rolling_back_every_stage_returns_the_cluster_to_the_vendor_device_pl
 
 
 def test_every_command_of_every_guide_ran(world: GuideWorld) -> None:
-    """What the story above ran (blocks marked real-cluster-only excepted, and the standalone-chart ones, which
-    tests/guides/test_first_node_standalone.py runs)."""
+    """What the story above ran (blocks marked real-cluster-only excepted; those marked real-backend run in
+    tests/guides/test_real_cluster.py, the standalone-chart ones in tests/guides/test_first_node_standalone.py)."""
     world.run("06-rolling-back")
     expected = {(b.guide, b.line) for name in markdown.guide_names() for b in markdown.load(name).commands()
                 if b.runs_in("gpu-operator")}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bridge.inventory.simulated import simulated_uuid
 from bridge.kube.api import NODES, PODS, Resource
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import offered_twice, shared
@@ -65,7 +66,10 @@ def test_a_legacy_pod_sees_exactly_its_gpu_and_the_driver_files(cluster: Sandbox
     assert {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= set(seen.devices)
     assert seen.env.get("NVIDIA_VISIBLE_DEVICES") == "void"
     assert any(f.endswith("libcuda.so.550.54.15") for f in seen.files), seen.files
-    assert len(seen.smi) == 1, seen.smi
+    # nvidia-smi -L names the GPU, numbered 0 in the container, by the node's UUID for the device node it got
+    (gpu,) = seen.gpus
+    uuid = simulated_uuid("node-0", int(gpu[len("/dev/nvidia"):]))
+    assert seen.smi == [f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {uuid})"]
 
 
 def test_a_dra_pod_sees_exactly_its_claimed_gpu(cluster: SandboxCluster) -> None:

@@ -297,7 +297,7 @@ class SandboxCluster:
                 continue
             root = self.work_dir / f"n{i}"
             real = RealNode(root, self.plane.bin, self.plane, name=n.name, index=i, cluster_id=cluster_id,
-                            gpus=len(devices_from_spec(n.gpus, n.name)), labels=n.all_labels(),
+                            devices=devices_from_spec(n.gpus, n.name), labels=n.all_labels(),
                             images=images, node_ip=node_ip, node_status_frequency=self.spec.node_status_frequency)
             self.nodes.append(SandboxNode(n, root, None, real=real))
         with ThreadPoolExecutor(len(self.nodes)) as pool:

@@ -7,8 +7,10 @@ GPU Operator values (`driverRoot` and `devRoot` both `/run/nvidia/driver`) work 
   `nvidia-uvm` and `nvidia-uvm-tools` (a dynamic major on a real machine; 235 here), made with mknod;
 * the user-space files of one driver version where a distribution package puts them
   (`usr/lib/x86_64-linux-gnu/lib*.so.<version>` with their soname links, `usr/bin/nvidia-smi`, GSP firmware). The
-  libraries are small placeholder files (no GPU here to drive); `nvidia-smi` is a shell script that lists the GPUs
-  whose device nodes the container has, so a container's own output shows which GPUs it got.
+  libraries are small placeholder files (no GPU here to drive); `nvidia-smi` is a shell script that prints what
+  NVIDIA's `nvidia-smi -L` prints (`GPU <i>: <name> (UUID: <uuid>)`, numbered from 0 within the container) for the
+  GPUs whose device nodes the container has, with the node's simulated names and UUIDs, so a container's own output
+  shows which GPUs it got, by the same UUIDs the bridge reports.
 
 The version is the simulated source's (`bridge.inventory.simulated.DEFAULT_DRIVER_VERSION`), which is what NVML
 would report, so the daemon's driver discovery finds exactly these files.
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
+from bridge.inventory.model import GpuDevice
 from bridge.inventory.simulated import DEFAULT_DRIVER_VERSION
 
 NVIDIA_MAJOR = 195
@@ -30,12 +34,24 @@ LIBRARIES = {"libcuda.so": "libcuda.so.1", "libnvidia-ml.so": "libnvidia-ml.so.1
              "libcudadebugger.so": "libcudadebugger.so.1"}
 
 NVIDIA_SMI = """#!/bin/sh
-# A stand-in nvidia-smi from the sandbox's fake driver root: lists the GPUs whose device nodes this container has.
-for d in /dev/nvidia[0-9]*; do
-  [ -e "$d" ] || continue
-  echo "GPU ${d#/dev/nvidia}: simulated (device node $d)"
+# A stand-in nvidia-smi from the sandbox's fake driver root. Whatever its arguments, it prints what NVIDIA's
+# `nvidia-smi -L` prints, for the GPUs whose device nodes this container has (numbered from 0, as in a container).
+i=0
+for minor in {minors}; do
+  [ -e /dev/nvidia$minor ] || continue
+  case $minor in
+{cases}
+  esac
+  echo "GPU $i: $name (UUID: $uuid)"
+  i=$((i + 1))
 done
 """
+
+
+def nvidia_smi(devices: Sequence[GpuDevice]) -> str:
+    """The stand-in `nvidia-smi` for these GPUs (found by their device nodes' minors)."""
+    cases = "\n".join(f"    {d.minor}) name='{d.product_name}' uuid='{d.uuid}' ;;" for d in devices)
+    return NVIDIA_SMI.replace("{minors}", " ".join(str(d.minor) for d in devices) or "none").replace("{cases}", cases)
 
 
 def _mknod(path: Path, major: int, minor: int) -> None:
@@ -45,10 +61,10 @@ def _mknod(path: Path, major: int, minor: int) -> None:
     os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
 
 
-def make_gpu_files(root: Path, minors: range, version: str = DEFAULT_DRIVER_VERSION) -> Path:
-    """Create the device nodes and driver files under `root` (the dev root and the driver root)."""
-    for m in minors:
-        _mknod(root / "dev" / f"nvidia{m}", NVIDIA_MAJOR, m)
+def make_gpu_files(root: Path, devices: Sequence[GpuDevice], version: str = DEFAULT_DRIVER_VERSION) -> Path:
+    """Create the device nodes and driver files of these GPUs under `root` (the dev root and the driver root)."""
+    for d in devices:
+        _mknod(root / "dev" / f"nvidia{d.minor}", NVIDIA_MAJOR, d.minor)
     _mknod(root / "dev" / "nvidiactl", NVIDIA_MAJOR, 255)
     _mknod(root / "dev" / "nvidia-uvm", UVM_MAJOR, 0)
     _mknod(root / "dev" / "nvidia-uvm-tools", UVM_MAJOR, 1)
@@ -62,7 +78,7 @@ def make_gpu_files(root: Path, minors: range, version: str = DEFAULT_DRIVER_VERS
             link.symlink_to(f"{stem}.{version}")
     smi = driver / "usr/bin/nvidia-smi"
     smi.parent.mkdir(parents=True, exist_ok=True)
-    smi.write_text(NVIDIA_SMI)
+    smi.write_text(nvidia_smi(devices))
     smi.chmod(0o755)
     fw = driver / "lib/firmware/nvidia" / version / "gsp_ga10x.bin"
     fw.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """A real sandbox node: simulated GPUs with real device nodes and driver files (`fakegpu`), a real containerd with
 runc and CNI (`containerd`), and a real kubelet (`kubelet`), all under the node's own directory.
 
-    node = RealNode(node_dir, binaries, plane, name="node-0", index=0, cluster_id="brc-1a2b3c", gpus=8,
+    node = RealNode(node_dir, binaries, plane, name="node-0", index=0, cluster_id="brc-1a2b3c",
+                    devices=devices_from_spec("8xH100-80GB", "node-0"),
                     labels={...}, images=[pause, probe]).start(timeout)
     node.ns.enter(argv)  # a command run inside the node (its /var/lib, /run, /var/log: namespace.py)
     node.kubelet_root   # the node's /var/lib/kubelet as the host sees it (device-plugins/, plugins_registry/, ...)
@@ -22,8 +23,10 @@ import ipaddress
 import logging
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
+from bridge.inventory.model import GpuDevice
 from bridge.sandbox.real.binaries import Binaries
 from bridge.sandbox.real.containerd import Containerd, cleanup_mounts
 from bridge.sandbox.real.fakegpu import make_gpu_files
@@ -62,8 +65,8 @@ def pod_subnet(cluster_id: str, index: int) -> str:
 
 class RealNode:
     def __init__(self, node_dir: Path, binaries: Binaries, plane: ControlPlane, *, name: str, index: int,
-                 cluster_id: str, gpus: int, labels: dict[str, str], images: list[Path], node_ip: str,
-                 node_status_frequency: float = 10.0, feature_gates: dict[str, bool] | None = None) -> None:
+                 cluster_id: str, devices: Sequence[GpuDevice], labels: dict[str, str], images: list[Path],
+                 node_ip: str, node_status_frequency: float = 10.0, feature_gates: dict[str, bool] | None = None) -> None:
         self.dir = node_dir
         self.name = name
         self.bin = binaries
@@ -71,7 +74,7 @@ class RealNode:
         self.images = images
         tag = hashlib.sha256(cluster_id.encode()).hexdigest()[:6]
         self.cgroup_root = f"{cluster_id}-{index}"
-        self.gpus = gpus
+        self.devices = tuple(devices)  # the simulated GPUs (the daemon's `--devices simulated:...` gives the same)
         self.ns = NodeNamespace(node_dir, name)
         self.containerd = Containerd(self.ns, binaries, bridge_name=f"brc{tag}{index}",
                                      subnet=pod_subnet(cluster_id, index), sandbox_image=PAUSE_IMAGE)
@@ -110,7 +113,7 @@ class RealNode:
         return self.kubelet_root / "pod-resources" / "kubelet.sock"
 
     def start(self, timeout: float) -> RealNode:
-        make_gpu_files(self.dev_root, range(self.gpus))  # under the node's /run, before its namespace mounts it
+        make_gpu_files(self.dev_root, self.devices)  # under the node's /run, before its namespace mounts it
         self.ns.start(timeout)
         self.containerd.start(timeout)
         for image in self.images:
