@@ -50,7 +50,7 @@ from bridge.kube.events import record_event
 from bridge.kube.watch import Informer
 from bridge.kvalues.quantity import QuantityError, quantity_int
 from bridge.ledger.checkpoint import Checkpoint, CheckpointError
-from bridge.ledger.holders import Facts
+from bridge.ledger.holders import Facts, HolderKind
 from bridge.ledger.ledger import (
     Decision,
     Ledger,
@@ -221,9 +221,13 @@ class SplitController:
                     self.metrics.checkpoint_failures.labels("allocate").inc()
                     log.error("could not record an aborted move in the checkpoint: %s", err,
                               extra={"node": self.node_name})
-            self._ledger = new
+            changed, self._ledger = new is not self._ledger, new
         if events:
             self._after_guard(events)
+        elif changed:
+            # a new holder recorded: the evaluation loop may be sleeping for minutes, and the status should name
+            # the pod once PodResources lists it (polled every held_poll_s while an answered Allocate is unseen)
+            self.kick()
         return []
 
     def _allocate_who(self) -> str:
@@ -638,7 +642,8 @@ class SplitController:
             due.append(self._save_retry_at)
         if self._eval_retry_at is not None:
             due.append(self._eval_retry_at)
-        if any(w.phase in ("held", "unknown") for w in d.waiting):
+        if any(w.phase in ("held", "unknown") for w in d.waiting) or any(
+                p.holder.kind is HolderKind.ALLOCATE for p in led.pending):
             due.append(now + self.config.held_poll_s)
         if self._status is None or self._status_error or self._status_dirty:
             due.append(self._status_at + max(self.config.status_interval_s, 5.0 if self._status_error else 0.0))

@@ -310,6 +310,30 @@ def test_an_allocate_refusal_is_counted_and_shown_in_the_status(api: KubeAPI) ->
         ctl.stop()
 
 
+def test_a_legacy_pod_started_while_the_node_is_settled_is_named_in_the_status_within_a_poll(api: KubeAPI) -> None:
+    """A settled node's loop sleeps for minutes: an answered Allocate wakes it (the status shows the Allocate at
+    once), and while that Allocate is not yet in PodResources the loop polls, so the pod's container is named as soon
+    as the kubelet lists it, not at the next resync."""
+    sources = Sources()
+    ctl = controller(api, sources, config={"resync_s": 600.0, "held_poll_s": 0.2})
+    ctl.start()
+    try:
+        wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.state == "converged", what="settled")
+        assert ctl.guard_allocate([GPUS[0].uuid]) == []
+
+        def holders_of_gpu0() -> list[str]:
+            status = status_of(api.get(NODES, NODE))
+            return [h for d in (status.devices if status else ()) if d.name == "gpu-0" for h in d.holders]
+
+        wait_until(lambda: any("device-plugin Allocate" in h for h in holders_of_gpu0()), 5,
+                   "the answered Allocate in the status")
+        sources.now = Facts.build([(GPUS[0].uuid, Holder(HolderKind.CONTAINER, "pod ml/train container main"))])
+        wait_until(lambda: holders_of_gpu0() == ["pod ml/train container main (legacy container)"], 5,
+                   "the pod's container named as gpu-0's holder")
+    finally:
+        ctl.stop()
+
+
 def test_the_status_is_written_only_when_its_content_changes(api: KubeAPI) -> None:
     ctl = controller(api)
     ctl.evaluate(api.get(NODES, NODE))
