@@ -255,11 +255,44 @@ def test_from_1_36_the_scheduler_made_extended_resource_claim_is_prepared_for_th
 
 
 @pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
-def test_a_1_34_kubelet_does_not_prepare_the_extended_resource_claim(env: Env) -> None:
+def test_a_1_34_kubelet_rejects_the_extended_resource_pod_and_never_prepares_its_claim(env: Env) -> None:
+    # Kubelet skew: DRAExtendedResource is alpha (off) in a 1.34 kubelet, so the mappings are not read and the
+    # implicit deviceclass.resource.kubernetes.io name (not an extended resource name) is counted against 0.
     extended_resource_pod(env)
-    world = env.start("1.34")  # kubelet skew: DRAExtendedResource is alpha (off) in a 1.34 kubelet
-    wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
+    world = env.start("1.34")
+    wait_until(lambda: world.phase("ext") == "Failed", 30, "the pod to be rejected")
+    status = world.get("ext")["status"]
+    assert status["reason"] == f"OutOf{EXT}"
+    assert status["message"] == (f"Pod was rejected: Node didn't have enough resource: {EXT}, requested: 1, used: 0, "
+                                 "capacity: 0")
     assert world.dra.calls == []
+
+
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
+def test_a_1_36_kubelet_rejects_an_extended_resource_pod_whose_mappings_do_not_cover_the_container(env: Env) -> None:
+    pod, _ = extended_resource_pod(env)
+    # The mapping names another container: the kubelet's removeMissingExtendedResources keeps the request.
+    env.api.patch(PODS, "ext", {"status": {"extendedResourceClaimStatus": {
+        "resourceClaimName": "ext-gpu",
+        "requestMappings": [{"containerName": "other", "resourceName": EXT, "requestName": "container-0-request-0"}],
+    }}}, NS, subresource="status")
+    world = env.start("1.36")
+    wait_until(lambda: world.phase("ext") == "Failed", 30, "the pod to be rejected")
+    assert world.get("ext")["status"]["reason"] == f"OutOf{EXT}"
+    assert world.dra.calls == []
+    assert [e["reason"] for e in world.events(f"OutOf{EXT}")] == [f"OutOf{EXT}"]
+
+
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
+def test_a_1_36_kubelet_rejects_an_extended_resource_pod_bound_before_the_scheduler_wrote_its_mappings(
+        env: Env) -> None:
+    env.api.create(PODS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "early", "namespace": NS},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda:12",
+                                                   "resources": {"limits": {EXT: "1"}}}]}}, NS)
+    world = env.start("1.36")
+    wait_until(lambda: world.phase("early") == "Failed", 30, "the pod to be rejected")
+    assert world.get("early")["status"]["reason"] == f"OutOf{EXT}"
 
 
 def test_after_a_kubelet_restart_the_claims_of_running_pods_are_prepared_again(world: World) -> None:
