@@ -168,8 +168,10 @@ class KubeAPI(Protocol):
         subresource: str | None = None,
     ) -> Obj: ...
 
-    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
-        """NotFound is raised; callers that don't care catch it."""
+    def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None, uid: str | None = None) -> None:
+        """NotFound is raised; callers that don't care catch it. `grace_period_seconds` and `uid` (a precondition)
+        become the request's DeleteOptions: a bound pod is deleted gracefully unless the grace is 0."""
         ...
 
     def delete_collection(

@@ -344,8 +344,14 @@ class RestKube:
             retry_if_sent=patch_type != "json",  # "add to /-" twice appends twice
         )
 
-    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+    def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None, uid: str | None = None) -> None:
         ambiguous: list[bool] = []
+        options: Obj = {}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
         try:
             self._call(
                 "DELETE",
@@ -354,6 +360,7 @@ class RestKube:
                 label=resource_label(res),
                 name=name,
                 on_retry=lambda e: ambiguous.append(e.request_sent),
+                body={"kind": "DeleteOptions", "apiVersion": "v1", **options} if options else None,
             )
         except NotFound:
             if any(ambiguous):

@@ -43,7 +43,8 @@ class FakeKube:
             raise NotFound(f'{res.plural} "{name}" not found', status=404)
         return copy.deepcopy(obj)
 
-    def delete(self, res: Resource, name: str, namespace: str | None = None) -> None:
+    def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+               grace_period_seconds: int | None = None, uid: str | None = None) -> None:
         with self._lock:
             if self.objects.pop((res.plural, namespace or "", name), None) is None:
                 raise NotFound(f'{res.plural} "{name}" not found', status=404)

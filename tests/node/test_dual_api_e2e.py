@@ -195,7 +195,7 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         # ... and follows once the pod is gone (unprepared, deleted, its claim deallocated and deleted): all 8 GPUs
         # back on the device plugin, none in the slice.
         kubelet.dra.unprepare_pod_with_retry(pod, timeout=30)
-        api.delete(PODS, "trainer", "team-a")
+        api.delete(PODS, "trainer", "team-a", grace_period_seconds=0)  # the kubelet's final delete, once unprepared
         api.delete(api.resource_api().claims, "gpu", "team-a")
         assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (8, 0), 60), proc.lines[-20:]
         wait_until(lambda: env.slice_devices() == set(), 60, "gpu-6 and gpu-7 gone from the slice")

@@ -220,7 +220,13 @@ def test_dry_run_validates_but_stores_nothing(core):
 def test_delete_collection_honours_label_and_field_selectors(core):
     for i in range(4):
         core.create_namespaced_pod("default", pod(f"p{i}", labels={"tier": "gpu" if i % 2 else "cpu"}, node="n1" if i < 2 else "n2"))
+    # Bound pods are deleted gracefully (terminating until their kubelet's final delete), so the selection shows as
+    # the pods marked; with grace 0 they are removed at once.
     core.delete_collection_namespaced_pod("default", label_selector="tier=gpu", field_selector="spec.nodeName=n1")
+    marked = {p.metadata.name for p in core.list_namespaced_pod("default").items if p.metadata.deletion_timestamp}
+    assert marked == {"p1"}
+    core.delete_collection_namespaced_pod("default", label_selector="tier=gpu", field_selector="spec.nodeName=n1",
+                                          grace_period_seconds=0)
     assert sorted(p.metadata.name for p in core.list_namespaced_pod("default").items) == ["p0", "p2", "p3"]
 
 

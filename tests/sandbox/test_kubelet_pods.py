@@ -117,7 +117,7 @@ class Env:
 def env(short_tmp: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
     """The API server at the release in `request.param` (indirect parametrization), 1.34 by default."""
     version = getattr(request, "param", "1.34.2")
-    with ApiServer(graceful_pod_deletion=True, version=version) as srv:
+    with ApiServer(version=version) as srv:
         api = connect(str(srv.write_kubeconfig(short_tmp / "kubeconfig")))
         ensure_namespace(api, NS)
         e = Env(api, short_tmp)

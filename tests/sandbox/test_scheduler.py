@@ -174,7 +174,8 @@ def test_deleting_a_dra_pod_releases_and_deletes_its_claim_so_the_device_serves_
     claim = c.claim_of("first")
     c.dra_pod("second")
     wait_until(lambda: c.events("second", "FailedScheduling"), what="second waits")
-    c.api.delete(PODS, "first", "default")
+    # No kubelet runs here to finish a graceful deletion: the pod is force-deleted (grace 0), as its kubelet would.
+    c.api.delete(PODS, "first", "default", grace_period_seconds=0)
     wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="claim of the deleted pod removed")
     assert c.bound("second") == "n1"
     assert c.claim_of("second")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
@@ -206,7 +207,7 @@ def test_extended_resource_pod_gets_a_scheduler_made_claim_on_a_node_without_the
     assert status["requestMappings"] == [{"containerName": "main",
                                           "resourceName": f"deviceclass.resource.kubernetes.io/{DRIVER}",
                                           "requestName": "container-0-request-0"}]
-    c.api.delete(PODS, "ext", "default")
+    c.api.delete(PODS, "ext", "default", grace_period_seconds=0)  # no kubelet: force, as its kubelet would end it
     wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="extended claim removed with its pod")
 
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from . import patch as patches
 from .clock import now_rfc3339
 from .conversion import from_storage, to_storage
+from .deletion import before_delete
 from .profiles import KubernetesProfile, profile_for
 from .registry import Registry, ResourceType
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
@@ -148,14 +149,12 @@ class Rest:
         *,
         validator: Validator | None = None,
         admitter: Admitter | None = None,
-        graceful_pod_deletion: bool = False,
         profile: KubernetesProfile | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.validator = validator
         self.admitter = admitter
-        self.graceful_pod_deletion = graceful_pod_deletion
         self.profile = profile or profile_for("1.34")
 
     # -- helpers ---------------------------------------------------------------------------------------------------
@@ -539,24 +538,20 @@ class Rest:
         propagation = options.get("propagationPolicy") or query.get("propagationPolicy") or "Background"
         if options.get("orphanDependents") is True or query.get("orphanDependents") == "true":
             propagation = "Orphan"
-        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
         if rt.plural == "namespaces" and rt.group == "":
             return self._delete_namespace(rt, current, dry_run)
-        graceful = (
-            self.graceful_pod_deletion and rt.plural == "pods" and rt.group == ""
-            and (current.get("spec") or {}).get("nodeName")
-            and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        )
-        grace_s = int(grace) if grace is not None else int((current.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-        wait_grace = bool(graceful) and grace_s > 0
-        if (meta.get("finalizers") or wait_grace) and meta.get("deletionTimestamp"):
-            return current  # already being deleted: waiting for finalizers or for the kubelet
-        if meta.get("finalizers") or wait_grace:
+        decision = before_delete(current, is_pod=rt.plural == "pods" and rt.group == "", options=options, query=query)
+        if decision.pending:
+            return current  # graceful deletion pending: only a shorter grace period changes anything
+        if decision.grace is not None or meta.get("finalizers"):
+            if decision.grace is None and meta.get("deletionTimestamp"):
+                return current  # waiting for its finalizers
             new = dict(current)
             m = new["metadata"] = dict(meta)
-            m["deletionTimestamp"] = now_rfc3339(grace_s if wait_grace else 0)
-            m["deletionGracePeriodSeconds"] = grace_s if wait_grace else 0
-            if m.get("generation"):
+            first = not meta.get("deletionTimestamp")
+            m["deletionTimestamp"] = decision.timestamp if decision.grace is not None else now_rfc3339()
+            m["deletionGracePeriodSeconds"] = decision.grace or 0
+            if first and m.get("generation"):
                 m["generation"] = int(m["generation"]) + 1
             m["resourceVersion"] = str(self.store.next_rv())
             if not dry_run:

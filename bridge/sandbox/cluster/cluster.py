@@ -126,7 +126,7 @@ class SandboxCluster:
         deadline = time.monotonic() + timeout
         self.work_dir = self._make_work_dir()
         self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
-                                resource_versions=self.spec.resource_versions, graceful_pod_deletion=True).start()
+                                resource_versions=self.spec.resource_versions).start()
         self.port = self.server.port
         self.server.write_kubeconfig(self.kubeconfig)
         if self.kubeconfig_out is not None:

@@ -383,8 +383,8 @@ class PodRunner:
         rec.run.finished_at = _now()
         self._write_status(rec)
         if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
-            try:
-                self.kube.delete(PODS, rec.name, rec.namespace)
+            try:  # status_manager.go: grace 0, with the pod's UID as a precondition
+                self.kube.delete(PODS, rec.name, rec.namespace, grace_period_seconds=0, uid=rec.uid)
             except NotFound:
                 pass
             except KubeError as err:
