@@ -10,7 +10,12 @@ legacy (device plugin):
   (the kubelet prunes them lazily) and has no container states. An init container that has not terminated in a pod
   that has not ended holds the IDs its checkpoint entry lists (`INIT_CONTAINER`). Checkpoint entries of pods the
   pod watch has not seen are held for `stale_after_s` (a pod is bound before the kubelet admits it, so the watch
-  sees it within its latency; after that the entry is a leftover). When such an init container exists and the
+  sees it within its latency; after that the entry is a leftover). Entries of pods the watch saw deleted are
+  leftovers at once, unless the kubelet still lists the pod as active in PodResources (a force-deleted pod whose
+  containers still run): the kubelet rewrites the file only at its next Allocate or ListAndWatch update
+  (kubernetes/kubernetes pkg/kubelet/cm/devicemanager/manager.go `writeCheckpoint`), so an ended pod's entry can
+  outlive it by hours on a quiet node, and holding its GPU for `stale_after_s` would refuse a prepare that the
+  kubelet then retries only at its next pod resync (60-90 s). When such an init container exists and the
   checkpoint is missing or unreadable, the legacy side is **unknown**;
 * Allocates we answered but PodResources does not show yet: recorded by the ledger itself (`guard_allocate`).
 
@@ -131,6 +136,11 @@ class HolderSources:
             elif known is not None:
                 if not known.terminal and e.container in known.app_containers:
                     holder = Holder(HolderKind.CONTAINER, f"pod {known.ref} container {e.container}")
+            elif e.pod_uid in snap.deleted:
+                ns, name = snap.deleted[e.pod_uid]
+                if holdings is not None and (ns, name) in holdings.active:
+                    holder = Holder(HolderKind.CONTAINER, f"pod {ns}/{name} container {e.container} (deleted, still "
+                                                          "active in the kubelet)")
             else:
                 seen.add(key)
                 if now - self._first_seen.setdefault(key, now) < self.stale_after_s:

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.kube.api import PODS, KubeAPI, Obj, WatchEvent
@@ -33,6 +33,7 @@ from bridge.kvalues.quantity import QuantityError, quantity_int
 log = logging.getLogger(__name__)
 
 _TERMINAL = ("Succeeded", "Failed")
+MAX_DELETED = 4096  # deleted pods remembered (their kubelet-checkpoint entries are leftovers, not holders)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class PodsSnapshot:
     why: str  # when not listed or not claims_ok
     pods: tuple[PodView, ...] = ()
     claims: Mapping[tuple[str, str], ClaimView] | None = None
+    deleted: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # uid -> (namespace, name), recently gone
 
     def pod_by_uid(self) -> dict[str, PodView]:
         return {p.uid: p for p in self.pods}
@@ -133,6 +135,7 @@ class NodePods:
         self._pods: dict[str, PodView] = {}  # by uid
         self._claims: dict[tuple[str, str], ClaimView] = {}
         self._ended_read: dict[tuple[str, str], float] = {}  # claim -> next re-read while its pod has ended
+        self._deleted: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of pods seen deleted, oldest first
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -166,13 +169,14 @@ class NodePods:
         with self._lock:
             pods = tuple(self._pods.values())
             claims = dict(self._claims)
+            deleted = dict(self._deleted)
         for key in sorted({(p.namespace, n) for p in pods for n in p.claims}):
             c = claims.get(key)
             if c is None or c.error:
                 why = c.error if c is not None else "not read yet"
                 return PodsSnapshot(True, False, f"ResourceClaim {key[0]}/{key[1]} cannot be read ({why})", pods,
-                                    claims)
-        return PodsSnapshot(True, True, "", pods, claims)
+                                    claims, deleted)
+        return PodsSnapshot(True, True, "", pods, claims, deleted)
 
     def _error_tail(self) -> str:
         err = self.informer.last_error
@@ -204,6 +208,9 @@ class NodePods:
             old = self._pods.get(view.uid)
             if ev.type == "DELETED":
                 self._pods.pop(view.uid, None)
+                self._deleted[view.uid] = (view.namespace, view.name)
+                while len(self._deleted) > MAX_DELETED:
+                    del self._deleted[next(iter(self._deleted))]
             else:
                 self._pods[view.uid] = view
             wanted = {(p.namespace, n) for p in self._pods.values() for n in p.claims}
