@@ -47,6 +47,7 @@ from bridge.sandbox.cluster.processes import ChildProcess
 from bridge.sandbox.cluster.spec import ClusterSpec, NodeSpec, check
 from bridge.sandbox.cluster.webhook import SandboxWebhook
 from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
+from bridge.sandbox.kubelet.pods import PrepareFailure
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class SandboxCluster:
                                            version=self.spec.kubernetes_version, register_node=True, run_pods=True,
                                            node_status_frequency=self.spec.node_status_frequency,
                                            sync_retry=self.spec.sync_retry,
+                                           resync_interval=self.spec.resync_interval,
                                            machine=MachineInfo(labels=n.all_labels())))
             self.nodes.append(SandboxNode(n, root, kubelet))
             kubelet.start()
@@ -285,6 +287,11 @@ class SandboxCluster:
         return "\n".join(lines)
 
     # -- waiting (tests, demo) --------------------------------------------------------------------------------------
+
+    def prepare_failures(self) -> list[PrepareFailure]:
+        """Every pod start that failed because NodePrepareResources failed, on every node (what users waited for:
+        each one is a pod left Pending until its kubelet's next resync, 60-90 s on a real node)."""
+        return [f for node in self.nodes if node.kubelet.pods is not None for f in node.kubelet.pods.prepare_failures]
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         try:
