@@ -656,7 +656,8 @@ class Rest:
         `ValidatePodBinding` (target.kind empty or Node, target.name required) fails as a plain error, which the
         handler answers 500 with an empty reason; the Binding's uid / resourceVersion are preconditions on the pod;
         a pod being deleted or already assigned is a 409 on `pods/binding`; success sets `spec.nodeName`, merges the
-        Binding's annotations and sets the `PodScheduled` condition to True. The node is *not* checked: binding to
+        Binding's annotations, clears `status.nominatedNodeName` (with ClearingNominatedNodeNameAfterBinding, on
+        from 1.35: `assignPod`) and sets the `PodScheduled` condition to True. The node is *not* checked: binding to
         a node that does not exist succeeds, as on a real server. The answer is a Status `Success` (201)."""
         if not isinstance(body, dict):
             raise bad_request(f"not a Binding object: {type(body).__name__}")
@@ -692,6 +693,8 @@ class Rest:
             new.setdefault("spec", {})["nodeName"] = node
             if meta.get("annotations"):
                 new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **meta["annotations"]}
+            if self.profile.enabled("ClearingNominatedNodeNameAfterBinding"):
+                new.setdefault("status", {}).pop("nominatedNodeName", None)
             _set_condition(new, "PodScheduled", "True")
             new["metadata"]["resourceVersion"] = str(self.store.next_rv())
             if query.get("dryRun") != "All":
