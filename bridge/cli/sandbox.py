@@ -243,6 +243,12 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 @click.option("--split", default=None, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_SPLIT",
               help="Which GPUs of each node serve DRA (`bridge node --dra-devices`: 0, N, all, gpu-6,gpu-7); a "
                    "node's own split in --nodes-file wins. Needs --bridge.")
+@click.option("--split-grace", default="auto", show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_SPLIT_GRACE",
+              help="`bridge node --split-grace` for every node daemon: auto (5 s from 1.35, where the scheduler "
+                   "stand-in nominates pods before it writes their allocation, as kube-scheduler does; 605 s "
+                   "before) or seconds. Set e.g. 5 to watch GPUs move from DRA to the device plugin quickly on an "
+                   "older release. Needs --bridge.")
 @click.option("--webhook/--no-webhook", "with_webhook", default=False, show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_WEBHOOK",
               help="Run the real `bridge webhook` (HTTPS, throwaway CA) and register it in the API emulator. Needs "
@@ -282,7 +288,7 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
 def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
-            with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
+            split_grace: str, with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
     """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
@@ -318,6 +324,14 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
     if extra_controller_args and not with_controller:
         raise click.BadParameter("options for a controller that does not run: add --controller",
                                  param_hint="--controller-args")
+    from bridge.node.bindinggrace import parse_grace
+
+    try:
+        grace = parse_grace(split_grace)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--split-grace") from err
+    if grace is not None and not with_bridge:
+        raise click.BadParameter("the grace is the bridge's node daemons': add --bridge", param_hint="--split-grace")
     if split is not None and not with_bridge:
         raise click.BadParameter("the split is applied by the bridge's node daemons: add --bridge", param_hint="--split")
     if split is not None:
@@ -331,7 +345,7 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
         nodes = nodes_from_file(nodes_file) if nodes_file is not None else nodes_from_count(node_count, gpus)
         spec = ClusterSpec(nodes=nodes, kubernetes_version=version, bridge=with_bridge, webhook=with_webhook,
                            controller=with_controller, controller_interval=controller_interval,
-                           controller_args=extra_controller_args, split=split,
+                           controller_args=extra_controller_args, split=split, split_grace=grace,
                            node_status_frequency=node_status_frequency)
         sandbox_cluster = SandboxCluster(spec, work_dir=work_dir, kubeconfig_out=kubeconfig_out, host=host, port=port)
     except SpecError as err:

@@ -166,12 +166,23 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         got = kubelet.devices.allocate("pod-legacy", "main", RESOURCE, 1, namespace="team-b", pod_name="legacy")
         assert got.envs["NVIDIA_VISIBLE_DEVICES"] in {g.uuid for g in GPUS[:6]}
 
-        # A claim for gpu-0 (legacy side) is refused with a per-claim error naming the device.
+        # A claim allocated gpu-0 while the legacy pod holds it (a late allocation) is refused with a per-claim error
+        # naming the device, and gpu-0 is withdrawn from the device plugin until the legacy pod ends; the claim's
+        # pod gets a Warning Event saying so. Once the claim and its pod go, gpu-0 is back on the device plugin.
+        assert got.envs["NVIDIA_VISIBLE_DEVICES"] == GPUS[0].uuid
         pod0 = make_pod(api, "team-a", "wrong", ["gpu0"])
         make_claim(api, "team-a", "gpu0", pod0, [gpu("gpu-0")])
         with pytest.raises(PodPrepareError) as refused:
             kubelet.dra.prepare_pod(pod0)
         assert "device gpu-0" in str(refused.value) and "legacy side" in str(refused.value)
+        assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (5, 3), 60), proc.lines[-20:]
+        stuck = wait_until(lambda: next((e for e in api.list(EVENTS, namespace="team-a")["items"]
+                                         if e["reason"] == "DRAClaimStuck"), None), 30, "the stuck claim's Event")
+        assert stuck["involvedObject"]["kind"] == "Pod" and stuck["involvedObject"]["name"] == "wrong"
+        assert "gpu-0 was allocated to claim team-a/gpu0" in stuck["message"] and "team-b/legacy" in stuck["message"]
+        api.delete(PODS, "wrong", "team-a", grace_period_seconds=0)
+        api.delete(api.resource_api().claims, "gpu0", "team-a")
+        assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (6, 2), 60), proc.lines[-20:]
 
         # A kubelet restart: the device plugin and DRA re-register, the wiped slices are republished.
         regs = kubelet.devices.resource(RESOURCE).registrations
