@@ -1,7 +1,7 @@
 """Decision time of the controller's core at cluster scale, and the API requests one decision makes.
 
     .venv/bin/python bench/controller_bench.py [--nodes 5000] [--gpus 8] [--pending 10000] [--repeat 3]
-                                               [--api-nodes 100] [--api-pending 200]
+                                               [--api-nodes 100] [--api-pending 200]   (--api-nodes 0: no part 2)
 
 Part 1, the pure core (`bridge.controller.decide.decide`), on --nodes x --gpus with --pending pending pods, per
 scenario (best of --repeat runs):
@@ -17,8 +17,13 @@ nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the
 topology published (every node one group), so the cost of the topology preference shows beside it. "writing it"
 is what the shell would send for that decision: per change one Node patch and one Event, plus at most 20 Warning
 Events for pods newly blocked (bridge/controller/writer.py).
-Also timed: building the core's input from Kubernetes objects (node_view over --nodes Nodes carrying the daemon's
-status JSON, pending_demand over --pending pending + 3 x --pending bound pods): the shell's per-decision work.
+Part 1b, the core's input (node views and pending demand) from --nodes Nodes carrying the daemon's status JSON and
+--pending pending + 3 x --pending bound pods (median of --repeat): the full rebuild from every object (what every
+decision did before issue 25, and still the check, `rebuild_state`), and the incremental state
+(bridge/controller/cluster.py) at start-up and after one pod event: a new pending pod, or a pending pod bound plus a
+new one. Checked equal to the rebuild before and after.
+Part 1c, a decision after one pod changed, per scenario of part 1: the state (rebuilt, or updated from the event,
+as in part 1b) plus the core; the ratio is rebuild / incremental. Target (issue 25): <= 100 ms.
 
 Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
 nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -41,14 +47,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bridge.controller.cluster import ClusterState, State, differences, rebuild_state  # noqa: E402
 from bridge.controller.decide import decide  # noqa: E402
-from bridge.controller.demand import legacy_requested_by_node, pending_demand  # noqa: E402
 from bridge.controller.model import Api, Decision, FreeGroup, NodeView, PendingPod, Policy  # noqa: E402
-from bridge.controller.nodestatus import STATUS_KEY, node_view  # noqa: E402
-from bridge.controller.placement import Constraints, Taint, Toleration  # noqa: E402
+from bridge.controller.nodestatus import STATUS_KEY  # noqa: E402
+from bridge.kvalues.placement import Constraints, Taint, Toleration  # noqa: E402
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
+SCENARIOS = (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY), ("constrained", POLICY))
 PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
 PCIE = ("L40S", "L4")
 
@@ -125,8 +132,7 @@ def summary(d: Decision) -> str:
 def core(args: argparse.Namespace) -> None:
     print(f"core: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending pods (best of {args.repeat})")
     print(f"  {'scenario':<12} {'decision':>10} {'baseline':>10} {'ratio':>6} {'flat':>8}   outcome")
-    for scenario, policy in (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY),
-                             ("constrained", POLICY)):
+    for scenario, policy in SCENARIOS:
         rng = random.Random(1)
         shape = scenario.rstrip("*")
         nodes, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
@@ -163,22 +169,77 @@ def pod_obj(i: int, node: str = "") -> dict[str, Any]:
             "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
 
 
+def median_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), result
+
+
 def state(args: argparse.Namespace) -> None:
+    """Part 1b: what a decision costs besides the core, rebuilt from every object vs kept up to date from events."""
     nodes = [status_node(i, args.gpus) for i in range(args.nodes)]
     pods = [pod_obj(i) for i in range(args.pending)]
     pods += [pod_obj(args.pending + i, f"node-{i % args.nodes:05d}") for i in range(3 * args.pending)]
+    print(f"state: {args.nodes} Nodes with the daemon's status, {args.pending} pending + {3 * args.pending} bound pods "
+          f"(median of {args.repeat})")
 
-    def build() -> int:
-        requested = legacy_requested_by_node(pods)
-        views = [node_view(n, legacy_requested=requested.get(n["metadata"]["name"], 0)) for n in nodes]
-        demand = pending_demand(pods, {}, {})
-        return len(views) + len(demand.pending)
+    def build() -> State:
+        return rebuild_state(nodes, pods, {}, {})
 
-    t, _ = best_of(args.repeat, build)
+    t, full = median_of(args.repeat, build)
     small_nodes, small_pods = nodes[: args.nodes // 10], pods[: len(pods) // 10]
-    tb, _ = best_of(args.repeat, lambda: [node_view(n) for n in small_nodes] and pending_demand(small_pods, {}, {}))
-    print(f"state: node_view x {args.nodes} + demand over {len(pods)} pods: {t * 1000:.0f}ms "
-          f"(a tenth: {tb * 1000:.1f}ms, ratio {t / tb:.1f})")
+    tb, _ = median_of(args.repeat, lambda: rebuild_state(small_nodes, small_pods, {}, {}))
+    print(f"  full rebuild (every decision before issue 25): {t * 1000:.0f}ms (a tenth: {tb * 1000:.1f}ms, "
+          f"ratio {t / tb:.1f})")
+    cluster = ClusterState()
+    t0 = time.perf_counter()
+    for n in nodes:
+        cluster.apply("node", "ADDED", n)
+    for p in pods:
+        cluster.apply("pod", "ADDED", p)
+    first = cluster.state()
+    print(f"  incremental, start-up (every object ADDED, then the first state): {(time.perf_counter() - t0) * 1000:.0f}ms")
+    assert differences(first, full) == [], "the incremental state differs from the rebuild"
+    serial = iter(range(10 * args.pending, 20 * args.pending))
+
+    def one_pod(kind: str) -> State:
+        i = next(serial)
+        if kind == "new":
+            cluster.apply("pod", "ADDED", pod_obj(i))
+        else:  # a pending pod bound by the scheduler, and a new one pending (the queue stays as long)
+            cluster.apply("pod", "MODIFIED", {**pod_obj(i - 10 * args.pending), "spec": pod_obj(0, "node-00001")["spec"]})
+            cluster.apply("pod", "ADDED", pod_obj(i))
+        return cluster.state()
+
+    for kind, what in (("new", "a new pending pod"), ("bound", "a pending pod bound + a new one")):
+        ti, _ = median_of(args.repeat, lambda: one_pod(kind))
+        print(f"  incremental, after {what}: {ti * 1000:.2f}ms ({t / ti:.0f}x less than the rebuild)")
+    assert cluster.check() == [], "the incremental state differs from a rebuild after the events"
+    args.state_rebuild_s, args.state_update_s = t, ti
+
+
+def decision_after_one_pod(args: argparse.Namespace) -> None:
+    """Part 1c: the whole decision (state + core) after one pod changed, rebuild vs incremental, per scenario."""
+    print(f"decision after one pod changed, {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending (median of "
+          f"{args.repeat}): state rebuilt {args.state_rebuild_s * 1000:.0f}ms or updated "
+          f"{args.state_update_s * 1000:.2f}ms, plus the core")
+    print(f"  {'scenario':<12} {'rebuild':>9} {'incremental':>12} {'ratio':>6}   target <= 100ms")
+    for scenario, policy in SCENARIOS:
+        rng = random.Random(1)
+        shape = scenario.rstrip("*")
+        views, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
+        # Rebuilt, every view is a new object; kept up to date, a decision gets the same view objects as the last
+        # one, except the node the event touched (the core derives its per-node seeds once per view object).
+        fresh = [[replace(v) for v in views] for _ in range(args.repeat)]
+        cold, _ = median_of(args.repeat, lambda: decide(fresh.pop(), pods, policy))
+        decide(views, pods, policy)
+        warm, _ = median_of(args.repeat, lambda: decide(views, pods, policy))
+        full, incremental = args.state_rebuild_s + cold, args.state_update_s + warm
+        print(f"  {scenario:<12} {full * 1000:>7.0f}ms {incremental * 1000:>10.0f}ms {full / incremental:>6.1f}   "
+              f"{'ok' if incremental <= 0.1 else 'MISSED'}")
 
 
 def requests(args: argparse.Namespace) -> None:
@@ -256,7 +317,9 @@ def main() -> None:
     args = ap.parse_args()
     core(args)
     state(args)
-    requests(args)
+    decision_after_one_pod(args)
+    if args.api_nodes:
+        requests(args)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,12 @@ Hostile cases beyond the kubelet APIs: `--half-sent` connections to /healthz tha
 2 s (the endpoint keeps 64 open, evicting the oldest that has not sent a whole request when a new one comes, and
 cuts each at 10 s: the normal GET /healthz keeps being answered), forged AdmissionReviews without a client
 certificate (403), and reviews with the certificate but a new selector each time (a new template each: the
-namespace cap stops them).
+namespace cap stops them). Issue 27's inputs: a GPU count of "1e30000000" (as kube-apiserver sends it on) and 100
+containers of "1e-9" (what it makes of "1e-2000000"), both left untranslated at no cost; every template of ours
+deleted (the next review creates its template again: it must exist); the kubelet's device-manager checkpoint, which
+the daemon reads on every evaluation (each prepare ends with one), replaced for 1 s by a symlink to /dev/zero, a
+FIFO, a 1 GiB sparse file or 200 KB of nested JSON (legacy holders unknown meanwhile, nothing read unbounded); and
+a 200 KB `dra-devices` annotation on the Node for 1 s (refused by name, the split stays).
 
 Printed: p50/p99/max per normal call and in all, for each phase, with the hostile/quiet p99 ratio; errors among the
 normal calls; the outcome (gRPC status / HTTP code) counts of every hostile case; RSS, open fds and threads of both
@@ -42,6 +47,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import ssl
 import signal
 import socket
@@ -72,6 +78,7 @@ from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as reg_grpc  # noqa: E402
 from bridge.inventory.simulated import devices_from_spec  # noqa: E402
 from bridge.kube import NAMESPACES, NODES, KubeAPI, connect  # noqa: E402
+from bridge.kube.errors import KubeError  # noqa: E402
 from bridge.sandbox.apiserver import ApiServer  # noqa: E402
 from bridge.sandbox.kubelet import KubeletSimulator  # noqa: E402
 from tests.webhook.pki import Pki  # noqa: E402
@@ -97,6 +104,8 @@ class Targets:
     claims: list[dra_pb.Claim]
     healthz: str
     webhook: Webhook
+    api: KubeAPI
+    kubelet_root: Path
 
 
 @dataclass
@@ -127,8 +136,8 @@ class Webhook:
             return self.counter[0]
 
 
-def gpu_review(n_gpus: int = 1, selector: str = "") -> dict[str, Any]:
-    pod = deployment_pod(container("main", n_gpus),
+def gpu_review(n_gpus: int | str = 1, selector: str = "", containers: int = 1) -> dict[str, Any]:
+    pod = deployment_pod(*[container(f"c{i}", n_gpus) for i in range(containers)],
                          node_selector={"nvidia.com/gpu.product": selector} if selector else None)
     return admission_review(pod, NS)
 
@@ -296,6 +305,88 @@ def webhook_new_template_each_review(t: Targets) -> None:
     raise HttpError(f"{code} " + ("translated" if translated else "capped" if "the limit" in warned else warned[:60]))
 
 
+def _review_outcome(t: Targets, review: dict[str, Any]) -> None:
+    code, body = t.webhook.post(review, with_certificate=True)
+    raise HttpError(f"{code} " + ("translated" if "patch" in body.get("response", {}) else "untranslated"))
+
+
+def webhook_huge_exponent(t: Targets) -> None:
+    _review_outcome(t, gpu_review("1e30000000"))  # kube-apiserver keeps this text (quantity.go's int64 fast path)
+
+
+def webhook_sub_nano_containers(t: Targets) -> None:
+    _review_outcome(t, gpu_review("1e-9", containers=100))  # what the API server makes of "1e-2000000"
+
+
+def webhook_templates_deleted(t: Targets) -> None:
+    """Delete every template of ours, then review an ordinary pod: the template it references must exist."""
+    templates = t.api.resource_api().claim_templates
+    for item in t.api.list(templates, NS)["items"]:
+        try:
+            t.api.delete(templates, item["metadata"]["name"], NS)
+        except KubeError:
+            pass  # the other hostile thread deleted it first
+    code, body = t.webhook.post(gpu_review(1), with_certificate=True)
+    names = {i["metadata"]["name"] for i in t.api.list(templates, NS)["items"]}
+    used = {m.group(1) for m in re.finditer(r'"resourceClaimTemplateName":\s*"([^"]+)"',
+                                            _patch_text(body.get("response", {})))}
+    raise HttpError(f"{code} " + ("template exists" if used and used <= names else
+                                  "template missing (recreated by the next review)" if used else "untranslated"))
+
+
+def _patch_text(response: dict[str, Any]) -> str:
+    import base64
+
+    return base64.b64decode(response["patch"]).decode() if "patch" in response else ""
+
+
+_SWAP_LOCK = threading.Lock()
+_SWAPS = ["symlink to /dev/zero", "FIFO", "1 GiB sparse file", "200 KB nested JSON"]
+
+
+def node_kubelet_checkpoint_swapped(t: Targets) -> None:
+    """The kubelet's device-manager checkpoint replaced by something else for 1 s, then put back."""
+    if not _SWAP_LOCK.acquire(blocking=False):
+        raise HttpError("skipped (the other thread is swapping)")
+    try:
+        path = t.kubelet_root / "device-plugins" / "kubelet_internal_checkpoint"
+        saved = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        kind = _SWAPS[0]
+        _SWAPS.append(_SWAPS.pop(0))
+        path.unlink(missing_ok=True)
+        if kind.startswith("symlink"):
+            path.symlink_to("/dev/zero")
+        elif kind == "FIFO":
+            os.mkfifo(path)
+        elif kind.startswith("1 GiB"):
+            path.touch()
+            os.truncate(path, 1 << 30)
+        else:
+            path.write_text("[" * 100_000 + "]" * 100_000)
+        time.sleep(1.0)
+        path.unlink(missing_ok=True)
+        if saved is not None:
+            tmp = path.with_name(path.name + ".soak")
+            tmp.write_bytes(saved)
+            os.replace(tmp, path)
+        raise HttpError(kind)
+    finally:
+        _SWAP_LOCK.release()
+
+
+def node_hostile_split_annotation(t: Targets) -> None:
+    """A 200 KB dra-devices annotation on the Node for 1 s (the daemon refuses it by name; the split stays)."""
+    if not _SWAP_LOCK.acquire(blocking=False):
+        raise HttpError("skipped (the other thread is swapping)")
+    try:
+        t.api.patch(NODES, NODE, {"metadata": {"annotations": {"dra-bridge.io/dra-devices": "gpu-" + "9" * 200_000}}})
+        time.sleep(1.0)
+        t.api.patch(NODES, NODE, {"metadata": {"annotations": {"dra-bridge.io/dra-devices": None}}})
+        raise HttpError("set and removed")
+    finally:
+        _SWAP_LOCK.release()
+
+
 HALF_SENT = [300]  # --half-sent
 
 HOSTILE: dict[str, Callable[[Targets], None]] = {
@@ -313,6 +404,11 @@ HOSTILE: dict[str, Callable[[Targets], None]] = {
     "GET /healthz: --half-sent half-sent requests held 2 s": healthz_half_sent,
     "webhook: forged review without the client certificate": webhook_forged_without_certificate,
     "webhook: review needing a new template every time": webhook_new_template_each_review,
+    "webhook: a GPU count of 1e30000000": webhook_huge_exponent,
+    "webhook: 100 containers of 1e-9 GPUs": webhook_sub_nano_containers,
+    "webhook: every template of ours deleted, then a review": webhook_templates_deleted,
+    "node: kubelet checkpoint replaced for 1 s": node_kubelet_checkpoint_swapped,
+    "node: a 200 KB dra-devices annotation for 1 s": node_hostile_split_annotation,
 }
 
 
@@ -504,7 +600,7 @@ def main() -> None:
                     health=health_grpc.DRAResourceHealthStub(stubs["dra"]),
                     reg=reg_grpc.RegistrationStub(stubs["registration"]), sockets=sockets,
                     legacy=[g.uuid for g in gpus[:6]], dra_side=[g.uuid for g in gpus[6:]], claims=claims,
-                    healthz=f"http://127.0.0.1:{port}/healthz", webhook=webhook)
+                    healthz=f"http://127.0.0.1:{port}/healthz", webhook=webhook, api=api, kubelet_root=root)
 
         print(f"soak: bridge node pid {proc.pid}, {args.seconds:g} s per phase, {args.normal_threads} normal and "
               f"{args.hostile_threads} hostile threads, {len(HOSTILE)} hostile cases")

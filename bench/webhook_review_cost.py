@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import socket
 import ssl
@@ -43,11 +42,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from callgrind import MARKER, totals  # noqa: E402
 from webhook_bench import request_body, request_template, start_cluster  # noqa: E402
 
 from tests.webhook.pki import Pki  # noqa: E402
 
-MARKER = "os_getppid"  # CPython's C function behind os.getppid (callgrind --dump-before matches it)
 PHASES = (("handler", "review, new pod"), ("handler", "review, memo hit"),
           ("server", "echo"), ("server", "mutate-new"), ("server", "mutate"))
 
@@ -125,16 +124,6 @@ class Client:
         for sock, reader in self.conns:
             reader.close()
             sock.close()
-
-
-def totals(directory: Path, pid: int) -> list[int]:
-    """The instruction count of each dump, in order (dump k is what ran since dump k-1)."""
-    found: dict[int, int] = {}
-    for f in directory.glob(f"cg.{pid}.*"):
-        m = re.search(r"^summary: (\d+)$", f.read_text(errors="replace"), re.M)
-        if m:
-            found[int(f.name.rsplit(".", 1)[1])] = int(m[1])
-    return [found[k] for k in sorted(found)]
 
 
 def main() -> None:

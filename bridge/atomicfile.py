@@ -1,17 +1,33 @@
 """Atomic file replacement, for every file the node daemon must never leave half-written: the checkpoint
-(`bridge.ledger.checkpoint`) and the CDI specs (`bridge.cdi.writer`). It imports nothing of the project.
+(`bridge.ledger.checkpoint`) and the CDI specs (`bridge.cdi.writer`); and the one bounded reader of files that
+someone else may have replaced (`read_regular`). It imports nothing of the project.
 
 Invariant: a reader sees either the previous complete file or the new complete file, never a partial one, and
 after a power cut the file is one of the two. The data goes to a temp file in the same directory (same filesystem),
 which is fsynced and renamed over the target; then the directory is fsynced so the rename itself is durable.
+**Bounded reads.** `read_regular` reads a regular file of at most `limit` bytes, or says why not: the daemon's own
+checkpoint, the kubelet's device-manager checkpoint (read on every evaluation) and the report's snapshot files all go
+through it. A path replaced by a symlink to /dev/zero (once 2.1 GiB of daemon memory), a FIFO (an `open` that blocks
+for ever), a device or a file of gigabytes is refused before it is read: opened with O_NONBLOCK (and O_NOFOLLOW
+unless links are allowed), the type and size checked on the descriptor (no race with a swapped path), and at most
+`limit + 1` bytes read (a file that grows while read is refused too).
+
 Temp files are named `.<final name>.tmp-<random>` (hidden, no `.json` suffix, so a CDI registry watching the
 directory never parses one); a crash may leave one behind, and the owners sweep theirs (`TEMP_MARK`) at start.
+
+`durable=False` keeps the first half of that invariant (readers, and a process killed at any point, see the old or
+the new complete file: the rename is atomic and the page cache survives a process crash) and drops the second
+(after a power cut the file may be empty or missing): for files that a reboot makes void anyway, which their owner
+removes or rewrites at start (the per-claim CDI specs, `bridge.cdi.writer`). It costs two page-cache operations
+instead of two fsyncs, which on a busy disk are milliseconds each.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,9 +48,10 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644,
-                       fault: Callable[[str], None] | None = None) -> None:
-    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir). `fault(step)` is a test hook
-    called at each step ("written", "synced", "renamed") to simulate a crash between them."""
+                       fault: Callable[[str], None] | None = None, durable: bool = True) -> None:
+    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir; without either fsync when not
+    `durable`). `fault(step)` is a test hook called at each step ("written", "synced" (after the fsync, if any),
+    "renamed") to simulate a crash between them."""
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -45,7 +62,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644,
             if fault:
                 fault("written")
             os.fchmod(fd, mode)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if fault:
@@ -56,7 +74,63 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = 0o644,
         raise
     if fault:
         fault("renamed")
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-__all__ = ["TEMP_MARK", "atomic_write_bytes", "fsync_dir", "temp_name"]
+class UnreadableFile(OSError):
+    """A file `read_regular` refuses: not a regular file (`kind` says what it is) or over the limit. An OSError, so
+    callers that treat "cannot read" alike need no new except clause."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, kind: str, size: int | None = None) -> None:
+        super().__init__(errno.EINVAL, reason, str(path))
+        self.reason = reason
+        self.kind = kind  # "symlink", "not-regular", "too-large"
+        self.size = size  # the size found, for "too-large" (None: it grew while read)
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.reason}"
+
+
+def file_type(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO")."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool = False) -> bytes | None:
+    """The bytes of the regular file at `path` (at most `limit`); None when it does not exist. Raises
+    `UnreadableFile` for a symlink (unless `follow_links`), anything but a regular file, or more than `limit`
+    bytes, and OSError when it cannot be read (see the module docstring)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP and not follow_links:
+            raise UnreadableFile(path, "a symbolic link, not a regular file", "symlink") from err
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableFile(path, f"{file_type(info.st_mode)}, not a regular file", "not-regular")
+        if info.st_size > limit:
+            raise UnreadableFile(path, f"{info.st_size} bytes, over the {limit}-byte limit", "too-large",
+                                 info.st_size)
+        chunks, total = [], 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew while we read
+                raise UnreadableFile(path, f"grew while read to over the {limit}-byte limit", "too-large")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["TEMP_MARK", "UnreadableFile", "atomic_write_bytes", "file_type", "fsync_dir", "read_regular",
+           "temp_name"]

@@ -11,7 +11,8 @@ the same; we support 3.11.)
 
 One record is one line, whatever callers send. Messages and context values carry text from outside (device IDs in
 an `Allocate`, pod and claim names, request paths), so the text formatter escapes control characters (`\n` and
-`\r` as those two characters, others as `\xNN`, Unicode line and paragraph separators as `\u2028`/`\u2029`) and
+`\r` as those two characters, others as `\xNN`, Unicode line and paragraph separators as `\u2028`/`\u2029`:
+`bridge.humantext.escape`, the one escaping helper of every human output) and
 quotes a context value that holds a space, `"` or `=` (`pod="a b"`, inner quotes as `\"`), so nobody can forge a
 log line or a `key=value` pair; a traceback follows its record indented by two spaces, so only record lines start
 at the margin. The JSON formatter needs no such care: `json.dumps` escapes control characters itself.
@@ -27,6 +28,8 @@ import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from bridge.humantext import escape
+
 # Attributes every LogRecord has; anything else on a record came in through `extra=` and is context.
 _STANDARD_ATTRS = frozenset(
     vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None)).keys() | {"message", "asctime", "taskName"}
@@ -37,19 +40,7 @@ def _context(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _NEEDS_QUOTES = re.compile(r'[\s"=]')
-
-
-def _escape_char(m: re.Match[str]) -> str:
-    c = m.group()
-    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-
-
-def escape(text: str) -> str:
-    """`text` on one line: control characters (and U+2028/U+2029) written as escapes."""
-    return _CONTROL.sub(_escape_char, text)
 
 
 def _value(v: object) -> str:

@@ -37,6 +37,12 @@ class SocketPathError(ValueError):
     """A configured unix socket path cannot be used (too long, or a non-socket file is in the way)."""
 
 
+class SocketVanished(SocketPathError):
+    """The socket file was removed between bind and chmod (or before the server started): someone cleaned the
+    directory (a restarting kubelet deletes every socket in `device-plugins/`). Not a configuration error: serving
+    again is the answer."""
+
+
 @dataclass(frozen=True)
 class SocketIdentity:
     """Which socket file a path names: a re-created socket gets a new ctime even when its inode number is reused."""
@@ -106,8 +112,9 @@ def serve_unix(server: grpc.Server, path: str | os.PathLike[str], mode: int) -> 
     """Serve `server` on the unix socket `path` with file mode `mode`, and return the socket's identity.
 
     Checks the path's length, removes a stale socket of ours there (refusing any other kind of file), binds, sets
-    the mode, then starts the server. SocketPathError (naming the path) when any step is impossible; the caller
-    then stops `server`."""
+    the mode, then starts the server. SocketPathError (naming the path) when any step is impossible, its subclass
+    SocketVanished when the file was removed meanwhile (serve again, with a new server); the caller then stops
+    `server`."""
     text = check_socket_path(path)
     remove_stale_socket(text)
     try:
@@ -118,11 +125,14 @@ def serve_unix(server: grpc.Server, path: str | os.PathLike[str], mode: int) -> 
         raise SocketPathError(f"cannot listen on unix socket {text} (is the directory writable?)")
     try:
         os.chmod(text, mode)
+    except FileNotFoundError as err:
+        raise SocketVanished(f"unix socket {text} was removed before its mode could be set (the directory was "
+                             "cleaned, e.g. by a restarting kubelet): serve again") from err
     except OSError as err:
         raise SocketPathError(f"cannot set mode {mode:o} on unix socket {text}: {err.strerror or err}") from err
     identity = socket_identity(text)
     if identity is None:
-        raise SocketPathError(f"unix socket {text} disappeared while it was being served")
+        raise SocketVanished(f"unix socket {text} disappeared while it was being served: serve again")
     server.start()
     return identity
 

@@ -4,15 +4,19 @@
 Usage: python scripts/make_example_snapshot.py [OUT_DIR]   (default: examples/cluster-snapshot)
 
 The cluster (Kubernetes 1.36.2 in the middle of an upgrade from 1.35, resource.k8s.io/v1 served):
-* nodes: two A100 nodes on the vendor device plugin (one kubelet still 1.35); three nodes run by the bridge: two
-  H100 (split 6 and all) and one L4 whose GFD is an older release (it labels 8.9 `ampere`); one A100 node with MIG
+* nodes: two A100 nodes on the vendor device plugin (one kubelet still 1.35); three nodes run by the bridge, each
+  with the split status its node daemon writes and a state the daemon can produce (no GPU both in a ResourceSlice
+  and held by a device-plugin pod): two H100 (split 0, every GPU held by legacy pods; split 6, two GPUs held by
+  legacy pods and two of the six DRA GPUs by claims) and one L4 whose GFD is an older release (it labels 8.9
+  `ampere`, 8 GPUs all on DRA); one A100 node with MIG
   under the GPU Operator's default MIG strategy `single` (each slice is `nvidia.com/gpu`); two T4 nodes with
   time-slicing, one renamed (`nvidia.com/gpu.shared`, on cri-dockerd, kubelet 1.35) and one not (`nvidia.com/gpu`
   is a quarter of a T4 there); one L40S node on NVIDIA's DRA driver; one CPU node with a stale zero GPU capacity
   left by a removed device plugin.
 * teams: vision (legacy: inference Deployment + training Job with a GFD product selector, a batch Job selecting
   family `ampere`, an unpaired quota while other teams share the GPUs), nlp (shadow: StatefulSet with GFD
-  affinity, nightly fine-tune CronJob with a preempting PriorityClass, an RL sweep on Volcano, paired quota),
+  affinity, nightly fine-tune CronJob with a preempting PriorityClass (its last run complete), an RL sweep on
+  Volcano, paired quota),
   speech (dra: inference Deployment whose pods the webhook translated: its ResourceClaimTemplate and their
   allocated claims), research (legacy: embeddings on the MIG node, a CronJob still asking
   `nvidia.com/mig-1g.10gb` from the days of the mixed strategy, a notebook mounting /dev/nvidia0, a debugger pinned
@@ -112,7 +116,7 @@ H100 = gfd("NVIDIA-H100-80GB-HBM3", 81559, "hopper", 9, 0, 8)
 DP = {"nvidia.com/gpu.deploy.device-plugin": "true"}
 BRIDGE = {"dra-bridge.io/node": "true"}
 
-L4_OLD_GFD = gfd("NVIDIA-L4", 23034, "ampere", 8, 9, 4)  # GFD before v0.18.0 calls every 8.x ampere
+L4_OLD_GFD = gfd("NVIDIA-L4", 23034, "ampere", 8, 9, 8)  # GFD before v0.18.0 calls every 8.x ampere
 MIG_SINGLE = {**gfd("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", 9728, "ampere", 8, 0, 28), "nvidia.com/mig.strategy": "single",
               "nvidia.com/mig.capable": "true", "nvidia.com/mig.config": "all-1g.10gb"}
 T4_SHARED = {**gfd("Tesla-T4-SHARED", 15360, "turing", 7, 5, 4), "nvidia.com/gpu.replicas": "4",
@@ -122,12 +126,12 @@ NODES = [
     node("gpu-a100-1", {**A100, **DP}, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"}, "containerd://2.0.4"),
     node("gpu-a100-2", {**A100, **DP}, {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"}, "containerd://1.7.22",
          kubelet="v1.35.4"),
-    node("gpu-h100-1", {**H100, **BRIDGE, "dra-bridge.io/dra-devices": "6"},
+    node("gpu-h100-1", {**H100, **BRIDGE, "dra-bridge.io/dra-devices": "0"},
+         {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "8"}, "containerd://2.0.4"),
+    node("gpu-h100-2", {**H100, **BRIDGE, "dra-bridge.io/dra-devices": "6"},
          {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "2"}, "containerd://2.0.4"),
-    node("gpu-h100-2", {**H100, **BRIDGE, "dra-bridge.io/dra-devices": "all"},
-         {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "0"}, "containerd://2.0.4"),
     node("gpu-l4-1", {**L4_OLD_GFD, **BRIDGE, "dra-bridge.io/dra-devices": "all"},
-         {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "0"}, "containerd://2.0.4"),
+         {"nvidia.com/gpu": "8"}, {"nvidia.com/gpu": "0"}, "containerd://2.0.4"),
     node("gpu-mig-1", {**MIG_SINGLE, **DP, "nvidia.com/device-plugin.config": "mig-mixed"},
          {"nvidia.com/gpu": "28"}, {"nvidia.com/gpu": "28"}, "containerd://2.0.4"),
     node("gpu-t4-1", {**gfd("Tesla-T4", 15360, "turing", 7, 5, 4), **DP, "nvidia.com/device-plugin.config": "time-sliced"},
@@ -180,9 +184,9 @@ DRA = [
     {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": meta("gpu.nvidia.com"),
      "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com" && '
                                                    'device.attributes["gpu.nvidia.com"].type == "gpu"'}}]}},
-    rslice("gpu-h100-1-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-h100-1", [h100(i, "a1b2c3d4") for i in range(2, 8)]),
-    rslice("gpu-h100-2-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-h100-2", [h100(i, "e5f6a7b8") for i in range(8)]),
-    rslice("gpu-l4-1-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-l4-1", [l4(i) for i in range(4)]),
+    rslice("gpu-h100-1-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-h100-1", []),  # the pool, every GPU legacy
+    rslice("gpu-h100-2-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-h100-2", [h100(i, "e5f6a7b8") for i in range(2, 8)]),
+    rslice("gpu-l4-1-gpu.dra-bridge.io", "gpu.dra-bridge.io", "gpu-l4-1", [l4(i) for i in range(8)]),
     rslice("gpu-l40s-1-gpu.nvidia.com", "gpu.nvidia.com", "gpu-l40s-1", [
         {**(d := device(i, "gpu.nvidia.com", "NVIDIA L40S", "Ada Lovelace", "8.9.0", "45Gi", "c9d0e1f2")),
          "attributes": {**d["attributes"], "type": {"string": "gpu"}}} for i in range(4)]),
@@ -288,9 +292,11 @@ cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta("nightly-f
         "spec": {"schedule": "0 1 * * *", "jobTemplate": {"spec": {"template": {"spec": ft_spec}}}}}
 controllers.append(cron)
 cron_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("nightly-finetune-29392140", "team-nlp", owner=cron),
-            "spec": {"template": {"spec": ft_spec}}}
+            "spec": {"template": {"spec": ft_spec}},
+            "status": {"succeeded": 1, "startTime": "2026-11-02T01:00:04Z", "completionTime": "2026-11-02T04:41:37Z",
+                       "conditions": [{"type": "Complete", "status": "True"}]}}
 jobs.append(cron_job)
-running_pod("nightly-finetune-29392140-7dl4c", "team-nlp", cron_job, ft_spec, "gpu-h100-2")
+running_pod("nightly-finetune-29392140-7dl4c", "team-nlp", cron_job, ft_spec, "gpu-h100-2", phase="Succeeded")
 
 # team-speech (dra): pods were translated by the webhook into claims
 asr_spec = pod_spec([container("asr", SERVE_IMG, {"nvidia.com/gpu": 1})])
@@ -333,8 +339,8 @@ ev = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("eval-sweep", "t
       "spec": {"parallelism": 2, "completions": 16, "template": {"spec": eval_spec}}}
 jobs.append(ev)
 for i in range(2):
-    running_pod(f"eval-sweep-{i}-m3k8z", "team-batch", ev, eval_spec, "gpu-a100-2")
-running_pod("eval-sweep-old-x1", "team-batch", ev, eval_spec, "gpu-a100-2", phase="Succeeded")
+    running_pod(f"eval-sweep-{i}-m3k8z", "team-batch", ev, eval_spec, "gpu-h100-1")
+running_pod("eval-sweep-old-x1", "team-batch", ev, eval_spec, "gpu-h100-1", phase="Succeeded")
 
 # team-vision (legacy): a batch Job selecting GPU family `ampere`, meant for the A100s and the L4 (which the L4
 # node's older GFD labels `ampere`; current GFD says ada-lovelace, as on the L40S node)
@@ -343,7 +349,7 @@ family_spec = pod_spec([container("embed", TRAIN_IMG, {"nvidia.com/gpu": 1})], r
 fam = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("clip-embeddings", "team-vision"),
        "spec": {"parallelism": 2, "completions": 8, "template": {"spec": family_spec}}}
 jobs.append(fam)
-for i, n in enumerate(["gpu-a100-1", "gpu-a100-1"]):
+for i, n in enumerate(["gpu-a100-2", "gpu-a100-2"]):
     running_pod(f"clip-embeddings-{i}-z7q2m", "team-vision", fam, family_spec, n)
 
 # team-nlp (shadow): an RL sweep scheduled by Volcano
@@ -353,7 +359,7 @@ rl_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("rlhf-sweep"
           "spec": {"parallelism": 2, "completions": 2, "template": {"spec": rl_spec}}}
 jobs.append(rl_job)
 for i in range(2):
-    running_pod(f"rlhf-sweep-{i}-p9x3d", "team-nlp", rl_job, rl_spec, "gpu-h100-1")
+    running_pod(f"rlhf-sweep-{i}-p9x3d", "team-nlp", rl_job, rl_spec, "gpu-h100-2")
 
 # team-rl (legacy): training jobs admitted by Kueue (LocalQueue rl-queue -> ClusterQueue gpu-research)
 kq_labels = {"kueue.x-k8s.io/queue-name": "rl-queue"}
@@ -424,7 +430,7 @@ CRDS = [
 
 # The translated team-speech pods' template and claims (created last, so the UIDs above stay as they were): the
 # webhook's template for one GPU, and the claim the claim controller generated from it for each pod, allocated a
-# device of the bridge on gpu-h100-2.
+# device of the bridge on gpu-h100-2 (gpu-2 and gpu-3, on its DRA side).
 DRA.append({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": meta(ASR_TEMPLATE, "team-speech", labels={"app.kubernetes.io/managed-by": "dra-bridge",
                                                                   "dra-bridge.io/gpu-count": "1"}),
@@ -440,9 +446,51 @@ for i, p in enumerate(p for p in pods if p["metadata"]["namespace"] == "team-spe
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                     "deviceClassName": "gpu.dra-bridge.io", "allocationMode": "ExactCount", "count": 1}}]}},
                 "status": {"allocation": {"devices": {"results": [
-                    {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "gpu-h100-2", "device": f"gpu-{i}"}]}},
+                    {"request": "gpu", "driver": "gpu.dra-bridge.io", "pool": "gpu-h100-2", "device": f"gpu-{i + 2}"}]}},
                     "reservedFor": [{"resource": "pods", "name": p["metadata"]["name"],
                                      "uid": p["metadata"]["uid"]}]}})
+
+# The split status each bridge node daemon writes on its Node (annotation dra-bridge.io/split-status, schema version 1
+# in bridge/ledger/status.py): every GPU's side and holders as the daemon sees them, consistent with the pods above
+# and the ResourceSlices (a GPU is in a slice only on the DRA side, and never held by a device-plugin pod there).
+def legacy_holders(pod_name: str, ns: str, containers: list[tuple[str, str]]) -> list[str]:
+    return [f"pod {ns}/{pod_name} container {c} ({kind})" for c, kind in containers]
+
+
+def split_status(node_name: str, seed: str, requested: str, sides: list[str], holders: dict[int, list[str]]) -> str:
+    devices = [{"name": f"gpu-{i}", "uuid": f"GPU-{seed}-{i:04d}-4000-8000-00000000{i:04d}", "side": side,
+                "numa": 0 if i < 4 else 1, "holders": holders.get(i, [])} for i, side in enumerate(sides)]
+    doc = {"version": 1, "node": node_name, "updated": TS, "requested": {"value": requested, "source": "label"},
+           "state": "converged", "message": "", "wanted": sides.count("dra"),
+           "counts": {side: sides.count(side) for side in ("legacy", "dra", "withdrawn")},
+           "devices": devices, "pending": [], "refusals": []}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+MAIN, INIT = "legacy container", "legacy init container"
+asr_claims = [(c["metadata"]["name"], c["metadata"]["ownerReferences"][0]["name"]) for c in DRA
+              if c["kind"] == "ResourceClaim"]
+STATUSES = {
+    "gpu-h100-1": split_status("gpu-h100-1", "a1b2c3d4", "0", ["legacy"] * 8, {
+        0: legacy_holders("llm-server-0", "team-nlp", [("vllm", MAIN)]),
+        1: legacy_holders("llm-server-0", "team-nlp", [("vllm", MAIN)]),
+        2: legacy_holders("llm-server-1", "team-nlp", [("vllm", MAIN)]),
+        3: legacy_holders("llm-server-1", "team-nlp", [("vllm", MAIN)]),
+        4: legacy_holders("eval-sweep-0-m3k8z", "team-batch", [("warmup", INIT), ("eval", MAIN)]),
+        5: legacy_holders("eval-sweep-0-m3k8z", "team-batch", [("warmup", INIT)]),
+        6: legacy_holders("eval-sweep-1-m3k8z", "team-batch", [("warmup", INIT), ("eval", MAIN)]),
+        7: legacy_holders("eval-sweep-1-m3k8z", "team-batch", [("warmup", INIT)])}),
+    "gpu-h100-2": split_status("gpu-h100-2", "e5f6a7b8", "6", ["legacy"] * 2 + ["dra"] * 6, {
+        0: legacy_holders("rlhf-sweep-0-p9x3d", "team-nlp", [("actor", MAIN)]),
+        1: legacy_holders("rlhf-sweep-1-p9x3d", "team-nlp", [("actor", MAIN)]),
+        **{2 + i: [f"claim team-speech/{claim} (pod team-speech/{pod}) (DRA claim prepared)"]
+           for i, (claim, pod) in enumerate(asr_claims)}}),
+    "gpu-l4-1": split_status("gpu-l4-1", "b1c2d3e4", "all", ["dra"] * 8, {}),
+}
+for n in NODES:
+    if n["metadata"]["name"] in STATUSES:
+        n["metadata"]["annotations"] = {"dra-bridge.io/split-status": STATUSES[n["metadata"]["name"]]}
+
 # Leader election of another component: the report reads Leases to find `bridge controller`'s and ignores others.
 LEASES = [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta("kube-scheduler", "kube-system"),
            "spec": {"holderIdentity": "control-plane-1_5b8c2e3a-1f4d-4a7e-9c21-7d0b6e4f8a90",

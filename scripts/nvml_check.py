@@ -9,7 +9,9 @@ For a real GPU machine:
         [--cdi-source auto|toolkit|own]
 
 The CDI part uses the same code and the same option meanings as `bridge node`: it explains what it found (driver
-files for the NVML driver version, device nodes, nvidia-cdi-hook, the NVIDIA Container Toolkit's spec), prints the
+files for the NVML driver version, in NVIDIA's standard library directories or, when those hold none, through the
+driver root's /etc/ld.so.cache, which the explanation then names; when nothing is found it lists the directories
+searched and what the cache held; device nodes, nvidia-cdi-hook, the NVIDIA Container Toolkit's spec), prints the
 per-claim spec for GPU 0 exactly as prepare would write it (our own spec, even when the toolkit's names would be
 used; the explanation says which one a claim gets), checks it against the CDI schema, and writes nothing.
 Exit status: 0 when discovery worked and the spec is valid, 1 with the error message otherwise.

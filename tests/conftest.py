@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from bridge.sandbox.kubelet import KubeletSimulator
 
 # The whole-cluster fixture (`sandbox_cluster`) for every topic's whole-flow tests.
-pytest_plugins = ["tests.sandbox_cluster"]
+pytest_plugins = ["tests.sandbox_cluster", "tests.imagebuilt"]
 
 
 @pytest.fixture
@@ -54,15 +54,19 @@ def unreachable_kubeconfig(tmp_path: Path) -> Path:
     """A kubeconfig naming an API server on a loopback port nobody listens on (connection refused at once)."""
     import socket
 
-    import yaml
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    path = tmp_path / "unreachable.kubeconfig"
+    return kubeconfig_for(f"http://127.0.0.1:{port}", tmp_path / "unreachable.kubeconfig")
+
+
+def kubeconfig_for(server: str, path: Path) -> Path:
+    """Write a token kubeconfig for the API server at `server` (a URL) to `path`."""
+    import yaml
+
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "clusters": [{"name": "x", "cluster": {"server": server}}],
         "users": [{"name": "x", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
     return path

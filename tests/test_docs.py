@@ -64,3 +64,18 @@ def test_every_path_and_test_the_docs_name_exists(doc: Path) -> None:
             elif test and not re.search(rf"^(?:async )?def {test}\(", target.read_text(), re.M):
                 missing.append(f"{doc.name}:{n}: {path}::{test}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_readme_says_how_many_tests_the_suite_has(request: pytest.FixtureRequest) -> None:
+    """The README's "about N tests" stays within 5% of what a whole-suite run collects (checked only in such a run:
+    a run of some files or with -k/-m collects fewer)."""
+    found = re.search(r"whole pytest suite \(about ([\d,]+) tests\)", (ROOT / "README.md").read_text())
+    assert found, "README.md: the sentence with the suite's size moved"
+    said = int(found.group(1).replace(",", ""))
+    config = request.config
+    whole = (not config.option.keyword and not config.option.markexpr
+             and [str(a) for a in config.args] in ([], ["tests"], [str(ROOT / "tests")]))
+    if not whole:
+        pytest.skip("not a whole-suite run: the collected count is not the suite's")
+    collected = len(request.session.items)
+    assert abs(collected - said) <= said * 0.05, f"README says about {said} tests, the suite has {collected}"

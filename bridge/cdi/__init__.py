@@ -1,9 +1,10 @@
 """CDI (Container Device Interface) specs that give a container a working CUDA user space.
 
 Pure core: `driver` (values), `edits` and `spec` (building), `names`, `version`, `schema` (validation against our
-CDI JSON schema, `schema.json`). I/O shell: `discovery` (the driver root on disk), `toolkit` (the NVIDIA Container
-Toolkit's spec on the node), `provider` (`NodeCdi`: inventory cache and the `--cdi-source` policy), `dpspec` (the
-device plugin's spec file), `writer` (atomic files, validated before writing).
+CDI JSON schema, `schema.json`). I/O shell: `discovery` (the driver root on disk; `ldcache` reads its loader
+cache, bounded), `toolkit` (the NVIDIA Container Toolkit's spec on the node), `provider` (`NodeCdi`: inventory cache
+and the `--cdi-source` policy), `dpspec` (the device plugin's spec file), `writer` (atomic files, validated before
+writing).
 
 Usage (DRA prepare / unprepare, see bridge/dra/stores.py `ClaimCdi`)::
 

@@ -13,7 +13,15 @@ container gets what `nvidia-ctk cdi generate` would give it:
   `vdpau/` subdirectories is mounted, plus the legacy `libnvidia-nvvm70.so.*`. There is no fixed name list: what
   the installer put there for this version is what the container gets (`libcuda`, `libnvidia-ml`,
   `libnvidia-ptxjitcompiler`, `libnvidia-nvvm`, `libcudadebugger`, `libnvidia-gpucomp`, the graphics libraries, …).
-  NVIDIA falls back to the root's `ld.so.cache` when the search dirs hold nothing; we do not parse that cache.
+  When the search dirs hold no `lib*.so.<version>`, NVIDIA falls back to the root's `/etc/ld.so.cache`
+  (`library.go`: `First(symlink locator, ldcache locator)`; `pkg/lookup/ldcache.go`), and so do we
+  (`bridge.cdi.ldcache` reads it): every link on the way from each 64-bit cache entry to its file is matched
+  against `lib*.so.<version>` (`symlinks.ResolveChain`), and the directories of the matching files are the
+  driver's library directories. On the H200 machine that showed the need, `ldconfig -p` says `libcuda.so.1 =>
+  /lib/libcuda.so.1` (and `=> /usr/local/nvidia/lib64/libcuda.so.1`, from `/etc/ld.so.conf.d`), `/lib/libcuda.so.1`
+  links to `/usr/local/nvidia/lib64/libcuda.so.580.159.04`, so the directory is `/usr/local/nvidia/lib64`.
+  Unlike NVIDIA, which resolves those links with the kernel, the cache's paths are resolved inside the root like
+  every other path here.
 * **Soname links** (`internal/discover/symlinks.go`): NVIDIA reads each library's ELF `SONAME` and recreates the
   soname and `.so` links that exist on the host. We take the same links from the host directly: every symlink
   next to a mounted library that resolves to it (`libcuda.so.1 -> libcuda.so.<v>`, `libcuda.so -> libcuda.so.1`),
@@ -43,12 +51,14 @@ the driver container's rootfs has absolute links, which must not be followed int
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import stat
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from bridge.cdi.driver import CONTROL_DEVICE_NODES, DeviceNode, DriverFiles, HostFile, Root, Symlink, join_host
+from bridge.cdi.ldcache import LD_SO_CACHE, LdCache, load_ld_cache
 
 # pkg/lookup/library.go NewLibraryLocator (order kept: the first directory holding a library wins on duplicates)
 LIBRARY_SEARCH_DIRS = (
@@ -164,11 +174,47 @@ def _library_search_entries(root: Root) -> Iterator[tuple[str, str]]:
                 yield real, name
 
 
+def read_ld_cache(root: Root) -> LdCache:
+    """The root's `/etc/ld.so.cache` (the path resolved inside the root: a link out of it is not followed)."""
+    real = resolve_in_root(root.view, LD_SO_CACHE)
+    return load_ld_cache(None if real is None else root.view_path(real), shown_as=root.host_path(LD_SO_CACHE))
+
+
+def ld_cache_entries(root: Root, cache: LdCache) -> list[tuple[str, str]]:
+    """(directory, file name) of every link on the way from each 64-bit cache entry to its file, directories
+    resolved inside the root: `/lib/libcuda.so.1` gives `("/usr/lib", "libcuda.so.1")` and `("/usr/lib",
+    "libcuda.so.580.159.04")` where `/lib -> usr/lib` and `libcuda.so.1 -> libcuda.so.580.159.04`."""
+    real_dirs: dict[str, str | None] = {}
+    seen: set[tuple[str, str]] = set()
+    out: list[tuple[str, str]] = []
+    for path in cache.library_paths():
+        for _ in range(_MAX_SYMLINKS):
+            directory, name = posixpath.split(posixpath.normpath("/" + path.lstrip("/")))
+            if directory not in real_dirs:
+                real_dirs[directory] = resolve_in_root(root.view, directory)
+            real = real_dirs[directory]
+            if real is None or not name or (real, name) in seen:
+                break
+            seen.add((real, name))
+            out.append((real, name))
+            try:
+                target = os.readlink(root.view_path(_join(real, name)))
+            except OSError:  # not a link (or gone): the chain ends here
+                break
+            path = target if target.startswith("/") else _join(real, target)
+    return out
+
+
 def driver_library_dirs(root: Root, version: str) -> list[str]:
-    """The directories (container paths, symlinks resolved) holding a `lib*.so.<version>` file."""
+    """The directories (container paths, symlinks resolved) of the search dirs holding a `lib*.so.<version>`."""
+    return _dirs_holding(root, _library_search_entries(root), version)
+
+
+def _dirs_holding(root: Root, entries: Iterable[tuple[str, str]], version: str) -> list[str]:
+    """The directories of the files `lib*.so.<version>` among `entries` ((directory, name) pairs), resolved."""
     suffix = ".so." + version
     dirs: list[str] = []
-    for real, name in _library_search_entries(root):
+    for real, name in entries:
         if not (name.startswith("lib") and name.endswith(suffix)):
             continue
         resolved = resolve_in_root(root.view, _join(real, name))
@@ -180,10 +226,11 @@ def driver_library_dirs(root: Root, version: str) -> list[str]:
     return dirs
 
 
-def installed_versions(root: Root) -> list[str]:
-    """Driver versions whose `libcuda.so.<v>` / `libnvidia-ml.so.<v>` exist in the search dirs (for error messages)."""
+def installed_versions(root: Root, more: Iterable[tuple[str, str]] = ()) -> list[str]:
+    """Driver versions whose `libcuda.so.<v>` / `libnvidia-ml.so.<v>` exist in the search dirs or among `more`
+    ((directory, name) pairs, e.g. from the ld.so.cache), for error messages."""
     found: list[str] = []
-    for _, name in _library_search_entries(root):
+    for _, name in (*_library_search_entries(root), *more):
         for stem in ("libcuda.so.", "libnvidia-ml.so."):
             version = name[len(stem):] if name.startswith(stem) else ""
             if _VERSION_RE.fullmatch(version) and version not in found:
@@ -289,25 +336,37 @@ def discover_driver_files(root: Root, version: str, *, kernel_release: str,
         where = "" if str(root.view) == root.host else f" (looked at {root.view})"
         return DriverFiles(root.host, version, problems=(f"driver root {root.host} does not exist{where}",))
     dirs = driver_library_dirs(root, version)
+    cache: LdCache | None = None
+    cached: list[tuple[str, str]] = []
+    if not dirs:  # NVIDIA's order: the ld.so.cache only when the search dirs hold nothing of this version
+        cache = read_ld_cache(root)
+        cached = ld_cache_entries(root, cache)
+        dirs = _dirs_holding(root, cached, version)
     libraries = _libraries(root, dirs, version) if dirs else []
     names = {lib.container_path.rsplit("/", 1)[1] for lib in libraries}
     problems: list[str] = []
     if not ({f"libcuda.so.{version}", f"libnvidia-ml.so.{version}"} & names):
-        others = [v for v in installed_versions(root) if v != version]
+        others = [v for v in installed_versions(root, cached) if v != version]
         if others:
             problems.append(f"driver root {root.host} holds driver {', '.join(others)}, but the GPUs report driver "
                             f"{version}: --driver-root points at another install, or the driver was upgraded "
                             "without reloading the kernel module")
         else:
+            searched = ", ".join(LIBRARY_SEARCH_DIRS[1:])
+            if cache is not None:
+                searched += f", and the libraries of {cache.summary()}"
             problems.append(f"no libcuda.so.{version} or libnvidia-ml.so.{version} under driver root {root.host} "
-                            f"(searched {', '.join(LIBRARY_SEARCH_DIRS[1:])}): is --driver-root right?")
+                            f"(searched {searched}): is --driver-root right?")
         return DriverFiles(root.host, version, problems=tuple(problems))
+    if cache is not None and cache.skipped:
+        problems.append(f"{cache.summary()} (the driver's libraries were found through it all the same)")
     firmware = _firmware(root, version, kernel_release, firmware_class_path)
     if not firmware:
         problems.append(f"no GSP firmware nvidia/{version}/gsp*.bin under driver root {root.host} (fine for GPUs "
                         "that do not use GSP)")
     return DriverFiles(
         root=root.host, version=version, libraries=tuple(libraries), library_dirs=tuple(dirs),
+        ld_cache=cache.path if cache is not None else "",
         symlinks=tuple(_symlinks(root, dirs, libraries)), binaries=tuple(_binaries(root)), firmware=tuple(firmware),
         problems=tuple(problems))
 

@@ -14,6 +14,7 @@ Two path worlds meet in these values, and mixing them is the classic bug of CDI 
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from pathlib import Path
 CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
 
+@functools.lru_cache(maxsize=1024)  # every Allocate joins the same few device paths
 def join_host(root: str, path: str) -> str:
     """`("/run/nvidia/driver", "/usr/lib/x.so")` -> `"/run/nvidia/driver/usr/lib/x.so"`; root `/` leaves it."""
     if root in ("", "/"):
@@ -89,12 +91,15 @@ class DriverFiles:
     `library_dirs` are the container paths of the directories holding the driver's libraries (what
     `update-ldcache --folder` gets); `symlinks` are the links the host has next to those libraries (sonames such as
     `libcuda.so.1`, dev links such as `libcuda.so`) plus `libcuda.so -> libcuda.so.1`, which NVIDIA always adds.
+    `ld_cache` is the host path of the loader cache (`<root>/etc/ld.so.cache`) through which the library
+    directories were found, "" when the standard search directories held them.
     `problems` say, for the log, why something expected was not found (no driver root, a version mismatch)."""
 
     root: str
     version: str
     libraries: tuple[HostFile, ...] = ()
     library_dirs: tuple[str, ...] = ()
+    ld_cache: str = ""
     symlinks: tuple[Symlink, ...] = ()
     binaries: tuple[HostFile, ...] = ()
     firmware: tuple[HostFile, ...] = ()

@@ -176,8 +176,10 @@ class NodeCdi:
                                         "device nodes only, no driver libraries, binaries or firmware"))
         elif files.found:
             where = "" if str(self.driver_root.view) == self.driver_root.host else f" (read at {self.driver_root.view})"
+            via = (f" (found through {files.ld_cache}: the standard library directories hold no "
+                   f"lib*.so.{files.version})" if files.ld_cache else "")
             lines.append((logging.INFO, f"CDI: driver {files.version} at driver root {self.driver_root.host}{where}: "
-                                        f"{len(files.libraries)} libraries in {', '.join(files.library_dirs)}, "
+                                        f"{len(files.libraries)} libraries in {', '.join(files.library_dirs)}{via}, "
                                         f"{len(files.binaries)} binaries, {len(files.firmware)} GSP firmware "
                                         f"file(s), {len(files.symlinks)} library link(s)"))
             lines += [(logging.WARNING, f"CDI: {p}") for p in files.problems]

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
+from bridge.cli.params import namespace_name
+
 if TYPE_CHECKING:
     from bridge.kube.api import KubeAPI
     from bridge.kube.errors import KubeError
@@ -79,7 +81,7 @@ def namespace() -> None:
 
 
 @namespace.command("set")
-@click.argument("name")
+@click.argument("name", callback=namespace_name)
 @click.argument("mode", type=click.Choice(["legacy", "shadow", "dra"]))
 @click.option("--target", show_envvar=True, envvar="BRIDGE_NAMESPACE_TARGET", type=click.Choice(["auto", "claims", "extended"]),
               default=None, help="Also set (claims/extended) or clear (auto) this namespace's translation target.")
@@ -201,7 +203,7 @@ def _webhook_applies(api: KubeAPI, name: str, mode: Mode, timeout: float, cannot
 
 
 @namespace.command("status")
-@click.argument("name", required=False)
+@click.argument("name", required=False, callback=namespace_name)
 @click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NAMESPACE_OUTPUT", type=click.Choice(["table", "json"]),
               default="table", show_default=True)
 @click.option("--all", "all_namespaces", is_flag=True, default=False, show_envvar=True, envvar="BRIDGE_NAMESPACE_ALL",

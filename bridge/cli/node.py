@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 
 from bridge.cli.exits import EXIT_CONFIG, EXIT_NO, listen_error
+from bridge.cli.params import node_name as valid_node_name
 from bridge.node.bindinggrace import parse_grace
 from bridge.inventory.catalog import model_names
 from bridge.logs import setup_logging
@@ -45,7 +46,9 @@ from bridge.logs import setup_logging
               type=click.Path(file_okay=False, path_type=Path), help="Directory for CDI spec files.")
 @click.option("--driver-root", show_envvar=True, envvar="BRIDGE_DRIVER_ROOT", default=None,
               help="Host path of the NVIDIA driver's user space (libraries, nvidia-smi, firmware) for CDI specs: '/' "
-                   "for a driver installed on the host, '/run/nvidia/driver' under the GPU Operator. Default: '/' "
+                   "for a driver installed on the host, '/run/nvidia/driver' under the GPU Operator. Libraries are "
+                   "looked for in NVIDIA's standard directories (/usr/lib64, /usr/lib/x86_64-linux-gnu, …) and, "
+                   "when those hold none, where the root's /etc/ld.so.cache puts them. Default: '/' "
                    "with --devices nvml; none with simulated GPUs (specs then carry device nodes only).")
 @click.option("--dev-root", show_envvar=True, envvar="BRIDGE_DEV_ROOT", default=None,
               help="Host path under which dev/nvidia* exist (default '/'). With --devices nvml, and with simulated "
@@ -147,8 +150,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
       /                 read-only at /host with mountPropagation HostToContainer, and --host-root /host
                         (the driver root, /dev/nvidia*, nvidia-cdi-hook and /etc/cdi are read through it;
                         HostToContainer lets a GPU Operator driver root mounted later appear)
-    Under the GPU Operator add --driver-root /run/nvidia/driver (and --dev-root /run/nvidia/driver if the
-    driver container creates the device nodes there).
+    Under the GPU Operator's driver container add --driver-root /run/nvidia/driver --dev-root /run/nvidia/driver
+    (its root holds dev/nvidia*: NVIDIA's device plugin takes a driver root with dev/ as the dev root too).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -269,7 +272,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
 
 
 @node.command("status")
-@click.argument("name", metavar="NODE")
+@click.argument("name", metavar="NODE", callback=valid_node_name)
 @click.option("--output", "-o", show_envvar=True, envvar="BRIDGE_NODE_STATUS_OUTPUT",
               type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--kubeconfig", show_envvar=True, envvar="BRIDGE_KUBECONFIG", default=None,
@@ -284,6 +287,7 @@ def status(name: str, output: str, kubeconfig: str | None, kube_context: str | N
     from bridge.kube import NODES, connect
     from bridge.kube.errors import KubeError, NotFound
     from bridge.kube.retry import RetryPolicy
+    from bridge.humantext import escape
     from bridge.node.statusview import render_json, render_table, view_of
 
     try:
@@ -293,7 +297,7 @@ def status(name: str, output: str, kubeconfig: str | None, kube_context: str | N
         click.echo(f"bridge node status: node {name!r} not found", err=True)
         sys.exit(2)
     except KubeError as err:
-        click.echo(f"bridge node status: {err.message}", err=True)
+        click.echo(f"bridge node status: {escape(err.message)}", err=True)
         sys.exit(2)
     view = view_of(obj)
     click.echo(render_json(view) if output == "json" else render_table(view))

@@ -30,6 +30,7 @@ Examples:
   bridge migrate-report -o html --file report.html --emit-manifests fixes/
   bridge migrate-report --assume-split all -o json | jq '.findings[] | select(.severity=="blocker")'
   bridge migrate-report snapshot --out cluster-snapshot/
+  bridge migrate-report --rules                  # the rule catalogue (docs/rules.md)
 """
 
 
@@ -103,7 +104,8 @@ class ReportError(click.ClickException):
 @click.option("--file", "out_file", type=click.Path(dir_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_FILE",
               help="Write the report to this file instead of stdout.")
 @click.option("--emit-manifests", type=click.Path(file_okay=False, path_type=Path), show_envvar=True, envvar="BRIDGE_REPORT_EMIT_MANIFESTS",
-              help="Write remediation YAML (DeviceClasses, paired quotas) and wave-plan.sh into this directory.")
+              help="Write remediation YAML (DeviceClasses, paired quotas) and wave-plan.sh into this directory; "
+                   "files an earlier run wrote there and this one does not are removed (and named).")
 @click.option("--assume-split", default="current", callback=_split, show_envvar=True, envvar="BRIDGE_REPORT_ASSUME_SPLIT",
               show_default=True, help="DRA side for the capacity simulation: current (published devices), all, or N per GPU node.")
 @click.option("--device-plugin-config", "dp_configs", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -114,6 +116,9 @@ class ReportError(click.ClickException):
               envvar="BRIDGE_REPORT_REQUIRE_FIXED", metavar="NAMESPACE[=RULE,...]",
               help="Instead of the report: exit 0 when NAMESPACE is ready to flip (none of RULES left, no blocker "
                    "about it), else list what is left and exit 1. Repeatable; wave-plan.sh runs it before each flip.")
+@click.option("--rules", "list_rules", is_flag=True, show_envvar=True, envvar="BRIDGE_REPORT_RULES",
+              help="Print the rule catalogue (every rule ID, what it detects, its severities and fix; Markdown, as "
+                   "docs/rules.md) and exit 0, scanning nothing.")
 @click.option("--max-file-size", "max_file_size", default="2Gi", show_default=True, callback=_bytes, show_envvar=True,
               envvar="BRIDGE_REPORT_MAX_FILE_SIZE",
               help="Largest snapshot or config file read (after gunzip), e.g. 512Mi, 4Gi; only regular files are read.")
@@ -122,9 +127,14 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
                    timeout: float, output: str,
                    out_file: Path | None, emit_manifests: Path | None, assume_split: str, dp_configs: tuple[Path, ...],
                    colour: bool | None, max_file_size: int,
-                   require_fixed: tuple[tuple[str, frozenset[str]], ...]) -> None:
+                   require_fixed: tuple[tuple[str, frozenset[str]], ...], list_rules: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
+    if list_rules:
+        from bridge.report.catalogue import markdown
+
+        click.echo(markdown(), nl=False)
+        ctx.exit(EXIT_READY)
     from bridge.report import run_report
     from bridge.report.dpconfig import parse_config
     from bridge.report.findings import ObjectRef
@@ -166,12 +176,16 @@ def migrate_report(ctx: click.Context, snapshot: Path | None, kubeconfig: str | 
     else:
         click.echo(result.text, nl=False, color=colour)
     if emit_manifests is not None:
-        emit_manifests.mkdir(parents=True, exist_ok=True)
-        for name, text in sorted(result.manifests.items()):
-            (emit_manifests / name).write_text(text)
-            if name.endswith(".sh"):
-                (emit_manifests / name).chmod(0o755)  # wave-plan.sh N runs as it is
-        click.echo(f"{len(result.manifests)} remediation file(s) written to {emit_manifests}", err=True)
+        from bridge.report.emit import write_manifests
+
+        done = write_manifests(emit_manifests, result.manifests)
+        click.echo(f"{len(done.written)} remediation file(s) written to {emit_manifests}", err=True)
+        if done.removed:
+            click.echo(f"removed {len(done.removed)} file(s) an earlier run wrote there and this one does not: "
+                       f"{', '.join(done.removed)}", err=True)
+        if done.kept:
+            click.echo(f"left {len(done.kept)} file(s) of an earlier run that were changed since it wrote them "
+                       f"(remove them if they no longer apply): {', '.join(done.kept)}", err=True)
     ctx.exit(EXIT_BLOCKED if result.report.blockers else EXIT_READY)
 
 

@@ -20,9 +20,11 @@ def sandbox() -> None:
     """Stand-ins for a Kubernetes cluster on one machine, for tests and demos."""
 
 
-def _resource_versions(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+def _resource_versions(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
     from bridge.sandbox.apiserver.registry import KNOWN_RESOURCE_VERSIONS
 
+    if value is None:
+        return None  # the release's default
     versions = tuple(v.strip() for v in value.split(",") if v.strip())
     unknown = [v for v in versions if v not in KNOWN_RESOURCE_VERSIONS]
     if not versions or unknown:
@@ -54,9 +56,11 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="YAML/JSON file or directory of objects to create at start (repeatable; env: space-separated).")
 @click.option("--version", "k8s_version", default="1.34.2", show_default=True, callback=_k8s_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VERSION", help="Kubernetes version to report (MAJOR.MINOR.PATCH).")
-@click.option("--resource-versions", default="v1,v1beta2,v1beta1", show_default=True, callback=_resource_versions,
+@click.option("--resource-versions", default=None, callback=_resource_versions,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_RESOURCE_VERSIONS",
-              help="resource.k8s.io versions to serve (comma-separated); the newest is preferred, as on a real server.")
+              help="resource.k8s.io versions to serve (comma-separated; e.g. v1,v1beta2,v1beta1, as kube-apiserver's "
+                   "--runtime-config enables betas); the newest is preferred, as on a real server. Default: what the "
+                   "release serves by default (v1 alone from 1.34; v1beta2,v1beta1 for 1.33; v1beta1 for 1.32).")
 @click.option("--tls/--no-tls", default=False, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_TLS",
               help="Serve HTTPS with a throwaway self-signed certificate (embedded in the kubeconfig).")
 @click.option("--validate/--no-validate", default=True, show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_VALIDATE",
@@ -75,7 +79,7 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_FORMAT")
 def apiserver(
     host: str, port: int, kubeconfig_out: Path, context_name: str, load_paths: tuple[Path, ...], k8s_version: str,
-    resource_versions: tuple[str, ...], tls: bool, validate: bool, history_limit: int, admission_config: Path | None,
+    resource_versions: tuple[str, ...] | None, tls: bool, validate: bool, history_limit: int, admission_config: Path | None,
     log_level: str, log_format: str,
 ) -> None:
     """Run the Kubernetes API emulator until Ctrl-C.
@@ -117,7 +121,7 @@ def apiserver(
     try:
         srv.write_kubeconfig(kubeconfig_out, context=context_name)
         click.echo(f"API emulator serving at {srv.url} (Kubernetes v{k8s_version}, resource.k8s.io "
-                   f"{','.join(resource_versions)}); kubeconfig: {kubeconfig_out}")
+                   f"{','.join(srv.resource_versions)}); kubeconfig: {kubeconfig_out}")
         while not stop.wait(0.5):
             pass
     finally:
@@ -224,10 +228,23 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 
 
 @sandbox.command()
+@click.option("--backend", type=click.Choice(["standin", "real"]), default="standin", show_default=True,
+              show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_BACKEND",
+              help="standin: the API emulator and the scheduler/claim-controller stand-ins, in this process (needs "
+                   "nothing but this package). real: etcd, kube-apiserver, kube-controller-manager and "
+                   "kube-scheduler built from source by `python scripts/build_real.py` (real TLS, RBAC, Node "
+                   "authorizer, admission); the nodes are kubelet simulators with their own node credentials.")
+@click.option("--kubelets", type=click.Choice(["real", "simulated"]), default=None, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_KUBELETS",
+              help="With --backend real: real kubelets, each with its own containerd, runc and CNI bridge, running "
+                   "pods in real containers that get our CDI devices (the default there; needs the node set of "
+                   "scripts/build_real.py and root), or the kubelet simulators. The stand-in backend always "
+                   "simulates them.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_KUBERNETES_VERSION",
               help="Kubernetes release (1.32-1.37) of the API emulator and the kubelets: the served resource.k8s.io "
-                   "versions and the DRA features follow it.")
+                   "versions and the DRA features follow it. With --backend real: the built line, 1.37 (v1.37.2, "
+                   "the default there) or 1.35 (v1.35.4).")
 @click.option("--nodes", "node_count", type=click.IntRange(1, 64), default=2, show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_NODES", help="Number of nodes (node-0, node-1, ...).")
 @click.option("--gpus", default="8xH100-80GB", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_GPUS",
@@ -245,9 +262,9 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "node's own split in --nodes-file wins. Needs --bridge.")
 @click.option("--split-grace", default="auto", show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_SPLIT_GRACE",
-              help="`bridge node --split-grace` for every node daemon: auto (5 s from 1.35, where the scheduler "
-                   "stand-in nominates pods before it writes their allocation, as kube-scheduler does; 605 s "
-                   "before) or seconds. Set e.g. 5 to watch GPUs move from DRA to the device plugin quickly on an "
+              help="`bridge node --split-grace` for every node daemon: auto (5 s from 1.35, where kube-scheduler and "
+                   "the scheduler stand-in nominate pods before they write their allocation; 605 s before) or "
+                   "seconds. Set e.g. 5 to watch GPUs move from DRA to the device plugin quickly on an "
                    "older release. Needs --bridge.")
 @click.option("--webhook/--no-webhook", "with_webhook", default=False, show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_WEBHOOK",
@@ -287,8 +304,9 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "webhook log to their own files.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
-def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
-            split_grace: str, with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
+def cluster(backend: str, kubelets: str | None, version: str, node_count: int, gpus: str, nodes_file: Path | None,
+            with_bridge: bool, split: str | None, split_grace: str, with_webhook: bool, with_controller: bool,
+            controller_interval: float, controller_args: str,
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
     """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
@@ -301,6 +319,7 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
       bridge sandbox cluster --nodes 2 --gpus 8xH100-80GB --bridge --split 4 --kubeconfig-out /tmp/sb.kubeconfig
       bridge sandbox cluster --kubernetes-version 1.37 --nodes-file nodes.yaml --bridge --webhook
       bridge sandbox cluster --nodes 4 --bridge --webhook --controller --controller-args "--cooldown 10s"
+      bridge sandbox cluster --backend real --bridge --webhook --controller   # after scripts/build_real.py
       kubectl --kubeconfig /tmp/sb.kubeconfig get nodes
 
     Exit codes: 0 after Ctrl-C/SIGTERM (everything stopped, the temporary work directory removed), 1 when a part
@@ -310,6 +329,11 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
     from bridge.sandbox.cluster.spec import nodes_from_file
 
     ctx = click.get_current_context()
+    if backend == "real" and ctx.get_parameter_source("version") in (click.core.ParameterSource.DEFAULT, None):
+        version = "1.37"
+    if kubelets == "real" and backend != "real":
+        raise click.BadParameter("real kubelets run on the real backend: add --backend real", param_hint="--kubelets")
+    real_kubelets = backend == "real" and kubelets != "simulated"
     if nodes_file is not None:
         for opt in ("node_count", "gpus"):
             if ctx.get_parameter_source(opt) not in (click.core.ParameterSource.DEFAULT, None):
@@ -343,13 +367,17 @@ def cluster(version: str, node_count: int, gpus: str, nodes_file: Path | None, w
             raise click.BadParameter(str(err), param_hint="--split") from err
     try:
         nodes = nodes_from_file(nodes_file) if nodes_file is not None else nodes_from_count(node_count, gpus)
-        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, bridge=with_bridge, webhook=with_webhook,
+        spec = ClusterSpec(nodes=nodes, kubernetes_version=version, backend=backend, real_kubelets=real_kubelets,
+                           bridge=with_bridge,
+                           webhook=with_webhook,
                            controller=with_controller, controller_interval=controller_interval,
                            controller_args=extra_controller_args, split=split, split_grace=grace,
                            node_status_frequency=node_status_frequency)
         sandbox_cluster = SandboxCluster(spec, work_dir=work_dir, kubeconfig_out=kubeconfig_out, host=host, port=port)
     except SpecError as err:
-        raise click.BadParameter(str(err), param_hint="--nodes-file" if nodes_file else "--gpus") from err
+        hint = ("--kubernetes-version" if "real backend builds" in str(err)
+                else "--nodes-file" if nodes_file else "--gpus")
+        raise click.BadParameter(str(err), param_hint=hint) from err
     setup_logging(log_format, log_level.upper())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

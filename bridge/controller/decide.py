@@ -46,14 +46,24 @@ it), `cooldown`, `min-legacy-share`, `rate-limit`, else `no-capacity` (no node h
 
 Cost: pods are grouped by their node constraints; each group keeps its eligible nodes in buckets by free counts, so
 a pod is placed by looking at a few buckets, not at every node (bench/controller_bench.py: 5,000 nodes x 8 GPUs and
-10,000 pending pods).
+10,000 pending pods). What planning a node starts from (free counts, fitted groups, shape) is derived once per
+`NodeView` object and reused while the next decision gets the same object (the controller's cluster state,
+bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one
+eligibility check per node shape; a pod larger than every eligible node's free room is blocked without a search; a
+search is remembered while no plan changes (the pods a rate limit blocks ask the same question again and again).
+None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
+collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
+the caller's whole heap and took about half the time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
+import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bridge.controller.model import (
@@ -73,14 +83,12 @@ from bridge.controller.model import (
     direction_to,
     other,
 )
-from bridge.controller.placement import Constraints
+from bridge.kvalues.placement import Constraints
 from bridge.ledger.choice import group_order
 
 _SCAN_FOR_GROUP = 16  # nodes looked at in one bucket for a whole-group move before taking the best of them
 _SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free legacy, free dra]
 _NO_GROUP = (2, 0, -1)  # a move rank when no one group holds the GPUs to move
-_API_SIDES: tuple[tuple[Api, int], ...] = (("legacy", 0), ("dra", 1))
-_OTHER: dict[Api, Api] = {"legacy": "dra", "dra": "legacy"}
 
 
 def _api_name(api: Api) -> str:
@@ -132,24 +140,28 @@ def _drain(counts: list[list[int]], s: int, k: int, into: int | None = None) -> 
         k -= t
 
 
-@dataclass
 class _Node:
-    view: NodeView
-    free: dict[Api, int]
-    dra: int
-    direction: Direction | None = None
-    served: list[PendingPod] = field(default_factory=list)  # pods this node serves through moves
-    reasons: list[str] = field(default_factory=list)  # floor restorations
-    group_names: list[str] = field(default_factory=list)
-    groups: list[list[int]] = field(default_factory=list)  # free [legacy, dra] per group, kept equal to `free`
-    order: Mapping[Api, tuple[int, ...]] = field(default_factory=dict)  # group indexes in the daemon's order
-    largest: list[int] = field(default_factory=list)  # free GPUs in the largest group, [legacy, dra] (index keys)
-    moved_from: dict[str, None] = field(default_factory=dict)  # the groups the planned moves take GPUs from
+    """One node as the plan goes (a plain slotted class: a decision makes one per node)."""
 
-    def __post_init__(self) -> None:
-        self.group_names, self.groups = _fit_groups(self.view, self.free)
-        self.order = _orders(tuple(self.group_names))
-        self.measure()
+    __slots__ = ("view", "free", "dra", "direction", "served", "reasons", "group_names", "groups", "order",
+                 "largest", "moved_from", "pos", "name", "pool", "changeable")
+
+    def __init__(self, view: NodeView, seed: _Seed, pos: int) -> None:
+        self.view = view
+        self.name = view.name
+        self.pool = view.pool
+        self.changeable = view.frozen == ""
+        self.free: dict[Api, int] = {"legacy": seed.free[0], "dra": seed.free[1]}
+        self.dra = view.dra
+        self.direction: Direction | None = view.moving
+        self.served: list[PendingPod] = []  # pods this node serves through moves
+        self.reasons: list[str] = []  # floor restorations
+        self.group_names = list(seed.group_names)
+        self.groups = [list(c) for c in seed.groups]  # free [legacy, dra] per group, kept equal to `free`
+        self.order = seed.order  # group indexes in the daemon's order
+        self.largest = list(seed.largest)  # free GPUs in the largest group, [legacy, dra] (index keys)
+        self.moved_from: dict[str, None] = {}  # the groups the planned moves take GPUs from
+        self.pos = pos  # place in name order (an index lists its nodes in that order)
 
     def measure(self) -> None:
         """Refresh `largest` after the groups changed (the index reads it as a bucket key)."""
@@ -157,10 +169,6 @@ class _Node:
             self.largest = list(self.groups[0])
         else:
             self.largest = [max(c[0] for c in self.groups), max(c[1] for c in self.groups)]
-
-    @property
-    def changeable(self) -> bool:
-        return self.view.frozen == ""
 
     def largest_group(self, api: Api) -> int:
         return self.largest[_SIDE[api]]
@@ -209,6 +217,54 @@ class _Node:
             _drain(self.groups, b, count, into=a)
 
 
+@dataclass(frozen=True)
+class _Seed:
+    """What planning a node starts from, a function of its view alone: its free counts, its topology groups fitted
+    to them (`_fit_groups`) in the daemon's order, and its shape (labels, taints, cordon: nodes alike answer every
+    constraint alike)."""
+
+    free: tuple[int, int]  # legacy, dra
+    group_names: tuple[str, ...]
+    groups: tuple[tuple[int, int], ...]
+    order: Mapping[Api, tuple[int, ...]]
+    largest: tuple[int, int]
+    shape: object
+
+    @staticmethod
+    def of(view: NodeView) -> _Seed:
+        free: dict[Api, int] = {a: view.free(a) for a in APIS}
+        names, counts = _fit_groups(view, free)
+        if len(counts) == 1:
+            largest = (counts[0][0], counts[0][1])
+        else:
+            largest = (max(c[0] for c in counts), max(c[1] for c in counts))
+        return _Seed((free["legacy"], free["dra"]), tuple(names), tuple((c[0], c[1]) for c in counts),
+                     _orders(tuple(names)), largest,
+                     (tuple(sorted(view.labels.items())), view.taints, view.unschedulable))
+
+
+class _Seeds:
+    """Seeds memoised per view object, for the views of the last decision (the controller's cluster state hands a
+    node's same `NodeView` to every decision until the node changes, so a decision derives only changed nodes)."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[NodeView, _Seed]] = {}
+
+    def of(self, views: Iterable[NodeView]) -> list[tuple[NodeView, _Seed]]:
+        last, now = self._last, {}
+        out = []
+        for v in views:
+            hit = last.get(id(v))
+            pair = hit if hit is not None and hit[0] is v else (v, _Seed.of(v))
+            now[id(v)] = pair
+            out.append(pair)
+        self._last = now  # one assignment: a concurrent decision reads the old memo or the new one, both right
+        return out
+
+
+_SEEDS = _Seeds()
+
+
 class _Index:
     """The eligible nodes of one constraint group, bucketed by free counts.
 
@@ -216,9 +272,12 @@ class _Index:
     topology group, and `o` free GPUs of the other API (step 1); emptied buckets are dropped, so a lookup visits only
     counts some node has.
     `move[direction][pool][(c_to, c_from)]`: changeable nodes that may change in `direction`, with `c_to` free GPUs
-    of the receiving API and `c_from` of the giving one (step 3)."""
+    of the receiving API and `c_from` of the giving one (step 3).
+    `room[t]`: how many nodes have `t` free GPUs on both sides together (a pod larger than every node's room cannot
+    be placed by moves, checked without a search)."""
 
     def __init__(self, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]) -> None:
+        self.room: dict[int, int] = defaultdict(int)
         self.fit: dict[Api, dict[int, dict[int, dict[int, dict[str, None]]]]] = {
             a: defaultdict(lambda: defaultdict(dict)) for a in APIS}
         self.nodes: list[_Node] = list(nodes)
@@ -229,40 +288,42 @@ class _Index:
         for n in self.nodes:
             self._add(n)
 
-    def _keys(self, n: _Node) -> list[tuple[Direction, tuple[int, int]]]:
-        out: list[tuple[Direction, tuple[int, int]]] = []
-        if not n.changeable:
-            return out
-        name, legacy, dra = n.view.name, n.free["legacy"], n.free["dra"]
-        if name in self.move_ok["to-legacy"]:
-            out.append(("to-legacy", (legacy, dra)))
-        if name in self.move_ok["to-dra"]:
-            out.append(("to-dra", (dra, legacy)))
-        return out
+    def has_room(self, gpus: int) -> bool:
+        """Whether some node has `gpus` free GPUs on both sides together."""
+        return any(t >= gpus for t, count in self.room.items() if count)
 
     def _add(self, n: _Node) -> None:
-        name, legacy, dra = n.view.name, n.free["legacy"], n.free["dra"]
+        name, legacy, dra = n.name, n.free["legacy"], n.free["dra"]
+        self.room[legacy + dra] += 1
         self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, {})[name] = None
         self.fit["dra"][dra][n.largest[1]].setdefault(legacy, {})[name] = None
-        for d, key in self._keys(n):
-            self.move[d][n.view.pool][key][name] = None
+        if n.changeable:
+            if name in self.move_ok["to-legacy"]:
+                self.move["to-legacy"][n.pool][(legacy, dra)][name] = None
+            if name in self.move_ok["to-dra"]:
+                self.move["to-dra"][n.pool][(dra, legacy)][name] = None
 
     def _remove(self, n: _Node) -> None:
-        name, free = n.view.name, n.free
-        for api, s in _API_SIDES:
-            by_largest = self.fit[api].get(free[api])
+        name, legacy, dra = n.name, n.free["legacy"], n.free["dra"]
+        self.room[legacy + dra] -= 1
+        sides: tuple[tuple[Api, int, int, int], ...] = (("legacy", legacy, dra, 0), ("dra", dra, legacy, 1))
+        for api, mine, theirs, s in sides:
+            by_largest = self.fit[api].get(mine)
             if not by_largest:
                 continue
             by_other = by_largest.get(n.largest[s])
-            bucket = by_other.get(free[_OTHER[api]]) if by_other else None
+            bucket = by_other.get(theirs) if by_other else None
             if by_other is not None and bucket is not None:
                 bucket.pop(name, None)
                 if not bucket:
-                    del by_other[free[_OTHER[api]]]
+                    del by_other[theirs]
                     if not by_other:
                         del by_largest[n.largest[s]]
-        for d, key in self._keys(n):
-            self.move[d][n.view.pool][key].pop(name, None)
+        if n.changeable:
+            if name in self.move_ok["to-legacy"]:
+                self.move["to-legacy"][n.pool][(legacy, dra)].pop(name, None)
+            if name in self.move_ok["to-dra"]:
+                self.move["to-dra"][n.pool][(dra, legacy)].pop(name, None)
 
     def best_fit(self, api: Api, gpus: int, top: int) -> str | None:
         """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
@@ -289,6 +350,10 @@ class _Index:
         return fallback
 
 
+def _position(n: _Node) -> int:
+    return n.pos
+
+
 def _fewest_other(by_largest: Mapping[int, Mapping[int, Mapping[str, None]]], sizes: Sequence[int]) -> str:
     """The first node with the fewest free GPUs of the other API among the buckets of `sizes` (in that order)."""
     o, size = min((min(by_largest[size]), size) for size in sizes)
@@ -302,10 +367,13 @@ class _Planner:
         self.now = now
         self.budget = memory.budget(policy, now)
         self.nodes: dict[str, _Node] = {}
-        for v in sorted(nodes, key=lambda v: v.name):
-            if v.frozen == "unknown":
-                continue
-            self.nodes[v.name] = _Node(v, {a: v.free(a) for a in APIS}, v.dra, direction=v.moving)
+        # Nodes alike in labels, taints and cordon answer every constraint alike: they are grouped by that shape,
+        # in name order, so an index is built from one check per shape.
+        self.by_shape: dict[object, list[_Node]] = {}
+        known = sorted((v for v in nodes if v.frozen != "unknown"), key=lambda v: v.name)
+        for pos, (v, seed) in enumerate(_SEEDS.of(known)):
+            n = self.nodes[v.name] = _Node(v, seed, pos)
+            self.by_shape.setdefault(seed.shape, []).append(n)
         self.top = max((n.view.total for n in self.nodes.values()), default=0)
         # Pools: totals and planned legacy counts over every known node (frozen ones count toward the share).
         self.pool_total: dict[str, int] = defaultdict(int)
@@ -317,21 +385,23 @@ class _Planner:
         # Nodes that may change in each direction now (changeable, and no reversal inside the cool-down).
         self.move_ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
         self.cooling: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
+        changed = memory.last_change
         for n in self.nodes.values():
             if not n.changeable:
                 continue
+            name = n.view.name
             for d in ("to-dra", "to-legacy"):
-                if memory.in_cooldown(n.view.name, d, policy, now) > 0:
-                    self.cooling[d].add(n.view.name)
+                if name in changed and memory.in_cooldown(name, d, policy, now) > 0:
+                    self.cooling[d].add(name)
                 elif n.direction is None or n.direction == d:  # never against moves under way
-                    self.move_ok[d].add(n.view.name)
-        shape_ids: dict[object, int] = {}
-        self.shapes = {n.view.name: shape_ids.setdefault(
-            (tuple(sorted(n.view.labels.items())), n.view.taints, n.view.unschedulable), len(shape_ids))
-            for n in self.nodes.values()}
+                    self.move_ok[d].add(name)
         self.indexes: dict[Constraints, _Index] = {}
         self.members: dict[str, list[_Index]] = defaultdict(list)
         self.diagnosis: dict[tuple[Constraints, Api, int], tuple[BlockReason, str]] = {}
+        self.changed: set[str] = set()  # nodes whose planned DRA count moved
+        # Bumped on every change of a node's plan: a search on an unchanged plan has the same answer.
+        self.version = 0
+        self.candidates: dict[tuple[int, Api, int], tuple[int, tuple[_Node, int, int] | None]] = {}
 
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -344,26 +414,25 @@ class _Planner:
     def index(self, c: Constraints) -> _Index:
         idx = self.indexes.get(c)
         if idx is None:
-            # Nodes alike in labels, taints and cordon answer alike (unless a term names nodes): one check per kind.
-            by_name = any(t.fields for t in c.terms)
-            verdicts: dict[object, bool] = {}
-            eligible = []
-            for n in self.nodes.values():
-                v = n.view
-                key = (v.name if by_name else "", self.shapes[v.name])
-                ok = verdicts.get(key)
-                if ok is None:
-                    ok = verdicts[key] = c.allows(v.name, v.labels, v.taints, v.unschedulable)
-                if ok:
-                    eligible.append(n)
+            eligible: list[_Node] = []
+            if any(t.fields for t in c.terms):  # a term names nodes: each node answers for itself
+                eligible = [n for n in self.nodes.values()
+                            if c.allows(n.view.name, n.view.labels, n.view.taints, n.view.unschedulable)]
+            else:
+                for alike in self.by_shape.values():
+                    v = alike[0].view
+                    if c.allows(v.name, v.labels, v.taints, v.unschedulable):
+                        eligible += alike
+                eligible.sort(key=_position)  # name order, as every index lists its nodes
             idx = _Index(eligible, self.move_ok)
             self.indexes[c] = idx
             for n in eligible:
-                self.members[n.view.name].append(idx)
+                self.members[n.name].append(idx)
         return idx
 
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
              direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
+        self.version += 1
         idxs = self.members.get(n.view.name, ())
         for idx in idxs:
             idx._remove(n)
@@ -374,6 +443,7 @@ class _Planner:
         if dra is not None:
             self.pool_legacy[n.view.pool] += n.dra - dra
             n.dra = dra
+            self.changed.add(n.view.name)
         if direction is not None and n.direction is None:
             n.direction = direction
             # One decision never moves GPUs both ways on a node.
@@ -391,9 +461,15 @@ class _Planner:
         self.budget -= count
 
     def take(self, n: _Node, api: Api, gpus: int) -> None:
-        free = dict(n.free)
-        free[api] -= gpus
-        self._set(n, free, groups=lambda: n.take_groups(api, gpus))
+        self.version += 1
+        idxs = self.members.get(n.name, ())
+        for idx in idxs:
+            idx._remove(n)
+        n.free[api] -= gpus
+        n.take_groups(api, gpus)
+        n.measure()
+        for idx in idxs:
+            idx._add(n)
 
     # ---- step 1: fit -------------------------------------------------------------------------------------------
 
@@ -436,17 +512,28 @@ class _Planner:
 
     def _candidate(self, idx: _Index, pod: PendingPod) -> tuple[_Node, int, int] | None:
         """The node needing the fewest moves for `pod`, that number (ignoring the rate limit), and the topology
-        group the moves are counted from (-1: none holds them all)."""
+        group the moves are counted from (-1: none holds them all). Remembered while no plan changes (the pods a
+        rate limit blocks ask again and again)."""
+        key = (id(idx), pod.api, pod.gpus)
+        cached = self.candidates.get(key)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        found = self._search(idx, pod)
+        self.candidates[key] = (self.version, found)
+        return found
+
+    def _search(self, idx: _Index, pod: PendingPod) -> tuple[_Node, int, int] | None:
         d = direction_to(pod.api)
         g = pod.gpus
-        for have in range(min(g - 1, self.top), -1, -1):
+        top = self.top
+        grids = sorted(idx.move[d].items())
+        for have in range(min(g - 1, top), -1, -1):
             need = g - have
             best: tuple[int, int, int, str, int] | None = None  # tier, slack, give, name, group
-            for pool in sorted(idx.move[d]):
+            for pool, grid in grids:
                 if not self._pool_allows(pool, d, need):
                     continue
-                grid = idx.move[d][pool]
-                for give in range(need, self.top + 1):
+                for give in range(need, top + 1):
                     bucket = grid.get((have, give))
                     if not bucket:
                         continue
@@ -472,7 +559,7 @@ class _Planner:
         if placed is not None:
             return placed, None
         idx = self.index(pod.constraints)
-        found = self._candidate(idx, pod)
+        found = self._candidate(idx, pod) if idx.has_room(pod.gpus) else None
         if found is None:
             reason, message = self._diagnose(idx, pod)
             return None, Blocked(pod.key, pod.api, pod.gpus, reason, message)
@@ -533,7 +620,7 @@ class _Planner:
 
     def changes(self) -> tuple[TargetChange, ...]:
         out = []
-        for n in self.nodes.values():
+        for n in sorted((self.nodes[name] for name in self.changed), key=_position):
             if n.dra == n.view.dra:
                 continue
             assert n.view.is_safe(n.dra), f"unsafe target {n.dra} for {n.view}"
@@ -570,12 +657,49 @@ def queue_order(pods: Iterable[PendingPod]) -> list[PendingPod]:
     return sorted(pods, key=lambda p: (-p.priority, p.since, -p.gpus, p.key))
 
 
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the duration (nested and concurrent pauses count, the last one out
+    restores it). A decision allocates some 10^5 short-lived objects without cycles (refcounting frees them); with
+    the collector on they trigger collections that walk the caller's whole heap (the controller's informers hold
+    every Node and Pod) again and again: about half a decision's time at 5,000 nodes (bench/controller_bench.py)."""
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
 def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
            memory: Memory | None = None, now: float = 0.0) -> Decision:
-    """One decision (see the module docstring). Deterministic for equal inputs."""
-    memory = memory or Memory()
+    """One decision (see the module docstring). Deterministic for equal inputs. Python's cyclic garbage collector is
+    paused while it runs (`_collector_paused`)."""
+    with _collector_paused():
+        return _decide(nodes, pending, policy, memory or Memory(), now)
+
+
+def _decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy, memory: Memory,
+            now: float) -> Decision:
     planner = _Planner(nodes, policy, memory, now)
     free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}
+    pods: dict[Api, int] = {"legacy": 0, "dra": 0}
+    gpus: dict[Api, int] = {"legacy": 0, "dra": 0}
+    for p in pending:
+        pods[p.api] += 1
+        gpus[p.api] += p.gpus
     order = queue_order(pending)
     placements: list[Placement] = []
     unplaced: list[PendingPod] = []
@@ -597,8 +721,8 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
         changes=planner.changes(),
         blocked=tuple(blocked),
         placements=tuple(placements),
-        pending_pods={a: sum(1 for p in pending if p.api == a) for a in APIS},
-        pending_gpus={a: sum(p.gpus for p in pending if p.api == a) for a in APIS},
+        pending_pods=pods,
+        pending_gpus=gpus,
         free_gpus=free_before,
     )
 

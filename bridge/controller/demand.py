@@ -12,9 +12,13 @@ What a pending pod asks for:
   does not exist yet) that is **not allocated** and requests devices of the bridge's DeviceClass
   (`exactly.deviceClassName`, v1beta1's flat `deviceClassName`, or the first `firstAvailable` alternative of that
   class) with `allocationMode: ExactCount` (`count`, default 1). A claim shared by several pending pods is counted
-  once. `allocationMode: All` has no count the controller could plan with; such a request is skipped (logged by the
-  shell). Plus the KEP-5004 extended-resource name `deviceclass.resource.kubernetes.io/<class>`, counted like
+  once, for the first of them the scheduler serves (`pod_rank`: priority, then age, then name; whatever order the
+  pods are listed in). `allocationMode: All` has no count the controller could plan with; such a request is skipped
+  (logged by the shell). Plus the KEP-5004 extended-resource name `deviceclass.resource.kubernetes.io/<class>`, counted like
   `nvidia.com/gpu` (the scheduler creates that claim itself while binding).
+* a count that is not a valid count (`nvidia.com/gpu: "1e400"`: out of range, or above 2^31 - 1; the bounded
+  parser refuses it without computing it) makes the pod **invalid** demand: never planned with, reported once as
+  blocked (`invalid-count`, a `GPUDemandBlocked` Event), and every other pod is decided as usual.
 
 A pod asking through both APIs yields one demand per API (keys `ns/name#legacy`, `ns/name#dra`); the core places
 them independently, which can over-ask but never moves a held GPU.
@@ -36,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.controller.model import PendingPod
-from bridge.controller.placement import constraints_of
-from bridge.kvalues.podgpu import pod_devices
+from bridge.kvalues.placement import constraints_of
+from bridge.kvalues.podgpu import count_problems, pod_devices
 
 Obj = dict[str, Any]
 
@@ -137,65 +141,123 @@ def claim_spec_count(spec: Mapping[str, Any], device_class: str) -> tuple[int, b
 class Demand:
     pending: tuple[PendingPod, ...]
     skipped: tuple[str, ...]  # human notes: requests the controller cannot plan with (allocationMode All)
+    # pending pods whose GPU count is not a valid count ("1e400": bridge.kvalues.quantity.check_count): never
+    # planned with, reported as blocked (`invalid-count`) once; (pod key, why)
+    invalid: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One entry of a pod's `spec.resourceClaims`, resolved: the claim it names ("ns/name": `resourceClaimName`, or
+    the claim generated for it as `status.resourceClaimStatuses` says; "" while not known) and its template."""
+
+    name: str
+    claim: str = ""
+    template: str = ""
+
+
+def pod_claims(pod: Mapping[str, Any]) -> tuple[PodClaim, ...]:
+    """The claims a pod's GPU demand depends on (what `pod_demand` reads of the claims and templates)."""
+    ns = str(_meta(pod).get("namespace", ""))
+    generated = {s.get("name"): s.get("resourceClaimName")
+                 for s in (pod.get("status") or {}).get("resourceClaimStatuses") or () if isinstance(s, dict)}
+    out = []
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or ():
+        if not isinstance(ref, dict):
+            continue
+        claim_name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
+        template = ref.get("resourceClaimTemplateName")
+        out.append(PodClaim(str(ref.get("name")), f"{ns}/{claim_name}" if claim_name else "",
+                            f"{ns}/{template}" if template else ""))
+    return tuple(out)
+
+
+def pod_rank(pod: Mapping[str, Any]) -> tuple[int, float, str]:
+    """Where the scheduler's queue serves a pod: higher priority first, then older, then by name."""
+    return (-int((pod.get("spec") or {}).get("priority") or 0), _timestamp(_meta(pod).get("creationTimestamp")),
+            pod_key(pod))
+
+
+def claim_owners(pending: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Claim ("ns/name") -> the key of the pending pod it is counted for. A claim several pending pods share is
+    allocated once, for the first of them the scheduler serves (`pod_rank`), so it is that pod's demand; whatever
+    order the pods come in, the answer is the same."""
+    best: dict[str, tuple[tuple[int, float, str], str]] = {}
+    for pod in pending:
+        rank = pod_rank(pod)
+        for ref in pod_claims(pod):
+            if ref.claim and (ref.claim not in best or rank < best[ref.claim][0]):
+                best[ref.claim] = (rank, rank[2])
+    return {claim: key for claim, (_, key) in best.items()}
+
+
+def pod_demand(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]],
+               templates: Mapping[str, Mapping[str, Any]], owners: Mapping[str, str],
+               names: Names = Names()) -> Demand:
+    """The demand of one pending pod (`is_pending`); `owners` from `claim_owners` over all pending pods."""
+    spec = pod.get("spec") or {}
+    meta = _meta(pod)
+    key = pod_key(pod)
+    skipped: list[str] = []
+    problems = count_problems(spec, names.resource) + count_problems(spec, names.extended)
+    if problems:
+        return Demand((), (), ((key, "; ".join(problems)),))
+    legacy = pod_requests(spec, names.resource)
+    dra = pod_requests(spec, names.extended)
+    counted: set[str] = set()
+    for ref in pod_claims(pod):
+        claim_spec: Mapping[str, Any] | None = None
+        ckey = ref.claim
+        if ckey:
+            claim = claims.get(ckey)
+            if claim is not None:
+                if (claim.get("status") or {}).get("allocation") or ckey in counted or owners.get(ckey, key) != key:
+                    continue
+                claim_spec = claim.get("spec") or {}
+        if claim_spec is None and ref.template:
+            tmpl = templates.get(ref.template)
+            if tmpl is not None:
+                claim_spec = ((tmpl.get("spec") or {}).get("spec")) or {}
+                ckey = ckey or f"{key}#{ref.name}"
+        if claim_spec is None:
+            continue  # claim not created yet and no template to read: the next decision sees it
+        n, skip = claim_spec_count(claim_spec, names.device_class)
+        if skip:
+            skipped.append(f"{key}: a request with allocationMode All has no count to plan with")
+        if n:
+            dra += n
+            counted.add(ckey)
+    if not legacy and not dra:
+        return Demand((), tuple(skipped))
+    common: dict[str, Any] = {
+        "namespace": str(meta.get("namespace", "")),
+        "priority": int(spec.get("priority") or 0),
+        "since": _timestamp(meta.get("creationTimestamp")),
+        "constraints": constraints_of(spec),
+    }
+    both = legacy > 0 and dra > 0
+    out: list[PendingPod] = []
+    if legacy:
+        out.append(PendingPod(f"{key}#legacy" if both else key, "legacy", legacy, **common))
+    if dra:
+        out.append(PendingPod(f"{key}#dra" if both else key, "dra", dra, **common))
+    return Demand(tuple(out), tuple(skipped))
 
 
 def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]],
                    templates: Mapping[str, Mapping[str, Any]], names: Names = Names()) -> Demand:
     """Pending GPU demand. `claims` and `templates` are keyed `namespace/name`."""
+    pending = [pod for pod in pods if is_pending(pod)]
+    owners = claim_owners(pending)
     out: list[PendingPod] = []
     skipped: list[str] = []
-    counted: set[str] = set()
-    for pod in pods:
-        if not is_pending(pod):
-            continue
-        spec = pod.get("spec") or {}
-        meta = _meta(pod)
-        ns = str(meta.get("namespace", ""))
-        key = pod_key(pod)
-        legacy = pod_requests(spec, names.resource)
-        dra = pod_requests(spec, names.extended)
-        generated = {s.get("name"): s.get("resourceClaimName")
-                     for s in (pod.get("status") or {}).get("resourceClaimStatuses") or () if isinstance(s, dict)}
-        for ref in spec.get("resourceClaims") or ():
-            if not isinstance(ref, dict):
-                continue
-            claim_name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
-            claim_spec: Mapping[str, Any] | None = None
-            ckey = ""
-            if claim_name:
-                ckey = f"{ns}/{claim_name}"
-                claim = claims.get(ckey)
-                if claim is not None:
-                    if (claim.get("status") or {}).get("allocation") or ckey in counted:
-                        continue
-                    claim_spec = claim.get("spec") or {}
-            if claim_spec is None and ref.get("resourceClaimTemplateName"):
-                tmpl = templates.get(f"{ns}/{ref['resourceClaimTemplateName']}")
-                if tmpl is not None:
-                    claim_spec = ((tmpl.get("spec") or {}).get("spec")) or {}
-                    ckey = ckey or f"{key}#{ref.get('name')}"
-            if claim_spec is None:
-                continue  # claim not created yet and no template to read: the next decision sees it
-            n, skip = claim_spec_count(claim_spec, names.device_class)
-            if skip:
-                skipped.append(f"{key}: a request with allocationMode All has no count to plan with")
-            if n:
-                dra += n
-                counted.add(ckey)
-        if not legacy and not dra:
-            continue
-        common: dict[str, Any] = {
-            "namespace": ns,
-            "priority": int(spec.get("priority") or 0),
-            "since": _timestamp(meta.get("creationTimestamp")),
-            "constraints": constraints_of(spec),
-        }
-        both = legacy > 0 and dra > 0
-        if legacy:
-            out.append(PendingPod(f"{key}#legacy" if both else key, "legacy", legacy, **common))
-        if dra:
-            out.append(PendingPod(f"{key}#dra" if both else key, "dra", dra, **common))
-    return Demand(tuple(out), tuple(skipped))
+    invalid: list[tuple[str, str]] = []
+    for pod in pending:
+        d = pod_demand(pod, claims, templates, owners, names)
+        out += d.pending
+        skipped += d.skipped
+        invalid += d.invalid
+    return Demand(tuple(out), tuple(skipped), tuple(invalid))
 
 
 def legacy_requested_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, int]:
@@ -226,12 +288,17 @@ __all__ = [
     "Demand",
     "LEGACY_RESOURCE",
     "Names",
+    "PodClaim",
     "allocated_by_node",
+    "claim_owners",
     "claim_spec_count",
     "is_pending",
     "legacy_requested_by_node",
     "pending_demand",
+    "pod_claims",
+    "pod_demand",
     "pod_key",
+    "pod_rank",
     "pod_requests",
     "request_count",
 ]

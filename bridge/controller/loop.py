@@ -7,9 +7,12 @@ at most once per `interval_s` and at least once per `resync_s` (cool-downs and t
 not with events). Only the leader decides and writes; a standby keeps its informers warm so a take-over needs no
 relist.
 
-One decision: build `NodeView`s (bridge.controller.nodestatus) and the pending demand (bridge.controller.demand)
-from the stores, call the pure core (bridge.controller.decide), write the changes (bridge.controller.writer), and
-remember what was written (`Memory`: cool-downs, the rate-limit window). Under `--dry-run` nothing is remembered,
+The informers' events keep the cluster state up to date (bridge.controller.cluster: a node's `NodeView` and a pod's
+demand are recomputed when an event touches them, not at every decision; a full rebuild from the same objects checks
+it at the first decision and every `state_check_s`, and heals it if they differ).
+
+One decision: take that state, call the pure core (bridge.controller.decide), write the changes
+(bridge.controller.writer), and remember what was written (`Memory`: cool-downs, the rate-limit window). Under `--dry-run` nothing is remembered,
 because nothing changes: the same would-be change is recorded once, not once per decision.
 """
 
@@ -21,19 +24,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from bridge.controller.cluster import ClusterState, Kind, State, is_gpu_node
 from bridge.controller.decide import decide
-from bridge.controller.demand import Demand, Names, allocated_by_node, legacy_requested_by_node, pending_demand, pod_key
+from bridge.controller.demand import Names
 from bridge.controller.metrics import ControllerMetrics
-from bridge.controller.model import Decision, Memory, NodeView, Policy
-from bridge.controller.nodestatus import POOL_LABEL, SPLIT_KEY, STATUS_KEY, node_view
+from bridge.controller.model import Blocked, Decision, Memory, Policy
+from bridge.controller.nodestatus import POOL_LABEL
 from bridge.controller.policy import PolicyError, describe, policy_from_configmap
 from bridge.controller.record import EVENT_COMPONENT
 from bridge.controller.writer import Writer
-from bridge.kube.api import CONFIG_MAPS, NODES, PODS, KubeAPI, Obj, ResourceAPI, WatchEvent
+from bridge.kube.api import CONFIG_MAPS, NODES, PODS, KubeAPI, ResourceAPI, WatchEvent
 from bridge.kube.errors import KubeError
 from bridge.kube.events import record_event
 from bridge.kube.watch import Informer
-from bridge.kvalues.quantity import quantity_int
 
 log = logging.getLogger(__name__)
 
@@ -49,28 +52,15 @@ class ControllerOptions:
     dry_run: bool = False
     interval_s: float = 5.0
     resync_s: float = 30.0
+    # How often the incremental state is checked against a full rebuild from the same objects (0: at the first
+    # decision only); a difference is logged, counted and healed by the rebuild.
+    state_check_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.resync_s < self.interval_s:
             raise ValueError("the decision interval must be > 0 and the resync period at least as long")
-
-
-def is_gpu_node(node: Obj, names: Names) -> bool:
-    meta = node.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
-    if STATUS_KEY in annotations or SPLIT_KEY in annotations or SPLIT_KEY in labels:
-        return True
-    status = node.get("status") or {}
-    return quantity_int((status.get("capacity") or {}).get(names.resource)) > 0
-
-
-@dataclass(frozen=True)
-class State:
-    views: tuple[NodeView, ...]
-    demand: Demand
-    nodes: dict[str, Obj]
-    pending_pods: dict[str, Obj]
+        if self.state_check_s < 0:
+            raise ValueError("the state check period must be >= 0")
 
 
 class Controller:
@@ -92,21 +82,31 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self.last_loop = clock()
         self.last_decision: Decision | None = None
-        mark = self._mark
-        self.nodes = Informer(api, NODES, on_event=mark, watch_timeout=watch_timeout)
-        self.pods = Informer(api, PODS, field_selector=UNFINISHED_PODS, on_event=mark, watch_timeout=watch_timeout)
+        self.cluster = ClusterState(options.names, options.pool_label)
+        self._checked_at: float | None = None
+        self.nodes = Informer(api, NODES, on_event=self._feed("node"), watch_timeout=watch_timeout)
+        self.pods = Informer(api, PODS, field_selector=UNFINISHED_PODS, on_event=self._feed("pod"),
+                             watch_timeout=watch_timeout)
         self.claims = self.templates = None
         if resource_api is not None:
-            self.claims = Informer(api, resource_api.claims, on_event=mark, watch_timeout=watch_timeout)
-            self.templates = Informer(api, resource_api.claim_templates, on_event=mark, watch_timeout=watch_timeout)
+            self.claims = Informer(api, resource_api.claims, on_event=self._feed("claim"), watch_timeout=watch_timeout)
+            self.templates = Informer(api, resource_api.claim_templates, on_event=self._feed("template"),
+                                      watch_timeout=watch_timeout)
         self.configmap = None
         if options.policy_configmap is not None:
             ns, name = options.policy_configmap
-            self.configmap = Informer(api, CONFIG_MAPS, ns, field_selector=f"metadata.name={name}", on_event=mark,
+            self.configmap = Informer(api, CONFIG_MAPS, ns, field_selector=f"metadata.name={name}", on_event=self._mark,
                                       watch_timeout=watch_timeout)
 
     def _mark(self, _ev: WatchEvent) -> None:
         self._dirty.set()
+
+    def _feed(self, kind: Kind) -> Callable[[WatchEvent], None]:
+        """An informer's callback: the event updates the cluster state, and the loop decides soon."""
+        def on_event(ev: WatchEvent) -> None:
+            self.cluster.apply(kind, ev.type, ev.object)
+            self._dirty.set()
+        return on_event
 
     def wake(self) -> None:
         """Decide at the next opportunity (e.g. right after becoming the leader)."""
@@ -175,19 +175,19 @@ class Controller:
         self.policy = policy
 
     def build(self) -> State:
-        names = self.options.names
-        nodes = {str((n.get("metadata") or {}).get("name")): n for n in self.nodes.snapshot().values()}
-        pods = list(self.pods.snapshot().values())
-        claims = self.claims.snapshot() if self.claims is not None else {}
-        templates = self.templates.snapshot() if self.templates is not None else {}
-        allocated = allocated_by_node(claims.values(), names)
-        requested = legacy_requested_by_node(pods, names)
-        views = tuple(node_view(obj, allocated=allocated.get(name, set()), legacy_requested=requested.get(name, 0),
-                                pool_label=self.options.pool_label)
-                      for name, obj in sorted(nodes.items()) if is_gpu_node(obj, names))
-        demand = pending_demand(pods, claims, templates, names)
-        pending = {pod_key(p): p for p in pods if not (p.get("spec") or {}).get("nodeName")}
-        return State(views, demand, nodes, pending)
+        """The state a decision reads: kept up to date from the watch events (bridge.controller.cluster), checked
+        against a full rebuild from the same objects at the first decision and every `state_check_s`."""
+        now = self.clock()
+        period = self.options.state_check_s
+        if self._checked_at is None or (period > 0 and now - self._checked_at >= period):
+            self._checked_at = now
+            wrong = self.cluster.check()
+            if wrong:
+                self.metrics.state_mismatches.inc()
+                log.error("the incremental cluster state differs from a full rebuild (%s); rebuilt it",
+                          "; ".join(wrong[:5]))
+                self.cluster.reload()
+        return self.cluster.state()
 
     def decide_once(self) -> Decision | None:
         """Build, decide and (as leader) write once. Returns the decision, or None when not leading/synced."""
@@ -199,6 +199,10 @@ class Controller:
         now = self.clock()
         self.memory = self.memory.forget({v.name for v in state.views}, self.policy, now)
         decision = decide(state.views, state.demand.pending, self.policy, self.memory, now)
+        if state.demand.invalid:  # counted once as unschedulable demand, never planned with
+            decision = replace(decision, blocked=decision.blocked + tuple(
+                Blocked(key, "legacy", 0, "invalid-count", f"not a valid GPU count: {why}")
+                for key, why in state.demand.invalid))
         self.metrics.decision_seconds.observe(time.perf_counter() - started)
         self.metrics.decisions.inc()
         states: dict[str, int] = {}
@@ -213,11 +217,9 @@ class Controller:
                      sum(decision.pending_pods.values()), decision.pending_gpus["legacy"],
                      decision.pending_gpus["dra"], len(decision.changes), decision.moves, len(decision.blocked))
         written = self.writer.apply(decision.changes, state.nodes, self.is_leader)
-        changed = {c.node for c in decision.changes}
-        for v in state.views:
-            if v.name not in changed:
-                self.writer.forget_dry_run(v.name)
+        self.writer.forget_dry_runs_except({c.node for c in decision.changes})
         self.writer.report_blocked(decision.blocked, state.pending_pods, self.is_leader)
+        self.writer.report_unreadable(state.views, state.nodes, self.is_leader)
         if not self.options.dry_run:
             self.memory = self.memory.after(replace(decision, changes=tuple(written)), now)
         self.last_decision = decision

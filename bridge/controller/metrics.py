@@ -36,6 +36,10 @@ class ControllerMetrics:
         self.api_requests = Counter(p + "api_requests", "API requests outside the watches", ["verb"], registry=r)
         self.leader = Gauge(p + "leader", "1 while this replica leads", registry=r)
         self.policy_errors = Counter(p + "policy_errors", "Policy documents refused", registry=r)
+        self.unreadable_nodes = Gauge(p + "unreadable_nodes", "GPU nodes whose split-status annotation cannot be "
+                                      "read (left alone)", registry=r)
+        self.state_mismatches = Counter(p + "state_mismatches", "Incremental cluster states a full rebuild corrected",
+                                        registry=r)
         for api in APIS:
             for g in (self.pending_gpus, self.pending_pods, self.free_gpus):
                 g.labels(api=api).set(0)

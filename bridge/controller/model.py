@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from bridge.controller.placement import Constraints, Taint
+from bridge.kvalues.placement import Constraints, Taint
 
 Api = Literal["legacy", "dra"]
 APIS: tuple[Api, ...] = ("legacy", "dra")
@@ -93,6 +93,9 @@ class NodeView:
     # The direction of moves under way (they count as landed in `dra`); the node may move further that way now,
     # the other way only once they have landed.
     moving: Direction | None = None
+    # Why the daemon's published status could not be read ("" when it could, or when there is none): such a node
+    # is `unknown` (left alone), and the controller records an Event and a metric about it.
+    unreadable: str = ""
 
     def __post_init__(self) -> None:
         if self.total < 0 or not 0 <= self.dra <= self.total:
@@ -165,9 +168,10 @@ class Policy:
         return math.ceil(Fraction(self.share(pool)).limit_denominator(10**6) * total)
 
 
-BlockReason = Literal["no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen"]
+BlockReason = Literal["no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen",
+                      "invalid-count"]
 BLOCK_REASONS: tuple[BlockReason, ...] = (
-    "no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen")
+    "no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen", "invalid-count")
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,17 @@ pods bound to the node (the status may lag a fresh binding).
   annotation would silently override it, since the daemon reads the annotation first).
 * `settling`: the daemon has not yet acted on the target the Node carries now (`requested` differs from the
   annotation; the node is then planned with the split that target gives, when free devices can reach it, so the
-  pods a fresh target was written for are not served a second time elsewhere), moves are under way in both
+  pods a fresh target was written for are not served a second time elsewhere), its evaluations fail
+  (`evaluationError`), moves are under way in both
   directions, a withdrawn device has no pending entry, a claim is allocated a device not on the DRA side (the
   daemon is taking it back), some holders are unknown, or the daemon refused the target (its message is kept).
 Moves under way in one direction do not freeze a node: they count as landed (`dra`), and `NodeView.moving` lets the
 core add more moves that way (a second pod for the same node) but none the other way until they land.
 * `unknown`: no status (no daemon on the node), an unreadable status, a status about another node, or a Node
-  whose Ready condition is False/Unknown.
+  whose Ready condition is False/Unknown. An unreadable status (not JSON, too large, nested too deeply: the bounded
+  decoder's errors, bridge.kvalues.documents) is also named in `NodeView.unreadable`, so the controller records a
+  Warning Event `SplitStatusUnreadable` on that Node and counts it (`dra_bridge_controller_unreadable_nodes`); one
+  node's broken status never fails the decision for the others.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.controller.model import Api, Direction, FreeGroup, Frozen, NodeView
-from bridge.controller.placement import taints_of
+from bridge.humantext import clip
+from bridge.kvalues.placement import taints_of
 from bridge.ledger import Side, parse_split
 from bridge.ledger.status import STATUS_KEY, STATUS_VERSION, StatusError, decode
 from bridge.ledger.target import SPLIT_KEY
@@ -80,6 +85,7 @@ class NodeStatus:
     devices: tuple[DeviceState, ...]
     moving_to: Mapping[str, Side]  # device -> target side, for devices in a move under way
     unknown_holders: tuple[str, ...]  # devices whose side's holders the daemon cannot read
+    evaluation_error: str = ""  # the daemon's evaluations fail: what it shows was not re-evaluated
 
 
 def decode_status(text: str) -> NodeStatus:
@@ -89,7 +95,8 @@ def decode_status(text: str) -> NodeStatus:
     devices = tuple(DeviceState(d.name, d.side, bool(d.holders), d.group) for d in doc.devices)
     moving = {p.device: p.target for p in doc.pending if p.phase in IN_FLIGHT}
     unknown = tuple(p.device for p in doc.pending if p.phase == "unknown")
-    return NodeStatus(doc.node, doc.requested, doc.source, doc.state, doc.message, devices, moving, unknown)
+    return NodeStatus(doc.node, doc.requested, doc.source, doc.state, doc.message, devices, moving, unknown,
+                      doc.evaluation_error.message if doc.evaluation_error is not None else "")
 
 
 def _meta(node: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -104,7 +111,7 @@ def pin_reason(node: Mapping[str, Any]) -> str:
     for where, source in (("annotation", annotations), ("label", labels)):
         value = source.get(PIN_KEY)
         if value is not None and str(value).strip().lower() != "false":
-            extra = "" if str(value).strip().lower() == "true" else f" (value {value!r} is not \"true\"; pinned)"
+            extra = "" if str(value).strip().lower() == "true" else f" (value {clip(value)} is not \"true\"; pinned)"
             return f"{where} {PIN_KEY}={value}{extra}"
     if SPLIT_KEY in labels:
         return f"label {SPLIT_KEY}={labels[SPLIT_KEY]} (the operator's form of the split key)"
@@ -173,18 +180,18 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
         "unschedulable": bool((node.get("spec") or {}).get("unschedulable")),
     }
 
-    def unknown(reason: str) -> NodeView:
-        return NodeView(name, 0, 0, frozen="unknown", frozen_reason=reason, **common)
+    def unknown(reason: str, unreadable: str = "") -> NodeView:
+        return NodeView(name, 0, 0, frozen="unknown", frozen_reason=reason, unreadable=unreadable, **common)
 
     text = annotations.get(STATUS_KEY)
     if not isinstance(text, str) or not text.strip():
         return unknown(f"no {STATUS_KEY} annotation (is the bridge's node daemon running there?)")
     try:
         status = decode_status(text)
-    except StatusError as err:
-        return unknown(str(err))
+    except StatusError as err:  # bounded (bridge.kvalues.documents): this node only, never the decision
+        return unknown(str(err), str(err))
     if status.node and status.node != name:
-        return unknown(f"{STATUS_KEY} describes node {status.node!r}, not {name!r}")
+        return unknown(f"{STATUS_KEY} describes node {clip(status.node)}, not {name!r}")
     if not _ready(node):
         return unknown("the Node is not Ready")
 
@@ -240,13 +247,15 @@ def _settling(status: NodeStatus, target: str, stray: set[str]) -> str:
         return f"moves under way in both directions ({', '.join(sorted(withdrawn))})"
     if status.state == "refused":
         return f"the node daemon refused its target: {status.message}"
+    if status.evaluation_error:
+        return f"the node daemon cannot evaluate its split: {status.evaluation_error}"
     if stray:
         return f"allocated claims name {', '.join(sorted(stray))}, not on the DRA side yet (the daemon takes them back)"
     if status.unknown_holders:
         return f"holders of {', '.join(status.unknown_holders)} cannot be read by the node daemon"
     if target:
         if not _acted_on(status, target):
-            return f"the node daemon has not acted on {SPLIT_KEY}={target!r} yet (it reports {status.requested!r})"
+            return f"the node daemon has not acted on {SPLIT_KEY}={clip(target)} yet (it reports {clip(status.requested)})"
     elif status.source == "annotation":
         return "the node daemon still reports the removed annotation"
     return ""

@@ -33,9 +33,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-import yaml
-
 from bridge.controller.model import Policy, PoolPolicy
+from bridge.humantext import clip
+from bridge.kvalues.documents import CONFIGMAP_BYTES, DocumentError, load_yaml
 
 POLICY_KEY = "policy.yaml"
 _DOC_KEYS = ("minLegacyShare", "pools", "maxMovesPerMinute", "cooldownSeconds")
@@ -49,13 +49,13 @@ class PolicyError(ValueError):
 
 def parse_share(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise PolicyError(f"{where}: expected a number between 0 and 1, got {value!r}")
+        raise PolicyError(f"{where}: expected a number between 0 and 1, got {clip(value)}")
     try:
         share = float(value)
     except ValueError:
-        raise PolicyError(f"{where}: expected a number between 0 and 1, got {value!r}") from None
+        raise PolicyError(f"{where}: expected a number between 0 and 1, got {clip(value)}") from None
     if not math.isfinite(share) or not 0.0 <= share <= 1.0:
-        raise PolicyError(f"{where}: expected a number between 0 and 1 (a fraction of the pool's GPUs), got {value!r}")
+        raise PolicyError(f"{where}: expected a number between 0 and 1 (a fraction of the pool's GPUs), got {clip(value)}")
     return share
 
 
@@ -63,7 +63,7 @@ def parse_duration(value: str, where: str = "--cooldown") -> float:
     """`120`, `90s`, `2m`, `1h`, `500ms` -> seconds."""
     m = _DURATION.match(str(value))
     if not m:
-        raise PolicyError(f"{where}: expected a duration such as 120, 90s, 2m or 1h, got {value!r}")
+        raise PolicyError(f"{where}: expected a duration such as 120, 90s, 2m or 1h, got {clip(value)}")
     number = float(m.group(1))
     return number * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}[m.group(2)]
 
@@ -73,28 +73,28 @@ def parse_pool_shares(items: Iterable[str], where: str = "--pool-min-legacy-shar
     for item in items:
         pool, sep, value = item.partition("=")
         if not sep:
-            raise PolicyError(f"{where}: expected POOL=SHARE such as training=0.25, got {item!r}")
+            raise PolicyError(f"{where}: expected POOL=SHARE such as training=0.25, got {clip(item)}")
         pool = pool.strip()
         if pool in out:
-            raise PolicyError(f"{where}: pool {pool!r} is given twice")
+            raise PolicyError(f"{where}: pool {clip(pool)} is given twice")
         out[pool] = PoolPolicy(parse_share(value.strip(), f"{where} {pool}"))
     return out
 
 
 def _count(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PolicyError(f"{where}: expected a whole number >= 0, got {value!r}")
+        raise PolicyError(f"{where}: expected a whole number >= 0, got {clip(value)}")
     return value
 
 
 def _seconds(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or not math.isfinite(value):
-        raise PolicyError(f"{where}: expected a number of seconds >= 0, got {value!r}")
+        raise PolicyError(f"{where}: expected a number of seconds >= 0, got {clip(value)}")
     return float(value)
 
 
 def _unknown(keys: Iterable[Any], allowed: tuple[str, ...], where: str) -> None:
-    extra = sorted(str(k) for k in keys if k not in allowed)
+    extra = sorted(clip(k) if not isinstance(k, str) else clip(k).strip("'") for k in keys if k not in allowed)
     if extra:
         raise PolicyError(f"{where}: unknown key{'s' if len(extra) > 1 else ''} {', '.join(extra)}; "
                           f"accepted: {', '.join(allowed)}")
@@ -103,9 +103,9 @@ def _unknown(keys: Iterable[Any], allowed: tuple[str, ...], where: str) -> None:
 def parse_document(text: str, base: Policy, where: str = POLICY_KEY) -> Policy:
     """The policy a `policy.yaml` document sets on top of `base` (see the module docstring)."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise PolicyError(f"{where}: not valid YAML: {err}") from err
+        doc = load_yaml(text, where, max_bytes=CONFIGMAP_BYTES)  # bounded: no aliases, 64 levels
+    except DocumentError as err:
+        raise PolicyError(str(err)) from err
     if doc is None:
         return base
     if not isinstance(doc, dict):
@@ -120,13 +120,13 @@ def parse_document(text: str, base: Policy, where: str = POLICY_KEY) -> Policy:
             raise PolicyError(f"{where}: pools: expected a mapping from pool name to settings")
         pools: dict[str, PoolPolicy] = dict(base.pools)
         for name, settings in pools_doc.items():
-            at = f"{where}: pools.{name}"
+            at = f"{where}: pools.{clip(name).strip(chr(39))}"
             if not isinstance(settings, dict):
                 raise PolicyError(f"{at}: expected a mapping such as {{minLegacyShare: 0.25}}")
             _unknown(settings, _POOL_KEYS, at)
             if "minLegacyShare" not in settings:
                 raise PolicyError(f"{at}: minLegacyShare is required")
-            pools[str(name)] = PoolPolicy(parse_share(settings["minLegacyShare"], f"{at}.minLegacyShare"))
+            pools[name if isinstance(name, str) else clip(name)] = PoolPolicy(parse_share(settings["minLegacyShare"], f"{at}.minLegacyShare"))
         policy = replace(policy, pools=pools)
     if "maxMovesPerMinute" in doc:
         policy = replace(policy, max_moves_per_minute=_count(doc["maxMovesPerMinute"], f"{where}: maxMovesPerMinute"))

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bridge.humantext import clip
 from bridge.kvalues.versioned import load_versioned
 
 DECISION_KEY = "dra-bridge.io/split-decision"
@@ -42,6 +43,7 @@ EVENT_COMPONENT = "dra-bridge-controller"
 REASON_CHANGED = "SplitTargetChanged"
 REASON_WOULD_CHANGE = "SplitTargetWouldChange"
 REASON_BLOCKED = "GPUDemandBlocked"
+REASON_UNREADABLE = "SplitStatusUnreadable"
 MAX_PODS = 10
 MAX_REASON = 600
 MAX_BLOCKED_EVENTS = 20
@@ -86,7 +88,7 @@ class DecisionRecord:
 def _int(doc: Mapping[str, Any], key: str) -> int:
     v = doc.get(key)
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise RecordError(f"{DECISION_KEY}.{key}: expected a count, got {v!r}")
+        raise RecordError(f"{DECISION_KEY}.{key}: expected a count, got {clip(v)}")
     return v
 
 
@@ -94,7 +96,7 @@ def decode(text: str) -> DecisionRecord:
     doc = load_versioned(text, DECISION_KEY, DECISION_VERSION, RecordError, "written by a newer dra-bridge")
     direction = doc.get("direction")
     if direction not in ("to-dra", "to-legacy"):
-        raise RecordError(f"{DECISION_KEY}.direction: expected to-dra or to-legacy, got {direction!r}")
+        raise RecordError(f"{DECISION_KEY}.direction: expected to-dra or to-legacy, got {clip(direction)}")
     pods = doc.get("pods") or []
     if not isinstance(pods, list):
         raise RecordError(f"{DECISION_KEY}.pods: expected a list")
@@ -121,6 +123,7 @@ __all__ = [
     "MAX_BLOCKED_EVENTS",
     "REASON_BLOCKED",
     "REASON_CHANGED",
+    "REASON_UNREADABLE",
     "REASON_WOULD_CHANGE",
     "RecordError",
     "decode",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bridge.controller.metrics import ControllerMetrics
-from bridge.controller.model import Blocked, TargetChange
+from bridge.controller.model import Blocked, NodeView, TargetChange
 from bridge.controller.nodestatus import SPLIT_KEY
 from bridge.controller.record import (
     DECISION_KEY,
@@ -30,6 +30,7 @@ from bridge.controller.record import (
     MAX_PODS,
     REASON_BLOCKED,
     REASON_CHANGED,
+    REASON_UNREADABLE,
     REASON_WOULD_CHANGE,
     DecisionRecord,
 )
@@ -57,6 +58,7 @@ class Writer:
         self._dry_recorded: dict[str, tuple[str, str]] = {}
         self._blocked_seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._blocked_reported: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._unreadable_told: dict[str, str] = {}  # node -> the unreadable-status reason an Event reported
 
     @property
     def mode(self) -> str:
@@ -162,8 +164,31 @@ class Writer:
                 seen.popitem(last=False)
         return sent
 
-    def forget_dry_run(self, node: str) -> None:
-        self._dry_recorded.pop(node, None)
+    def report_unreadable(self, views: Sequence[NodeView], nodes: Mapping[str, Obj],
+                          is_leader: Callable[[], bool]) -> None:
+        """A Warning Event `SplitStatusUnreadable` on each Node whose published status cannot be read, once per
+        node and reason (the node is left alone; the others are decided as usual), and the gauge of such nodes."""
+        current = {v.name: v.unreadable for v in views if v.unreadable}
+        self.metrics.unreadable_nodes.set(len(current))
+        for name, why in sorted(current.items()):
+            if self._unreadable_told.get(name) == why or not is_leader():
+                continue
+            node = nodes.get(name)
+            if node is None:
+                continue
+            self._unreadable_told[name] = why
+            log.warning("node %s: %s; the node is left alone", name, why)
+            self._event(node, REASON_UNREADABLE, f"dra-bridge controller cannot read this node's split status "
+                        f"({why}); it leaves the node alone until the node daemon publishes a readable one",
+                        "Warning")
+        for gone in [n for n in self._unreadable_told if n not in current]:
+            del self._unreadable_told[gone]
+
+    def forget_dry_runs_except(self, nodes: set[str]) -> None:
+        """Forget the would-be changes recorded for every node but `nodes` (the ones the last decision changes):
+        a node the controller stopped wanting to change gets its record again when it wants to once more."""
+        for node in [n for n in self._dry_recorded if n not in nodes]:
+            del self._dry_recorded[node]
 
 
 __all__ = ["Writer"]

@@ -32,6 +32,7 @@ own node is always passed: a missing one is a broken GPU and should fail loudly.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -118,6 +119,11 @@ class ContainerAllocation:
     cdi_devices: tuple[str, ...] = ()
 
 
+@functools.lru_cache(maxsize=256)  # a node has a few device nodes, and every Allocate passes them
+def _device_spec(node: str, dev_root: str) -> DeviceNodeSpec:
+    return DeviceNodeSpec(node, join_host(dev_root, node), "rw")
+
+
 def container_allocation(devices: Sequence[GpuDevice], config: AllocationConfig) -> ContainerAllocation:
     """The response content for one container that gets `devices` (already validated by the caller)."""
     strategies = config.strategies
@@ -143,8 +149,8 @@ def container_allocation(devices: Sequence[GpuDevice], config: AllocationConfig)
 
     specs: list[DeviceNodeSpec] = []
     if config.pass_device_specs:
-        specs = [DeviceNodeSpec(d.device_node, join_host(config.dev_root, d.device_node), "rw") for d in devices]
-        specs += [DeviceNodeSpec(p, join_host(config.dev_root, p), "rw") for p in CONTROL_DEVICE_NODES
+        specs = [_device_spec(d.device_node, config.dev_root) for d in devices]
+        specs += [_device_spec(p, config.dev_root) for p in CONTROL_DEVICE_NODES
                   if config.host_has is None or config.host_has(p)]
 
     return ContainerAllocation(

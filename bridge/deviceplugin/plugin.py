@@ -28,6 +28,10 @@ Invariants:
   ending until it closes; the kubelet-restart rule still holds.
 * `stop()` ends streams, stops the server and removes our socket, but only if the file there is still the one we
   created (never another process's socket).
+* A socket removed while it is being created (a restarting kubelet wipes `device-plugins/` between our bind and
+  our chmod: `SocketVanished`) is served again at once with a fresh server, a few times; if the directory keeps
+  being wiped, the supervisor serves again at its next poll. Neither `start()` nor the supervisor treats it as an
+  error: it is what a kubelet restart looks like from here.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from bridge.grpcserver import DEFAULT_MAX_STREAMS, DEFAULT_WORKERS, GrpcServer
 from bridge.unixsock import (
     SocketIdentity,
     SocketPathError,
+    SocketVanished,
     check_socket_path,
     remove_own_socket,
     socket_identity,
@@ -64,6 +69,8 @@ log = logging.getLogger("bridge.deviceplugin")
 
 # Only the kubelet (root) dials the device-plugin socket.
 SOCKET_MODE = 0o600
+# Serving again at once after the socket vanished while being created (then the supervisor's next poll).
+_SERVE_ATTEMPTS = 3
 
 
 def default_socket_name(resource_name: str) -> str:
@@ -135,6 +142,8 @@ class _Server:
         pb_grpc.add_DevicePluginServicer_to_server(servicer, self._grpc.server)
         try:
             self.identity: SocketIdentity | None = self._grpc.serve_unix(path, SOCKET_MODE)
+        except SocketVanished:
+            raise  # the caller serves again (the server is already stopped)
         except SocketPathError as err:
             raise OSError(str(err)) from err
 
@@ -229,7 +238,11 @@ class DevicePlugin:
     def start(self) -> None:
         """Serve on our socket, then start the supervisor, which registers (and re-registers) with the kubelet."""
         self.config.plugin_dir.mkdir(parents=True, exist_ok=True)
-        self._start_server()
+        try:
+            self._start_server()
+        except SocketVanished as err:  # the kubelet keeps wiping the directory: the supervisor serves again
+            self._last_error = str(err)
+            self._log.warning("%s; the supervisor serves again at its next poll", err)
         self._thread = threading.Thread(target=self._supervise, name="dp-supervisor", daemon=True)
         self._thread.start()
 
@@ -254,9 +267,18 @@ class DevicePlugin:
                 # Stopped BEFORE the new socket is bound: gRPC unlinks the path of a server it stops.
                 self._server.stop()
                 self._server = None
-            servicer = DevicePluginServicer(self.table, self.allocation, self.metrics,
-                                            max_streams=self.config.max_streams)
-            self._server = _Server(self.socket_path, servicer, self.config.workers, self.config.stop_grace_s)
+            for attempt in range(1, _SERVE_ATTEMPTS + 1):
+                servicer = DevicePluginServicer(self.table, self.allocation, self.metrics,
+                                                max_streams=self.config.max_streams)
+                try:
+                    self._server = _Server(self.socket_path, servicer, self.config.workers, self.config.stop_grace_s)
+                    break
+                except SocketVanished as err:
+                    servicer.stop()
+                    if attempt == _SERVE_ATTEMPTS:
+                        raise
+                    self._log.info("%s (attempt %d of %d)", err, attempt, _SERVE_ATTEMPTS)
+                    time.sleep(0.05 * attempt)  # let the cleaner finish before binding again
         self._log.info("serving device plugin", extra={"socket": self.socket_path})
 
     def _supervise(self) -> None:
@@ -289,6 +311,10 @@ class DevicePlugin:
             self._set_unregistered()
             try:
                 self._start_server()
+            except SocketVanished as err:  # still being wiped: serve again at the next poll, no backoff
+                self._last_error = str(err)
+                self._log.info("%s; serving again at the next poll", err)
+                return
             except Exception as err:
                 self._last_error = f"cannot re-create {self.socket_path}: {err}"
                 self._log.exception("cannot re-create the device-plugin socket; retrying")

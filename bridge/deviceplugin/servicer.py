@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -32,10 +33,17 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 import grpc
+from prometheus_client import Counter
 
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from bridge.deviceplugin.allocate import AllocationConfig, ContainerAllocation, container_allocation
+from bridge.deviceplugin.allocate import (
+    AllocationConfig,
+    ContainerAllocation,
+    DeviceNodeSpec,
+    MountSpec,
+    container_allocation,
+)
 from bridge.deviceplugin.metrics import DevicePluginMetrics
 from bridge.deviceplugin.preferred import PreferredAllocationError, Topology, check_request, preferred_allocation
 from bridge.deviceplugin.requests import allocate_problem, clip, name_ids
@@ -65,14 +73,24 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
 
 
 def to_proto(alloc: ContainerAllocation) -> pb.ContainerAllocateResponse:
+    """The message for one container. Built once per distinct content (a node hands out a few device sets again and
+    again, and building the message is half an Allocate's own cost): the caller copies it into its response (a
+    repeated message field copies what it is given) and must not change it."""
+    return _message(tuple(alloc.envs.items()), alloc.mounts, alloc.devices, tuple(alloc.annotations.items()),
+                    alloc.cdi_devices)
+
+
+@functools.lru_cache(maxsize=256)
+def _message(envs: tuple[tuple[str, str], ...], mounts: tuple[MountSpec, ...], devices: tuple[DeviceNodeSpec, ...],
+             annotations: tuple[tuple[str, str], ...], cdi_devices: tuple[str, ...]) -> pb.ContainerAllocateResponse:
     return pb.ContainerAllocateResponse(
-        envs=alloc.envs,
+        envs=dict(envs),
         mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
-                for m in alloc.mounts],
+                for m in mounts],
         devices=[pb.DeviceSpec(container_path=d.container_path, host_path=d.host_path, permissions=d.permissions)
-                 for d in alloc.devices],
-        annotations=alloc.annotations,
-        cdi_devices=[pb.CDIDevice(name=n) for n in alloc.cdi_devices],
+                 for d in devices],
+        annotations=dict(annotations),
+        cdi_devices=[pb.CDIDevice(name=n) for n in cdi_devices],
     )
 
 
@@ -89,6 +107,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         resource = config.resource_name
         self.streams = StreamSlots(max_streams, "ListAndWatch", on_refused=metrics.streams_refused.labels(resource).inc)
         self._open_streams = metrics.streams_open.labels(resource)
+        self._allocated_ok: Counter | None = None
 
     def stop(self) -> None:
         """End every ListAndWatch stream (used before the gRPC server is stopped)."""
@@ -235,7 +254,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 self._log.error("Allocate failed: %s", err, extra={"request": ",".join(ids)})
                 _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"Allocate for {resource}: CDI: {err}")
             responses.append(to_proto(allocation))
-            self._metrics.allocations.labels(resource, "ok").inc()
+            if self._allocated_ok is None:  # its series appears with the first answered Allocate, not before
+                self._allocated_ok = self._metrics.allocations.labels(resource, "ok")
+            self._allocated_ok.inc()
         self._log.info("Allocate", extra={"containers": len(requests), "devices": ";".join(",".join(i) for i in requests)})
         return pb.AllocateResponse(container_responses=responses)
 

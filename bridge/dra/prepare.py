@@ -23,7 +23,9 @@ Invariants (the kubelet's DRA manager contract: prepare per claim, idempotent, o
   unsynced checkpoint unreadable on a filesystem that does not order renames after data (`bridge.ledger.checkpoint`:
   then the corrupt-file path rebuilds the ownership sides, which are always written durably, from the API and the
   kubelet): the window ends when the sync does, milliseconds after the call, as it did when the call itself waited.
-  The start-up sweep's writes stay durable. Cost in the kubelet's path: two page-cache renames, no fsync.
+  The start-up sweep's writes stay durable. The claim's CDI spec is renamed into place without fsync and never
+  synced (`bridge.cdi.writer`, `durable=False`): a reboot voids it, and the start-up sweep removes it. Cost in the
+  kubelet's path: three page-cache renames (two checkpoint versions, one spec), no fsync.
 * Trusts the API, not its memory: EVERY call reads each claim from the API (`bridge.dra.claimreads`: outside the
   node lock, concurrently, within one budget per call that leaves margin under the kubelet's 45 s), because a
   claim can be deallocated and re-allocated under the same UID (its pods gone while the kubelet was down, say), and

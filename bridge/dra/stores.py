@@ -31,12 +31,14 @@ class ClaimCdi:
 
     With the NVIDIA Container Toolkit's spec naming every GPU of the claim (`--cdi-source auto|toolkit`,
     `NodeCdi.toolkit_names`), the claim gets the toolkit's names (`nvidia.com/gpu=GPU-<uuid>`) and no file of
-    ours; otherwise one spec file per claim, built from the node's driver inventory, named by the claim UID."""
+    ours; otherwise one spec file per claim, built from the node's driver inventory, named by the claim UID, written
+    and removed without fsync (`CdiSpecWriter(durable=False)`: a reboot voids every claim spec, see
+    `bridge.cdi.writer`)."""
 
     def __init__(self, root: str | Path, driver: str, node_cdi: NodeCdi | None = None) -> None:
         """`node_cdi` None: specs with device nodes only, listed unchecked (simulated GPUs, tests)."""
         self.kind = claim_kind(driver)
-        self.writer = CdiSpecWriter(root, self.kind)
+        self.writer = CdiSpecWriter(root, self.kind, durable=False)
         self.writer.sweep_temp_files()
         self.node_cdi = node_cdi if node_cdi is not None else NodeCdi(CdiOptions(source="own"), ())
 

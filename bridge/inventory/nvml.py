@@ -8,13 +8,18 @@ Invariants:
   with a hint for the usual causes. Optional queries (NUMA node, MIG mode, NVLink, architecture) degrade to
   "unknown / none" when NVML says NOT_SUPPORTED or FUNCTION_NOT_FOUND (or the binding lacks the function); any
   other error on them is still raised, since a lost GPU must not look like a GPU without NVLink.
-* Health follows NVIDIA's device plugin: register XID-critical and ECC events, wait with a 5 s timeout, ignore
+* Health follows NVIDIA's device plugin: register XID-critical and ECC events, wait for them, ignore
   XIDs 13, 31, 43, 45, 68, 109 (+ operator additions); a device whose events cannot be registered is reported
   unhealthy; when the wait itself fails hard, every device is reported unhealthy. Unlike NVIDIA (which skips
   non-XID events), a double-bit ECC event also marks the device unhealthy: it is uncorrectable by definition.
   Single-bit (corrected) ECC events are logged only.
 * The blocking `nvmlEventSetWait` runs in a watcher thread, so `health_events` returns within ~100 ms of `stop`
-  even while the C call waits out its 5 s; `close()` joins the watchers before `nvmlShutdown`.
+  even while the C call waits out its timeout; `close()` joins the watchers before `nvmlShutdown` (freeing NVML
+  under a thread still inside it is not safe), and nothing interrupts the C call, so `close()` can take up to one
+  wait. NVIDIA's device plugin waits 5 s per call; we wait 1 s (`DEFAULT_WAIT_MS`): on a real H200 `close()`
+  took 2.01 s after a 3 s watch, the daemon releases its instance lock (the successor of a rolling update starts
+  then) only after `close()`, and a shorter wait loses nothing (the event set queues events between calls; a
+  call returns at once when one is pending). The cost is one NVML call per second.
 * MIG: only the parent GPU is modelled here; an XID raised inside a MIG instance marks the whole GPU unhealthy.
 """
 
@@ -32,6 +37,8 @@ from bridge.inventory.model import DeviceID, GpuDevice, HealthEvent, InventoryEr
 from bridge.inventory.xid import describe, ignored_xids, is_critical
 
 log = logging.getLogger(__name__)
+
+DEFAULT_WAIT_MS = 1000  # per nvmlEventSetWait: bounds how long close() waits for a watcher (module docstring)
 
 # nvmlDeviceArchitecture_t values (nvml.h) -> the names NVIDIA's DRA driver publishes.
 ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere", 8: "Ada Lovelace",
@@ -101,7 +108,7 @@ class NvmlSource:
     name = "nvml"
 
     def __init__(self, *, nvml_module: Any = None, additional_ignored_xids: Iterable[int] = (),
-                 sysfs_root: str | Path = "/sys", wait_timeout_ms: int = 5000) -> None:
+                 sysfs_root: str | Path = "/sys", wait_timeout_ms: int = DEFAULT_WAIT_MS) -> None:
         if nvml_module is None:
             try:
                 import pynvml  # the only import of pynvml in the project

@@ -15,6 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, MutableSequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+from urllib.parse import quote
+
+from bridge.humantext import escape
+from bridge.kube.errors import InvalidName
+from bridge.kvalues.names import label_problem, path_segment_problem
 
 Obj = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic"]
@@ -35,15 +40,33 @@ class Resource:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The request path. A namespace must be a DNS-1123 label and a name a valid path segment (a Namespace's
+        name a label), else `InvalidName` before any request; other characters are percent-encoded
+        (bridge.kvalues.names)."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace:
+            _check(namespace, label_problem(namespace), "namespace")
             base += f"/namespaces/{namespace}"
         base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
+        if name is not None:  # "" is refused too: it would name the collection
+            is_namespace = self.plural == "namespaces" and not self.group
+            _check(name, label_problem(name) if is_namespace else path_segment_problem(name),
+                   "namespace" if is_namespace else f"{self.kind} name")
+            base += "/" + quote(name, safe=_PCHAR)
             if subresource:
                 base += f"/{subresource}"
+        elif subresource:
+            raise InvalidName(f"{self.kind}/{subresource}: a subresource needs an object name")
         return base
+
+
+_PCHAR = "!$&'()*+,;=:@-._~"  # RFC 3986 path characters kept as they are (besides letters and digits)
+
+
+def _check(value: str, problem: str, what: str) -> None:
+    if problem:
+        shown = repr(value[:80]) + ("..." if len(value) > 80 else "")
+        raise InvalidName(f"invalid {what} {escape(shown)}: {problem}")
 
 
 NODES = Resource("", "v1", "nodes", "Node", False)
@@ -170,8 +193,10 @@ class KubeAPI(Protocol):
 
     def delete(self, res: Resource, name: str, namespace: str | None = None, *,
                grace_period_seconds: int | None = None, uid: str | None = None) -> None:
-        """NotFound is raised; callers that don't care catch it. `grace_period_seconds` and `uid` (a precondition)
-        become the request's DeleteOptions: a bound pod is deleted gracefully unless the grace is 0."""
+        """NotFound is raised; callers that don't care catch it. `grace_period_seconds` and `uid` go in the
+        DeleteOptions (`gracePeriodSeconds`, `preconditions.uid`: a uid that no longer matches is a Conflict): a pod
+        already being deleted is removed only by a delete with a shorter grace period, which is how the kubelet
+        finishes it (0, with the pod's uid); a plain delete of it changes nothing."""
         ...
 
     def delete_collection(

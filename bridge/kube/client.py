@@ -15,6 +15,12 @@ Invariants
   re-reads and sees the write.
 * A paginated list is one consistent snapshot: when the continue token expires (410) the list restarts from the
   first page (at most 3 times) instead of mixing snapshots.
+* A paginated list ends: at most `MAX_LIST_PAGES` pages (10,000: 5 million objects at the usual 500 per page, 30
+  times the Kubernetes scalability envelope of 150,000 pods) within `list_deadline` seconds in all (default ten
+  request timeouts, at least 120 s), and a `continue` token the server sent before is refused. A server that keeps
+  answering with another token (once 2,009 pages in 90 s, until killed) gets a `KubeError` saying which bound it
+  hit, with the pages and items read; `--timeout` bounds each request, this the whole list. Informers list through
+  here too.
 * Items of a list carry `apiVersion` and `kind` (the server omits them in lists), so every object the layer
   returns is self-describing.
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, MutableSequence, Sequence
 from typing import Any
 
@@ -55,6 +62,7 @@ PATCH_CONTENT_TYPES: dict[str, str] = {
     "strategic": "application/strategic-merge-patch+json",
 }
 _LIST_RESTARTS = 3
+MAX_LIST_PAGES = 10_000
 Query = Sequence[tuple[str, str | int]]
 
 
@@ -70,6 +78,28 @@ def parse_warning_headers(values: Sequence[str]) -> list[str]:
         for _code, text in _WARNING.findall(value):
             out.append(re.sub(r"\\(.)", r"\1", text))
     return out
+
+
+class _ListBound:
+    """The bounds of one paginated list (see the module docstring): pages, total time, no token twice."""
+
+    def __init__(self, label: str, deadline: float, seconds: float, clock: Callable[[], float]) -> None:
+        self.label, self.deadline, self.seconds, self.clock = label, deadline, seconds, clock
+        self.pages = 0
+
+    def next_page(self, token: str, seen: set[str], items: int) -> None:
+        self.pages += 1
+        read = f"after {self.pages} pages and {items} items"
+        if token in seen:
+            raise KubeError(f"list {self.label}: the server sent the same continue token twice ({read}); a list "
+                            "must end, so it is not read further")
+        seen.add(token)
+        if self.pages >= MAX_LIST_PAGES:
+            raise KubeError(f"list {self.label}: the server did not end the list within {MAX_LIST_PAGES} pages "
+                            f"({read}); it is not read further")
+        if self.clock() > self.deadline:
+            raise KubeError(f"list {self.label}: not finished within {self.seconds:g} s ({read}); a list is bounded "
+                            "in time as a whole, each request by --timeout")
 
 
 def resource_label(res: Resource, subresource: str | None = None) -> str:
@@ -100,11 +130,15 @@ class RestKube:
         retrier: Retrier | None = None,
         default_namespace: str = "default",
         source: str = "",
+        list_deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = api_client
         self._timeout = timeout
         self._connect_timeout = min(connect_timeout, timeout)
         self._retrier = retrier or Retrier(retry or RetryPolicy())
+        self._list_deadline = list_deadline if list_deadline is not None else max(120.0, 10 * timeout)
+        self._clock = clock
         self.default_namespace = default_namespace
         self.source = source  # where the configuration came from, for messages ("kubeconfig /x, context y")
         self._resource_api: ResourceAPI | None = None
@@ -232,10 +266,12 @@ class RestKube:
         base = _selectors(label_selector, field_selector)
         if page_size > 0:
             base.append(("limit", page_size))
+        bound = _ListBound(label, self._clock() + self._list_deadline, self._list_deadline, self._clock)
         for restart in range(_LIST_RESTARTS + 1):
             items: list[Obj] = []
             first: Obj | None = None
             token: str | None = None
+            seen: set[str] = set()
             try:
                 while True:
                     query = base + ([("continue", token)] if token else [])
@@ -247,6 +283,7 @@ class RestKube:
                     token = (page.get("metadata") or {}).get("continue") or None
                     if not token:
                         break
+                    bound.next_page(str(token), seen, len(items))
             except Gone as err:
                 if token is None or restart == _LIST_RESTARTS:
                     raise
@@ -352,6 +389,10 @@ class RestKube:
             options["gracePeriodSeconds"] = grace_period_seconds
         if uid is not None:
             options["preconditions"] = {"uid": uid}
+        extra: dict[str, Any] = {}
+        if options:
+            extra = {"body": {"apiVersion": "v1", "kind": "DeleteOptions", **options},
+                     "content_type": "application/json"}
         try:
             self._call(
                 "DELETE",
@@ -360,7 +401,7 @@ class RestKube:
                 label=resource_label(res),
                 name=name,
                 on_retry=lambda e: ambiguous.append(e.request_sent),
-                body={"kind": "DeleteOptions", "apiVersion": "v1", **options} if options else None,
+                **extra,
             )
         except NotFound:
             if any(ambiguous):
@@ -448,4 +489,4 @@ class RestKube:
             return self._resource_api
 
 
-__all__ = ["PATCH_CONTENT_TYPES", "RestKube", "resource_label"]
+__all__ = ["MAX_LIST_PAGES", "PATCH_CONTENT_TYPES", "RestKube", "resource_label"]

@@ -10,6 +10,7 @@
     │                   it was restored from a backup, replaced, or lags behind its peers: relist, as on 410)
     ├── Invalid         422: carries the field causes the server returned
     ├── BadRequest      400 (malformed body or patch, bad selector): a caller bug, never retried
+    │   └── InvalidName     a name that cannot go into a request path (checked before any request is sent)
     ├── Unavailable     connection refused/reset, timeouts, 429, 5xx (retried with backoff by the layer)
     └── ConfigError     no usable kubeconfig / in-cluster configuration (says what was tried)
 
@@ -58,6 +59,15 @@ class Forbidden(KubeError):
         """"missing RBAC: list pods" — the rule an operator has to grant."""
         return f"missing RBAC: {self.verb} {self.resource}" if self.verb and self.resource else self.message
 
+    @property
+    def service_account_missing(self) -> bool:
+        """A pod refused by the ServiceAccount admission plugin because its ServiceAccount does not exist (kubernetes
+        plugin/pkg/admission/serviceaccount/admission.go: `pods "p" is forbidden: error looking up service account
+        ns/default: serviceaccount "default" not found`). Not an RBAC problem: in a namespace created moments ago
+        it means kube-controller-manager's serviceaccount controller has not created `default` yet (the plugin
+        itself retries `default` for about a second before answering this), and it goes away on its own."""
+        return "error looking up service account " in self.message
+
 
 class Gone(KubeError):
     pass
@@ -85,6 +95,11 @@ class BadRequest(KubeError):
     pass
 
 
+class InvalidName(BadRequest):
+    """A namespace or object name refused before any request (bridge.kvalues.names): a path built from it would
+    name another object (`kube-system#` is `kube-system` to a URL parser, `a/../b` is `b`)."""
+
+
 class Unavailable(KubeError):
     """`request_sent` is False only when the server certainly did not act on the request (connection refused,
     connect timeout, 429): then even a non-idempotent create may be retried blindly."""
@@ -104,6 +119,7 @@ class ConfigError(KubeError):
 __all__ = [
     "AlreadyExists",
     "BadRequest",
+    "InvalidName",
     "Cause",
     "ConfigError",
     "Conflict",

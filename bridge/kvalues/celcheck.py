@@ -28,6 +28,7 @@ lists.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -289,10 +290,21 @@ class _Checker:
             raise _undeclared(name, name_tok)
         values = [self.visit(a) for a in args]
         cost = base.cost + sum(v.cost for v in values) + 1
-        if name in _STRING_COST_METHODS:
-            cost += math.ceil(base.strlen * 0.1) * (2 if name == "matches" else 1)
         typ = _METHODS[name]
-        return _Val(typ, cost, MAX_ATTRIBUTE_LEN if typ.startswith("list") else 0)
+        if name == "join" and base.type.startswith("list"):
+            # k8s.io/apiserver pkg/cel/library/cost.go `join`: the result's size is the list's size times its
+            # elements' (`listElementNode`), and an element of a list that does not come from the `device`
+            # variable (a literal, what split/findAll/filter return) has no known size: the estimate, and every
+            # cost computed from the joined string, is unbounded (kube-apiserver v1.37.2 refuses
+            # `["a"].join("") == "a"` as too complex). On a dyn attribute value there is no element node: free.
+            return _Val(typ, _UNBOUNDED, strlen=_UNBOUNDED)
+        if name in ("matches", "find", "findAll") and values:
+            # cel-go checker/cost.go `matches` and the library's find/findAll: (string size + 1) x 0.1 times the
+            # pattern's size x 0.25 (RegexStringLengthCostFactor), each rounded up
+            cost += math.ceil((base.strlen + 1) * 0.1) * math.ceil(values[0].strlen * 0.25)
+        elif name in _STRING_COST_METHODS:
+            cost += math.ceil(base.strlen * 0.1)
+        return _Val(typ, min(cost, _UNBOUNDED), MAX_ATTRIBUTE_LEN if typ.startswith("list") else 0)
 
     def _is_ident(self, tree: Any, name: str) -> bool:
         while isinstance(tree, lark.Tree) and tree.data in ("member", "primary") and len(tree.children) == 1:
@@ -393,7 +405,23 @@ class _Checker:
         kind = getattr(tok, "type", "")
         typ = {"INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
                "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null_type"}.get(kind, "dyn")
-        return _Val(typ, 0, strlen=len(str(tok)))
+        text = str(tok)
+        if typ in ("string", "bytes"):
+            text = _literal_value(text)
+        return _Val(typ, 0, strlen=len(text))
+
+
+_ESCAPE = re.compile(r"\\(?:[0-7]{3}|x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)")
+
+
+def _literal_value(token: str) -> str:
+    """A string or bytes literal's value as far as its length goes: prefix and quotes off, each escape sequence one
+    character (the cost of string functions follows the value's size, not the source text's)."""
+    body = token.lstrip("rRbB")
+    raw = "r" in token[: len(token) - len(body)].lower()
+    quote = 3 if body[:3] in ('"""', "'''") else 1
+    body = body[quote:-quote]
+    return body if raw else _ESCAPE.sub("x", body)
 
 
 def _render(expression: str, message: str, line: int, column: int) -> str:

@@ -9,11 +9,16 @@ node of whole GPUs:
 
 * `nvidia.com/gpu.product`: the NVML name sanitised: every character other than `A-Za-z0-9-_.` and space removed,
   then runs of spaces become one `-` and leading/trailing spaces go ("NVIDIA A100-SXM4-80GB" ->
-  `NVIDIA-A100-SXM4-80GB`). The CEL applies the same steps to the published `productName` and compares
-  (`sanitised_product_cel`: `findAll` from the Kubernetes regex library, `split`/`join` from cel-go's strings
-  extension, `cel.bind`; all in the DRA CEL environment since 1.28), rather than guessing the NVML name from the
-  label, which is ambiguous (`NVIDIA-A100-SXM4-80GB` could be "NVIDIA A100 SXM4 80GB"). Suffixes: `-SHARED` when `nvidia.com/gpu` is replicated (time-slicing or MPS with
-  replicas > 1) and not renamed; under MIG strategy `single` the MIG labeler overwrites it with
+  `NVIDIA-A100-SXM4-80GB`). The label is ambiguous (`NVIDIA-A100-SXM4-80GB` could be "NVIDIA A100 SXM4 80GB"), so
+  the CEL does not guess one NVML name: it matches the published `productName` against a regular expression that
+  accepts exactly the names sanitise maps to the label (`product_pattern`; `matches`, RE2, in every CEL
+  environment). Computing sanitise in CEL instead (`findAll(...).join("").split(" ").filter(...).join("-")`, as
+  this module first did) is exact too, but the API server refuses it: cel-go cannot bound the size of a string
+  joined from a list a function returned, so its worst-case cost overflows and every ResourceClaimTemplate carrying
+  it is `Forbidden: too complex, exceeds cost limit` (seen on kube-apiserver v1.37.2; k8s.io/apiserver
+  pkg/cel/library/cost.go `join` over `listElementNode`, whose size is unknown). The pattern's cost is its length
+  times the name's (at most 64 characters). Suffixes: `-SHARED` when `nvidia.com/gpu` is replicated (time-slicing
+  or MPS with replicas > 1) and not renamed; under MIG strategy `single` the MIG labeler overwrites it with
   `<model>-MIG-<profile>` (or `<model>-MIG-INVALID` for a mixed or empty MIG layout).
 * `nvidia.com/gpu.memory`: NVML's total memory in MiB, rounded down (`info.Total / (1024 * 1024)`); absent when 0.
 * `nvidia.com/gpu.compute.major` / `.minor`: the CUDA compute capability; `nvidia.com/gpu.family` derives from it,
@@ -167,12 +172,50 @@ def device_labels(product_name: str, memory_bytes: int, compute_capability: str,
     return out
 
 
-def sanitised_product_cel(driver: str) -> str:
-    """CEL computing GFD's `sanitise` of the device's product name: keep the characters sanitise keeps (the
-    Kubernetes regex library's `findAll`, one character per match), then split on spaces, drop the empty words and
-    join with '-' (cel-go's strings extension)."""
-    return (f"{_attrs(driver)}.{ATTR_PRODUCT}.findAll({json.dumps('[A-Za-z0-9_. -]')}).join(\"\")"
-            '.split(" ").filter(w, w != "").join("-")')
+# RE2 classes (also Python's `re`): a character sanitise drops (anything but A-Za-z0-9-_. and space), and one it
+# ignores around a word boundary (a dropped character or a space).
+_DROPPED = "[^A-Za-z0-9_. -]"
+_IGNORED = "[^A-Za-z0-9_.-]"
+MAX_DASH_RUN = 6  # a label's longest run of '-' the pattern spells out (each run: at most 21 alternatives)
+
+
+def _dash_runs(label: str) -> list[tuple[bool, str]]:
+    """The label cut into maximal runs of '-' (True) and of other characters (False), in order."""
+    return [(m.group()[0] == "-", m.group()) for m in re.finditer(r"-+|[^-]+", label)]
+
+
+def _dash_run_pattern(k: int, first: bool, last: bool) -> str:
+    """The name segments a run of k dashes in the label comes from: each dash is a '-' of the name or the boundary
+    between two words (a run of spaces, dropped characters between them), never two boundaries in a row (the word
+    between them would be empty), and no boundary at the label's start or end (sanitise strips those spaces)."""
+    alternatives = []
+    for bits in range(2 ** k):
+        space = [bool(bits >> i & 1) for i in range(k)]
+        if any(a and b for a, b in zip(space, space[1:])) or (first and space[0]) or (last and space[-1]):
+            continue
+        alternatives.append(f"{_DROPPED}*".join(f"[ ]{_IGNORED}*" if s else "-" for s in space))
+    return f"{_DROPPED}*" + (alternatives[0] if len(alternatives) == 1 else f"(?:{'|'.join(alternatives)})")
+
+
+def product_pattern(labels: Sequence[str]) -> str | None:
+    """A regular expression (RE2 syntax) matching exactly the product names that GFD's `sanitise` maps to one of
+    `labels` (each a sanitised name: `_SANITISED`); None when a label has a run of more than `MAX_DASH_RUN` dashes
+    (the alternatives would grow too long for the API server's expression limit)."""
+    bodies = []
+    for label in labels:
+        parts = []
+        runs = _dash_runs(label)
+        for i, (dashes, text) in enumerate(runs):
+            if dashes:
+                if len(text) > MAX_DASH_RUN:
+                    return None
+                parts.append(_dash_run_pattern(len(text), i == 0, i == len(runs) - 1))
+            else:
+                chars = [re.escape(c) if c == "." else c for c in text]
+                parts.append(("" if i == 0 else f"{_DROPPED}*") + f"{_DROPPED}*".join(chars))
+        bodies.append("".join(parts))
+    body = bodies[0] if len(bodies) == 1 else f"(?:{'|'.join(bodies)})"
+    return f"^{_IGNORED}*{body}{_IGNORED}*$"
 
 
 # --- which nodes serve whole GPUs as nvidia.com/gpu ------------------------------------------------------------
@@ -289,9 +332,11 @@ def map_requirement(req: Requirement, driver: str = DEFAULT_DRIVER, rule: Family
         if not values:
             expr = "false"
         else:
-            test = f"product == {json.dumps(values[0])}" if len(values) == 1 else \
-                f"product in [{', '.join(json.dumps(v) for v in values)}]"
-            expr = f"cel.bind(product, {sanitised_product_cel(driver)}, {test})"
+            pattern = product_pattern(values)
+            if pattern is None:
+                return Mapped(None, reason=f"{req.key} values with more than {MAX_DASH_RUN} dashes in a row are "
+                                           "not expressed in CEL")
+            expr = f"{_attrs(driver)}.{ATTR_PRODUCT}.matches({json.dumps(pattern)})"
     elif req.key == MEMORY:
         if not all(_INT.match(v) for v in vals):
             return Mapped(None, reason=f"{req.key} values must be MiB integers, got {list(vals)}")
@@ -368,5 +413,5 @@ __all__ = [
     "DEVICE_LABELS", "FAMILY", "FamilyRule", "LATEST", "MEMORY", "MIG_STRATEGY", "Mapped", "PRODUCT", "REPLICAS",
     "Requirement", "SHARING_LABELS", "SHARING_STRATEGY", "compute_parts", "conjunction", "device_labels",
     "disjunction", "family", "infer_family_rule", "map_requirement", "memory_label", "not_whole_gpu",
-    "product_label", "sanitise", "sanitised_product_cel",
+    "product_label", "product_pattern", "sanitise",
 ]

@@ -1,4 +1,5 @@
-"""Node selector requirements against a node's labels (pure): one implementation for the webhook and the report.
+"""Node selector requirements against a node's labels (pure): the one implementation, under the node filters of
+`bridge.kvalues.placement` and the report's GFD checks.
 
 Written from kubernetes/kubernetes staging/src/k8s.io/component-helpers/scheduling/corev1/nodeaffinity
 (`nodeSelectorRequirementsAsSelector` and the labels selector it builds): In, NotIn, Exists, DoesNotExist, Gt, Lt;

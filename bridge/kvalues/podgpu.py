@@ -19,7 +19,9 @@ from kubernetes/kubernetes staging/src/k8s.io/component-helpers/resource/helpers
 
 A container's count is its `limits` value (what the device manager allocates), else its `requests` (the API server
 requires both to be equal for an extended resource and defaults requests from limits, so a valid pod has one
-value). Malformed values count 0 (the API server rejects such a pod). `spec.overhead` never names a device
+value). Malformed values count 0 (the API server rejects such a pod); so does a value that is not a valid count at
+all (`bridge.kvalues.quantity.check_count`: "1e400" is out of range, and older API servers store it), which
+`count_problems` names so that callers can say why instead of planning with it. `spec.overhead` never names a device
 resource; pod-level `resources` do not cover extended resources (PodLevelResources: cpu, memory, hugepages).
 
 **The sharing plan** (`plan_claims`) gives DRA the same count. Under DRA every claim of a pod is allocated for the
@@ -46,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from bridge.kvalues.quantity import quantity_int
+from bridge.kvalues.quantity import QuantityError, check_count, quantity_int
 
 Kind = Literal["init", "sidecar", "app"]
 
@@ -81,6 +83,26 @@ def container_count(container: Mapping[str, Any], resource: str) -> int:
         if values and _is_map(values) and resource in values:
             return max(0, quantity_int(values[resource]))
     return 0
+
+
+def count_problems(spec: Mapping[str, Any], resource: str) -> tuple[str, ...]:
+    """Why a container's `resource` value is not a valid count (`check_count`: not a quantity, out of range, not
+    whole, negative, above `MAX_COUNT`), one line per container; () when every value is a count or absent."""
+    out: list[str] = []
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(kind) or ()):
+            res = c.get("resources") if _is_map(c) else None
+            if not res or not _is_map(res):
+                continue
+            for part in ("limits", "requests"):  # one line per container: its limit, else its request
+                values = res.get(part)
+                if values and _is_map(values) and resource in values:
+                    try:
+                        check_count(values[resource])
+                    except QuantityError as err:
+                        out.append(f"container {str(c.get('name', f'#{i}'))[:63]}: {resource} {err}")
+                        break
+    return tuple(out)
 
 
 def _is_map(value: object) -> bool:

@@ -53,18 +53,16 @@ Invariants:
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bridge.atomicfile import atomic_write_bytes, fsync_dir
+from bridge.atomicfile import UnreadableFile, atomic_write_bytes, fsync_dir, read_regular
 from bridge.ledger.lock import FileLock
 from bridge.ledger.state import CheckpointData
 
@@ -251,33 +249,14 @@ class Checkpoint:
 
     def _read_raw(self) -> bytes | None:
         """The file's bytes; None when there is none. A file that is not a regular file or is over the size limit
-        is corrupt (moved aside): opened with O_NOFOLLOW | O_NONBLOCK, so neither a symlink to /dev/zero nor a FIFO
-        can make the daemon read forever or hang."""
+        is corrupt (moved aside): read by `bridge.atomicfile.read_regular` (O_NOFOLLOW | O_NONBLOCK, checked on the
+        descriptor), so neither a symlink to /dev/zero nor a FIFO can make the daemon read forever or hang."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                self._corrupt("a symbolic link, not a regular file")
-            raise CheckpointError(f"cannot read checkpoint {self.path}: {err.strerror or err}") from err
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                self._corrupt("not a regular file")
-            if info.st_size > MAX_FILE_BYTES:
-                self._corrupt(f"{info.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit")
-            chunks, total = [], 0
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > MAX_FILE_BYTES:  # grew while we read
-                    self._corrupt(f"over the {MAX_FILE_BYTES}-byte limit")
-            return b"".join(chunks)
+            return read_regular(self.path, MAX_FILE_BYTES)
+        except UnreadableFile as err:
+            self._corrupt(err.reason)
         except OSError as err:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {err.strerror or err}") from err
-        finally:
-            os.close(fd)
 
     def _read_locked(self, current_boot: str) -> ReadResult:
         raw = self._read_raw()

@@ -105,6 +105,15 @@ def distinct(holders: Iterable[Holder]) -> tuple[Holder, ...]:
     return tuple(out)
 
 
+def described_side(text: str) -> Side | None:
+    """The side of a holder from its `describe()` text (as the split-status annotation carries it); None when the
+    text is not one (a cut or summarised entry)."""
+    for kind, words in _KIND_TEXT.items():
+        if text.endswith(f" ({words})"):
+            return kind.side
+    return None
+
+
 def describe_all(holders: Iterable[Holder], limit: int = 3) -> str:
     items = list(dict.fromkeys(h.describe() for h in distinct(holders)))
     text = "; ".join(items[:limit])
@@ -139,4 +148,4 @@ class Facts:
         return Facts.build(pairs, {**self.unknown, **other.unknown})
 
 
-__all__ = ["Facts", "Holder", "HolderKind", "describe_all", "distinct"]
+__all__ = ["Facts", "Holder", "HolderKind", "describe_all", "described_side", "distinct"]

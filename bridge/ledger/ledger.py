@@ -27,8 +27,10 @@ exactly this code.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Literal
 
 from bridge.inventory.model import DeviceID, GpuDevice
@@ -168,6 +170,10 @@ class Ledger:
     moves: Mapping[DeviceID, Move] = field(default_factory=dict)
     pending: tuple[Pending, ...] = ()
     cooldown: Mapping[DeviceID, float] = field(default_factory=dict)  # no new move before this time
+    # Derived, never passed: the devices on each side, computed once per ledger value. A ledger is immutable (its
+    # `sides` are frozen below) and replaced whole on every change, so this snapshot is swapped atomically with the
+    # sides it was computed from and can never disagree with them; the guards' common case is one set lookup here.
+    by_side: Mapping[Side, frozenset[DeviceID]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.sides) != len(self.devices) or any(g.uuid not in self.sides for g in self.devices):
@@ -181,6 +187,14 @@ class Ledger:
         for uuid, mv in self.moves.items():
             if self.sides.get(uuid) is not Side.WITHDRAWN:
                 raise ValueError(f"a move of {uuid} is recorded but the device is {self.sides.get(uuid)}")
+        # A private read-only copy: a caller that mutates the mapping it passed cannot change this ledger's sides
+        # behind `by_side`'s back.
+        sides = MappingProxyType(dict(self.sides))
+        on: dict[Side, list[DeviceID]] = {side: [] for side in Side}
+        for uuid, side in sides.items():
+            on[side].append(uuid)
+        object.__setattr__(self, "sides", sides)
+        object.__setattr__(self, "by_side", MappingProxyType({side: frozenset(u) for side, u in on.items()}))
 
     # ---- construction ------------------------------------------------------------------------------------------
 
@@ -222,6 +236,14 @@ class Ledger:
     def holders(self, uuid: DeviceID, side: Side, facts: Facts) -> tuple[Holder, ...]:
         mine = tuple(p.holder for p in self.pending if p.device == uuid and p.holder.side is side)
         return facts.of(uuid, side) + tuple(h for h in mine if h not in facts.of(uuid, side))
+
+    def with_pending(self, pending: tuple[Pending, ...]) -> Ledger:
+        """This ledger with other self-recorded holders. Sides, moves, cooldowns and `by_side` are shared, not
+        rebuilt: they did not change, so they need no new validation and no new snapshot (the guards' hot path)."""
+        new = object.__new__(Ledger)
+        new.__dict__.update(self.__dict__)
+        new.__dict__["pending"] = pending
+        return new
 
     def stored_moves(self) -> dict[DeviceID, tuple[Side, Side]]:
         """What the checkpoint records of moves under way (source, target)."""
@@ -501,11 +523,27 @@ def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, ob
 def guard_allocate(ledger: Ledger, ids: Iterable[str], now: float,
                    cfg: LedgerConfig = LedgerConfig(), *, who: str = "a device-plugin Allocate"
                    ) -> tuple[Ledger, list[Refusal], list[MoveEvent]]:
-    """May the device plugin hand out `ids`? All or nothing: with any refusal the ledger is unchanged."""
+    """May the device plugin hand out `ids`? All or nothing: with any refusal the ledger is unchanged.
+
+    The common case is one set lookup in the ledger's per-side snapshot (`Ledger.by_side`): every device on the
+    legacy side, so nothing is refused and no move is aborted, and only the answer is recorded. Anything else takes
+    the per-device rules (`allocate_per_device`), which give the same answer in the common case too (the property
+    tests check it after every kind of ledger change)."""
+    wanted = [DeviceID(i) for i in ids]
+    if ledger.by_side[Side.LEGACY].issuperset(wanted):
+        return ledger.with_pending(_allocate_recorded(ledger.pending, wanted, now, cfg, who)), [], []
+    return allocate_per_device(ledger, wanted, now, cfg, who=who)
+
+
+def allocate_per_device(ledger: Ledger, ids: Iterable[str], now: float,
+                        cfg: LedgerConfig = LedgerConfig(), *, who: str = "a device-plugin Allocate"
+                        ) -> tuple[Ledger, list[Refusal], list[MoveEvent]]:
+    """`guard_allocate`'s rules, device by device: only legacy-side devices may be allocated, and a device whose move
+    away from legacy has not reached DRA is taken back (the Allocate wins, the move aborts)."""
     refusals: list[Refusal] = []
     grabs: list[Move] = []
     wanted = [DeviceID(i) for i in ids]
-    for uuid in wanted:
+    for uuid in dict.fromkeys(wanted):  # each device once (the device plugin refuses repeated IDs before this)
         side = ledger.sides.get(uuid)
         mv = ledger.moves.get(uuid)
         if side is Side.LEGACY:
@@ -530,13 +568,25 @@ def guard_allocate(ledger: Ledger, ids: Iterable[str], now: float,
         del moves[mv.device]
         events.append(MoveEvent(mv.device, ledger.name_of(mv.device), mv.source, mv.target, "aborted",
                                 f"taken by {who} before the kubelet saw the withdrawal"))
-    holder = Holder(HolderKind.ALLOCATE, who)
-    # One answered Allocate per device is enough: the kubelet hands a device to one container at a time, so a newer
-    # answer replaces an older one (and the table stays as small as the node).
-    kept = tuple(p for p in ledger.expired(now).pending if not (p.holder.kind is HolderKind.ALLOCATE
-                                                                   and p.device in wanted))
-    pending = kept + tuple(Pending(u, holder, now + cfg.pending_allocate_s) for u in wanted)
+    pending = _allocate_recorded(ledger.pending, wanted, now, cfg, who)
     return Ledger(ledger.devices, sides, moves, pending, ledger.cooldown), [], events
+
+
+def _allocate_recorded(pending: tuple[Pending, ...], wanted: Sequence[DeviceID], now: float, cfg: LedgerConfig,
+                       who: str) -> tuple[Pending, ...]:
+    """The ledger's own holders once an Allocate of `wanted` is answered (expired ones dropped). One answered
+    Allocate per device is enough: the kubelet hands a device to one container at a time, so a newer answer replaces
+    an older one (and the table stays as small as the node)."""
+    holder = _allocate_holder(who)
+    expires = now + cfg.pending_allocate_s
+    kept = [p for p in pending if p.expires > now and not (p.holder.kind is HolderKind.ALLOCATE and p.device in wanted)]
+    return (*kept, *[Pending(u, holder, expires) for u in wanted])
+
+
+@functools.lru_cache(maxsize=16)
+def _allocate_holder(who: str) -> Holder:
+    """One `Holder` value per holder text (the split controller stamps it to the second)."""
+    return Holder(HolderKind.ALLOCATE, who)
 
 
 def guard_prepare(ledger: Ledger, ids: Iterable[str], claim: str, uid: str, legacy_facts: Callable[[], Facts],
@@ -604,6 +654,7 @@ __all__ = [
     "Refusal",
     "State",
     "Waiting",
+    "allocate_per_device",
     "desired_dra",
     "guard_allocate",
     "guard_prepare",

@@ -26,7 +26,8 @@ Schema, version 1 (readers accept any version they know and refuse newer ones, n
      "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}],
      "stuck": [{"device": "gpu-3", "claim": "ml/infer-gpu", "pod": "ml/infer", "holder": "pod team/train-1 …",
                 "since": "…", "message": "…"}],
-     "checkpointError": {"since": "…", "message": "…"}}  only while the checkpoint cannot be written
+     "checkpointError": {"since": "…", "message": "…"},  only while the checkpoint cannot be written
+     "evaluationError": {"since": "…", "message": "…"}}  only while evaluations of the split fail
 
 `devices[].numa` is the GPU's NUMA node, absent when unknown. `devices[].nvlink` (optional, added without a version
 bump: older readers ignore it) is the GPU's NVLink island: the connected components of the node's NVLink peer graph
@@ -43,6 +44,10 @@ late) while a legacy container holds it: each waits for that container (`pending
 says the same per device), since `since` (RFC 3339), and `message` says what to do. `checkpointError` (optional,
 added without a version bump: older readers ignore it) says since when the daemon cannot write its checkpoint and
 why: the split it shows is the last one saved, and the change the target asks for waits (retried with backoff).
+`evaluationError` (optional, likewise) says since when evaluating the split fails and why (a holder source that
+raises, a bug): the document is the last evaluated one with `message` "error: …" and a `converged` state turned
+`converging` (what it shows was not re-evaluated; `requested` is still what the daemon last evaluated), and the
+evaluation is retried with backoff until it succeeds.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.humantext import clip
 from bridge.inventory.model import nvlink_islands, topology_group
 from bridge.kvalues.versioned import load_versioned
 from bridge.ledger.holders import Facts, describe_all, distinct
@@ -132,6 +138,12 @@ class CheckpointErrorStatus:
 
 
 @dataclass(frozen=True)
+class EvaluationErrorStatus:
+    since: str  # RFC 3339 UTC, the first failed evaluation of this run of failures
+    message: str
+
+
+@dataclass(frozen=True)
 class SplitStatus:
     node: str
     updated: str
@@ -145,6 +157,7 @@ class SplitStatus:
     refusals: tuple[RefusalStatus, ...] = field(default=())
     checkpoint_error: CheckpointErrorStatus | None = None
     stuck: tuple[StuckStatus, ...] = ()
+    evaluation_error: EvaluationErrorStatus | None = None
 
     def counts(self) -> dict[str, int]:
         return {s.value: sum(1 for d in self.devices if d.side is s) for s in SIDES}
@@ -189,13 +202,15 @@ def _doc(s: SplitStatus, *, with_time: bool) -> dict[str, Any]:
                          "since": x.since, "message": _cut(x.message)} for x in s.stuck[:MAX_STUCK]]
     if s.checkpoint_error is not None:
         doc["checkpointError"] = {"since": s.checkpoint_error.since, "message": _cut(s.checkpoint_error.message)}
+    if s.evaluation_error is not None:
+        doc["evaluationError"] = {"since": s.evaluation_error.since, "message": _cut(s.evaluation_error.message)}
     return doc
 
 
 def _field(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     v = d.get(key)
     if not isinstance(v, kind) or isinstance(v, bool) and kind is int:
-        raise StatusError(f"{where}.{key}: unexpected value {v!r}")
+        raise StatusError(f"{where}.{key}: unexpected value {clip(v)}")
     return v
 
 
@@ -213,10 +228,10 @@ def decode(text: str) -> SplitStatus:
     source = _field(req, "source", str, "status.requested")
     state = _field(doc, "state", str, "status")
     if source not in _SOURCES or state not in STATES:
-        raise StatusError(f"{STATUS_KEY}: unknown requested.source {source!r} or state {state!r}")
+        raise StatusError(f"{STATUS_KEY}: unknown requested.source {clip(source)} or state {clip(state)}")
     wanted = doc.get("wanted")
     if wanted is not None and (not isinstance(wanted, int) or isinstance(wanted, bool)):
-        raise StatusError(f"{STATUS_KEY}.wanted: expected a number or null, got {wanted!r}")
+        raise StatusError(f"{STATUS_KEY}.wanted: expected a number or null, got {clip(wanted)}")
     try:
         devices = tuple(DeviceStatus(_field(d, "name", str, "devices[]"), str(d.get("uuid", "")),
                                      parse_side(d.get("side"), "devices[].side"),
@@ -236,12 +251,16 @@ def decode(text: str) -> SplitStatus:
         stuck = tuple(StuckStatus(*(str(x.get(k, "")) for k in ("device", "claim", "pod", "holder", "since",
                                                                    "message")))
                       for x in doc.get("stuck") or [] if isinstance(x, dict))
+        ev = doc.get("evaluationError")
+        evaluation_error = (EvaluationErrorStatus(str(ev.get("since", "")), str(ev.get("message", "")))
+                            if isinstance(ev, dict) else None)
     except (ValueError, TypeError, AttributeError) as err:
         raise StatusError(f"{STATUS_KEY}: {err}") from err
     return SplitStatus(node=str(doc.get("node", "")), updated=str(doc.get("updated", "")),
                        requested=str(_field(req, "value", str, "status.requested")), source=source,
                        state=state, message=str(doc.get("message", "")), wanted=wanted, devices=devices,
-                       pending=pending, refusals=refusals, checkpoint_error=checkpoint_error, stuck=stuck)
+                       pending=pending, refusals=refusals, checkpoint_error=checkpoint_error, stuck=stuck,
+                       evaluation_error=evaluation_error)
 
 
 def status_of(node: Mapping[str, Any] | None) -> SplitStatus | None:
@@ -255,7 +274,8 @@ def status_of(node: Mapping[str, Any] | None) -> SplitStatus | None:
 def build_status(*, node: str, request: SplitRequest, decision: Decision, facts: Facts,
                  refusals: Sequence[RefusalStatus], updated: str,
                  checkpoint_error: CheckpointErrorStatus | None = None,
-                 stuck_since: Mapping[tuple[str, str], str] | None = None) -> SplitStatus:
+                 stuck_since: Mapping[tuple[str, str], str] | None = None,
+                 evaluation_error: EvaluationErrorStatus | None = None) -> SplitStatus:
     """The status document for one evaluation (pure). `stuck_since`: (device name, claim holder `who`) -> when it
     was first seen stuck (else `updated`)."""
     led = decision.ledger
@@ -286,7 +306,7 @@ def build_status(*, node: str, request: SplitRequest, decision: Decision, facts:
     return SplitStatus(node=node, updated=updated, requested=request.text, source=request.source,
                        state=decision.state, message=message, wanted=decision.wanted, devices=tuple(devices),
                        pending=tuple(pending), refusals=tuple(refusals), checkpoint_error=checkpoint_error,
-                       stuck=stuck)
+                       stuck=stuck, evaluation_error=evaluation_error)
 
 
 def _claim_ref(who: str) -> str:
@@ -303,6 +323,7 @@ def summary_counts(devices: Sequence[DeviceStatus]) -> str:
 __all__ = [
     "CheckpointErrorStatus",
     "DeviceStatus",
+    "EvaluationErrorStatus",
     "PendingStatus",
     "RefusalStatus",
     "STATUS_KEY",

@@ -29,10 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bridge.humantext import clip
+
 SPLIT_KEY = "dra-bridge.io/dra-devices"
 DEFAULT_SPLIT = "0"
 SPLIT_EXAMPLES = "'0', 'all', a count such as '2', or devices such as 'gpu-6,gpu-7' or GPU UUIDs"
-_NAME_RE = re.compile(r"^gpu-(\d+)$", re.IGNORECASE)
+_NAME_RE = re.compile(r"^gpu-(\d{1,9})$", re.IGNORECASE)  # an index, not a number of thousands of digits
+# The longest split value read (an annotation may hold 256 KiB): a device list of a few hundred UUIDs fits.
+MAX_SPLIT_TEXT = 16 * 1024
 _UUID_RE = re.compile(r"^gpu-[0-9a-f]+(-[0-9a-f]+)+$", re.IGNORECASE)
 
 TargetKind = Literal["none", "all", "count", "devices"]
@@ -74,27 +78,33 @@ def _device_item(item: str) -> str | None:
 def parse_split(text: str | None) -> SplitTarget:
     """Parse a split value (see the module docstring); `SplitError` naming the value and the accepted forms."""
     raw = (text or "").strip()
+    if len(raw) > MAX_SPLIT_TEXT:
+        raise SplitError(f"invalid DRA device split {clip(raw)}: longer than {MAX_SPLIT_TEXT} characters; expected "
+                         f"{SPLIT_EXAMPLES}")
     low = raw.lower()
     if low in ("", "0", "none"):
         return SplitTarget("none", text=raw or DEFAULT_SPLIT)
     if low == "all":
         return SplitTarget("all", text=raw)
-    if raw.isdigit():
+    if raw.isdigit() and len(raw) <= 9:
         return SplitTarget("count", count=int(raw), text=raw)
+    if raw.isdigit():
+        raise SplitError(f"invalid DRA device split {clip(raw)}: more devices than any node has; expected "
+                         f"{SPLIT_EXAMPLES}")
     if raw.startswith("-") and raw[1:].isdigit():
-        raise SplitError(f"invalid DRA device split {raw!r}: a count cannot be negative; expected {SPLIT_EXAMPLES}")
+        raise SplitError(f"invalid DRA device split {clip(raw)}: a count cannot be negative; expected {SPLIT_EXAMPLES}")
     items = [i.strip() for i in raw.split(",")]
     if any(not i for i in items):
-        raise SplitError(f"invalid DRA device split {raw!r}: empty item; expected {SPLIT_EXAMPLES}")
+        raise SplitError(f"invalid DRA device split {clip(raw)}: empty item; expected {SPLIT_EXAMPLES}")
     devices: list[str] = []
     for item in items:
         norm = _device_item(item)
         if norm is None:
-            raise SplitError(f"invalid DRA device split {raw!r}: {item!r} is neither a count, 'all', a "
+            raise SplitError(f"invalid DRA device split {clip(raw)}: {clip(item)} is neither a count, 'all', a "
                              f"'gpu-<index>' name nor a GPU UUID; expected {SPLIT_EXAMPLES}")
         devices.append(norm)
     if len(set(devices)) != len(devices):
-        raise SplitError(f"invalid DRA device split {raw!r}: a device is listed twice; expected {SPLIT_EXAMPLES}")
+        raise SplitError(f"invalid DRA device split {clip(raw)}: a device is listed twice; expected {SPLIT_EXAMPLES}")
     return SplitTarget("devices", devices=tuple(devices), text=raw)
 
 
@@ -110,7 +120,7 @@ class SplitRequest:
                 "flag": "--dra-devices", "default": "default (node says nothing)"}[self.source]
 
     def describe(self) -> str:
-        return f"{self.text!r} (from {self.origin})"
+        return f"{clip(self.text)} (from {self.origin})"
 
 
 def _same(a: str, b: str) -> bool:
@@ -128,8 +138,8 @@ def requested_split(node: Mapping[str, Any] | None, flag: str | None = None) -> 
     if isinstance(annotation, str) and annotation.strip():
         conflict = ""
         if isinstance(label, str) and label.strip() and not _same(label, annotation):
-            conflict = (f"node {meta.get('name')}: annotation {SPLIT_KEY}={annotation.strip()!r} and label "
-                        f"{SPLIT_KEY}={label.strip()!r} disagree; the annotation wins")
+            conflict = (f"node {meta.get('name')}: annotation {SPLIT_KEY}={clip(annotation.strip())} and label "
+                        f"{SPLIT_KEY}={clip(label.strip())} disagree; the annotation wins")
         return SplitRequest(annotation.strip(), "annotation", conflict)
     if isinstance(label, str) and label.strip():
         return SplitRequest(label.strip(), "label")
@@ -157,7 +167,7 @@ def fit_target(target: SplitTarget, inventory: Sequence[tuple[str, str]]) -> Fit
         return Fit(total, None)
     if target.kind == "count":
         if target.count > total:
-            raise SplitError(f"DRA device split {target.text!r} asks for {target.count} devices but this node has "
+            raise SplitError(f"DRA device split {clip(target.text)} asks for {target.count} devices but this node has "
                              f"{total}")
         return Fit(target.count, None)
     by_uuid = {u.lower(): n for n, u in inventory if u}
@@ -167,7 +177,7 @@ def fit_target(target: SplitTarget, inventory: Sequence[tuple[str, str]]) -> Fit
         name = ref if ref in names else by_uuid.get(ref.lower())
         if name is None:
             have = ", ".join(n for n, _ in inventory) or "no GPUs"
-            raise SplitError(f"DRA device split {target.text!r} names unknown device {ref!r}: this node has {have}")
+            raise SplitError(f"DRA device split {clip(target.text)} names unknown device {clip(ref)}: this node has {have}")
         pinned.append(name)
     return Fit(len(pinned), tuple(pinned))
 

@@ -16,7 +16,9 @@ legacy (device plugin):
   (kubernetes/kubernetes pkg/kubelet/cm/devicemanager/manager.go `writeCheckpoint`), so an ended pod's entry can
   outlive it by hours on a quiet node, and holding its GPU for `stale_after_s` would refuse a prepare that the
   kubelet then retries only at its next pod resync (60-90 s). When such an init container exists and the
-  checkpoint is missing or unreadable, the legacy side is **unknown**;
+  checkpoint is missing, the legacy side is **unknown**; when the checkpoint exists but cannot be used (not a
+  regular file, over its size limit, nested too deeply, not its format: `bridge.node.kubeletcheckpoint` reads it
+  bounded), the legacy side is unknown whatever runs, logged once per change of the problem;
 * Allocates we answered but PodResources does not show yet: recorded by the ledger itself (`guard_allocate`).
 
 DRA:
@@ -35,6 +37,7 @@ synced or is down, a claim that cannot be read each make their side unknown, wit
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -48,6 +51,7 @@ from bridge.node.nodepods import NodePods, PodsSnapshot, waits_for_allocation
 from bridge.node.podresources import AdoptionError, Holdings, list_holdings
 
 Prepared = Callable[[], Iterable[tuple[DeviceID, Holder]]]
+log = logging.getLogger(__name__)
 
 
 class HolderSources:
@@ -68,6 +72,7 @@ class HolderSources:
         self._uuids = {str(g.uuid): g.uuid for g in devices}
         self._by_name = {device_name(g): g.uuid for g in devices}
         self._first_seen: dict[tuple[str, str], float] = {}
+        self._told_checkpoint = ""  # the kubelet checkpoint problem last logged ("" = none)
 
     # ---- public ------------------------------------------------------------------------------------------------
 
@@ -123,8 +128,14 @@ class HolderSources:
         try:
             entries = kubeletcheckpoint.read(self.kubelet_checkpoint, self.resource_name)
             problem = "missing" if entries is None else ""
+            self._checkpoint_problem("")
         except (kubeletcheckpoint.KubeletCheckpointError, OSError) as err:
-            entries, problem = None, f"unreadable ({err})"
+            why = self._checkpoint_problem(str(err))
+            # Not a missing file (no allocations yet): a file we cannot use. Which GPUs the kubelet handed out that
+            # PodResources does not show (init containers, pods the watch has not seen) is unknown: nothing moves.
+            unknown.setdefault(Side.LEGACY, f"the kubelet's device-manager checkpoint {self.kubelet_checkpoint} "
+                                            f"cannot be read ({why}): which GPUs it names is unknown")
+            return Facts.build(pairs, unknown)
         if entries is None:
             if running_inits:
                 (uid, name), pod = next(iter(running_inits.items()))
@@ -159,6 +170,19 @@ class HolderSources:
         for key in [k for k in self._first_seen if k not in seen]:
             del self._first_seen[key]
         return Facts.build(pairs, unknown)
+
+    def _checkpoint_problem(self, problem: str) -> str:
+        """Log the kubelet checkpoint's problem once per change (it is read on every evaluation); returns it."""
+        if problem != self._told_checkpoint:
+            if problem:
+                log.warning("the kubelet's device-manager checkpoint %s cannot be used: %s; legacy-side holders are "
+                            "unknown, so no GPU leaves the legacy side until it can", self.kubelet_checkpoint, problem,
+                            extra={"node": self.node_name})
+            else:
+                log.info("the kubelet's device-manager checkpoint %s is readable again", self.kubelet_checkpoint,
+                         extra={"node": self.node_name})
+            self._told_checkpoint = problem
+        return problem
 
     def _dra(self, holdings: Holdings | None, snap: PodsSnapshot | None) -> Facts:
         pairs: list[tuple[DeviceID, Holder]] = list(self.prepared())

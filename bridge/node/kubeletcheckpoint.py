@@ -21,21 +21,35 @@ Format (pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go, `Data`):
 Go-specific (FNV-32a over a spew dump of `Data`) and is not verified: the kubelet writes the file through its
 checkpoint manager's file store, which writes a temporary file and renames it (pkg/kubelet/util/store/filestore.go),
 so a reader never sees a torn file. We never write it.
+
+**Read like our own checkpoint**, because it is read on every evaluation and anyone who can write the kubelet's
+directory decides what is there: through `bridge.atomicfile.read_regular` (O_NOFOLLOW | O_NONBLOCK, regular files
+only, checked on the descriptor, at most `MAX_FILE_BYTES`), so a symlink to /dev/zero (once 2.1 GiB of daemon
+memory), a FIFO (an `open` blocked for ever) or a 1 GiB file (1.26 GiB, under a 512 MiB pod limit an OOM kill in a
+loop) is refused before it is read; and decoded by the bounded JSON decoder (`bridge.kvalues.documents`: 64
+levels, the kubelet's document nests five deep), so deep JSON is an error, not a RecursionError. A refusal is a
+`KubeletCheckpointError`; the caller (`bridge.node.holders`) then treats the legacy side's holders as unknown:
+nothing moves.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from bridge.atomicfile import UnreadableFile, read_regular
+from bridge.kvalues.documents import DocumentError, load_json
+
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
+# A node's entries: one per container holding a device (110 pods by default, a few containers each), each with
+# its device IDs and the plugin's Allocate answer in base64: well under a MiB. 8 MiB leaves room and bounds memory.
+MAX_FILE_BYTES = 8 << 20
 
 
 class KubeletCheckpointError(ValueError):
-    """The file exists but is not the device manager's checkpoint format."""
+    """The file exists but cannot be used: not a regular file, too large, nested too deeply, or not the device
+    manager's checkpoint format."""
 
 
 @dataclass(frozen=True)
@@ -63,9 +77,9 @@ def _ids(raw: Any, where: str) -> tuple[str, ...]:
 
 def parse(raw: bytes | str) -> tuple[PodDevicesEntry, ...]:
     try:
-        doc = json.loads(raw)
-    except ValueError as err:
-        raise KubeletCheckpointError(f"not JSON: {err}") from err
+        doc = load_json(raw, "the kubelet's device-manager checkpoint", max_bytes=MAX_FILE_BYTES)
+    except DocumentError as err:
+        raise KubeletCheckpointError(str(err)) from err
     data = doc.get("Data") if isinstance(doc, dict) else None
     if not isinstance(data, dict):
         raise KubeletCheckpointError("no Data object")
@@ -86,13 +100,15 @@ def parse(raw: bytes | str) -> tuple[PodDevicesEntry, ...]:
 
 def read(path: str | os.PathLike[str], resource: str | None = None) -> tuple[PodDevicesEntry, ...] | None:
     """The entries (of `resource` when given); None when the file does not exist. Raises KubeletCheckpointError
-    (bad format) or OSError (unreadable)."""
+    (not a regular file, too large, bad format) or OSError (unreadable)."""
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
+        raw = read_regular(path, MAX_FILE_BYTES)
+    except UnreadableFile as err:
+        raise KubeletCheckpointError(err.reason) from err
+    if raw is None:
         return None
     entries = parse(raw)
     return entries if resource is None else tuple(e for e in entries if e.resource == resource)
 
 
-__all__ = ["CHECKPOINT_FILE", "KubeletCheckpointError", "PodDevicesEntry", "parse", "read"]
+__all__ = ["CHECKPOINT_FILE", "KubeletCheckpointError", "MAX_FILE_BYTES", "PodDevicesEntry", "parse", "read"]

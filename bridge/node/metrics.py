@@ -57,6 +57,12 @@ class SplitMetrics:
         self.checkpoint_failing = Gauge(
             "dra_bridge_checkpoint_unwritable", "1 while a split change waits because the checkpoint cannot be "
             "written (retried with backoff), else 0", registry=r)
+        self.evaluation_failures = Counter(
+            "dra_bridge_split_evaluation_failures", "Split evaluations that failed (retried with backoff)",
+            registry=r)
+        self.evaluation_failing = Gauge(
+            "dra_bridge_split_evaluation_failing", "1 while split evaluations fail (the status says error), else 0",
+            registry=r)
         self._target_labels: tuple[str, str, str] | None = None
 
     def set_target(self, requested: str, source: str, state: str) -> None:

@@ -21,7 +21,9 @@ Two watches per node daemon, never a cluster-wide one:
   Preemption nominates pods as well (they wait here for their victims): they are the same fact, a pod on its way.
 
 plus a GET per claim those pods reference: never a cluster-wide claim watch, which every node would receive in full
-(5,000 nodes x every claim change). Claims are read when a pod first references them, again when it is first seen bound
+(5,000 nodes x every claim change). `on_change` is called once per watch event (or refresh) that changed anything,
+after its claim reads: a new DRA pod is one change to the split, not one for the pod and one for its claim (two
+evaluations, each a PodResources List on the kubelet while it starts that pod). Claims are read when a pod first references them, again when it is first seen bound
 and when it ends (the claim controller deallocates a claim whose pods are gone), after a failed read, at every
 `refresh_claims()` while a nominated pod's claim is not allocated yet, and on `refresh_claims(every=True)` (before
 a device leaves the DRA side). A pod nominated here whose claim is not allocated yet (or whose extended-resource
@@ -252,8 +254,9 @@ class NodePods:
                         # again too, so its allocation is seen.
                         keys.add((p.namespace, n))
                         self._ended_read[(p.namespace, n)] = now + ended_interval_s
-        for ns, name in sorted(keys):
-            self._read_claim(ns, name)
+        changed = [self._read_claim(ns, name) for ns, name in sorted(keys)]
+        if any(changed):
+            self.on_change()
 
     def waiting_for_claims(self) -> bool:
         """A running pod bound here, or a pod nominated here, references a claim not allocated when last read."""
@@ -290,10 +293,9 @@ class NodePods:
         elif ev.type != "DELETED" and old is None:
             # First seen bound: a claim read while the pod was only nominated here predates its allocation.
             reread = [n for n in view.claims if (view.namespace, n) not in unread]
-        for ns, name in unread + [(view.namespace, n) for n in reread]:
-            self._read_claim(ns, name)
-        if old != view:
-            self.on_change()
+        changed = [self._read_claim(ns, name) for ns, name in unread + [(view.namespace, n) for n in reread]]
+        if old != view or any(changed):
+            self.on_change()  # once per event: the pod and its claims are one change to the split
 
     def _on_nominated(self, ev: WatchEvent) -> None:
         """A pod the scheduler nominated to this node (or that lost the nomination: DELETED from this view)."""
@@ -306,9 +308,8 @@ class NodePods:
                 self._incoming[view.uid] = view
             self._forget_unwanted_claims()
             unread = [(view.namespace, n) for n in view.claims if (view.namespace, n) not in self._claims]
-        for ns, name in unread:
-            self._read_claim(ns, name)
-        if old != self._incoming.get(view.uid):
+        changed = [self._read_claim(ns, name) for ns, name in unread]
+        if old != self._incoming.get(view.uid) or any(changed):
             self.on_change()
 
     def _forget_unwanted_claims(self) -> None:
@@ -318,7 +319,8 @@ class NodePods:
             del self._claims[key]
             self._ended_read.pop(key, None)
 
-    def _read_claim(self, namespace: str, name: str) -> None:
+    def _read_claim(self, namespace: str, name: str) -> bool:
+        """Read one claim into the cache; True when what is cached for it changed (the caller tells `on_change`)."""
         try:
             claim = self.api.get(self.api.resource_api().claims, name, namespace)
             view = ClaimView(namespace, name, allocated_devices(claim, self.driver, self.node_name),
@@ -336,8 +338,7 @@ class NodePods:
                 self._claims[(namespace, name)] = view
             else:
                 changed = False
-        if changed:
-            self.on_change()
+        return changed
 
 
 def _error_tail(informer: Informer) -> str:

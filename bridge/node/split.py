@@ -26,6 +26,11 @@ This class feeds them and carries them out:
   `dra_bridge_checkpoint_write_failures_total` / `dra_bridge_checkpoint_unwritable`, and `checkpointError` in the
   split-status annotation (`bridge node status` shows it). The first successful write logs and records
   `DRACheckpointWriteRecovered`.
+* **An evaluation that fails** (a holder source or anything else raising) is retried after `evaluation_retry_s`,
+  doubling up to `evaluation_retry_max_s`, not at the next timer of the last good decision (up to 300 s) or the next
+  annotation change; while it fails, the split-status annotation says so (`evaluationError`, `message` "error: …",
+  no longer `converged`), with an ERROR log line and a Warning Event `DRASplitEvaluationFailed` per distinct error
+  and `dra_bridge_split_evaluation_failures_total` / `dra_bridge_split_evaluation_failing`.
 """
 
 from __future__ import annotations
@@ -59,7 +64,14 @@ from bridge.ledger.ledger import (
 )
 from bridge.ledger.moves import Phase
 from bridge.ledger.sides import Side
-from bridge.ledger.status import STATUS_KEY, CheckpointErrorStatus, RefusalStatus, SplitStatus, build_status
+from bridge.ledger.status import (
+    STATUS_KEY,
+    CheckpointErrorStatus,
+    EvaluationErrorStatus,
+    RefusalStatus,
+    SplitStatus,
+    build_status,
+)
 from bridge.ledger.target import SplitError, SplitRequest, SplitTarget, parse_split, requested_split
 from bridge.node.metrics import SplitMetrics
 
@@ -94,6 +106,9 @@ class SplitConfig:
     # A split change whose checkpoint write failed is retried after this, doubling per failure up to the max.
     checkpoint_retry_s: float = 1.0
     checkpoint_retry_max_s: float = 30.0
+    # A failed evaluation is retried after this, doubling per failure up to the max.
+    evaluation_retry_s: float = 1.0
+    evaluation_retry_max_s: float = 30.0
 
 
 def _now_rfc3339(wall: float) -> str:
@@ -148,10 +163,15 @@ class SplitController:
         self._status_error = ""
         self._status_dirty = False
         self._eval_lock = threading.Lock()  # one evaluation at a time (the guards take only `_lock`)
+        self._who_second, self._who = -1, ""  # _allocate_who's cache (under `_lock`)
         self._save_error: CheckpointErrorStatus | None = None  # set while split changes cannot be saved
         self._save_failures = 0  # consecutive failed split writes (the backoff's exponent)
         self._save_retry_at: float | None = None
         self._told_save_error = ""
+        self._eval_error: EvaluationErrorStatus | None = None  # set while evaluations fail
+        self._eval_failures = 0  # consecutive failed evaluations (the backoff's exponent)
+        self._eval_retry_at: float | None = None
+        self._told_eval_error = ""
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -203,8 +223,7 @@ class SplitController:
         """The device plugin's Allocate guard: [] = allowed (and recorded as a holder), else the refusals."""
         now = self._clock()
         with self._lock:
-            new, refusals, events = guard_allocate(self._ledger, ids, now, self.cfg,
-                                                   who=f"a device-plugin Allocate at {_now_rfc3339(self._wall())}")
+            new, refusals, events = guard_allocate(self._ledger, ids, now, self.cfg, who=self._allocate_who())
             if refusals:
                 self._note_refusals("allocate", refusals)
                 return refusals
@@ -219,6 +238,13 @@ class SplitController:
         if events:
             self._after_guard(events)
         return []
+
+    def _allocate_who(self) -> str:
+        """The holder text of an answered Allocate, stamped to the second (built once per second: the hot path)."""
+        second = int(self._wall())
+        if second != self._who_second:
+            self._who_second, self._who = second, f"a device-plugin Allocate at {_now_rfc3339(second)}"
+        return self._who
 
     def guard_prepare(self, uuids: Sequence[str], claim: str, uid: str) -> list[Refusal]:
         """NodePrepareResources' guard for one claim ("ns/name", UID): [] = allowed, else per-device refusals.
@@ -313,6 +339,8 @@ class SplitController:
             self._save_failed(failure)
         elif self._save_error is not None:
             self._save_recovered(saved is True)
+        if self._eval_error is not None:
+            self._evaluation_recovered()
         self._report(request, decision, queued)
         self._write_status(request, decision, facts)
         return decision
@@ -353,6 +381,52 @@ class SplitController:
                      extra={"node": self.node_name})
         self._save_error, self._save_failures, self._save_retry_at, self._told_save_error = None, 0, None, ""
         self.metrics.checkpoint_failing.set(0)
+
+    def _evaluation_failed(self, err: Exception) -> None:
+        """An evaluation raised: retry with backoff, tell people, and say so in the status annotation."""
+        cfg = self.config
+        self._eval_failures += 1
+        delay = min(cfg.evaluation_retry_s * 2 ** (self._eval_failures - 1), cfg.evaluation_retry_max_s)
+        self._eval_retry_at = self._clock() + delay
+        error = f"{type(err).__name__}: {err}"[:1000]
+        if self._eval_error is None or self._eval_error.message != error:
+            since = self._eval_error.since if self._eval_error is not None else _now_rfc3339(self._wall())
+            self._eval_error = EvaluationErrorStatus(since, error)
+        self.metrics.evaluation_failures.inc()
+        self.metrics.evaluation_failing.set(1)
+        if error != self._told_eval_error:
+            self._told_eval_error = error
+            message = (f"evaluating the DRA split {self._request.describe()} failed ({error}); the current sides "
+                       f"stay and it is retried (next in {delay:g} s, backing off to {cfg.evaluation_retry_max_s:g} s)")
+            log.error("%s", message, exc_info=err, extra={"node": self.node_name, "failures": self._eval_failures})
+            self._event("DRASplitEvaluationFailed", message, "Warning")
+        else:
+            log.debug("split evaluation still failing (%d failures); next retry in %g s", self._eval_failures, delay,
+                      extra={"node": self.node_name})
+        try:
+            self._publish(self._error_status())
+        except Exception:  # noqa: BLE001 - the retry is what matters; the next failure tries the status again
+            log.exception("could not write the evaluation error into the split status", extra={"node": self.node_name})
+
+    def _error_status(self) -> SplitStatus:
+        """The last status with the evaluation error: what it shows was not re-evaluated (see bridge.ledger.status)."""
+        assert self._eval_error is not None
+        base = self._status
+        if base is None:  # no evaluation ever succeeded: the sides from the checkpoint, nothing else known
+            with self._lock:
+                refusals = tuple(self._refusals)
+            base = build_status(node=self.node_name, request=self._request,
+                                decision=Decision(self._ledger, "converging", None), facts=Facts(), refusals=refusals,
+                                updated="", checkpoint_error=self._save_error)
+        return replace(base, updated=_now_rfc3339(self._wall()),
+                       state="converging" if base.state == "converged" else base.state,
+                       message=f"error: {self._eval_error.message}", evaluation_error=self._eval_error)
+
+    def _evaluation_recovered(self) -> None:
+        log.info("DRA split evaluation works again (it failed %d time(s) since %s)", self._eval_failures,
+                 self._eval_error.since if self._eval_error is not None else "?", extra={"node": self.node_name})
+        self._eval_error, self._eval_failures, self._eval_retry_at, self._told_eval_error = None, 0, None, ""
+        self.metrics.evaluation_failing.set(0)
 
     def _observations(self) -> Observations:
         live = self._informer.healthy if self._informer is not None else self._node_obj is not None
@@ -486,6 +560,10 @@ class SplitController:
         self._stuck_since = {k: self._stuck_since.get(k, now) for k in stuck}
         built = build_status(node=self.node_name, request=request, decision=d, facts=facts, refusals=refusals,
                              updated=now, checkpoint_error=self._save_error, stuck_since=self._stuck_since)
+        self._publish(built)
+
+    def _publish(self, built: SplitStatus) -> None:
+        """Write `built` to the Node when its content changed (at most once per `status_interval_s`)."""
         self._status_dirty = False
         if built.same_content(self._status):
             return
@@ -573,16 +651,18 @@ class SplitController:
                 return
             try:
                 self.evaluate()
-            except Exception:  # noqa: BLE001 - keep evaluating; the next pass logs again if it still fails
-                log.exception("DRA split evaluation failed", extra={"node": self.node_name})
+            except Exception as err:  # noqa: BLE001 - keep evaluating: retried with backoff, shown in the status
+                self._evaluation_failed(err)
 
     def _next_wait(self) -> float:
         """Seconds until the next evaluation is due without a wake-up (deadlines of moves, cooldowns, holders the
         ledger recorded, the status write, and the resync while not converged)."""
         d = self._last
+        now = self._clock()
+        if self._eval_retry_at is not None and (d is None or self._eval_retry_at <= now):
+            return max(0.0, self._eval_retry_at - now)
         if d is None:
             return 0.0
-        now = self._clock()
         cfg = self.cfg
         due: list[float] = []
         led = self._ledger
@@ -601,6 +681,8 @@ class SplitController:
             due.append(now + self.config.resync_s)
         if self._save_retry_at is not None:
             due.append(self._save_retry_at)
+        if self._eval_retry_at is not None:
+            due.append(self._eval_retry_at)
         if any(w.phase in ("held", "unknown", Phase.RECLAIM) for w in d.waiting) or self.sources.wants_poll():
             due.append(now + self.config.held_poll_s)
         if self._status is None or self._status_error or self._status_dirty:

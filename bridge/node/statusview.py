@@ -3,7 +3,10 @@
 What it shows: the split the Node asks for now (label/annotation, parsed by `bridge.ledger.requested_split`), and
 from the daemon's split-status annotation (`bridge.ledger.status`) the state, every device's side and holders, the
 devices not yet where the target asks and why, and the latest refusals. When the daemon has not evaluated the
-current request yet (or is not running), it says so instead of showing stale data as current.
+current request yet (or is not running), it says so instead of showing stale data as current; while its
+evaluations fail, it shows the error. The table is for a terminal: every text from the annotation (a holder, a
+reason, the request) has its control characters escaped (`bridge.humantext.escape`), so ESC or CR in an annotation
+cannot drive the terminal; the JSON output escapes them as JSON does.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.humantext import clip, escape
 from bridge.ledger.status import SplitStatus, StatusError, status_of, summary_counts
 from bridge.ledger.target import SplitRequest, requested_split
 
@@ -44,6 +48,7 @@ def view_of(node: Mapping[str, Any]) -> NodeSplitView:
 
 
 def _table(rows: list[list[str]]) -> list[str]:
+    rows = [[escape(c) for c in r] for r in rows]  # before the widths: an escape is wider than its character
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
@@ -55,14 +60,17 @@ def render_table(v: NodeSplitView) -> str:
     s = v.status
     if s is None:
         lines.append(v.problem)
-        return "\n".join(lines)
+        return _lines(lines)
     if not v.current:
-        lines.append(f"note: the daemon last evaluated {s.requested!r}; it has not written a status for the current "
+        lines.append(f"note: the daemon last evaluated {clip(s.requested)}; it has not written a status for the current "
                      "request yet (or is not running)")
     lines.append(f"state: {s.state} — {s.message} (updated {s.updated})")
     if s.checkpoint_error is not None:
         lines.append(f"error: the checkpoint cannot be written since {s.checkpoint_error.since}: "
                      f"{s.checkpoint_error.message}; the split shown is the last one saved, changes wait (retried)")
+    if s.evaluation_error is not None:
+        lines.append(f"error: evaluating the split fails since {s.evaluation_error.since}: "
+                     f"{s.evaluation_error.message}; the devices shown are from the last evaluation (retried)")
     rows = [["DEVICE", "SIDE", "UUID", "HOLDERS"]]
     rows += [[d.name, d.side.value, d.uuid, "; ".join(d.holders) or "-"] for d in s.devices]
     lines += ["", *_table(rows)]
@@ -79,7 +87,12 @@ def render_table(v: NodeSplitView) -> str:
         rows = [["TIME", "API", "DEVICE", "MESSAGE"]]
         rows += [[r.time, r.api, r.device or "-", r.message] for r in s.refusals]
         lines += ["", "Latest refusals:", *_table(rows)]
-    return "\n".join(lines)
+    return _lines(lines)
+
+
+def _lines(lines: list[str]) -> str:
+    """The lines for a terminal: every text from the annotation escaped (ESC, CR: bridge.humantext)."""
+    return "\n".join(escape(line) for line in lines)
 
 
 def render_json(v: NodeSplitView) -> str:

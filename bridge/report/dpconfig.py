@@ -3,7 +3,9 @@
 Read from a ConfigMap in the input (any data key whose value is a `version: v1` plugin config; the key is the
 config name that nodes select with the label `nvidia.com/device-plugin.config`) or from a file given with
 `--device-plugin-config`. Parsing never raises for content problems: they become `problems` on the result so the
-report can name them (a malformed config is a finding, not a crash).
+report can name them (a malformed config is a finding, not a crash). The text is read by the bounded YAML decoder
+(`bridge.kvalues.documents.load_yaml`: no aliases, 64 levels, 1 MiB), so a 516-byte alias bomb is a problem named
+in the report, not 87 s and 5.65 GB of expansion.
 
 What the plugin does with a config, from NVIDIA/k8s-device-plugin `api/config/v1`:
 
@@ -20,14 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from bridge.humantext import clip
+from bridge.kvalues.documents import DocumentError, load_yaml
 from bridge.report.findings import ObjectRef
-
-try:
-    _Loader: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,12 @@ def looks_like_config(text: str) -> bool:
 def parse_config(text: str, source: ObjectRef, key: str) -> DevicePluginConfig | None:
     """None when the text is not a device-plugin config at all (other ConfigMaps)."""
     try:
-        doc = yaml.load(text, Loader=_Loader)
-    except (yaml.YAMLError, RecursionError) as err:
+        doc = load_yaml(text, "the config")  # bounded: a ConfigMap's size, 64 levels, no aliases
+    except DocumentError as err:
         if looks_like_config(text):
-            reason = "nested too deeply" if isinstance(err, RecursionError) else str(err)
-            return DevicePluginConfig(source, key, "none", (), (f"not valid YAML: {reason}",))
+            return DevicePluginConfig(source, key, "none", (), (str(err),))
         return None
-    if not isinstance(doc, dict) or str(doc.get("version", "")) != "v1":
+    if not isinstance(doc, dict) or doc.get("version") != "v1":
         return None
     if not any(k in doc for k in ("flags", "sharing", "resources", "plugin")):
         return None
@@ -81,9 +77,11 @@ def parse_config(text: str, source: ObjectRef, key: str) -> DevicePluginConfig |
     if not isinstance(flags, dict):
         problems.append("flags: expected a mapping")
         flags = {}
-    mig = str(flags.get("migStrategy", "none"))
+    mig = flags.get("migStrategy", "none")
     if mig not in ("none", "single", "mixed"):
-        problems.append(f"flags.migStrategy: unknown value {mig!r} (none, single, mixed)")
+        problems.append(f"flags.migStrategy: unknown value {clip(mig)} (none, single, mixed)")
+        if not isinstance(mig, str):
+            mig = "none"
     sharing_out: list[Sharing] = []
     sharing = doc.get("sharing") or {}
     if not isinstance(sharing, dict):
@@ -105,7 +103,7 @@ def parse_config(text: str, source: ObjectRef, key: str) -> DevicePluginConfig |
             try:
                 replicas = int(r.get("replicas", 0))
             except (TypeError, ValueError):
-                problems.append(f"sharing.{strategy}.resources[{i}].replicas: not an integer: {r.get('replicas')!r}")
+                problems.append(f"sharing.{strategy}.resources[{i}].replicas: not an integer: {clip(r.get('replicas'))}")
                 continue
             if replicas < 2:
                 problems.append(f"sharing.{strategy}.resources[{i}].replicas: {replicas}; the device plugin refuses "

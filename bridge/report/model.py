@@ -13,7 +13,7 @@
   publishes with every GPU on the legacy side, or its DaemonSet's pods; another DRA driver), capacity and
   allocatable `nvidia.com/gpu`, the split the node asks for (label or annotation, read by the node daemon's own
   parser: `bridge.ledger.requested_split`) and the daemon's split status annotation, the devices published in
-  ResourceSlices.
+  ResourceSlices, and what the scheduler's node filters read (labels, taints, cordon).
 
 Everything is indexed by name or owner before use; no step is quadratic in pods or nodes.
 """
@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bridge.kvalues.placement import Constraints, Taint, taints_of
 from bridge.ledger.status import SplitStatus, StatusError, status_of
 from bridge.ledger.target import SplitRequest, TargetResult, evaluate_request, requested_split
 from bridge.report.features import (
@@ -33,7 +34,16 @@ from bridge.report.features import (
     MODE_LABEL,
     MODES,
 )
-from bridge.report.podspec import VENDOR_PREFIX, SpecInfo, analyse, desired_replicas, dra_gpus, template_spec
+from bridge.report.podspec import (
+    VENDOR_PREFIX,
+    SpecInfo,
+    analyse,
+    desired_replicas,
+    dra_gpus,
+    opted_out,
+    template_metadata,
+    template_spec,
+)
 from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
 from bridge.report.sources import ClusterData, ServerVersion
 
@@ -71,6 +81,7 @@ class Workload:
     pods: int = 0  # live (not Succeeded/Failed) pods seen
     nodes: set[str] = field(default_factory=set)
     pods_by_api: dict[str, int] = field(default_factory=dict)  # live GPU pods per API ("legacy", "dra", "both")
+    opted_out: bool = False  # its pods carry dra-bridge.io/translate: "false": the webhook keeps them legacy
 
     @property
     def ref(self) -> Ref:
@@ -129,6 +140,13 @@ class Node:
     split_request: SplitRequest | None = None  # None when the node says nothing
     split_status: SplitStatus | None = None  # the node daemon's dra-bridge.io/split-status annotation
     split_status_error: str = ""  # why that annotation could not be read
+    taints: tuple[Taint, ...] = ()  # spec.taints (the scheduler's TaintToleration filter reads them)
+    unschedulable: bool = False  # spec.unschedulable (cordoned)
+
+    def admits(self, constraints: Constraints) -> bool:
+        """Whether the scheduler's node filters let a pod with these constraints onto this node
+        (`bridge.kvalues.placement`)."""
+        return constraints.allows(self.name, self.labels, self.taints, self.unschedulable)
 
     def split_inventory(self) -> list[tuple[str, str]]:
         """(name, UUID) of the node's GPUs as well as the report knows them: the daemon's own list when it wrote a
@@ -318,7 +336,8 @@ def build_model(data: ClusterData) -> ClusterModel:
                 analyse(pod.get("spec") or {}, ns, pod.get("status"), templates, claims)
             if info.relevant:
                 desired = desired_replicas(kind, ctrl) if ctrl is not None else None
-                row = Workload(kind, ns, name, info, desired if desired is not None else -1)
+                out = opted_out(template_metadata(kind, ctrl) if ctrl is not None else m)
+                row = Workload(kind, ns, name, info, desired if desired is not None else -1, opted_out=out)
             else:
                 row = None
             rows[key] = row
@@ -349,7 +368,8 @@ def build_model(data: ClusterData) -> ClusterModel:
         desired = desired_replicas(kind, ctrl)
         if kind == "Job" and desired == 0:
             continue  # a finished Job holds no GPUs
-        rows[(kind, ns, name)] = Workload(kind, ns, name, info, desired if desired is not None else 0)
+        rows[(kind, ns, name)] = Workload(kind, ns, name, info, desired if desired is not None else 0,
+                                          opted_out=opted_out(template_metadata(kind, ctrl)))
 
     workloads = [w for w in rows.values() if w is not None]
     for w in workloads:
@@ -383,6 +403,8 @@ def build_model(data: ClusterData) -> ClusterModel:
             split_request=request if request.source != "default" else None,
             split_status=split_status,
             split_status_error=status_error,
+            taints=taints_of(n),
+            unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
         )
     for s in data.of("ResourceSlice"):
         for d in _slice_devices(s):

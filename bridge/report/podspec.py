@@ -1,5 +1,6 @@
 """What one pod spec says about GPUs: requests per resource name, DRA claims, GFD-label selectors, device access
-that bypasses any allocator. Pure functions over plain dicts.
+that bypasses any allocator, and the node filters it keeps once translated (`dra_placement`). Pure functions over
+plain dicts.
 
 How many devices of a resource a pod holds is the shared device-plugin arithmetic (`bridge.kvalues.podgpu`, which
 the webhook uses too): max(app containers + sidecars, each ordinary init container + the sidecars started before
@@ -21,11 +22,13 @@ claim not in the input, `allocationMode: All`) is named in `DraGpus.unknown`, ne
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bridge.controller.demand import request_count
-from bridge.kvalues import podgpu
+from bridge.kvalues import gfd, podgpu
+from bridge.kvalues.placement import NONE as NO_CONSTRAINTS
+from bridge.kvalues.placement import Constraints, constraints_of
 from bridge.kvalues.quantity import quantity_int
 from bridge.report.features import BRIDGE_CLASS, GPU, IMPLICIT_PREFIX
 
@@ -156,6 +159,10 @@ class SpecInfo:
     scheduler_name: str = ""  # spec.schedulerName ("" = default-scheduler)
     node_name: str = ""  # spec.nodeName (in a template: preset, the scheduler is bypassed)
     dra: DraGpus = field(default=NO_DRA)  # the bridge DeviceClass's devices asked through DRA
+    placement: Constraints = NO_CONSTRAINTS  # the node filters the pod keeps once translated (`dra_placement`)
+    # GPU values that are not a valid count ("1e400": out of range; bridge.kvalues.podgpu.count_problems), counted
+    # as 0 GPUs above and named here, one line each
+    invalid_counts: tuple[str, ...] = ()
 
     @property
     def legacy_gpus(self) -> int:
@@ -187,7 +194,8 @@ class SpecInfo:
 
     @property
     def relevant(self) -> bool:
-        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env)
+        return bool(self.gpu or self.uses_claims or self.gfd_terms or self.dev_hostpaths or self.visible_devices_env
+                    or self.invalid_counts)
 
 
 def _gfd_terms(spec: Obj) -> tuple[tuple[Requirement, ...], ...]:
@@ -245,13 +253,77 @@ def analyse(spec: Obj, namespace: str = "", status: Obj | None = None, templates
         scheduler_name=str(spec.get("schedulerName") or ""),
         node_name=str(spec.get("nodeName") or ""),
         dra=dra_gpus(spec, namespace, status, templates, claims) if uses_claims or _asks_implicit(spec) else NO_DRA,
+        placement=dra_placement(spec),
+        invalid_counts=_invalid_counts(containers, spec),
     )
+
+
+def dra_placement(spec: Obj) -> Constraints:
+    """The scheduler's node filters a pod keeps once the webhook translated it (`bridge.kvalues.placement`): its node
+    selector, required node affinity and tolerations, without the GPU Feature Discovery device labels
+    (`bridge.kvalues.gfd.DEVICE_LABELS`), which the translation moves into the claim's CEL selector as the webhook
+    does (bridge/webhook/translate.py): from the node selector, from a single affinity term, and from several terms
+    only when every one of them selects device labels alone (several terms mixing other labels stay whole). A pod
+    already translated has nothing left to move, so this is its own filters."""
+    selector, affinity, tolerations = spec.get("nodeSelector"), spec.get("affinity"), spec.get("tolerations")
+    if not selector and not affinity and not tolerations:
+        return NO_CONSTRAINTS  # the common pod: nothing keeps it off a node but taints
+    key = repr((selector, affinity, tolerations))  # the pods of a workload (and most workloads) share one
+    hit = _PLACEMENTS.get(key)
+    if hit is None:
+        if len(_PLACEMENTS) >= 4096:
+            _PLACEMENTS.clear()
+        hit = _PLACEMENTS[key] = _dra_placement(spec)
+    return hit
+
+
+_PLACEMENTS: dict[str, Constraints] = {}
+
+
+def _dra_placement(spec: Obj) -> Constraints:
+    c = constraints_of(spec)
+    selector = tuple((k, v) for k, v in c.node_selector if k not in gfd.DEVICE_LABELS)
+    terms = c.terms
+    stripped = tuple(replace(t, expressions=tuple(r for r in t.expressions if r.key not in gfd.DEVICE_LABELS))
+                     for t in terms)
+    device_only = [t.expressions != s.expressions and not s.expressions and not s.fields for t, s in zip(terms, stripped)]
+    if len(terms) == 1:
+        terms = () if device_only[0] else stripped
+    elif terms and all(device_only):
+        terms = ()
+    if selector == c.node_selector and terms == c.terms:
+        return c
+    return Constraints(selector, terms, c.tolerations)
+
+
+def _invalid_counts(containers: list[Obj], spec: Obj) -> tuple[str, ...]:
+    names = {k for c in containers for part in ("limits", "requests")
+             for k in (((c.get("resources") or {}).get(part)) or {}) if _is_gpu_name(k)}
+    return tuple(p for name in sorted(names) for p in podgpu.count_problems(spec, name))
 
 
 def _asks_implicit(spec: Obj) -> bool:
     return any(str(k).startswith(IMPLICIT_PREFIX)
                for kind in ("containers", "initContainers") for c in spec.get(kind) or ()
                for part in ("limits", "requests") for k in (((c.get("resources") or {}).get(part)) or {}))
+
+
+OPT_OUT_ANNOTATION = "dra-bridge.io/translate"  # "false" keeps a pod on the device plugin (bridge/webhook/policy.py)
+
+
+def opted_out(metadata: Obj | None) -> bool:
+    """Whether pod metadata opts the pod out of translation, as the webhook reads it (value "false", any case)."""
+    annotations = (metadata or {}).get("annotations") or {}
+    return isinstance(annotations, dict) and str(annotations.get(OPT_OUT_ANNOTATION, "")).lower() == "false"
+
+
+def template_metadata(kind: str, obj: Obj) -> Obj | None:
+    """The pod template's metadata of a controller (CronJob: its job template's)."""
+    spec = obj.get("spec") or {}
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    tmpl = spec.get("template")
+    return (tmpl.get("metadata") or {}) if isinstance(tmpl, dict) else None
 
 
 def template_spec(kind: str, obj: Obj) -> Obj | None:

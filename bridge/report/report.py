@@ -12,17 +12,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from bridge.report.checks import CheckContext, ReportOptions, run_checks
-from bridge.report.checks.capacity import NamespaceCapacity, simulate_capacity, wave_order
+from bridge.report.checks.simulation import NamespaceCapacity, simulate_capacity
 from bridge.report.features import BRIDGE_DRIVER, FEATURES, GPU, MODE_LABEL, Stage
-from bridge.report.findings import SEVERITY_RANK, Finding
+from bridge.report.findings import SEVERITY_RANK, Finding, is_cluster_blocker, namespace_of
 from bridge.report.model import ClusterModel, Node, Workload, build_model
 from bridge.report.shape import find_malformed
 from bridge.report.sources import ClusterData, MalformedInput, bulk_allocation
 from bridge.report.splitcontroller import SplitController
+from bridge.report.waves import flips
 
 STATUS_BY_SEVERITY = {"blocker": "blocked", "warning": "needs-config"}
 STATUSES = ("ready", "needs-config", "blocked")
-_GLOBAL_RULES = frozenset({"DRB001", "DRB003", "DRB004"})
 
 
 def status_of(findings: list[Finding]) -> str:
@@ -169,14 +169,12 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
     findings = run_checks(ctx)
     by_obj: dict[tuple[str, str, str], list[Finding]] = defaultdict(list)
     by_ns: dict[str, list[Finding]] = defaultdict(list)
-    global_findings = [f for f in findings if f.rule in _GLOBAL_RULES and f.severity == "blocker"]
+    global_findings = [f for f in findings if is_cluster_blocker(f)]
     for f in findings:
         o = f.object
         by_obj[(o.kind, o.namespace, o.name)].append(f)
-        if o.namespace:
-            by_ns[o.namespace].append(f)
-        elif o.kind == "Namespace":
-            by_ns[o.name].append(f)
+        if namespace_of(f):
+            by_ns[namespace_of(f)].append(f)
 
     gpu_workloads = ctx.gpu_workloads
     workload_rows = []
@@ -253,30 +251,22 @@ def unresolved(report: Report, namespace: str, rules: frozenset[str]) -> list[Fi
     for f in report.findings:
         if f.severity == "info":
             continue
-        o = f.object
-        about = o.namespace == namespace or (o.kind == "Namespace" and o.name == namespace)
-        cluster_blocker = f.rule in _GLOBAL_RULES and f.severity == "blocker"
-        if (about and (f.rule in rules or f.severity == "blocker")) or cluster_blocker:
+        about = namespace_of(f) == namespace
+        if (about and (f.rule in rules or f.severity == "blocker")) or is_cluster_blocker(f):
             out.append(f)
     return out
 
 
 def plan_waves(rows: list[NamespaceRow], model: ClusterModel) -> list[WaveStep]:
-    """Lowest risk first. Wave 1 puts every movable legacy namespace in shadow (a dry run on real traffic: nothing
-    changes for pods). Then one namespace per wave goes to dra: those already in shadow first, then by increasing
-    GPU demand. Blocked namespaces are not planned."""
-    movable = [r for r in rows if r.status != "blocked" and r.workloads]
-    steps: list[WaveStep] = []
-    to_shadow = sorted((r for r in movable if r.mode == "legacy"), key=lambda r: r.name)
-    for r in to_shadow:
-        steps.append(WaveStep(1, r.name, "shadow", "dry run: translation recorded, pods unchanged"))
-    # Same order as the cumulative capacity simulation (DRB032), so "fits in wave order" means this order.
-    order = {n.name: i for i, n in enumerate(wave_order([model.namespaces[r.name] for r in movable]))}
-    to_dra = sorted((r for r in movable if r.mode != "dra"), key=lambda r: order[r.name])
-    first = 2 if to_shadow else 1
-    for i, r in enumerate(to_dra):
+    """Lowest risk first (bridge.report.waves, the order the capacity simulation checks): wave 1 puts every movable
+    legacy namespace in shadow, then one namespace per wave goes to dra. Blocked namespaces are not planned."""
+    by_name = {r.name: r for r in rows}
+    plan = flips([model.namespaces[r.name] for r in rows if r.status != "blocked" and r.workloads])
+    steps = [WaveStep(1, ns.name, "shadow", "dry run: translation recorded, pods unchanged") for ns in plan.to_shadow]
+    for i, ns in enumerate(plan.to_dra):
+        r = by_name[ns.name]
         reason = "ready" if r.status == "ready" else f"after fixing {', '.join(r.rules)}"
-        steps.append(WaveStep(first + i, r.name, "dra", reason, r.rules))
+        steps.append(WaveStep(plan.first_dra_wave + i, r.name, "dra", reason, r.rules))
     return steps
 
 

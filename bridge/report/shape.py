@@ -29,14 +29,16 @@ _CONTAINER: dict[str, Any] = {
     "args": list,
     "restartPolicy": str,
 }
+_NODE_REQUIREMENTS = [{"key": str, "operator": str, "values": list}]
 _NODE_AFFINITY = {"requiredDuringSchedulingIgnoredDuringExecution": {
-    "nodeSelectorTerms": [{"matchExpressions": [{"key": str, "operator": str, "values": list}]}]}}
+    "nodeSelectorTerms": [{"matchExpressions": _NODE_REQUIREMENTS, "matchFields": _NODE_REQUIREMENTS}]}}
 POD_SPEC: dict[str, Any] = {
     "containers": [_CONTAINER],
     "initContainers": [_CONTAINER],
     "ephemeralContainers": [dict],
     "volumes": [{"hostPath": {"path": str}}],
     "nodeSelector": STR_MAP,
+    "tolerations": [{"key": str, "operator": str, "value": str, "effect": str}],
     "nodeName": str,
     "affinity": {"nodeAffinity": _NODE_AFFINITY},
     "resourceClaims": list,
@@ -55,7 +57,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "DaemonSet": {"spec": {"template": _TEMPLATE}, "status": {"desiredNumberScheduled": INT}},
     "Job": {"spec": {"parallelism": INT, "template": _TEMPLATE}, "status": {"conditions": [dict]}},
     "CronJob": {"spec": {"jobTemplate": {"spec": {"parallelism": INT, "template": _TEMPLATE}}}},
-    "Node": {"status": {"capacity": STR_MAP, "allocatable": STR_MAP, "nodeInfo": dict}},
+    "Node": {"spec": {"taints": [{"key": str, "value": str, "effect": str}]},
+             "status": {"capacity": STR_MAP, "allocatable": STR_MAP, "nodeInfo": dict}},
     "Namespace": {},
     "ResourceQuota": {"spec": {"hard": STR_MAP}},
     "ConfigMap": {"data": STR_MAP},

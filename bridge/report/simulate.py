@@ -39,6 +39,7 @@ class FitResult:
     pods: int
     placed: int
     devices_needed: int
+    pending_devices: int = 0  # devices the pods left unplaced ask for
 
     @property
     def fits(self) -> bool:
@@ -155,8 +156,8 @@ class Pool:
 
     def fit(self, needs: Iterable[PodNeed]) -> FitResult:
         ordered = sorted(needs, key=lambda p: -p.devices)
-        placed = sum(1 for p in ordered if self.place(p))
-        return FitResult(len(ordered), placed, sum(p.devices for p in ordered))
+        left = [p.devices for p in ordered if not self.place(p)]
+        return FitResult(len(ordered), len(ordered) - len(left), sum(p.devices for p in ordered), sum(left))
 
 
 def _shape(vectors: Sequence[Vector]) -> Shape:

@@ -34,7 +34,6 @@ import io
 import json
 import os
 import re
-import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -44,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from bridge.atomicfile import UnreadableFile
+from bridge.atomicfile import read_regular as bounded_read
 
 Obj = dict[str, Any]
 
@@ -215,14 +217,6 @@ def _leading_int(s: str) -> int:
     return int(m.group(0)) if m else 0
 
 
-def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
 
@@ -233,23 +227,18 @@ def _too_big(path: Path, limit: int, what: str) -> SnapshotError:
 
 def read_regular(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; `SnapshotError` for anything else. The type is checked
-    on the descriptor (no race with a swapped path) and the open never blocks on a FIFO."""
+    on the descriptor (no race with a swapped path) and the open never blocks on a FIFO (`bridge.atomicfile
+    .read_regular`, the daemon's reader; a snapshot may be reached through symlinks)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        raw = bounded_read(path, limit, follow_links=True)
+    except UnreadableFile as err:
+        if err.kind == "too-large":
+            raise _too_big(path, limit, "grew while read to" if err.size is None else f"{_size(err.size)},") from err
+        raise SnapshotError(f"{path}: {err.reason}: a snapshot is made of files") from err
     except OSError as err:
         raise SnapshotError(f"{path}: cannot read: {err.strerror or err}") from err
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise SnapshotError(f"{path}: {_file_type(st.st_mode)}, not a regular file: a snapshot is made of files")
-        if st.st_size > limit:
-            raise _too_big(path, limit, f"{_size(st.st_size)},")
-        try:
-            raw = f.read(limit + 1)
-        except OSError as err:
-            raise SnapshotError(f"{path}: cannot read: {err.strerror or err}") from err
-    if len(raw) > limit:
-        raise _too_big(path, limit, "grew while read to")
+    if raw is None:
+        raise SnapshotError(f"{path}: cannot read: No such file or directory")
     return raw
 
 

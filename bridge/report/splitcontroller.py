@@ -182,17 +182,22 @@ def _records(nodes: Iterable[Obj]) -> Iterator[tuple[str, DecisionRecord]]:
 
 # ---- the Deployment ---------------------------------------------------------------------------------------------
 
-def controller_args(container: Mapping[str, Any]) -> list[str] | None:
-    """The arguments after `bridge controller` when this container runs it, else None."""
+def component_args(container: Mapping[str, Any], component: str) -> list[str] | None:
+    """The arguments after `bridge COMPONENT` when this container runs it, else None."""
     command = [str(t) for t in container.get("command") or ()]
     args = [str(t) for t in container.get("args") or ()]
     tokens = command + args
     for i in range(len(tokens) - 1):
-        if posixpath.basename(tokens[i]) == "bridge" and tokens[i + 1] == "controller":
+        if posixpath.basename(tokens[i]) == "bridge" and tokens[i + 1] == component:
             return tokens[i + 2:]
-    if not command and args[:1] == ["controller"] and "dra-bridge" in str(container.get("image", "")):
+    if not command and args[:1] == [component] and "dra-bridge" in str(container.get("image", "")):
         return args[1:]  # the image's entrypoint is `bridge`
     return None
+
+
+def controller_args(container: Mapping[str, Any]) -> list[str] | None:
+    """The arguments after `bridge controller` when this container runs it, else None."""
+    return component_args(container, "controller")
 
 
 def _flags(args: Sequence[str]) -> dict[str, list[str]]:
@@ -387,4 +392,4 @@ def detect(data: ClusterData) -> SplitController:
 
 
 __all__ = ["CLOCK_SKEW_S", "ControllerDeployment", "DEFAULT_LEASE", "RECORD_FRESH_S", "SplitController",
-           "controller_args", "deployment_of", "detect", "parse_time", "reference_time"]
+           "component_args", "controller_args", "deployment_of", "detect", "parse_time", "reference_time"]

@@ -102,26 +102,51 @@ class Supply:
         return {n: f"{v.frozen}: {v.frozen_reason}" for n, v in self.views.items() if v.frozen}
 
 
-def build_supply(model: ClusterModel, controller: SplitController) -> Supply:
-    """One pass over the pods bound to bridge nodes and the unbound ones; the rest of the cluster is not read. The
-    decision core runs without memory (no cool-down, no rate limit), so it needs no clock."""
+@dataclass(frozen=True)
+class BoundGpuPod:
+    namespace: str
+    name: str
+    phase: str
+    gpus: int  # nvidia.com/gpu it holds under the device plugin (bridge.kvalues.podgpu)
+
+
+def bound_gpu_pods(model: ClusterModel) -> dict[str, list[BoundGpuPod]]:
+    """bridge node -> the pods bound there, not finished, that hold `nvidia.com/gpu`: one pass over the pods, the
+    device-plugin count read only for pods on bridge nodes (the supply and DRB017 share it)."""
+    bridge = {n.name for n in model.nodes.values() if "bridge" in n.backends}
+    out: dict[str, list[BoundGpuPod]] = defaultdict(list)
+    if not bridge:
+        return {}
+    for pod in model.data.of("Pod"):
+        spec = pod.get("spec") or {}
+        node_name = spec.get("nodeName")
+        if node_name in bridge and is_bound_and_running(pod):
+            n = pod_devices(spec, GPU)
+            if n:
+                meta = pod.get("metadata") or {}
+                out[str(node_name)].append(BoundGpuPod(str(meta.get("namespace", "")), str(meta.get("name", "")),
+                                                       str((pod.get("status") or {}).get("phase") or ""), n))
+    return dict(out)
+
+
+def build_supply(model: ClusterModel, controller: SplitController,
+                 bound: dict[str, list[BoundGpuPod]] | None = None) -> Supply:
+    """The pods bound to bridge nodes (`bound_gpu_pods`, computed here when not given) and one pass for the unbound
+    ones; the rest of the cluster is not read. The decision core runs without memory (no cool-down, no rate limit),
+    so it needs no clock."""
     data = model.data
     bridge = {n.name for n in model.nodes.values() if "bridge" in n.backends}
     requested: dict[str, int] = defaultdict(int)
     held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     unbound: list[Obj] = []
     for pod in data.of("Pod"):
-        spec = pod.get("spec") or {}
-        node_name = spec.get("nodeName")
-        if not node_name:
-            if (pod.get("metadata") or {}).get("namespace") not in SYSTEM_NAMESPACES:
-                unbound.append(pod)
-            continue
-        if node_name in bridge and is_bound_and_running(pod):
-            n = pod_devices(spec, GPU)
-            if n:
-                requested[node_name] += n
-                held[str((pod.get("metadata") or {}).get("namespace", ""))][node_name] += n
+        if not (pod.get("spec") or {}).get("nodeName") and \
+                (pod.get("metadata") or {}).get("namespace") not in SYSTEM_NAMESPACES:
+            unbound.append(pod)
+    for node_name, pods in (bound if bound is not None else bound_gpu_pods(model)).items():
+        for p in pods:
+            requested[node_name] += p.gpus
+            held[p.namespace][node_name] += p.gpus
     claims = data.of("ResourceClaim") if bridge else []
     allocated = allocated_by_node(claims)
     views: dict[str, NodeView] = {}
@@ -153,4 +178,4 @@ def build_supply(model: ClusterModel, controller: SplitController) -> Supply:
                   pending)
 
 
-__all__ = ["NO_RATE_LIMIT", "Supply", "build_supply"]
+__all__ = ["NO_RATE_LIMIT", "BoundGpuPod", "Supply", "bound_gpu_pods", "build_supply"]

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bridge.kube.api import MUTATING_WEBHOOKS, KubeAPI
+from bridge.kube.api import MUTATING_WEBHOOKS, KubeAPI, ResourceAPI
 from bridge.kube.errors import AlreadyExists
 from bridge.webhook import jsoncodec
 from bridge.webhook.effects import (
@@ -190,7 +190,9 @@ def build(options: WebhookOptions, api: KubeAPI, facts: ClusterFacts, metrics: W
     `ServeFacts()`: the caller vouches that the cluster keeps claims (tests that do not run the checks).
     `namespace_cache`: one built by the caller (tests pass one whose watch lags)."""
     cache = namespace_cache if namespace_cache is not None else NamespaceCache(api, metrics)
-    templates = TemplateEnsurer(api, metrics, max_per_namespace=options.max_templates_per_namespace)
+    watch = ResourceAPI(facts.resource_version).claim_templates if facts.resource_version else None
+    templates = TemplateEnsurer(api, metrics, max_per_namespace=options.max_templates_per_namespace, watch=watch)
+    cache.start_with(templates.start)  # the templates of ours are watched whenever the namespace cache runs
     events = EventRecorder(api, metrics)
     policy = PolicyConfig(own_namespace=own_namespace(options.namespace), excluded_namespaces=SYSTEM_NAMESPACES)
     config = ReviewConfig(policy, facts, options.target, frozenset({DEFAULT_SCHEDULER, *options.schedulers}))

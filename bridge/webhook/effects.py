@@ -16,7 +16,13 @@
   namespace, a handful; the cap stops a caller who can reach the webhook (forged AdmissionReviews, with no client
   certificate check) from creating templates without limit. Only namespaces in `dra` mode get templates at all,
   so the total is bounded by (dra namespaces x cap); with two replicas each counts its own creates between lists,
-  so a burst can overshoot by at most what the other replica created within one TTL.
+  so a burst can overshoot by at most what the other replica created within one TTL. **What exists**: the ensurer
+  also watches the templates of ours (one informer, cluster-wide, by the managed-by label; started with the
+  namespace cache). A template someone deletes leaves the remembered names and the namespace's count the moment
+  the watch says so, so the next pod needing it gets it created again rather than referencing a template that no
+  longer exists (before, a deleted template was trusted until the TTL ran out, up to 60 s, while a new shape was
+  still refused as capped); one the other replica creates counts at once. Without the watch (not started, or down),
+  the TTL and the list are what it has.
 * `EventRecorder`: Events about untranslatable pods go through a bounded queue drained by one thread: they never
   add latency to admission, and under a flood they are dropped (counted), never block. `submit` only enqueues (the
   Event object is built on the recorder's thread), so it is safe on the server's event loop.
@@ -63,8 +69,15 @@ class NamespaceCache:
         self._labels: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self._informer = Informer(api, NAMESPACES, on_event=self._on_event)
+        self._companions: list[Callable[[threading.Event], object]] = []
+
+    def start_with(self, start: Callable[[threading.Event], object]) -> None:
+        """Start another watch of the webhook's (the templates of ours) whenever this cache is started."""
+        self._companions.append(start)
 
     def start(self, stop: threading.Event) -> threading.Thread:
+        for start in self._companions:
+            start(stop)
         return self._informer.start(stop)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
@@ -119,7 +132,7 @@ DEFAULT_MAX_TEMPLATES_PER_NAMESPACE = 100
 class TemplateEnsurer:
     def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None, ttl: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
-                 max_per_namespace: int = DEFAULT_MAX_TEMPLATES_PER_NAMESPACE) -> None:
+                 max_per_namespace: int = DEFAULT_MAX_TEMPLATES_PER_NAMESPACE, watch: Resource | None = None) -> None:
         if max_per_namespace < 1:
             raise ValueError("max_per_namespace must be >= 1")
         self._api = api
@@ -130,6 +143,35 @@ class TemplateEnsurer:
         self._seen: dict[tuple[str, str, str], float] = {}
         self._ours: dict[tuple[str, str], tuple[float, set[str]]] = {}  # (version, ns) -> (listed at, names)
         self._lock = threading.Lock()
+        self._informer = None if watch is None else Informer(
+            api, watch, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}", on_event=self._on_event)
+
+    def start(self, stop: threading.Event) -> threading.Thread | None:
+        """Watch the templates of ours (see the module docstring); None when built without a resource to watch."""
+        return None if self._informer is None else self._informer.start(stop)
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self._informer is None or self._informer.wait_synced(timeout)
+
+    def _on_event(self, ev: WatchEvent) -> None:
+        """A template of ours appeared or went away: the remembered names and the namespace's count follow."""
+        meta = ev.object.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        version = str(ev.object.get("apiVersion", "")).rpartition("/")[2]
+        with self._lock:
+            if ev.type == "DELETED":
+                for key in [k for k in self._seen if k[1] == namespace and k[2] == name]:
+                    del self._seen[key]
+                for (_, ns), (_, names) in self._ours.items():
+                    if ns == namespace:
+                        names.discard(name)
+            elif ev.type in ("ADDED", "MODIFIED"):
+                listed = self._ours.get((version, namespace))
+                if listed is not None:
+                    listed[1].add(name)
+        if ev.type == "DELETED":
+            log.info("ResourceClaimTemplate of ours deleted: it is created again when a pod needs it",
+                     extra={"namespace": namespace, "template": name})
 
     def _count(self, result: str, n: int = 1) -> None:
         if self._metrics is not None:

@@ -23,6 +23,10 @@ shows the new mode, and says how long that took.
   converge within moments of each other, but the command cannot prove that every replica has: asking more than
   once makes a lagging replica likelier to show.
 
+In a namespace created moments ago the API server refuses every pod until kube-controller-manager has created
+the namespace's `default` ServiceAccount (the ServiceAccount admission plugin); the probes go on until it exists
+or the wait's timeout, and only then say so (never as a missing RBAC grant).
+
 RBAC: `create` on pods in the namespace (RBAC cannot limit a grant to dry runs). A Forbidden answer, another
 webhook that does not support dry runs (`sideEffects: Unknown|Some`: the API server refuses every dry run it would
 call), a quota the probe exceeds: the wait ends at once with the API server's message (`Applied.error`).
@@ -115,6 +119,15 @@ def wait_applied(api: KubeAPI, namespace: str, mode: Mode, timeout: float, *,
         try:
             pod = api.create(PODS, probe_pod(namespace), namespace, dry_run=True, warnings=warnings)
         except Forbidden as err:
+            if err.service_account_missing:  # a namespace created moments ago: its `default` ServiceAccount follows
+                if once or clock() >= deadline:
+                    return Applied(None, clock() - start, probes, last,
+                                   f"namespace {namespace} has no default ServiceAccount yet, so the API server "
+                                   "refuses every pod there (kube-controller-manager creates it in each new "
+                                   f"namespace; is it running?): {err.message[:200]}")
+                sleep(min(pause, max(0.0, deadline - clock())))
+                pause = min(pause * 2, 0.5)
+                continue
             return Applied(None, clock() - start, probes, last, f"{err.rbac_hint} in namespace {namespace} "
                            "(a dry-run create of a probe pod)", rbac=True)
         except KubeError as err:

@@ -10,13 +10,14 @@ so the report is the same whether or not the webhook is running. `set_mode` also
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.humantext import escape
 from bridge.kube.api import NAMESPACES, PODS, KubeAPI
+from bridge.kvalues.documents import DocumentError, load_json
 from bridge.webhook.facts import LEGACY_RESOURCE
 from bridge.webhook.nscheck import FLIP_ANNOTATION, now_rfc3339
 from bridge.webhook.policy import (
@@ -27,6 +28,7 @@ from bridge.webhook.policy import (
     TRANSLATED_ANNOTATION,
     Mode,
     parse_mode,
+    parse_target,
 )
 
 Obj = dict[str, Any]
@@ -47,6 +49,7 @@ class NamespaceStatus:
     blockers: Counter[str] = field(default_factory=Counter)  # reason -> pods
     webhook: Obj | None = None  # nscheck.WebhookCheck.as_dict() for shadow/dra namespaces, when checked
     since_flip: Obj | None = None  # nscheck.SinceFlip.as_dict(), when the flip time is known
+    label_warnings: tuple[str, ...] = ()  # a mode or target label the webhook does not understand (policy.parse_*)
 
     def as_dict(self) -> Obj:
         out = {"namespace": self.name, "mode": self.mode, "target": self.target or DEFAULT_TARGET,
@@ -57,6 +60,8 @@ class NamespaceStatus:
             out["webhook"] = self.webhook
         if self.since_flip is not None:
             out["sinceFlip"] = self.since_flip
+        if self.label_warnings:
+            out["labelWarnings"] = list(self.label_warnings)
         return out
 
 
@@ -81,8 +86,15 @@ def namespace_status(namespaces: Iterable[Mapping[str, Any]], pods: Iterable[Map
     for ns in namespaces:
         meta = ns.get("metadata") or {}
         labels = meta.get("labels") or {}
-        mode, _ = parse_mode(labels.get(MODE_LABEL))
-        out[meta.get("name", "")] = NamespaceStatus(meta.get("name", ""), mode.value, labels.get(TARGET_LABEL, ""))
+        mode, mode_warning = parse_mode(labels.get(MODE_LABEL))
+        _, target_warning = parse_target(labels.get(TARGET_LABEL))
+        name = meta.get("name", "")
+        warnings = tuple(w for w in (
+            mode_warning and f"{mode_warning} (set a valid one: bridge namespace set {name} legacy|shadow|dra)",
+            target_warning and f"{target_warning} (set a valid one: bridge namespace set {name} {mode.value} --target "
+                               "auto|claims|extended)") if w)
+        out[meta.get("name", "")] = NamespaceStatus(meta.get("name", ""), mode.value, labels.get(TARGET_LABEL, ""),
+                                                    label_warnings=warnings)
     for pod in pods:
         meta = pod.get("metadata") or {}
         st = out.get(meta.get("namespace", ""))
@@ -96,9 +108,11 @@ def namespace_status(namespaces: Iterable[Mapping[str, Any]], pods: Iterable[Map
             if str(ann.get(OPT_OUT_ANNOTATION, "")).lower() == "false":
                 st.opted_out_pods += 1
         if SHADOW_ANNOTATION in ann:
-            try:
-                record = json.loads(ann[SHADOW_ANNOTATION])
-            except ValueError:
+            try:  # bounded: a pod author writes this annotation too (bridge.kvalues.documents)
+                record = load_json(str(ann[SHADOW_ANNOTATION]), SHADOW_ANNOTATION)
+            except DocumentError:
+                continue
+            if not isinstance(record, dict):
                 continue
             if record.get("ok"):
                 st.shadow_ok += 1
@@ -153,11 +167,13 @@ def render_table(rows: list[NamespaceStatus]) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *data)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in (head, *data)]
     for r in rows:
+        lines += [f"  {r.name}: WARNING: {w}" for w in r.label_warnings]
+    for r in rows:
         for reason, n in r.blockers.most_common():
             lines.append(f"  {r.name}: {n} pod(s) would stay legacy: {reason}")
     for r in rows:
         lines += _webhook_lines(r)
-    return "\n".join(lines)
+    return "\n".join(escape(line) for line in lines)  # reasons come from pod annotations: no terminal escapes
 
 
 def _webhook_lines(r: NamespaceStatus) -> list[str]:

@@ -14,9 +14,9 @@ on GPU nodes (for the `extended` target) are all on the Node objects.
 * `NodeView` is an immutable snapshot of those projections. `placement(spec)` answers "can this pod only run on
   nodes whose nvidia.com/gpu is not a whole GPU?": the candidate GPU nodes are those its `nodeSelector`, required
   node affinity (terms OR-ed, expressions AND-ed, `matchFields` on `metadata.name`) and tolerations (of the nodes'
-  NoSchedule/NoExecute taints) admit, with the scheduler's semantics (k8s.io/component-helpers
-  scheduling/corev1/nodeaffinity `GetRequiredNodeAffinity`, `NodeSelectorRequirementsAsSelector`;
-  k8s.io/api core/v1 toleration.go `ToleratesTaint`). If every candidate serves slices or shares, the pod meant
+  NoSchedule/NoExecute taints) admit, with the scheduler's semantics (`bridge.kvalues.placement`, the project's one
+  implementation: k8s.io/component-helpers scheduling/corev1/nodeaffinity `GetRequiredNodeAffinity`,
+  `NodeSelectorRequirementsAsSelector`; k8s.io/api core/v1 toleration.go `ToleratesTaint`). If every candidate serves slices or shares, the pod meant
   one and is not translated. If the candidates are mixed, the pod already ran on whole GPUs sometimes and gets one
   under DRA: translated. No candidate at all (no GPU node known, or a selector no GPU node satisfies): translated,
   nothing to conclude from. A namespace's own restrictions arrive in the pod: the API server's PodNodeSelector and
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.kvalues import gfd
-from bridge.kvalues.nodeselector import requirement_matches
+from bridge.kvalues.placement import term_matches, toleration_tolerates
 from bridge.webhook import jsoncodec
 
 MAX_NODES = 20_000  # GPU nodes kept; the Kubernetes scalability envelope is 5,000 nodes
@@ -107,42 +107,10 @@ def project(node: Mapping[str, Any]) -> NodeInfo | None:
 
 # --- the scheduler's node selection -----------------------------------------------------------------------------
 
-def _requirement(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    return requirement_matches(str(req.get("key", "")), str(req.get("operator")),
-                               [str(v) for v in req.get("values") or []], labels)
-
-
-def _field(req: Mapping[str, Any], name: str) -> bool:
-    if req.get("key") != "metadata.name":
-        return False
-    values = [str(v) for v in req.get("values") or []]
-    if req.get("operator") == "In":
-        return name in values
-    if req.get("operator") == "NotIn":
-        return name not in values
-    return False
-
-
-def _term(term: Mapping[str, Any], node: NodeInfo) -> bool:
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False  # an empty term selects no node
-    return (all(isinstance(e, Mapping) and _requirement(e, node.labels) for e in exprs)
-            and all(isinstance(f, Mapping) and _field(f, node.name) for f in fields))
-
-
 def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Taint) -> bool:
     key, value, effect = taint
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != effect:
-            continue
-        op = t.get("operator") or "Equal"
-        if op == "Exists" and (not t.get("key") or t.get("key") == key):
-            return True
-        if op == "Equal" and t.get("key") == key and str(t.get("value") or "") == value:
-            return True
-    return False
+    return any(toleration_tolerates(str(t.get("key") or ""), str(t.get("operator") or ""), str(t.get("value") or ""),
+                                    str(t.get("effect") or ""), key, value, effect) for t in tolerations)
 
 
 def selects(spec: Mapping[str, Any], node: NodeInfo) -> bool:
@@ -153,7 +121,7 @@ def selects(spec: Mapping[str, Any], node: NodeInfo) -> bool:
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = affinity.get("nodeSelectorTerms") if isinstance(affinity, Mapping) else None
-    if terms and not any(isinstance(t, Mapping) and _term(t, node) for t in terms):
+    if terms and not any(isinstance(t, Mapping) and term_matches(t, node.name, node.labels) for t in terms):
         return False
     tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
     return all(_tolerates(tolerations, taint) for taint in node.taints)

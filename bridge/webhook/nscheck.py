@@ -247,7 +247,9 @@ def since_flip(namespace: Mapping[str, Any], mode: str, pods: Iterable[Mapping[s
     for pod in pods:
         pmeta = pod.get("metadata") or {}
         created = _time(pmeta.get("creationTimestamp"))
-        if created is None or created <= since.replace(microsecond=0):
+        # creationTimestamp has whole seconds: a pod created in the flip's own second counts (one created just before
+        # the flip in that second then shows as not translated: the safe side).
+        if created is None or created < since.replace(microsecond=0):
             continue
         ann = pmeta.get("annotations") or {}
         if record in ann:

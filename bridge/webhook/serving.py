@@ -9,7 +9,9 @@
   which also translates nothing: a pod that keeps its device-plugin GPU is better than one that silently runs
   without any. The probe pod is labelled `app.kubernetes.io/managed-by: dra-bridge` (the registration's
   `objectSelector` keeps it from our own webhook), opted out, restricted-PSA compliant, and names a claim that need
-  not exist (a pod may reference a claim before it is created).
+  not exist (a pod may reference a claim before it is created). In a namespace created moments before the webhook
+  started, pods are refused until its `default` ServiceAccount exists (the ServiceAccount admission plugin): the
+  check waits up to 5 s for it instead of leaving the answer unknown, and nothing translated, for `UNKNOWN_RETRY`.
 * **Does the DeviceClass exist?** One GET of the bridge's DeviceClass with every check (`auto` picks `extended`
   only when it does).
 * **The GPU nodes**: an informer on Nodes whose objects are slimmed on arrival (bridge/webhook/nodes.py `slim`),
@@ -35,7 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 from bridge.kube.api import NODES, PODS, KubeAPI, WatchEvent
-from bridge.kube.errors import KubeError, NotFound
+from bridge.kube.errors import Forbidden, KubeError, NotFound
 from bridge.kube.watch import Informer
 from bridge.webhook.facts import ClusterFacts, ServeFacts
 from bridge.webhook.nodes import MAX_NODES, NodeInfo, NodeView, project, slim
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 PROBE_CLAIM = "dra-bridge-serve-check"
 DEFAULT_INTERVAL = 300.0
 UNKNOWN_RETRY = 10.0  # seconds before a check that could not run is tried again
+SERVICE_ACCOUNT_TRIES = 10  # probes 0.5 s apart while the namespace's default ServiceAccount does not exist yet
 
 
 def probe_pod(namespace: str) -> dict[str, Any]:
@@ -71,10 +74,17 @@ def probe_pod(namespace: str) -> dict[str, Any]:
 def check_claims_kept(api: KubeAPI, namespace: str) -> tuple[bool | None, str]:
     """(True, "") when a dry-run pod keeps its claim; (False, why) when the server dropped it; (None, why) when the
     check could not run."""
-    try:
-        pod = api.create(PODS, probe_pod(namespace), namespace, dry_run=True)
-    except KubeError as err:
-        return None, f"dry-run pod create in {namespace} failed: {err.message[:160]}"
+    tries = 0
+    while True:
+        try:
+            pod = api.create(PODS, probe_pod(namespace), namespace, dry_run=True)
+            break
+        except KubeError as err:
+            tries += 1
+            if isinstance(err, Forbidden) and err.service_account_missing and tries < SERVICE_ACCOUNT_TRIES:
+                time.sleep(0.5)  # the namespace is new: its default ServiceAccount is on its way
+                continue
+            return None, f"dry-run pod create in {namespace} failed: {err.message[:160]}"
     spec = pod.get("spec") or {}
     container = (spec.get("containers") or [{}])[0]
     if spec.get("resourceClaims") and (container.get("resources") or {}).get("claims"):

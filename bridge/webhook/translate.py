@@ -49,7 +49,7 @@ from typing import Any
 
 from bridge.kvalues import gfd
 from bridge.kvalues.podgpu import OWNER_EXTRA, ClaimPlan, ContainerCount, Kind, devices_of, plan_claims
-from bridge.kvalues.quantity import whole_count
+from bridge.kvalues.quantity import QuantityError, check_count
 from bridge.webhook import cel, jsoncodec
 from bridge.webhook.facts import LEGACY_RESOURCE, ClusterFacts, ServeFacts
 from bridge.webhook.policy import (
@@ -200,10 +200,12 @@ def scan(pod: Mapping[str, Any]) -> tuple[list[GpuContainer], list[Why]]:
                                               init and c.get("restartPolicy") == "Always"))
                     continue
             cname = _container_name(c, i)
-            rq = whole_count(req[LEGACY_RESOURCE]) if in_req else None
-            lm = whole_count(lim[LEGACY_RESOURCE]) if in_lim else None
-            if in_req and rq is None or in_lim and lm is None:
-                reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} must be a whole number of GPUs"))
+            try:
+                rq = check_count(req[LEGACY_RESOURCE]) if in_req else None
+                lm = check_count(lim[LEGACY_RESOURCE]) if in_lim else None
+            except QuantityError as err:  # bounded: a huge exponent is refused before any arithmetic
+                reasons.append(_container_why(cname, f"{LEGACY_RESOURCE} is not a valid GPU count ({err.reason})",
+                                              f"{LEGACY_RESOURCE} is not a valid GPU count: {err}"))
                 continue
             if not in_lim:
                 reasons.append(_container_why(

@@ -56,9 +56,10 @@ def test_a_failure_before_the_rename_keeps_the_old_file_and_leaves_no_temp(tmp_p
     assert len(list(tmp_path.iterdir())) == 1
 
 
+@pytest.mark.parametrize("durable", [True, False])
 @pytest.mark.parametrize("step", ["written", "synced", "renamed"])
 def test_a_process_killed_mid_write_leaves_the_old_or_the_new_file_never_a_partial_one(
-        tmp_path: Path, step: str) -> None:
+        tmp_path: Path, step: str, durable: bool) -> None:
     writer = CdiSpecWriter(tmp_path, KIND)
     writer.write(UID_A, _doc(UID_A, 0))
     script = textwrap.dedent(f"""
@@ -70,7 +71,7 @@ def test_a_process_killed_mid_write_leaves_the_old_or_the_new_file_never_a_parti
             if at == {step!r}:
                 os._exit(137)
         doc = build_claim_spec({UID_A!r}, [gpus[3]]).document
-        CdiSpecWriter({str(tmp_path)!r}, claim_kind(), fault=die).write({UID_A!r}, doc)
+        CdiSpecWriter({str(tmp_path)!r}, claim_kind(), fault=die, durable={durable!r}).write({UID_A!r}, doc)
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 137, proc.stderr
@@ -82,6 +83,23 @@ def test_a_process_killed_mid_write_leaves_the_old_or_the_new_file_never_a_parti
     leftovers = writer.sweep_temp_files()
     assert len(leftovers) == (0 if step == "renamed" else 1)
     assert len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_only_a_durable_writer_fsyncs_its_writes_and_removals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              durable: bool) -> None:
+    """Durable: the file and the directory after a write, the directory after a removal. Not durable (per-claim
+    specs, which a reboot voids): the same complete files through a rename, and no fsync at all."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    writer = CdiSpecWriter(tmp_path, KIND, durable=durable)
+    writer.write(UID_A, _doc(UID_A, 1))
+    assert writer.read(UID_A) == _doc(UID_A, 1)
+    assert [p.name for p in tmp_path.iterdir()] == [f"k8s.gpu.dra-bridge.io-claim_{UID_A}.json"]
+    assert len(synced) == (2 if durable else 0)
+    assert writer.remove(UID_A) and writer.read(UID_A) is None
+    assert len(synced) == (3 if durable else 0)
 
 
 def test_list_and_remove_touch_only_our_files(tmp_path: Path) -> None:

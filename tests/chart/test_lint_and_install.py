@@ -181,3 +181,24 @@ def _resource(cluster: Cluster, api_version: str, kind: str) -> Resource:
     rt = cluster.server.registry.by_kind(api_version, kind)
     assert rt is not None
     return Resource(rt.group, rt.version, rt.plural, rt.kind, rt.namespaced)
+
+
+def test_a_device_class_applied_by_hand_before_the_chart_is_used_not_fought_over(cluster: Cluster) -> None:
+    """The README's node-daemon section has you apply examples/deviceclass.yaml; installing the chart after it used to
+    fail ("cannot be imported into the current release"). The chart now leaves that class alone and uses it."""
+    import yaml
+
+    by_hand = yaml.safe_load((helm.REPO / "examples" / "deviceclass.yaml").read_text())
+    classes = _resource(cluster, "resource.k8s.io/v1", "DeviceClass")
+    cluster.api.create(classes, by_hand)
+    release = cluster.install({})
+    assert release["info"]["status"] == "deployed"
+    assert not [o for o in helm.manifests(release) if o["kind"] == "DeviceClass"]
+    kept = cluster.api.get(classes, by_hand["metadata"]["name"])
+    assert kept["spec"] == by_hand["spec"] and "meta.helm.sh/release-name" not in (
+        kept["metadata"].get("annotations") or {})
+
+
+def test_the_class_the_release_created_stays_the_releases_on_upgrade(cluster: Cluster) -> None:
+    first, second = (helm.manifests(r) for r in cluster.install_then_upgrade({}))
+    assert one(first, "DeviceClass") == one(second, "DeviceClass")

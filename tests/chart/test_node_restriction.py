@@ -156,8 +156,8 @@ def test_a_daemon_may_publish_and_clear_its_split_status_on_its_own_node(policie
     (node("n1", {"dra-bridge.io/dra-devices": "all"}), node("n1", {"dra-bridge.io/dra-devices": "2"}),
      "may change only the annotations dra-bridge.io/split-status on Nodes"),
     (node("n1"), node("n1", {"dra-bridge.io/split-decision": "{}"}), "may change only the annotations"),
-    (node("n1", labels={"dra-bridge.io/dra-devices": "all"}), node("n1"), "labels or spec"),
-    (node("n1", unschedulable=True), node("n1"), "labels or spec"),
+    (node("n1", labels={"dra-bridge.io/dra-devices": "all"}), node("n1"), "may not change a Node's labels"),
+    (node("n1", unschedulable=True), node("n1"), "may not change a Node's spec"),
 ], ids=["another-node", "own-target", "removes-the-controllers-record", "a-label", "cordon"])
 def test_a_daemon_may_change_nothing_else_on_nodes(new: dict[str, Any], old: dict[str, Any], says: str,
                                                    policies: dict[str, dict[str, Any]]) -> None:
@@ -191,8 +191,8 @@ def test_the_controller_may_set_any_nodes_target_and_record_why(controller_polic
 @pytest.mark.parametrize(("new", "old", "says"), [
     (node("n7", {STATUS: "{}"}), node("n7"), "may change only the annotations dra-bridge.io/dra-devices, "
                                              "dra-bridge.io/split-decision on Nodes"),
-    (node("n7", labels={"dra-bridge.io/dra-devices": "4"}), node("n7"), "labels or spec"),
-    (node("n7", unschedulable=True), node("n7"), "labels or spec"),
+    (node("n7", labels={"dra-bridge.io/dra-devices": "4"}), node("n7"), "may not change a Node's labels"),
+    (node("n7", unschedulable=True), node("n7"), "may not change a Node's spec"),
 ], ids=["the-daemons-status", "a-label-pin", "cordon"])
 def test_the_controller_may_change_nothing_else(new: dict[str, Any], old: dict[str, Any], says: str,
                                                 controller_policy: dict[str, Any]) -> None:
@@ -218,3 +218,74 @@ def test_the_policies_name_the_daemons_service_account_and_the_key_it_writes(ins
 def test_without_node_restriction_no_policy_is_rendered(installed: Any) -> None:
     objects = installed({"nodeRestriction": {"enabled": False}, "vendorDevicePlugin": "none"})
     assert not find(objects, "ValidatingAdmissionPolicy") and not find(objects, "ValidatingAdmissionPolicyBinding")
+
+
+# ---- issue 27 item 5: the whole Node but our annotations, and the pool named after the node -----------------------
+
+def with_meta(obj: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"].update(meta)
+    return out
+
+
+DANGLING_OWNER = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "00000000-0000-0000-0000-000000000000"}]
+
+
+@pytest.mark.parametrize(("meta", "says"), [
+    ({"ownerReferences": DANGLING_OWNER}, "owner references"),
+    ({"finalizers": ["example.com/hold"]}, "finalizers"),
+    ({"generateName": "n-"}, "generateName"),
+], ids=["a-dangling-owner-reference", "a-finalizer", "generate-name"])
+def test_neither_service_account_may_add_owner_references_or_finalizers_to_a_node(
+        meta: dict[str, Any], says: str, policies: dict[str, dict[str, Any]], controller_policy: dict[str, Any]) -> None:
+    """A dangling owner reference gets the Node garbage-collected with its pods; a finalizer blocks its deletion.
+    Before, the policies compared annotations, labels and spec only."""
+    daemon_own = node("n1", {STATUS: "{}"})
+    d = evaluate(policies["nodes"], node_update(with_meta(daemon_own, **meta), daemon_own))
+    assert not d.allowed and d.reason == "Forbidden" and d.message == f"the node service account may not change a Node's {says}"
+    any_node = node("n7", {STATUS: "{}"})
+    d = evaluate(controller_policy, node_update(with_meta(any_node, **meta), any_node, user=CONTROLLER, on_node=""))
+    assert not d.allowed and d.message == f"the controller service account may not change a Node's {says}"
+    # ... nor remove them
+    d = evaluate(controller_policy, node_update(any_node, with_meta(any_node, **meta), user=CONTROLLER, on_node=""))
+    assert not d.allowed and says in d.message
+
+
+def test_what_the_server_changes_on_every_write_does_not_count_as_a_change(
+        policies: dict[str, dict[str, Any]], controller_policy: dict[str, Any]) -> None:
+    """managedFields (the field manager rewrites them before admission) and resourceVersion are the server's."""
+    old = with_meta(node("n1", {STATUS: '{"version":1}'}), managedFields=[{"manager": "kubelet", "operation": "Update"}])
+    new = with_meta(node("n1", {STATUS: '{"version":1,"x":1}'}), resourceVersion="4", managedFields=[
+        {"manager": "kubelet", "operation": "Update"}, {"manager": "bridge", "operation": "Update"}])
+    assert evaluate(policies["nodes"], node_update(new, old)) == Decision(allowed=True, applied=True)
+    new_target = with_meta(node("n1", {STATUS: '{"version":1}', "dra-bridge.io/dra-devices": "2"}),
+                           managedFields=[{"manager": "bridge-controller", "operation": "Update"}])
+    assert evaluate(controller_policy, node_update(new_target, old, user=CONTROLLER, on_node="")) == \
+        Decision(allowed=True, applied=True)
+
+
+def test_a_nodes_status_is_compared_on_the_node_and_the_status_subresource_is_not_matched(
+        policies: dict[str, dict[str, Any]]) -> None:
+    """On the main resource the real server restores the stored status before validating admission (Node strategy
+    PrepareForUpdate), so a changed status there is refused here and never reaches the policy there; a write to
+    nodes/status is not matched by `resources: [nodes]` (what RBAC grants decides)."""
+    old = node("n1", {STATUS: "{}"})
+    new = copy.deepcopy(old)
+    new["status"]["allocatable"]["nvidia.com/gpu"] = "0"
+    d = evaluate(policies["nodes"], node_update(new, old))
+    assert not d.allowed and d.message == "the node service account may not change a Node's status"
+    sub = Request("UPDATE", "", "v1", "nodes", "Node", DAEMON, object=new, old_object=old,
+                  extra={NODE_NAME_EXTRA: ("n1",)}, name="n1", sub_resource="status")
+    assert evaluate(policies["nodes"], sub) == Decision(allowed=True, applied=False)
+
+
+def test_a_daemon_may_not_publish_its_slice_in_another_nodes_pool(policies: dict[str, dict[str, Any]]) -> None:
+    mine = slice_of("n1")
+    assert mine["spec"]["pool"]["name"] == "n1" == mine["spec"]["nodeName"]  # what the bridge always publishes
+    colliding = copy.deepcopy(mine)
+    colliding["spec"]["pool"]["name"] = "n2"
+    for req in (slice_request("CREATE", obj=colliding), slice_request("UPDATE", obj=colliding, old=mine)):
+        d = evaluate(policies["resourceslices"], req)
+        assert not d.allowed and d.reason == "Forbidden", req.operation
+        assert d.message == "the node daemon on node 'n1' may publish only the pool named after its node, not 'n2'"
+    assert evaluate(policies["resourceslices"], slice_request("DELETE", old=colliding)).allowed  # cleaning up is fine

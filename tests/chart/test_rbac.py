@@ -28,7 +28,7 @@ EXPECTED: dict[str, set[tuple[str, str, str, str, str]]] = {
     },
     "dra-bridge-webhook": {
         *{("cluster", "", "namespaces", v, "") for v in ("get", "list", "watch")},
-        *{("cluster", "resource.k8s.io", "resourceclaimtemplates", v, "") for v in ("create", "list")},
+        *{("cluster", "resource.k8s.io", "resourceclaimtemplates", v, "") for v in ("create", "list", "watch")},
         ("cluster", "", "events", "create", ""),
         *{("cluster", "", "nodes", v, "") for v in ("list", "watch")},  # GPU nodes: MIG/shared, kubelet versions
         ("cluster", "resource.k8s.io", "deviceclasses", "get", ""),  # auto: extended only with the DeviceClass

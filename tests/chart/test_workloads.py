@@ -273,3 +273,13 @@ def test_without_a_vendor_plugin_the_opt_in_label_alone_decides(installed: Any) 
     ours = one(no_vendor, "DaemonSet")["spec"]["template"]["spec"]
     assert schedules(ours, OPTED_IN) and not schedules(ours, {"nvidia.com/gpu.present": "true"})
     assert not find(installed({"node": {"enabled": False}}), "DaemonSet")
+
+
+def test_under_the_gpu_operator_driver_files_and_device_nodes_come_from_its_driver_container(installed: Any) -> None:
+    """The operator's driver container exposes its root at /run/nvidia/driver with dev/nvidia* in it; NVIDIA's own
+    device plugin takes a driver root holding dev/ as the dev root (k8s-device-plugin root.go getDevRoot)."""
+    values = helm.load_values(helm.EXAMPLES / "gpu-operator.yaml")
+    (daemon,) = [c for c in one(installed(values), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "node"]
+    args = " ".join(daemon.get("args") or [])
+    assert "--driver-root=/run/nvidia/driver" in args and "--dev-root=/run/nvidia/driver" in args

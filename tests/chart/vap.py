@@ -4,14 +4,16 @@
 Written from kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/:
 * policy/matching/matching.go — `matchConstraints.resourceRules` select by group, version, resource and
   operation; with `matchPolicy: Equivalent` (the default) a request for another version of the same group resource
-  matches too.
+  matches too. A rule's resource matches a subresource only when it names it (`nodes/status`, `nodes/*`):
+  apiserver pkg/admission/plugin/webhook/predicates/rules/rules.go `Matcher.resource` splits `res/sub` and compares
+  both, so `nodes` matches `nodes` only and `*` every resource but no subresource.
 * policy/validating/validator.go — `matchConditions` first (all true to go on; one false: the policy does not
   apply; an error: the failure policy decides); then each validation: true admits, false denies with the
   messageExpression's result if it is a non-empty single-line string, else `message`, else
   "failed expression: <expression>"; reason Invalid unless set; an evaluation error denies under
   `failurePolicy: Fail` and is ignored under Ignore.
 * cel/filter.go — the activation: `object` (null on DELETE), `oldObject` (null on CREATE), `params`, `request` as
-  `CreateAdmissionRequest` builds it (`userInfo.extra` omitted when empty: Go's omitempty through
+  `CreateAdmissionRequest` builds it (`userInfo.extra` and `subResource` omitted when empty: Go's omitempty through
   `ToUnstructured`), `namespaceObject`.
 * cel/composition.go — `variables.<name>` are evaluated lazily, on first use, once per request.
 
@@ -48,6 +50,7 @@ class Request:
     groups: tuple[str, ...] = ()
     extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     dry_run: bool = False
+    sub_resource: str = ""  # "status" for a write to the status subresource
 
     def as_cel_request(self) -> Obj:
         user: Obj = {"username": self.username}
@@ -64,6 +67,9 @@ class Request:
             "userInfo": user,
             "dryRun": self.dry_run,
         }
+        if self.sub_resource:
+            req["subResource"] = self.sub_resource
+            req["requestSubResource"] = self.sub_resource
         if self.name:
             req["name"] = self.name
         if self.namespace:
@@ -132,7 +138,14 @@ def _matches(policy: Obj, req: Request) -> bool:
         def has(values: list[str], value: str) -> bool:
             return "*" in values or value in values
 
-        if (has(rule.get("apiGroups") or [], req.group) and has(rule.get("resources") or [], req.resource)
+        def resource(values: list[str]) -> bool:
+            for value in values:
+                res, _, sub = value.partition("/")
+                if res in ("*", req.resource) and sub in ("*", req.sub_resource):
+                    return True
+            return False
+
+        if (has(rule.get("apiGroups") or [], req.group) and resource(rule.get("resources") or [])
                 and has(rule.get("operations") or [], req.operation)
                 and (equivalent or has(rule.get("apiVersions") or [], req.version))):
             return True

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
+import pytest
+
 from bridge.controller.decide import decide, queue_order
 from bridge.controller.model import Memory, NodeView, PendingPod, Policy, PoolPolicy
-from bridge.controller.placement import Constraints, Taint, Toleration
+from bridge.kvalues.placement import Constraints, Taint, Toleration
 
 FREE = Policy(max_moves_per_minute=1000, cooldown_s=60)
 
@@ -196,3 +200,21 @@ def test_a_node_with_moves_under_way_moves_further_their_way_only() -> None:
     back = decide([moving], legacy_pods(1, 7), FREE)
     assert back.changes == () and back.blocked[0].reason == "cooldown"
     assert "moving GPUs the other way" in back.blocked[0].message
+
+
+def test_a_decision_leaves_the_garbage_collector_as_it_found_it() -> None:
+    """The core pauses Python's cyclic collector while it runs (half its time at scale went to collections walking
+    the caller's heap); the caller's setting comes back, whichever it was, also when a decision raises."""
+    nodes, pods = [NodeView("n", 8, 2)], dra_pods(3, 2)
+    assert gc.isenabled()
+    decide(nodes, pods, FREE)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        decide(nodes, pods, FREE)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    with pytest.raises(AttributeError):
+        decide([None], pods, FREE)  # type: ignore[list-item]
+    assert gc.isenabled()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -290,3 +291,21 @@ def test_a_change_names_only_groups_of_its_node_that_had_the_gpus_it_moves(nodes
         assert set(c.groups) <= set(groups), c
         assert all(groups[g].free(giving) > 0 for g in c.groups), f"{c} names a group with nothing to give"
         assert len(c.groups) <= c.moves
+
+
+@PROPS
+@given(clusters(max_nodes=6, max_gpus=8, frozen=True), pending(max_pods=10, max_gpus=6),
+       clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.booleans(), min_size=6, max_size=6),
+       st.integers(0, 12))
+def test_a_decision_on_views_it_saw_before_is_the_decision_on_fresh_ones(
+        nodes: list[NodeView], pods: list[PendingPod], others: list[NodeView], keep: list[bool], budget: int) -> None:
+    """The core memoises what it derives from a view object (the controller hands unchanged nodes' views to the next
+    decision as the same objects); a decision on a mix of seen and new view objects equals the one on fresh copies."""
+    policy = Policy(max_moves_per_minute=budget, cooldown_s=60)
+    memory = Memory({"n1": (0.0, "to-dra")})
+    decide(nodes, pods, policy, memory, 10.0)
+    by_name = {n.name: n for n in others}
+    mixed = [n if k or n.name not in by_name else by_name[n.name] for n, k in zip(nodes, keep)]
+    got = decide(mixed, pods, policy, memory, 10.0)
+    decide([], [], policy)  # the memo keeps the views of the last decision only: now none
+    assert got == decide([replace(n) for n in mixed], pods, policy, memory, 10.0)

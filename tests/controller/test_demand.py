@@ -112,12 +112,26 @@ def test_dra_demand_from_unallocated_claims_direct_generated_or_from_the_templat
         pod("also-shared", containers=[container("m", claims=["c"])],
             claims=[{"name": "c", "resourceClaimName": "shared"}]),
     ]
+    pods[-1]["metadata"]["creationTimestamp"] = "2025-06-01T12:05:00Z"  # younger: the scheduler serves it later
     d = pending_demand(pods, claims, templates)
     assert [(p.key, p.api, p.gpus) for p in d.pending] == [
-        ("team-a/direct", "dra", 2),  # a shared claim is counted once, for the first pod
+        ("team-a/direct", "dra", 2),  # a shared claim is counted once, for the pod the scheduler serves first
         ("team-a/generated", "dra", 3),  # the generated claim (status.resourceClaimStatuses), not the template
         ("team-a/fresh", "dra", 4),  # the claim does not exist yet: the template says what it will ask
     ]
+    assert sorted(pending_demand(pods[::-1], claims, templates).pending, key=lambda p: p.key) == \
+        sorted(d.pending, key=lambda p: p.key)  # whatever order the pods are listed in
+
+
+def test_a_shared_claim_counts_for_the_higher_priority_pod_then_the_name() -> None:
+    claims = keyed(claim("shared", 2))
+
+    def p(name: str, **spec: Any) -> dict[str, Any]:
+        return pod(name, containers=[container("m", claims=["c"])], claims=[{"name": "c", "resourceClaimName": "shared"}],
+                   **spec)
+
+    assert [x.key for x in pending_demand([p("a"), p("b", priority=10)], claims, {}).pending] == ["team-a/b"]
+    assert [x.key for x in pending_demand([p("b"), p("a")], claims, {}).pending] == ["team-a/a"]
 
 
 def test_claims_of_other_classes_all_mode_and_api_versions() -> None:

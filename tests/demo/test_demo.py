@@ -147,6 +147,27 @@ def test_the_report_exits_0_before_and_after_and_team_a_ends_ready_on_dra(demo: 
     assert "Migration report: before exit 0 (needs-config), after exit 0 (ready)" in demo.text
 
 
+def test_the_narration_says_what_happened(demo: Demo) -> None:
+    """Where the story names nodes, counts and plans, they are the ones the cluster and the report show."""
+    import re
+
+    after = json.loads(Path(summary(demo)["reports"]["report-after"]["json"]).read_text())
+    flat = " ".join(demo.text.split())  # the narrator wraps lines
+    planned = [s for s in after["wavePlan"] if s["namespace"] == "team-b"]
+    if planned:
+        assert "The wave plan has team-b too (" in flat
+        assert f"wave {planned[0]['wave']} to {planned[0]['mode']}" in flat
+    else:
+        assert "The wave plan has no wave for team-b: it stays on the device plugin." in flat
+    ran_on = {m.group(1): m.group(2) for m in re.finditer(r"team-a/(train-a|infer-a)\s+(\S+)\s+device plugin",
+                                                          demo.text)}
+    named = re.search(r"Its first pods \(infer-a, train-a, on ([^)]+)\)", flat)
+    assert named is not None and set(named.group(1).split(", ")) == set(ran_on.values()), (named, ran_on)
+    decided = {n["name"] for n in after["nodes"]}
+    shown = re.search(r"bridge node status (\S+)", demo.text)
+    assert shown is not None and shown.group(1) in decided
+
+
 def test_the_shadow_step_shows_the_recorded_translation(demo: Demo) -> None:
     assert '"target": "claims"' in demo.text and "probe-a carries the dra-bridge.io/shadow-translation" in demo.text
 

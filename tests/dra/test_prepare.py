@@ -92,6 +92,24 @@ def test_prepare_writes_the_cdi_spec_for_the_allocated_gpu_and_returns_its_id(en
                                  ("put", "uid-1", "PrepareCompleted unsynced"), ("sync", "", "")]
 
 
+def test_the_kubelets_prepare_and_unprepare_calls_wait_for_no_fsync(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim's CDI spec is renamed into place without fsync (a reboot voids it: see bridge.cdi.writer), and the
+    checkpoint's sync runs after the call on its own thread: the calling thread never waits for the disk."""
+    import os
+
+    caller = threading.get_ident()
+    in_call: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (in_call.append(fd) if threading.get_ident() == caller else None,
+                                                 real_fsync(fd))[1])
+    ref = make_claim(env.kube, "c1", "uid-1", ["gpu-2"])
+    assert env.preparer.prepare([ref])["uid-1"].error == ""
+    assert env.spec("uid-1") is not None
+    assert env.preparer.unprepare([ref]) == {"uid-1": ""}
+    assert env.spec("uid-1") is None
+    assert in_call == []
+
+
 def test_all_claims_of_one_call_share_one_started_and_one_completed_checkpoint_write(env: Env) -> None:
     refs = [make_claim(env.kube, f"c{i}", f"uid-{i}", [f"gpu-{i}"]) for i in (1, 2, 3)]
     bad = make_claim(env.kube, "bad", "uid-bad", ["gpu-0"])  # legacy side: refused, no checkpoint write for it

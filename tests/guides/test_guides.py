@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bridge.kube.api import NAMESPACES, RESOURCE_QUOTAS
+from bridge.kube.api import NAMESPACES, PODS, RESOURCE_QUOTAS
 from tests.guides import checks, markdown
 from tests.guides.checks import eventually, no_gpu_shared
 from tests.guides.world import GuideWorld
@@ -34,6 +34,12 @@ def test_01_first_node_is_handed_over_and_its_running_pods_keep_their_gpus(world
     assert "STATUS: deployed" in ran["install"].stdout
     assert ran["installed"].stdout.split("\n")[1].split()[1:3] == ["0", "0"]  # DESIRED 0, CURRENT 0
     assert set(world.workloads.vendor) == {NODE, NODE2} and not world.workloads.running("node")
+
+    ran = world.run("01-first-node", through="image")
+    # The image is pulled on the node while the vendor plugin still serves it; the check pod is gone after.
+    assert f"pulled on {NODE}" in ran["image"].stdout and set(world.workloads.vendor) == {NODE, NODE2}
+    assert not [p for p in world.api.list(PODS, "dra-bridge")["items"]
+                if p["metadata"]["name"] == "dra-bridge-image-check" and not p["metadata"].get("deletionTimestamp")]
 
     ran = world.run("01-first-node", through="verify")
     # The vendor plugin left the node before the bridge came; the bridge runs there and only there.
@@ -75,7 +81,7 @@ def test_02_report_blockers_are_worked_through_until_it_exits_0(world: GuideWorl
     assert _row(out, "team-c")[2] == "blocked" and _row(out, "gpu-a")[1] == "bridge" \
         and _row(out, "gpu-b")[1] == "device-plugin"
     clone = world.home / "clone"
-    fixes = sorted(p.name for p in (clone / "fixes").iterdir())
+    fixes = sorted(p.name for p in (clone / "fixes").iterdir() if not p.name.startswith("."))  # not its index
     assert fixes == ["mig-1g.10gb.yaml", "quota-team-b-gpus.yaml", "wave-plan.sh"]
     assert (clone / "report.html").read_text().lstrip().lower().startswith("<!doctype html")
     assert '"$BRIDGE" namespace set team-a shadow' in ran["plan"].stdout  # the wave plan, printed by `cat`
@@ -150,6 +156,10 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
               if p["spec"]["nodeName"] == NODE2}
     gpus_before = checks.legacy_devices(world, NODE2)
     ran = world.run("04-node-split", through="status")
+    # One node at a time with guide 01's checks: gpu-b's image pulled, its split converged, all legacy.
+    out = ran["hand-over"].stdout
+    assert f"pulled on {NODE2}" in out and f"handed over {NODE2}: every GPU on the device-plugin side" in out
+    assert f"handed over: {NODE2}" in out and "blocked by the report" not in out
     assert set(world.workloads.running("node")) == {NODE, NODE2} and not world.workloads.vendor
     assert {k: (p["metadata"]["uid"], p["spec"]["nodeName"]) for k, p in checks.running_gpu_pods(world).items()
             if p["spec"]["nodeName"] == NODE2} == others

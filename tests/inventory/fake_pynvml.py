@@ -133,6 +133,7 @@ class FakeNvml:
         self.shutdown_calls = 0
         self.free_calls = 0
         self.wait_calls = 0
+        self.wait_timeouts: list[int] = []  # the timeoutms of every nvmlEventSetWait, in call order
         self._cond = threading.Condition()
         self._sets: dict[int, dict[int, int]] = {}  # set id -> {gpu index: registered mask}
         self._pending: list[FakeEventData] = []
@@ -279,6 +280,7 @@ class FakeNvml:
 
     def nvmlEventSetWait(self, eventSet: int, timeoutms: int) -> FakeEventData:
         self.wait_calls += 1
+        self.wait_timeouts.append(timeoutms)
         self._check("nvmlEventSetWait")
         with self._cond:
             registered = self._sets[eventSet]

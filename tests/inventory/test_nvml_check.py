@@ -46,3 +46,22 @@ def test_nvml_check_fails_when_the_driver_root_has_another_version(tmp_path: Pat
     host = make_host(tmp_path, range(8))  # 570 files, NVML says 550: the spec is built, the log says why
     load_script().main(["--seconds", "0", "--host-root", str(host)], nvml_module=FakeNvml(hgx_h100()))
     assert "holds driver 570.124.06, but the GPUs report driver 550.54.15" in capsys.readouterr().out
+
+
+def test_nvml_check_says_when_the_libraries_were_found_through_the_ld_so_cache(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The H200 finding: `--driver-root /` with the driver in /lib, which only /etc/ld.so.cache names."""
+    from tests.fakedriver import make_dev
+    from tests.fakeldcache import H200_VERSION, make_cache_only_driver
+
+    make_cache_only_driver(tmp_path)
+    make_dev(tmp_path, [0])
+    rc = load_script().main(["--seconds", "0", "--host-root", str(tmp_path), "--cdi-source", "own"],
+                            nvml_module=FakeNvml(hgx_h100(1), driver=H200_VERSION))
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert (f"4 libraries in /lib (found through /etc/ld.so.cache: the standard library directories hold no "
+            f"lib*.so.{H200_VERSION})") in out
+    doc = json.loads(out[out.index("\n", out.index("--- CDI spec for GPU 0")) + 1:out.index("\nclose() took")])
+    assert {m["containerPath"] for m in doc["containerEdits"]["mounts"]} >= {
+        f"/lib/libcuda.so.{H200_VERSION}", f"/lib/libnvidia-ml.so.{H200_VERSION}"}

@@ -279,6 +279,15 @@ def test_stop_returns_promptly_and_close_frees_the_event_set() -> None:
     assert nvml.free_calls == 1 and nvml.shutdown_calls == 1
 
 
-def test_default_wait_timeout_is_nvidias_five_seconds() -> None:
-    src = NvmlSource(nvml_module=FakeNvml([]))
-    assert src._wait_ms == 5000
+def test_the_watcher_blocks_in_nvml_at_most_a_second_so_close_never_waits_longer() -> None:
+    """close() must join the watcher before nvmlShutdown, and nothing interrupts nvmlEventSetWait: with NVIDIA's
+    5 s wait a real H200 took 2.01 s to close after a 3 s watch, and the daemon holds its instance lock until then."""
+    nvml = FakeNvml(hgx_h100(1))
+    src = NvmlSource(nvml_module=nvml)  # the default wait
+    watch = Watch(src)
+    _wait_registered(nvml, 1)
+    watch.stop.set()
+    assert watch.done.wait(10)
+    src.close()
+    assert nvml.free_calls == 1 and nvml.shutdown_calls == 1  # the watcher was joined before the shutdown
+    assert nvml.wait_timeouts and max(nvml.wait_timeouts) == 1000

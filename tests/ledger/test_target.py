@@ -73,3 +73,16 @@ def test_a_count_above_the_total_and_an_unknown_device_are_refused_not_clamped()
         fit_target(parse_split("9"), INVENTORY)
     with pytest.raises(SplitError, match="names unknown device 'gpu-12': this node has gpu-0, gpu-1"):
         fit_target(parse_split("gpu-12"), INVENTORY)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("9" * 5000, "more devices than any node has"),  # int() refuses above 4300 digits: a ValueError escaped
+    ("gpu-" + "9" * 5000, "is neither a count"),
+    ("gpu-1," * 5000, "longer than 16384 characters"),
+])
+def test_a_hostile_split_value_is_refused_by_name_and_quoted_briefly(text: str, says: str) -> None:
+    """Issue 27: a Node annotation holds up to 256 KiB; what the daemon, the controller and the report say about it
+    stays short (the value is cut, its length said)."""
+    with pytest.raises(SplitError, match=says) as err:
+        parse_split(text)
+    assert len(str(err.value)) < 400 and "characters)" in str(err.value)

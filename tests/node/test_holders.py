@@ -134,13 +134,19 @@ def test_checkpoint_entries_of_a_deleted_pod_are_leftovers_at_once_unless_the_ku
                                                                    "in the kubelet)"),)
 
 
-def test_an_unreadable_kubelet_checkpoint_is_unknown_only_when_it_matters(kubelet) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreadable_kubelet_checkpoint_makes_the_legacy_side_unknown_a_missing_one_only_when_it_matters(
+        kubelet) -> None:  # type: ignore[no-untyped-def]
+    """Issue 27 item 3: a file that is there but cannot be used means holders unknown (nothing moves), whatever
+    runs; a missing file only matters while a GPU init container runs (before its first Allocate the kubelet has
+    written none)."""
     root, _ = kubelet
     path = root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("{not json")
-    assert "unreadable" in sources(root, listed(pod("t", "u", init_gpus=1))).legacy_facts().unknown[Side.LEGACY]
     assert sources(root, listed()).legacy_facts().known(Side.LEGACY)
+    assert "is missing" in sources(root, listed(pod("t", "u", init_gpus=1))).legacy_facts().unknown[Side.LEGACY]
+    path.write_text("{not json")
+    assert "cannot be read" in sources(root, listed(pod("t", "u", init_gpus=1))).legacy_facts().unknown[Side.LEGACY]
+    assert "is not JSON" in sources(root, listed()).legacy_facts().unknown[Side.LEGACY]
 
 
 def test_claims_allocated_to_our_devices_are_dra_holders_prepared_or_not(kubelet) -> None:  # type: ignore[no-untyped-def]

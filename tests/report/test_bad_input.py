@@ -182,3 +182,61 @@ def test_the_size_limit_is_validated_and_settable_by_environment(tmp_path: Path)
                              env={"BRIDGE_REPORT_MAX_FILE_SIZE": "1Ki"})
     assert res.exit_code == 2 and "the per-file limit" in res.stderr
     assert "BRIDGE_REPORT_MAX_FILE_SIZE" in CliRunner().invoke(main, ["migrate-report", "--help"]).output
+
+
+# ---- hostile objects in the cluster (issue 27): one object's problem is a finding on it, never the whole report --
+
+DEEP = "[" * 50_000 + "]" * 50_000  # 100 KB: RecursionError in json.loads, which the annotation readers let escape
+BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)]
+    + ["version: *i", "flags: {migStrategy: single}", ""])  # 516 bytes in the issue: 87 s and 5.65 GB in str()
+
+
+def test_a_live_report_of_a_cluster_with_hostile_objects_names_each_on_its_object_and_exits_as_usual(
+        tmp_path: Path) -> None:
+    """A node whose split status and decision record are deep JSON (the live report once refused the whole cluster,
+    exit 2), a workload asking "1e400" GPUs (exit 1 with a traceback), a device-plugin config that is a YAML alias
+    bomb. The report still reads the cluster: exit 1 for its blockers, as for the example alone."""
+    import json
+
+    from bridge.kube import CONFIG_MAPS, DEPLOYMENTS, NODES, connect
+    from bridge.sandbox.apiserver import ApiServer
+
+    with ApiServer(version="1.36.2") as srv:
+        srv.load_dir(EXAMPLE)
+        kc = srv.write_kubeconfig(tmp_path / "kc")
+        api = connect(kc)
+        api.patch(NODES, "gpu-h100-1", {"metadata": {"annotations": {
+            "dra-bridge.io/split-status": DEEP, "dra-bridge.io/split-decision": DEEP}}})
+        api.create(CONFIG_MAPS, {"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "bomb", "namespace": "default"},
+                                 "data": {"config.yaml": BOMB}}, "default")
+        pod_spec = spec(container({"nvidia.com/gpu": 1}))
+        pod_spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "1e400"
+        api.create(DEPLOYMENTS, deployment("huge", "team-vision", pod_spec=pod_spec), "team-vision")
+        res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kc), "-o", "json"],
+                                 catch_exceptions=False)
+    assert res.exit_code == 1, res.output
+    found = {(f["rule"], f["object"]["name"]): f["message"] for f in json.loads(res.stdout)["findings"]}
+    assert "nested deeper than 64 levels" in found[("DRB013", "gpu-h100-1")]
+    assert "nested deeper than 64 levels" in found[("DRB014", "gpu-h100-1")]
+    assert "is out of range" in found[("DRB057", "huge")]
+    assert any(rule == "DRB056" and "YAML aliases are not accepted" in message
+               for (rule, _), message in found.items())
+
+
+def test_the_table_escapes_control_characters_in_finding_messages() -> None:
+    """Issue 27 item 10: messages quote what the cluster holds (a pending reason from a node's split status, a
+    config value): ESC or CR there must not reach the terminal."""
+    from dataclasses import replace
+
+    from bridge.report import load_snapshot, run_report
+    from bridge.report.findings import Finding, ObjectRef
+    from bridge.report.render.table import render_table
+
+    report = run_report(load_snapshot(EXAMPLE)).report
+    sneaky = Finding("DRB013", "warning", ObjectRef("Node", "", "gpu-h100-1"),
+                     "the node daemon has not moved 1 GPU(s) yet: \x1b]0;owned\x07gpu-1 held\r", "fix \x1b[2J")
+    text = render_table(replace(report, findings=[sneaky]), colour=False)
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert "\\x1b]0;owned\\x07gpu-1 held\\r" in text and "fix \\x1b[2J" in text

@@ -108,7 +108,8 @@ def test_no_shared_nodes_no_workload_finding() -> None:
 def test_cluster_policy_mig_single_with_mig_enabled_nodes_is_a_blocker() -> None:
     fs = findings(cluster(cluster_policy(mig="single"), node("mig-1", 7, labels=MIG_NODE_LABELS)), "DRB042")
     assert [(f.object.kind, f.severity) for f in fs] == [("ClusterPolicy", "blocker")]
-    assert fs[0].details["nodes"] == ["mig-1"] and "spec.mig.strategy mixed" in fs[0].fix
+    assert fs[0].details["nodes"] == ["mig-1"]
+    assert "kubectl patch clusterpolicy cluster-policy --type merge -p '{\"spec\":{\"mig\":{\"strategy\":\"mixed\"}}}'" in fs[0].fix
 
 
 def test_cluster_policy_mig_single_without_mig_nodes_is_only_information() -> None:

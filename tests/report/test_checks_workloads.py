@@ -116,7 +116,7 @@ def test_the_same_pod_without_ephemeral_containers_has_no_finding_either() -> No
 
 def test_a_retired_rule_id_cannot_be_registered_again() -> None:
     with pytest.raises(ValueError, match="retired"):
-        rule("DRB024", "anything")(lambda ctx: iter(()))
+        rule("DRB024", "anything", severities=("info",), fix="none")(lambda ctx: iter(()))
 
 
 # ---- DRB025 GFD selectors
@@ -285,9 +285,10 @@ TS = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    
      "    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
 
 
-def test_renamed_time_slicing_is_translated_with_the_differences_stated() -> None:
+def test_renamed_time_slicing_is_an_info_stating_the_differences() -> None:
+    """Nothing to change in the config: the pods asking the shared name are the ones that stay legacy (DRB021)."""
     fs = findings(cluster(_cm(ts=TS.format(rename="true", fail="false"))), "DRB050")
-    assert [f.severity for f in fs] == ["warning"]
+    assert [f.severity for f in fs] == ["info"]
     assert "independent" in fs[0].message and fs[0].details["replicas"] == 4
     assert fs[0].details["rename"] == "nvidia.com/gpu.shared"
 
@@ -334,10 +335,10 @@ def test_rename_and_fail_requests_greater_than_one() -> None:
     assert findings(plain, "DRB051") == [] and findings(plain, "DRB052") == []
 
 
-def test_mps_with_mig_is_a_blocker_and_plain_mps_needs_config() -> None:
+def test_mps_with_mig_is_a_blocker_and_renamed_or_unused_mps_an_info() -> None:
     mps = "version: v1\nflags:\n  migStrategy: {mig}\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n"
     assert [f.severity for f in findings(cluster(_cm(a=mps.format(mig="mixed"))), "DRB053")] == ["blocker"]
-    assert [f.severity for f in findings(cluster(_cm(a=mps.format(mig="none"))), "DRB053")] == ["warning"]
+    assert [f.severity for f in findings(cluster(_cm(a=mps.format(mig="none"))), "DRB053")] == ["info"]
     assert findings(cluster(_cm(a=TS.format(rename="false", fail="false"))), "DRB053") == []
 
 

@@ -208,8 +208,8 @@ def vendor_plugin_pod(node_name: str) -> list[Obj]:
 def test_no_controller_the_finding_gives_the_exact_annotate_commands() -> None:
     (f,) = findings(dra_team(*two_idle_nodes()), "DRB032")
     assert f.severity == "blocker"
-    assert f.message.startswith("needs 6 GPUs in 3 pods: 0 matching on DRA now, so 3 pod(s) would stay Pending; no "
-                                "bridge controller is known to run")
+    assert f.message.startswith("needs 6 GPUs in 3 pods: 0 matching on DRA now, so 3 pod(s) asking 6 GPU(s) would "
+                                "stay Pending; no bridge controller is known to run")
     assert "raising the split by hand can move 8 free legacy GPUs on 2 nodes, enough for all of them" in f.message
     assert f.details["commands"] == ["kubectl annotate node a dra-bridge.io/dra-devices=all --overwrite",
                                      "kubectl annotate node b dra-bridge.io/dra-devices=2 --overwrite"]
@@ -242,7 +242,8 @@ def test_pinned_nodes_are_not_the_controllers_to_change() -> None:
              bridge_node("b", ["legacy"] * 4), *empty_slices("a", "b")]
     (f,) = findings(dra_team(*nodes, lease(), controller_deployment()), "DRB032")
     assert f.severity == "blocker"
-    assert "the controller can move 4 free legacy GPUs on 1 node: 1 pod(s) would still stay Pending" in f.message
+    assert "the controller can move 4 free legacy GPUs on 1 node: 1 pod(s) asking 2 GPU(s) would still stay " \
+        "Pending" in f.message
     assert "it may not change 1 bridge node (a: pinned: annotation dra-bridge.io/split-pinned=true)" in f.message
     assert "unpin nodes" in f.fix
 
@@ -299,7 +300,7 @@ def test_gpus_pending_legacy_pods_will_take_are_not_movable() -> None:
 def test_an_assumed_split_is_judged_as_before_without_moves() -> None:
     fs = findings(dra_team(*two_idle_nodes(), lease(), controller_deployment()), "DRB032", assume_split="1")
     assert [f.severity for f in fs] == ["blocker"] and "movableDevices" not in fs[0].details
-    assert "the DRA side at split 1 per node has" in fs[0].message
+    assert "2 matching on DRA at split 1 per node, so 3 pod(s) asking 6 GPU(s) would stay Pending" in fs[0].message
 
 
 def test_together_in_wave_order_with_the_controllers_moves_is_an_info() -> None:
@@ -309,7 +310,8 @@ def test_together_in_wave_order_with_the_controllers_moves_is_an_info() -> None:
             app(2, 2, "first"), app(2, 2, "second"), lease(), controller_deployment()]
     fs = findings(cluster(*objs), "DRB032")
     assert [(f.object.name, f.severity) for f in fs] == [("second", "info")]
-    assert "fits only with the GPUs the controller can move" in fs[0].message
+    assert fs[0].message.startswith("fits alone (4 GPUs); together with first (on DRA before its wave 1) it does "
+                                    "not fit as things are; the controller can move")
     without = findings(cluster(*objs[:-2]), "DRB032")
     assert [(f.object.name, f.severity) for f in without] == [("second", "warning")]
 
@@ -327,7 +329,7 @@ def test_bridge_nodes_without_a_readable_status_are_named() -> None:
     bare = node("dark", 4, labels={"dra-bridge.io/node": "true"})
     objs = [resource_slice("dark", [])]  # the bridge publishes its pool even with every GPU legacy
     (f,) = findings(dra_team(bare, *objs), "DRB032")
-    assert "no bridge node has free legacy GPUs these pods match (1 bridge node publish" in f.message
+    assert "no bridge node has free legacy GPUs these pods match and can run on (1 bridge node publish" in f.message
     assert "dark" in f.message
 
 
@@ -401,5 +403,5 @@ def test_a_controller_that_may_change_no_node_says_which_it_may_not() -> None:
     (f,) = findings(dra_team(*pinned, lease(), controller_deployment()), "DRB032")
     assert f.severity == "blocker"
     assert "bridge controller runs (" in f.message
-    assert "no bridge node it may change has free legacy GPUs these pods match (it may not change 2 bridge nodes" \
+    assert "no bridge node it may change has free legacy GPUs these pods match and can run on (it may not change 2 bridge nodes" \
         in f.message

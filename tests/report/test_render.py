@@ -170,3 +170,19 @@ def test_json_is_written_item_by_item_yet_equals_one_dump_of_the_whole_document(
     for r in (report, replace(report, findings=[], waves=[], workloads=[], nodes=[], namespaces=[]),
               replace(report, findings=[odd])):
         assert render_json(r) == json.dumps(to_dict(r), indent=2) + "\n"
+
+
+def test_rule_lists_wrap_under_their_column_instead_of_being_cut() -> None:
+    from dataclasses import replace
+
+    report = run_report(load_snapshot(EXAMPLE)).report
+    many = ("DRB020", "DRB021", "DRB026", "DRB034", "DRB036")
+    report.namespaces[0] = replace(report.namespaces[0], rules=many)
+    from bridge.report.render.table import render_table
+
+    lines = render_table(report).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(report.namespaces[0].name))
+    column = lines[start].index(many[0])
+    block = [lines[start]] + [line for line in lines[start + 1:start + 3] if line[:column].strip() == ""]
+    assert " ".join(line[column:].strip() for line in block).split() == list(many)
+    assert max(len(line) for line in lines) <= 100 and "DRB02~" not in "\n".join(lines)

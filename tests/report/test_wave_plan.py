@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from bridge.cli import main
@@ -134,3 +135,29 @@ def test_each_wave_number_appears_once_in_the_table_and_markdown(outputs: dict[s
     assert table_waves == [str(w) for w in waves]
     assert [line for line in outputs["markdown"].splitlines() if line.startswith("### Wave ")] == \
         [f"### Wave {w}" for w in waves]
+
+
+# ---- --emit-manifests into a directory written before
+
+
+def test_a_second_run_removes_what_the_first_wrote_and_no_longer_applies(tmp_path: Path) -> None:
+    out = tmp_path / "fixes"
+    first = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(EXAMPLE), "--emit-manifests", str(out)])
+    assert (out / "quota-team-vision-gpu-quota.yaml").exists() and first.exit_code == 1
+    (out / "mig-1g.10gb.yaml").write_text("# edited by hand\n")  # changed since: kept, and named
+    (out / "notes.txt").write_text("mine\n")  # never written by the report: untouched, not named
+    paired = tmp_path / "snap"
+    paired.mkdir()
+    for f in EXAMPLE.iterdir():
+        (paired / f.name).write_bytes(f.read_bytes())
+    quotas = yaml.safe_load((paired / "resourcequotas.yaml").read_text())
+    for q in quotas["items"]:  # team-vision's quota paired, as the first run's file says
+        q["spec"]["hard"].update({"gpu.dra-bridge.io.deviceclass.resource.k8s.io/devices": "16",
+                                  "requests.deviceclass.resource.kubernetes.io/gpu.dra-bridge.io": "16"})
+    (paired / "resourcequotas.yaml").write_text(yaml.safe_dump(quotas))
+    second = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(paired), "--emit-manifests", str(out)])
+    assert not (out / "quota-team-vision-gpu-quota.yaml").exists()
+    assert "removed 1 file(s) an earlier run wrote there and this one does not: quota-team-vision-gpu-quota.yaml" \
+        in second.output
+    assert (out / "notes.txt").read_text() == "mine\n" and "notes.txt" not in second.output
+    assert (out / "wave-plan.sh").exists() and (out / "mig-1g.10gb.yaml").exists()

@@ -8,7 +8,7 @@ import kubernetes
 import pytest
 from kubernetes.client import ApiException
 
-from .conftest import pod, wait_for
+from .conftest import client_for, pod, wait_for
 
 
 def status_of(err: ApiException) -> dict:
@@ -202,6 +202,36 @@ def test_delete_with_finalizers_waits_until_they_are_removed(core):
     with pytest.raises(ApiException) as err:
         core.read_namespaced_pod("p", "default")
     assert err.value.status == 404
+
+
+def test_a_pod_being_deleted_goes_only_with_a_shorter_grace_period(make_server, tmp_path):
+    """k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`, as kube-apiserver v1.37.2 answered: once a pod
+    has a deletionTimestamp, a plain DELETE (even of a pod that has since failed) changes nothing; a shorter
+    gracePeriodSeconds moves the deadline; 0 with the pod's uid (the kubelet's final delete) removes it."""
+    client = client_for(make_server(), tmp_path)
+    core = kubernetes.client.CoreV1Api(client)
+    uid = core.create_namespaced_pod("default", pod("p", node="node-a")).metadata.uid
+    core.delete_namespaced_pod("p", "default")
+    first = core.read_namespaced_pod("p", "default").metadata
+    assert first.deletion_grace_period_seconds == 30
+    core.patch_namespaced_pod_status("p", "default", {"status": {"phase": "Failed"}})
+    core.delete_namespaced_pod("p", "default")
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=60)
+    still = core.read_namespaced_pod("p", "default").metadata
+    assert (still.deletion_grace_period_seconds, still.deletion_timestamp) == (30, first.deletion_timestamp)
+    core.delete_namespaced_pod("p", "default", grace_period_seconds=10)
+    shorter = core.read_namespaced_pod("p", "default").metadata
+    assert shorter.deletion_grace_period_seconds == 10 and shorter.deletion_timestamp < first.deletion_timestamp
+    with pytest.raises(ApiException) as err:
+        core.delete_namespaced_pod("p", "default", body=kubernetes.client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=kubernetes.client.V1Preconditions(uid="another-pod")))
+    assert err.value.status == 409
+    core.delete_namespaced_pod("p", "default", body=kubernetes.client.V1DeleteOptions(
+        grace_period_seconds=0, preconditions=kubernetes.client.V1Preconditions(uid=uid)))
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_pod("p", "default")
+    assert err.value.status == 404
+    client.close()
 
 
 def test_dry_run_validates_but_stores_nothing(core):

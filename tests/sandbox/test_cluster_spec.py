@@ -65,6 +65,7 @@ def test_a_bad_nodes_file_is_refused_naming_the_problem(text: str, message: str)
     (ClusterSpec(nodes=(NodeSpec("a"),), webhook=True), "needs the bridge nodes"),
     (ClusterSpec(nodes=(NodeSpec("a"),), controller=True), "the controller sets the split"),
     (ClusterSpec(nodes=(NodeSpec("a"),), bridge=True, controller=True, controller_interval=0), "controller interval"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), apiserver_args=("--v=4",)), "kube-apiserver flags: they need the real"),
 ])
 def test_a_bad_cluster_description_is_refused(spec: ClusterSpec, message: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -73,7 +74,7 @@ def test_a_bad_cluster_description_is_refused(spec: ClusterSpec, message: str) -
 
 
 @pytest.mark.parametrize(("version", "served"), [
-    ("1.32", ("v1beta1",)), ("1.33", ("v1beta2", "v1beta1")), ("1.37", ("v1", "v1beta2", "v1beta1"))])
+    ("1.32", ("v1beta1",)), ("1.33", ("v1beta2", "v1beta1")), ("1.34", ("v1",)), ("1.37", ("v1",))])
 def test_the_served_resource_versions_follow_the_kubernetes_release(version: str, served: tuple[str, ...]) -> None:
     assert ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version=version).resource_versions == served
 

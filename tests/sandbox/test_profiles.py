@@ -8,13 +8,18 @@ from bridge.sandbox.apiserver import ApiServer, profile_for
 
 
 @pytest.mark.parametrize(("version", "served"), [
-    ("1.32", ("v1beta1",)),
+    ("1.32", ("v1beta1",)),  # an administrator enabled DRA's beta (off by default)
     ("1.33.4", ("v1beta2", "v1beta1")),
-    ("v1.34.0", ("v1", "v1beta2", "v1beta1")),
-    ("1.37", ("v1", "v1beta2", "v1beta1")),
+    ("v1.34.0", ("v1",)),  # the betas are disabled by default in every release (pkg/controlplane/instance.go)
+    ("1.37", ("v1",)),
 ])
 def test_each_minor_serves_the_resource_versions_of_its_release(version, served):
     assert profile_for(version).resource_versions == served
+
+
+def test_an_administrator_can_serve_the_betas_beside_v1():
+    assert profile_for("1.36").with_resource_versions(("v1", "v1beta2")).resource_versions == ("v1", "v1beta2")
+    assert profile_for("1.36").with_resource_versions(None).resource_versions == ("v1",)
 
 
 @pytest.mark.parametrize(("gate", "off_in", "on_in"), [
@@ -51,7 +56,7 @@ def test_unknown_gates_and_versions_are_errors_not_silently_off():
 def test_api_server_takes_its_profile_from_the_version_and_lets_gates_be_overridden():
     srv = ApiServer(version="1.37.0", feature_gates={"DRADeviceTaints": False})
     assert srv.profile.minor == 37 and not srv.profile.enabled("DRADeviceTaints")
-    assert srv.resource_versions == ("v1", "v1beta2", "v1beta1")
+    assert srv.resource_versions == ("v1",)
     assert ApiServer(version="1.32.5").resource_versions == ("v1beta1",)
     assert ApiServer(version="1.36.0", resource_versions=("v1beta2",)).resource_versions == ("v1beta2",)
 

@@ -8,6 +8,7 @@ import http.client
 import json
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +25,7 @@ from bridge.webhook.app import WebhookOptions, build
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.server import WebhookServer
 from bridge.webhook.tls import ReloadingContext
+from tests.polling import wait_until
 from tests.webhook.conftest import decode_patch
 from tests.webhook.pki import Pki
 from tests.webhook.pods import admission_review, container, deployment_pod
@@ -184,6 +186,10 @@ def test_namespace_cli_sets_modes_and_reports_translated_legacy_and_shadow_pods(
     assert "legacy -> shadow" in out.output and "1 GPU pod(s) keep their current API" in out.output
     c.create_pod("team-s", 2)  # no waiting for the webhook's cache here: `set` returned once the webhook applied it
     c.core.create_namespaced_pod("team-s", mig_manifest("mig"))
+    # A pod created in the flip's own second counts as after it (creationTimestamp has whole seconds): the MIG pod,
+    # created before the flip, goes a second earlier.
+    start = int(time.time())
+    wait_until(lambda: int(time.time()) > start, timeout=3, what="the next second")
     assert runner.invoke(cli, ["namespace", "set", "team-s", "dra", "--kubeconfig", path]).exit_code == 0
     c.create_pod("team-s", 4)
 

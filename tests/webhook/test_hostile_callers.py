@@ -202,3 +202,68 @@ def test_the_webhook_listens_on_loopback_unless_told_otherwise() -> None:
     assert WebhookOptions("c", "k").host == "127.0.0.1"
     text = " ".join(CliRunner().invoke(main, ["webhook", "--help"], terminal_width=200).output.split())
     assert "default: 127.0.0.1]" in text
+
+
+# What kube-apiserver puts in the AdmissionReview for a pod created with these GPU values (issue 27 item 1). It
+# decodes the pod (k8s.io/apimachinery pkg/api/resource/quantity.go, Quantity.UnmarshalJSON -> ParseQuantity) before
+# admission and encodes it again for the webhook (MarshalJSON): "1e30000000" fits the int64 fast path (mantissa 1,
+# scale 3e7, a multiple of 3, canonical) and keeps its own text; "1e400"/"1e5000" fit it too but are re-emitted in
+# canonical form, the exponent a multiple of 3 (amount.go int64Amount.AsCanonicalBytes); a value finer than nano is
+# rounded up to 1n and emitted in its format, DecimalExponent ("1e-9").
+AS_THE_API_SERVER_SENDS = {"1e30000000": "1e30000000", "1e400": "10e399", "1e5000": "100e4998",
+                           "1e-2000000": "1e-9"}
+
+
+@pytest.mark.parametrize("written", sorted(AS_THE_API_SERVER_SENDS))
+def test_a_gpu_count_with_a_huge_exponent_is_left_untranslated_with_a_warning_and_costs_nothing(
+        webhook: Callable[..., Webhook], written: str) -> None:
+    w = webhook()
+    w.dra_namespace("team-h")
+    for value in {written, AS_THE_API_SERVER_SENDS[written]}:  # the server's form, and the raw text a caller forges
+        code, body = w.post(admission_review(deployment_pod(container("main", value)), "team-h"))
+        assert code == 200 and body["response"]["allowed"] and "patch" not in body["response"]
+        warnings = " ".join(body["response"]["warnings"])
+        assert "container main: nvidia.com/gpu is not a valid GPU count" in warnings, warnings
+    # 100 containers of the sub-nano value (57 s before the parser was bounded), then an ordinary pod: translated
+    code, body = w.post(admission_review(deployment_pod(*[container(f"c{i}", written) for i in range(100)]),
+                                         "team-h"))
+    assert code == 200 and "patch" not in body["response"]
+    code, body = w.post(admission_review(deployment_pod(container("main", 2)), "team-h"))
+    assert code == 200 and "patch" in body["response"]
+    assert w.api.list(w.templates, "team-h")["items"][0]["spec"]["spec"]["devices"]["requests"][0]["exactly"][
+        "count"] == 2
+
+
+def test_a_deleted_template_is_created_again_before_a_pod_references_it_and_the_cap_counts_what_exists(
+        webhook: Callable[..., Webhook]) -> None:
+    """Issue 27 item 8: with the cap full and every template deleted, the next pod was translated to point at a
+    template that no longer existed (trusted for the 60 s TTL), while a new shape was still refused as capped."""
+    w = webhook(max_templates_per_namespace=3)
+    w.dra_namespace("team-f")
+    for n in range(3):
+        assert "patch" in w.post(forged(n))[1]["response"]
+    assert "patch" not in w.post(forged(9))[1]["response"]  # capped
+    for t in w.api.list(w.templates, "team-f")["items"]:
+        w.api.delete(w.templates, t["metadata"]["name"], "team-f")
+
+    def referenced_and_exists() -> bool:  # a shape whose template was deleted: created again, then referenced
+        code, body = w.post(forged(0))
+        assert code == 200 and "patch" in body["response"]
+        names = {t["metadata"]["name"] for t in w.api.list(w.templates, "team-f")["items"]}
+        return bool(referenced_templates(body)) and referenced_templates(body) <= names
+
+    wait_until(referenced_and_exists, 10, "a pod referencing a template that exists (the watch saw the deletions; "
+                                          "the TTL alone trusted them for 60 s)")
+    assert len(w.api.list(w.templates, "team-f")["items"]) == 1
+    code, body = w.post(forged(9))  # a new shape: the cap counts what exists (1 of 3), not what was listed before
+    assert code == 200 and "patch" in body["response"]
+    assert len(w.api.list(w.templates, "team-f")["items"]) == 2
+
+
+def referenced_templates(body: dict[str, Any]) -> set[str]:
+    import base64
+
+    ops = json.loads(base64.b64decode(body["response"]["patch"]))
+    claims = [op["value"] for op in ops if op["path"].startswith("/spec/resourceClaims")]
+    flat = [c for v in claims for c in (v if isinstance(v, list) else [v])]
+    return {c["resourceClaimTemplateName"] for c in flat if "resourceClaimTemplateName" in c}

@@ -60,7 +60,8 @@ def gpu_pod(name: str) -> dict[str, Any]:
 
 
 def next_second() -> None:
-    """Flip times have one-second resolution; pods created in the flip's own second are not counted."""
+    """Flip and creation times have one-second resolution, and a pod created in the flip's own second counts as
+    after it: a pod meant to come before the flip is created a second earlier."""
     start = int(time.time())
     wait_until(lambda: int(time.time()) > start, timeout=3, interval=0.05)
 
@@ -144,8 +145,8 @@ def test_status_reports_pods_that_arrived_untranslated_after_the_flip(emulator: 
     api.create(MUTATING_WEBHOOKS, registration(clientConfig={"url": f"https://127.0.0.1:{closed_port()}/mutate"},
                                                timeoutSeconds=1))
     api.create(PODS, gpu_pod("before"), "team-a")
-    assert run("namespace", "set", "team-a", "dra", "--kubeconfig", path).exit_code == 0
     next_second()
+    assert run("namespace", "set", "team-a", "dra", "--kubeconfig", path).exit_code == 0
     api.create(PODS, gpu_pod("lost-1"), "team-a")
     api.create(PODS, gpu_pod("mig"), "team-a")
     api.create(PODS, {"metadata": {"name": "cpu"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}, "team-a")

@@ -20,6 +20,7 @@ from bridge.cli import main as cli
 from bridge.kube import connect
 from bridge.kube.api import EVENTS, MUTATING_WEBHOOKS, NAMESPACES, PODS, KubeAPI, WatchEvent
 from bridge.kube.client import parse_warning_headers
+from bridge.kube.errors import Forbidden
 from bridge.sandbox.apiserver import ApiServer
 from bridge.webhook.effects import MISS, NamespaceCache
 from bridge.webhook.metrics import WebhookMetrics
@@ -184,6 +185,56 @@ def test_missing_rbac_for_the_probe_is_named(tmp_path: Path) -> None:
         applied = wait_applied(api, "team-a", Mode.DRA, 5)
     assert applied.ok is None and applied.rbac and applied.probes == 0
     assert applied.error == "missing RBAC: create pods in namespace team-a (a dry-run create of a probe pod)"
+
+
+# kube-apiserver v1.37.2's answer to a pod in a namespace whose ServiceAccount does not exist (the ServiceAccount
+# admission plugin, after its own retries of `default`)
+NO_SERVICE_ACCOUNT = 'pods "dra-bridge-mode-probe-x" is forbidden: error looking up service account {ns}/default: ' \
+                     'serviceaccount "default" not found'
+
+
+class NewNamespace:
+    """The API as seen right after `kubectl create namespace`: pods are refused until the `default` ServiceAccount
+    exists (`refusals` answers), then the webhook translates the probe."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls = 0
+
+    def create(self, res: Any, obj: Any, namespace: str, **kw: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise Forbidden(NO_SERVICE_ACCOUNT.format(ns=namespace), verb="create", resource="pods", status=403)
+        return {"metadata": {"annotations": {"dra-bridge.io/translated": "claims"}}}
+
+
+def test_a_namespace_without_its_default_service_account_yet_is_waited_for_not_called_an_rbac_problem() -> None:
+    api = NewNamespace(refusals=3)
+    applied = wait_applied(api, "team-new", Mode.DRA, 10, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert applied.ok is True and applied.probes == 2 and api.calls == 5
+    never = NewNamespace(refusals=10**6)
+    clock = iter(float(i) for i in range(10**6))
+    applied = wait_applied(never, "team-new", Mode.DRA, 5, clock=lambda: next(clock),  # type: ignore[arg-type]
+                           sleep=lambda s: None)
+    assert applied.ok is None and not applied.rbac
+    assert applied.error.startswith("namespace team-new has no default ServiceAccount yet, so the API server refuses "
+                                    "every pod there")
+
+
+def test_the_webhooks_serve_check_waits_for_its_namespaces_default_service_account(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.webhook import serving
+
+    monkeypatch.setattr(serving.time, "sleep", lambda s: None)
+
+    class Kept(NewNamespace):
+        def create(self, res: Any, obj: Any, namespace: str, **kw: Any) -> Any:
+            super().create(res, obj, namespace)
+            return obj  # the API server kept the claim
+
+    assert serving.check_claims_kept(Kept(refusals=4), "dra-bridge") == (True, "")  # type: ignore[arg-type]
+    kept, why = serving.check_claims_kept(Kept(refusals=10**6), "dra-bridge")  # type: ignore[arg-type]
+    assert kept is None and "error looking up service account dra-bridge/default" in why
 
 
 # -- what an answer shows (pure) -----------------------------------------------------------------------------------

@@ -1,15 +1,22 @@
 """DRB032: can the DRA side hold each namespace's GPU demand? DRB037: do the pods pending for the device plugin get
 GPUs?
 
-**DRB032.** The DRA side is what ResourceSlices publish now (`--assume-split current`, the default), every GPU of
-every GPU node (`all`), or N devices per GPU node (`N`). Nodes without published devices get devices derived from
-their GFD labels (and nodes where the bridge already publishes some devices get copies of those). Nodes owned by
-another DRA driver keep that driver's devices only. Each workload's pods need `nvidia.com/gpu` devices (or, for pods
-already translated, the devices their claims request) matching the bridge DeviceClass's selectors AND the
-workload's translated GFD selectors (or its claims' own selectors), all on one node.
+**DRB032** (the simulation is `bridge.report.checks.simulation`). The DRA side is what ResourceSlices publish now
+(`--assume-split current`, the default), every GPU of every GPU node (`all`), or N devices per GPU node (`N`). Nodes
+without published devices get devices derived from their GFD labels (and nodes where the bridge already publishes
+some devices get copies of those). Nodes owned by another DRA driver keep that driver's devices only; GPUs a bridge
+node offers through both APIs (DRB017) are not capacity. Each workload's pods need `nvidia.com/gpu` devices (or, for
+pods already translated, the devices their claims request) matching the bridge DeviceClass's selectors AND the
+workload's translated GFD selectors (or its claims' own selectors), all on one node the pod can run on: its node
+selector, required node affinity and untolerated taints keep it off the others (`bridge.kvalues.placement`, after the
+GFD labels the webhook moves into the claim). Workloads opted out (`dra-bridge.io/translate: "false"`) stay legacy
+and ask nothing of the DRA side.
 
-Namespaces are simulated alone and cumulatively in wave order (dra first, then shadow, then legacy by increasing
-demand), so a namespace that fits alone but not after the ones before it is named too.
+Each namespace is simulated alone, and in the wave plan's order (`bridge.report.waves`: dra namespaces first, then
+the ones the plan moves), so a namespace that fits alone but not after the ones before it is named, with them. A
+namespace a blocker holds back is not in the plan: it is judged alone only. GPUs a node's requested split already
+puts on the DRA side while the namespace's own pods still hold them count as its capacity (the daemon moves them as
+those pods are replaced after the flip).
 
 **With the current split**, a namespace that does not fit the DRA side as it is may still be served: GPUs on the
 legacy side can move (bridge.report.supply says which, with the controller's own view of each node). When
@@ -17,9 +24,10 @@ legacy side can move (bridge.report.supply says which, with the controller's own
 move (nodes it may change, the policy's floors) added as devices that need a move, and the finding says both: what
 the DRA side has now and what the controller can move ("0 on DRA now; the controller can move 6 free legacy GPUs on
 2 nodes"). A namespace that fits only with those moves gets an info finding, not a warning: the controller serves
-it as its pods wait. When no controller acts, the same simulation with every node an operator may change gives the
-exact commands that raise the split (`kubectl annotate node ... dra-bridge.io/dra-devices=N`, N = the node's DRA
-count now plus the moves the simulated pods used there).
+it as its pods wait. When no controller acts, the same simulation, in wave order, with every node an operator may
+change gives the exact commands that raise the split enough for the namespace and those before it (`kubectl
+annotate node ... dra-bridge.io/dra-devices=N`, or `kubectl label` where the split is a label; N = what the node asks
+for now plus the moves the simulated pods used there). Applied, the next run finds the namespace fits.
 
 **DRB037.** Pods pending now that ask `nvidia.com/gpu` are the legacy side's demand. What the controller would do
 with them comes from its own decision core (bridge.report.supply): fit as things are (nothing to say), served by
@@ -32,205 +40,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
 
-from bridge.controller.placement import constraints_of, taints_of
+from bridge.kvalues.placement import constraints_of
 from bridge.kvalues.podgpu import pod_devices
-from bridge.report.cel import gfd_devices
 from bridge.report.checks.context import CheckContext
-from bridge.report.features import BRIDGE_DRIVER, GPU, SPLIT_LABEL
+from bridge.report.checks.simulation import Moves, NamespaceCapacity, simulate_capacity
+from bridge.report.features import GPU, SPLIT_LABEL
 from bridge.report.findings import Finding, ObjectRef, rule
-from bridge.report.model import Device, Namespace, Node
-from bridge.report.simulate import FitResult, PodNeed, Pool, Vector
+from bridge.report.simulate import FitResult
 from bridge.report.splitcontroller import SplitController
-from bridge.report.supply import Supply
 
 MAX_COMMANDS = 5  # annotate commands spelled out in one fix; the rest are counted
-
-
-@dataclass(frozen=True)
-class Moves:
-    """What moving GPUs to the DRA side adds for one namespace (only with the current split)."""
-
-    by: str  # "controller" (it acts) or "operator" (no controller acts: the split is raised by hand)
-    devices: int  # movable GPUs matching the namespace's (first) selector
-    nodes: int  # nodes they are on
-    freed: int  # of those, GPUs the namespace's own device-plugin pods hold now (free once they are replaced)
-    alone: FitResult
-    cumulative: FitResult | None  # in wave order (controller only)
-    per_node: dict[str, int] = field(default_factory=dict)  # node -> GPUs the simulated pods needed moved there
-    held_back: dict[str, int] = field(default_factory=dict)  # pool -> free legacy GPUs the policy's floor keeps
-
-
-@dataclass(frozen=True)
-class NamespaceCapacity:
-    namespace: str
-    gpus: int
-    pods: int
-    alone: FitResult
-    cumulative: FitResult
-    matching_devices: int  # DRA-side devices matching this namespace's (first) selector
-    moves: Moves | None = None  # None: everything fits as it is, or a split is assumed
-
-
-def dra_side(ctx: CheckContext) -> dict[str, list[Device]]:
-    split = ctx.options.assume_split
-    out: dict[str, list[Device]] = {}
-    for node in ctx.model.nodes.values():
-        if split == "current" or any(b.startswith("dra:") for b in node.backends):
-            if node.devices:
-                out[node.name] = list(node.devices)
-            continue
-        total = node.gpu_total
-        if not total:
-            continue
-        want = total if split == "all" else min(int(split), total)
-        mine = [d for d in node.devices if d.driver == BRIDGE_DRIVER][:want]
-        missing = want - len(mine)
-        if missing > 0:
-            if mine:
-                extra = [replace(mine[0], name=f"gpu-sim-{i}", source="gfd") for i in range(missing)]
-            else:
-                extra = gfd_devices(node, missing)
-            mine = mine + extra
-        if mine:
-            out[node.name] = mine
-    return out
-
-
-def legacy_device(node: Node) -> Device:
-    """What one of the node's legacy-side GPUs would look like published: a copy of a device the bridge publishes
-    there, else one derived from the node's GFD labels."""
-    mine = [d for d in node.devices if d.driver == BRIDGE_DRIVER]
-    if mine:
-        return replace(mine[0], name="gpu-moved", source="gfd")
-    return gfd_devices(node, 1)[0]
-
-
-def wave_order(namespaces: list[Namespace]) -> list[Namespace]:
-    rank = {"dra": 0, "shadow": 1, "legacy": 2}
-    return sorted(namespaces, key=lambda n: (rank[n.mode], n.demand.get(GPU, 0), n.name))
-
-
-class _Movable:
-    """The pools with GPUs that need a move, for one mover (controller or operator)."""
-
-    def __init__(self, ctx: CheckContext, selectors: list[str], devices: dict[str, list[Device]], supply: Supply,
-                 by_controller: bool) -> None:
-        self.supply = supply
-        self.by_controller = by_controller
-        ev = ctx.evaluator
-        self.free, self.held_back = supply.movable(by_controller)
-        self.changeable = {n for n in supply.views if supply.may_change(n, by_controller)}
-        self.vector: dict[str, Vector] = {}
-        for name in self.changeable:
-            node = ctx.model.nodes[name]
-            self.vector[name] = tuple(ev.matches(s, legacy_device(node)) for s in selectors) + (True,)
-        names = sorted(set(devices) | self.changeable)
-        rows = []
-        for name in names:
-            now = [tuple(ev.matches(s, d) for s in selectors) + (False,) for d in devices.get(name, ())]
-            rows.append(now + [self.vector[name]] * self.free.get(name, 0) if name in self.vector else now)
-        self.base = Pool.from_nodes(rows, len(selectors), [n if n in self.changeable else None for n in names])
-        self.room_left = self._room_left()
-
-    def _room_left(self) -> dict[str, int | None]:
-        room = self.supply.room(self.by_controller)
-        used: dict[str, int] = defaultdict(int)
-        for name, n in self.free.items():
-            used[self.supply.views[name].pool] += n
-        return {pool: None if r is None else max(0, r - used[pool]) for pool, r in room.items()}
-
-    def extras(self, namespace: str, room: dict[str, int | None]) -> dict[str, int]:
-        """GPUs the namespace's own pods free on changeable nodes, within `room` (consumed)."""
-        out: dict[str, int] = {}
-        for name, held in sorted(self.supply.held_legacy.get(namespace, {}).items()):
-            if name not in self.changeable:
-                continue
-            v = self.supply.views[name]
-            n = min(held, v.legacy_held)
-            left = room.get(v.pool)
-            if left is not None:
-                n = min(n, left)
-                room[v.pool] = left - n
-            if n > 0:
-                out[name] = n
-        return out
-
-
-def simulate_capacity(ctx: CheckContext) -> dict[str, NamespaceCapacity]:
-    cached = ctx.__dict__.get("_capacity")
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    by_ns: dict[str, list[tuple[str, int, int]]] = {}  # ns -> [(cel, gpus per pod, pods)]
-    for w in ctx.gpu_workloads:
-        if w.gpus_per_pod and w.replicas:
-            by_ns.setdefault(w.namespace, []).append((ctx.request_cel(w), w.gpus_per_pod, w.replicas))
-    selectors = sorted({cel for items in by_ns.values() for cel, _, _ in items})
-    index = {cel: i for i, cel in enumerate(selectors)}
-    devices = dra_side(ctx)
-    ev = ctx.evaluator
-    pool = Pool.from_nodes(
-        ([tuple(ev.matches(s, d) for s in selectors) for d in devs] for devs in devices.values()), len(selectors)
-    )
-    namespaces = wave_order([ctx.model.namespaces[n] for n in by_ns])
-    needs_of: dict[str, list[PodNeed]] = {}
-    result: dict[str, NamespaceCapacity] = {}
-    running = pool.copy()
-    for ns in namespaces:
-        needs = needs_of[ns.name] = [PodNeed(index[cel], k) for cel, k, pods in by_ns[ns.name] for _ in range(pods)]
-        alone = pool.copy().fit(needs)
-        cumulative = running.fit(needs)
-        first = index[by_ns[ns.name][0][0]]
-        result[ns.name] = NamespaceCapacity(
-            ns.name, sum(p.devices for p in needs), len(needs), alone, cumulative, pool.matching(first)
-        )
-    if ctx.options.assume_split == "current" and any(not c.cumulative.fits for c in result.values()):
-        _with_moves(ctx, result, selectors, index, by_ns, devices, needs_of, namespaces)
-    ctx.__dict__["_capacity"] = result
-    return result
-
-
-def _with_moves(ctx: CheckContext, result: dict[str, NamespaceCapacity], selectors: list[str], index: dict[str, int],
-                by_ns: dict[str, list[tuple[str, int, int]]], devices: dict[str, list[Device]],
-                needs_of: dict[str, list[PodNeed]], namespaces: list[Namespace]) -> None:
-    if not any("bridge" in n.backends and n.split_status is not None for n in ctx.model.nodes.values()):
-        return  # no bridge node publishes a readable split status: nothing is known to be movable
-    supply = ctx.supply
-    by_controller = ctx.split_controller.acting
-    if not any(supply.may_change(n, by_controller) for n in supply.views):
-        return  # no bridge node the mover may change (or none whose split status can be read)
-    mv = _Movable(ctx, selectors, devices, supply, by_controller)
-    running: Pool | None = None
-    room = dict(mv.room_left)
-    if by_controller:
-        running = mv.base.copy()
-    for ns in namespaces:
-        cap = result[ns.name]
-        needs = needs_of[ns.name]
-        extras = mv.extras(ns.name, room) if running is not None else {}
-        for name, n in extras.items():
-            assert running is not None
-            running.add(name, [mv.vector[name]] * n)
-        cumulative = running.fit(needs) if running is not None else None
-        if cap.alone.fits and cap.cumulative.fits:
-            continue
-        freed = mv.extras(ns.name, dict(mv.room_left))  # free GPUs first, then its own within the floor's room
-        first = index[by_ns[ns.name][0][0]]
-        matching = {n for n in set(mv.free) | set(freed) if mv.vector[n][first]}
-        alone = cap.alone
-        per_node: dict[str, int] = {}
-        if matching:
-            p = mv.base.copy()
-            for name, n in freed.items():
-                p.add(name, [mv.vector[name]] * n)
-            alone = p.fit(needs)
-            per_node = {n: k for n, k in p.moved.items() if k}
-        result[ns.name] = replace(cap, moves=Moves(
-            "controller" if by_controller else "operator",
-            sum(mv.free.get(n, 0) + freed.get(n, 0) for n in matching), len(matching),
-            sum(freed.get(n, 0) for n in matching), alone, cumulative, per_node, dict(mv.held_back)))
-
 
 # ---- DRB032 ---------------------------------------------------------------------------------------------------
 
@@ -249,14 +69,20 @@ def _controller_words(c: SplitController) -> str:
     return f"{head} ({c.evidence}){tail}"
 
 
-def annotate_commands(ctx: CheckContext, per_node: dict[str, int]) -> list[str]:
-    """`kubectl annotate` commands that raise each node's split by the moves the simulation used there."""
+def split_commands(ctx: CheckContext, per_node: dict[str, int]) -> list[str]:
+    """The commands that raise each node's split by the moves the simulation used there, above what the node asks
+    for now: `kubectl annotate`, or `kubectl label` where the operator set the split as a label (an annotation would
+    override it silently, DRB013)."""
     out = []
     for name in sorted(per_node, key=lambda n: (-per_node[n], n)):
         view = ctx.supply.views[name]
-        target = view.dra + per_node[name]
+        node = ctx.model.nodes[name]
+        result = node.split_result()
+        now = max(view.dra, result.wanted or 0) if result is not None else view.dra
+        target = now + per_node[name]
         value = "all" if target >= view.total else str(target)
-        out.append(f"kubectl annotate node {name} {SPLIT_LABEL}={value} --overwrite")
+        verb = "label" if node.split_request is not None and node.split_request.source == "label" else "annotate"
+        out.append(f"kubectl {verb} node {name} {SPLIT_LABEL}={value} --overwrite")
     return out
 
 
@@ -273,21 +99,48 @@ def _moves_text(m: Moves, who: str) -> str:
     return f"{who} can move {_plural(m.devices, what)} on {_plural(m.nodes, 'node')}{freed}"
 
 
-@rule("DRB032", "DRA capacity for the namespace's GPU demand")
+def _together(cap: NamespaceCapacity) -> str:
+    """"together with team-speech, team-nlp (on DRA before its wave 3)": the namespaces before it, by name."""
+    more = cap.before_count - len(cap.before)
+    names = (f"{more} more and " if more > 0 else "") + ", ".join(cap.before)
+    when = f"before its wave {cap.wave}" if cap.wave is not None else "already"
+    return f"together with {names} (on DRA {when})"
+
+
+def _short_by(fit: FitResult) -> str:
+    return f"{fit.pending} pod(s) asking {fit.pending_devices} GPU(s)"
+
+
+@rule("DRB032", "DRA capacity for the namespace's GPU demand", severities=("blocker", "warning", "info"),
+      fix="The split commands the finding gives (kubectl annotate|label node NODE dra-bridge.io/dra-devices=N "
+          "--overwrite), or bridge controller moving GPUs as pods wait; where no bridge node can serve, more "
+          "GPU nodes handed to the bridge.", late=True)
 def capacity(ctx: CheckContext) -> Iterator[Finding]:
+    """Only namespaces the wave plan moves (or already in dra) are judged together with those before them; one a
+    blocker holds back is judged alone. With the current split, the fix is the split commands that make it fit
+    (`kubectl annotate|label node NODE dra-bridge.io/dra-devices=N`), covering the namespaces before it too."""
     split = ctx.options.assume_split
     split_txt = {"current": "the current split", "all": "split all"}.get(split, f"split {split} per node")
     controller = ctx.split_controller
     for name, cap in simulate_capacity(ctx).items():
+        short = not cap.alone.fits
+        together = not short and not cap.cumulative.fits
+        if not short and not together:
+            continue
         ns = ctx.model.namespaces[name]
         ref = ObjectRef("Namespace", "", name)
         m = cap.moves
+        fit = cap.alone if short else cap.cumulative
         details: dict[str, object] = {
             "gpus": cap.gpus, "pods": cap.pods, "matchingDevices": cap.matching_devices,
-            "pendingAlone": cap.alone.pending, "pendingCumulative": cap.cumulative.pending, "split": split}
+            "pendingAlone": cap.alone.pending, "pendingCumulative": cap.cumulative.pending, "split": split,
+            "planned": cap.planned, "before": list(cap.before), "beforeCount": cap.before_count}
+        if cap.wave is not None:
+            details["wave"] = cap.wave
         if split == "current":
             details["controller"] = controller.state
             details["controllerEvidence"] = controller.evidence
+        with_moves = None if m is None else (m.cumulative if cap.planned else m.alone)
         if m is not None:
             details.update({"movableDevices": m.devices, "movableNodes": m.nodes, "freedByNamespace": m.freed,
                             "movedBy": m.by, "pendingAloneWithMoves": m.alone.pending})
@@ -297,64 +150,71 @@ def capacity(ctx: CheckContext) -> Iterator[Finding]:
                 details["heldBackByPolicy"] = dict(sorted(m.held_back.items()))
         severity = "blocker" if ns.mode == "dra" else "warning"
         demand = f"needs {cap.gpus} GPUs in {_plural(cap.pods, 'pod')}"
-        if not cap.alone.fits:
-            if split != "current":
-                yield Finding("DRB032", severity, ref,
-                              f"{demand}; the DRA side at {split_txt} has {cap.matching_devices} matching devices: "
-                              f"{cap.alone.pending} pod(s) would stay Pending",
-                              "Raise the DRA share on the GPU nodes (kubectl annotate node NODE "
-                              f"{SPLIT_LABEL}=all --overwrite) or check the workload's selectors", details)
+        placement = _placement(ctx, name)
+        if placement:
+            details["placement"] = placement
+            demand += f" (only on nodes matching {' / '.join(placement)})"
+        if short:
+            now = f"{demand}: {cap.matching_devices} matching on DRA" + (" now" if split == "current" else
+                                                                         f" at {split_txt}")
+            head = f"{now}, so {_short_by(fit)} would stay Pending"
+        else:
+            now = f"fits alone ({cap.gpus} GPUs); {_together(cap)} it does not fit as things are"
+            head = f"fits alone ({cap.gpus} GPUs) but not {_together(cap)}: {_short_by(fit)} would stay Pending"
+        if split != "current":
+            yield Finding("DRB032", severity, ref, head,
+                          f"Raise the DRA share on the GPU nodes by at least {fit.pending_devices} matching GPUs "
+                          f"(kubectl annotate node NODE {SPLIT_LABEL}=all --overwrite), or check the workload's "
+                          "selectors", details)
+            continue
+        if m is not None and m.by == "controller" and with_moves is not None:
+            moved = _moves_text(m, "the controller")
+            if with_moves.fits:
+                yield Finding("DRB032", "info", ref, f"{now}; {moved}, enough for all of them ({controller.evidence})",
+                              "Nothing to do: the controller moves GPUs as the pods wait (kubectl get events -A "
+                              "--field-selector reason=SplitTargetChanged)", details)
                 continue
-            now = f"{demand}: {cap.matching_devices} matching on DRA now"
-            if m is not None and m.by == "controller":
-                moved = _moves_text(m, "the controller")
-                if m.alone.fits:
-                    yield Finding("DRB032", "info", ref, f"{now}; {moved}, enough for all of them "
-                                  f"({controller.evidence})",
-                                  "Nothing to do: the controller moves GPUs as the pods wait (kubectl get events -A "
-                                  "--field-selector reason=SplitTargetChanged)", details)
-                    continue
-                yield Finding("DRB032", severity, ref,
-                              f"{now}; {moved}: {m.alone.pending} pod(s) would still stay Pending"
-                              + _limits_text(ctx, m), _short_fix(ctx, m), details)
-                continue
-            # No controller acts: the split must be raised by hand.
-            why = _controller_words(controller)
-            if m is not None and m.per_node:
-                commands = annotate_commands(ctx, m.per_node)
-                details["commands"] = commands
-                served = "all of them" if m.alone.fits else f"all but {m.alone.pending} pod(s)"
-                yield Finding("DRB032", severity, ref,
-                              f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}: raising the split by "
-                              f"hand {_moves_text(m, '')[1:]}, enough for {served}",
-                              f"Raise the split: {_commands_text(commands)}; or run bridge controller (without "
-                              "--dry-run) to move GPUs as pods wait", details)
-                continue
-            frozen = f" ({_frozen_text(ctx)})" if controller.acting and ctx.supply.frozen_nodes() else ""
             yield Finding("DRB032", severity, ref,
-                          f"{now}, so {cap.alone.pending} pod(s) would stay Pending; {why}, and no bridge node "
-                          f"{'it may change ' if controller.acting else ''}has free legacy GPUs these pods match"
-                          f"{frozen or _unknown_text(ctx)}",
-                          "Hand more GPU nodes to the bridge and raise their split (kubectl annotate node NODE "
-                          f"{SPLIT_LABEL}=N --overwrite), free legacy GPUs on bridge nodes, or check the workload's "
-                          "selectors; rerun with --assume-split all to see the whole fleet", details)
-        elif not cap.cumulative.fits:
-            if m is not None and m.cumulative is not None:
-                if m.cumulative.fits:
-                    yield Finding("DRB032", "info", ref,
-                                  f"fits alone ({cap.gpus} GPUs); together with the namespaces before it in the wave "
-                                  f"plan it fits only with the GPUs the controller can move ({controller.evidence})",
-                                  "Nothing to do: the controller moves GPUs as the pods wait", details)
-                    continue
-                yield Finding("DRB032", "warning", ref,
-                              f"fits alone ({cap.gpus} GPUs) but not together with the namespaces before it in the "
-                              f"wave plan, even with the GPUs the controller can move: {m.cumulative.pending} pod(s) "
-                              "would stay Pending" + _limits_text(ctx, m), _short_fix(ctx, m), details)
-                continue
-            yield Finding("DRB032", "warning", ref,
-                          f"fits alone ({cap.gpus} GPUs) but not together with the namespaces before it in the wave "
-                          f"plan at {split_txt}: {cap.cumulative.pending} pod(s) would stay Pending",
-                          "Move more GPUs to the DRA side before this wave", details)
+                          f"{head}; {moved}: {_short_by(with_moves)} would still stay Pending" + _limits_text(ctx, m),
+                          _short_fix(ctx, m, with_moves), details)
+            continue
+        why = _controller_words(controller)
+        if m is not None and m.per_node and with_moves is not None:
+            commands = split_commands(ctx, m.per_node)
+            details["commands"] = commands
+            served = "all of them" if with_moves.fits else f"all but {_short_by(with_moves)}"
+            rest = "" if with_moves.fits else (f"; then {_more_text(with_moves)}")
+            yield Finding("DRB032", severity, ref,
+                          f"{head}; {why}: raising the split by hand {_moves_text(m, '')[1:]}, enough for {served}",
+                          f"Raise the split: {_commands_text(commands)}{rest} (or run bridge controller without "
+                          "--dry-run to move GPUs as pods wait)", details)
+            continue
+        frozen = f" ({_frozen_text(ctx)})" if controller.acting and ctx.supply.frozen_nodes() else ""
+        yield Finding("DRB032", severity, ref,
+                      f"{head}; {why}, and no bridge node {'it may change ' if controller.acting else ''}has free "
+                      f"legacy GPUs these pods match and can run on{frozen or _unknown_text(ctx)}",
+                      _more_text(fit)[0].upper() + _more_text(fit)[1:] + "; rerun with --assume-split all to see the "
+                      "whole fleet", details)
+
+
+def _more_text(fit: FitResult) -> str:
+    return (f"put {fit.pending_devices} more GPU(s) its pods match and can run on on the DRA side: hand GPU nodes to "
+            f"the bridge (migration-guides/01-first-node) and raise their split (kubectl annotate node NODE "
+            f"{SPLIT_LABEL}=N --overwrite), or free legacy GPUs on bridge nodes")
+
+
+def _placement(ctx: CheckContext, namespace: str) -> list[str]:
+    """The node selectors and required affinities that keep the namespace's GPU pods to some nodes, in words
+    (gathered for every namespace in one pass, once per report)."""
+    cached = ctx.__dict__.get("_placement_text")
+    if not isinstance(cached, dict):
+        by_ns: dict[str, set[str]] = defaultdict(set)
+        for w in ctx.translatable:
+            text = w.spec.placement.describe() if w.gpus_per_pod and w.replicas else ""
+            if text:
+                by_ns[w.namespace].add(text)
+        cached = ctx.__dict__["_placement_text"] = {ns: sorted(texts) for ns, texts in by_ns.items()}
+    return list(cached.get(namespace, ()))
 
 
 def _unknown_text(ctx: CheckContext) -> str:
@@ -389,13 +249,14 @@ def _frozen_text(ctx: CheckContext) -> str:
             f"{', ...' if len(names) > 3 else ''}: {frozen[names[0]]})")
 
 
-def _short_fix(ctx: CheckContext, m: Moves) -> str:
-    fixes = ["Free legacy GPUs on bridge nodes or hand more GPU nodes to the bridge"]
+def _short_fix(ctx: CheckContext, m: Moves, fit: FitResult) -> str:
+    fixes = [f"Put {fit.pending_devices} more GPU(s) these pods match within the controller's reach: free legacy GPUs "
+             "on bridge nodes or hand more GPU nodes to the bridge (migration-guides/01-first-node)"]
     if m.held_back:
-        fixes.append("lower the policy's minimum legacy share")
+        fixes.append("lower the policy's minimum legacy share (bridge controller --min-legacy-share, or its policy "
+                     "ConfigMap)")
     if ctx.supply.frozen_nodes():
         fixes.append("unpin nodes the controller may change (kubectl annotate node NODE dra-bridge.io/split-pinned-)")
-    fixes.append("or check the workload's selectors")
     return "; ".join(fixes)
 
 
@@ -414,22 +275,23 @@ def _fits_elsewhere(ctx: CheckContext, pods: list[tuple[str, int]], spec_of: dic
         name = spec.get("nodeName")
         if name in free and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
             free[str(name)] -= pod_devices(spec, GPU)
-    raw = {str((n.get("metadata") or {}).get("name", "")): n for n in ctx.model.data.of("Node")}
     out = set()
     for key, gpus in sorted(pods, key=lambda kp: -kp[1]):
-        c = constraints_of(spec_of.get(key) or {})
+        admitted = ctx.admitted(constraints_of(spec_of.get(key) or {}))
         for name in sorted(free, key=lambda n: free[n]):
-            node = ctx.model.nodes[name]
-            if free[name] >= gpus and c.allows(name, node.labels, taints_of(raw.get(name, {})),
-                                                bool((raw.get(name, {}).get("spec") or {}).get("unschedulable"))):
+            if free[name] >= gpus and name in admitted:
                 free[name] -= gpus
                 out.add(key)
                 break
     return out
 
 
-@rule("DRB037", "GPUs for pods pending on the device plugin")
+@rule("DRB037", "GPUs for pods pending on the device plugin", severities=("warning", "info"),
+      fix="The commands that lower the split (kubectl annotate node NODE dra-bridge.io/dra-devices=N "
+          "--overwrite), or bridge controller; else free GPUs or add GPU nodes.")
 def legacy_pending(ctx: CheckContext) -> Iterator[Finding]:
+    """Pods pending for the device plugin that no free legacy GPU can take: whether moving free DRA GPUs back serves
+    them, and who moves them."""
     if ctx.options.assume_split != "current":
         return
     if not ctx.model.unbound_pods:

@@ -11,8 +11,10 @@ from bridge.report.findings import CLUSTER, Finding, ObjectRef, rule
 from bridge.report.model import Obj
 
 
-@rule("DRB000", "Input completeness")
+@rule("DRB000", "Input completeness", severities=("warning",),
+      fix="Grant the scanning identity get/list on the resource, then rerun.")
 def unreadable(ctx: CheckContext) -> Iterator[Finding]:
+    """A resource kind the scan could not read (RBAC, not served): the checks that need it are incomplete."""
     for plural, reason in sorted(ctx.model.data.unreadable.items()):
         yield Finding("DRB000", "warning", ObjectRef("Resource", "", plural),
                       f"{plural} could not be read ({reason}): checks that need them are incomplete",
@@ -20,8 +22,11 @@ def unreadable(ctx: CheckContext) -> Iterator[Finding]:
                       {"resource": plural, "reason": reason})
 
 
-@rule("DRB001", "Kubernetes version and served resource.k8s.io API")
+@rule("DRB001", "Kubernetes version and served resource.k8s.io API", severities=("blocker", "warning"),
+      fix="Upgrade Kubernetes to the release where DRA is GA (resource.k8s.io/v1 served).")
 def dra_api(ctx: CheckContext) -> Iterator[Finding]:
+    """The Kubernetes version and the resource.k8s.io versions the API server serves: no DRA API blocks every
+    namespace; a beta-only API or an unknown version needs attention."""
     m = ctx.model
     served = m.resource_versions
     version = m.version.git_version or "unknown"
@@ -82,8 +87,11 @@ _FEATURE_ADVICE = {
 }
 
 
-@rule("DRB002", "DRA feature availability by version")
+@rule("DRB002", "DRA feature availability by version", severities=("info",),
+      fix="Nothing to do, or the release (or feature gate) that brings the feature.")
 def features(ctx: CheckContext) -> Iterator[Finding]:
+    """Which DRA features the cluster's release has on by default (extended resources, device taints, consumable
+    capacity, health), and what the bridge does with or without each."""
     if not ctx.model.version.known:
         return
     version = ctx.model.version.git_version
@@ -107,8 +115,13 @@ def features(ctx: CheckContext) -> Iterator[Finding]:
         )
 
 
-@rule("DRB003", "DeviceClasses sharing one extendedResourceName")
+@rule("DRB003", "DeviceClasses sharing one extendedResourceName", severities=("blocker",),
+      fix="kubectl patch deviceclass NAME --type json -p "
+          '\'[{"op":"remove","path":"/spec/extendedResourceName"}]\' on every class but the one that keeps the '
+          "name.")
 def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
+    """Several DeviceClasses claiming one extendedResourceName: the scheduler silently picks one (KEP-5004: the
+    newest, then the first name) for every pod asking that name."""
     by_name: dict[str, list[Obj]] = defaultdict(list)
     for c in ctx.model.device_classes:
         ern = (c.get("spec") or {}).get("extendedResourceName")
@@ -132,42 +145,63 @@ def shared_extended_name(ctx: CheckContext) -> Iterator[Finding]:
                 "DRB003", "blocker", ref_of(c),
                 f"extendedResourceName {name} is claimed by {len(classes)} DeviceClasses ({', '.join(names)}); "
                 f"the scheduler picks {winner} ({why}), silently capturing every {name} request",
-                f"Keep {name} on exactly one DeviceClass: remove spec.extendedResourceName from the others",
+                f"Keep {name} on exactly one DeviceClass ({winner}, which the scheduler uses now): "
+                + "; ".join(_remove_ern(n) for n in names if n != winner),
                 {"extendedResourceName": name, "classes": names, "winner": winner},
             )
 
 
-@rule("DRB004", "The bridge's DeviceClass")
+@rule("DRB004", "The bridge's DeviceClass", severities=("blocker", "warning"),
+      fix="kubectl apply -f deviceclass.yaml from --emit-manifests, or patch the class's selector to the "
+          "bridge's driver, or remove its extendedResourceName.")
 def bridge_class(ctx: CheckContext) -> Iterator[Finding]:
+    """The bridge's DeviceClass gpu.dra-bridge.io: missing (translated pods would stay Pending), not selecting the
+    bridge's driver, an invalid CEL selector, or extendedResourceName nvidia.com/gpu."""
     cls = ctx.bridge_class
     if cls is None:
-        if any(w.gpus_per_pod for w in ctx.gpu_workloads):
+        if any(w.gpus_per_pod for w in ctx.translatable):
             yield Finding("DRB004", "warning", ObjectRef("DeviceClass", "", BRIDGE_CLASS),
                           f"DeviceClass {BRIDGE_CLASS} does not exist: translated pods would stay Pending",
-                          "Apply deviceclass.yaml from --emit-manifests (or install the dra-bridge chart)")
+                          "kubectl apply -f deviceclass.yaml (written by --emit-manifests; the chart installs the "
+                          "same class)")
         return
     expr = class_cel(cls)
     if BRIDGE_DRIVER not in expr:
         yield Finding("DRB004", "warning", ref_of(cls),
                       f"DeviceClass {BRIDGE_CLASS} does not select the bridge's driver: selectors are `{expr}`",
-                      f'Add the selector device.driver == "{BRIDGE_DRIVER}"', {"cel": expr})
+                      _driver_selector(), {"cel": expr})
     try:
         ctx.evaluator.check(expr)
     except ValueError as err:
         yield Finding("DRB004", "blocker", ref_of(cls), f"DeviceClass {BRIDGE_CLASS} has an invalid CEL selector: {err}",
-                      "Fix the selector expression", {"cel": expr})
+                      _driver_selector(), {"cel": expr})
     ern = (cls.get("spec") or {}).get("extendedResourceName")
     if ern == GPU:
         yield Finding("DRB004", "warning", ref_of(cls),
                       f"DeviceClass {BRIDGE_CLASS} sets extendedResourceName {GPU}: on nodes where the device plugin "
                       f"also advertises {GPU} the KEP-5004 one-backend-per-node rule applies to every namespace",
-                      "Remove extendedResourceName; the bridge uses the implicit name "
-                      f"deviceclass.resource.kubernetes.io/{BRIDGE_CLASS} or claims")
+                      f"{_remove_ern(BRIDGE_CLASS)} (the bridge uses the implicit name "
+                      f"deviceclass.resource.kubernetes.io/{BRIDGE_CLASS}, or claims)")
 
 
-@rule("DRB040", "Cluster autoscaler support for DRA pods")
+def _remove_ern(cls: str) -> str:
+    return (f"kubectl patch deviceclass {cls} --type json "
+            "-p '[{\"op\":\"remove\",\"path\":\"/spec/extendedResourceName\"}]'")
+
+
+def _driver_selector() -> str:
+    expr = f'device.driver == \\"{BRIDGE_DRIVER}\\"'
+    return (f"Select the bridge's devices: kubectl patch deviceclass {BRIDGE_CLASS} --type merge "
+            f"-p '{{\"spec\":{{\"selectors\":[{{\"cel\":{{\"expression\":\"{expr}\"}}}}]}}}}'")
+
+
+@rule("DRB040", "Cluster autoscaler support for DRA pods", severities=("warning",),
+      fix="Add --enable-dynamic-resource-allocation=true to cluster-autoscaler; with Karpenter, keep GPU "
+          "workloads that need autoscaling legacy.")
 def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
-    if not ctx.gpu_workloads:
+    """Node autoscalers that cannot scale for pods with ResourceClaims: cluster-autoscaler without DRA support
+    switched on, Karpenter."""
+    if not ctx.translatable:
         return
     for dep in ctx.model.data.of("Deployment"):
         spec = (((dep.get("spec") or {}).get("template") or {}).get("spec")) or {}
@@ -178,17 +212,22 @@ def autoscaler(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB040", "warning", ref_of(dep),
                           "Karpenter cannot provision nodes for pods whose GPUs come from ResourceClaims "
                           "(kubernetes-sigs/karpenter#1231): DRA namespaces will not scale GPU node pools",
-                          "Keep statically sized GPU node pools for DRA namespaces, or keep scaling namespaces on "
-                          "legacy until Karpenter supports DRA")
+                          "Keep the GPU workloads that need node autoscaling on the device plugin until Karpenter "
+                          "supports DRA (opt their pod templates out: annotation dra-bridge.io/translate: \"false\"), "
+                          "and give DRA namespaces statically sized GPU node pools")
         elif "cluster-autoscaler" in images and "--enable-dynamic-resource-allocation" not in args:
             yield Finding("DRB040", "warning", ref_of(dep),
                           "cluster-autoscaler runs without --enable-dynamic-resource-allocation: it will not "
                           "scale up for pods with ResourceClaims",
-                          "Add --enable-dynamic-resource-allocation=true to the cluster-autoscaler arguments")
+                          "Add --enable-dynamic-resource-allocation=true to the cluster-autoscaler container's "
+                          f"command (kubectl -n {ref_of(dep).namespace} edit deployment {ref_of(dep).name})")
 
 
-@rule("DRB041", "GPU metrics exporter on DRA nodes")
+@rule("DRB041", "GPU metrics exporter on DRA nodes", severities=("warning",),
+      fix="kubectl set env daemonset/NAME KUBERNETES_ENABLE_DRA=true (and RBAC on resourceslices and "
+          "resourceclaims).")
 def dcgm_exporter(ctx: CheckContext) -> Iterator[Finding]:
+    """dcgm-exporter without KUBERNETES_ENABLE_DRA: metrics of pods using DRA devices lose their pod attribution."""
     for role in ctx.model.daemonsets:
         if role.role != "dcgm-exporter":
             continue
@@ -202,5 +241,6 @@ def dcgm_exporter(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB041", "warning", ref_of(ds),
                           "dcgm-exporter runs without KUBERNETES_ENABLE_DRA: metrics of pods using DRA devices "
                           "lose their pod attribution",
-                          "Set KUBERNETES_ENABLE_DRA=true on the exporter and grant it get/list/watch on "
-                          "resourceslices and resourceclaims")
+                          f"kubectl -n {ref_of(ds).namespace} set env daemonset/{ref_of(ds).name} "
+                          "KUBERNETES_ENABLE_DRA=true, and grant its ServiceAccount get/list/watch on resourceslices "
+                          "and resourceclaims")

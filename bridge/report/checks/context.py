@@ -7,14 +7,17 @@ from functools import cached_property
 from typing import Any
 
 from bridge.kvalues import gfd
+from bridge.kvalues.placement import Constraints
 from bridge.report.cel import GfdTranslation, SelectorEvaluator, gfd_to_cel
 from bridge.report.dpconfig import DevicePluginConfig, configs_from_configmaps
 from bridge.report.features import BRIDGE_CLASS, BRIDGE_DRIVER, FEATURE_BY_KEY, SYSTEM_NAMESPACES, Stage
 from bridge.report.findings import ObjectRef
 from bridge.report.model import ClusterModel, Workload
+from bridge.report.offers import DoubleOffer, double_offers
 from bridge.report.sharing import OperatorPolicy, Selection, not_whole_gpu, operator_policies, select_configs
-from bridge.report.splitcontroller import SplitController, detect
-from bridge.report.supply import Supply, build_supply
+from bridge.report.podspec import OPT_OUT_ANNOTATION
+from bridge.report.splitcontroller import SplitController, component_args, detect
+from bridge.report.supply import BoundGpuPod, Supply, bound_gpu_pods, build_supply
 
 Obj = dict[str, Any]
 
@@ -42,6 +45,20 @@ class CheckContext:
     options: ReportOptions = ReportOptions()
     evaluator: SelectorEvaluator = field(default_factory=SelectorEvaluator)
     _gfd: dict[Any, GfdTranslation] = field(default_factory=dict, repr=False)
+    _admitted: dict[Constraints, frozenset[str]] = field(default_factory=dict, repr=False)
+    # (namespaces a blocker holds back, whether a cluster-wide blocker holds back all): set by `run_checks` before
+    # the late rules run (the capacity simulation's wave order leaves them out, as the wave plan does).
+    blocked: tuple[frozenset[str], bool] = (frozenset(), False)
+
+    def admitted(self, constraints: Constraints) -> frozenset[str]:
+        """The nodes the scheduler's node filters let a pod with these constraints onto (node selector, required
+        affinity, taints, cordon: `bridge.kvalues.placement`). Computed once per distinct constraints: the pods of a
+        workload, and most workloads of a cluster, share one."""
+        hit = self._admitted.get(constraints)
+        if hit is None:
+            hit = self._admitted[constraints] = frozenset(
+                n.name for n in self.model.nodes.values() if n.admits(constraints))
+        return hit
 
     def stage(self, feature: str) -> Stage | None:
         v = self.model.version
@@ -112,6 +129,38 @@ class CheckContext:
         return f"({self.bridge_class_cel}) && " + " && ".join(f"({e})" for e in dict.fromkeys(extras))
 
     @cached_property
+    def double_offers(self) -> dict[str, DoubleOffer]:
+        """Bridge nodes whose GPUs are offered through both APIs (bridge.report.offers): DRB017, and not capacity."""
+        return double_offers(self.model, self.bound_gpu_pods)
+
+    @cached_property
+    def bound_gpu_pods(self) -> dict[str, list[BoundGpuPod]]:
+        """bridge node -> its pods holding nvidia.com/gpu (bridge.report.supply): read once for DRB017 and the
+        supply."""
+        return bound_gpu_pods(self.model)
+
+    @cached_property
+    def translated_schedulers(self) -> frozenset[str]:
+        """The schedulers besides default-scheduler whose pods the webhook translates: `--translate-scheduler` (or
+        BRIDGE_WEBHOOK_TRANSLATE_SCHEDULERS, names separated by spaces) of every Deployment running `bridge
+        webhook` in the input."""
+        out: set[str] = set()
+        for dep in self.model.data.of("Deployment"):
+            for c in (((dep.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or ():
+                args = component_args(c, "webhook") if isinstance(c, dict) else None
+                if args is None:
+                    continue
+                for i, a in enumerate(args):
+                    if a == "--translate-scheduler" and i + 1 < len(args):
+                        out.add(args[i + 1])
+                    elif a.startswith("--translate-scheduler="):
+                        out.add(a.split("=", 1)[1])
+                for e in c.get("env") or ():
+                    if isinstance(e, dict) and e.get("name") == "BRIDGE_WEBHOOK_TRANSLATE_SCHEDULERS":
+                        out.update(str(e.get("value") or "").split())
+        return frozenset(out)
+
+    @cached_property
     def split_controller(self) -> SplitController:
         """Does `bridge controller` run and act (bridge.report.splitcontroller)?"""
         return detect(self.model.data)
@@ -120,7 +169,14 @@ class CheckContext:
     def supply(self) -> Supply:
         """What can move between the sides on each bridge node, and what the controller would do with the pods
         pending now (bridge.report.supply). Built on first use: only when some capacity does not fit, or pods wait."""
-        return build_supply(self.model, self.split_controller)
+        return build_supply(self.model, self.split_controller, self.bound_gpu_pods)
+
+    @cached_property
+    def translatable(self) -> list[Workload]:
+        """The GPU workloads the webhook may translate: all but those whose pods opt out
+        (`dra-bridge.io/translate: "false"`, the "keep it legacy" of every rule that says so). Rules about what
+        translation would change read these; rules about what a pod does on a shared node read `gpu_workloads`."""
+        return [w for w in self.gpu_workloads if not w.opted_out]
 
     @cached_property
     def gpu_workloads(self) -> list[Workload]:
@@ -128,6 +184,21 @@ class CheckContext:
         system namespaces are left out."""
         infra = {r.ref for r in self.model.daemonsets if r.role}
         return [w for w in self.model.workloads if w.ref not in infra and w.namespace not in SYSTEM_NAMESPACES]
+
+
+def keep_legacy(w: Workload) -> str:
+    """The command that keeps a workload on the device plugin: the webhook's opt-out annotation
+    (`dra-bridge.io/translate: "false"`) on its pods, through the controller's pod template (a bare pod is annotated
+    in place: the webhook only reads pods it admits, and the report reads the annotation)."""
+    if w.kind == "Pod":
+        return f"kubectl -n {w.namespace} annotate pod {w.name} {OPT_OUT_ANNOTATION}=false --overwrite"
+    if w.kind == "Job":  # batch/v1 Job: spec.template is immutable
+        return (f"re-create Job {w.namespace}/{w.name} with the pod template annotation {OPT_OUT_ANNOTATION}: "
+                "\"false\" (a Job's template cannot be changed)")
+    template = '{"template":{"metadata":{"annotations":{"' + OPT_OUT_ANNOTATION + '":"false"}}}}'
+    if w.kind == "CronJob":
+        template = '{"jobTemplate":{"spec":' + template + '}}'
+    return f"kubectl -n {w.namespace} patch {w.kind.lower()} {w.name} --type merge -p '{{\"spec\":{template}}}'"
 
 
 def class_cel(cls: Obj) -> str:

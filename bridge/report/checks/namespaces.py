@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 from bridge.report.checks.context import CheckContext, ref_of
@@ -20,7 +21,9 @@ def _q(v: object) -> object:
 _GPU_KEYS = (f"requests.{GPU}", GPU, f"limits.{GPU}")
 
 
-@rule("DRB030", "GPU quota without the matching DeviceClass quota")
+@rule("DRB030", "GPU quota without the matching DeviceClass quota", severities=("blocker", "warning"),
+      fix="kubectl apply -f quota-NS-NAME.yaml from --emit-manifests (the DeviceClass quota keys with the same "
+          "limit), or patch the quota.")
 def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
     """A ResourceQuota on `requests.nvidia.com/gpu` does not see translated pods: their GPUs are charged to
     `<class>.deviceclass.resource.k8s.io/devices` (claims, kubernetes/kubernetes
@@ -49,7 +52,7 @@ def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB030", "warning", ref_of(q),
                           f"{gpu_key}={hard[gpu_key]} but {', '.join(f'{k}={hard[k]}' for k in differ)}: the limits "
                           "differ, so the same workload gets a different GPU budget depending on the API",
-                          "Set both to the same value", details)
+                          _patch_quota(q, {k: str(hard[gpu_key]) for k in differ}), details)
         missing = [k for k in wanted if k not in hard]
         if not missing:
             continue
@@ -61,12 +64,21 @@ def unpaired_quota(ctx: CheckContext) -> Iterator[Finding]:
                       "to the DRA keys, so this quota no longer limits them"
                       + (f"; {len(tenants) - 1} other namespace(s) share the GPUs, and this namespace's translated "
                          "pods can take theirs" if shared else ""),
-                      f"Add {', '.join(f'{k}: {hard[gpu_key]}' for k in missing)} (paired quota in --emit-manifests)"
-                      " before flipping the namespace", details)
+                      f"Before flipping the namespace, add {', '.join(f'{k}: {hard[gpu_key]}' for k in missing)}: "
+                      f"kubectl apply -f quota-{ref_of(q).namespace}-{ref_of(q).name}.yaml (written by "
+                      f"--emit-manifests), or {_patch_quota(q, {k: str(hard[gpu_key]) for k in missing})}", details)
 
 
-@rule("DRB031", "Namespace mode label")
+def _patch_quota(q: dict[str, object], keys: dict[str, str]) -> str:
+    ref = ref_of(q)
+    body = json.dumps({"spec": {"hard": keys}}, separators=(",", ":"))
+    return f"kubectl -n {ref.namespace} patch resourcequota {ref.name} --type merge -p '{body}'"
+
+
+@rule("DRB031", "Namespace mode label", severities=("warning",),
+      fix="bridge namespace set NS legacy|shadow|dra.")
 def mode_label(ctx: CheckContext) -> Iterator[Finding]:
+    """A namespace whose dra-bridge.io/mode label is not legacy, shadow or dra: the webhook treats it as legacy."""
     for ns in ctx.model.namespaces.values():
         if ns.bad_mode:
             yield Finding("DRB031", "warning", ObjectRef("Namespace", "", ns.name),

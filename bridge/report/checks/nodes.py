@@ -4,12 +4,13 @@ controller's own decoder, bridge.controller.record)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
 from bridge.controller.record import DECISION_KEY, RecordError, record_of
 from bridge.report.checks.context import CheckContext, class_cel
-from bridge.report.features import FEATURE_BY_KEY, GPU, TARGET_LABEL
+from bridge.report.features import BRIDGE_DRIVER, FEATURE_BY_KEY, GPU, SPLIT_LABEL, TARGET_LABEL
 from bridge.report.findings import Finding, ObjectRef, rule
 
 
@@ -42,7 +43,9 @@ def stop_device_plugin(ctx: CheckContext, node: str, labels: dict[str, str]) -> 
     return f"{operator[0].upper() + operator[1:]}; {standalone}"
 
 
-@rule("DRB010", "GPUs served by two backends on one node")
+@rule("DRB010", "GPUs served by two backends on one node", severities=("blocker", "warning"),
+      fix="Take the vendor device plugin off the node (the GPU Operator's label nvidia.com/gpu.deploy.device-"
+          "plugin=false), or stop the other DRA driver there.")
 def double_backend(ctx: CheckContext) -> Iterator[Finding]:
     """Three ways one node's GPUs end up behind two backends (kubernetes/kubernetes sources in brackets):
 
@@ -89,24 +92,32 @@ def double_backend(ctx: CheckContext) -> Iterator[Finding]:
                               {"resource": ern, "deviceClass": cls})
 
 
-@rule("DRB011", "Stale zero-capacity GPU entries")
+@rule("DRB011", "Stale zero-capacity GPU entries", severities=("warning",),
+      fix="kubectl patch node NODE --subresource=status removing the stale keys, or restart the kubelet.")
 def stale_zero(ctx: CheckContext) -> Iterator[Finding]:
+    """A node whose status keeps nvidia.com/* at 0 after its device plugin was removed."""
     for node in ctx.model.nodes.values():
         stale = sorted(k for k, v in node.capacity.items() if v == 0 and node.allocatable.get(k, 0) == 0)
         if stale and "device-plugin" not in node.backends and "bridge" not in node.backends:
             yield Finding("DRB011", "warning", _node(node.name),
                           f"node status keeps {', '.join(stale)} at 0 from a removed device plugin: dashboards and "
                           "autoscalers reading allocatable see 'no GPU' (the scheduler treats 0 as inactive)",
-                          "Remove the stale entries: kubectl patch node --subresource=status (JSON patch removing "
-                          "status.capacity/allocatable keys) or restart the kubelet",
+                          "Remove the stale entries (or restart the kubelet): kubectl patch node "
+                          f"{node.name} --subresource=status --type json -p '"
+                          + json.dumps([{"op": "remove", "path": f"/status/{part}/{k.replace('~', '~0').replace('/', '~1')}"}
+                                        for k in stale for part in ("capacity", "allocatable")],
+                                       separators=(",", ":")) + "'",
                           {"resources": stale})
 
 
 _RUNTIME = re.compile(r"^([a-z-]+)://v?(\d+)\.(\d+)")
 
 
-@rule("DRB012", "Container runtime CDI support")
+@rule("DRB012", "Container runtime CDI support", severities=("blocker", "warning"),
+      fix="Move the node to containerd 2.x or CRI-O.")
 def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
+    """A GPU node's container runtime without CDI support (cri-dockerd, containerd before 1.7) or with CDI off by
+    default (containerd 1.7): DRA devices are injected through CDI."""
     for node in ctx.model.nodes.values():
         if not node.gpu_total or not node.runtime:
             continue
@@ -125,10 +136,14 @@ def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
         elif name == "containerd" and major == 1:
             yield Finding("DRB012", "warning", _node(node.name),
                           f"runtime {node.runtime}: CDI is off by default in containerd 1.7",
-                          "Set enable_cdi = true (and cdi_spec_dirs) in the CRI plugin config, or upgrade to 2.x")
+                          "Upgrade containerd on the node to 2.x (CDI on by default); enable_cdi = true in the CRI "
+                          "plugin config of 1.7 works too, but the report cannot see that setting, so this warning "
+                          "stays until the upgrade")
 
 
-@rule("DRB013", "The bridge's split label")
+@rule("DRB013", "The bridge's split label", severities=("warning", "info"),
+      fix="kubectl label|annotate node NODE dra-bridge.io/dra-devices=<0|N|all|gpu-I> --overwrite with a value "
+          "the node daemon accepts.")
 def split_label(ctx: CheckContext) -> Iterator[Finding]:
     """The node's split request read and fitted with the node daemon's own parser (`bridge.ledger`), so the report
     says exactly what the daemon does with it; and what the daemon itself reports (its split-status annotation):
@@ -142,7 +157,7 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
         result = node.split_result()
         if node.split_request is not None and node.split_request.conflict:
             yield Finding("DRB013", "info", _node(node.name), node.split_request.conflict,
-                          "Remove the label or make both say the same: kubectl label node NODE "
+                          f"Remove the label (the annotation decides): kubectl label node {node.name} "
                           "dra-bridge.io/dra-devices-")
         if result is not None and result.wanted is None:
             yield Finding("DRB013", "warning", _node(node.name),
@@ -152,7 +167,9 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
                           f" (this node has {result.total} GPUs)")
         if node.split_status_error:
             yield Finding("DRB013", "warning", _node(node.name), node.split_status_error,
-                          "Check the node daemon's version on this node")
+                          "Run a migrate-report as new as the node daemon on this node; or, if the daemon is older, "
+                          f"remove the annotation and let it write it again: kubectl annotate node {node.name} "
+                          "dra-bridge.io/split-status-")
         status = node.split_status
         for stuck in status.stuck if status is not None else ():
             pod = f"pod {stuck.pod}" if stuck.pod else "its pod"
@@ -172,15 +189,20 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
                               f"bridge node status {node.name} shows every device and its holders")
 
 
-@rule("DRB014", "The controller's latest split decision")
+@rule("DRB014", "The controller's latest split decision", severities=("warning", "info"),
+      fix="Nothing to do for a readable decision; remove an unreadable one (kubectl annotate node NODE dra-"
+          "bridge.io/split-decision-).")
 def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
+    """The split decision bridge controller recorded on a Node (annotation dra-bridge.io/split-decision): what it
+    changed and why, or that the annotation cannot be read."""
     for raw in ctx.model.data.of("Node"):
         name = str((raw.get("metadata") or {}).get("name", ""))
         try:
             rec = record_of(raw)
         except RecordError as err:
             yield Finding("DRB014", "warning", _node(name), f"unreadable {DECISION_KEY}: {err}",
-                          "Upgrade the report to the controller's version, or remove the annotation")
+                          "Run a migrate-report as new as bridge controller; or remove the annotation (the controller "
+                          f"writes it again at its next decision): kubectl annotate node {name} {DECISION_KEY}-")
             continue
         if rec is None:
             continue
@@ -196,7 +218,9 @@ def controller_decision(ctx: CheckContext) -> Iterator[Finding]:
                        "direction": rec.direction, "time": rec.time, "pods": list(rec.pods)})
 
 
-@rule("DRB015", "nvidia.com/gpu is not a whole GPU on this node")
+@rule("DRB015", "nvidia.com/gpu is not a whole GPU on this node", severities=("blocker",),
+      fix="Give the node whole GPUs: turn MIG off (nvidia.com/mig.config=all-disabled) or run a device-plugin "
+          "config without sharing.")
 def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
     """Under MIG strategy `single` a MIG slice is advertised as `nvidia.com/gpu`; time-slicing or MPS without a
     rename advertises each GPU several times under that name. On such a node `nvidia.com/gpu: 1` is not one GPU, so
@@ -206,10 +230,44 @@ def not_whole_gpu(ctx: CheckContext) -> Iterator[Finding]:
     for name, reasons in sorted(ctx.not_whole_gpu.items()):
         yield Finding("DRB015", "blocker", _node(name),
                       f"{GPU} here is not one whole GPU: " + "; ".join(reasons),
-                      f"Keep the namespaces whose pods run here legacy (the webhook leaves pods on this node "
-                      f"untouched); to migrate, give the node whole GPUs ({GPU} without MIG strategy single or "
-                      "un-renamed sharing) or move the workloads to nodes that have them",
+                      "Give the node whole GPUs: " + _whole_gpu_commands(name, reasons) + " (the webhook leaves pods "
+                      "on this node untouched meanwhile: their workloads stay legacy, DRB036)",
                       {"reasons": list(reasons)})
+
+
+@rule("DRB017", "GPUs offered through both APIs", severities=("blocker",),
+      fix="kubectl annotate node NODE dra-bridge.io/dra-devices=N --overwrite (N = the node's GPUs minus those "
+          "its legacy pods hold), then check the node daemon (bridge node status NODE).")
+def both_apis(ctx: CheckContext) -> Iterator[Finding]:
+    """The state the bridge exists to prevent (bridge.report.offers): the bridge's ResourceSlices publish GPUs
+    that Running device-plugin pods hold, by count (published + held above the node's GPUs) or by device (the
+    daemon's split status names a legacy holder of a published GPU). The scheduler can then hand one GPU to a DRA
+    claim and a legacy pod at once, and those devices are not DRA capacity."""
+    for name, o in ctx.double_offers.items():
+        pods = ", ".join(o.pods[:5]) + (" and more" if o.legacy_held and len(o.pods) > 5 else "")
+        by_device = f"; the split status shows {', '.join(o.devices)} held by legacy pods" if o.devices else ""
+        yield Finding("DRB017", "blocker", _node(name),
+                      f"its ResourceSlices publish {o.published} GPU(s) while Running device-plugin pods hold "
+                      f"{o.legacy_held} {GPU} here ({pods or 'none'}): {o.published + o.legacy_held} offered on a "
+                      f"node of {o.gpus}, so {o.excess} GPU(s) are offered through both APIs{by_device}",
+                      f"kubectl annotate node {name} {SPLIT_LABEL}={o.dra_room} --overwrite (the DRA GPUs this node "
+                      f"can have while those pods run), then check that the node daemon publishes the slices: "
+                      f"bridge node status {name}; delete ResourceSlices of driver {BRIDGE_DRIVER} for the node "
+                      "that it did not write",
+                      {"gpus": o.gpus, "published": o.published, "legacyHeld": o.legacy_held, "pods": list(o.pods),
+                       "devices": list(o.devices), "excess": o.excess})
+
+
+def _whole_gpu_commands(node: str, reasons: list[str]) -> str:
+    """What gives the node whole GPUs, for the reasons DRB015 found (MIG slices, shares)."""
+    out = []
+    if any("MIG" in r for r in reasons):
+        out.append(f"turn MIG off (kubectl label node {node} nvidia.com/mig.config=all-disabled --overwrite: the GPU "
+                   "Operator's MIG manager reconfigures the GPUs)")
+    if any("MIG" not in r for r in reasons):
+        out.append(f"run a device-plugin config without sharing on it (kubectl label node {node} "
+                   "nvidia.com/device-plugin.config=default --overwrite, or rename the shared resource in its config)")
+    return " and ".join(out)
 
 
 _KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
@@ -220,7 +278,9 @@ def kubelet_minor(node_kubelet: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-@rule("DRB016", "Kubelet too old for the extended target")
+@rule("DRB016", "Kubelet too old for the extended target", severities=("blocker", "warning"),
+      fix="Upgrade the kubelet to the release with DRAExtendedResource on by default; a namespace forcing the "
+          "extended target: kubectl label namespace NS dra-bridge.io/target-.")
 def kubelet_version(ctx: CheckContext) -> Iterator[Finding]:
     """The `extended` target (pods ask `deviceclass.resource.kubernetes.io/<class>`, the scheduler makes the claim)
     needs the API server AND the kubelets of GPU nodes at the release where DRAExtendedResource is on by default: an
@@ -242,7 +302,8 @@ def kubelet_version(ctx: CheckContext) -> Iterator[Finding]:
                       f"kubelet {node.kubelet} is older than the extended target needs ({feature.history()}): with "
                       "--target auto the webhook translates to claims while this node's kubelet is older; a pod "
                       "translated to the extended target and bound here is rejected by the kubelet",
-                      f"Upgrade the kubelet to {first[0]}.{first[1]}+ (or keep the claims target)",
+                      f"Upgrade the kubelet on {node.name} to {first[0]}.{first[1]}+ (until then the webhook's "
+                      "auto target picks claims, which works)",
                       {"kubeletVersion": node.kubelet})
     if not old:
         return

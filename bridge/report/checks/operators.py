@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+import yaml
+
 from bridge.report.checks.context import CheckContext, ref_of
 from bridge.report.features import BRIDGE_CLASS, GPU, IMPLICIT_PREFIX
 from bridge.report.findings import Finding, ObjectRef, rule
@@ -17,7 +19,9 @@ def _names(items: list[str], limit: int = 5) -> str:
     return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-@rule("DRB042", "GPU Operator ClusterPolicy")
+@rule("DRB042", "GPU Operator ClusterPolicy", severities=("blocker", "warning", "info"),
+      fix="kubectl patch clusterpolicy NAME: spec.mig.strategy mixed, or turn MIG off on the nodes "
+          "(nvidia.com/mig.config=all-disabled).")
 def cluster_policy(ctx: CheckContext) -> Iterator[Finding]:
     """NVIDIA/gpu-operator api/nvidia/v1/clusterpolicy_types.go: `spec.mig.strategy` (none | single | mixed) is
     handed to the device plugin and GFD on every node the operator manages, and wins over a config file's
@@ -38,9 +42,11 @@ def cluster_policy(ctx: CheckContext) -> Iterator[Finding]:
                               f"spec.mig.strategy single: on MIG-enabled nodes ({_names(mig_nodes)}) each MIG slice "
                               f"is advertised as {GPU}, so {GPU}: 1 there is one slice; translating it to a whole DRA "
                               "device changes what pods get (the webhook leaves pods on these nodes untouched)",
-                              "Keep namespaces whose pods run on these nodes legacy; to migrate them, set "
-                              "spec.mig.strategy mixed (pods then ask nvidia.com/mig-<profile>, see DRB020) or "
-                              "disable MIG on the nodes (nvidia.com/mig.config=all-disabled)", details)
+                              f"Set the mixed strategy (pods then ask nvidia.com/mig-<profile>, see DRB020): kubectl "
+                              f"patch clusterpolicy {policy.ref.name} --type merge "
+                              "-p '{\"spec\":{\"mig\":{\"strategy\":\"mixed\"}}}'; or turn MIG off on the nodes: "
+                              + "; ".join(f"kubectl label node {n} nvidia.com/mig.config=all-disabled --overwrite"
+                                          for n in mig_nodes[:5]), details)
             else:
                 yield Finding("DRB042", "info", policy.ref,
                               f"spec.mig.strategy single: no node has MIG enabled now, so {GPU} is a whole GPU "
@@ -51,7 +57,8 @@ def cluster_policy(ctx: CheckContext) -> Iterator[Finding]:
             yield Finding("DRB042", "warning", policy.ref,
                           f"spec.devicePlugin.config.name {policy.config_map}: that ConfigMap is not in the input, "
                           "so time-slicing, MPS and MIG settings of the device plugin cannot be checked",
-                          "Include the operator's namespace ConfigMaps in the scan (get/list configmaps)", details)
+                          "Grant the scan get/list on ConfigMaps in the operator's namespace (or export them into "
+                          "the snapshot: kubectl get configmaps -A -o yaml), then rerun", details)
 
 
 def _covers_gpu(cq: Obj) -> dict[str, str]:
@@ -67,7 +74,31 @@ def _covers_gpu(cq: Obj) -> dict[str, str]:
     return out
 
 
-@rule("DRB043", "Kueue ClusterQueue budgeting nvidia.com/gpu")
+def kueue_maps_bridge(configmaps: list[Obj]) -> bool:
+    """Whether a Kueue Configuration in the input (a ConfigMap value of kind Configuration, apiVersion
+    config.kueue.x-k8s.io/*: kueue-manager-config's controller_manager_config.yaml) maps nvidia.com/gpu to the
+    bridge's DeviceClass (`resources.deviceClassMappings`, Kueue's DRA support), so it counts translated pods' claims
+    against the nvidia.com/gpu budget."""
+    for cm in configmaps:
+        for text in ((cm.get("data") or {}).values()):
+            if not isinstance(text, str) or "deviceClassMappings" not in text:
+                continue
+            try:
+                doc = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            if not isinstance(doc, dict) or doc.get("kind") != "Configuration" or \
+                    not str(doc.get("apiVersion", "")).startswith("config.kueue.x-k8s.io/"):
+                continue
+            for m in ((doc.get("resources") or {}).get("deviceClassMappings") or ()):
+                if isinstance(m, dict) and m.get("name") == GPU and BRIDGE_CLASS in (m.get("deviceClassNames") or ()):
+                    return True
+    return False
+
+
+@rule("DRB043", "Kueue ClusterQueue budgeting nvidia.com/gpu", severities=("blocker", "info"),
+      fix="Map nvidia.com/gpu to the bridge's DeviceClass in Kueue's Configuration "
+          "(resources.deviceClassMappings); until then keep the namespace's GPU workloads legacy.")
 def kueue(ctx: CheckContext) -> Iterator[Finding]:
     """kueue.x-k8s.io ClusterQueue `spec.resourceGroups[].coveredResources` / `flavors[].resources[].nominalQuota`:
     Kueue admits a workload against the quota of the resources its pods request. A translated pod requests no
@@ -79,10 +110,13 @@ def kueue(ctx: CheckContext) -> Iterator[Finding]:
     local: dict[str, list[Obj]] = defaultdict(list)
     for lq in ctx.model.data.of("LocalQueue"):
         local[str((lq.get("spec") or {}).get("clusterQueue", ""))].append(lq)
-    gpu_namespaces = {w.namespace for w in ctx.gpu_workloads if w.gpus_per_pod}
-    mapping = (f"resources.deviceClassMappings: [{{name: {GPU}, deviceClassNames: [{BRIDGE_CLASS}]}}] in Kueue's "
-               "Configuration, with Kueue's DRA support enabled, so claims of translated pods count against the same "
-               f"quota (and cover {IMPLICIT_PREFIX}{BRIDGE_CLASS} if the webhook uses the extended target)")
+    gpu_namespaces = {w.namespace for w in ctx.translatable if w.gpus_per_pod}
+    if kueue_maps_bridge(ctx.model.data.of("ConfigMap")):
+        return  # Kueue counts the bridge's claims as nvidia.com/gpu: the budget holds
+    mapping = (f"resources.deviceClassMappings: [{{name: {GPU}, deviceClassNames: [{BRIDGE_CLASS}]}}] to Kueue's "
+               "Configuration (kubectl -n kueue-system edit configmap kueue-manager-config), with Kueue's DRA support "
+               "enabled, so claims of translated pods count against the same quota (and cover "
+               f"{IMPLICIT_PREFIX}{BRIDGE_CLASS} if the webhook uses the extended target)")
     for cq in sorted(ctx.model.data.of("ClusterQueue"), key=lambda o: (o.get("metadata") or {}).get("name", "")):
         flavors = _covers_gpu(cq)
         if not flavors:
@@ -108,4 +142,5 @@ def kueue(ctx: CheckContext) -> Iterator[Finding]:
                           f"admits into ClusterQueue {name}, which budgets {GPU} ({budget}): pods the webhook "
                           f"translates request no {GPU}, so Kueue admits them without counting their GPUs (or not "
                           "at all, with the extended target): the namespace's GPU budget no longer holds",
-                          f"Add {mapping}; until then keep namespace {ref.namespace} legacy", details)
+                          f"Add {mapping}; until then keep the namespace's GPU workloads legacy (pod template "
+                          "annotation dra-bridge.io/translate: \"false\")", details)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.report.checks.capacity import NamespaceCapacity
+from bridge.report.checks.simulation import NamespaceCapacity
 from bridge.report.findings import Finding
 from bridge.report.report import Report, WaveStep
 

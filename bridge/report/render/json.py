@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from bridge.report.checks.capacity import Moves
+from bridge.report.checks.simulation import Moves
 from bridge.report.findings import RULES, Finding
 from bridge.report.report import STATUSES, NamespaceRow, NodeRow, Report, WaveStep, WorkloadRow
 

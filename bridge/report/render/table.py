@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
+from bridge.humantext import escape
 from bridge.report.render.common import (
     LEGEND,
     SEVERITY_HEADING,
@@ -38,13 +39,22 @@ def _cut(text: str, width: int) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]], widths: list[int], style: _Style, status_col: int = -1) -> list[str]:
+    """Cells longer than their column are cut (`~`), except the last column (rule IDs), which wraps onto continuation
+    lines under itself, so every rule of a row is shown whole."""
     out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    indent = sum(w + 2 for w in widths[:-1])
     for r in rows:
         cells = []
+        wrapped: list[str] = []
         for i, (c, w) in enumerate(zip(r, widths)):
+            if i == len(widths) - 1:
+                wrapped = textwrap.wrap(c, w, break_long_words=True) or [""]
+                cells.append(wrapped[0])
+                continue
             c = _cut(c, w)
             cells.append(style.status(c, w) if i == status_col else c.ljust(w))
         out.append("  ".join(cells).rstrip())
+        out += [" " * indent + more for more in wrapped[1:]]
     return out
 
 
@@ -75,7 +85,7 @@ def render_table(report: Report, colour: bool = False) -> str:
     rows = [[r.name, ",".join(r.backends) or "-", str(r.gpus), str(r.allocatable), str(r.dra_devices), r.split_short,
              r.status, " ".join(r.rules)] for r in report.nodes]
     lines += _table(["NODE", "BACKENDS", "GPUS", "DP", "DRA", "SPLIT", "STATUS", "RULES"], rows,
-                    [20, 23, 4, 4, 4, 7, 12, 12], s, status_col=6)
+                    [20, 22, 4, 4, 4, 7, 12, 13], s, status_col=6)
     lines.append("")
     lines.append(s.bold("Workloads"))
     rows = [[f"{w.namespace}/{w.kind}/{w.name}", str(w.replicas), fmt_gpus(w.gpus_per_pod), fmt_api(w.api), w.status,
@@ -96,9 +106,11 @@ def render_table(report: Report, colour: bool = False) -> str:
             head = textwrap.wrap(f"{f.rule} {f.object}", WIDTH, subsequent_indent="    ")
             head[0] = s.status(f.rule) + head[0][len(f.rule):]
             lines += head
-            lines += textwrap.wrap(f.message, WIDTH, initial_indent="    ", subsequent_indent="    ")
+            # messages quote what the cluster holds (annotations, config values): control characters escaped
+            lines += textwrap.wrap(escape(f.message), WIDTH, initial_indent="    ", subsequent_indent="    ")
             if severity != "info":
-                lines += textwrap.wrap("fix: " + f.fix, WIDTH, initial_indent="    ", subsequent_indent="         ")
+                lines += textwrap.wrap("fix: " + escape(f.fix), WIDTH, initial_indent="    ",
+                                       subsequent_indent="         ")
     lines.append("")
     lines.append(s.bold("Wave plan") + " (lowest risk first; one wave per run: wave-plan.sh N from --emit-manifests)")
     if not report.waves:

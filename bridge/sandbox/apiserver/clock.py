@@ -15,6 +15,6 @@ def now_rfc3339(delta_seconds: float = 0, *, now: float | None = None) -> str:
 
 
 def parse_rfc3339(text: str) -> float:
-    """Epoch seconds of a timestamp this module wrote (fractions of a second, as other writers add, are accepted)."""
-    head = text.split(".")[0].rstrip("Z")
-    return datetime.strptime(head + "Z", _FORMAT).replace(tzinfo=UTC).timestamp()
+    """Epoch seconds of an RFC 3339 timestamp (UTC `Z` or an offset; fractions of a second, as other writers add,
+    are accepted)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

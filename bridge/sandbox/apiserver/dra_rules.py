@@ -168,8 +168,8 @@ def slice_spec(spec: Obj, ctx: _Ctx | None = None) -> list[FieldError]:
             errs.append(FieldError(f"{path}.name", "Required value"))
         else:
             errs += names.dns_label(f"{path}.name", name)
-            if name in seen:
-                errs.append(FieldError(f"{path}.name", "Duplicate value", name))
+            if name in seen:  # on the list element, not its name (kube-apiserver v1.37.2, tests/real/test_differential.py)
+                errs.append(FieldError(path, "Duplicate value", name))
             seen.add(name)
         errs += device(path, dev, spec.get("perDeviceNodeSelection") is True, ctx)
     return errs
@@ -347,8 +347,8 @@ def claim_spec(path: str, spec: Obj, ctx: _Ctx | None = None) -> list[FieldError
             errs.append(FieldError(f"{p}.name", "Required value"))
         else:
             errs += names.dns_label(f"{p}.name", name)
-            if name in seen:
-                errs.append(FieldError(f"{p}.name", "Duplicate value", name))
+            if name in seen:  # the whole request is the value (kube-apiserver v1.37.2, tests/real/test_differential.py)
+                errs.append(FieldError(p, "Duplicate value", req))
             seen.add(name)
         has_exact, has_first = isinstance(req.get("exactly"), dict), bool(req.get("firstAvailable"))
         if has_exact == has_first:

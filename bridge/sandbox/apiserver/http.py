@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import discovery, fieldvalidation
 from .encoding import Wire, decode_body
@@ -112,7 +112,10 @@ class Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         for w in warnings or []:
-            self.send_header("Warning", '299 - "' + w.replace('"', "'") + '"')
+            # k8s.io/apimachinery pkg/util/net/http.go NewWarningHeader: the text as a Go quoted string (strconv.Quote),
+            # so `unknown field "x"` keeps its double quotes, escaped (kube-apiserver v1.37.2, observed by
+            # tests/real/test_differential.py)
+            self.send_header("Warning", "299 - " + json.dumps(w))
         self.end_headers()
         self.wfile.write(body)
 
@@ -158,7 +161,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
         app = self.app
-        segs = [s for s in path.split("/") if s]
+        # Go's net/http decodes the path (%23 is "#") before kube-apiserver splits it into segments
+        # (k8s.io/apiserver pkg/endpoints/request/requestinfo.go splits req.URL.Path)
+        segs = [s for s in unquote(path).split("/") if s]
         if method == "GET" and segs[:1] == ["openapi"]:
             self._openapi(segs, query)
             return
@@ -191,13 +196,13 @@ class Handler(BaseHTTPRequestHandler):
             if rt.namespaced and not ns:
                 raise method_not_allowed()
             body = self._body(raw)
-            warnings = self._field_warnings(rt, body, query)
+            warnings = self._field_warnings(rt, body, query, options="CreateOptions")
             self._result(rest.create(rt, ns, body, query, _USER), warnings)
         elif method == "POST" and sub == "binding":
             self._result(rest.bind(rt, ns, name or "", self._body(raw), query, _USER))
         elif method == "PUT" and name:
             body = self._body(raw)
-            warnings = self._field_warnings(rt, body, query)
+            warnings = self._field_warnings(rt, body, query, options="UpdateOptions")
             self._result(rest.update(rt, ns, name, body, sub, query, _USER), warnings)
         elif method == "PATCH" and name:
             ctype = self.headers.get("Content-Type", "application/strategic-merge-patch+json")
@@ -225,21 +230,25 @@ class Handler(BaseHTTPRequestHandler):
             raise bad_request("DeleteOptions must be a JSON object")
         return {k: v for k, v in opts.items() if k not in ("apiVersion", "kind")} if "kind" in opts else opts
 
-    def _field_warnings(self, rt: ResourceType, body: Any, query: dict[str, str], *, patch: bool = False) -> list[str]:
+    def _field_warnings(self, rt: ResourceType, body: Any, query: dict[str, str], *, patch: str | None = None,
+                        options: str) -> list[str]:
         docs = self.app.openapi
         return fieldvalidation.check(docs.definitions(), docs.definition_for(rt), rt.kind, rt.group_version, body,
-                                     query, patch=patch)
+                                     query, patch=patch, options=options)
 
     def _patch_field_warnings(self, rt: ResourceType, ctype: str, raw: bytes, query: dict[str, str]) -> list[str]:
         media = ctype.split(";")[0].strip().lower()
         if media == "application/json-patch+json":
-            fieldvalidation.mode(query)
+            fieldvalidation.mode(query, "PatchOptions")
             return []
         try:
             body = _json(raw) if raw.strip() else {}
         except ApiError:
             return []  # the patch itself will answer the parse error
-        return self._field_warnings(rt, body, query, patch=media != "application/apply-patch+yaml")
+        apply = media == "application/apply-patch+yaml"
+        if apply:
+            return self._field_warnings(rt, body, query, options="PatchOptions")
+        return self._field_warnings(rt, body, query, patch=media, options="PatchOptions")
 
     def _openapi(self, segs: list[str], query: dict[str, str]) -> None:
         docs = self.app.openapi

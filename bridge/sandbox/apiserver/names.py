@@ -1,4 +1,5 @@
-"""The name rules of apimachinery's `validation` package, with its exact error texts.
+"""The name rules of apimachinery's `validation` package, with its exact error texts (the DNS-1123 ones shared with
+the client side: bridge.kvalues.names).
 
 Pure functions returning `FieldError`s; `validation.py` and `dra_rules.py` compose them.
 """
@@ -7,11 +8,12 @@ from __future__ import annotations
 
 import re
 
+from bridge.kvalues.names import DNS_LABEL_MSG, DNS_LABEL_RE, DNS_SUBDOMAIN_MSG, DNS_SUBDOMAIN_RE
+
 from .status import FieldError
 
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS_LABEL_RE = re.compile(rf"^{_LABEL}$")
-DNS_SUBDOMAIN_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+__all__ = ["DNS_LABEL_MSG", "DNS_LABEL_RE", "DNS_SUBDOMAIN_MSG", "DNS_SUBDOMAIN_RE"]  # re-exported for the validators
+
 DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 C_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME_PART_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -21,16 +23,6 @@ SEMVER_RE = re.compile(
     r"(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
 
-DNS_LABEL_MSG = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end "
-    "with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-DNS_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start "
-    "and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
 DNS1035_MSG = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, "
     "and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is "

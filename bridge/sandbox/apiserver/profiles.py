@@ -21,10 +21,16 @@ and `with_gates` refuses to change a locked gate as the real component refuses t
 `resource.k8s.io` versions stay served here (an administrator's `--runtime-config`), which is the surprising
 cluster: discovery says DRA, and the server drops every pod's claims (strategy.py).
 
-Served `resource.k8s.io` versions: v1beta1 from 1.32, v1beta2 from 1.33, v1 from 1.34 (the alpha v1alpha3 of
-1.31-1.33 is not emulated). Beta versions stay served in 1.35-1.37 here: their removal release was not verified
-against the release notes, and serving one more beta version does not change what a client that prefers the newest
-version (as `bridge.kube` does) talks to.
+Served `resource.k8s.io` versions, by default, as a real kube-apiserver serves them: every beta version of the group
+is in `betaAPIGroupVersionsDisabledByDefault` in every release from 1.32 to 1.37 (kubernetes/kubernetes
+pkg/controlplane/instance.go, read at v1.32.0, v1.33.0, v1.34.0, v1.35.4, v1.36.0 and v1.37.2: v1beta1 from 1.32,
+v1beta2 from 1.33) and `resource.k8s.io/v1` is in `stableAPIGroupVersionsEnabledByDefault` from 1.34; kube-apiserver
+v1.37.2 serves only `resource.k8s.io/v1` (observed by tests/real/test_differential.py). So 1.34-1.37 serve `v1`
+alone; a cluster that also serves a beta is one whose administrator asked for it (`--runtime-config=
+resource.k8s.io/v1beta2=true`), which `ApiServer(resource_versions=...)` and `with_resource_versions` model. In
+1.32/1.33 nothing of the group is served by default; an emulated 1.32 (1.33) is, like its DynamicResourceAllocation
+gate above, a cluster whose administrator enabled DRA: it serves v1beta1 (v1beta2 and v1beta1). The alpha v1alpha3
+of 1.31-1.33 is not emulated.
 
 Messages that changed between minors are recorded here too, so stand-ins do not hard-code one release:
 `detailed_taint_reason` — kube-scheduler's TaintToleration Filter reason was `node(s) had untolerated taint {k: v}`
@@ -68,8 +74,9 @@ _LOCKED: dict[str, int] = {"DynamicResourceAllocation": 35}
 
 
 def _served(minor: int) -> tuple[str, ...]:
+    """The resource.k8s.io versions served by default (see the module docstring)."""
     if minor >= 34:
-        return ("v1", "v1beta2", "v1beta1")
+        return ("v1",)
     if minor == 33:
         return ("v1beta2", "v1beta1")
     return ("v1beta1",)
@@ -125,10 +132,20 @@ class KubernetesProfile:
             gates[name] = bool(value)
         return replace(self, gates=MappingProxyType(gates))
 
+    def with_resource_versions(self, versions: tuple[str, ...] | None) -> KubernetesProfile:
+        """A copy serving these resource.k8s.io versions (an administrator's `--runtime-config`); None keeps the
+        release's default."""
+        return self if versions is None else replace(self, resource_versions=tuple(versions))
+
     # -- messages that differ between minors (see the module docstring) ------------------------------------------
     @property
     def detailed_taint_reason(self) -> bool:
         return self.minor <= 33
+
+    @property
+    def slice_pool_field_selector(self) -> bool:
+        """ResourceSlices are selectable by `spec.pool.name` from 1.37 (registry.py)."""
+        return self.minor >= 37
 
     @property
     def device_taint_effects(self) -> tuple[str, ...]:

@@ -49,6 +49,8 @@ class ResourceType:
     storage_resource: str = ""
     # DELETE answers the deleted object instead of a Status (the registry's `ReturnDeletedObject`).
     returns_deleted_object: bool = False
+    # An update (PUT) without metadata.resourceVersion is allowed (the strategy's `AllowUnconditionalUpdate`).
+    unconditional_update: bool = True
 
     @property
     def group_version(self) -> str:
@@ -156,9 +158,11 @@ _EVENT_FIELDS = frozenset(
         "type",
     }
 )
-# The real server selects ResourceSlices on metadata.name, spec.nodeName and spec.driver only (not
-# metadata.namespace, not spec.pool.name): pkg/apis/resource/*/conversion.go.
+# The real server selects ResourceSlices on metadata.name, spec.nodeName and spec.driver (never metadata.namespace),
+# and from 1.37 on spec.pool.name too: pkg/apis/resource/*/conversion.go, read at v1.32.0 to v1.36.0 (without it)
+# and v1.37.2 (with it; kube-apiserver v1.37.2, observed by tests/real/test_differential.py).
 _SLICE_FIELDS = frozenset({"spec.nodeName", "spec.driver"})
+_SLICE_POOL_FIELD = "spec.pool.name"
 # Kinds with their own field-label conversion function ("field label not supported: X").
 _CUSTOM_FIELD_ERRORS = frozenset({"namespaces", "nodes", "pods", "events", "secrets", "services", "jobs"})
 # Kinds whose storage sets `ReturnDeletedObject: true` (DELETE answers the object, not a Status). Read in
@@ -171,11 +175,21 @@ _RETURNS_DELETED_OBJECT = frozenset({
     (RESOURCE_GROUP, "resourceclaims"), (RESOURCE_GROUP, "resourceclaimtemplates"),
     (RESOURCE_GROUP, "resourceslices"), (RESOURCE_GROUP, "deviceclasses"),
 })
+# Kinds whose strategy's `AllowUnconditionalUpdate` is false: a PUT without metadata.resourceVersion is 422
+# "must be specified for an update". Read in kubernetes/kubernetes v1.37.2 pkg/registry/<group>/<kind>/strategy.go
+# (every other kind served here returns true); kube-apiserver v1.37.2, observed by tests/real/test_differential.py.
+_NO_UNCONDITIONAL_UPDATE = frozenset({
+    ("coordination.k8s.io", "leases"), ("policy", "poddisruptionbudgets"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+    ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+})
 # Kinds whose registry strategy maintains metadata.generation (1 on create, +1 per spec change).
 _WITH_GENERATION = frozenset({
     "pods", "deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "cronjobs",
     "mutatingwebhookconfigurations", "validatingwebhookconfigurations", "resourceslices", "deviceclasses",
-    "networkpolicies",
+    "networkpolicies", "validatingadmissionpolicies", "validatingadmissionpolicybindings",
 })
 
 
@@ -205,9 +219,11 @@ def _install_types() -> list[ResourceType]:
     ]
 
 
-def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS) -> Registry:
+def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS, *,
+                     slice_pool_selector: bool = False) -> Registry:
     """Every resource the bridge and its tests touch. `resource_versions` picks the served resource.k8s.io versions;
-    the preferred one is the newest of them (see `version_priority`), as on a real server."""
+    the preferred one is the newest of them (see `version_priority`), as on a real server. `slice_pool_selector`:
+    ResourceSlices are selectable by spec.pool.name (1.37 and later)."""
     reg = Registry()
     core = [
         ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), _STATUS, frozenset({"status.phase"})),
@@ -264,7 +280,8 @@ def default_registry(resource_versions: Iterable[str] = KNOWN_RESOURCE_VERSIONS)
             ("deviceclasses", "DeviceClass", False, frozenset(), frozenset()),
             ("resourceclaims", "ResourceClaim", True, _STATUS, frozenset()),
             ("resourceclaimtemplates", "ResourceClaimTemplate", True, frozenset(), frozenset()),
-            ("resourceslices", "ResourceSlice", False, frozenset(), _SLICE_FIELDS),
+            ("resourceslices", "ResourceSlice", False, frozenset(),
+             _SLICE_FIELDS | ({_SLICE_POOL_FIELD} if slice_pool_selector else set())),
         ):
             rt = ResourceType(RESOURCE_GROUP, version, plural, kind, namespaced, kind.lower(), (), subs, fields, "v1")
             if plural == "resourceslices":
@@ -281,5 +298,6 @@ def _behaviour(rt: ResourceType) -> ResourceType:
         rt,
         has_generation=rt.plural in _WITH_GENERATION,
         returns_deleted_object=(rt.group, rt.plural) in _RETURNS_DELETED_OBJECT,
+        unconditional_update=(rt.group, rt.plural) not in _NO_UNCONDITIONAL_UPDATE,
         field_errors="custom" if rt.group in ("", "batch") and rt.plural in _CUSTOM_FIELD_ERRORS else rt.field_errors,
     )

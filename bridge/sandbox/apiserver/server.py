@@ -98,7 +98,8 @@ class ApiServer:
         self.profile = base.with_gates(feature_gates)
         self.resource_versions = self.profile.resource_versions
         self.bookmark_interval = bookmark_interval
-        self.registry = default_registry(self.resource_versions)
+        self.registry = default_registry(self.resource_versions,
+                                         slice_pool_selector=self.profile.slice_pool_field_selector)
         self.store = Store(history_limit)
         validator = SchemaValidator(self.version, self.profile) if validate else None
         # kube-apiserver --admission-control-config-file: read at start, a bad file refuses to start

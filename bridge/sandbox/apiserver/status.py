@@ -89,7 +89,7 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-        if self.details:
+        if self.details is not None:
             out["details"] = self.details
         return out
 
@@ -100,7 +100,8 @@ def _details(name: str | None, group: str, kind: str, **extra: Any) -> Obj:
         d["name"] = name
     if group:
         d["group"] = group
-    d["kind"] = kind
+    if kind:
+        d["kind"] = kind
     d.update(extra)
     return d
 

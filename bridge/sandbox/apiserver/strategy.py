@@ -24,6 +24,9 @@ kubernetes/kubernetes:
   `nvidia.com/gpu` a webhook replaced by a claim is stored with neither, silently. That is the 1.32-1.34 cluster
   that serves `resource.k8s.io` (`--runtime-config`) with the gate off, which `bridge webhook` must detect.
 
+`apply_defaults` also fills the admissionregistration.k8s.io/v1 defaults (webhooks, policies, bindings; see
+`_admission_defaults`).
+
 `apply_defaults` is the defaulting the server applies when it decodes a request (k8s.io/api resource/v1
 `+default` markers, pkg/apis/resource/v1/defaults.go): an exact request's `allocationMode` defaults to `ExactCount`
 and then its `count` to 1 (the same for `firstAvailable` sub-requests), a toleration's `operator` to `Equal`. So a
@@ -214,10 +217,64 @@ def _defaulted_pod(pod: Obj) -> Obj:
     return pod if new_spec is None else {**pod, "spec": new_spec}
 
 
+_ADMISSION = "admissionregistration.k8s.io"
+
+
+def _default_rules(rules: Any) -> None:
+    for rule in rules if isinstance(rules, list) else []:
+        if isinstance(rule, dict):
+            rule.setdefault("scope", "*")
+
+
+def _default_match_resources(match: Any) -> None:
+    """SetDefaults_MatchResources, and SetDefaults_Rule on its (exclude)resourceRules."""
+    if not isinstance(match, dict):
+        return
+    match.setdefault("matchPolicy", "Equivalent")
+    match.setdefault("namespaceSelector", {})
+    match.setdefault("objectSelector", {})
+    _default_rules(match.get("resourceRules"))
+    _default_rules(match.get("excludeResourceRules"))
+
+
+def _admission_defaults(rt: ResourceType, obj: Obj) -> Obj:
+    """kubernetes/kubernetes pkg/apis/admissionregistration/v1/defaults.go (v1.37.2): a webhook's failurePolicy
+    Fail, matchPolicy Equivalent, empty namespace and object selectors, timeoutSeconds 10, a mutating webhook's
+    reinvocationPolicy Never, a service reference's port 443, every rule's scope "*"; a policy's failurePolicy Fail
+    and its matchConstraints' (a binding's matchResources') matchPolicy and selectors. kube-apiserver v1.37.2 answers
+    these on create (observed by tests/real/test_differential.py)."""
+    out = copy.deepcopy(obj)
+    if rt.plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        for hook in out.get("webhooks") or []:
+            if not isinstance(hook, dict):
+                continue
+            hook.setdefault("failurePolicy", "Fail")
+            hook.setdefault("matchPolicy", "Equivalent")
+            hook.setdefault("namespaceSelector", {})
+            hook.setdefault("objectSelector", {})
+            hook.setdefault("timeoutSeconds", 10)
+            if rt.plural == "mutatingwebhookconfigurations":
+                hook.setdefault("reinvocationPolicy", "Never")
+            service = (hook.get("clientConfig") or {}).get("service") if isinstance(hook.get("clientConfig"), dict) else None
+            if isinstance(service, dict):
+                service.setdefault("port", 443)
+            _default_rules(hook.get("rules"))
+    spec = out.get("spec")
+    if isinstance(spec, dict) and rt.plural == "validatingadmissionpolicies":
+        spec.setdefault("failurePolicy", "Fail")
+        _default_match_resources(spec.get("matchConstraints"))
+    if isinstance(spec, dict) and rt.plural == "validatingadmissionpolicybindings":
+        _default_match_resources(spec.get("matchResources"))
+    return out
+
+
 def apply_defaults(rt: ResourceType, stored: Obj, profile: KubernetesProfile) -> Obj:
-    """`stored` (v1 shape) with the server-side defaults filled in (resource.k8s.io requests, pod requests)."""
+    """`stored` (v1 shape) with the server-side defaults filled in (resource.k8s.io requests, pod requests,
+    admission registration)."""
     if rt.group == "" and rt.plural == "pods":
         return _defaulted_pod(stored)
+    if rt.group == _ADMISSION:
+        return _admission_defaults(rt, stored)
     if rt.group != RESOURCE_GROUP:
         return stored
     if rt.kind == "ResourceClaim":

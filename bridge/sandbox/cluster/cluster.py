@@ -32,9 +32,10 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj
@@ -49,12 +50,23 @@ from bridge.sandbox.cluster.webhook import SandboxWebhook
 from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
 from bridge.sandbox.kubelet.pods import PrepareFailure
 
+if TYPE_CHECKING:
+    from bridge.sandbox.real.chartrbac import ChartCredentials
+    from bridge.sandbox.real.node import RealNode
+    from bridge.sandbox.real.plane import ControlPlane
+    from bridge.sandbox.real.proxy import KubeProxy
+
 log = logging.getLogger(__name__)
 
 DRIVER = "gpu.dra-bridge.io"
 GPU_RESOURCE = "nvidia.com/gpu"
 SPLIT_ANNOTATION = "dra-bridge.io/dra-devices"
 _MAX_WORK_DIR = 40  # bytes: leaves room for <work>/n99/kl/plugins_registry/<driver>-<pod uid>-reg.sock
+
+
+def _allocatable(node: Obj | None, resource: str) -> int:
+    value = ((node or {}).get("status") or {}).get("allocatable", {}).get(resource, "0")
+    return int(value) if str(value).isdigit() else 0
 
 
 class ClusterError(RuntimeError):
@@ -73,8 +85,18 @@ def device_class(api_version: str, driver: str = DRIVER) -> Obj:
 class SandboxNode:
     spec: NodeSpec
     root: Path  # the node's work directory
-    kubelet: KubeletSimulator
+    kubelet: KubeletSimulator | None  # the kubelet simulator (None on a real node)
     daemon: ChildProcess | None = None
+    real: RealNode | None = None  # a real kubelet + containerd (the real backend with real_kubelets)
+    http_port: int = 0  # the node daemon's /readyz and /metrics (real nodes)
+    retired: list[ChildProcess] = field(default_factory=list)  # earlier daemon instances (rollouts, restarts)
+
+    @property
+    def sim(self) -> KubeletSimulator:
+        """The kubelet simulator; only on the stand-in kubelets (a real node has `real` instead)."""
+        if self.kubelet is None:
+            raise AttributeError(f"node {self.name} runs a real kubelet: use .real (bridge.sandbox.real.node)")
+        return self.kubelet
 
     @property
     def name(self) -> str:
@@ -82,15 +104,15 @@ class SandboxNode:
 
     @property
     def kubelet_root(self) -> Path:
-        return self.root / "kl"
+        return self.real.kubelet_root if self.real is not None else self.root / "kl"
 
     @property
     def state_dir(self) -> Path:
-        return self.root / "state"
+        return self.real.state_dir if self.real is not None else self.root / "state"
 
     @property
     def cdi_root(self) -> Path:
-        return self.root / "cdi"
+        return self.real.cdi_root if self.real is not None else self.root / "cdi"
 
 
 class SandboxCluster:
@@ -101,7 +123,10 @@ class SandboxCluster:
         self.kubeconfig_out = kubeconfig_out
         self.host, self.port = host, port
         self.work_dir: Path | None = None
-        self.server: ApiServer | None = None
+        self.server: ApiServer | None = None  # the API emulator (stand-in backend)
+        self.plane: ControlPlane | None = None  # the real control plane (real backend)
+        self.credentials: ChartCredentials | None = None  # the chart's ServiceAccounts (real backend, chart_rbac)
+        self.proxy: KubeProxy | None = None  # kube-proxy for the real nodes' Services (real backend, services)
         self.nodes: list[SandboxNode] = []
         self.controllers: list[Controller] = []
         self.control_plane = ""
@@ -126,21 +151,26 @@ class SandboxCluster:
     def _start(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         self.work_dir = self._make_work_dir()
-        self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
-                                resource_versions=self.spec.resource_versions).start()
-        self.port = self.server.port
-        self.server.write_kubeconfig(self.kubeconfig)
-        if self.kubeconfig_out is not None:
-            self.server.write_kubeconfig(self.kubeconfig_out)
+        if self.spec.backend == "real":
+            self._start_real_plane(deadline)
+        else:
+            self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
+                                    resource_versions=self.spec.resource_versions).start()
+            self.port = self.server.port
+            self.server.write_kubeconfig(self.kubeconfig)
+            if self.kubeconfig_out is not None:
+                self.server.write_kubeconfig(self.kubeconfig_out)
         from bridge.kube import connect
 
         self._api = connect(str(self.kubeconfig))
         if self.spec.bridge:
             self._api.create(self._api.resource_api().device_classes,
                              device_class(self._api.resource_api().version))
-        for i, n in enumerate(self.spec.nodes):
+        if self.plane is not None and self.spec.real_kubelets:
+            self._start_real_nodes(deadline)
+        for i, n in enumerate(self.spec.nodes if not self.nodes else ()):
             root = self.work_dir / f"n{i}"
-            kubelet = KubeletSimulator(root / "kl", kube=connect(str(self.kubeconfig)), node_name=n.name,
+            kubelet = KubeletSimulator(root / "kl", kube=connect(str(self._node_kubeconfig(n.name))), node_name=n.name,
                                        config=KubeletConfig(
                                            version=self.spec.kubernetes_version, register_node=True, run_pods=True,
                                            node_status_frequency=self.spec.node_status_frequency,
@@ -150,14 +180,26 @@ class SandboxCluster:
             self.nodes.append(SandboxNode(n, root, kubelet))
             kubelet.start()
         for node in self.nodes:
-            assert node.kubelet.node_status is not None
-            if not node.kubelet.node_status.wait_registered(max(1.0, deadline - time.monotonic())):
-                raise ClusterError(f"the kubelet of {node.name} could not register its Node: "
-                                   f"{node.kubelet.node_status.last_error}")
+            if node.kubelet is not None:
+                assert node.kubelet.node_status is not None
+                if not node.kubelet.node_status.wait_registered(max(1.0, deadline - time.monotonic())):
+                    raise ClusterError(f"the kubelet of {node.name} could not register its Node: "
+                                       f"{node.kubelet.node_status.last_error}")
             split = node.spec.split
             if split is not None:
                 self._api.patch(NODES, node.name, {"metadata": {"annotations": {SPLIT_ANNOTATION: split}}})
-        self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version)
+        if self.plane is None:
+            self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version)
+        else:
+            self.control_plane = (f"kube-scheduler and kube-controller-manager {self.plane.bin.version} (real, "
+                                  f"built from source)")
+        if self.plane is not None and self.spec.chart_rbac:
+            from bridge.sandbox.real.chartrbac import ChartCredentials, ChartError
+
+            try:
+                self.credentials = ChartCredentials(self.plane, self._api, Path(self.spec.chart_rbac)).install()
+            except ChartError as err:
+                raise ClusterError(str(err)) from err
         if self.spec.bridge:
             for node in self.nodes:
                 node.daemon = ChildProcess(f"bridge node {node.name}", self._node_argv(node),
@@ -165,16 +207,18 @@ class SandboxCluster:
             for node in self.nodes:
                 self._wait_daemon(node, deadline)
         if self.spec.webhook:
-            self.webhook = SandboxWebhook(self.work_dir, self.kubeconfig, extra_args=self.spec.webhook_args)
+            self.webhook = SandboxWebhook(self.work_dir, self._component_kubeconfig("webhook"),
+                                          extra_args=self.spec.webhook_args)
             self.webhook.start(self._api, timeout=max(1.0, deadline - time.monotonic()))
         if self.spec.controller:
-            self.controller = SandboxController(self.work_dir, self.kubeconfig, interval=self.spec.controller_interval,
+            self.controller = SandboxController(self.work_dir, self._component_kubeconfig("controller"),
+                                                interval=self.spec.controller_interval,
                                                 extra_args=self.spec.controller_args)
             try:
                 self.controller.start(timeout=max(1.0, deadline - time.monotonic()))
             except ControllerStartError as err:
                 raise ClusterError(str(err)) from err
-        log.info("sandbox cluster running", extra={"nodes": len(self.nodes), "api": self.server.url})
+        log.info("sandbox cluster running", extra={"nodes": len(self.nodes), "api": self.url})
 
     def _make_work_dir(self) -> Path:
         if self._given_work_dir is not None:
@@ -189,19 +233,215 @@ class SandboxCluster:
                                f"it would pass the 107-byte limit: use one of at most {_MAX_WORK_DIR} bytes")
         return d
 
-    def _node_argv(self, node: SandboxNode) -> list[str]:
+    def _start_real_plane(self, deadline: float) -> None:
+        """etcd, kube-apiserver, kube-controller-manager and kube-scheduler of the spec's line, built from source."""
+        from bridge.sandbox.real.binaries import Binaries, BinariesMissing, line_of
+        from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
+        from bridge.sandbox.real.process import StartError
+
+        assert self.work_dir is not None
+        binaries = Binaries(line_of(self.spec.kubernetes_version))
+        self.plane = ControlPlane(self.work_dir / "cp", binaries,
+                                  PlaneOptions(host=self.host, apiserver_args=self.spec.apiserver_args,
+                                               apiserver_bind="0.0.0.0" if self.spec.services else None))
+        try:
+            self.plane.start(timeout=max(1.0, deadline - time.monotonic()))
+        except (BinariesMissing, StartError) as err:
+            raise ClusterError(str(err)) from err
+        self.port = self.plane.port
+        self.plane.write_admin_kubeconfig(self.kubeconfig)
+        if self.kubeconfig_out is not None:
+            self.plane.write_admin_kubeconfig(self.kubeconfig_out)
+
+    def _component_kubeconfig(self, component: str, node: str | None = None) -> Path:
+        """The credentials a bridge component runs with: the admin kubeconfig, or with `chart_rbac` the token of
+        the ServiceAccount the chart gives it (a node daemon's bound to a pod on its node)."""
+        if self.credentials is None:
+            return self.kubeconfig
+        return self.credentials.token_kubeconfig(component, node=node)
+
+    def _node_kubeconfig(self, node_name: str) -> Path:
+        """The credentials a node's kubelet uses: on the real backend its own client certificate
+        (`system:node:<name>` in `system:nodes`), which the Node authorizer and NodeRestriction confine to that
+        node, as on a real cluster; the emulator has no authorization (one kubeconfig for all)."""
+        if self.plane is None:
+            return self.kubeconfig
+        return self.plane.kubeconfig_for(f"kubelet-{node_name}", f"system:node:{node_name}", "system:nodes")
+
+    def _start_real_nodes(self, deadline: float) -> None:
+        """A real kubelet and containerd per node (bridge.sandbox.real.node), started side by side."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from bridge.sandbox.real.binaries import BinariesMissing, NODE, cache_root
+        from bridge.sandbox.real.images import ImageBuildError, build_pause, build_probe
+        from bridge.sandbox.real.node import RealNode
+        from bridge.sandbox.real.plane import primary_ipv4
+        from bridge.sandbox.real.process import StartError
+
+        assert self.plane is not None and self.work_dir is not None
+        try:
+            self.plane.bin.require(NODE + ("kubelet",))
+            images = [build_pause(cache_root() / "images"), build_probe(cache_root() / "images")]
+        except (BinariesMissing, ImageBuildError) as err:
+            raise ClusterError(str(err)) from err
+        node_ip = primary_ipv4()
+        if node_ip is None:
+            raise ClusterError("real kubelets need this machine's non-loopback IPv4 address as their node IP (a "
+                               "kubelet refuses a loopback one), and this machine has no default route")
+        cluster_id = self.work_dir.name
+        for i, n in enumerate(self.spec.nodes):
+            root = self.work_dir / f"n{i}"
+            real = RealNode(root, self.plane.bin, self.plane, name=n.name, index=i, cluster_id=cluster_id,
+                            gpus=len(devices_from_spec(n.gpus, n.name)), labels=n.all_labels(),
+                            images=images, node_ip=node_ip, node_status_frequency=self.spec.node_status_frequency)
+            self.nodes.append(SandboxNode(n, root, None, real=real))
+        with ThreadPoolExecutor(len(self.nodes)) as pool:
+            futures = [pool.submit(node.real.start, max(1.0, deadline - time.monotonic()))
+                       for node in self.nodes if node.real is not None]
+            errors = [f.exception() for f in futures]
+        failed = [e for e in errors if e is not None]
+        if failed:
+            raise ClusterError(f"a real node did not start: {failed[0]}") from failed[0]
+        for node in self.nodes:
+            self._wait_node_ready(node.name, deadline)
+        if self.spec.services:
+            from bridge.sandbox.real.proxy import KubeProxy, ProxyError
+
+            self.proxy = KubeProxy(self.work_dir / "kube-proxy", self.plane.bin,
+                                   kubeconfig=self.plane.kubeconfig_for("kube-proxy", "system:kube-proxy"),
+                                   node_name=self.nodes[0].name, cluster_cidr="10.64.0.0/10")
+            try:
+                self.proxy.start(max(1.0, deadline - time.monotonic()))
+            except ProxyError as err:
+                self.proxy = None
+                raise ClusterError(str(err)) from err
+
+    def _wait_node_ready(self, name: str, deadline: float) -> None:
+        last = "not registered"
+        while time.monotonic() < deadline:
+            try:
+                obj = self.api.get(NODES, name)
+                conds = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+                ready = conds.get("Ready") or {}
+                if ready.get("status") == "True":
+                    return
+                last = f"Ready={ready.get('status')} ({ready.get('reason')}: {ready.get('message')})"
+            except NotFound:
+                pass
+            except KubeError as err:
+                last = str(err)
+            time.sleep(0.2)
+        node = self.node(name)
+        tail = node.real.kubelet.component.child.log_tail(20) if (
+            node.real is not None and node.real.kubelet is not None and node.real.kubelet.component) else ""
+        raise ClusterError(f"node {name} was not Ready in time: {last}\n{tail}")
+
+    def _wait_daemon_ready(self, node: SandboxNode, deadline: float) -> None:
+        """A daemon on a real node is registered with the real kubelet through both APIs when its /readyz says so
+        (device-plugin registration acknowledged, DRA plugin registration acknowledged)."""
+        import http.client
+
+        assert node.daemon is not None
+        last = ""
+        while time.monotonic() < deadline:
+            if not node.daemon.alive():
+                raise ClusterError(f"bridge node {node.name} exited with status "
+                                   f"{node.daemon.proc and node.daemon.proc.returncode}:\n{node.daemon.log_tail()}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", node.http_port, timeout=2)
+                conn.request("GET", "/readyz")
+                resp = conn.getresponse()
+                last = resp.read(500).decode(errors="replace")
+                conn.close()
+                if resp.status == 200:
+                    return
+            except OSError as err:
+                last = str(err)
+            time.sleep(0.1)
+        raise ClusterError(f"bridge node {node.name} did not register with the kubelet (device plugin and DRA) in "
+                           f"time ({last.strip()}):\n{node.daemon.log_tail()}")
+
+    # -- node lifecycle (real nodes): what a DaemonSet rollout, a crash and a kubelet restart do ---------------------
+
+    def start_daemon_instance(self, name: str, timeout: float = 60.0) -> ChildProcess:
+        """Start another `bridge node` instance on a real node with a new pod UID, as a DaemonSet's surge rollout
+        does (`maxSurge: 1`: the new pod starts before the old one stops); it becomes the node's `daemon` once
+        ready (standby until the old one exits, then it takes over). The old instance keeps running: stop it
+        with `node.daemon` of before, or `stop_daemon_instance`."""
+        import uuid
+
+        node = self.node(name)
+        if node.real is None:
+            raise ClusterError("daemon instances with pod UIDs are a real-node operation")
+        old = node.daemon
+        pod_uid = str(uuid.uuid4())
+        proc = ChildProcess(f"bridge node {name} ({pod_uid[:8]})", self._node_argv(node, pod_uid=pod_uid),
+                            node.root / f"node-{pod_uid[:8]}.log").start()
+        node.daemon = proc
+        try:
+            self._wait_daemon_ready(node, time.monotonic() + timeout)
+        except ClusterError:
+            node.daemon = old
+            proc.stop()
+            raise
+        if old is not None:
+            node.retired.append(old)
+        return proc
+
+    def kill_daemon(self, name: str) -> None:
+        """SIGKILL the node's daemon (a crash: no cleanup)."""
+        node = self.node(name)
+        assert node.daemon is not None and node.daemon.proc is not None
+        node.daemon.proc.kill()
+        node.daemon.proc.wait()
+
+    def restart_daemon(self, name: str, timeout: float = 60.0) -> None:
+        """Start the node's daemon again (after `kill_daemon` or a stop) and wait until it serves both APIs."""
+        node = self.node(name)
+        if node.daemon is not None:
+            node.daemon.stop()
+            node.retired.append(node.daemon)
+        node.daemon = ChildProcess(f"bridge node {name}", self._node_argv(node), node.root / "node.log").start()
+        self._wait_daemon(node, time.monotonic() + timeout)
+
+    def restart_kubelet(self, name: str, timeout: float = 60.0) -> None:
+        """Stop and start a real node's kubelet (same root dir, same state), with its pods left running."""
+        node = self.node(name)
+        if node.real is None or node.real.kubelet is None:
+            raise ClusterError("restart_kubelet is for real nodes")
+        node.real.kubelet.restart(timeout)
+
+    def _node_argv(self, node: SandboxNode, pod_uid: str | None = None) -> list[str]:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
                 "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
                 "--state-dir", str(node.state_dir), "--cdi-root", str(node.cdi_root),
-                "--kubeconfig", str(self.kubeconfig), "--dra", "on", "--http-address", "off",
+                "--kubeconfig", str(self._component_kubeconfig("node", node.name)), "--dra", "on",
+                "--http-address", "off",
                 "--log-format", "json"]
         if self.spec.split is not None:
             argv += ["--dra-devices", self.spec.split]
         if self.spec.split_grace is not None:
             argv += ["--split-grace", str(self.spec.split_grace)]
+        if node.real is not None:
+            # inside the node's mount namespace, at a GPU node's default paths (--kubelet-root /var/lib/kubelet,
+            # --state-dir /var/lib/dra-bridge, --cdi-root /var/run/cdi: the node's own there), with the node's
+            # fake GPU files, CDI names in the CRI field (containerd applies them), and /readyz to wait on
+            from bridge.sandbox.real.process import free_port
+
+            for flag in ("--kubelet-root", "--state-dir", "--cdi-root"):
+                i = argv.index(flag)
+                del argv[i:i + 2]
+            node.http_port = free_port()
+            argv[argv.index("--http-address") + 1] = f"127.0.0.1:{node.http_port}"
+            argv += ["--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
+                     "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
+            return node.real.ns.enter(argv + list(self.spec.node_args))
         return argv + list(self.spec.node_args)
 
     def _wait_daemon(self, node: SandboxNode, deadline: float) -> None:
+        if node.kubelet is None:
+            self._wait_daemon_ready(node, deadline)
+            return
         dra = node.kubelet.dra
         assert node.daemon is not None and dra is not None
         while time.monotonic() < deadline:
@@ -223,6 +463,8 @@ class SandboxCluster:
         if self.webhook is not None:
             self.webhook.stop(grace)
         for node in self.nodes:
+            for retired in node.retired:
+                retired.stop(grace)
             if node.daemon is not None:
                 code = node.daemon.stop(grace)
                 if code not in (0, None):
@@ -230,16 +472,30 @@ class SandboxCluster:
         for c in self.controllers:
             c.stop(5.0)
         self.controllers = []
+        problems: list[str] = []
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
         for node in self.nodes:
-            node.kubelet.stop()
+            if node.kubelet is not None:
+                node.kubelet.stop()
+            if node.real is not None:
+                problems += [f"{node.name}: {p}" for p in node.real.stop()]
+        if problems:
+            log.warning("the real nodes did not clean up everything: %s", "; ".join(problems))
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.plane is not None:
+            self.plane.stop()
+            self.plane = None
         if self.work_dir is not None and self._given_work_dir is None:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> SandboxCluster:
-        return self.start()
+        """`with SandboxCluster(spec) as c` starts it (default timeout); `with SandboxCluster(spec).start(t) as c`
+        uses the one already started, with its own timeout."""
+        return self if self._started else self.start()
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
@@ -258,6 +514,8 @@ class SandboxCluster:
 
     @property
     def url(self) -> str:
+        if self.plane is not None:
+            return self.plane.url
         assert self.server is not None, "start() the cluster first"
         return self.server.url
 
@@ -269,12 +527,22 @@ class SandboxCluster:
 
     def describe(self) -> str:
         """What runs where, for people."""
-        lines = [f"API emulator  {self.url}  (Kubernetes v{self.spec.api_version}, resource.k8s.io "
-                 f"{','.join(self.spec.resource_versions)})",
+        if self.plane is not None:
+            api_line = f"kube-apiserver {self.url}  ({self.plane.bin.version}, real; logs in {self.plane.dir})"
+        else:
+            api_line = (f"API emulator  {self.url}  (Kubernetes v{self.spec.api_version}, resource.k8s.io "
+                        f"{','.join(self.spec.resource_versions)})")
+        lines = [api_line,
                  f"kubeconfig    {self.kubeconfig_out or self.kubeconfig}",
                  f"control plane {self.control_plane}"]
         for n in self.nodes:
-            lines.append(f"node {n.name}: {n.spec.gpus}, kubelet simulator under {n.kubelet_root}")
+            if n.real is not None:
+                lines.append(f"node {n.name}: {n.spec.gpus} (fake device and driver files at its /run/nvidia/driver), "
+                             f"real kubelet and containerd in its own mount namespace; its /var/lib, /run, "
+                             f"/var/log are {n.root}/var-lib, run, log; logs {n.root}/kubelet.log, "
+                             f"{n.root}/containerd/containerd.log")
+            else:
+                lines.append(f"node {n.name}: {n.spec.gpus}, kubelet simulator under {n.kubelet_root}")
             if n.daemon is not None:
                 lines.append(f"  bridge node pid {n.daemon.pid}, log {n.daemon.log_path}")
         if self.webhook is not None and self.webhook.process is not None:
@@ -290,8 +558,10 @@ class SandboxCluster:
 
     def prepare_failures(self) -> list[PrepareFailure]:
         """Every pod start that failed because NodePrepareResources failed, on every node (what users waited for:
-        each one is a pod left Pending until its kubelet's next resync, 60-90 s on a real node)."""
-        return [f for node in self.nodes if node.kubelet.pods is not None for f in node.kubelet.pods.prepare_failures]
+        each one is a pod left Pending until its kubelet's next resync, 60-90 s on a real node). Kubelet simulators
+        only: a real kubelet reports them as the pod's `FailedPrepareDynamicResources` Events."""
+        return [f for node in self.nodes if node.kubelet is not None and node.kubelet.pods is not None
+                for f in node.kubelet.pods.prepare_failures]
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         try:
@@ -343,7 +613,8 @@ class SandboxCluster:
             raise ClusterError(f"node {node.name}: the split {result.request.describe()} is refused: "
                                f"{result.refusal}")
         want = result.wanted
-        legacy = node.kubelet.devices.resource(GPU_RESOURCE).allocatable
+        legacy = (node.kubelet.devices.resource(GPU_RESOURCE).allocatable if node.kubelet is not None
+                  else _allocatable(node_obj, GPU_RESOURCE))
         slices = self.api.list(self.api.resource_api().slices, field_selector=f"spec.nodeName={node.name}")["items"]
         dra = sum(len(s["spec"].get("devices") or []) for s in slices)
         if (legacy, dra) == (total - want, want):

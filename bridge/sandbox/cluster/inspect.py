@@ -24,8 +24,8 @@ import grpc
 
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube.errors import KubeError
-from bridge.sandbox.cluster.cluster import DRIVER, GPU_RESOURCE, SandboxCluster
-from bridge.sandbox.kubelet.podresources import list_devices
+from bridge.sandbox.cluster.cluster import DRIVER, GPU_RESOURCE, SandboxCluster, SandboxNode
+from bridge.sandbox.kubelet.podresources import allocatable_devices, list_devices
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ Holdings = dict[tuple[str, str], set[str]]
 def _pod_resources(cluster: SandboxCluster, uuid_of: dict[tuple[str, str], str]) -> Holdings:
     out: Holdings = defaultdict(set)
     for node in cluster.nodes:
-        for held in list_devices(node.kubelet.podresources_socket):
+        socket = node.real.podresources_socket if node.real is not None else node.sim.podresources_socket
+        for held in list_devices(socket):
             if held.resource == GPU_RESOURCE:
                 out[(node.name, held.device)].add(f"legacy {held.namespace}/{held.pod}")
             elif held.resource == DRIVER:
@@ -116,6 +117,14 @@ def _published(cluster: SandboxCluster) -> set[tuple[str, str]]:
     return out
 
 
+def _healthy_legacy(node: SandboxNode) -> set[str]:
+    """The GPUs the node's kubelet offers to new legacy pods: the simulator's device-plugin view, or a real
+    kubelet's PodResources `GetAllocatableResources` (its healthy devices)."""
+    if node.real is not None:
+        return allocatable_devices(node.real.podresources_socket, GPU_RESOURCE)
+    return set(node.sim.devices.resource(GPU_RESOURCE).healthy)
+
+
 def offered_twice(cluster: SandboxCluster) -> set[tuple[str, str]]:
     """(node, GPU UUID) of the GPUs offered to both APIs at once: healthy in the kubelet's device-plugin view and
     published in a ResourceSlice. Must always be empty.
@@ -126,8 +135,7 @@ def offered_twice(cluster: SandboxCluster) -> set[tuple[str, str]]:
     before offering it to the device plugin (so the second read cannot have it), and a legacy -> DRA move withdraws
     it from the device plugin before publishing it (so the first read cannot have it)."""
     before = _published(cluster)
-    legacy = {(node.name, uuid) for node in cluster.nodes
-              for uuid in node.kubelet.devices.resource(GPU_RESOURCE).healthy}
+    legacy = {(node.name, uuid) for node in cluster.nodes for uuid in _healthy_legacy(node)}
     after = _published(cluster)
     return before & after & legacy
 

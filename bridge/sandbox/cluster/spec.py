@@ -65,6 +65,21 @@ class ClusterSpec:
     webhook_args: tuple[str, ...] = ()  # extra `bridge webhook` arguments
     controller_interval: float = 5.0  # `bridge controller --interval` (seconds between decisions at most)
     controller_args: tuple[str, ...] = ()  # extra `bridge controller` arguments (--cooldown, --dry-run, ...)
+    # "standin": the API emulator, scheduler/claim-controller stand-ins and kubelet simulators (Python, in this
+    # process); "real": etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from source
+    # (scripts/build_real.py), with kubelet simulators as nodes. `kubernetes_version` picks the built line there.
+    backend: str = "standin"
+    # real backend only: real kubelets with containerd and runc (bridge.sandbox.real.node) instead of the kubelet
+    # simulators
+    real_kubelets: bool = False
+    # real backend only: a chart directory (charts/dra-bridge) whose rendered RBAC and admission policies are
+    # applied, each bridge component then running with its ServiceAccount's token (bridge.sandbox.real.chartrbac)
+    chart_rbac: str | None = None
+    # real kubelets only: Services for the pods (one real kube-proxy in nftables mode; the API server listens on
+    # this machine's address, the `kubernetes` Service's endpoint), so in-cluster clients reach it (the chart)
+    services: bool = False
+    # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
+    apiserver_args: tuple[str, ...] = ()
 
     @property
     def version(self) -> KubeletVersion:
@@ -78,10 +93,11 @@ class ClusterSpec:
 
     @property
     def resource_versions(self) -> tuple[str, ...]:
-        """The resource.k8s.io versions a real API server of this release serves by default (v1 from 1.34,
-        v1beta2 from 1.33, v1beta1 from 1.32)."""
-        minor = self.version.minor
-        return tuple(v for v, since in (("v1", 34), ("v1beta2", 33), ("v1beta1", 32)) if minor >= since)
+        """The resource.k8s.io versions a real API server of this release serves by default: `v1` alone from 1.34
+        (the betas are disabled by default; see bridge/sandbox/apiserver/profiles.py)."""
+        from bridge.sandbox.apiserver.profiles import profile_for
+
+        return profile_for(f"1.{self.version.minor}").resource_versions
 
 
 def _gfd_family(major: int, minor: int) -> str:
@@ -115,12 +131,32 @@ def gfd_labels(node_name: str, gpus: str) -> dict[str, str]:
     return labels
 
 
+BACKENDS = ("standin", "real")
+
+
 def check(spec: ClusterSpec) -> ClusterSpec:
     """Validate the whole description (raises SpecError naming the problem) and return it."""
     try:
         spec.version
     except VersionError as err:
         raise SpecError(f"kubernetes version: {err}") from err
+    if spec.backend not in BACKENDS:
+        raise SpecError(f"backend {spec.backend!r}: choose one of {', '.join(BACKENDS)}")
+    if spec.chart_rbac and spec.backend != "real":
+        raise SpecError("the chart's RBAC is enforced by a real API server only (backend=\"real\")")
+    if spec.services and not spec.real_kubelets:
+        raise SpecError("Services (kube-proxy) are for real kubelets' pods (real_kubelets=True)")
+    if spec.real_kubelets and spec.backend != "real":
+        raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
+    if spec.apiserver_args and spec.backend != "real":
+        raise SpecError("apiserver_args are kube-apiserver flags: they need the real backend")
+    if spec.backend == "real":
+        from bridge.sandbox.real.binaries import line_of
+
+        try:
+            line_of(spec.kubernetes_version)
+        except ValueError as err:
+            raise SpecError(str(err)) from err
     if not spec.nodes:
         raise SpecError("a cluster needs at least one node")
     if len(spec.nodes) > MAX_NODES:

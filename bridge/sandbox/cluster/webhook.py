@@ -1,9 +1,10 @@
 """The real `bridge webhook` in a sandbox cluster: a child process serving HTTPS on loopback with a throwaway
-certificate, registered in the API emulator by a MutatingWebhookConfiguration whose `caBundle` is that
-certificate, with the entry `examples/webhook/mutatingwebhookconfiguration.yaml` recommends
-(`bridge.webhook.registration.webhook_entry`: opt-in `namespaceSelector` on `dra-bridge.io/mode`, the
-`matchConditions` the emulator evaluates, fail open, 5 s, reinvocation, no side effects on dry run) and a `url`
-instead of a Service (the emulator calls URLs only)."""
+certificate, registered in the cluster's API server (the emulator, or kube-apiserver on the real backend) by a
+MutatingWebhookConfiguration whose `caBundle` is that certificate, with the entry
+`examples/webhook/mutatingwebhookconfiguration.yaml` recommends (`bridge.webhook.registration.webhook_entry`:
+opt-in `namespaceSelector` on `dra-bridge.io/mode`, `matchConditions`, fail open, 5 s, reinvocation, no side
+effects on dry run) and a `url` instead of a Service (the emulator calls URLs only; kube-apiserver, without a
+kube-proxy here, reaches the loopback URL directly)."""
 
 from __future__ import annotations
 
@@ -93,3 +94,11 @@ class SandboxWebhook:
     def stop(self, grace: float = 10.0) -> None:
         if self.process is not None:
             self.process.stop(grace)
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Run the webhook again (after `stop()`, or while it runs) on the same port with the same certificate, so
+        the registration stays valid: a webhook that went away and came back, as a Deployment's pod restarts."""
+        assert self.process is not None, "start() the webhook first"
+        self.process.stop()
+        self.process.start()
+        self._wait_healthy(timeout)

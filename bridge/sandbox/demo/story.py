@@ -279,34 +279,54 @@ class Story:
                                       "json": str(self.out / f"{name}.json"), "html": str(html)}
         self.results.html = str(html)
         controller = doc.get("splitController") or {}
+        capacity = next((f for f in doc.get("findings") or [] if f.get("rule") == "DRB032"
+                         and (f.get("object") or {}).get("name") == MIGRATING), None) or {}
         if before:
+            commands = (capacity.get("details") or {}).get("commands") or []
+            said = (f"DRB032 says the DRA side cannot hold {MIGRATING} yet: {capacity.get('message')}"
+                    if capacity else f"DRB032 has nothing to say about {MIGRATING}.")
             self.n.label("Look at", f"whether anything blocks {MIGRATING}: a blocker (exit 1) would have to be "
-                         "fixed first. DRB032 notes that no GPU serves DRA yet. The report knows `bridge controller` "
-                         "by its Lease, its Deployment or the decisions it records; this one has decided nothing yet "
-                         f"(the report says: {controller.get('state')}), so the report gives the commands that raise "
-                         "the split by hand. The controller will do that itself as soon as pods ask for DRA devices.")
+                         f"fixed first. {said} The report knows `bridge controller` by its Lease, its Deployment or "
+                         "the decisions it records; this one has decided nothing yet (the report says: "
+                         f"{controller.get('state')})"
+                         + (f", so the report gives the commands that raise the split by hand ({'; '.join(commands)})"
+                            if commands else "")
+                         + ". The controller will do that itself as soon as pods ask for DRA devices.")
             self.ensure(as_json.code == 0 and team.get("status") != "blocked",
                         f"nothing blocks moving {MIGRATING} (exit 0)",
                         f"exit {as_json.code}, {MIGRATING} {team.get('status')}")
         else:
-            capacity = next((f for f in doc.get("findings") or [] if f.get("rule") == "DRB032"
-                             and (f.get("object") or {}).get("name") == MIGRATING), None) or {}
             self.n.say(f"DRB032 on {MIGRATING}: {capacity.get('message', '(none)')}", indent=4)
-            self.n.label("Look at", f"{MIGRATING}: mode dra and ready. Its first pods (train-a, infer-a) still hold "
-                         "3 device-plugin GPUs and every other GPU is busy, so the DRA side cannot hold the "
-                         "namespace as it is; but the report sees the controller act (the decisions it recorded) and "
-                         "counts the GPUs those pods free when they are replaced: a note, not a blocker. "
-                         f"{STAYING} stays on the device plugin, as planned. The next step replaces the old pods.")
+            details = capacity.get("details") or {}
+            olds = {name: r for (ns, name), r in self.old.items() if ns == MIGRATING}
+            held = sum(len(r.devices) for r in olds.values())
+            free_now = int(details.get("movableDevices", 0)) - int(details.get("freedByNamespace", 0))
+            busy = "every other GPU is busy" if free_now <= 0 else f"{free_now} other GPU(s) are free"
+            self.n.label("Look at", f"{MIGRATING}: mode dra and ready. Its first pods ({', '.join(sorted(olds))}, on "
+                         f"{', '.join(sorted({r.node for r in olds.values()}))}) still hold {held} device-plugin "
+                         f"GPU(s) and {busy}, so the DRA side cannot hold the namespace as it is; but the report sees "
+                         "the controller act (the decisions it recorded) and counts the GPUs those pods free when "
+                         "they are replaced: a note, not a blocker. " + self._plan_of(doc, STAYING)
+                         + " The next step replaces the old pods.")
             self.ensure(as_json.code == 0 and team.get("mode") == "dra" and team.get("status") == "ready",
                         f"{MIGRATING} is in dra mode and ready, no blockers (exit 0)",
                         f"exit {as_json.code}, {MIGRATING} mode {team.get('mode')} {team.get('status')}")
-            details = capacity.get("details") or {}
             self.ensure(controller.get("state") == "acting" and capacity.get("severity") == "info"
-                        and details.get("movedBy") == "controller" and details.get("freedByNamespace") == 3
+                        and details.get("movedBy") == "controller" and details.get("freedByNamespace") == held
                         and details.get("pendingAloneWithMoves") == 0,
-                        f"the report counts on the controller: the 3 GPUs {MIGRATING}'s old pods free are enough",
-                        f"controller {controller.get('state')}: {json.dumps(capacity)[:400]}")
+                        f"the report counts on the controller: the {held} GPUs {MIGRATING}'s old pods free are "
+                        "enough", f"controller {controller.get('state')}: {json.dumps(capacity)[:400]}")
         self.n.commands("bridge migrate-report", f"xdg-open {html}   # the HTML page, with charts")
+
+    @staticmethod
+    def _plan_of(doc: dict[str, Any], namespace: str) -> str:
+        """What the report's wave plan says about a namespace, in words (the narration follows the report)."""
+        steps = [s for s in doc.get("wavePlan") or [] if s.get("namespace") == namespace]
+        if not steps:
+            return f"The wave plan has no wave for {namespace}: it stays on the device plugin."
+        waves = ", ".join(f"wave {s.get('wave')} to {s.get('mode')} ({s.get('reason')})" for s in steps)
+        return (f"The wave plan has {namespace} too ({waves}): ready to move whenever its team wants; this demo "
+                "keeps it on the device plugin.")
 
     def shadow(self) -> None:
         self.step(f"{MIGRATING} in shadow mode: a dry run on real traffic")
@@ -370,11 +390,12 @@ class Story:
         self.sides_table(after)
         moved = sum(s.dra for s in after.values()) - sum(s.dra for s in before.values())
         self.ensure(moved >= 4, "at least 4 GPUs moved to the DRA side", f"{moved}")
+        changed = self.decisions_since(since, "to-dra")[0][0]  # a node the controller moved GPUs on
         self.n.commands(f"kubectl get resourceclaims -n {MIGRATING}",
                         "kubectl get events -A --field-selector reason=SplitTargetChanged",
-                        f"kubectl get node {self.nodes[0]} -o "
+                        f"kubectl get node {changed} -o "
                         "jsonpath='{.metadata.annotations.dra-bridge\\.io/split-decision}'",
-                        f"bridge node status {self.nodes[0]}")
+                        f"bridge node status {changed}")
 
     def demand_shifts(self) -> None:
         self.step(f"Demand shifts: {STAYING} needs GPUs back on the legacy side")

@@ -209,3 +209,13 @@ def list_devices(socket_path: Path | str, timeout: float = 10.0) -> list[ListedD
                                     f"{dr.claim_namespace}/{dr.claim_name}")
                        for dr in c.dynamic_resources for r in dr.claim_resources)
     return out
+
+
+def allocatable_devices(socket_path: Path | str, resource: str, timeout: float = 10.0) -> set[str]:
+    """Call `GetAllocatableResources` on a PodResources socket (ours or a real kubelet's): the device IDs of
+    `resource` the kubelet counts as healthy (kubernetes `pkg/kubelet/cm/devicemanager/manager.go`
+    `GetAllocatableDevices`: "all the healthy devices known to the manager"), i.e. what it offers to new pods."""
+    with grpc.insecure_channel(f"unix://{socket_path}") as ch:
+        resp = pb_grpc.PodResourcesListerStub(ch).GetAllocatableResources(pb.AllocatableResourcesRequest(),
+                                                                          timeout=timeout)
+    return {i for d in resp.devices if d.resource_name == resource for i in d.device_ids}

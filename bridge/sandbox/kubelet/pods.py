@@ -31,7 +31,11 @@ reproduces:
   stopped (a killed container exits 143), then the DRA claims are unprepared (a failure is a sync error, retried
   after the worker's `backOffPeriod`, 10 s jittered by 0.5: resources must be unprepared after the containers
   stopped and before the status changes), the device-plugin devices go back (`UpdateAllocatedDevices`), the
-  terminal status is written, and a pod being deleted is deleted for good.
+  terminal status is written, and a pod being deleted is deleted for good: with `gracePeriodSeconds: 0` and the
+  pod's uid as precondition (status_manager.go `syncPod`), the only delete the API server acts on once a graceful
+  deletion is under way (a plain DELETE of a pod with a deletionTimestamp changes nothing: k8s.io/apiserver
+  pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real kube-apiserver v1.37.2 until this
+  was so).
 * A kubelet restart (`resync`): the new kubelet syncs every pod at once, but a pod whose sandbox exists (a
   running pod) is NOT prepared again: NodePrepareResources is called only on the way to creating a sandbox
   (kuberuntime_manager.go `SyncPod`). The DRA manager forgets its "prepared" flags (`DraManager.restart`), so a pod
@@ -52,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj, WatchEvent
-from bridge.kube.errors import KubeError, NotFound
+from bridge.kube.errors import Conflict, KubeError, NotFound
 from bridge.kube.events import record_event
 from bridge.kube.watch import Informer
 from bridge.kvalues.quantity import QuantityError, parse_quantity
@@ -449,7 +453,7 @@ class PodRunner:
         if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
             try:  # status_manager.go: grace 0, with the pod's UID as a precondition
                 self.kube.delete(PODS, rec.name, rec.namespace, grace_period_seconds=0, uid=rec.uid)
-            except NotFound:
+            except (NotFound, Conflict):  # gone, or a new pod of the same name (not ours to delete)
                 pass
             except KubeError as err:
                 log.warning("deleting the terminated pod failed", extra={"pod": f"{rec.namespace}/{rec.name}",

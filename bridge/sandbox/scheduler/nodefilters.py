@@ -6,7 +6,8 @@ failing filter per node, as the framework's RunFilterPlugins does. Written from 
   `node.kubernetes.io/unschedulable:NoSchedule` -> "node(s) were unschedulable".
 * pkg/scheduler/framework/plugins/tainttoleration: the first NoSchedule/NoExecute taint the pod does not tolerate
   -> "node(s) had untolerated taint {key: value}" (1.33 and older) / "node(s) had untolerated taint(s)" (newer,
-  see apiserver/profiles.py); toleration matching from k8s.io/api core/v1 toleration.go `ToleratesTaint`.
+  see apiserver/profiles.py); toleration matching from k8s.io/api core/v1 toleration.go `ToleratesTaint`, and the
+  node selector terms below, are `bridge.kvalues.placement` (the project's one implementation of both).
 * pkg/scheduler/framework/plugins/nodeaffinity with k8s.io/component-helpers/scheduling/corev1/nodeaffinity:
   `nodeSelector` (every label equal) and `requiredDuringSchedulingIgnoredDuringExecution` (terms ORed,
   requirements ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt; `matchFields` on metadata.name; an empty term
@@ -22,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from bridge.kvalues.placement import term_matches, toleration_tolerates
+
 Obj = dict[str, Any]
 
 UNSCHEDULABLE = "node(s) were unschedulable"
@@ -31,19 +34,11 @@ _DO_NOT_SCHEDULE = ("NoSchedule", "NoExecute")
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """core/v1 Toleration.ToleratesTaint."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if key != (taint.get("key") or "") and not (key == "" and operator == "Exists"):
-        return False
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
+    """core/v1 Toleration.ToleratesTaint (the project's one implementation, bridge.kvalues.placement)."""
+    return toleration_tolerates(str(toleration.get("key") or ""), str(toleration.get("operator") or ""),
+                                str(toleration.get("value") or ""), str(toleration.get("effect") or ""),
+                                str(taint.get("key") or ""), str(taint.get("value") or ""),
+                                str(taint.get("effect") or ""))
 
 
 def untolerated_taint(taints: Iterable[Mapping[str, Any]], tolerations: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -75,45 +70,15 @@ def taint_toleration(pod: Mapping[str, Any], node: Mapping[str, Any], *, detaile
     return "node(s) had untolerated taint(s)"
 
 
-def _requirement(req: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
-    key, op = req.get("key") or "", req.get("operator") or ""
-    values = [str(v) for v in req.get("values") or []]
-    present = key in values_of
-    value = values_of.get(key, "")
-    if op == "In":
-        return present and value in values
-    if op == "NotIn":
-        return not present or value not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            have, want = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def node_selector_matches(selector: Mapping[str, Any] | None, node: Mapping[str, Any]) -> bool:
-    """A v1.NodeSelector (terms ORed). No terms, or only empty terms, matches nothing."""
+    """A v1.NodeSelector (terms ORed, each term by bridge.kvalues.placement). No terms, or only empty terms, matches
+    nothing."""
     if not selector:
         return False
     meta = node.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
-    fields = {"metadata.name": str(meta.get("name") or "")}
-    for term in selector.get("nodeSelectorTerms") or []:
-        exprs = (term or {}).get("matchExpressions") or []
-        field_reqs = (term or {}).get("matchFields") or []
-        if not exprs and not field_reqs:
-            continue
-        if all(_requirement(r, labels) for r in exprs) and all(_requirement(r, fields) for r in field_reqs):
-            return True
-    return False
+    name = str(meta.get("name") or "")
+    return any(term_matches(term or {}, name, labels) for term in selector.get("nodeSelectorTerms") or [])
 
 
 def node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:

@@ -37,8 +37,30 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* repository:tag, or repository:tag@digest when image.digest is set (the container runtime then checks it). */}}
 {{- define "dra-bridge.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- with .Values.image.digest -}}@{{ . }}{{- end -}}
+{{- end -}}
+
+{{/* The webhook's TLS mode with `auto` resolved: certManager where the cluster serves cert-manager.io/v1 (on install
+and upgrade Helm reads that from discovery; `helm template` takes --api-versions cert-manager.io/v1), else
+selfSigned. */}}
+{{- define "dra-bridge.tlsMode" -}}
+{{- $mode := .Values.webhook.tls.mode -}}
+{{- if eq $mode "auto" -}}
+{{- ternary "certManager" "selfSigned" (.Capabilities.APIVersions.Has "cert-manager.io/v1") -}}
+{{- else -}}
+{{- $mode -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when rendering against a cluster (install, upgrade, --dry-run=server): `lookup` reads from the cluster
+there and returns nothing in `helm template` and `helm lint`, whose Capabilities list only built-in APIs. Checks for
+APIs that only a cluster's CRDs add (cert-manager, the Prometheus Operator) run only then, so linting a values file
+that names them needs no cluster. */}}
+{{- define "dra-bridge.live" -}}
+{{- if lookup "v1" "Namespace" "" "kube-system" -}}true{{- end -}}
 {{- end -}}
 
 {{/* The service account user name the API server authenticates a component's pods as. */}}

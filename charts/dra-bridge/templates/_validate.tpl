@@ -26,7 +26,7 @@ Run on every install, upgrade, lint and template through templates/validate.yaml
 {{- else if or $tls.secretName $tls.caBundle -}}
 {{- fail (printf "webhook.tls.secretName/caBundle are set but webhook.tls.mode is %s: set mode to secret to use them, or remove them" $tls.mode) -}}
 {{- end -}}
-{{- if and (eq $tls.mode "certManager") $tls.certManager.issuerRef (not $tls.certManager.issuerRef.name) -}}
+{{- if and (eq (include "dra-bridge.tlsMode" .) "certManager") $tls.certManager.issuerRef (not $tls.certManager.issuerRef.name) -}}
 {{- fail "webhook.tls.certManager.issuerRef needs a name (and kind Issuer or ClusterIssuer); leave issuerRef empty for a self-signed Issuer created by the chart" -}}
 {{- end -}}
 {{- if eq $v.webhook.failurePolicy "Fail" -}}

@@ -1,0 +1,310 @@
+"""What our webhook adds to a pod CREATE, through the real kube-apiserver: the same pod in a namespace the webhook
+translates vs one it does not see, in the same run, at a steady rate and in a burst.
+
+    .venv/bin/python bench/real_webhook_create_bench.py [--rate 50] [--seconds 20] [--burst 500] [--workers 32]
+
+Needs the real control plane (`scripts/build_real.py`). One node (a kubelet simulator: no pod here ever runs) with
+our `bridge node`, and our `bridge webhook` registered as the chart registers it (`namespaceSelector` on
+`dra-bridge.io/mode`, `matchConditions`, fail open, TLS with its own CA bundle). Two namespaces:
+  dra     labelled `dra-bridge.io/mode: dra`: the API server calls the webhook, which translates the pod (on 1.37
+          its `auto` target is `extended`: `nvidia.com/gpu` becomes `deviceclass.resource.kubernetes.io/<class>`)
+  plain   no label: the namespaceSelector leaves the webhook out (no call, no TLS)
+The pod: one container asking `nvidia.com/gpu: 1`, no nodeName (a preset nodeName is a pod the webhook refuses to
+translate, so its review would be the cheap path), and a scheduling gate.
+
+Why a gate, and two modes (all four phases run in one process, one after another):
+* `stored` creates are real: admission, validation, the etcd write. The gate keeps kube-scheduler from binding
+  them (the pods never run; nothing else is started by them), so what the two namespaces differ in is the webhook
+  call. Not isolated: kube-controller-manager's claim controller makes a ResourceClaim for each translated pod (a
+  cost of the translation, on the API server during the run, paid by both namespaces' creates alike since they
+  interleave; with the `extended` target kube-scheduler would make it, and gated pods are not scheduled). Each phase's pods are deleted afterwards (ungated, unbound pods go at once).
+* `dry-run` creates (`dryRun=All`) run the same admission chain and validation and store nothing: no controller
+  reacts, the webhook skips its side effects (`sideEffects: NoneOnDryRun`; the template exists by then anyway),
+  so the difference is the admission path alone: the API server's webhook dispatch, TLS to the webhook, our
+  review, the JSON patch applied.
+Requests alternate between the namespaces (the pair's order swapped every pair), so queueing and load fall on both
+alike. `steady`: one create every 1/rate seconds (open loop, --workers connections); `burst`: --burst creates per
+namespace released at once on --workers connections. Latency is measured at the client (request sent -> answer
+read, over a kept-alive HTTPS connection per worker, bodies serialized beforehand).
+
+Attribution, per phase, from scrapes before and after: the API server's own
+`apiserver_admission_webhook_admission_duration_seconds` for our webhook (the call as the API server times it:
+dispatch, TLS, our answer) and the webhook's `dra_bridge_webhook_review_duration_seconds` (its own review time),
+both as means (`_sum`/`_count`; the API server's buckets start at 5 ms). Goal (issue 25): dra - plain <= +3 ms at
+p99, steady 50/s and burst 500.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.realbench import (  # noqa: E402
+    AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, summary)
+from bridge.kube import PODS  # noqa: E402
+from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
+from tests.real.realnodes import ensure_namespace  # noqa: E402
+
+NS = {"dra": "bench-dra", "plain": "bench-plain"}
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+REVIEW_METRIC = "dra_bridge_webhook_review_duration_seconds"
+
+
+def pod_body(name: str) -> bytes:
+    pod: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"bench": "webhook-create"}},
+        "spec": {"schedulingGates": [{"name": "bench.dra-bridge.io/hold"}], "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "main", "image": "dra-bridge.local/probe:1", "imagePullPolicy": "Never",
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    return json.dumps(pod).encode()
+
+
+class Worker(threading.Thread):
+    """One kept-alive HTTPS connection sending the creates handed to it; records (namespace kind, seconds)."""
+
+    def __init__(self, cluster: SandboxCluster, jobs: list[tuple[float, str, bytes]], dry_run: bool,
+                 out: list[tuple[str, float, int]], gate: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.https = AdminHttps(cluster)
+        self.jobs = jobs
+        self.query = "?dryRun=All" if dry_run else ""
+        self.out = out
+        self.gate = gate
+
+    def run(self) -> None:
+        self.https.request("GET", "/readyz")  # connect (TLS handshake) before the clock starts
+        self.gate.wait()
+        for when, kind, body in self.jobs:
+            delay = when - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            t = time.monotonic()
+            status, data = self.https.request("POST", f"/api/v1/namespaces/{NS[kind]}/pods{self.query}", body,
+                                              {"Content-Type": "application/json", "Accept": "application/json"})
+            elapsed = time.monotonic() - t
+            self.out.append((kind, elapsed, status))
+            if status != 201:
+                print(f"  create in {NS[kind]} answered {status}: {data[:200]!r}", flush=True)
+        self.https.close()
+
+
+def plan(count: int, prefix: str) -> list[tuple[str, bytes]]:
+    """`count` creates per namespace, alternating, the pair's order swapped every pair."""
+    out = []
+    for i in range(count):
+        pair = ("dra", "plain") if i % 2 == 0 else ("plain", "dra")
+        out += [(kind, pod_body(f"{prefix}-{i}")) for kind in pair]
+    return out
+
+
+def run_phase(cluster: SandboxCluster, creates: list[tuple[str, bytes]], *, rate: float | None, workers: int,
+              dry_run: bool) -> list[tuple[str, float, int]]:
+    """Hand creates round-robin to the workers, each at its slot time (rate) or all at once (burst)."""
+    start = time.monotonic() + 1.0
+    per: list[list[tuple[float, str, bytes]]] = [[] for _ in range(workers)]
+    for i, (kind, body) in enumerate(creates):
+        when = start + i / rate if rate else start
+        per[i % workers].append((when, kind, body))
+    out: list[tuple[str, float, int]] = []
+    gate = threading.Event()
+    threads = [Worker(cluster, jobs, dry_run, out, gate) for jobs in per if jobs]
+    for t in threads:
+        t.start()
+    time.sleep(max(0.0, start - time.monotonic() - 0.05))
+    gate.set()
+    for t in threads:
+        t.join()
+    return out
+
+
+class Connections(threading.Thread):
+    """Samples /proc/net/tcp every 50 ms: the API server's established connections to the webhook's port (how
+    many at once, how many distinct ones over the phase: one per call would mean a TLS handshake per call)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = f"{port:04X}"
+        self.peers: set[str] = set()
+        self.most = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.05):
+            now = set()
+            for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+                try:
+                    lines = open(path).read().splitlines()[1:]
+                except OSError:
+                    continue
+                for line in lines:
+                    f = line.split()
+                    if f[1].endswith(":" + self.port) and f[3] == "01":
+                        now.add(f[2])
+            self.peers |= now
+            self.most = max(self.most, len(now))
+
+
+def scrape(cluster: SandboxCluster, https: AdminHttps) -> Samples:
+    import http.client
+
+    samples = parse_metrics(https.get("/metrics"))
+    assert cluster.webhook is not None
+    ctx = ssl.create_default_context(cadata=cluster.webhook.ca_pem.decode())
+    conn = http.client.HTTPSConnection("127.0.0.1", cluster.webhook.port, context=ctx, timeout=10)
+    conn.request("GET", "/metrics")
+    samples.update(parse_metrics(conn.getresponse().read().decode()))
+    conn.close()
+    return samples
+
+
+def mean_delta(before: Samples, after: Samples, name: str, **labels: str) -> tuple[float, float]:
+    s1, c1 = hist_sum(before, name, **labels)
+    s2, c2 = hist_sum(after, name, **labels)
+    return ((s2 - s1) / (c2 - c1) if c2 > c1 else float("nan")), c2 - c1
+
+
+def show(title: str, results: list[tuple[str, float, int]], before: Samples, after: Samples,
+         wall: float) -> tuple[float, float]:
+    ok = [(k, s) for k, s, status in results if status == 201]
+    dra = [s for k, s in ok if k == "dra"]
+    plain = [s for k, s in ok if k == "plain"]
+    print(f"\n{title}: {len(results)} creates in {wall:.1f}s ({len(results) / wall:.0f}/s), "
+          f"{len(results) - len(ok)} failed")
+    print(f"  plain  {summary(plain)}")
+    print(f"  dra    {summary(dra)}")
+    d50 = (statistics.median(dra) - statistics.median(plain)) * 1000
+    d99 = (pct(dra, 99) - pct(plain, 99)) * 1000
+    print(f"  dra - plain: p50 {d50:+.1f} ms  p99 {d99:+.1f} ms  mean "
+          f"{(statistics.fmean(dra) - statistics.fmean(plain)) * 1000:+.1f} ms   (goal p99 <= +3 ms)")
+    call, n = mean_delta(before, after, WEBHOOK_METRIC, operation="CREATE", type="admit")
+    review, m = mean_delta(before, after, REVIEW_METRIC)
+    print(f"  the API server's webhook call (mean of {n:.0f}): {call * 1000:.2f} ms; our review inside the webhook "
+          f"(mean of {m:.0f}): {review * 1000:.2f} ms")
+    return d50, d99
+
+
+def show_process(cpu: dict[str, float], wall: float, conns: Connections) -> None:
+    print("  CPU seconds in the phase: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+          + f" (wall {wall:.1f}s, 2 CPUs: {2 * wall:.1f} CPU-s in all)")
+    print(f"  API server -> webhook connections: {len(conns.peers)} distinct, at most {conns.most} at once")
+
+
+def cleanup(cluster: SandboxCluster) -> None:
+    for ns in NS.values():
+        cluster.api.delete_collection(PODS, ns, label_selector="bench=webhook-create")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if not any(cluster.api.list(PODS, ns, label_selector="bench=webhook-create")["items"] for ns in NS.values()):
+            return
+        time.sleep(0.5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", type=float, default=50.0, help="steady creates per second, both namespaces together")
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of each steady phase")
+    ap.add_argument("--burst", type=int, default=500, help="creates per namespace in each burst")
+    ap.add_argument("--workers", type=int, default=32, help="client connections")
+    ap.add_argument("--modes", default="dry-run,stored", help="which kinds of create to run (dry-run, stored)")
+    ap.add_argument("--py-spy", metavar="FILE", help="record the webhook process with py-spy (raw format, "
+                    "non-blocking) over the measured phases")
+    ap.add_argument("--extra-rates", type=lambda v: [float(x) for x in v.split(",") if x], default=[10.0],
+                    help="steady rates to run first as references (default 10: what this machine sustains "
+                         "without queueing; '' for none)")
+    args = ap.parse_args()
+    spec = ClusterSpec(nodes=(NodeSpec("node-0", "8xH100-80GB", split="4"),), kubernetes_version="1.37",
+                       backend="real", bridge=True, webhook=True)
+    t0 = time.monotonic()
+    cluster = SandboxCluster(spec).start(timeout=300)
+    try:
+        print(f"cluster up in {time.monotonic() - t0:.1f}s ({load()})", flush=True)
+        ensure_namespace(cluster, NS["dra"], {"dra-bridge.io/mode": "dra"})
+        ensure_namespace(cluster, NS["plain"])
+        https = AdminHttps(cluster)
+        warm = run_phase(cluster, plan(20, "warm"), rate=20, workers=4, dry_run=False)  # first pod makes the template
+        if not any(k == "dra" and status == 201 for k, _, status in warm):
+            print("warm-up creates failed", file=sys.stderr)
+            return 1
+        translated = cluster.api.get(PODS, "warm-0", NS["dra"])
+        if "nvidia.com/gpu" in json.dumps(translated["spec"]["containers"][0].get("resources")):
+            print(f"the webhook did not translate the warm-up pod: {translated['metadata'].get('annotations')}",
+                  file=sys.stderr)
+            return 1
+        cleanup(cluster)
+        summary_rows = []
+        pids = {c.name: [c.child.pid] for c in (cluster.plane.components if cluster.plane else []) if c.child.pid}
+        if cluster.webhook is not None and cluster.webhook.process is not None and cluster.webhook.process.pid:
+            pids["webhook"] = [cluster.webhook.process.pid]
+        pids["this client"] = [os.getpid()]
+        spy = None
+        if args.py_spy and "webhook" in pids:
+            import subprocess
+
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p",
+                                    str(pids["webhook"][0]), "-o", args.py_spy, "--format", "raw", "-r", "200",
+                                    "--idle", "--nonblocking", "--threads"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for rate in args.extra_rates:
+            for mode in args.modes.split(","):
+                dry = mode == "dry-run"
+                title = f"steady {rate:g}/s, {mode} (unsaturated reference)"
+                before = scrape(cluster, https)
+                print(f"\n[{title}] {load()}", flush=True)
+                t = time.monotonic()
+                results = run_phase(cluster, plan(int(rate * args.seconds / 2), f"r{int(rate)}{int(dry)}"),
+                                    rate=rate, workers=8, dry_run=dry)
+                after = scrape(cluster, https)
+                summary_rows.append((title, *show(title, results, before, after, time.monotonic() - t - 1.0)))
+                if not dry:
+                    cleanup(cluster)
+        for mode in args.modes.split(","):
+            dry = mode == "dry-run"
+            phases: list[tuple[str, Callable[[], list[tuple[str, float, int]]]]] = [
+                (f"steady {args.rate:g}/s, {mode}",
+                 lambda: run_phase(cluster, plan(int(args.rate * args.seconds / 2), f"s{int(dry)}"), rate=args.rate,
+                                   workers=args.workers, dry_run=dry)),
+                (f"burst {args.burst} per namespace, {mode}",
+                 lambda: run_phase(cluster, plan(args.burst, f"b{int(dry)}"), rate=None, workers=args.workers,
+                                   dry_run=dry)),
+            ]
+            for title, phase in phases:
+                before = scrape(cluster, https)
+                print(f"\n[{title}] {load()}", flush=True)
+                conns = Connections(cluster.webhook.port if cluster.webhook is not None else 0)
+                conns.start()
+                cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+                t = time.monotonic()
+                results = phase()
+                wall = time.monotonic() - t - 1.0
+                cpu = {k: cpu_seconds(v) - cpu0[k] for k, v in pids.items()}
+                conns.done.set()
+                after = scrape(cluster, https)
+                summary_rows.append((title, *show(title, results, before, after, wall)))
+                show_process(cpu, wall, conns)
+                if not dry:
+                    cleanup(cluster)
+        if spy is not None:
+            spy.send_signal(2)
+            spy.wait(60)
+        print(f"\n{load()}")
+        print("summary (dra - plain, ms):")
+        for title, d50, d99 in summary_rows:
+            print(f"  {title:<48} p50 {d50:+7.1f}  p99 {d99:+7.1f}   {'meets' if d99 <= 3 else 'MISSES'} +3 ms at p99")
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

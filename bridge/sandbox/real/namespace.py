@@ -1,0 +1,129 @@
+"""Each real sandbox node is a private mount namespace in which `/var/lib`, `/run` and `/var/log` are the node's
+own directories, so that its kubelet, containerd, CNI plugins, containers and node daemon all use the paths a real
+GPU node uses, while two nodes share one machine.
+
+Why: the kubelet does not keep everything under its `--root-dir`. Its device-plugin socket is always
+`/var/lib/kubelet/device-plugins/kubelet.sock` (kubernetes `staging/src/k8s.io/kubelet/pkg/apis/deviceplugin/
+v1beta1/constants.go` `DevicePluginPath`, used by `pkg/kubelet/cm/devicemanager/manager.go` whatever the root dir;
+seen in the real kubelet's log: "Creating Device Plugin manager" path="/var/lib/kubelet/device-plugins/kubelet.sock"
+under `--root-dir=/tmp/...`), container logs are linked in `/var/log/containers`, and a DaemonSet's `hostPath`
+volumes (the chart's `/var/lib/kubelet/plugins_registry`, `/var/run/cdi`, ...) are resolved by containerd in its own
+mount namespace. With one namespace per node, all of these are the node's, exactly as on separate machines.
+
+The namespace is held by a small process (`unshare --mount --propagation private`, which bind-mounts the node's
+directories and then sleeps); every other process of the node joins it with `nsenter --mount`. Mounts made inside
+(container root filesystems, pod volumes) are invisible to the machine and disappear with the namespace's last
+process. The host sees the same files through the node's directories (`<node>/var-lib`, `<node>/run`, `<node>/log`).
+Only the mount namespace is private: the network (node IP, ports) and cgroups are the machine's.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+
+from bridge.sandbox.cluster.processes import ChildProcess
+
+BINDS = (("var-lib", "/var/lib"), ("run", "/run"), ("log", "/var/log"))
+
+
+class NamespaceError(RuntimeError):
+    pass
+
+
+class NodeNamespace:
+    def __init__(self, node_dir: Path, name: str) -> None:
+        self.dir = node_dir
+        self.name = name
+        self.holder: ChildProcess | None = None
+
+    def host_path(self, inside: str) -> Path:
+        """Where the host sees a path of the node (`/var/lib/kubelet` -> `<node>/var-lib/kubelet`)."""
+        if inside == "/var/run" or inside.startswith("/var/run/"):  # a link to /run, on the node as on Debian
+            inside = "/run" + inside[len("/var/run"):]
+        for sub, target in BINDS:
+            if inside == target or inside.startswith(target + "/"):
+                return self.dir / sub / inside[len(target):].lstrip("/")
+        return Path(inside)
+
+    @property
+    def mnt(self) -> str:
+        assert self.holder is not None and self.holder.pid is not None, "start() the namespace first"
+        return f"/proc/{self.holder.pid}/ns/mnt"
+
+    def start(self, timeout: float = 10.0) -> NodeNamespace:
+        script = []
+        for sub, target in BINDS:
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+            script.append(f"mount --bind {shlex.quote(str(self.dir / sub))} {target}")
+        # "/" shared inside the node, as systemd makes it on a real node: a hostPath volume mounted with
+        # HostToContainer (the chart mounts the host's "/" so) needs a shared or slave source ("path "/" is mounted
+        # on "/" but it is not a shared or slave mount", seen from containerd), and this machine's is private. The
+        # peer group is the namespace's own: nothing propagates back to the machine.
+        script.append("mount --make-rshared /")
+        script.append("exec sleep infinity")
+        self.holder = ChildProcess(f"namespace of {self.name}",
+                                   ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",
+                                    " && ".join(script)], self.dir / "namespace.log").start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.holder.alive():
+                raise NamespaceError(f"the mount namespace of {self.name} could not be set up:\n"
+                                     f"{self.holder.log_tail()}")
+            if self._mounted():
+                return self
+            time.sleep(0.05)
+        raise NamespaceError(f"the mount namespace of {self.name} was not ready within {timeout:.0f}s")
+
+    def _mounted(self) -> bool:
+        assert self.holder is not None and self.holder.pid is not None
+        try:
+            info = Path(f"/proc/{self.holder.pid}/mountinfo").read_text()
+        except OSError:
+            return False
+        points = {line.split()[4] for line in info.splitlines() if len(line.split()) > 4}
+        return all(target in points for _, target in BINDS) and self._is_own(self.holder.pid)
+
+    def _is_own(self, pid: int) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        except OSError:
+            return False
+
+    def enter(self, argv: list[str]) -> list[str]:
+        """`argv` run inside the node's mount namespace."""
+        return ["nsenter", f"--mount={self.mnt}", "--", *argv]
+
+    def members(self) -> list[int]:
+        """PIDs of every process in this namespace (containers and shims included), the holder last."""
+        try:
+            ns = os.readlink(self.mnt)
+        except OSError:
+            return []
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.readlink(entry / "ns" / "mnt") == ns:
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        holder = self.holder.pid if self.holder is not None else None
+        return sorted(pids, key=lambda p: p == holder)
+
+    def stop(self) -> None:
+        """End every process left in the namespace (shims and containers that outlived containerd), then the
+        holder; the namespace and its mounts go with the last of them."""
+        import signal
+
+        for pid in self.members():
+            if self.holder is not None and pid == self.holder.pid:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.holder is not None:
+            self.holder.stop(5.0)

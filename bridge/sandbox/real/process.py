@@ -1,0 +1,123 @@
+"""One lifecycle for every real component (etcd, kube-apiserver, the controller manager, the scheduler, kubelets,
+containerd), as controller-runtime's envtest does it (`pkg/internal/testing/process/process.go`): start the binary
+with its arguments, poll a readiness probe until it answers or the deadline passes (failing with the reason and the
+log's tail), stop with SIGTERM and then SIGKILL after a grace period.
+
+Processes run under the sandbox's orphan guard (`bridge.sandbox.cluster.processes.ChildProcess`): a sandbox killed
+with SIGKILL leaves none of them behind.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bridge.sandbox.cluster.processes import ChildProcess
+
+
+class StartError(RuntimeError):
+    """A component did not come up; the message names it, the last probe answer and its log's tail."""
+
+
+# A probe returns "" when ready, else what it saw (for the error message).
+Probe = Callable[[], str]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def https_probe(port: int, path: str, *, ca: Path | None = None, cert: tuple[Path, Path] | None = None,
+                host: str = "127.0.0.1") -> Probe:
+    """GET https://host:port/path: ready on 200. Without `ca` the server certificate is not verified (the controller
+    manager's and scheduler's self-signed serving certificates)."""
+    if ca is None:
+        ctx = ssl._create_unverified_context()  # noqa: S323 - a health probe on loopback, self-signed on purpose
+    else:
+        ctx = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+
+    def probe() -> str:
+        try:
+            conn = http.client.HTTPSConnection(host, port, context=ctx, timeout=2)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read(300).decode(errors="replace")
+            conn.close()
+            return "" if resp.status == 200 else f"{path} answered {resp.status}: {body.strip()}"
+        except (OSError, ssl.SSLError, http.client.HTTPException) as err:
+            return f"{path}: {err}"
+
+    return probe
+
+
+def http_probe(port: int, path: str, expect: str = "", host: str = "127.0.0.1") -> Probe:
+    def probe() -> str:
+        try:
+            conn = http.client.HTTPConnection(host, port, timeout=2)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read(300).decode(errors="replace")
+            conn.close()
+            if resp.status == 200 and expect in body:
+                return ""
+            return f"{path} answered {resp.status}: {body.strip()}"
+        except (OSError, http.client.HTTPException) as err:
+            return f"{path}: {err}"
+
+    return probe
+
+
+class Component:
+    """A real program run as a child of the sandbox: `start()` returns once `probe` says ready."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, probe: Probe, *,
+                 env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = argv
+        self.probe = probe
+        self.child = ChildProcess(name, argv, log_path, env=env)
+        self.started_s = 0.0  # seconds from start to ready
+
+    @property
+    def log_path(self) -> Path:
+        return self.child.log_path
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid
+
+    def alive(self) -> bool:
+        return self.child.alive()
+
+    def start(self, timeout: float) -> Component:
+        t0 = time.monotonic()
+        self.child.start()
+        self.wait_ready(timeout, since=t0)
+        self.started_s = time.monotonic() - t0
+        return self
+
+    def wait_ready(self, timeout: float, *, since: float | None = None) -> None:
+        deadline = (since or time.monotonic()) + timeout
+        last = "not probed yet"
+        while time.monotonic() < deadline:
+            if not self.child.alive():
+                code = self.child.proc.returncode if self.child.proc is not None else None
+                raise StartError(f"{self.name} exited with status {code} before it was ready:\n"
+                                 f"{self.child.log_tail(30)}")
+            last = self.probe()
+            if not last:
+                return
+            time.sleep(0.1)
+        raise StartError(f"{self.name} was not ready within {timeout:.0f}s (last probe: {last}):\n"
+                         f"{self.child.log_tail(30)}")
+
+    def stop(self, grace: float = 10.0) -> int | None:
+        return self.child.stop(grace)

@@ -1,0 +1,84 @@
+"""The pods bound to this node and their claims, as the split sees them: what changes wake the split, and how often.
+
+Each wake-up is a split evaluation, which lists the kubelet's PodResources (and may write the Node's status
+annotation) while the kubelet is starting the very pod that caused it: one per change, never one for the pod and
+another for its claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.kube.api import WatchEvent
+from bridge.node.nodepods import ClaimView, NodePods
+from tests.dra.fakekube import FakeKube
+
+NODE = "node-a"
+DRIVER = "gpu.dra-bridge.io"
+CLAIMS = FakeKube().resource_api().claims
+
+
+def claim(name: str, device: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml"}, "status": {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]}}}}
+
+
+def pod(phase: str = "Pending", claim_name: str = "c1") -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "ml", "uid": "u1"},
+            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "x"}],
+                     "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]},
+            "status": {"phase": phase}}
+
+
+class Node:
+    def __init__(self) -> None:
+        self.kube = FakeKube()
+        self.changes = 0
+        self.pods = NodePods(self.kube, NODE, resource="nvidia.com/gpu", driver=DRIVER, on_change=self.changed)
+
+    def changed(self) -> None:
+        self.changes += 1
+
+    def event(self, type_: str, obj: dict[str, Any]) -> None:
+        assert self.pods.informer.on_event is not None
+        self.pods.informer.on_event(WatchEvent(type_, obj))  # type: ignore[arg-type]
+
+    def claim_reads(self) -> int:
+        return sum(1 for verb, what in self.kube.calls if verb == "get" and what.startswith("resourceclaims/"))
+
+
+def test_a_new_pod_whose_claim_is_read_is_one_change_to_the_split() -> None:
+    node = Node()
+    node.kube.put(CLAIMS, claim("c1", "gpu-2"))
+    node.event("ADDED", pod())
+    assert node.claim_reads() == 1
+    assert node.changes == 1
+
+
+def test_a_pod_update_that_changes_nothing_we_hold_wakes_nothing() -> None:
+    node = Node()
+    node.kube.put(CLAIMS, claim("c1", "gpu-2"))
+    node.event("ADDED", pod())
+    node.event("MODIFIED", pod(phase="Running"))  # Running is not what the holders read: same view, claim cached
+    assert (node.claim_reads(), node.changes) == (1, 1)
+
+
+def test_a_pod_that_ends_rereads_its_claims_and_is_one_change() -> None:
+    node = Node()
+    node.kube.put(CLAIMS, claim("c1", "gpu-2"))
+    node.event("ADDED", pod())
+    node.kube.put(CLAIMS, {"metadata": {"name": "c1", "namespace": "ml"}, "status": {}})  # deallocated meanwhile
+    node.event("MODIFIED", pod(phase="Succeeded"))
+    assert node.claim_reads() == 2
+    assert node.changes == 2
+    assert node.pods._claims[("ml", "c1")] == ClaimView("ml", "c1", ())
+
+
+def test_a_refresh_that_finds_a_changed_claim_is_one_change_and_an_unchanged_one_none() -> None:
+    node = Node()
+    node.kube.put(CLAIMS, claim("c1", "gpu-2"))
+    node.event("ADDED", pod())
+    node.pods.refresh_claims(every=True)
+    assert (node.claim_reads(), node.changes) == (2, 1)
+    node.kube.put(CLAIMS, claim("c1", "gpu-3"))
+    node.pods.refresh_claims(every=True)
+    assert (node.claim_reads(), node.changes) == (3, 2)

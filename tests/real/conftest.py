@@ -1,0 +1,83 @@
+"""Tests on the real backend: Kubernetes components built from source by `scripts/build_real.py`.
+
+Without the binaries these tests skip with the command that builds them; `.ci/run` builds them first and sets
+`BRIDGE_REQUIRE_REAL=1`, which turns a missing binary into a failure (a CI machine with Go must run them, never
+skip them). `BRIDGE_REAL_LINES` (default "1.37") names the lines to run where a test is parametrised by line.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from bridge.kube.api import NAMESPACES, KubeAPI, Resource
+from bridge.kube.errors import NotFound
+from bridge.sandbox.cluster import SandboxCluster
+from bridge.sandbox.real.binaries import Binaries
+from tests.polling import wait_until
+
+REQUIRE = os.environ.get("BRIDGE_REQUIRE_REAL") == "1"
+
+
+def require_binaries(line: str, programs: tuple[str, ...]) -> Binaries:
+    """The line's binaries, or skip (fail under BRIDGE_REQUIRE_REAL=1) with the command that builds them."""
+    binaries = Binaries(line)
+    missing = binaries.missing(programs)
+    if missing:
+        message = binaries.missing_message(missing)
+        if REQUIRE:
+            pytest.fail(f"BRIDGE_REQUIRE_REAL=1 but {message}")
+        pytest.skip(message)
+    return binaries
+
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+@pytest.fixture(scope="session")
+def real_137() -> Iterator[Binaries]:
+    yield require_binaries("1.37", CONTROL_PLANE)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/real is marked `real`: `pytest -m "not real"` is the fast tier."""
+    for item in items:
+        if "/tests/real/" in str(item.fspath):
+            item.add_marker(pytest.mark.real)
+
+
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
+
+
+def wait_default_service_account(api: KubeAPI, namespace: str, timeout: float = 60.0) -> None:
+    """Wait until kube-controller-manager's serviceaccount controller has made the namespace's `default`
+    ServiceAccount: until then the real API server refuses every pod there (the ServiceAccount admission plugin,
+    `error looking up service account <ns>/default`). The emulator has no such step."""
+    wait_until(lambda: _exists(api, namespace), timeout, f"ServiceAccount {namespace}/default")
+
+
+def _exists(api: KubeAPI, namespace: str) -> bool:
+    try:
+        api.get(SERVICE_ACCOUNTS, "default", namespace)
+    except NotFound:
+        return False
+    return True
+
+
+def create_namespace(api: KubeAPI, name: str, labels: dict[str, str] | None = None) -> None:
+    """A namespace that pods can be created in at once (its default ServiceAccount exists)."""
+    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": name, "labels": labels or {}}})
+    wait_default_service_account(api, name)
+
+
+def kubectl(cluster: SandboxCluster, *args: str, stdin: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The line's real kubectl against the cluster (admin credentials); the caller checks the outcome."""
+    assert cluster.plane is not None
+    binary = require_binaries(cluster.plane.bin.line, ("kubectl",)).path("kubectl")
+    return subprocess.run([str(binary), "--kubeconfig", str(cluster.kubeconfig), *args], input=stdin,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,124 @@
+"""Helpers for tests on real nodes (real kubelets, containerd, runc): pods of the probe image, their logs through
+the API server (`kubectl logs`: API server -> kubelet -> containerd's log file), and what each container saw."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.kube.api import NAMESPACES, PODS, Resource
+from bridge.kube.errors import AlreadyExists, NotFound
+from bridge.sandbox.cluster import SandboxCluster
+from bridge.sandbox.real.images import PROBE_IMAGE
+
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
+
+
+def ensure_namespace(cluster: SandboxCluster, name: str, labels: dict[str, str] | None = None,
+                     timeout: float = 60.0) -> None:
+    """Create the namespace and wait for its `default` ServiceAccount: on a real cluster a pod that names no
+    ServiceAccount is refused until the ServiceAccount controller has made it (kubernetes
+    `plugin/pkg/admission/serviceaccount/admission.go`)."""
+    try:
+        cluster.api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": name, "labels": labels or {}}})
+    except AlreadyExists:
+        pass
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cluster.api.get(SERVICE_ACCOUNTS, "default", name)
+            return
+        except NotFound:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def probe_pod(name: str, *, gpus: int = 0, claim_template: str | None = None, node: str | None = None,
+              init_gpus: int = 0, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A pod running the probe image (prints what it sees, then sleeps)."""
+    container: dict[str, Any] = {"name": "probe", "image": PROBE_IMAGE, "imagePullPolicy": "Never"}
+    spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 1}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if claim_template:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": claim_template}]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    if init_gpus:
+        spec["initContainers"] = [{"name": "init", "image": PROBE_IMAGE, "imagePullPolicy": "Never",
+                                   "env": [{"name": "PROBE_SLEEP", "value": "0"}],
+                                   "resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}]
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    if extra:
+        pod["spec"].update(extra)
+    return pod
+
+
+def claim_template(name: str, count: int = 1, device_class: str = "gpu.dra-bridge.io") -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                                            "count": count}}]}}}}
+
+
+@dataclass
+class Seen:
+    """What the probe printed: device nodes (name -> "major, minor"), files, NVIDIA_* variables, nvidia-smi."""
+
+    devices: dict[str, str] = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    smi: list[str] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> set[str]:
+        return {d for d in self.devices if re.fullmatch(r"/dev/nvidia\d+", d)}
+
+
+def parse_probe(log: str) -> Seen:
+    seen = Seen()
+    for line in log.splitlines():
+        if not line.startswith("probe: "):
+            continue
+        kind, _, rest = line[len("probe: "):].partition(" ")
+        if kind == "dev":
+            parts = rest.split()
+            seen.devices[parts[-1]] = " ".join(parts[1:3])
+        elif kind == "file":
+            seen.files.append(rest)
+        elif kind == "env":
+            key, _, value = rest.partition("=")
+            seen.env[key] = value
+        elif kind == "smi":
+            seen.smi.append(rest)
+    return seen
+
+
+def kubectl(cluster: SandboxCluster, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    assert cluster.plane is not None
+    return subprocess.run([str(cluster.plane.bin.path("kubectl")), "--kubeconfig", str(cluster.kubeconfig), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def probe_log(cluster: SandboxCluster, namespace: str, pod: str, container: str = "probe",
+              timeout: float = 60.0) -> Seen:
+    """The probe's report, read with `kubectl logs` once it printed its last line."""
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        r = kubectl(cluster, "logs", "-n", namespace, pod, "-c", container)
+        out = r.stdout
+        if "probe: end" in out:
+            return parse_probe(out)
+        time.sleep(0.3)
+    raise TimeoutError(f"the probe in {namespace}/{pod} did not finish its report in {timeout:.0f}s; log: {out!r}")
+
+
+def create_pod(cluster: SandboxCluster, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
+    return cluster.api.create(PODS, pod, namespace)

@@ -1,0 +1,100 @@
+"""The real control plane behind `SandboxCluster(backend="real")`: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler v1.37.2 built from source, with real TLS, authentication and the Node and RBAC authorizers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.kube import connect
+from bridge.kube.api import NODES, PODS
+from bridge.kube.errors import Forbidden
+from bridge.sandbox.cluster import SandboxCluster
+from bridge.sandbox.real.binaries import LINES, Binaries
+from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.sandbox_cluster import spec_for_tests
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module", params=["1.37", "1.35"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    require_binaries(request.param, CONTROL_PLANE)
+    with SandboxCluster(spec_for_tests(2, backend="real", version=request.param)).start(timeout=300) as c:
+        yield c
+
+
+def kubectl(cluster: SandboxCluster, *args: str) -> str:
+    assert cluster.plane is not None
+    kubectl_bin = require_binaries(cluster.plane.bin.line, ("kubectl",)).path("kubectl")
+    out = subprocess.run([str(kubectl_bin), "--kubeconfig", str(cluster.kubeconfig), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_kubectl_get_raw_version_says_the_pinned_release(cluster: SandboxCluster) -> None:
+    assert cluster.plane is not None
+    version = json.loads(kubectl(cluster, "get", "--raw", "/version"))
+    assert version["gitVersion"] == LINES[cluster.plane.bin.line]  # v1.37.2 / v1.35.4, not v0.0.0-master
+    assert (version["major"], version["minor"]) == ("1", cluster.plane.bin.line.split(".")[1])
+
+
+def test_the_nodes_registered_by_the_stand_in_kubelets_are_ready(cluster: SandboxCluster) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        nodes = cluster.api.list(NODES)["items"]
+        ready = {n["metadata"]["name"]: any(c["type"] == "Ready" and c["status"] == "True"
+                                             for c in (n.get("status") or {}).get("conditions") or [])
+                 for n in nodes}
+        if ready == {"node-0": True, "node-1": True} or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ready == {"node-0": True, "node-1": True}
+
+
+def test_a_kubelet_credential_may_not_touch_another_node(cluster: SandboxCluster) -> None:
+    """The Node authorizer and NodeRestriction confine `system:node:node-0` to its own Node, for real."""
+    assert cluster.plane is not None
+    node0 = connect(str(cluster.plane.kubeconfig_for("probe-node-0", "system:node:node-0", "system:nodes")))
+    node0.patch(NODES, "node-0", {"metadata": {"labels": {"probe": "own"}}})  # its own Node: allowed
+    with pytest.raises(Forbidden, match="node-1"):
+        node0.patch(NODES, "node-1", {"metadata": {"labels": {"probe": "forged"}}})
+    with pytest.raises(Forbidden):
+        node0.list(PODS)  # a node lists only the pods bound to it (field selector spec.nodeName)
+
+
+def test_an_anonymous_client_is_refused(cluster: SandboxCluster, tmp_path: Path) -> None:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    assert cluster.plane is not None and cluster.plane.ca is not None
+    ctx = ssl.create_default_context(cafile=str(cluster.plane.ca.pair.cert))
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{cluster.url}/api/v1/pods", context=ctx, timeout=10)
+    assert err.value.code == 403
+    assert "system:anonymous" in err.value.read().decode()
+
+
+def test_stopping_leaves_no_process_and_no_file(real_137: Binaries) -> None:
+    cluster = SandboxCluster(spec_for_tests(1, backend="real", version="1.37")).start()
+    assert cluster.plane is not None
+    pids = [c.pid for c in cluster.plane.components]
+    work = cluster.work_dir
+    assert pids and all(p is not None and _alive(p) for p in pids)
+    cluster.stop()
+    assert [p for p in pids if p is not None and _alive(p)] == []
+    assert work is not None and not work.exists()

@@ -1,0 +1,178 @@
+"""The whole product on real nodes: real kubelets v1.37.2 with containerd and runc, GPU pods of both APIs in real
+containers that see exactly the devices and driver files our CDI specs name (applied by containerd), and the
+bridge's one-owner invariant checked from inside the containers and from the kubelets' PodResources."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bridge.kube.api import NODES, PODS, Resource
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.cluster.inspect import offered_twice, shared
+from bridge.sandbox.real.binaries import NODE, Binaries
+from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.sandbox_cluster import spec_for_tests
+
+START_TIMEOUT = 300.0  # a loaded 2-core CI machine starts two kubelets, two containerds and two daemons slowly
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+NODES_SPEC = (NodeSpec("node-0", "8xH100-80GB", split="4"), NodeSpec("node-1", "8xH100-80GB", split="4"))
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
+CLASS = "gpu.dra-bridge.io"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SandboxCluster]:
+    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    spec = spec_for_tests(NODES_SPEC, backend="real", version="1.37", real_kubelets=True, bridge=True,
+                          webhook=True, node_status_frequency=2.0)
+    with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
+        ensure_namespace(c, "legacy")
+        ensure_namespace(c, "dra")
+        ensure_namespace(c, "team-a", {"dra-bridge.io/mode": "dra"})
+        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
+        yield c
+
+
+def _allocatable(cluster: SandboxCluster, node: str) -> str:
+    return (cluster.api.get(NODES, node).get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", "")
+
+
+def _published(cluster: SandboxCluster, node: str) -> int:
+    slices = cluster.api.list(cluster.api.resource_api().slices, field_selector=f"spec.nodeName={node}")["items"]
+    return sum(len(s["spec"].get("devices") or []) for s in slices)
+
+
+def test_the_daemon_serves_the_split_to_the_real_kubelet_through_both_apis(cluster: SandboxCluster) -> None:
+    """Split 4 of 8: the kubelet's allocatable nvidia.com/gpu is 4 and the ResourceSlice publishes the other 4
+    (published once the Node's allocatable shows the smaller count: the move protocol's legacy -> DRA order)."""
+    deadline = time.monotonic() + 60
+    while (_allocatable(cluster, "node-0"), _published(cluster, "node-0")) != ("4", 4) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert (_allocatable(cluster, "node-0"), _published(cluster, "node-0")) == ("4", 4)
+
+
+def test_a_legacy_pod_sees_exactly_its_gpu_and_the_driver_files(cluster: SandboxCluster) -> None:
+    create_pod(cluster, "legacy", probe_pod("one", gpus=1, node="node-0"))
+    cluster.wait_pod_phase("legacy", "one", "Running", timeout=120)
+    seen = probe_log(cluster, "legacy", "one")
+    assert len(seen.gpus) == 1, seen.devices
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= set(seen.devices)
+    assert seen.env.get("NVIDIA_VISIBLE_DEVICES") == "void"
+    assert any(f.endswith("libcuda.so.550.54.15") for f in seen.files), seen.files
+    assert len(seen.smi) == 1, seen.smi
+
+
+def test_a_dra_pod_sees_exactly_its_claimed_gpu(cluster: SandboxCluster) -> None:
+    create_pod(cluster, "dra", probe_pod("claimer", claim_template="one-gpu", node="node-0"))
+    cluster.wait_pod_phase("dra", "claimer", "Running", timeout=120)
+    seen = probe_log(cluster, "dra", "claimer")
+    assert len(seen.gpus) == 1, seen.devices
+    assert seen.env.get("NVIDIA_VISIBLE_DEVICES") == "void"
+    assert any(f.endswith("libnvidia-ml.so.550.54.15") for f in seen.files), seen.files
+    legacy = probe_log(cluster, "legacy", "one")
+    assert seen.gpus.isdisjoint(legacy.gpus), "one GPU in two pods' containers"
+    assert shared(cluster) == {}
+    assert offered_twice(cluster) == set()
+
+
+def test_deleting_the_dra_pod_unprepares_its_claim_and_removes_its_cdi_spec(cluster: SandboxCluster) -> None:
+    node = cluster.node("node-0")
+    assert node.real is not None
+    create_pod(cluster, "dra", probe_pod("short", claim_template="one-gpu", node="node-0"))
+    cluster.wait_pod_phase("dra", "short", "Running", timeout=120)
+    pod = cluster.api.get(PODS, "short", "dra")
+    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim = cluster.api.get(cluster.api.resource_api().claims, claim_name, "dra")
+    uid = claim["metadata"]["uid"]
+    assert any(uid in p.name for p in node.real.cdi_root.iterdir()), sorted(p.name for p in node.real.cdi_root.iterdir())
+    cluster.api.delete(PODS, "short", "dra")
+    cluster.wait_pod_phase("dra", "short", "Gone", timeout=120)
+    deadline = time.monotonic() + 60
+    while any(uid in p.name for p in node.real.cdi_root.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not any(uid in p.name for p in node.real.cdi_root.iterdir())
+
+
+def test_legacy_pods_with_two_gpus_an_init_container_gpu_and_a_deployment_run(cluster: SandboxCluster) -> None:
+    create_pod(cluster, "legacy", probe_pod("two", gpus=2))
+    create_pod(cluster, "legacy", probe_pod("init", init_gpus=1))
+    template = probe_pod("replica", gpus=1)
+    template["metadata"] = {"labels": {"app": "replica"}}
+    cluster.api.create(DEPLOYMENTS, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "replica"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "replica"}}, "template": template}}, "legacy")
+    cluster.wait_pod_phase("legacy", "two", "Running", timeout=120)
+    assert len(probe_log(cluster, "legacy", "two").gpus) == 2
+    cluster.wait_pod_phase("legacy", "init", "Running", timeout=120)
+    assert len(probe_log(cluster, "legacy", "init", container="init").gpus) == 1
+    assert probe_log(cluster, "legacy", "init").gpus == set()  # the app container asked for none
+    deadline = time.monotonic() + 120
+    while True:
+        pods = cluster.api.list(PODS, "legacy", label_selector="app=replica")["items"]
+        if sum((p.get("status") or {}).get("phase") == "Running" for p in pods) == 2:
+            break
+        assert time.monotonic() < deadline, [(p["metadata"]["name"], p.get("status", {}).get("phase")) for p in pods]
+        time.sleep(0.5)
+    for p in pods:
+        assert len(probe_log(cluster, "legacy", p["metadata"]["name"]).gpus) == 1
+
+
+def test_two_pods_of_one_shared_claim_see_the_same_gpu(cluster: SandboxCluster) -> None:
+    claims = cluster.api.resource_api().claims
+    cluster.api.create(claims, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                "metadata": {"name": "shared"},
+                                "spec": claim_template("x")["spec"]["spec"]}, "dra")
+    for name in ("reader-a", "reader-b"):
+        pod = probe_pod(name)
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "shared"}]
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+        create_pod(cluster, "dra", pod)
+    for name in ("reader-a", "reader-b"):
+        cluster.wait_pod_phase("dra", name, "Running", timeout=120)
+    a, b = (probe_log(cluster, "dra", n).gpus for n in ("reader-a", "reader-b"))
+    assert len(a) == 1 and a == b
+
+
+def test_the_webhook_translates_a_pod_of_a_dra_namespace_and_it_gets_its_gpu(cluster: SandboxCluster) -> None:
+    """1.37: the webhook's automatic target is the DeviceClass's extended-resource name; the real scheduler makes
+    the claim, the real kubelet admits the pod (its requestMappings cover the container) and prepares it."""
+    created = create_pod(cluster, "team-a", probe_pod("translated", gpus=1))
+    limits = created["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {f"deviceclass.resource.kubernetes.io/{CLASS}": "1"}
+    cluster.wait_pod_phase("team-a", "translated", "Running", timeout=120)
+    assert len(probe_log(cluster, "team-a", "translated").gpus) == 1
+    status = cluster.api.get(PODS, "translated", "team-a")["status"]
+    assert status.get("extendedResourceClaimStatus", {}).get("resourceClaimName")
+
+
+def test_a_pod_asking_the_extended_resource_name_itself_gets_a_dra_gpu(cluster: SandboxCluster) -> None:
+    pod = probe_pod("extended")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {f"deviceclass.resource.kubernetes.io/{CLASS}": "1"}}
+    create_pod(cluster, "dra", pod)
+    cluster.wait_pod_phase("dra", "extended", "Running", timeout=120)
+    assert len(probe_log(cluster, "dra", "extended").gpus) == 1
+
+
+def test_no_gpu_is_in_two_pods_containers_and_none_is_offered_twice(cluster: SandboxCluster) -> None:
+    """From inside every running GPU container (their own device nodes) and from the kubelets' PodResources and
+    the claims: each GPU belongs to one pod, except the two pods that share one claim."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for ns in ("legacy", "dra", "team-a"):
+        for p in cluster.api.list(PODS, ns)["items"]:
+            if (p.get("status") or {}).get("phase") != "Running":
+                continue
+            node, name = p["spec"]["nodeName"], p["metadata"]["name"]
+            for c in ["probe"] + [i["name"] for i in p["spec"].get("initContainers") or []]:
+                for gpu in probe_log(cluster, ns, name, container=c).gpus:
+                    seen.setdefault((node, gpu), []).append(f"{ns}/{name}")
+    twice = {k: v for k, v in seen.items() if len(set(v)) > 1 and set(v) != {"dra/reader-a", "dra/reader-b"}}
+    assert twice == {}
+    assert len(seen) >= 9
+    assert shared(cluster) == {}
+    assert offered_twice(cluster) == set()
