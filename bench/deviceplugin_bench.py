@@ -255,6 +255,7 @@ def bench_process(tmp: Path, starts: int) -> tuple[list[float], list[float]]:
         root = tmp / f"p{i}"
         sim = KubeletSimulator(root).start()
         env = {**os.environ, "BRIDGE_NODE_NAME": "bench", "BRIDGE_KUBELET_ROOT": str(root),
+               "BRIDGE_DEVICE_PLUGIN_DIR": str(root / "device-plugins"),
                "BRIDGE_HTTP_ADDRESS": "off", "BRIDGE_DEVICES": "simulated:8xH100-80GB", "BRIDGE_LOG_LEVEL": "warning"}
         t = time.perf_counter()
         p = subprocess.Popen([sys.executable, "-m", "bridge", "node"], cwd=ROOT, env=env,

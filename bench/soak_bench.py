@@ -563,7 +563,8 @@ def main() -> None:
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / "webhook.log", "w"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge", "node", "--node-name", NODE, "--devices", "simulated:8xH100-80GB",
-         "--kubelet-root", str(root), "--state-dir", str(tmp / "st"), "--cdi-root", str(tmp / "cdi"),
+         "--kubelet-root", str(root),
+         "--device-plugin-dir", str(root / "device-plugins"), "--state-dir", str(tmp / "st"), "--cdi-root", str(tmp / "cdi"),
          "--kubeconfig", str(kubeconfig), "--dra", "on", "--dra-devices", "2", "--split-grace", "0.3",
          "--http-address", f"127.0.0.1:{port}", "--log-level", "warning"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp / "node.log", "w"))

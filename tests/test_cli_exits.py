@@ -40,6 +40,7 @@ def test_sandbox_apiserver_port_in_use(busy_port: int, tmp_path: Path) -> None:
 
 def test_node_http_port_in_use(busy_port: int, short_tmp: Path) -> None:
     r = bridge("node", "--node-name", "n1", "--devices", "simulated:1xL4", "--kubelet-root", str(short_tmp / "k"),
+    "--device-plugin-dir", str(short_tmp / "k" / "device-plugins"),
                "--state-dir", str(short_tmp / "s"), "--cdi-root", str(short_tmp / "c"), "--dra", "off",
                "--http-address", f"127.0.0.1:{busy_port}")
     assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -41,7 +41,13 @@ from bridge.logs import setup_logging
                    "(comma-separated, e.g. '48,79'; as the NVIDIA DRA driver's additionalXidsToIgnore).")
 @click.option("--kubelet-root", show_envvar=True, envvar="BRIDGE_KUBELET_ROOT", default="/var/lib/kubelet", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
-              help="Kubelet root; device-plugins/, plugins/, plugins_registry/ and pod-resources/ live below it.")
+              help="The kubelet's --root-dir; plugins/, plugins_registry/ and pod-resources/ live below it.")
+@click.option("--device-plugin-dir", show_envvar=True, envvar="BRIDGE_DEVICE_PLUGIN_DIR",
+              default="/var/lib/kubelet/device-plugins", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="The kubelet's device-plugin directory (its kubelet.sock, our plugin socket, its checkpoint). The "
+                   "kubelet compiles this path in: it stays /var/lib/kubelet/device-plugins when the kubelet's "
+                   "--root-dir (and so --kubelet-root) is elsewhere.")
 @click.option("--cdi-root", show_envvar=True, envvar="BRIDGE_CDI_ROOT", default="/var/run/cdi", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Directory for CDI spec files.")
 @click.option("--driver-root", show_envvar=True, envvar="BRIDGE_DRIVER_ROOT", default=None,
@@ -126,7 +132,8 @@ from bridge.logs import setup_logging
               help="Least severe log level written.")
 @click.pass_context
 def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: str, kubelet_root: Path,
-         cdi_root: Path, driver_root: str | None, dev_root: str | None, host_root: Path, cdi_hook_path: str | None,
+         device_plugin_dir: Path, cdi_root: Path, driver_root: str | None, dev_root: str | None, host_root: Path,
+         cdi_hook_path: str | None,
          cdi_source: str, state_dir: Path, resource_name: str, device_list_strategy: str, http_address: str,
          kubeconfig: str | None, kube_context: str | None, driver_name: str, dra_mode: str,
          dra_devices: str | None, slice_taints: str, pod_uid: str | None, split_grace: str,
@@ -144,7 +151,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
 
     \b
     Host paths a DaemonSet must mount (hostPath volumes):
-      /var/lib/kubelet  at the same path (--kubelet-root: plugin sockets, pod-resources)
+      /var/lib/kubelet  at the same path (--kubelet-root: DRA plugin sockets, pod-resources; and
+                        --device-plugin-dir, always /var/lib/kubelet/device-plugins)
       /var/run/cdi      at the same path, read-write (--cdi-root: the specs we write)
       /var/lib/dra-bridge at the same path (--state-dir: checkpoint)
       /                 read-only at /host with mountPropagation HostToContainer, and --host-root /host
@@ -225,7 +233,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
                      host_root=host_root, hook_paths=(cdi_hook_path,) if cdi_hook_path else DEFAULT_HOOK_PATHS)
 
     setup_logging(log_format, log_level)
-    config = NodeConfig(node_name=node_name, kubelet_root=kubelet_root, cdi_root=cdi_root, state_dir=state_dir,
+    config = NodeConfig(node_name=node_name, kubelet_root=kubelet_root, device_plugin_dir=device_plugin_dir,
+                        cdi_root=cdi_root, state_dir=state_dir,
                         resource_name=resource_name, device_list_strategy=strategies, http_address=address,
                         device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid), cdi=cdi)
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]

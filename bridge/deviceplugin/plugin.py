@@ -81,6 +81,12 @@ def default_socket_name(resource_name: str) -> str:
 @dataclass(frozen=True)
 class PluginConfig:
     kubelet_root: Path
+    # Where the kubelet's device manager listens (kubelet.sock) and looks for plugin sockets and writes its
+    # checkpoint. None: `<kubelet_root>/device-plugins`. The real kubelet's is compiled in (kubernetes
+    # staging/src/k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/constants.go DevicePluginPath,
+    # "/var/lib/kubelet/device-plugins/", used by pkg/kubelet/cm/devicemanager/manager.go NewManagerImpl): it does
+    # not follow the kubelet's --root-dir, so `bridge node` always sets it (--device-plugin-dir).
+    device_plugin_dir: Path | None = None
     resource_name: str = "nvidia.com/gpu"
     socket_name: str | None = None
     poll_interval_s: float = 0.1
@@ -104,7 +110,7 @@ class PluginConfig:
 
     @property
     def plugin_dir(self) -> Path:
-        return self.kubelet_root / "device-plugins"
+        return self.device_plugin_dir if self.device_plugin_dir is not None else self.kubelet_root / "device-plugins"
 
     @property
     def socket_path(self) -> Path:

@@ -49,6 +49,7 @@ log = logging.getLogger("bridge.node")
 class NodeConfig:
     node_name: str
     kubelet_root: Path = Path("/var/lib/kubelet")
+    device_plugin_dir: Path | None = None  # None: <kubelet_root>/device-plugins (see PluginConfig.device_plugin_dir)
     cdi_root: Path = Path("/var/run/cdi")
     state_dir: Path = Path("/var/lib/dra-bridge")
     resource_name: str = "nvidia.com/gpu"
@@ -61,6 +62,11 @@ class NodeConfig:
     # Driver root, dev root, host-root view, hook, --cdi-source. `check_device_nodes` (real GPUs) also leaves
     # control nodes the host lacks (/dev/nvidia-uvm before the module loads) out of Allocate's device specs.
     cdi: CdiOptions = CdiOptions()
+
+    @property
+    def device_plugin_path(self) -> Path:
+        """The kubelet's device-plugin directory: kubelet.sock, our plugin socket, its checkpoint."""
+        return self.device_plugin_dir if self.device_plugin_dir is not None else self.kubelet_root / "device-plugins"
 
 
 class NodeComponent(Protocol):
@@ -98,7 +104,8 @@ class NodeDaemon:
         self.components = list(components)
         self.health_listeners = list(health_listeners)
         self.plugin_config = PluginConfig(
-            kubelet_root=config.kubelet_root, resource_name=config.resource_name,
+            kubelet_root=config.kubelet_root, device_plugin_dir=config.device_plugin_dir,
+            resource_name=config.resource_name,
             socket_name=config.device_plugin_socket_name, poll_interval_s=config.plugin_poll_interval_s)
         self.allocation = AllocationConfig(strategies=config.device_list_strategy, resource_name=config.resource_name)
         self.node_cdi = node_cdi

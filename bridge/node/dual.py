@@ -196,7 +196,7 @@ class DualNode:
         dp_name = self.config.device_plugin_socket_name or default_socket_name(self.config.resource_name)
         dra = DraPluginConfig(driver=self.opts.driver, kubelet_root=str(self.config.kubelet_root),
                               pod_uid=self.opts.pod_uid)
-        return [str(self.config.kubelet_root / "device-plugins" / dp_name), str(dra.registration_socket),
+        return [str(self.config.device_plugin_path / dp_name), str(dra.registration_socket),
                 str(dra.dra_socket)]
 
     def me(self) -> Instance:
@@ -270,7 +270,7 @@ class DualNode:
         self.sources = HolderSources(
             self.devices, resource_name=cfg.resource_name, driver=self.opts.driver, node_name=cfg.node_name,
             podresources_socket=self.podresources_socket,
-            kubelet_checkpoint=cfg.kubelet_root / "device-plugins" / CHECKPOINT_FILE, pods=self.pods,
+            kubelet_checkpoint=cfg.device_plugin_path / CHECKPOINT_FILE, pods=self.pods,
             prepared=self.prepared, timeout_s=min(cfg.adopt_timeout_s, 5.0))
         self.publisher = SlicePublisher(
             self.kube, self.devices, node_name=cfg.node_name, driver=self.opts.driver,
@@ -476,7 +476,7 @@ def _cleanup(config: NodeConfig, opts: DraOptions, kube: KubeAPI | None) -> Clea
     sockets: list[str] = []
     dra_cfg = DraPluginConfig(driver=opts.driver, kubelet_root=str(config.kubelet_root))
     dp_stem = default_socket_name(config.resource_name)[:-len(".sock")]
-    candidates = [*(config.kubelet_root / "device-plugins").glob(f"{dp_stem}*.sock"),
+    candidates = [*config.device_plugin_path.glob(f"{dp_stem}*.sock"),
                   *dra_cfg.registry_dir.glob(f"{opts.driver}*-reg.sock"), *dra_cfg.plugin_dir.glob("dra*.sock")]
     for sock in candidates:
         try:

@@ -171,6 +171,7 @@ def test_the_node_daemons_requests_are_all_granted_by_its_role(installed: Any, s
                                    dra_call_timeout=20, dra_health_retry=0.2,
                                    config=KubeletConfig(register_node=True, node_status_frequency=0.5)).start()
         args = ["--node-name", NODE, "--devices", "simulated:8xH100-80GB", "--kubelet-root", str(short_tmp / "kl"),
+                "--device-plugin-dir", str(short_tmp / "kl" / "device-plugins"),
                 "--state-dir", str(short_tmp / "st"), "--cdi-root", str(short_tmp / "cdi"),
                 "--kubeconfig", str(kubeconfig_as(base, "node")), "--http-address", "off", "--split-grace", "0.3"]
         proc = NodeProc(args)

@@ -96,7 +96,9 @@ def test_every_socket_and_directory_of_the_daemon_is_a_hostpath_at_the_same_path
     params = parse(node_command, c["args"], {"--host-root": "/"}, env={"NODE_NAME": "n1"})
     kubelet_root = str(params["kubelet_root"])
     dra = DraPluginConfig(driver=params["driver_name"], kubelet_root=kubelet_root)
-    dp = DevicePluginConfig(kubelet_root=Path(kubelet_root))
+    dp = DevicePluginConfig(kubelet_root=Path(kubelet_root), device_plugin_dir=Path(str(params["device_plugin_dir"])))
+    # the kubelet's compiled-in device-plugin directory, which a custom --root-dir does not move
+    assert dp.plugin_dir == Path("/var/lib/kubelet/device-plugins")
     used = {
         "device-plugin sockets and the kubelet checkpoint": dp.plugin_dir / "kubelet.sock",
         "DRA registration socket": dra.registration_socket,
@@ -117,8 +119,9 @@ def test_every_socket_and_directory_of_the_daemon_is_a_hostpath_at_the_same_path
     assert "--host-root=/host" in c["args"]
     assert not any(m.get("mountPropagation") == "Bidirectional" for m in c["volumeMounts"])
     assert {p for p in mounts if p.startswith(kubelet_root)} == {
-        f"{kubelet_root}/device-plugins", f"{kubelet_root}/plugins_registry",
-        f"{kubelet_root}/plugins/gpu.dra-bridge.io", f"{kubelet_root}/pod-resources"}, "never the whole kubelet root"
+        f"{kubelet_root}/plugins_registry", f"{kubelet_root}/plugins/gpu.dra-bridge.io",
+        f"{kubelet_root}/pod-resources"}, "never the whole kubelet root"
+    assert "/var/lib/kubelet/device-plugins" in mounts and "/var/lib/kubelet" not in mounts
 
 
 def test_the_daemonset_is_node_critical_and_rolls_one_node_at_a_time_with_surge(installed: Any) -> None:

@@ -404,7 +404,9 @@ class Workloads:
         devices = dict(pairs).get("--devices") or "nvml"
         if devices == "nvml":
             pairs = _set(pairs, "--devices", f"simulated:{node.spec.gpus}")
-        for key, value in (("--kubelet-root", str(node.kubelet_root)), ("--cdi-root", str(node.cdi_root)),
+        for key, value in (("--kubelet-root", str(node.kubelet_root)),
+                           ("--device-plugin-dir", str(node.kubelet_root / "device-plugins")),
+                           ("--cdi-root", str(node.cdi_root)),
                            ("--state-dir", str(node.state_dir)), ("--http-address", "off"),
                            ("--split-grace", TEST_SPLIT_GRACE), ("--log-format", "json")):
             pairs = _set(pairs, key, value)

@@ -57,6 +57,7 @@ def test_bridge_node_registers_serves_health_and_exits_cleanly_on_sigterm(
         kubelet: KubeletSimulator, short_tmp: Path) -> None:
     proc = Proc(["--devices", "simulated:8xH100-80GB", "--http-address", "127.0.0.1:0", "--log-format", "json"],
                 env={"NODE_NAME": "node-cli", "BRIDGE_KUBELET_ROOT": str(short_tmp),
+                     "BRIDGE_DEVICE_PLUGIN_DIR": str(short_tmp / "device-plugins"),
                      "BRIDGE_STATE_DIR": str(short_tmp / "state"), "BRIDGE_CDI_ROOT": str(short_tmp / "cdi")})
     try:
         assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 8, 30), proc.lines
@@ -82,6 +83,7 @@ def test_bridge_node_registers_serves_health_and_exits_cleanly_on_sigterm(
 
 def test_sigint_also_stops_cleanly(kubelet: KubeletSimulator, short_tmp: Path) -> None:
     proc = Proc(["--node-name", "node-cli", "--devices", "simulated:1xL4", "--kubelet-root", str(short_tmp),
+                 "--device-plugin-dir", str(short_tmp / "device-plugins"),
                  "--http-address", "off", "--device-list-strategy", "cdi-cri,envvar"])
     try:
         assert kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 1, 30), proc.lines
@@ -112,7 +114,8 @@ def test_bad_options_exit_2_with_a_clear_message(args: list[str], message: str) 
 def test_a_kubelet_root_too_long_for_unix_sockets_exits_2_naming_the_path(short_tmp: Path) -> None:
     root = short_tmp / ("r" * 100)
     r = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
-                        "simulated:1xL4", "--kubelet-root", str(root), "--http-address", "off"],
+                        "simulated:1xL4", "--kubelet-root", str(root),
+                        "--device-plugin-dir", str(root / "device-plugins"), "--http-address", "off"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2  # a configuration error (bridge/cli/exits.py)
     sock = str(root / "device-plugins" / "dra-bridge-nvidia.com-gpu.sock")
@@ -128,7 +131,8 @@ def test_a_kubelet_root_too_long_for_unix_sockets_exits_2_naming_the_path(short_
 ])
 def test_bad_dra_options_exit_2_naming_the_option(short_tmp: Path, args: list[str], hint: str) -> None:
     out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
-                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), *args],
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp),
+                          "--device-plugin-dir", str(short_tmp / "device-plugins"), *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and hint in out.stderr, out.stderr
 
@@ -151,7 +155,8 @@ def test_cleanup_without_an_api_removes_our_sockets_and_cdi_specs_and_leaves_oth
     (cdi / "nvidia.com-gpu_node.json").write_text("{}")  # what earlier builds wrote for the device plugin
     (cdi / "nvidia.com-gpu.json").write_text("{}")  # the toolkit's: never touched
     out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
-                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), "--cdi-root", str(cdi),
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp),
+                          "--device-plugin-dir", str(short_tmp / "device-plugins"), "--cdi-root", str(cdi),
                           "--cleanup"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
     assert out.returncode == 0, out.stderr
@@ -165,7 +170,8 @@ def test_an_unusable_state_dir_exits_2_naming_the_option_and_the_path(short_tmp:
     blocker.write_text("not a directory")
     state = blocker / "state"  # (the state dir being a file itself is click's exit 2: "Directory ... is a file")
     r = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices", "simulated:1xL4",
-                        "--kubelet-root", str(short_tmp / "kl"), "--state-dir", str(state), "--http-address", "off"],
+                        "--kubelet-root", str(short_tmp / "kl"),
+                        "--device-plugin-dir", str(short_tmp / "kl" / "device-plugins"), "--state-dir", str(state), "--http-address", "off"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60,
                        env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
     assert r.returncode == 2, r.stderr
@@ -183,7 +189,8 @@ def test_an_unusable_state_dir_exits_2_naming_the_option_and_the_path(short_tmp:
 ])
 def test_bad_cdi_options_exit_2_naming_the_option(short_tmp: Path, args: list[str], message: str) -> None:
     out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
-                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), *args],
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp),
+                          "--device-plugin-dir", str(short_tmp / "device-plugins"), *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and message in " ".join(out.stderr.split()), out.stderr
 
@@ -192,7 +199,8 @@ def test_cdi_source_toolkit_without_the_toolkits_spec_exits_2_before_serving(sho
     host = short_tmp / "host"
     host.mkdir()
     out = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices",
-                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp), "--state-dir",
+                          "simulated:1xH100-80GB", "--kubelet-root", str(short_tmp),
+                          "--device-plugin-dir", str(short_tmp / "device-plugins"), "--state-dir",
                           str(short_tmp / "st"), "--dra", "off", "--http-address", "off", "--host-root", str(host)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "BRIDGE_CDI_SOURCE": "toolkit"})
@@ -209,6 +217,7 @@ def test_the_start_log_explains_the_driver_root_and_whose_cdi_names_containers_g
     host = make_driver_files(short_tmp / "host", DEFAULT_DRIVER_VERSION)
     put_spec(host, "/etc/cdi/nvidia.yaml", toolkit_spec(devices_from_spec("2xH100-80GB", "node-cli")))
     proc = Proc(["--node-name", "node-cli", "--devices", "simulated:2xH100-80GB", "--kubelet-root", str(short_tmp),
+                 "--device-plugin-dir", str(short_tmp / "device-plugins"),
                  "--state-dir", str(short_tmp / "st"), "--cdi-root", str(short_tmp / "cdi"), "--dra", "off",
                  "--http-address", "off", "--log-format", "json", "--device-list-strategy", "cdi-cri"],
                 env={"BRIDGE_DRIVER_ROOT": "/", "BRIDGE_HOST_ROOT": str(host)})

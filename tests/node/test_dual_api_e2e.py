@@ -55,6 +55,7 @@ class Env:
 
     def node_args(self) -> list[str]:
         return ["--node-name", NODE, "--devices", "simulated:8xH100-80GB", "--kubelet-root", str(self.kubelet_root),
+                "--device-plugin-dir", str(self.kubelet_root / "device-plugins"),
                 "--state-dir", str(self.root / "st"), "--cdi-root", str(self.cdi_root),
                 "--kubeconfig", str(self.kubeconfig), "--http-address", "off", "--log-format", "json",
                 "--split-grace", "0.3"]

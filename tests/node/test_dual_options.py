@@ -38,7 +38,8 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dual.DualNode]]:
 
 def invoke(short_tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     result = CliRunner().invoke(node, ["--node-name", "node-x", "--devices", "simulated:2xH100-80GB",
-                                       "--kubelet-root", str(short_tmp / "kl"), "--state-dir", str(short_tmp / "st"),
+                                       "--kubelet-root", str(short_tmp / "kl"),
+                                       "--device-plugin-dir", str(short_tmp / "kl" / "device-plugins"), "--state-dir", str(short_tmp / "st"),
                                        "--cdi-root", str(short_tmp / "cdi"), "--http-address", "off", "--dra", "off",
                                        *args], env=env, catch_exceptions=False)
     return result.exit_code, result.output

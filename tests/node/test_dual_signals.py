@@ -42,7 +42,8 @@ def test_a_signal_delivered_to_a_non_main_thread_still_stops_the_daemon_and_remo
     kubelet_root = short_tmp / "kl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge", "node", "--node-name", "node-sig", "--devices", "simulated:2xL4",
-         "--kubelet-root", str(kubelet_root), "--state-dir", str(short_tmp / "st"), "--cdi-root", str(short_tmp / "cdi"),
+         "--kubelet-root", str(kubelet_root),
+         "--device-plugin-dir", str(kubelet_root / "device-plugins"), "--state-dir", str(short_tmp / "st"), "--cdi-root", str(short_tmp / "cdi"),
          "--http-address", "off", "--dra", "off"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

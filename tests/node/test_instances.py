@@ -88,6 +88,7 @@ class Env:
     def start(self, *extra: str) -> Daemon:
         port = free_port()
         args = ["--node-name", NODE, "--devices", f"simulated:{GPUS}xL4", "--kubelet-root", str(self.kubelet_root),
+                "--device-plugin-dir", str(self.kubelet_root / "device-plugins"),
                 "--state-dir", str(self.root / "st"), "--cdi-root", str(self.root / "cdi"),
                 "--kubeconfig", str(self.kubeconfig), "--http-address", f"127.0.0.1:{port}", "--log-format", "json",
                 "--dra-devices", str(DRA_GPUS), "--split-grace", "0.3", *extra]
@@ -179,7 +180,8 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused_naming_the_holder_and_
 
     # --cleanup is refused the same way while the daemon runs (it would take its sockets and specs).
     cleanup = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", NODE, "--cleanup", "--dra", "off",
-                              "--kubelet-root", str(env.kubelet_root), "--state-dir", str(env.root / "st"),
+                              "--kubelet-root", str(env.kubelet_root),
+                              "--device-plugin-dir", str(env.kubelet_root / "device-plugins"), "--state-dir", str(env.root / "st"),
                               "--cdi-root", str(env.root / "cdi")], cwd=ROOT, capture_output=True, text=True,
                              timeout=60)
     assert cleanup.returncode == 2 and f"PID {first.p.pid}" in cleanup.stderr, cleanup.stderr

@@ -51,7 +51,8 @@ def test_sigterm_under_hostile_load_exits_within_seconds_and_removes_every_socke
             api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
         proc = subprocess.Popen(
             [sys.executable, "-m", "bridge", "node", "--node-name", NODE, "--devices", "simulated:8xH100-80GB",
-             "--kubelet-root", str(kubelet_root), "--state-dir", str(short_tmp / "st"),
+             "--kubelet-root", str(kubelet_root),
+             "--device-plugin-dir", str(kubelet_root / "device-plugins"), "--state-dir", str(short_tmp / "st"),
              "--cdi-root", str(short_tmp / "cdi"), "--kubeconfig", str(kubeconfig), "--dra", "on",
              "--http-address", "off"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

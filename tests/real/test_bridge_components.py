@@ -288,13 +288,22 @@ def test_a_deployments_pods_get_the_claims_we_promise_and_run_with_claims_templa
         devices = [d for claim in statuses.values() for d in allocated_devices(api, ns, claim)]
         assert len({d["device"] for d in devices}) == 2
         assert {(d["driver"], d["pool"]) for d in devices} == {(DRIVER, pod["spec"]["nodeName"])}
-        node = run("node", "status", pod["spec"]["nodeName"], "-o", "json", "--kubeconfig", str(cluster.kubeconfig))
-        assert node.exit_code == 0, node.output
-        state = json.loads(node.output)
+        want = {d["device"] for d in devices}
+
+        def daemon_view() -> tuple[dict[str, Any], set[str]] | None:
+            # The daemon writes its status annotation at most once a second, after the prepare that started the
+            # pod: `bridge node status` may show the holders a moment after the pod is Running.
+            node = run("node", "status", pod["spec"]["nodeName"], "-o", "json", "--kubeconfig",
+                       str(cluster.kubeconfig))
+            assert node.exit_code == 0, node.output
+            state = json.loads(node.output)
+            held = {d["name"] for d in state["status"]["devices"]
+                    if any(pod["metadata"]["name"] in json.dumps(h) for h in d["holders"])}
+            return (state, held) if held == want else None
+
+        state, held = wait_until(daemon_view, timeout=20, what=f"bridge node status naming {want} held by the pod")
         assert (state["requested"]["value"], state["requested"]["source"], state["status"]["counts"]["dra"]) == (
             "4", "annotation", 4)
-        held = {d["name"] for d in state["status"]["devices"]
-                if any(pod["metadata"]["name"] in json.dumps(h) for h in d["holders"])}
         assert held == {d["device"] for d in devices}  # the daemon's own view names the devices the claims got
 
 

@@ -12,6 +12,7 @@ import pytest
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.real.binaries import NODE
 from bridge.sandbox.real.kubelet import v1_hierarchies
+from bridge.sandbox.real.namespace import process_alive
 from tests.real.conftest import CONTROL_PLANE, require_binaries
 from tests.real.realnodes import create_pod, ensure_namespace, probe_pod
 from tests.sandbox_cluster import spec_for_tests
@@ -45,11 +46,12 @@ def test_stopping_a_real_node_cluster_with_a_running_gpu_pod_leaves_nothing() ->
         ensure_namespace(cluster, "legacy")
         create_pod(cluster, "legacy", probe_pod("running", gpus=1))
         cluster.wait_pod_phase("legacy", "running", "Running", timeout=120)
-        members = node.real.ns.members()
+        members = {pid: _started(pid) for pid in node.real.ns.members()}
         assert len(members) >= 5  # holder, containerd, kubelet, daemon, a shim and the pod's processes
     finally:
         cluster.stop()
-    assert [p for p in members if Path(f"/proc/{p}").exists()] == []
+    # alive and the same process (its start time), not a PID this busy machine gave to another process since
+    assert [p for p, start in members.items() if process_alive(p) and _started(p) == start] == []
     assert _pids_with(str(work)) == []
     with open("/proc/self/mountinfo") as f:
         assert [line for line in f if str(work) in line] == []
@@ -57,3 +59,12 @@ def test_stopping_a_real_node_cluster_with_a_running_gpu_pod_leaves_nothing() ->
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert bridge_name not in links
     assert not work.exists()
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]

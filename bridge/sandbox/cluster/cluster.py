@@ -414,6 +414,7 @@ class SandboxCluster:
     def _node_argv(self, node: SandboxNode, pod_uid: str | None = None) -> list[str]:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
                 "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
+                "--device-plugin-dir", str(node.kubelet_root / "device-plugins"),
                 "--state-dir", str(node.state_dir), "--cdi-root", str(node.cdi_root),
                 "--kubeconfig", str(self._component_kubeconfig("node", node.name)), "--dra", "on",
                 "--http-address", "off",
@@ -424,11 +425,12 @@ class SandboxCluster:
             argv += ["--split-grace", str(self.spec.split_grace)]
         if node.real is not None:
             # inside the node's mount namespace, at a GPU node's default paths (--kubelet-root /var/lib/kubelet,
-            # --state-dir /var/lib/dra-bridge, --cdi-root /var/run/cdi: the node's own there), with the node's
+            # --device-plugin-dir /var/lib/kubelet/device-plugins, --state-dir /var/lib/dra-bridge,
+            # --cdi-root /var/run/cdi: the node's own there), with the node's
             # fake GPU files, CDI names in the CRI field (containerd applies them), and /readyz to wait on
             from bridge.sandbox.real.process import free_port
 
-            for flag in ("--kubelet-root", "--state-dir", "--cdi-root"):
+            for flag in ("--kubelet-root", "--device-plugin-dir", "--state-dir", "--cdi-root"):
                 i = argv.index(flag)
                 del argv[i:i + 2]
             node.http_port = free_port()

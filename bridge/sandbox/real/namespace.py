@@ -19,12 +19,15 @@ Only the mount namespace is private: the network (node IP, ports) and cgroups ar
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import time
 from pathlib import Path
 
 from bridge.sandbox.cluster.processes import ChildProcess
+
+log = logging.getLogger(__name__)
 
 BINDS = (("var-lib", "/var/lib"), ("run", "/run"), ("log", "/var/log"))
 
@@ -118,12 +121,33 @@ class NodeNamespace:
         holder; the namespace and its mounts go with the last of them."""
         import signal
 
+        killed = []
         for pid in self.members():
             if self.holder is not None and pid == self.holder.pid:
                 continue
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             except ProcessLookupError:
                 pass
+        # SIGKILL is asynchronous: wait until each has died (a zombie waiting for its reaper has left the namespace
+        # and holds no mount), so that what the caller checks or removes next is no longer in use.
+        deadline = time.monotonic() + 10.0
+        while killed and time.monotonic() < deadline:
+            killed = [pid for pid in killed if process_alive(pid)]
+            if killed:
+                time.sleep(0.02)
+        if killed:
+            log.warning("processes %s in node namespace %s outlived SIGKILL for 10 s", killed, self.mnt)
         if self.holder is not None:
             self.holder.stop(5.0)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited (a zombie has: only its exit status waits for its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split(" ", 1)[0] != "Z"
