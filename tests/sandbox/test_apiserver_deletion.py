@@ -35,8 +35,10 @@ def test_a_bound_running_pod_is_marked_for_its_termination_grace_period_not_remo
     ({"metadata": {"name": "p"}, "spec": {"containers": []}, "status": {"phase": "Pending"}}, {}),  # not bound
     (bound(), {"gracePeriodSeconds": 0}),  # force
 ])
-def test_an_ended_unbound_or_force_deleted_pod_is_removed_at_once(obj: dict, options: dict) -> None:
-    assert before_delete(obj, is_pod=True, options=options, query={}, now=NOW).grace is None
+def test_an_ended_unbound_or_force_deleted_pod_is_marked_with_grace_0_and_removed_at_once(obj: dict,
+                                                                                          options: dict) -> None:
+    d = before_delete(obj, is_pod=True, options=options, query={}, now=NOW)
+    assert d.grace == 0 and parse_rfc3339(d.timestamp) == NOW and not d.pending
 
 
 def test_other_kinds_are_never_deleted_gracefully() -> None:
@@ -55,7 +57,10 @@ def test_a_terminating_pod_may_only_have_its_grace_period_shortened() -> None:
     assert (shorter.grace, parse_rfc3339(shorter.timestamp)) == (10, start + 10)
     late = before_delete(terminating, is_pod=True, options={"gracePeriodSeconds": 10}, query={}, now=start + 20)
     assert (late.grace, parse_rfc3339(late.timestamp)) == (1, start + 20)  # never into the past, still graceful
-    assert before_delete(terminating, is_pod=True, options={"gracePeriodSeconds": 0}, query={}, now=start + 1).grace is None
+    now = before_delete(terminating, is_pod=True, options={"gracePeriodSeconds": 0}, query={}, now=start + 1)
+    assert (now.grace, parse_rfc3339(now.timestamp)) == (0, start + 1)  # marked with now, then removed
+    terminating["metadata"]["deletionGracePeriodSeconds"] = 0
+    assert before_delete(terminating, is_pod=True, options={}, query={}, now=start + 1).grace is None  # as it is
 
 
 def test_through_the_api_a_bound_pod_stays_terminating_until_the_kubelets_final_delete(core) -> None:
@@ -79,9 +84,13 @@ def test_through_the_api_a_bound_pod_stays_terminating_until_the_kubelets_final_
     assert gone.value.status == 404
 
 
-def test_through_the_api_an_unbound_pod_is_removed_at_once(core) -> None:
-    core.create_namespaced_pod("default", pod("pending"))
-    core.delete_namespaced_pod("pending", "default")
+def test_through_the_api_an_unbound_pod_is_removed_at_once_and_answered_marked(core) -> None:
+    """store.go: the graceful strategy's mark (now, grace 0, generation + 1) is written, then the pod removed; the
+    answer is the marked pod, as kube-apiserver v1.37.2 answers (tests/real/test_differential.py)."""
+    created = core.create_namespaced_pod("default", pod("pending"))
+    answered = core.delete_namespaced_pod("pending", "default")
+    assert answered.metadata.deletion_timestamp is not None and answered.metadata.deletion_grace_period_seconds == 0
+    assert answered.metadata.generation == created.metadata.generation + 1
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_pod("pending", "default")
     assert gone.value.status == 404

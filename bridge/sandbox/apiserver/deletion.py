@@ -1,20 +1,24 @@
 """Graceful deletion: how long a DELETE leaves an object in place (pure: the stored object and the options in, a
 decision out).
 
-Written from kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go (`BeforeDelete`) and
-pkg/registry/core/pod/strategy.go (`CheckGracefulDelete`, the only built-in strategy that deletes gracefully):
+Written from kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go (`BeforeDelete`),
+pkg/registry/core/pod/strategy.go (`CheckGracefulDelete`, the only built-in strategy that deletes gracefully) and
+staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go (`Delete`,
+`updateForGracefulDeletionAndFinalizers`):
 
 * A pod's grace period is `gracePeriodSeconds` from the request, else the pod's
   `spec.terminationGracePeriodSeconds` (defaulted to 30 on create, pkg/apis/core/v1/defaults.go), else 0; it is 0
   for a pod that is not bound (`spec.nodeName` empty) or already terminal (`Succeeded`/`Failed`); a negative value
-  counts as 1. A grace period above 0 only marks the pod: `deletionTimestamp` = now + grace,
-  `deletionGracePeriodSeconds` = grace, `metadata.generation` bumped; it stays (terminating, its claims still
-  reserved) until its kubelet has stopped it and deletes it with grace 0. Every other kind, and a grace of 0, is
-  removed at once (unless finalizers keep it).
+  counts as 1. The pod is marked: `deletionTimestamp` = now + grace, `deletionGracePeriodSeconds` = grace,
+  `metadata.generation` bumped, and that is written (a MODIFIED event). With a grace above 0 it stays so
+  (terminating, its claims still reserved) until its kubelet has stopped it and deletes it with grace 0; with 0 it
+  is then removed at once (unless finalizers keep it), and the answer (and the DELETED event) is the marked pod.
+  Every other kind is removed as it is (unless finalizers keep it).
 * A DELETE of an object already being deleted may only shorten the grace period: a longer or equal one changes
   nothing ("graceful deletion is pending"); a shorter one moves `deletionTimestamp` back by the difference (never
   into the past: then it is now, and a grace that was not 0 becomes 1 so the kubelet still does the final
-  delete); 0 removes it. An object marked with grace 0 (or none) is removed by any further DELETE.
+  delete); 0 marks it with now and grace 0 and removes it. An object marked with grace 0 (or none) is removed as
+  it is by any further DELETE.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ DEFAULT_TERMINATION_GRACE_S = 30
 
 @dataclass(frozen=True)
 class Deletion:
-    """`grace` None: remove now (finalizers permitting); else mark with `deletionTimestamp` = `timestamp` (RFC 3339)
-    and `deletionGracePeriodSeconds` = `grace`. `pending`: already marked, nothing to change."""
+    """`grace` None: not a graceful deletion, remove as it is (finalizers permitting); else mark with
+    `deletionTimestamp` = `timestamp` (RFC 3339) and `deletionGracePeriodSeconds` = `grace`, then, when `grace` is
+    0, remove it (finalizers permitting). `pending`: already marked, nothing to change."""
 
     grace: int | None
     timestamp: str = ""
@@ -81,12 +86,8 @@ def before_delete(obj: Mapping[str, Any], *, is_pod: bool, options: Mapping[str,
             moved = clock
             if period != 0:
                 period = 1
-        if period == 0:
-            return Deletion(None)
         return Deletion(period, now_rfc3339(moved - clock, now=clock))
     grace = _pod_grace(obj, requested)
-    if grace == 0:
-        return Deletion(None)
     return Deletion(grace, now_rfc3339(grace, now=now))
 
 

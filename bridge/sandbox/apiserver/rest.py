@@ -575,9 +575,10 @@ class Rest:
         decision = before_delete(current, is_pod=rt.plural == "pods" and rt.group == "", options=options, query=query)
         if decision.pending:
             return current  # graceful deletion pending: only a shorter grace period changes anything
+        if decision.grace is None and meta.get("finalizers") and meta.get("deletionTimestamp"):
+            return current  # waiting for its finalizers
         if decision.grace is not None or meta.get("finalizers"):
-            if decision.grace is None and meta.get("deletionTimestamp"):
-                return current  # waiting for its finalizers
+            # store.go updateForGracefulDeletionAndFinalizers: the mark is written first
             new = dict(current)
             m = new["metadata"] = dict(meta)
             first = not meta.get("deletionTimestamp")
@@ -588,9 +589,12 @@ class Rest:
             m["resourceVersion"] = str(self.store.next_rv())
             if not dry_run:
                 self.store.put(rt.storage_key, new, "MODIFIED")
-            return new
-        final = dict(current)
-        final["metadata"] = dict(meta, resourceVersion=str(self.store.next_rv()))
+            if decision.grace or meta.get("finalizers"):
+                return new  # terminating until its kubelet's final delete, or its finalizers
+            final = dict(new, metadata=dict(m))  # grace 0: then removed at once; the marked pod is the answer
+        else:
+            final = dict(current)
+            final["metadata"] = dict(meta, resourceVersion=str(self.store.next_rv()))
         if not dry_run:
             self._remove(rt, final, propagation)
         return final
