@@ -7,7 +7,10 @@ the claim's allocation only in the DynamicResources PreBind of the binding cycle
 `bindTimeoutSeconds`, 600 s by default, pkg/scheduler/framework/plugins/volumebinding/volume_binding.go
 `DefaultBindTimeoutSeconds`, for late-bound volumes), and a Permit plugin may hold the cycle too. Until then the
 claim has no allocation and the pod no `nodeName`: a GPU that left DRA meanwhile could be offered to the device
-plugin while the scheduler is about to write it into a claim.
+plugin while the scheduler is about to write it into a claim. From 1.36 PreBind plugins whose PreBindPreFlight
+allows it run in parallel (pkg/scheduler/framework/runtime/framework.go `getPreBindPluginGroups`; VolumeBinding
+and DynamicResources both do), so a volume wait no longer delays the allocation: the pod waits nominated and
+unbound with an allocated claim, which the daemon sees through the nominated pod.
 
 * From 1.35 (KEP-5278 NominatedNodeNameForExpectation, beta and on by default; pkg/scheduler/schedule_one.go
   `bindingCycle`) the scheduler writes `status.nominatedNodeName` at the start of such a binding cycle, before

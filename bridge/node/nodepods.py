@@ -10,9 +10,11 @@ Two watches per node daemon, never a cluster-wide one:
   (pkg/scheduler/schedule_one.go `bindingCycle`: `RunPreBindPreFlights`, then `updatePod` with the nominating
   info), and DynamicResources' `PreBindPreFlight` has work for every pod with a claim
   (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go). The device it chose from the
-  ResourceSlice of that moment is written only in PreBind (`bindClaim`), after VolumeBinding's PreBind (which
-  waits up to `bindTimeoutSeconds`, 600 s, for late-bound volumes), and Bind comes after that: for all that time
-  the claim has no allocation and the pod no `nodeName`, and `nominatedNodeName` is the only trace of the decision.
+  ResourceSlice of that moment is written only in PreBind (`bindClaim`), up to 1.35 after VolumeBinding's PreBind
+  (which waits up to `bindTimeoutSeconds`, 600 s, for late-bound volumes), and Bind comes after that: for all that
+  time the claim has no allocation and the pod no `nodeName`, and `nominatedNodeName` is the only trace of the
+  decision. From 1.36 the two PreBind plugins run in parallel: the claim is allocated at once and only the Bind
+  waits, so a nominated pod's allocated claim holds its GPU (`ALLOCATED`) for that time.
   The field is selectable for pods (`ToSelectableFields` lists `status.nominatedNodeName`); the watch cache does not
   index it, so the API server matches each pod event against every node daemon's selector in memory (one string
   comparison per GPU node per pod event) and sends a daemon only its node's pods; each (re)list scans the cached

@@ -4,9 +4,11 @@ asks that GPU for the device plugin. On a sandbox cluster with one node of one G
 PreBind (`sandbox.dra-bridge.io/prebind-seconds`) holds the DRA pod's binding cycle while the split moves to legacy
 and a legacy pod asks for the GPU.
 
-* 1.35 (the scheduler nominates the pod to its node at the start of the binding cycle): the node daemon sees the
-  nominated pod waiting for its allocation and keeps the GPU on DRA; the DRA pod runs, the legacy pod waits, and
-  gets the GPU once the DRA pod is gone. Nothing fails, nothing is held twice, no claim is stuck.
+* 1.35 and 1.37 (the scheduler nominates the pod to its node at the start of the binding cycle): the node daemon
+  sees the nominated pod waiting for its allocation (1.35), or its claim allocated at once because from 1.36
+  VolumeBinding's and DynamicResources' PreBind run in parallel (1.37), and keeps the GPU on DRA; the DRA pod runs,
+  the legacy pod waits, and gets the GPU once the DRA pod is gone. Nothing fails, nothing is held twice, no claim
+  is stuck.
 * 1.34 (no such signal) with a short `--split-grace` (what the default avoids, `bridge.node.bindinggrace`): the GPU
   goes to the device plugin and the legacy pod takes it; the allocation lands after that. The claim's pod is told
   (Event) which legacy pod holds its GPU and what to do, `bridge node status` and `migrate-report` show the stuck
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bridge.kube import EVENTS, NAMESPACES, NODES, PODS, KubeAPI
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
@@ -74,6 +78,12 @@ def _events(api: KubeAPI, namespace: str, name: str, reason: str) -> list[dict[s
             if e["involvedObject"].get("name") == name and e.get("reason") == reason]
 
 
+def _claim_of(cluster: SandboxCluster, namespace: str, name: str) -> dict[str, Any]:
+    statuses = wait_until(lambda: ((cluster.pod(namespace, name) or {}).get("status") or {}).get(
+        "resourceClaimStatuses"), 30, "the pod's claim")
+    return cluster.api.get(cluster.api.resource_api().claims, statuses[0]["resourceClaimName"], namespace)
+
+
 def _phase(cluster: SandboxCluster, namespace: str, name: str) -> str | None:
     pod = cluster.pod(namespace, name)
     return None if pod is None else (pod.get("status") or {}).get("phase")
@@ -99,8 +109,11 @@ class _BothRunning:
         self._thread.join(10)
 
 
-def test_with_the_nomination_signal_a_slow_prebind_keeps_the_gpu_on_dra(sandbox_cluster: Any) -> None:
-    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "1xH100-80GB", split="1"),), version="1.35",
+@pytest.mark.parametrize("version", ["1.35", "1.37"])
+def test_with_the_nomination_signal_a_slow_prebind_keeps_the_gpu_on_dra(sandbox_cluster: Any, version: str) -> None:
+    """1.35: the claim is not allocated while the pod waits (an incoming pod holds every DRA GPU); 1.37: PreBind
+    plugins run in parallel, the claim is allocated at once and holds its GPU through the nominated pod."""
+    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "1xH100-80GB", split="1"),), version=version,
                                               bridge=True)
     api = cluster.api
     cluster.wait_daemons_settled(60)
@@ -112,6 +125,14 @@ def test_with_the_nomination_signal_a_slow_prebind_keeps_the_gpu_on_dra(sandbox_
         assert not (cluster.pod("dra", "trainer") or {})["spec"].get("nodeName")
         _set_split(api, "0")
         api.create(PODS, _legacy_pod(), "legacy")
+        def allocated() -> bool:
+            return bool((_claim_of(cluster, "dra", "trainer").get("status") or {}).get("allocation"))
+
+        if version == "1.37":
+            wait_until(allocated, 5, "the allocation, written beside the PreBind wait")
+        else:
+            assert not allocated()
+        assert not (cluster.pod("dra", "trainer") or {})["spec"].get("nodeName"), "the PreBind ended too soon"
         pod = cluster.wait_pod_phase("dra", "trainer", "Running", 60)
         assert pod["spec"]["nodeName"] == NODE and not pod["status"].get("nominatedNodeName")  # cleared on Bind
         assert _phase(cluster, "legacy", "old-job") == "Pending"

@@ -266,8 +266,9 @@ def test_scheduling_gates_keep_a_pod_out_with_the_scheduling_gated_condition(clu
 @pytest.mark.parametrize("version, nominates", [("1.35.0", True), ("1.34.2", False)])
 def test_a_slow_prebind_keeps_the_decision_out_of_the_api_except_for_the_nomination(cluster, version: str,
                                                                                      nominates: bool) -> None:
-    """The allocation decided in the scheduling cycle is written only after VolumeBinding's PreBind (modelled by the
-    prebind-seconds annotation); from 1.35 the pod is nominated to its node meanwhile, and the bind clears it."""
+    """Up to 1.35 the allocation decided in the scheduling cycle is written only after VolumeBinding's PreBind
+    (modelled by the prebind-seconds annotation); from 1.35 the pod is nominated to its node meanwhile, and the bind
+    clears it."""
     c = cluster(version)
     c.add_node("n1", dra_gpus=1)
     c.template("one-gpu")
@@ -288,3 +289,18 @@ def test_a_slow_prebind_keeps_the_decision_out_of_the_api_except_for_the_nominat
     bound = c.pod("slow")
     assert not bound["status"].get("nominatedNodeName"), "the API server clears the nomination on bind (1.35+)"
     assert c.claim_of("slow")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
+def test_from_1_36_the_allocation_is_written_while_the_volume_wait_holds_the_bind(cluster) -> None:
+    """From 1.36 VolumeBinding's and DynamicResources' PreBind run in parallel (framework.go
+    `getPreBindPluginGroups`): the claim is allocated at once, the pod stays nominated and unbound until the
+    (modelled) volume wait is over."""
+    c = cluster("1.37.0")
+    c.add_node("n1", dra_gpus=1)
+    c.template("one-gpu")
+    c.dra_pod("slow", annotations={PREBIND_SECONDS_ANNOTATION: "3"})
+    wait_until(lambda: (c.claim_of("slow").get("status") or {}).get("allocation"), what="the allocation")
+    pod = c.pod("slow")
+    assert pod["status"].get("nominatedNodeName") == "n1" and not pod["spec"].get("nodeName")
+    assert c.bound("slow") == "n1"
+    assert not c.pod("slow")["status"].get("nominatedNodeName")

@@ -14,12 +14,17 @@ Written from kubernetes/kubernetes pkg/scheduler:
   NominatedNodeNameForExpectation (on from 1.35) and PreBind work to do (DynamicResources' `PreBindPreFlight` has
   work for every pod with a claim; VolumeBinding's for a pod with volumes to bind), `status.nominatedNodeName` is
   set to the chosen node first, so other components can see where the pod is going; a failed binding clears it
-  (`clearNominatedNode`), the API server clears it on a successful Bind. Then PreBind runs in the plugins' order,
-  VolumeBinding before DynamicResources (pkg/scheduler/apis/config/v1/default_plugins.go): VolumeBinding waits for
+  (`clearNominatedNode`), the API server clears it on a successful Bind. Then PreBind: VolumeBinding waits for
   the pod's late-bound volumes (up to `bindTimeoutSeconds`, 600 s). The stand-in has no volumes; it models that
-  wait as `prebind_delay(pod)` seconds, by default the pod's annotation `sandbox.dra-bridge.io/prebind-seconds`, and
-  the allocation decided in the scheduling cycle stays reserved in memory meanwhile (the assume cache), invisible
-  in the API. Reserve (the allocation is assumed in memory, so the next pod does not get the same devices)
+  wait as `prebind_delay(pod)` seconds, by default the pod's annotation `sandbox.dra-bridge.io/prebind-seconds`.
+  Up to 1.35 PreBind plugins run one after the other in the plugins' order, VolumeBinding before DynamicResources
+  (pkg/scheduler/apis/config/v1/default_plugins.go), so the allocation decided in the scheduling cycle stays
+  reserved in memory during that wait (the assume cache), invisible in the API. From 1.36 plugins whose
+  `PreBindPreFlight` allows it run in parallel (pkg/scheduler/framework/runtime/framework.go
+  `getPreBindPluginGroups`; VolumeBinding and DynamicResources both set `AllowParallel`, with no feature gate), so
+  DynamicResources writes the allocation at once and only the Bind waits for the volume: the pod is nominated,
+  not bound, with an allocated claim. Reserve (the allocation is assumed in memory, so the next pod does not get
+  the same devices)
   -> PreBind (DynamicResources `bindClaim`: create the extended-resource claim if the pod needs one; add the
   `resource.kubernetes.io/delete-protection` finalizer with an update; write `status.allocation` and append the pod to
   `status.reservedFor` with an UpdateStatus, re-reading on conflict; patch the pod's
@@ -80,6 +85,8 @@ MAX_BACKOFF = 10.0  # podMaxBackoffDuration
 MAX_UNSCHEDULABLE = 300.0  # podMaxInUnschedulablePodsDuration
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 PREBIND_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/prebind-seconds"
+# From this minor PreBind plugins that allow it run in parallel (see the module docstring).
+PARALLEL_PREBIND_MINOR = 36
 
 
 def annotated_prebind_delay(pod: Obj) -> float:
@@ -576,7 +583,9 @@ class Scheduler:
         nominated = self.profile.enabled("NominatedNodeNameForExpectation") and (bool(decision.claims) or delay > 0)
         if nominated:
             self._nominate(pod, decision.node)
-        if delay > 0 and self._stop.wait(delay):
+        parallel = self.profile.minor >= PARALLEL_PREBIND_MINOR  # VolumeBinding's wait beside DynamicResources'
+        prebind_started = time.monotonic()
+        if delay > 0 and not parallel and self._stop.wait(delay):
             with self._cond:
                 self._forget(pod, decision)
             return
@@ -595,6 +604,10 @@ class Scheduler:
                     self.api.patch(PODS, str(pod["metadata"]["name"]), {"status": {"extendedResourceClaimStatus": {
                         "requestMappings": plan.mappings, "resourceClaimName": stored["metadata"]["name"]}}},
                         str(pod["metadata"]["namespace"]), patch_type="strategic", subresource="status")
+            if delay > 0 and parallel and self._stop.wait(max(0.0, delay - (time.monotonic() - prebind_started))):
+                with self._cond:
+                    self._forget(pod, decision)
+                return
             try:
                 self.api.create(PODS, {
                     "apiVersion": "v1", "kind": "Binding",
