@@ -10,7 +10,8 @@ claim has no allocation and the pod no `nodeName`: a GPU that left DRA meanwhile
 plugin while the scheduler is about to write it into a claim. From 1.36 PreBind plugins whose PreBindPreFlight
 allows it run in parallel (pkg/scheduler/framework/runtime/framework.go `getPreBindPluginGroups`; VolumeBinding
 and DynamicResources both do), so a volume wait no longer delays the allocation: the pod waits nominated and
-unbound with an allocated claim, which the daemon sees through the nominated pod.
+unbound with an allocated claim, which the daemon sees through the nominated pod (tests/real/
+test_real_late_binding.py shows both orders on the real scheduler).
 
 * From 1.35 (KEP-5278 NominatedNodeNameForExpectation, beta and on by default; pkg/scheduler/schedule_one.go
   `bindingCycle`) the scheduler writes `status.nominatedNodeName` at the start of such a binding cycle, before
