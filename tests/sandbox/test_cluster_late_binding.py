@@ -182,7 +182,8 @@ def test_without_the_signal_a_late_allocation_waits_for_the_legacy_pod_and_says_
         assert "gpu-0" in message and "legacy/old-job" in message, message
         assert "delete it to free gpu-0 now" in message and "pod dra/trainer" in message, message
         assert [e["involvedObject"]["kind"] for e in _events(api, "default", NODE, "DRAClaimStuck")] == ["Node"]
-        assert _events(api, "dra", "trainer", "FailedPrepareDynamicResources")
+        wait_until(lambda: _events(api, "dra", "trainer", "FailedPrepareDynamicResources"), 30,
+                   "the kubelet's prepare refused (an Event on the pod)")
         assert _phase(cluster, "dra", "trainer") == "Pending"
 
         status = _node_status(cluster)
