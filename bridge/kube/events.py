@@ -32,8 +32,10 @@ def build_event(
     host: str | None = None,
     action: str | None = None,
     now: str | None = None,
+    field_path: str | None = None,
 ) -> Obj:
-    """The Event object (pure: no I/O), for tests and for callers that batch."""
+    """The Event object (pure: no I/O), for tests and for callers that batch. `field_path`: the part of the object
+    the event is about (`spec.containers{name}`, as the kubelet's container events say)."""
     if type not in ("Normal", "Warning"):
         raise ValueError(f"event type must be Normal or Warning, not {type!r}")
     if not reason:
@@ -50,6 +52,8 @@ def build_event(
     for key in ("namespace", "uid", "resourceVersion"):
         if meta.get(key):
             ref[key] = meta[key]
+    if field_path:
+        ref["fieldPath"] = field_path
     host = host if host is not None else socket.gethostname()
     event: Obj = {
         "apiVersion": "v1",
@@ -81,9 +85,11 @@ def record_event(
     *,
     host: str | None = None,
     action: str | None = None,
+    field_path: str | None = None,
 ) -> Obj:
     """Create the Event; returns it as stored. Raises `KubeError` (e.g. Forbidden without `create events`)."""
-    event = build_event(involved, reason, message, type=type, component=component, host=host, action=action)
+    event = build_event(involved, reason, message, type=type, component=component, host=host, action=action,
+                        field_path=field_path)
     return api.create(EVENTS, event, event["metadata"]["namespace"])
 
 

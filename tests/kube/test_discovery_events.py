@@ -56,6 +56,8 @@ def test_event_for_a_pod_lives_in_its_namespace_and_references_it() -> None:
     assert ev["metadata"] == {"generateName": "p.", "namespace": "ml"}
     assert ev["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "ml", "uid": "u1"}
     assert (ev["type"], ev["reason"], ev["source"]) == ("Warning", "DeviceRefused", {"component": "bridge-node", "host": "node-1"})
+    started = build_event(pod, "Started", "Container started", component="kubelet", field_path="spec.containers{c}")
+    assert started["involvedObject"]["fieldPath"] == "spec.containers{c}"  # a container's event, as the kubelet's
 
 
 def test_event_for_a_node_goes_to_default_and_long_messages_are_cut() -> None:

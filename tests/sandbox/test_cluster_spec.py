@@ -66,6 +66,11 @@ def test_a_bad_nodes_file_is_refused_naming_the_problem(text: str, message: str)
     (ClusterSpec(nodes=(NodeSpec("a"),), controller=True), "the controller sets the split"),
     (ClusterSpec(nodes=(NodeSpec("a"),), bridge=True, controller=True, controller_interval=0), "controller interval"),
     (ClusterSpec(nodes=(NodeSpec("a"),), apiserver_args=("--v=4",)), "kube-apiserver flags: they need the real"),
+    (ClusterSpec(nodes=(NodeSpec("a"), NodeSpec("b")), simulated_nodes=("b",)), "exceptions among real kubelets"),
+    (ClusterSpec(nodes=(NodeSpec("a"), NodeSpec("b")), kubernetes_version="1.37", backend="real", real_kubelets=True,
+                 simulated_nodes=("c",)), "names no node of the cluster: c"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.37", backend="real", real_kubelets=True,
+                 simulated_nodes=("a",)), "names every node"),
 ])
 def test_a_bad_cluster_description_is_refused(spec: ClusterSpec, message: str) -> None:
     with pytest.raises(SpecError) as err:

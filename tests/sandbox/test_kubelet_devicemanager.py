@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import grpc
 import pytest
 
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge._proto.podresources.v1 import podresources_pb2 as prpb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
 from bridge.sandbox.kubelet import AllocationFailed, Assignment, DynamicAssignment, KubeletSimulator
-from tests.sandbox.plugins import RES, Served, register, served, start_plugin  # noqa: F401 (fixture)
+from tests.sandbox.plugins import RES, FakePlugin, Served, register, served, start_plugin  # noqa: F401 (fixture)
 
 
 @pytest.mark.parametrize("name,ok", [
@@ -55,6 +58,39 @@ def test_register_fails_when_the_plugin_endpoint_cannot_be_dialled(kubelet: Kube
         assert kubelet.devices.resource(RES).registrations == 0
     finally:
         dead.close()
+
+
+class _Slow(FakePlugin):
+    """Answers GetDevicePluginOptions after `delay` seconds; records the deadline each call came with."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(["w0"])
+        self.delay = delay
+        self.deadlines: list[float | None] = []
+
+    def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]
+        self.deadlines.append(context.time_remaining())
+        time.sleep(self.delay)
+        return super().GetDevicePluginOptions(request, context)
+
+
+def test_get_device_plugin_options_runs_under_the_register_calls_deadline(kubelet: KubeletSimulator,
+                                                                          served: list[Served]) -> None:
+    """As the real kubelet v1.37.2 (its GetDevicePluginOptions came with what was left of the plugin's Register
+    deadline): the dial and the call run under Register's context (server.go `Register` -> `connectClient(ctx)`)."""
+    plugin = _Slow(0.0)
+    served.append(Served(kubelet.device_plugin_dir / "w.sock", plugin))
+    register(kubelet, "w.sock")  # timeout=15
+    (left,) = plugin.deadlines
+    assert left is not None and 10 < left < 16  # 15 s less the time spent, as both clocks see it
+    slow = _Slow(3.0)
+    served.append(Served(kubelet.device_plugin_dir / "slow.sock", slow))
+    with grpc.insecure_channel(f"unix://{kubelet.kubelet_socket}") as ch, pytest.raises(grpc.RpcError) as err:
+        pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
+            version="v1beta1", endpoint="slow.sock", resource_name="example.com/slow"), timeout=1)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert kubelet.devices.wait_for(lambda m: any("failed to get device plugin options" in e
+                                                  for e in m.register_errors), 10)
 
 
 def test_capacity_and_allocatable_follow_listandwatch_and_drop_to_zero_when_the_stream_ends(

@@ -22,6 +22,7 @@ from bridge.ledger.checkpoint import Checkpoint
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import KubeletSimulator
 from tests.dra.cluster import DRIVER, NODE, gpu, make_claim, make_pod
+from tests.polling import wait_until
 
 GPUS = devices_from_spec("2xH100-80GB", NODE)
 
@@ -47,13 +48,14 @@ def test_the_kubelet_wipes_the_nodes_slices_at_start_and_at_every_restart(
     assert len(node_slices(kube)) == 1
     sim = KubeletSimulator(short_tmp / "kl", kube=kube, node_name=NODE).start()
     try:
-        assert node_slices(kube) == []
+        # the startup wipe runs in the background, as the real kubelet's does (it may land after start returned)
+        wait_until(lambda: node_slices(kube) == [], 10, "the startup wipe of the node's slices")
         publisher.reconcile_once()
         plugin_sock = sim.device_plugin_dir / "some-plugin.sock"
         with socket.socket(socket.AF_UNIX) as s:
             s.bind(str(plugin_sock))
         sim.restart()
-        assert node_slices(kube) == []
+        wait_until(lambda: node_slices(kube) == [], 10, "the wipe of the node's slices after the restart")
         assert not plugin_sock.exists() and sim.kubelet_socket.is_socket()
     finally:
         sim.stop()

@@ -168,7 +168,10 @@ class SandboxCluster:
                              device_class(self._api.resource_api().version))
         if self.plane is not None and self.spec.real_kubelets:
             self._start_real_nodes(deadline)
-        for i, n in enumerate(self.spec.nodes if not self.nodes else ()):
+        real = {node.name for node in self.nodes}
+        for i, n in enumerate(self.spec.nodes):
+            if n.name in real:
+                continue
             root = self.work_dir / f"n{i}"
             kubelet = KubeletSimulator(root / "kl", kube=connect(str(self._node_kubeconfig(n.name))), node_name=n.name,
                                        config=KubeletConfig(
@@ -179,6 +182,8 @@ class SandboxCluster:
                                            machine=MachineInfo(labels=n.all_labels())))
             self.nodes.append(SandboxNode(n, root, kubelet))
             kubelet.start()
+        order = [n.name for n in self.spec.nodes]
+        self.nodes.sort(key=lambda node: order.index(node.name))
         for node in self.nodes:
             if node.kubelet is not None:
                 assert node.kubelet.node_status is not None
@@ -290,6 +295,8 @@ class SandboxCluster:
                                "kubelet refuses a loopback one), and this machine has no default route")
         cluster_id = self.work_dir.name
         for i, n in enumerate(self.spec.nodes):
+            if n.name in self.spec.simulated_nodes:
+                continue
             root = self.work_dir / f"n{i}"
             real = RealNode(root, self.plane.bin, self.plane, name=n.name, index=i, cluster_id=cluster_id,
                             gpus=len(devices_from_spec(n.gpus, n.name)), labels=n.all_labels(),

@@ -72,6 +72,9 @@ class ClusterSpec:
     # real backend only: real kubelets with containerd and runc (bridge.sandbox.real.node) instead of the kubelet
     # simulators
     real_kubelets: bool = False
+    # real kubelets only: the nodes that run the kubelet simulator all the same, beside the real ones under the one
+    # control plane (a differential test: the same pods on both kinds of kubelet)
+    simulated_nodes: tuple[str, ...] = ()
     # real backend only: a chart directory (charts/dra-bridge) whose rendered RBAC and admission policies are
     # applied, each bridge component then running with its ServiceAccount's token (bridge.sandbox.real.chartrbac)
     chart_rbac: str | None = None
@@ -148,6 +151,13 @@ def check(spec: ClusterSpec) -> ClusterSpec:
         raise SpecError("Services (kube-proxy) are for real kubelets' pods (real_kubelets=True)")
     if spec.real_kubelets and spec.backend != "real":
         raise SpecError("real kubelets run on the real backend only (backend=\"real\")")
+    if spec.simulated_nodes and not spec.real_kubelets:
+        raise SpecError("simulated_nodes names the exceptions among real kubelets (real_kubelets=True)")
+    unknown = set(spec.simulated_nodes) - {n.name for n in spec.nodes}
+    if unknown:
+        raise SpecError(f"simulated_nodes names no node of the cluster: {', '.join(sorted(unknown))}")
+    if spec.simulated_nodes and set(spec.simulated_nodes) >= {n.name for n in spec.nodes}:
+        raise SpecError("simulated_nodes names every node: leave real_kubelets off for a cluster of simulators")
     if spec.apiserver_args and spec.backend != "real":
         raise SpecError("apiserver_args are kube-apiserver flags: they need the real backend")
     if spec.backend == "real":

@@ -7,6 +7,7 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
 * `Register` (server.go) checks the version (∈ ["v1beta1"]) and that the resource is an extended resource name,
   then *synchronously* connects: the client is recorded, the plugin dialled (10 s, blocking), `PluginConnected`
   calls `GetDevicePluginOptions` and **overwrites** the resource's endpoint; only then does `Register` answer. The
+  dial and GetDevicePluginOptions run under Register's own context, so they get what is left of its deadline. The
   ListAndWatch stream runs in the background. Errors are plain Go errors, so the plugin sees gRPC code UNKNOWN
   with upstream's messages (`requested API version "x" is not supported by kubelet. Supported version is
   ["v1beta1"]`, `the ResourceName "x" is invalid`, `failed to dial device plugin: ...`).
@@ -155,13 +156,20 @@ class _Client:
         self._lock = threading.Lock()
         self.closed = False
 
-    def connect(self, dial_timeout: float) -> pb.DevicePluginOptions:
+    def connect(self, dial_timeout: float, deadline: float | None = None) -> pb.DevicePluginOptions:
+        """`deadline`: the monotonic time the plugin's Register call must be answered by (its gRPC deadline), which
+        the kubelet's dial and GetDevicePluginOptions inherit: they run under Register's context
+        (server.go `Register` -> `connectClient(ctx)` -> client.go `Connect(ctx)` -> `PluginConnected(ctx)`; seen on
+        a real kubelet v1.37.2: GetDevicePluginOptions came with what was left of our Register's 15 s)."""
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            grpc.channel_ready_future(self.channel).result(timeout=dial_timeout)
+            grpc.channel_ready_future(self.channel).result(
+                timeout=dial_timeout if left is None else min(dial_timeout, left))
         except grpc.FutureTimeoutError as err:
             raise _Rejected(f"failed to dial device plugin: context deadline exceeded ({self.socket})") from err
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            self.options = self.stub.GetDevicePluginOptions(pb.Empty())
+            self.options = self.stub.GetDevicePluginOptions(pb.Empty(), timeout=left)
         except grpc.RpcError as err:
             details = err.details() if isinstance(err, grpc.Call) else str(err)
             raise _Rejected(f"failed to get device plugin options: {details}") from err
@@ -208,8 +216,10 @@ class _RegistrationServicer(pb_grpc.RegistrationServicer):
         self._manager = manager
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:
+        remaining = context.time_remaining()
+        deadline = time.monotonic() + remaining if remaining is not None and remaining < 10**6 else None
         try:
-            self._manager._register(request)
+            self._manager._register(request, deadline)
         except _Rejected as err:
             # The kubelet returns plain Go errors: grpc-go turns them into code Unknown.
             context.abort(grpc.StatusCode.UNKNOWN, str(err))
@@ -362,7 +372,7 @@ class DeviceManager:
 
     # -- registration (server.go Register, handler.go connectClient) ------------------------------------------------
 
-    def _register(self, request: pb.RegisterRequest) -> None:
+    def _register(self, request: pb.RegisterRequest, deadline: float | None = None) -> None:
         def reject(message: str) -> NoReturn:
             self.register_errors.append(message)
             log.warning("Register rejected: %s", message)
@@ -387,7 +397,7 @@ class DeviceManager:
             else:
                 self._clients[resource] = [client]  # registerClient overwrites; the old client keeps running
         try:
-            opts = client.connect(self.dial_timeout_s)
+            opts = client.connect(self.dial_timeout_s, deadline)
         except _Rejected as err:
             self._deregister_client(resource, client)
             client.close()

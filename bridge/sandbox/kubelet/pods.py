@@ -23,7 +23,8 @@ reproduces:
   its regular resync, `wait.Jitter(resyncInterval, 0.5)`: `syncFrequency` 1 min, i.e. 60-90 s
   (`resync_interval`), not at the 10 s error backoff; only a semantic update of the pod (or a DRA health change of a
   device its claims use, `retry_pod`) syncs it sooner. Then the containers "run": status Running with ready
-  container statuses.
+  container statuses, and the kubelet's Normal events for each container (`Pulled`, `Created`, `Started`:
+  `podevents`; `Killing` when a running pod is deleted).
 * Finish: a pod annotated `sandbox.dra-bridge.io/run-seconds: "N"` has its containers exit after N seconds with
   `sandbox.dra-bridge.io/exit-code` (default 0). restartPolicy Never ends the pod, OnFailure ends it on exit 0,
   otherwise the container restarts after the kubelet's crash-loop backoff (10 s doubling to 5 min).
@@ -72,6 +73,7 @@ from bridge.sandbox.kubelet.devicemanager import AllocationFailed, DeviceManager
 from bridge.sandbox.kubelet.dramanager import DraManager, PodPrepareError, PodUnprepareError
 from bridge.sandbox.kubelet.nodestatus import MachineInfo, initial_node, node_status
 from bridge.sandbox.kubelet.podclaims import ClaimNotReady, pod_claims
+from bridge.sandbox.kubelet.podevents import ContainerEvent, kill_events, start_events
 from bridge.sandbox.kubelet.podstatus import RunState, build_status
 from bridge.sandbox.kubelet.version import KubeletVersion
 
@@ -371,6 +373,7 @@ class PodRunner:
         rec.running_since = time.monotonic()
         rec.finish_at = self._finish_time(rec.obj)
         self._write_status(rec)
+        self._container_events(rec, start_events(rec.obj, self.version))
         return 0
 
     def _has_claims(self, pod: Obj) -> bool:
@@ -401,6 +404,7 @@ class PodRunner:
             rec.run.started_at = _now()
             rec.finish_at = self._finish_time(rec.obj)
             self._write_status(rec)
+            self._container_events(rec, start_events(rec.obj, self.version, init_containers=False))
             return 0
         if rec.finish_at is None:
             return None
@@ -431,6 +435,8 @@ class PodRunner:
         if rec.state != "terminating":
             rec.state = "terminating"
             if killed:
+                if rec.run.started_at is not None:
+                    self._container_events(rec, kill_events(rec.obj))
                 rec.run.exit_codes = {c["name"]: KILLED_EXIT_CODE
                                       for c in (rec.obj.get("spec") or {}).get("containers") or []}
         if self.dra is not None and self.dra.has_pod_reference(rec.uid):
@@ -465,7 +471,7 @@ class PodRunner:
     def _write_status(self, rec: PodRecord) -> None:
         assert rec.run is not None
         self._patch_status(rec, build_status(rec.obj, rec.run, host_ip=self.machine.address,
-                                             pod_ip=self.machine.address, now=_now()))
+                                             pod_ip=self.machine.address, now=_now(), version=self.version))
 
     def _patch_status(self, rec: PodRecord, status: Obj) -> None:
         try:
@@ -475,9 +481,15 @@ class PodRunner:
         except KubeError as err:
             log.warning("writing pod status failed", extra={"pod": f"{rec.namespace}/{rec.name}", "error": str(err)})
 
-    def _event(self, rec: PodRecord, type_: str, reason: str, message: str) -> None:
+    def _event(self, rec: PodRecord, type_: str, reason: str, message: str, field_path: str | None = None) -> None:
         try:
             record_event(self.kube, {**rec.obj, "apiVersion": "v1", "kind": "Pod"}, reason, message,
-                         "Warning" if type_ == "Warning" else "Normal", component="kubelet", host=self.node_name)
+                         "Warning" if type_ == "Warning" else "Normal", component="kubelet", host=self.node_name,
+                         field_path=field_path)
         except (KubeError, ValueError) as err:
             log.debug("recording an event failed: %s", err)
+
+    def _container_events(self, rec: PodRecord, events: list[ContainerEvent]) -> None:
+        """Pulled/Created/Started and Killing, as the real kubelet records them (`podevents`)."""
+        for e in events:
+            self._event(rec, "Normal", e.reason, e.message, e.field_path)

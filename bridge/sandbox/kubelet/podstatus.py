@@ -6,13 +6,23 @@ pkg/kubelet/status/generate.go (`GeneratePodReadyToStartContainersCondition`, `G
 
 * phase: Pending until the containers start, Running while they run, then (for a pod that will not restart them)
   Succeeded when every container exited 0, else Failed;
-* conditions, in the kubelet's order: PodReadyToStartContainers (sandbox ready), Initialized (init containers done;
-  `ContainersNotInitialized` before), Ready and ContainersReady (`ContainersNotReady`, or `PodCompleted` once the
-  pod finished), PodScheduled True;
-* container statuses: waiting `ContainerCreating`, then running with `startedAt`, `ready`/`started` true, then
-  terminated with the exit code and `Completed` (0) or `Error`; restarts count up with the previous termination in
-  `lastState`; ordinary init containers are terminated `Completed` before the app containers start, sidecars run
-  beside them; `hostIP`, `podIP`, `startTime` and `qosClass` are set.
+* conditions, in the kubelet's order: PodReadyToStartContainers (the sandbox exists: False until the containers
+  start, while DRA resources are prepared, and again once the pod finished; from 1.37 with reason
+  `PodSandboxNotReady` and the message `runtimeutil.PodSandboxChanged` gives: "no pod sandbox exists" before, "pod
+  sandbox is not ready" after), Initialized (init containers done; `ContainersNotInitialized` before;
+  `PodCompleted` for a Succeeded pod, with or without init containers), Ready and ContainersReady
+  (`ContainersNotReady`; once the pod finished `PodCompleted` when it Succeeded, `PodFailed` when it Failed:
+  `generate*ConditionForTerminalPhase`), PodScheduled True;
+* from 1.34 (PodObservedGenerationTracking, beta on; GA 1.35) `status.observedGeneration` and each condition's
+  `observedGeneration` are the pod's `metadata.generation` (`podutil.CalculatePod*ObservedGeneration`);
+* container statuses: waiting `ContainerCreating` (`PodInitializing`, for init and app containers alike, in a pod
+  with init containers: `convertToAPIContainerStatuses`' default waiting state), then running with `startedAt`,
+  `ready`/`started` true, then terminated with the exit code and `Completed` (0) or `Error`; restarts count up
+  with the previous termination in `lastState`; ordinary init containers are terminated `Completed` before the app
+  containers start, and ready once they exited 0 (prober/prober_manager.go `UpdatePodStatus`), sidecars run beside
+  them; each lists the container's `volumeMounts`; `hostIP`, `podIP`, `startTime` and `qosClass` are set.
+
+Each of these was seen on a real kubelet v1.37.2 (tests/real/test_kubelet_differential.py compares the two).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.sandbox.kubelet.admission import qos_class
+from bridge.sandbox.kubelet.version import KubeletVersion
 
 Obj = dict[str, Any]
 
@@ -48,11 +59,14 @@ def _image_id(image: str) -> str:
     return f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
 
 
-def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "", old: Obj | None = None) -> Obj:
+def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "", old: Obj | None = None,
+          generation: int | None = None) -> Obj:
     status = "True" if ok else "False"
     prev = (old or {}).get(ctype) or {}
     c: Obj = {"type": ctype, "status": status,
               "lastTransitionTime": prev.get("lastTransitionTime") if prev.get("status") == status else now}
+    if generation is not None:
+        c["observedGeneration"] = generation
     if reason:
         c["reason"] = reason
     if message:
@@ -60,8 +74,28 @@ def _cond(ctype: str, ok: bool, now: str, reason: str = "", message: str = "", o
     return c
 
 
-def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str) -> Obj:
+def _volume_mounts(container: Obj) -> list[Obj]:
+    """`status.volumeMounts` (RecursiveReadOnlyMounts, on in every simulated release): the container's mounts, a
+    read-only one with its recursive read-only mode as resolved for a runtime that supports it
+    (`resolveRecursiveReadOnly`)."""
+    out = []
+    for m in container.get("volumeMounts") or []:
+        v: Obj = {"name": m.get("name", ""), "mountPath": m.get("mountPath", "")}
+        if m.get("readOnly"):
+            v["readOnly"] = True
+            v["recursiveReadOnly"] = ("Enabled" if m.get("recursiveReadOnly") in ("Enabled", "IfPossible")
+                                      else "Disabled")
+        out.append(v)
+    return out
+
+
+def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str,
+                 version: KubeletVersion | None = None) -> Obj:
+    """`version`: the kubelet release whose status shape to write (None: the oldest simulated, without the fields
+    later releases added)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    minor = version.minor if version is not None else 0
+    generation = meta.get("generation") if minor >= 34 and isinstance(meta.get("generation"), int) else None
     uid = meta.get("uid", "")
     inits = spec.get("initContainers") or []
     sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
@@ -76,6 +110,9 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
                    "restartCount": restart, "lastState": {}}
         if run.last_termination is not None and restart:
             cs["lastState"] = {"terminated": run.last_termination}
+        mounts = _volume_mounts(c)
+        if mounts:
+            cs["volumeMounts"] = mounts
         if finished:
             code = run.exit_codes.get(name, 0)
             cs["state"] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
@@ -88,7 +125,10 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
             cs.update(ready=True, started=True, containerID=_container_id(uid, name, restart),
                       imageID=_image_id(c.get("image", "")))
         else:
-            waiting: Obj = {"reason": run.waiting_reason}
+            reason = run.waiting_reason
+            if reason == "ContainerCreating" and inits:
+                reason = "PodInitializing"
+            waiting: Obj = {"reason": reason}
             if run.waiting_message:
                 waiting["message"] = run.waiting_message
             cs["state"] = {"waiting": waiting}
@@ -104,7 +144,8 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
             cs["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": run.start_time,
                                           "finishedAt": run.started_at,
                                           "containerID": _container_id(uid, c["name"], 0)}}
-            cs.update(containerID=_container_id(uid, c["name"], 0), imageID=_image_id(c.get("image", "")))
+            cs.update(containerID=_container_id(uid, c["name"], 0), imageID=_image_id(c.get("image", "")),
+                      ready=True)
         init_statuses.append(cs)
     statuses = [app_status(c, run.restart_count, run.started_at) for c in containers]
 
@@ -116,19 +157,25 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
                  if not s["ready"]]
     pending_inits = [c["name"] for c in inits if c.get("restartPolicy") != "Always"] if not started else []
     if finished:
-        ready_reason, ready_msg = "PodCompleted", ""
+        ready_reason, ready_msg = ("PodCompleted" if phase == "Succeeded" else "PodFailed"), ""
     elif not_ready:
         ready_reason, ready_msg = "ContainersNotReady", f"containers with unready status: [{' '.join(not_ready)}]"
     else:
         ready_reason, ready_msg = "", ""
+    sandbox = started and not finished
+    sandbox_reason, sandbox_msg = "", ""
+    if not sandbox and minor >= 37:
+        sandbox_reason = "PodSandboxNotReady"
+        sandbox_msg = "pod sandbox is not ready" if finished else "no pod sandbox exists"
     conditions = [
-        _cond("PodReadyToStartContainers", not finished, now, old=old),
+        _cond("PodReadyToStartContainers", sandbox, now, sandbox_reason, sandbox_msg, old, generation),
         _cond("Initialized", not pending_inits, now,
-              "ContainersNotInitialized" if pending_inits else ("PodCompleted" if finished and inits else ""),
-              f"containers with incomplete status: [{' '.join(pending_inits)}]" if pending_inits else "", old),
-        _cond("Ready", not ready_msg and not finished, now, ready_reason, ready_msg, old),
-        _cond("ContainersReady", not ready_msg and not finished, now, ready_reason, ready_msg, old),
-        _cond("PodScheduled", True, now, old=old),
+              "ContainersNotInitialized" if pending_inits else ("PodCompleted" if phase == "Succeeded" else ""),
+              f"containers with incomplete status: [{' '.join(pending_inits)}]" if pending_inits else "", old,
+              generation),
+        _cond("Ready", not ready_msg and not finished, now, ready_reason, ready_msg, old, generation),
+        _cond("ContainersReady", not ready_msg and not finished, now, ready_reason, ready_msg, old, generation),
+        _cond("PodScheduled", True, now, old=old, generation=generation),
     ]
     status: Obj = {
         "phase": phase,
@@ -144,4 +191,6 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
         status["podIPs"] = [{"ip": pod_ip}]
     if inits:
         status["initContainerStatuses"] = init_statuses
+    if generation is not None:
+        status["observedGeneration"] = generation
     return status

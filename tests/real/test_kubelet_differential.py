@@ -1,0 +1,446 @@
+"""The kubelet simulator against the real kubelet v1.37.2: one scenario on two nodes under one real control plane,
+node `real` with a real kubelet and containerd, node `sim` with the kubelet simulator, each with its own `bridge
+node`; then what each daemon saw from its kubelet and what the cluster showed are compared.
+
+The scenario, the same on both nodes (a pod per node, in a namespace named after its node): the daemon registers
+through both APIs; a legacy pod with one GPU; a DRA pod with a ResourceClaimTemplate; a pod whose init container and
+app container each ask for a GPU; then the three pods are deleted one by one.
+
+What the daemon sees is recorded by `tests.real.grpcrecord` (a launcher that puts a gRPC interceptor on the
+daemon's servers: each call with its method, summarised arguments, answer and wall time); what the cluster shows is
+read through the API server: every version of each pod (an informer), and the Events.
+
+Compared, and required equal: per step, the kubelet's calls in order with their normalised arguments (device-ID
+counts, claim identities), deadlines, answers and timing class; the registration calls per API (per API only:
+whether the real kubelet opens NodeWatchResources before or after it answers NotifyRegistrationStatus is a race
+between two goroutines) and the streams kept open; per pod the phases it went through, and at three points (the
+kubelet's status before the sandbox exists, the first Running one, the last one before the pod is gone) its
+conditions with reasons, messages and observedGeneration, its container states and the status fields written; the
+Events (reason, type, source, involved container, message).
+
+About 60-80 s in all (the real control plane and node start in about 40 s; the scenario takes about 25 s).
+
+Differences left, each asserted here as it stands (so that this test says when one goes away) with its reason:
+`KNOWN` below. Where a difference is the real node's configuration rather than the kubelet's (its daemon's device
+list strategy, the cluster DNS it lacks, the probe image), it is projected out, with the reason next to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from bridge.kube.api import EVENTS, NODES, PODS, WatchEvent
+from bridge.kube.watch import Informer
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.real.binaries import NODE
+from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.grpcrecord import ENV as RECORD_ENV
+from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_pod
+from tests.polling import wait_until
+from tests.sandbox_cluster import spec_for_tests
+
+Obj = dict[str, Any]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+REAL, SIM = "real", "sim"
+NODE_SPECS = (NodeSpec(REAL, "8xH100-80GB", split="4"), NodeSpec(SIM, "8xH100-80GB", split="4"))
+GRACE = 3  # the pods' terminationGracePeriodSeconds: long enough to tell "after the grace period" from "at once"
+PROMPT = 5.0  # seconds: a call this soon after its trigger is "prompt"; later ones "late" (a retry, a resync)
+STEPS = ("legacy", "dra", "init", "delete-legacy", "delete-dra", "delete-init")
+
+# The differences that remain, as seen in the real run (kubelet v1.37.2, containerd 2.x) against the simulator.
+KNOWN = {
+    "graceful-deletion": "the real kubelet stops a deleted pod's containers within its terminationGracePeriodSeconds "
+                         "(the probe, PID 1 without a SIGTERM handler, is killed at the end of it) and only then "
+                         "unprepares its claims and writes the terminal status; the simulator does both at once. "
+                         "Being fixed on another branch (graceful deletion).",
+    "transient-statuses": "the real kubelet writes statuses the simulator skips: the sandbox ready while the "
+                          "containers are created, an init container running; the simulator starts a pod's "
+                          "containers in one step, so its states are a subsequence of the real ones",
+    "killed-exit-code": "a killed container's exit code is the container's own: the probe ignores SIGTERM and ends "
+                        "with SIGKILL (137); the simulator plays an ordinary program that exits on SIGTERM (143)",
+    "status-fields": "fields of container and pod status the simulator does not write: the in-place resize "
+                     "bookkeeping (`resources`, `allocatedResources`: cgroup readbacks), the container's `user` "
+                     "(from the image), and `allocatedResourcesStatus` (ResourceHealthStatus: device health from "
+                     "ListAndWatch and NodeWatchResources, updated on each health change: not modelled yet)",
+    "missing-cluster-dns": "a Warning `MissingClusterDNS` from the real kubelet: the sandbox's real kubelets have no "
+                           "clusterDNS configured; nothing the simulator should copy",
+}
+REAL_ONLY_CONTAINER_FIELDS = {"resources", "allocatedResources", "user", "allocatedResourcesStatus"}
+REAL_ONLY_POD_FIELDS = {"resources", "allocatedResources"}
+
+
+class RecordingCluster(SandboxCluster):
+    """Each node daemon runs under `tests.real.grpcrecord` (the same `bridge node` command line otherwise)."""
+
+    def _node_argv(self, node: Any, pod_uid: str | None = None) -> list[str]:
+        argv = super()._node_argv(node, pod_uid)
+        argv[argv.index("bridge")] = "tests.real.grpcrecord"
+        return argv
+
+
+@dataclass
+class Run:
+    marks: dict[str, float] = field(default_factory=dict)  # step -> wall time it began
+    calls: dict[str, list[Obj]] = field(default_factory=dict)  # node -> the kubelet's calls, as recorded
+    pods: dict[tuple[str, str], list[tuple[float, str, Obj]]] = field(default_factory=dict)  # (node, pod) -> versions
+    events: dict[str, list[Obj]] = field(default_factory=dict)  # node -> Events in its namespace
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def seen(self, ev: WatchEvent) -> None:
+        meta = ev.object.get("metadata") or {}
+        if meta.get("namespace") in (REAL, SIM):
+            with self.lock:
+                self.pods.setdefault((meta["namespace"], meta["name"]), []).append((time.time(), ev.type, ev.object))
+
+    def window(self, node: str, step: str) -> list[Obj]:
+        """The kubelet's calls during `step` (streams' messages left out: the daemon sends those when it likes)."""
+        start = self.marks[step]
+        later = [t for s, t in self.marks.items() if t > start]
+        end = min(later) if later else float("inf")
+        return [c for c in self.calls[node] if start <= c["t"] < end and c["what"] != "send"]
+
+
+def _wait_offered(cluster: SandboxCluster) -> None:
+    """Until both Nodes show the split (4 GPUs allocatable through the device plugin, 4 published in ResourceSlices):
+    the daemons are registered when the cluster has started, but a kubelet posts the allocatable with its next node
+    status, and a pod created before that is refused once by the scheduler (FailedScheduling) on one node and not
+    on the other."""
+    def offered(node: str) -> tuple[str, int]:
+        alloc = (cluster.api.get(NODES, node).get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", "")
+        slices = cluster.api.list(cluster.api.resource_api().slices, field_selector=f"spec.nodeName={node}")["items"]
+        return alloc, sum(len(s["spec"].get("devices") or []) for s in slices)
+
+    wait_until(lambda: all(offered(node) == ("4", 4) for node in (REAL, SIM)), 60, "both nodes offering the split")
+    time.sleep(0.5)  # the scheduler's informers are a moment behind the API
+
+
+def _wait_gone(cluster: SandboxCluster, name: str) -> None:
+    for node in (REAL, SIM):
+        cluster.wait_pod_phase(node, name, "Gone", timeout=120)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    record = tmp_path_factory.mktemp("grpc")
+    spec = spec_for_tests(NODE_SPECS, backend="real", version="1.37", real_kubelets=True, simulated_nodes=(SIM,),
+                          bridge=True, node_status_frequency=2.0, sync_retry=10.0)
+    before = os.environ.get(RECORD_ENV)
+    os.environ[RECORD_ENV] = str(record)
+    out = Run()
+    stop = threading.Event()
+    try:
+        with RecordingCluster(spec).start(timeout=300) as cluster:
+            for node in (REAL, SIM):
+                ensure_namespace(cluster, node)
+                cluster.api.create(cluster.api.resource_api().claim_templates, claim_template("one-gpu"), node)
+            _wait_offered(cluster)
+            Informer(cluster.api, PODS, on_event=out.seen).start(stop)
+            pods: dict[str, dict[str, Any]] = {"legacy": {"gpus": 1}, "dra": {"claim_template": "one-gpu"},
+                                               "init": {"gpus": 1, "init_gpus": 1}}
+            for name, kwargs in pods.items():
+                out.marks[name] = time.time()
+                for node in (REAL, SIM):
+                    create_pod(cluster, node, probe_pod(name, node=node, extra={"terminationGracePeriodSeconds": GRACE},
+                                                        **kwargs))
+                for node in (REAL, SIM):
+                    cluster.wait_pod_phase(node, name, "Running", timeout=120)
+                time.sleep(1.0)  # calls that come late would land in this step, and be seen
+            for name in pods:
+                out.marks[f"delete-{name}"] = time.time()
+                for node in (REAL, SIM):
+                    cluster.api.delete(PODS, name, node)
+                _wait_gone(cluster, name)
+                time.sleep(1.0)
+            out.marks["end"] = time.time()
+            out.events = {node: cluster.api.list(EVENTS, node)["items"] for node in (REAL, SIM)}
+            for node in (REAL, SIM):  # read before the cluster stops (which ends the streams)
+                lines = (record / f"{node}.jsonl").read_text().splitlines()
+                out.calls[node] = [c for c in map(json.loads, lines) if c["caller"] == "kubelet"]
+    finally:
+        stop.set()
+        if before is None:
+            os.environ.pop(RECORD_ENV, None)
+        else:
+            os.environ[RECORD_ENV] = before
+    yield out
+
+
+# -- normalising ---------------------------------------------------------------------------------------------------
+
+_GENERATED = re.compile(r"-[a-z0-9]{5}$")
+
+
+class Tokens:
+    """The n-th distinct uid of a transcript becomes `<uid-n>`: the same claim twice stays one token."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def __call__(self, uid: str) -> str:
+        return self.seen.setdefault(uid, f"<uid-{len(self.seen) + 1}>")
+
+
+def _args(call: Obj, node: str, tokens: Tokens) -> Any:
+    args = call.get("args") or {}
+    if "claims" in args:
+        return {"claims": [{"namespace": "<node>" if c["namespace"] == node else c["namespace"],
+                            "name": _GENERATED.sub("-<generated>", c["name"]), "uid": tokens(c["uid"])}
+                           for c in args["claims"]]}
+    return args
+
+
+def _reply(call: Obj, tokens: Tokens) -> Any:
+    method, reply = call["method"].rsplit("/", 1)[-1], call.get("reply")
+    if method == "Allocate":
+        # what an Allocate answer holds is the daemon's configuration, which differs by node kind: a real node's
+        # daemon names CDI devices for containerd (--device-list-strategy cdi-cri, its fake device root); the
+        # simulator's gets device nodes. The kubelet's side of it is how many containers it answered for.
+        return {"containers": len((reply or {}).get("containers") or [])}
+    if method in ("NodePrepareResources", "NodeUnprepareResources"):
+        return {tokens(uid): r for uid, r in (reply or {}).items()}
+    return reply
+
+
+def deadline(call: Obj) -> int | None:
+    """The deadline the kubelet gave the call, to the nearest 5 s (None: none): the kubelet's own are 45 s (DRA
+    calls) or what is left of a deadline the daemon gave it (Register's 15 s)."""
+    value = call.get("deadline")
+    return None if value is None or value > 10**6 else 5 * round(value / 5)
+
+
+def transcript(run: Run, node: str, step: str) -> list[tuple[Any, ...]]:
+    """The kubelet's calls of one step: (method, what, arguments, deadline, answer code, answer, timing class)."""
+    tokens = Tokens()
+    start = run.marks[step]
+    return [(c["method"], c["what"], _args(c, node, tokens), deadline(c), c.get("code"), _reply(c, tokens),
+             "prompt" if c["t"] - start < PROMPT else "late")
+            for c in run.window(node, step)]
+
+
+def conditions(status: Obj) -> list[tuple[Any, ...]]:
+    return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("observedGeneration"))
+            for c in status.get("conditions") or []]
+
+
+def containers(status: Obj, *, exit_codes: bool = True) -> list[tuple[Any, ...]]:
+    out = []
+    for kind in ("initContainerStatuses", "containerStatuses"):
+        for c in status.get(kind) or []:
+            (state, detail), = (c.get("state") or {"unknown": {}}).items()
+            code = detail.get("exitCode") if exit_codes else None
+            out.append((kind, c["name"], state, detail.get("reason"), code, c.get("ready"), c.get("started"),
+                        c.get("restartCount"), sorted(set(c) - REAL_ONLY_CONTAINER_FIELDS),
+                        [(m["name"].rsplit("-", 1)[0], m["mountPath"], m.get("readOnly"), m.get("recursiveReadOnly"))
+                         for m in c.get("volumeMounts") or []]))
+    return out
+
+
+def view(status: Obj, *, exit_codes: bool = True) -> Obj:
+    """What the kubelet decided, without what differs by nature (times, IDs, addresses)."""
+    return {"phase": status.get("phase"), "observedGeneration": status.get("observedGeneration"),
+            "conditions": conditions(status), "containers": containers(status, exit_codes=exit_codes),
+            "fields": sorted(set(status) - REAL_ONLY_POD_FIELDS)}
+
+
+def kubelet_statuses(run: Run, node: str, pod: str) -> list[tuple[float, str, Obj]]:
+    """The versions of the pod the kubelet wrote (the scheduler's PodScheduled alone before that left out)."""
+    return [(t, kind, obj) for t, kind, obj in run.pods[(node, pod)]
+            if len((obj.get("status") or {}).get("conditions") or []) > 1]
+
+
+def _no_sandbox(status: Obj) -> bool:
+    return status.get("phase") == "Pending" and any(
+        c.get("type") == "PodReadyToStartContainers" and c.get("status") == "False" for c in status["conditions"])
+
+
+def milestones(run: Run, node: str, pod: str) -> dict[str, Obj | None]:
+    """The pod's status when the kubelet first wrote it without a sandbox (None if it never did), when it first
+    wrote it Running, and at the end."""
+    versions = [obj["status"] for _, _, obj in kubelet_statuses(run, node, pod)]
+    pending = next((view(s) for s in versions if _no_sandbox(s)), None)
+    running = next(s for s in versions if s.get("phase") == "Running")
+    return {"pending": pending, "running": view(running), "last": view(versions[-1], exit_codes=False)}
+
+
+def states(run: Run, node: str, pod: str) -> list[Obj]:
+    """The distinct states the pod went through, in order (repeats and deletion marks aside)."""
+    out: list[Obj] = []
+    for _, _, obj in kubelet_statuses(run, node, pod):
+        v = view(obj["status"], exit_codes=False)
+        v.pop("observedGeneration")  # the deletion bumps the generation: not a state of the pod's own
+        v["conditions"] = [c[:4] for c in v["conditions"]]
+        if not out or out[-1] != v:
+            out.append(v)
+    return out
+
+
+def _subsequence(short: list[Obj], long: list[Obj]) -> bool:
+    it = iter(long)
+    return all(any(s == x for x in it) for s in short)
+
+
+def events(run: Run, node: str) -> set[tuple[Any, ...]]:
+    out = set()
+    for e in run.events[node]:
+        involved = e.get("involvedObject") or {}
+        component = (e.get("source") or {}).get("component") or e.get("reportingComponent")
+        message = e.get("message", "").replace(f"{node}/", "<node>/").replace(f" to {node}", " to <node>")
+        out.add((involved.get("name"), involved.get("fieldPath"), e.get("type"), e.get("reason"), component, message))
+    return out
+
+
+# -- the comparisons -----------------------------------------------------------------------------------------------
+
+
+def test_registration_is_the_same_through_both_apis(run: Run) -> None:
+    """Before the first pod: per API, the kubelet's calls in order with their deadlines (Register's
+    GetDevicePluginOptions, then ListAndWatch; the DRA plugin's GetInfo, NotifyRegistrationStatus, then
+    NodeWatchResources), and what the daemon's first ListAndWatch answer offered."""
+    def per_api(node: str) -> dict[str, list[tuple[Any, ...]]]:
+        out: dict[str, list[tuple[Any, ...]]] = {}
+        for c in run.calls[node]:
+            if c["t"] >= run.marks["legacy"] or c["what"] == "send":
+                continue
+            service, method = c["method"].lstrip("/").rsplit("/", 1)
+            out.setdefault(service, []).append((method, c["what"], c.get("args"), deadline(c), c.get("reply")))
+        return out
+
+    real, sim = per_api(REAL), per_api(SIM)
+    assert real == sim
+    # GetDevicePluginOptions runs under the Register call's context: the daemon's 15 s deadline, less the dial
+    assert real["v1beta1.DevicePlugin"][0][3] == 15
+    assert [m for m, *_ in real["v1beta1.DevicePlugin"]] == ["GetDevicePluginOptions", "ListAndWatch"]
+    assert [m for m, *_ in real["pluginregistration.Registration"]] == ["GetInfo", "NotifyRegistrationStatus"]
+    first_lists = {node: next(c["reply"] for c in run.calls[node] if c["method"].endswith("/ListAndWatch")
+                              and c["what"] == "send") for node in (REAL, SIM)}
+    assert first_lists[REAL] == first_lists[SIM] == {"devices": 8, "healthy": 4}
+
+
+def test_the_kubelets_keep_their_streams_open_and_call_nothing_else_unasked(run: Run) -> None:
+    """No stream ends during the run, and no call comes outside the steps' triggers (no periodic call either
+    kubelet makes that the other does not)."""
+    for node in (REAL, SIM):
+        assert [c for c in run.calls[node] if c["what"] == "end"] == [], node
+    streams = {node: sorted(c["method"] for c in run.calls[node] if c["what"] == "open") for node in (REAL, SIM)}
+    assert streams[REAL] == streams[SIM] == ["/v1.DRAResourceHealth/NodeWatchResources",
+                                             "/v1beta1.DevicePlugin/ListAndWatch"]
+
+
+@pytest.mark.parametrize("step", ["legacy", "dra", "init"])
+def test_each_pod_start_makes_the_same_calls(run: Run, step: str) -> None:
+    """Legacy: GetPreferredAllocation (4 free, 1 wanted) then Allocate of one device, at admission. DRA: one
+    NodePrepareResources of the pod's one claim. Init container and app container with a GPU each: the init
+    container's devices are chosen with GetPreferredAllocation, the app container reuses them (no second hint), an
+    Allocate for each. All prompt."""
+    real, sim = transcript(run, REAL, step), transcript(run, SIM, step)
+    assert real == sim
+    methods = [c[0].rsplit("/", 1)[-1] for c in real]
+    assert methods == {"legacy": ["GetPreferredAllocation", "Allocate"], "dra": ["NodePrepareResources"],
+                       "init": ["GetPreferredAllocation", "Allocate", "Allocate"]}[step]
+    assert [c[3] for c in real] == [45 if m.startswith("Node") else None for m in methods]  # DRA's 45 s; none else
+    assert {c[-1] for c in real} == {"prompt"}
+
+
+@pytest.mark.parametrize("step", ["delete-legacy", "delete-dra", "delete-init"])
+def test_each_pod_deletion_makes_the_same_calls(run: Run, step: str) -> None:
+    """A legacy pod's deletion calls nothing (the device manager forgets its devices); a DRA pod's calls
+    NodeUnprepareResources once, for the claim it prepared."""
+    real, sim = transcript(run, REAL, step), transcript(run, SIM, step)
+    assert [c[:6] for c in real] == [c[:6] for c in sim]
+    assert [c[0].rsplit("/", 1)[-1] for c in real] == (["NodeUnprepareResources"] if step == "delete-dra" else [])
+
+
+def test_known_the_real_kubelet_unprepares_after_the_grace_period_the_simulator_at_once(run: Run) -> None:
+    """KNOWN["graceful-deletion"]: when this fails because the simulator waits too, the difference is gone: fold
+    the timing into the comparison above and drop the entry."""
+    delay = {node: next(c["t"] for c in run.window(node, "delete-dra")
+                        if c["method"].endswith("/NodeUnprepareResources")) - run.marks["delete-dra"]
+             for node in (REAL, SIM)}
+    assert delay[REAL] >= GRACE, (KNOWN["graceful-deletion"], delay)
+    assert delay[SIM] < GRACE, (KNOWN["graceful-deletion"], delay)
+
+
+@pytest.mark.parametrize("pod", ["legacy", "dra", "init"])
+def test_pod_statuses_are_the_same_at_each_milestone(run: Run, pod: str) -> None:
+    """The kubelet's status before the sandbox exists (Pending, PodReadyToStartContainers False: "no pod sandbox
+    exists", waiting ContainerCreating or PodInitializing), the first Running one and the last one before the pod
+    is gone (Failed: PodFailed, "pod sandbox is not ready", the containers terminated): conditions with reasons,
+    messages and observedGeneration, container states, the fields written.
+
+    The real kubelet's status manager writes the latest status it has when it gets to a pod, so on a slow
+    machine the sandbox may be up before the first write and the sandbox-less status never shows; the simulator
+    always writes one (it prepares claims there), and then only the two later milestones can be compared."""
+    real, sim = milestones(run, REAL, pod), milestones(run, SIM, pod)
+    assert sim["pending"] is not None
+    if real["pending"] is None:
+        real["pending"] = sim["pending"]
+    assert real == sim
+    assert real["last"] is not None and real["last"]["phase"] == "Failed"
+
+
+@pytest.mark.parametrize("pod", ["legacy", "dra", "init"])
+def test_known_the_simulator_skips_transient_statuses(run: Run, pod: str) -> None:
+    """KNOWN["transient-statuses"]: the simulator's states are the real ones with some left out, never others."""
+    real, sim = states(run, REAL, pod), states(run, SIM, pod)
+    def no_sandbox(state: Obj) -> bool:
+        return state["phase"] == "Pending" and ("PodReadyToStartContainers", "False") in [
+            c[:2] for c in state["conditions"]]
+
+    if not any(map(no_sandbox, real)):  # a real status write coalesced (see the milestone test)
+        sim = [s for s in sim if not no_sandbox(s)]
+    assert _subsequence(sim, real), (KNOWN["transient-statuses"], sim, real)
+    phases = {node: [p for i, p in enumerate(ps) if i == 0 or p != ps[i - 1]]
+              for node, ps in ((n, [s["phase"] for s in states(run, n, pod)]) for n in (REAL, SIM))}
+    assert phases[REAL] == phases[SIM] == ["Pending", "Running", "Failed"]
+
+
+def test_known_a_killed_containers_exit_code_is_the_containers_own(run: Run) -> None:
+    """KNOWN["killed-exit-code"]."""
+    codes = {node: {c[4] for c in containers(kubelet_statuses(run, node, "legacy")[-1][2]["status"])}
+             for node in (REAL, SIM)}
+    assert codes == {REAL: {137}, SIM: {143}}, KNOWN["killed-exit-code"]
+
+
+def test_known_status_fields_the_simulator_does_not_write(run: Run) -> None:
+    """KNOWN["status-fields"], as the real kubelet writes them for a running legacy pod and a running DRA pod: the
+    device health of both APIs (`nvidia.com/gpu` with the device's ID, `claim:gpu` with the claim's device)."""
+    def running(node: str, pod: str) -> Obj:
+        return next(obj["status"] for _, _, obj in kubelet_statuses(run, node, pod)
+                    if obj["status"].get("phase") == "Running")
+
+    for pod, resource in (("legacy", "nvidia.com/gpu"), ("dra", "claim:gpu")):
+        real, sim = running(REAL, pod)["containerStatuses"][0], running(SIM, pod)["containerStatuses"][0]
+        health = real.get("allocatedResourcesStatus") or []
+        assert [h["name"] for h in health] == [resource], health
+        assert [r["health"] for r in health[0]["resources"]] == ["Healthy"]
+        assert "user" in real and "resources" in real
+        assert not (set(sim) & REAL_ONLY_CONTAINER_FIELDS), KNOWN["status-fields"]
+    assert "allocatedResources" in running(REAL, "legacy")
+    assert not (set(running(SIM, "legacy")) & REAL_ONLY_POD_FIELDS), KNOWN["status-fields"]
+
+
+def test_the_events_are_the_same(run: Run) -> None:
+    """The scheduler's Scheduled, and the kubelet's Pulled ("already present on machine and can be accessed by the
+    pod"), Created and Started for each container, init container first, and Killing ("Stopping container probe")
+    for the running container of each deleted pod."""
+    real, sim = events(run, REAL), events(run, SIM)
+    dns = {e for e in real if e[3] == "MissingClusterDNS"}
+    assert {e[0] for e in dns} == {"legacy", "dra", "init"}, KNOWN["missing-cluster-dns"]
+    assert real - dns == sim
+    kinds = sorted((e[0], e[1], e[3]) for e in sim if e[4] == "kubelet")
+    assert kinds == sorted(
+        [(pod, "spec.containers{probe}", r) for pod in ("legacy", "dra", "init")
+         for r in ("Pulled", "Created", "Started", "Killing")]
+        + [("init", "spec.initContainers{init}", r) for r in ("Pulled", "Created", "Started")])
