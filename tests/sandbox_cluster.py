@@ -9,8 +9,10 @@
 started is stopped afterwards, and the fixture fails the test if a node daemon, webhook or controller process outlived it or
 the work directory was left behind. Options: `nodes` (a count, or a tuple of `NodeSpec`s), `gpus`, `bridge`,
 `split`, `webhook`, `controller`, `version` (Kubernetes minor, e.g. "1.37"), and any other `ClusterSpec` field. The
-defaults are tuned for tests: Node status every 0.5 s (10 s in a real kubelet), pod syncs retried every 0.5 s, a
-0.5 s split grace, a controller decision at most every 0.5 s (5 s by default).
+defaults are tuned for tests: Node status every 0.5 s (10 s in a real kubelet), a pod sync that failed with an error
+retried after 0.5 s, a 0.5 s split grace, a controller decision at most every 0.5 s (5 s by default). The kubelets'
+pod resync keeps its real 60 s (60-90 s with jitter): a pod whose NodePrepareResources failed waits that long for its
+next try, as on a real node, so a refusal in a flow that should have none shows up as a slow or failing test.
 
 For several tests sharing one cluster (the cheapest way to stay fast), use the class in a module-scoped fixture:
 

@@ -23,6 +23,7 @@ import click
 
 from bridge.cli.exits import EXIT_CONFIG, EXIT_NO, listen_error
 from bridge.cli.params import node_name as valid_node_name
+from bridge.node.bindinggrace import parse_grace
 from bridge.inventory.catalog import model_names
 from bridge.logs import setup_logging
 
@@ -110,11 +111,12 @@ from bridge.logs import setup_logging
               help="This pod's UID (downward API metadata.uid): put in socket names, and marks a rolling update: "
                    "a daemon whose state directory is held by one with another pod UID waits in standby (reporting "
                    "ready) and takes over when that one exits, instead of being refused.")
-@click.option("--split-grace", show_envvar=True, envvar="BRIDGE_SPLIT_GRACE", type=click.FloatRange(min=0),
-              default=5.0, show_default=True,
+@click.option("--split-grace", show_envvar=True, envvar="BRIDGE_SPLIT_GRACE", default="auto", show_default=True,
               help="A GPU leaving DRA is offered to the device plugin only this many seconds after the ResourceSlice "
-                   "without it is published (the scheduler's informer and bindings it decided on the old slice), "
-                   "and only if no claim then holds it.")
+                   "without it is published (bindings the scheduler decided on the old slice), and only if no claim "
+                   "then holds it nor a pod nominated to this node waits for an allocation. auto: 5 from Kubernetes "
+                   "1.35, where the scheduler nominates pods to their node before it writes their allocation; 605 "
+                   "before (VolumeBinding's PreBind may hold a binding 600 s): set a number (seconds) to override.")
 @click.option("--move-timeout", show_envvar=True, envvar="BRIDGE_MOVE_TIMEOUT", type=click.FloatRange(min=1),
               default=60.0, show_default=True,
               help="A GPU leaving the device plugin goes to DRA only once the Node's allocatable shows the smaller "
@@ -134,7 +136,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
          cdi_hook_path: str | None,
          cdi_source: str, state_dir: Path, resource_name: str, device_list_strategy: str, http_address: str,
          kubeconfig: str | None, kube_context: str | None, driver_name: str, dra_mode: str,
-         dra_devices: str | None, slice_taints: str, pod_uid: str | None, split_grace: float,
+         dra_devices: str | None, slice_taints: str, pod_uid: str | None, split_grace: str,
          move_timeout: float, cleanup: bool, log_format: str, log_level: str) -> None:
     """Run the node daemon: discover GPUs and serve each one to exactly one kubelet API, the device plugin
     (v1beta1, nvidia.com/gpu) or DRA (v1/v1beta1 kubelet plugin, ResourceSlices, CDI), from one inventory.
@@ -196,6 +198,10 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     except AddressError as err:
         raise click.BadParameter(str(err), param_hint="--http-address") from err
     try:
+        grace = parse_grace(split_grace)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--split-grace") from err
+    try:
         validate_driver_name(driver_name)
     except SliceError as err:
         raise click.BadParameter(str(err), param_hint="--driver-name") from err
@@ -233,7 +239,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
                         device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid), cdi=cdi)
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
                       driver=driver_name, dra_devices=dra_devices, slice_taints=slice_taints,  # type: ignore[arg-type]
-                      pod_uid=pod_uid, split_grace_s=split_grace, move_timeout_s=move_timeout)
+                      pod_uid=pod_uid, split_grace_s=grace, move_timeout_s=move_timeout)
     if cleanup:
         try:
             kube = None

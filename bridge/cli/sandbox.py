@@ -260,6 +260,12 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 @click.option("--split", default=None, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_SPLIT",
               help="Which GPUs of each node serve DRA (`bridge node --dra-devices`: 0, N, all, gpu-6,gpu-7); a "
                    "node's own split in --nodes-file wins. Needs --bridge.")
+@click.option("--split-grace", default="auto", show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_CLUSTER_SPLIT_GRACE",
+              help="`bridge node --split-grace` for every node daemon: auto (5 s from 1.35, where kube-scheduler and "
+                   "the scheduler stand-in nominate pods before they write their allocation; 605 s before) or "
+                   "seconds. Set e.g. 5 to watch GPUs move from DRA to the device plugin quickly on an "
+                   "older release. Needs --bridge.")
 @click.option("--webhook/--no-webhook", "with_webhook", default=False, show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_WEBHOOK",
               help="Run the real `bridge webhook` (HTTPS, throwaway CA) and register it in the API emulator. Needs "
@@ -298,8 +304,9 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "webhook log to their own files.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_LOG_FORMAT")
-def cluster(backend: str, kubelets: str | None, version: str, node_count: int, gpus: str, nodes_file: Path | None, with_bridge: bool, split: str | None,
-            with_webhook: bool, with_controller: bool, controller_interval: float, controller_args: str,
+def cluster(backend: str, kubelets: str | None, version: str, node_count: int, gpus: str, nodes_file: Path | None,
+            with_bridge: bool, split: str | None, split_grace: str, with_webhook: bool, with_controller: bool,
+            controller_interval: float, controller_args: str,
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
     """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
@@ -341,6 +348,14 @@ def cluster(backend: str, kubelets: str | None, version: str, node_count: int, g
     if extra_controller_args and not with_controller:
         raise click.BadParameter("options for a controller that does not run: add --controller",
                                  param_hint="--controller-args")
+    from bridge.node.bindinggrace import parse_grace
+
+    try:
+        grace = parse_grace(split_grace)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--split-grace") from err
+    if grace is not None and not with_bridge:
+        raise click.BadParameter("the grace is the bridge's node daemons': add --bridge", param_hint="--split-grace")
     if split is not None and not with_bridge:
         raise click.BadParameter("the split is applied by the bridge's node daemons: add --bridge", param_hint="--split")
     if split is not None:
@@ -356,7 +371,7 @@ def cluster(backend: str, kubelets: str | None, version: str, node_count: int, g
                            bridge=with_bridge,
                            webhook=with_webhook,
                            controller=with_controller, controller_interval=controller_interval,
-                           controller_args=extra_controller_args, split=split,
+                           controller_args=extra_controller_args, split=split, split_grace=grace,
                            node_status_frequency=node_status_frequency)
         sandbox_cluster = SandboxCluster(spec, work_dir=work_dir, kubeconfig_out=kubeconfig_out, host=host, port=port)
     except SpecError as err:

@@ -224,6 +224,10 @@ class KubeAPI(Protocol):
 
     def discovery(self) -> Discovery: ...
 
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) from `/version` alone (one small GET, unlike `discovery`)."""
+        ...
+
     def resource_api(self) -> ResourceAPI:
         """The resource.k8s.io version to use (newest served); raises NotFound when DRA is not served at all."""
         ...

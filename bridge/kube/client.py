@@ -48,7 +48,7 @@ from bridge.kube.api import (
     Resource,
     ResourceAPI,
 )
-from bridge.kube.discovery import build_discovery, group_versions, pick_resource_version
+from bridge.kube.discovery import build_discovery, group_versions, parse_version, pick_resource_version
 from bridge.kube.errors import AlreadyExists, Gone, KubeError, NotFound, Unavailable
 from bridge.kube.retry import Retrier, RetryPolicy
 from bridge.kube.stream import WatchStream
@@ -453,6 +453,10 @@ class RestKube:
         return WatchStream(resp, resource=label)
 
     # ---- discovery -------------------------------------------------------------------------------------------
+
+    def server_version(self) -> tuple[int, int]:
+        _, major, minor = parse_version(self._call("GET", "/version", verb="get", label="version"))
+        return major, minor
 
     def discovery(self) -> Discovery:
         version = self._call("GET", "/version", verb="get", label="version")

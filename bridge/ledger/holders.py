@@ -12,7 +12,10 @@ DRA:
 * `PREPARED` — a claim record in our checkpoint (`PrepareStarted` or `PrepareCompleted`);
 * `ALLOCATED` — a claim allocated to a device of this node's pool, read from the pods bound to this node, whether
   prepared or not: the scheduler allocates and binds long before the kubelet prepares;
-* `PREPARING` — a `NodePrepareResources` past the guard whose record is not written yet (recorded by the ledger).
+* `PREPARING` — a `NodePrepareResources` past the guard whose record is not written yet (recorded by the ledger);
+* `INCOMING` — a pod the scheduler nominated to this node whose claim it has not allocated yet (its binding cycle
+  is under way: the device it chose is written only in PreBind): it may get any DRA device of this node, so every
+  one of them is held by it, and none leaves DRA until the allocation is written (or the binding fails).
 
 `Facts.unknown` says which side's holders could not be read now (PodResources socket missing, API unreachable, a
 claim unreadable) and why; the ledger never moves a device off a side whose facts are unknown.
@@ -35,6 +38,7 @@ class HolderKind(StrEnum):
     PREPARED = "prepared"
     ALLOCATED = "allocated"
     PREPARING = "preparing"
+    INCOMING = "incoming"
 
     @property
     def side(self) -> Side:
@@ -49,6 +53,7 @@ _KIND_TEXT = {
     HolderKind.PREPARED: "DRA claim prepared",
     HolderKind.ALLOCATED: "DRA claim allocated, not prepared yet",
     HolderKind.PREPARING: "DRA NodePrepareResources in progress",
+    HolderKind.INCOMING: "DRA pod nominated to this node, its claim not allocated yet",
 }
 
 
@@ -56,6 +61,9 @@ _KIND_TEXT = {
 class Holder:
     kind: HolderKind
     who: str  # "pod ml/train-7 container main", "claim ml/gpu-0 (pod ml/train-7)"
+    # For DRA claims, when known: the pod ("ns/name", its UID) using the claim (Events on a stuck claim go there).
+    pod: str = field(default="", compare=False)
+    pod_uid: str = field(default="", compare=False)
 
     @property
     def side(self) -> Side:

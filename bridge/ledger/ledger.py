@@ -9,6 +9,11 @@ exactly this code.
   wrong side start moving when they are free on their side and that side's holders are known; devices that cannot
   move yet are listed with the reason ("gpu-2 held by pod ml/train-7 container init (legacy init container); will
   move when free"). Targets converge device by device: free devices move now, busy ones when they free up.
+  Before any of that, a legacy-side device that a ResourceClaim was allocated (a late allocation: the scheduler
+  decided on a slice that still had it and wrote the allocation after it left DRA) is taken back for the claim,
+  whatever the target: at once when it is free on the legacy side; otherwise it is withdrawn from the device plugin
+  (`Phase.RECLAIM`, no new legacy pod gets it) and becomes DRA when its legacy holders are gone. Such a claim is
+  *stuck* meanwhile: `Waiting` names the claim, its pod and the legacy holder, and what to do.
 * `guard_allocate(ledger, ids)`: the device plugin's last line of defence. Only legacy-side devices may be
   allocated, except a device whose move to DRA has not finished: the kubelet chose it before it saw the
   withdrawal, the device was never offered to DRA, so the Allocate wins and the move is aborted. Every answered
@@ -30,7 +35,7 @@ from typing import Literal
 
 from bridge.inventory.model import DeviceID, GpuDevice
 from bridge.ledger.choice import choose_dra
-from bridge.ledger.holders import Facts, Holder, HolderKind, describe_all
+from bridge.ledger.holders import Facts, Holder, HolderKind, describe_all, distinct
 from bridge.ledger.moves import Move, Phase
 from bridge.ledger.sides import Side, device_name, parse_side
 from bridge.ledger.target import SplitError, SplitTarget, fit_target
@@ -133,6 +138,27 @@ class Waiting:
     target: Side
     phase: str  # a move Phase value, or "held", "unknown", "cooldown"
     reason: str
+    # A stuck claim (phase `waiting-legacy-holder`): the claims waiting for the device and who holds it on legacy.
+    claims: tuple[Holder, ...] = ()
+    blockers: tuple[Holder, ...] = ()
+
+
+_CLAIM_KINDS = (HolderKind.ALLOCATED, HolderKind.PREPARED, HolderKind.PREPARING)
+
+
+def _claims_of(ledger: Ledger, uuid: DeviceID, facts: Facts) -> tuple[Holder, ...]:
+    """The DRA claims allocated (or prepared, or being prepared) on this very device (INCOMING pods name none)."""
+    return tuple(h for h in ledger.holders(uuid, Side.DRA, facts) if h.kind in _CLAIM_KINDS)
+
+
+def stuck_reason(name: str, claims: Sequence[Holder], blockers: Sequence[Holder]) -> str:
+    """For people (status, Events, the per-claim error): which claim waits for which legacy holder, and what to do."""
+    pods = [h.pod for h in distinct(claims) if h.pod]
+    them = f"pod {pods[0]}" if len(pods) == 1 else "its pods" if pods else "the claim's pod"
+    return (f"{name} was allocated to {describe_all(claims)} after it had moved to the device plugin, and is held there "
+            f"by {describe_all(blockers)}: {them} starts once that holder ends (delete it to free {name} now, or "
+            f"delete {them} so the scheduler picks another GPU); {name} is withdrawn from the device plugin "
+            "meanwhile")
 
 
 @dataclass(frozen=True)
@@ -321,8 +347,52 @@ class _Pass:
         self.moves[uuid] = Move.begin(uuid, source, target, self.obs.now)
         self.events.append(MoveEvent(uuid, self.name(uuid), source, target, "started"))
 
+    def reclaim_step(self, mv: Move) -> None:
+        """`Phase.RECLAIM`: DRA once the legacy holders are gone; back to legacy if the claim went first."""
+        claims = _claims_of(self.base, mv.device, self.facts)
+        if self.facts.known(Side.DRA) and not claims:
+            self.abort(mv, "the claim that was allocated it is gone; back to legacy")
+            return
+        self.moves[mv.device] = mv
+        if not self.facts.known(Side.LEGACY):
+            self.wait(mv.device, mv.target, mv.phase, f"taken back for {describe_all(claims)}: its legacy holders "
+                      f"cannot be read now ({self.facts.unknown[Side.LEGACY]})")
+            return
+        held = self.base.holders(mv.device, Side.LEGACY, self.facts)
+        if held:
+            self.waiting.append(Waiting(mv.device, self.name(mv.device), self.sides[mv.device], mv.target, mv.phase,
+                                        stuck_reason(self.name(mv.device), claims, held), claims, held))
+            return
+        self.sides[mv.device] = Side.DRA
+        del self.moves[mv.device]
+        self.events.append(MoveEvent(mv.device, self.name(mv.device), Side.LEGACY, Side.DRA, "reclaimed",
+                                     f"its legacy holder is gone; taken back for {describe_all(claims)}"))
+
+    def take_back(self, uuid: DeviceID) -> bool:
+        """A legacy-side device a claim was allocated: reclaim it now if free, else withdraw it (`Phase.RECLAIM`).
+        True when the device is handled here (the target does not move it this pass)."""
+        claims = _claims_of(self.base, uuid, self.facts)
+        if not claims:
+            return False
+        if self.facts.known(Side.LEGACY) and not self.base.holders(uuid, Side.LEGACY, self.facts):
+            self.sides[uuid] = Side.DRA
+            self.events.append(MoveEvent(uuid, self.name(uuid), Side.LEGACY, Side.DRA, "reclaimed",
+                                         f"allocated to {describe_all(claims)} while it served the device plugin, "
+                                         "and free there: taken back"))
+            return True
+        mv = Move.reclaim(uuid, self.obs.now)
+        self.sides[uuid] = Side.WITHDRAWN
+        self.events.append(MoveEvent(uuid, self.name(uuid), Side.LEGACY, Side.DRA, "started",
+                                     f"allocated to {describe_all(claims)} while it served the device plugin: "
+                                     "withdrawn from it until its legacy holders are gone"))
+        self.reclaim_step(mv)
+        return True
+
     def advance(self, mv: Move) -> None:
         obs, cfg, now = self.obs, self.cfg, self.obs.now
+        if mv.phase is Phase.RECLAIM:
+            self.reclaim_step(mv)
+            return
         if now >= mv.started_at + cfg.move_timeout_s:
             self.abort(mv, self._timeout_reason(mv), cool=True)
             return
@@ -397,6 +467,9 @@ def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, ob
     for uuid in sorted(ledger.moves, key=lambda u: p.name(u)):
         mv = ledger.moves[uuid]
         goal = wanted_side(uuid, mv.target)
+        if mv.phase is Phase.RECLAIM:  # a claim's device: the target does not decide where it goes
+            p.advance(mv)
+            continue
         if goal is not mv.target:
             if mv.source is goal:
                 p.abort(mv, "the target changed before the move finished; it was never offered on the other side")
@@ -405,6 +478,9 @@ def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, ob
                 p.advance(p.moves[uuid])
             continue
         p.advance(mv)
+    for gpu in ledger.devices:
+        if p.sides[gpu.uuid] is Side.LEGACY and gpu.uuid not in p.moves and facts.known(Side.DRA):
+            p.take_back(gpu.uuid)
     if want is not None:
         for gpu in ledger.devices:
             uuid = gpu.uuid
@@ -472,7 +548,7 @@ def allocate_per_device(ledger: Ledger, ids: Iterable[str], now: float,
         mv = ledger.moves.get(uuid)
         if side is Side.LEGACY:
             continue
-        if side is Side.WITHDRAWN and mv is not None and mv.source is Side.LEGACY:
+        if side is Side.WITHDRAWN and mv is not None and mv.source is Side.LEGACY and mv.phase is not Phase.RECLAIM:
             grabs.append(mv)  # the kubelet chose it before the withdrawal reached it; never offered to DRA
             continue
         if side is None:
@@ -548,8 +624,9 @@ def guard_prepare(ledger: Ledger, ids: Iterable[str], claim: str, uid: str, lega
         held = ledger.holders(uuid, Side.LEGACY, facts)
         if held:
             refusals.append(Refusal(uuid, name, Side.LEGACY, f"device {name} ({uuid}) is held on the legacy side by "
-                                    f"{describe_all(held)}; ResourceClaim {claim} is prepared once it is free",
-                                    held))
+                                    f"{describe_all(held)}; ResourceClaim {claim} is prepared once it is free: "
+                                    f"delete that pod to free {name} now, or delete this pod so the scheduler picks "
+                                    "another GPU", held))
             continue
         source = mv.source if mv is not None else side
         changes[uuid] = MoveEvent(uuid, name, source if source is not Side.WITHDRAWN else Side.LEGACY, Side.DRA,
@@ -582,4 +659,5 @@ __all__ = [
     "guard_allocate",
     "guard_prepare",
     "reconcile",
+    "stuck_reason",
 ]

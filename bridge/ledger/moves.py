@@ -15,6 +15,12 @@ dra -> legacy
 both
   `verifying`: the holders of the source side must be known and empty. A holder aborts the move: the device goes
   back to its source side (the holder got it through that API; it was never offered on the target side).
+legacy -> dra, taken back for a claim (`Move.reclaim`)
+  `waiting-legacy-holder`: a ResourceClaim was allocated a device that had left DRA meanwhile (the scheduler decided
+  on an older ResourceSlice and wrote the allocation late: see `bridge.node.nodepods`) and a legacy container holds
+  it. The device is withdrawn at once (no new legacy pod gets it) and becomes DRA the moment its legacy holders are
+  gone; it goes back to legacy if the claim goes away first. This phase has no timeout: the legacy pod may run for
+  days, and the claim's pod shows why it waits (`bridge.node.split`).
 
 Any phase ends after `move_timeout_s` (abort, back to the source side, and a cooldown before the device is tried
 again): a kubelet that does not post node status, or an API server that cannot be reached, must not keep a GPU
@@ -36,6 +42,7 @@ class Phase(StrEnum):
     SLICE = "waiting-slice"
     SCHEDULER = "waiting-scheduler"
     VERIFY = "verifying"
+    RECLAIM = "waiting-legacy-holder"
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,11 @@ class Move:
             raise ValueError(f"no move from {source} to {target}")
         first = Phase.NODE_STATUS if target is Side.DRA else Phase.SLICE
         return Move(device, source, target, now, first, now)
+
+    @staticmethod
+    def reclaim(device: DeviceID, now: float) -> Move:
+        """Legacy -> DRA for a claim already allocated the device, waiting for its legacy holders to go."""
+        return Move(device, Side.LEGACY, Side.DRA, now, Phase.RECLAIM, now)
 
     def at(self, phase: Phase, now: float) -> Move:
         return replace(self, phase=phase, phase_since=now)

@@ -24,6 +24,8 @@ Schema, version 1 (readers accept any version they know and refuse newer ones, n
      "pending": [{"device": "gpu-5", "from": "legacy", "to": "dra", "phase": "held",
                   "reason": "gpu-5 held by pod ml/train-7 container init (legacy init container); will move when free"}],
      "refusals": [{"time": "…", "api": "prepare", "device": "gpu-3", "message": "…"}],
+     "stuck": [{"device": "gpu-3", "claim": "ml/infer-gpu", "pod": "ml/infer", "holder": "pod team/train-1 …",
+                "since": "…", "message": "…"}],
      "checkpointError": {"since": "…", "message": "…"},  only while the checkpoint cannot be written
      "evaluationError": {"since": "…", "message": "…"}}  only while evaluations of the split fail
 
@@ -36,7 +38,10 @@ GPUs with the same `nvlink` can reach each other over NVLink (perhaps through ot
 (`bridge.inventory.model.topology_group`, the rule the daemon's own device choice follows).
 `pending[].phase` is a move phase (`waiting-node-status`, `waiting-slice`, `waiting-scheduler`, `verifying`) for a
 device in transit, or `held`, `unknown` (its side's holders cannot be read), `cooldown` (its last move timed out)
-for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`. `checkpointError` (optional,
+for one that has not started. `refusals[].api` is `split`, `allocate` or `prepare`. `stuck` (optional, added without a version bump) lists the
+claims that were allocated a GPU after it had left DRA (a binding the scheduler decided on an older slice and wrote
+late) while a legacy container holds it: each waits for that container (`pending[].phase` `waiting-legacy-holder`
+says the same per device), since `since` (RFC 3339), and `message` says what to do. `checkpointError` (optional,
 added without a version bump: older readers ignore it) says since when the daemon cannot write its checkpoint and
 why: the split it shows is the last one saved, and the change the target asks for waits (retried with backoff).
 `evaluationError` (optional, likewise) says since when evaluating the split fails and why (a holder source that
@@ -55,8 +60,9 @@ from typing import Any, Literal
 from bridge.humantext import clip
 from bridge.inventory.model import nvlink_islands, topology_group
 from bridge.kvalues.versioned import load_versioned
-from bridge.ledger.holders import Facts, distinct
+from bridge.ledger.holders import Facts, describe_all, distinct
 from bridge.ledger.ledger import Decision
+from bridge.ledger.moves import Phase
 from bridge.ledger.sides import SIDES, Side, device_name, parse_side
 from bridge.ledger.target import RequestSource, SplitRequest
 
@@ -66,6 +72,7 @@ MAX_MESSAGE = 300
 MAX_HOLDERS = 4
 MAX_PENDING = 8
 MAX_REFUSALS = 5
+MAX_STUCK = 8
 MAX_BYTES = 16 * 1024
 STATES = ("converged", "converging", "refused")
 REFUSAL_APIS = ("split", "allocate", "prepare")
@@ -113,6 +120,18 @@ class RefusalStatus:
 
 
 @dataclass(frozen=True)
+class StuckStatus:
+    """A claim waiting for a GPU that a legacy container holds (see the module docstring)."""
+
+    device: str
+    claim: str  # "ns/name"
+    pod: str  # "ns/name" of the claim's pod, "" when unknown
+    holder: str  # who holds the GPU on the legacy side
+    since: str  # RFC 3339 UTC, when the daemon first saw it stuck
+    message: str
+
+
+@dataclass(frozen=True)
 class CheckpointErrorStatus:
     since: str  # RFC 3339 UTC, the first failed write of this outage
     message: str
@@ -137,6 +156,7 @@ class SplitStatus:
     pending: tuple[PendingStatus, ...] = ()
     refusals: tuple[RefusalStatus, ...] = field(default=())
     checkpoint_error: CheckpointErrorStatus | None = None
+    stuck: tuple[StuckStatus, ...] = ()
     evaluation_error: EvaluationErrorStatus | None = None
 
     def counts(self) -> dict[str, int]:
@@ -177,6 +197,9 @@ def _doc(s: SplitStatus, *, with_time: bool) -> dict[str, Any]:
         "refusals": [{"time": r.time, "api": r.api, "device": r.device, "message": _cut(r.message)}
                      for r in s.refusals[-MAX_REFUSALS:]],
     })
+    if s.stuck:
+        doc["stuck"] = [{"device": x.device, "claim": x.claim, "pod": x.pod, "holder": _cut(x.holder),
+                         "since": x.since, "message": _cut(x.message)} for x in s.stuck[:MAX_STUCK]]
     if s.checkpoint_error is not None:
         doc["checkpointError"] = {"since": s.checkpoint_error.since, "message": _cut(s.checkpoint_error.message)}
     if s.evaluation_error is not None:
@@ -225,6 +248,9 @@ def decode(text: str) -> SplitStatus:
         cp = doc.get("checkpointError")
         checkpoint_error = (CheckpointErrorStatus(str(cp.get("since", "")), str(cp.get("message", "")))
                             if isinstance(cp, dict) else None)
+        stuck = tuple(StuckStatus(*(str(x.get(k, "")) for k in ("device", "claim", "pod", "holder", "since",
+                                                                   "message")))
+                      for x in doc.get("stuck") or [] if isinstance(x, dict))
         ev = doc.get("evaluationError")
         evaluation_error = (EvaluationErrorStatus(str(ev.get("since", "")), str(ev.get("message", "")))
                             if isinstance(ev, dict) else None)
@@ -233,7 +259,7 @@ def decode(text: str) -> SplitStatus:
     return SplitStatus(node=str(doc.get("node", "")), updated=str(doc.get("updated", "")),
                        requested=str(_field(req, "value", str, "status.requested")), source=source,
                        state=state, message=str(doc.get("message", "")), wanted=wanted, devices=devices,
-                       pending=pending, refusals=refusals, checkpoint_error=checkpoint_error,
+                       pending=pending, refusals=refusals, checkpoint_error=checkpoint_error, stuck=stuck,
                        evaluation_error=evaluation_error)
 
 
@@ -248,8 +274,10 @@ def status_of(node: Mapping[str, Any] | None) -> SplitStatus | None:
 def build_status(*, node: str, request: SplitRequest, decision: Decision, facts: Facts,
                  refusals: Sequence[RefusalStatus], updated: str,
                  checkpoint_error: CheckpointErrorStatus | None = None,
+                 stuck_since: Mapping[tuple[str, str], str] | None = None,
                  evaluation_error: EvaluationErrorStatus | None = None) -> SplitStatus:
-    """The status document for one evaluation (pure)."""
+    """The status document for one evaluation (pure). `stuck_since`: (device name, claim holder `who`) -> when it
+    was first seen stuck (else `updated`)."""
     led = decision.ledger
     islands = nvlink_islands(led.devices)
     devices = []
@@ -272,10 +300,18 @@ def build_status(*, node: str, request: SplitRequest, decision: Decision, facts:
         message = summary_counts(devices)
         if decision.wanted is not None and decision.state != "converged":
             message += f"; the target puts {decision.wanted} on DRA"
+    stuck = tuple(StuckStatus(w.name, _claim_ref(c.who), c.pod, describe_all(w.blockers),
+                              (stuck_since or {}).get((w.name, c.who), updated), w.reason)
+                  for w in decision.waiting if w.phase == Phase.RECLAIM and w.blockers for c in distinct(w.claims))
     return SplitStatus(node=node, updated=updated, requested=request.text, source=request.source,
                        state=decision.state, message=message, wanted=decision.wanted, devices=tuple(devices),
                        pending=tuple(pending), refusals=tuple(refusals), checkpoint_error=checkpoint_error,
-                       evaluation_error=evaluation_error)
+                       stuck=stuck, evaluation_error=evaluation_error)
+
+
+def _claim_ref(who: str) -> str:
+    """"claim ml/x (pod ml/p)" -> "ml/x"."""
+    return who.split(" ", 2)[1] if who.startswith("claim ") else who
 
 
 def summary_counts(devices: Sequence[DeviceStatus]) -> str:
@@ -294,6 +330,7 @@ __all__ = [
     "STATUS_VERSION",
     "SplitStatus",
     "StatusError",
+    "StuckStatus",
     "build_status",
     "decode",
     "status_of",

@@ -63,6 +63,7 @@ from bridge.ledger.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from bridge.ledger.holders import Holder
 from bridge.ledger.ledger import Ledger, LedgerConfig
 from bridge.ledger.sides import Side, device_name
+from bridge.node.bindinggrace import auto_grace
 from bridge.node.daemon import NodeConfig, NodeDaemon
 from bridge.node.holders import HolderSources, prepared_holders
 from bridge.node.http import HealthServer
@@ -79,7 +80,7 @@ log = logging.getLogger("bridge.node")
 DraMode = Literal["auto", "on", "off"]
 DRA_MODES: tuple[DraMode, ...] = ("auto", "on", "off")
 # Defaults of the ledger's timings (derived from the kubelet's and the scheduler's periods: see LedgerConfig).
-DEFAULT_SPLIT_GRACE_S = LedgerConfig.scheduler_grace_s
+DEFAULT_SPLIT_GRACE_S = LedgerConfig.scheduler_grace_s  # with the scheduler's nomination signal (bindinggrace)
 DEFAULT_MOVE_TIMEOUT_S = LedgerConfig.move_timeout_s
 # API calls retry transient failures for at most this long each: the publisher, the split's watch/retry loop and
 # the kubelet's prepare retries are the long-term retry loops, so a single call must not hold a thread (or the
@@ -99,14 +100,19 @@ class DraOptions:
     dra_devices: str | None = None  # the cluster default split (`--dra-devices`); the Node overrides it
     slice_taints: TaintMode = "auto"
     pod_uid: str | None = None
-    split_grace_s: float = DEFAULT_SPLIT_GRACE_S  # scheduler grace after a slice without a device is published
+    # Scheduler grace after a slice without a device is published; None: `auto` (bridge.node.bindinggrace).
+    split_grace_s: float | None = None
     move_timeout_s: float = DEFAULT_MOVE_TIMEOUT_S  # a move the scheduler cannot see by then is aborted
     settle_s: float = LedgerConfig.settle_s
     boot_id_path: Path = Path(BOOT_ID_PATH)
 
-    def ledger_config(self) -> LedgerConfig:
-        return LedgerConfig(scheduler_grace_s=self.split_grace_s, move_timeout_s=self.move_timeout_s,
-                            settle_s=self.settle_s)
+    def ledger_config(self, grace_s: float | None = None) -> LedgerConfig:
+        """`grace_s`: the resolved grace when `split_grace_s` is auto (else the safe value until it is known)."""
+        if self.split_grace_s is not None:
+            grace = self.split_grace_s
+        else:
+            grace = grace_s if grace_s is not None else auto_grace(None).seconds
+        return LedgerConfig(scheduler_grace_s=grace, move_timeout_s=self.move_timeout_s, settle_s=self.settle_s)
 
 
 def dra_wanted(opts: DraOptions, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
@@ -154,6 +160,8 @@ class DualNode:
         self._static: Ledger | None = None  # the ledger when DRA is off (never changes then)
         self.instance = InstanceLock(config.state_dir)
         self.standby_http: HealthServer | None = None
+        self._grace_stop = threading.Event()
+        self._grace_thread: threading.Thread | None = None
 
     # ---- seams -------------------------------------------------------------------------------------------------
 
@@ -205,6 +213,27 @@ class DualNode:
         except BaseException:
             self.stop()
             raise
+
+    def _resolve_grace(self) -> None:
+        """`--split-grace auto`: the grace the API server's version calls for (bridge.node.bindinggrace), asked
+        until the server answers; the safe (long) grace holds meanwhile."""
+        log.info("--split-grace auto: %s", auto_grace(None).why, extra={"node": self.config.node_name})
+        delay = 1.0
+        while not self._grace_stop.is_set():
+            try:
+                assert self.kube is not None
+                version = self.kube.server_version()
+            except KubeError as err:
+                log.info("--split-grace auto: the API server's version is not readable yet (%s); retried in %g s",
+                         err.message, delay, extra={"node": self.config.node_name})
+                self._grace_stop.wait(delay)
+                delay = min(delay * 2, 60.0)
+                continue
+            choice = auto_grace(version)
+            log.info("--split-grace auto: %s", choice.why, extra={"node": self.config.node_name})
+            if self.split is not None:
+                self.split.set_ledger_config(self.opts.ledger_config(choice.seconds))
+            return
 
     def _start(self) -> None:
         cfg = self.config
@@ -258,6 +287,9 @@ class DualNode:
             unhealthy=lambda: self.daemon.table.unhealthy() if self.daemon and self.daemon.table else frozenset(),
             metrics=split_metrics)
         split = self.split
+        if self.opts.split_grace_s is None:
+            self._grace_thread = threading.Thread(target=self._resolve_grace, name="split-grace", daemon=True)
+            self._grace_thread.start()
         split.add_listener(publisher_listener(publisher.set_dra_devices))
         split.add_listener(lambda _led: self.daemon.ownership_changed() if self.daemon else None)
         self.dra = DraNode(
@@ -336,10 +368,13 @@ class DualNode:
     def stop(self) -> None:
         """Stop serving and remove our sockets, THEN release the instance lock (a successor in standby starts only
         once nothing of ours is served any more)."""
+        self._grace_stop.set()
         try:
             if self.daemon is not None:
                 self.daemon.stop()
         finally:
+            if self._grace_thread is not None:
+                self._grace_thread.join(5)
             self.instance.release()
 
     def run(self, stop: threading.Event) -> None:

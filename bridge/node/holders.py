@@ -10,7 +10,12 @@ legacy (device plugin):
   (the kubelet prunes them lazily) and has no container states. An init container that has not terminated in a pod
   that has not ended holds the IDs its checkpoint entry lists (`INIT_CONTAINER`). Checkpoint entries of pods the
   pod watch has not seen are held for `stale_after_s` (a pod is bound before the kubelet admits it, so the watch
-  sees it within its latency; after that the entry is a leftover). When such an init container exists and the
+  sees it within its latency; after that the entry is a leftover). Entries of pods the watch saw deleted are
+  leftovers at once, unless the kubelet still lists the pod as active in PodResources (a force-deleted pod whose
+  containers still run): the kubelet rewrites the file only at its next Allocate or ListAndWatch update
+  (kubernetes/kubernetes pkg/kubelet/cm/devicemanager/manager.go `writeCheckpoint`), so an ended pod's entry can
+  outlive it by hours on a quiet node, and holding its GPU for `stale_after_s` would refuse a prepare that the
+  kubelet then retries only at its next pod resync (60-90 s). When such an init container exists and the
   checkpoint is missing, the legacy side is **unknown**; when the checkpoint exists but cannot be used (not a
   regular file, over its size limit, nested too deeply, not its format: `bridge.node.kubeletcheckpoint` reads it
   bounded), the legacy side is unknown whatever runs, logged once per change of the problem;
@@ -19,8 +24,11 @@ legacy (device plugin):
 DRA:
 * our prepared-claim records (the checkpoint: every device this node prepared, `PrepareStarted` included);
 * PodResources' DRA devices of our driver and pool (a running container's claim, also after a lost checkpoint);
-* every claim allocated to a device of this node's pool, from the pods bound to this node (`ALLOCATED`), whether
-  prepared or not;
+* every claim allocated to a device of this node's pool, from the pods bound to this node and the pods nominated
+  to it (`ALLOCATED`), whether prepared or not;
+* a pod nominated to this node whose claim is not allocated yet (`INCOMING`, on every device: the scheduler may
+  write any of them in PreBind; see `bridge.node.nodepods`). A bound pod's unallocated claim is not one: the
+  scheduler allocates before it binds, so nothing will allocate it (a pod with a preset `nodeName` never runs);
 * prepares in progress: recorded by the ledger itself (`guard_prepare`).
 
 Unknown means do not move: a missing PodResources socket, a PodResources call that fails, a pod watch that is not
@@ -39,7 +47,7 @@ from bridge.inventory.model import DeviceID, GpuDevice
 from bridge.ledger.holders import Facts, Holder, HolderKind
 from bridge.ledger.sides import Side, device_name
 from bridge.node import kubeletcheckpoint
-from bridge.node.nodepods import NodePods, PodsSnapshot
+from bridge.node.nodepods import NodePods, PodsSnapshot, waits_for_allocation
 from bridge.node.podresources import AdoptionError, Holdings, list_holdings
 
 Prepared = Callable[[], Iterable[tuple[DeviceID, Holder]]]
@@ -77,6 +85,11 @@ class HolderSources:
         legacy = self._legacy(holdings, why, snap)
         dra = self._dra(holdings, snap)
         return legacy.merged(dra)
+
+    def wants_poll(self) -> bool:
+        """A pod bound or nominated here has a claim that was not allocated when last read: it is read again at each
+        evaluation (no claim watch), so evaluations must come."""
+        return self.pods is not None and self.pods.waiting_for_claims()
 
     def legacy_facts(self) -> Facts:
         """The legacy side only (prepare taking a device back from the device plugin)."""
@@ -142,6 +155,11 @@ class HolderSources:
             elif known is not None:
                 if not known.terminal and e.container in known.app_containers:
                     holder = Holder(HolderKind.CONTAINER, f"pod {known.ref} container {e.container}")
+            elif e.pod_uid in snap.deleted:
+                ns, name = snap.deleted[e.pod_uid]
+                if holdings is not None and (ns, name) in holdings.active:
+                    holder = Holder(HolderKind.CONTAINER, f"pod {ns}/{name} container {e.container} (deleted, still "
+                                                          "active in the kubelet)")
             else:
                 seen.add(key)
                 if now - self._first_seen.setdefault(key, now) < self.stale_after_s:
@@ -180,14 +198,20 @@ class HolderSources:
         elif not snap.listed or not snap.claims_ok:
             unknown[Side.DRA] = snap.why
         if snap is not None and snap.claims is not None:
-            for pod in snap.pods:
+            for pod in (*snap.pods, *snap.incoming):
+                where = "" if pod.bound else ", nominated to this node"
                 for name in pod.claims:
                     cv = snap.claims.get((pod.namespace, name))
                     for dev in cv.devices if cv is not None else ():
                         uuid = self._by_name.get(dev)
                         if uuid is not None:
                             pairs.append((uuid, Holder(HolderKind.ALLOCATED,
-                                                       f"claim {pod.namespace}/{name} (pod {pod.ref})")))
+                                                       f"claim {pod.namespace}/{name} (pod {pod.ref}{where})",
+                                                       pod.ref, pod.uid)))
+            for pod in snap.incoming:
+                if waits_for_allocation(pod, snap.claims):
+                    holder = Holder(HolderKind.INCOMING, f"pod {pod.ref}", pod.ref, pod.uid)
+                    pairs += [(uuid, holder) for uuid in self._uuids.values()]
         return Facts.build(pairs, unknown)
 
 

@@ -38,6 +38,9 @@ class SplitMetrics:
         self.refusals = Counter("dra_bridge_split_refusals", "Refusals by the ownership ledger: an invalid target "
                                 "(split), a device-plugin Allocate or a NodePrepareResources for a device of the other "
                                 "side", ["api"], registry=r)
+        self.stuck = Gauge("dra_bridge_split_stuck_claims", "ResourceClaims allocated a GPU that a legacy container "
+                           "holds (a late allocation after the GPU left DRA): their pods wait for that container",
+                           registry=r)
         self.evaluations = Counter("dra_bridge_split_evaluations", "Split evaluations by resulting state "
                                    "(converged, converging, refused)", ["state"], registry=r)
         self.requested = Gauge("dra_bridge_split_requested_devices", "GPUs the requested split puts on DRA "

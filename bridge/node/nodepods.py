@@ -1,15 +1,35 @@
-"""The pods bound to this node and the ResourceClaims they use: what the holders of both sides need from the API.
+"""The pods bound or nominated to this node and the ResourceClaims they use: what the holders of both sides need
+from the API.
 
-One watch per node daemon, on pods with the field selector `spec.nodeName=<node>` (what the kubelet itself
-watches), plus a GET per claim those pods reference: never a cluster-wide claim watch, which every node would
-receive in full (5,000 nodes x every claim change). `on_change` is called once per watch event (or refresh) that
-changed anything, after its claim reads: a new DRA pod is one change to the split, not one for the pod and one for
-its claim (two evaluations, each a PodResources List on the kubelet while it starts that pod). Claims are read
-when a pod first references them, again when the pod ends (the claim controller deallocates a claim whose pods
-are gone), after a failed read, and on `refresh_claims()` (before a device leaves the DRA side). A claim's
-allocation is written by the scheduler before it binds the pod (PreBind, then Bind), so by the time a pod is seen
-here its claims are allocated; claims allocated for a pod the scheduler has not bound yet are covered by the
-split's grace and by prepare taking a device back (`bridge.ledger.guard_prepare`).
+Two watches per node daemon, never a cluster-wide one:
+* pods with the field selector `spec.nodeName=<node>` (what the kubelet itself watches; the API server's watch
+  cache indexes this field, pkg/registry/core/pod/strategy.go `Indexers`), and
+* pods with `status.nominatedNodeName=<node>`: the pods the scheduler is binding to this node. Since KEP-5278
+  (NominatedNodeNameForExpectation, beta and on by default from 1.35) kube-scheduler writes `nominatedNodeName`
+  at the start of a binding cycle whose Permit waits or whose PreBind plugins have work to do
+  (pkg/scheduler/schedule_one.go `bindingCycle`: `RunPreBindPreFlights`, then `updatePod` with the nominating
+  info), and DynamicResources' `PreBindPreFlight` has work for every pod with a claim
+  (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go). The device it chose from the
+  ResourceSlice of that moment is written only in PreBind (`bindClaim`), up to 1.35 after VolumeBinding's PreBind
+  (which waits up to `bindTimeoutSeconds`, 600 s, for late-bound volumes), and Bind comes after that: for all that
+  time the claim has no allocation and the pod no `nodeName`, and `nominatedNodeName` is the only trace of the
+  decision. From 1.36 the two PreBind plugins run in parallel: the claim is allocated at once and only the Bind
+  waits, so a nominated pod's allocated claim holds its GPU (`ALLOCATED`) for that time.
+  The field is selectable for pods (`ToSelectableFields` lists `status.nominatedNodeName`); the watch cache does not
+  index it, so the API server matches each pod event against every node daemon's selector in memory (one string
+  comparison per GPU node per pod event) and sends a daemon only its node's pods; each (re)list scans the cached
+  pods once. The binding clears the field (ClearingNominatedNodeNameAfterBinding, beta in 1.35,
+  pkg/registry/core/pod/storage/storage.go), and a failed binding cycle clears it too, so the set stays small.
+  Preemption nominates pods as well (they wait here for their victims): they are the same fact, a pod on its way.
+
+plus a GET per claim those pods reference: never a cluster-wide claim watch, which every node would receive in full
+(5,000 nodes x every claim change). `on_change` is called once per watch event (or refresh) that changed anything,
+after its claim reads: a new DRA pod is one change to the split, not one for the pod and one for its claim (two
+evaluations, each a PodResources List on the kubelet while it starts that pod). Claims are read when a pod first references them, again when it is first seen bound
+and when it ends (the claim controller deallocates a claim whose pods are gone), after a failed read, at every
+`refresh_claims()` while a nominated pod's claim is not allocated yet, and on `refresh_claims(every=True)` (before
+a device leaves the DRA side). A pod nominated here whose claim is not allocated yet (or whose extended-resource
+request's claim the scheduler has not made yet) is `incoming`: any DRA device of this node may be the one chosen.
 
 Which claims a pod uses (core/v1 Pod): `spec.resourceClaims[].resourceClaimName` (a claim by name),
 `status.resourceClaimStatuses[].resourceClaimName` (claims generated from templates) and, with
@@ -24,7 +44,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.kube.api import PODS, KubeAPI, Obj, WatchEvent
@@ -35,6 +55,8 @@ from bridge.kvalues.quantity import QuantityError, quantity_int
 log = logging.getLogger(__name__)
 
 _TERMINAL = ("Succeeded", "Failed")
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"  # a DeviceClass's implicit extended resource (KEP-5004)
+MAX_DELETED = 4096  # deleted pods remembered (their kubelet-checkpoint entries are leftovers, not holders)
 
 
 @dataclass(frozen=True)
@@ -54,6 +76,9 @@ class PodView:
     init_containers: tuple[GpuInitContainer, ...]  # only those asking for our resource
     app_containers: tuple[str, ...]
     claims: tuple[str, ...]  # claim names in the pod's namespace
+    bound: bool = True  # spec.nodeName is set (else: nominated to this node, the scheduler is binding it)
+    # Asks for a DeviceClass's implicit extended resource and the scheduler has not made its claim yet (PreBind).
+    extended_pending: bool = False
 
     @property
     def ref(self) -> str:
@@ -66,6 +91,7 @@ class ClaimView:
     name: str
     devices: tuple[str, ...] = ()  # this node's devices allocated to it (names, e.g. "gpu-3")
     error: str = ""  # why it could not be read (NotFound is not an error: not allocated)
+    allocated: bool = False  # it has an allocation (on any node, of any driver)
 
 
 @dataclass(frozen=True)
@@ -75,9 +101,27 @@ class PodsSnapshot:
     why: str  # when not listed or not claims_ok
     pods: tuple[PodView, ...] = ()
     claims: Mapping[tuple[str, str], ClaimView] | None = None
+    deleted: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # uid -> (namespace, name), recently gone
+    incoming: tuple[PodView, ...] = ()  # nominated to this node, not bound yet, waiting for a device here
 
     def pod_by_uid(self) -> dict[str, PodView]:
         return {p.uid: p for p in self.pods}
+
+
+def waits_for_allocation(pod: PodView, claims: Mapping[tuple[str, str], ClaimView]) -> bool:
+    """A pod nominated here still waiting for the scheduler to write a claim's allocation (or to make its
+    extended-resource claim): any of this node's DRA devices may be the one it gets. Any claim counts, whatever its
+    DeviceClass (a pending claim does not say which driver will serve it): safe, and a pod is nominated only for the
+    length of its binding cycle."""
+    if pod.bound or pod.terminal:
+        return False
+    if pod.extended_pending:
+        return True
+    for name in pod.claims:
+        view = claims.get((pod.namespace, name))
+        if view is None or view.error or not view.allocated:
+            return True
+    return False
 
 
 def _gpus(container: Mapping[str, Any], resource: str) -> int:
@@ -110,9 +154,15 @@ def pod_view(pod: Obj, resource: str) -> PodView:
     ext = status.get("extendedResourceClaimStatus") or {}
     if isinstance(ext, dict) and ext.get("resourceClaimName"):
         claims.append(str(ext["resourceClaimName"]))
+    asks_class = any(str(name).startswith(DEVICE_CLASS_PREFIX)
+                     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                     if isinstance(c, dict)
+                     for section in ("requests", "limits")
+                     for name in (((c.get("resources") or {}).get(section)) or {}))
     return PodView(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")), terminal,
                    inits, tuple(str(c.get("name")) for c in spec.get("containers") or [] if isinstance(c, dict)),
-                   tuple(dict.fromkeys(claims)))
+                   tuple(dict.fromkeys(claims)), bound=bool(spec.get("nodeName")),
+                   extended_pending=asks_class and not (isinstance(ext, dict) and ext.get("resourceClaimName")))
 
 
 def allocated_devices(claim: Obj, driver: str, pool: str) -> tuple[str, ...]:
@@ -131,23 +181,30 @@ class NodePods:
         self.driver = driver
         self.on_change = on_change
         self.informer = Informer(api, PODS, field_selector=f"spec.nodeName={node_name}", on_event=self._on_event)
+        self.nominated = Informer(api, PODS, field_selector=f"status.nominatedNodeName={node_name}",
+                                  on_event=self._on_nominated)
         self._lock = threading.Lock()
         self._pods: dict[str, PodView] = {}  # by uid
+        self._incoming: dict[str, PodView] = {}  # by uid: nominated here, not bound
         self._claims: dict[tuple[str, str], ClaimView] = {}
         self._ended_read: dict[tuple[str, str], float] = {}  # claim -> next re-read while its pod has ended
+        self._deleted: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of pods seen deleted, oldest first
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._nominated_thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
             self._thread = self.informer.start(self._stop)
+            self._nominated_thread = self.nominated.start(self._stop)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        for th in (self._thread, self._nominated_thread):
+            if th is not None:
+                th.join(timeout)
+        self._thread = self._nominated_thread = None
 
     # NodeComponent (bridge.node.daemon): an API outage must not restart the pod; the split reports it instead.
     def liveness(self) -> Mapping[str, Callable[[], str | None]]:
@@ -159,45 +216,63 @@ class NodePods:
     # ---- reading -----------------------------------------------------------------------------------------------
 
     def snapshot(self) -> PodsSnapshot:
-        if not self.informer.synced.is_set():
-            return PodsSnapshot(False, False, f"the pods bound to node {self.node_name} have not been listed yet"
-                                       + self._error_tail())
-        if not self.informer.healthy:
-            return PodsSnapshot(False, False, f"the watch on the pods bound to node {self.node_name} is down"
-                                       + self._error_tail())
+        for informer, what in ((self.informer, "bound to"), (self.nominated, "nominated to")):
+            if not informer.synced.is_set():
+                return PodsSnapshot(False, False, f"the pods {what} node {self.node_name} have not been listed yet"
+                                           + _error_tail(informer))
+            if not informer.healthy:
+                return PodsSnapshot(False, False, f"the watch on the pods {what} node {self.node_name} is down"
+                                           + _error_tail(informer))
         with self._lock:
             pods = tuple(self._pods.values())
+            incoming = tuple(p for uid, p in self._incoming.items() if uid not in self._pods)
             claims = dict(self._claims)
-        for key in sorted({(p.namespace, n) for p in pods for n in p.claims}):
+            deleted = dict(self._deleted)
+        for key in sorted({(p.namespace, n) for p in (*pods, *incoming) for n in p.claims}):
             c = claims.get(key)
             if c is None or c.error:
                 why = c.error if c is not None else "not read yet"
                 return PodsSnapshot(True, False, f"ResourceClaim {key[0]}/{key[1]} cannot be read ({why})", pods,
-                                    claims)
-        return PodsSnapshot(True, True, "", pods, claims)
-
-    def _error_tail(self) -> str:
-        err = self.informer.last_error
-        return f" ({err.message})" if err is not None else ""
+                                    claims, deleted, incoming)
+        return PodsSnapshot(True, True, "", pods, claims, deleted, incoming)
 
     def refresh_claims(self, *, every: bool = False, ended_interval_s: float = 5.0) -> None:
         """Read claims again: all of them (`every`, before a device leaves the DRA side), else those whose last read
-        failed and, at most every `ended_interval_s`, those of ended pods that still hold an allocation (the claim
-        controller deallocates them some time after the pod ended; until then the device stays held)."""
+        failed, those of nominated pods not allocated yet, and, at most every `ended_interval_s`, those of ended pods
+        that still hold an allocation (the claim controller deallocates them some time after the pod ended; until
+        then the device stays held) and those of running pods not allocated when last read."""
         now = time.monotonic()
         with self._lock:
             keys: set[tuple[str, str]] = set()
-            for p in self._pods.values():
+            for p in (*self._pods.values(), *self._incoming.values()):
                 for n in p.claims:
                     c = self._claims.get((p.namespace, n))
-                    if every or c is None or c.error:
-                        keys.add((p.namespace, n))
-                    elif p.terminal and c.devices and now >= self._ended_read.get((p.namespace, n), 0.0):
+                    if every or c is None or c.error or (not p.bound and not c.allocated):
+                        keys.add((p.namespace, n))  # a nominated pod's claim: PreBind allocates it any moment
+                    elif ((p.terminal and c.devices) or (p.bound and not p.terminal and not c.allocated)) \
+                            and now >= self._ended_read.get((p.namespace, n), 0.0):
+                        # An ended pod's claim is deallocated some time after it ended; a running pod's claim that
+                        # was not there or not allocated when last read (written out of the usual order) is read
+                        # again too, so its allocation is seen.
                         keys.add((p.namespace, n))
                         self._ended_read[(p.namespace, n)] = now + ended_interval_s
         changed = [self._read_claim(ns, name) for ns, name in sorted(keys)]
         if any(changed):
             self.on_change()
+
+    def waiting_for_claims(self) -> bool:
+        """A running pod bound here, or a pod nominated here, references a claim not allocated when last read."""
+        with self._lock:
+            for p in (*self._pods.values(), *self._incoming.values()):
+                if p.terminal:
+                    continue
+                for n in p.claims:
+                    c = self._claims.get((p.namespace, n))
+                    if c is None or c.error or not c.allocated:
+                        return True
+                if not p.bound and p.extended_pending:
+                    return True
+        return False
 
     # ---- watch -------------------------------------------------------------------------------------------------
 
@@ -207,25 +282,51 @@ class NodePods:
             old = self._pods.get(view.uid)
             if ev.type == "DELETED":
                 self._pods.pop(view.uid, None)
+                self._deleted[view.uid] = (view.namespace, view.name)
+                while len(self._deleted) > MAX_DELETED:
+                    del self._deleted[next(iter(self._deleted))]
             else:
                 self._pods[view.uid] = view
-            wanted = {(p.namespace, n) for p in self._pods.values() for n in p.claims}
-            for key in [k for k in self._claims if k not in wanted]:
-                del self._claims[key]
-                self._ended_read.pop(key, None)
+            self._forget_unwanted_claims()
             unread = [(view.namespace, n) for n in view.claims if (view.namespace, n) not in self._claims]
         reread: Sequence[str] = ()
         if ev.type != "DELETED" and old is not None and view.terminal and not old.terminal:
             reread = view.claims  # the pod ended: its claims may be deallocated now
+        elif ev.type != "DELETED" and old is None:
+            # First seen bound: a claim read while the pod was only nominated here predates its allocation.
+            reread = [n for n in view.claims if (view.namespace, n) not in unread]
         changed = [self._read_claim(ns, name) for ns, name in unread + [(view.namespace, n) for n in reread]]
         if old != view or any(changed):
             self.on_change()  # once per event: the pod and its claims are one change to the split
+
+    def _on_nominated(self, ev: WatchEvent) -> None:
+        """A pod the scheduler nominated to this node (or that lost the nomination: DELETED from this view)."""
+        view = pod_view(ev.object, self.resource)
+        with self._lock:
+            old = self._incoming.get(view.uid)
+            if ev.type == "DELETED" or view.bound or view.terminal:
+                self._incoming.pop(view.uid, None)
+            else:
+                self._incoming[view.uid] = view
+            self._forget_unwanted_claims()
+            unread = [(view.namespace, n) for n in view.claims if (view.namespace, n) not in self._claims]
+        changed = [self._read_claim(ns, name) for ns, name in unread]
+        if old != self._incoming.get(view.uid) or any(changed):
+            self.on_change()
+
+    def _forget_unwanted_claims(self) -> None:
+        """Drop claims no bound or nominated pod references any more (lock held)."""
+        wanted = {(p.namespace, n) for p in (*self._pods.values(), *self._incoming.values()) for n in p.claims}
+        for key in [k for k in self._claims if k not in wanted]:
+            del self._claims[key]
+            self._ended_read.pop(key, None)
 
     def _read_claim(self, namespace: str, name: str) -> bool:
         """Read one claim into the cache; True when what is cached for it changed (the caller tells `on_change`)."""
         try:
             claim = self.api.get(self.api.resource_api().claims, name, namespace)
-            view = ClaimView(namespace, name, allocated_devices(claim, self.driver, self.node_name))
+            view = ClaimView(namespace, name, allocated_devices(claim, self.driver, self.node_name),
+                             allocated=bool((claim.get("status") or {}).get("allocation")))
         except NotFound:
             view = ClaimView(namespace, name)
         except KubeError as err:
@@ -233,7 +334,8 @@ class NodePods:
                         extra={"node": self.node_name})
             view = ClaimView(namespace, name, error=err.message)
         with self._lock:
-            if any(p.namespace == namespace and name in p.claims for p in self._pods.values()):
+            if any(p.namespace == namespace and name in p.claims
+                   for p in (*self._pods.values(), *self._incoming.values())):
                 changed = self._claims.get((namespace, name)) != view
                 self._claims[(namespace, name)] = view
             else:
@@ -241,4 +343,10 @@ class NodePods:
         return changed
 
 
-__all__ = ["ClaimView", "GpuInitContainer", "NodePods", "PodView", "PodsSnapshot", "allocated_devices", "pod_view"]
+def _error_tail(informer: Informer) -> str:
+    err = informer.last_error
+    return f" ({err.message})" if err is not None else ""
+
+
+__all__ = ["ClaimView", "GpuInitContainer", "NodePods", "PodView", "PodsSnapshot", "allocated_devices", "pod_view",
+           "waits_for_allocation"]

@@ -70,6 +70,7 @@ class Holdings:
 
     legacy: dict[str, list[Holder]] = field(default_factory=dict)  # device ID -> holders
     dynamic: tuple[DynamicHolder, ...] = ()
+    active: frozenset[tuple[str, str]] = frozenset()  # (namespace, name) of every pod the kubelet lists (active)
 
 
 def list_holdings(socket_path: str, resource_name: str, driver: str | None = None,
@@ -95,6 +96,7 @@ def list_holdings(socket_path: str, resource_name: str, driver: str | None = Non
         channel.close()
     held: dict[str, list[Holder]] = {}
     dynamic: list[DynamicHolder] = []
+    active = frozenset((pod.namespace, pod.name) for pod in resp.pod_resources)
     for pod in resp.pod_resources:
         for c in pod.containers:
             holder = Holder(pod.namespace, pod.name, c.name)
@@ -110,7 +112,7 @@ def list_holdings(socket_path: str, resource_name: str, driver: str | None = Non
                     if cr.driver_name == driver:
                         dynamic.append(DynamicHolder(holder, dr.claim_namespace, dr.claim_name, cr.pool_name,
                                                      cr.device_name))
-    return Holdings(held, tuple(dynamic))
+    return Holdings(held, tuple(dynamic), active)
 
 
 def adopt(kubelet_root: str, resource_name: str, inventory: Collection[str], timeout: float = 10.0) -> Adoption:

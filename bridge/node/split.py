@@ -86,6 +86,11 @@ class FactSource(Protocol):
 
     def legacy_facts(self) -> Facts: ...
 
+    def wants_poll(self) -> bool:
+        """Something the sources can only poll is expected to change soon (a claim not allocated yet): evaluate
+        every `held_poll_s` even on a converged node."""
+        ...
+
 
 @dataclass(frozen=True)
 class SplitConfig:
@@ -148,6 +153,8 @@ class SplitController:
         self._refusals: collections.deque[RefusalStatus] = collections.deque(maxlen=5)
         self._queued: list[MoveEvent] = []
         self._told: dict[DeviceID, str] = {}  # the waiting reason last told per device (Event dedupe)
+        self._told_stuck: dict[tuple[DeviceID, str], str] = {}  # (device, claim) stuck claims already told
+        self._stuck_since: dict[tuple[str, str], str] = {}  # (device name, claim) -> first seen stuck (RFC 3339)
         self._told_refusal = ""
         self._told_conflict = ""
         self._was_converged: bool | None = None
@@ -194,6 +201,12 @@ class SplitController:
 
     def dra_uuids(self) -> tuple[DeviceID, ...]:
         return tuple(g.uuid for g in self._ledger.on(Side.DRA))
+
+    def set_ledger_config(self, cfg: LedgerConfig) -> None:
+        """Replace the timings (`--split-grace auto` resolved once the API server's version is known)."""
+        with self._lock:
+            self.cfg = cfg
+        self.kick("the split timings changed")
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -491,6 +504,7 @@ class SplitController:
             else:
                 log.warning("%s", e.describe(), extra={"node": node, "device": e.name})
                 self._event("DRADeviceReclaimed", e.describe(), "Normal")
+        self._report_stuck(d)
         waiting_now: dict[DeviceID, str] = {}
         for w in d.waiting:
             if w.phase not in ("held", "unknown", "cooldown"):
@@ -506,21 +520,50 @@ class SplitController:
                                            "serve DRA", "Normal")
         self._was_converged = converged
 
-    def _event(self, reason: str, message: str, type_: Literal["Normal", "Warning"]) -> None:
+    def _report_stuck(self, d: Decision) -> None:
+        """A claim allocated a GPU that a legacy pod holds: say so once where its user looks (a Warning Event on the
+        claim's pod, and on the Node), and log it. Metric `dra_bridge_split_stuck_claims`."""
+        now: dict[tuple[DeviceID, str], str] = {}
+        for w in d.waiting:
+            if w.phase != Phase.RECLAIM or not w.blockers:
+                continue
+            for claim in w.claims:
+                key = (w.device, claim.who)
+                now[key] = w.reason
+                if key in self._told_stuck:
+                    continue
+                log.warning("%s", w.reason, extra={"node": self.node_name, "device": w.name})
+                self._event("DRAClaimStuck", w.reason, "Warning")
+                if claim.pod:
+                    ns, _, name = claim.pod.partition("/")
+                    meta = {"name": name, "namespace": ns, **({"uid": claim.pod_uid} if claim.pod_uid else {})}
+                    self._event("DRAClaimStuck", w.reason, "Warning",
+                                involved={"apiVersion": "v1", "kind": "Pod", "metadata": meta})
+        self._told_stuck = now
+        self.metrics.stuck.set(len({claim for _, claim in now}))
+
+    def _event(self, reason: str, message: str, type_: Literal["Normal", "Warning"], *,
+               involved: Obj | None = None) -> None:
         if self.api is None:
             return
-        meta = (self._node_obj or {}).get("metadata") or {"name": self.node_name}
-        involved = {"apiVersion": "v1", "kind": "Node", "metadata": {k: meta[k] for k in ("name", "uid") if k in meta}}
+        if involved is None:
+            meta = (self._node_obj or {}).get("metadata") or {"name": self.node_name}
+            involved = {"apiVersion": "v1", "kind": "Node",
+                        "metadata": {k: meta[k] for k in ("name", "uid") if k in meta}}
         try:
             record_event(self.api, involved, reason, message, type_, EVENT_COMPONENT, host=self.node_name)
         except KubeError as err:
-            log.warning("could not record Event %s on node %s: %s", reason, self.node_name, err.message)
+            log.warning("could not record Event %s on %s %s: %s", reason, involved["kind"],
+                        involved["metadata"].get("name"), err.message)
 
     def _write_status(self, request: SplitRequest, d: Decision, facts: Facts) -> None:
         with self._lock:
             refusals = tuple(self._refusals)
+        now = _now_rfc3339(self._wall())
+        stuck = {(w.name, c.who) for w in d.waiting if w.phase == Phase.RECLAIM and w.blockers for c in w.claims}
+        self._stuck_since = {k: self._stuck_since.get(k, now) for k in stuck}
         built = build_status(node=self.node_name, request=request, decision=d, facts=facts, refusals=refusals,
-                             updated=_now_rfc3339(self._wall()), checkpoint_error=self._save_error)
+                             updated=now, checkpoint_error=self._save_error, stuck_since=self._stuck_since)
         self._publish(built)
 
     def _publish(self, built: SplitStatus) -> None:
@@ -628,6 +671,8 @@ class SplitController:
         due: list[float] = []
         led = self._ledger
         for mv in led.moves.values():
+            if mv.phase is Phase.RECLAIM:
+                continue  # no deadline: re-checked every held_poll_s below
             due.append(mv.started_at + cfg.move_timeout_s)
             if mv.phase is Phase.NODE_STATUS:
                 due.append(mv.started_at + cfg.settle_s)
@@ -642,7 +687,7 @@ class SplitController:
             due.append(self._save_retry_at)
         if self._eval_retry_at is not None:
             due.append(self._eval_retry_at)
-        if any(w.phase in ("held", "unknown") for w in d.waiting) or any(
+        if any(w.phase in ("held", "unknown", Phase.RECLAIM) for w in d.waiting) or self.sources.wants_poll() or any(
                 p.holder.kind is HolderKind.ALLOCATE for p in led.pending):
             due.append(now + self.config.held_poll_s)
         if self._status is None or self._status_error or self._status_dirty:

@@ -78,6 +78,11 @@ def render_table(v: NodeSplitView) -> str:
         rows = [["DEVICE", "MOVE", "PHASE", "WHY"]]
         rows += [[p.device, f"{p.source.value}->{p.target.value}", p.phase, p.reason] for p in s.pending]
         lines += ["", "Not yet where the target asks:", *_table(rows)]
+    if s.stuck:
+        rows = [["CLAIM", "POD", "DEVICE", "HELD BY (LEGACY)", "SINCE"]]
+        rows += [[x.claim, x.pod or "-", x.device, x.holder, x.since] for x in s.stuck]
+        lines += ["", "Claims stuck behind a legacy pod (allocated a GPU after it left DRA):", *_table(rows)]
+        lines += [f"  {x.message}" for x in s.stuck]
     if s.refusals:
         rows = [["TIME", "API", "DEVICE", "MESSAGE"]]
         rows += [[r.time, r.api, r.device or "-", r.message] for r in s.refusals]

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.kube import EVENTS, NAMESPACES, NODES, connect
+from bridge.kube import EVENTS, NAMESPACES, NODES, PODS, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.apiserver import http as emulator_http
 from bridge.sandbox.kubelet import KubeletSimulator
@@ -187,7 +187,11 @@ def test_the_node_daemons_requests_are_all_granted_by_its_role(installed: Any, s
             node["metadata"]["annotations"]["dra-bridge.io/dra-devices"] = "0"
             api.update(NODES, node)  # gpu-7 is held: the move is refused with an Event, then done once it is free
             wait_until(lambda: api.list(EVENTS, "default")["items"], 30, "the refusal Event")
+            # the pod ends: its kubelet unprepares the claim, the pod goes, the claim with it (an allocated claim of
+            # a bound pod holds its GPU, prepared or not)
             kubelet.dra.unprepare_pod_with_retry(pod, timeout=30)
+            api.delete(PODS, "trainer", "team-a", grace_period_seconds=0)
+            api.delete(api.resource_api().claims, "gpu", "team-a")
             wait_until(lambda: not any(s["spec"].get("devices") for s in api.list(slices)["items"]), 60,
                        "every GPU back on the device plugin")
         finally:

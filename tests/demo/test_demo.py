@@ -120,6 +120,11 @@ def test_gpus_per_side_add_up_and_no_gpu_was_ever_on_both_sides(demo: Demo) -> N
     assert "No GPU on both sides: checked" in demo.text
 
 
+def test_no_pod_start_waited_for_a_refused_prepare(demo: Demo) -> None:
+    # each refused NodePrepareResources leaves its pod Pending until the kubelet's next resync, 60-90 s
+    assert summary(demo)["prepareFailures"] == []
+
+
 def test_the_report_exits_0_before_and_after_and_team_a_ends_ready_on_dra(demo: Demo) -> None:
     reports = summary(demo)["reports"]
     before, after = reports["report-before"], reports["report-after"]

@@ -38,7 +38,10 @@ def test_twenty_kubelet_restarts_each_end_in_a_fresh_registration_without_leaks(
         kubelet.restart()
         assert kubelet.devices.wait_for(lambda m: _registered_again(kubelet, i + 3), 20), f"restart {i + 1}"
         assert Path(plugin.socket_path).exists()
-        # The allocation path works on the new connection every time.
+        # The allocation path works on the new connection every time. The new kubelet read the earlier rounds'
+        # pods back from its checkpoint; its Allocate first drops the pods that are not active
+        # (manager.go UpdateAllocatedDevices), none here.
+        kubelet.devices.update_allocated([])
         kubelet.devices.allocate(f"pod-{i}", "main", RESOURCE, 1)
         kubelet.devices.remove_pod(f"pod-{i}")
 

@@ -48,7 +48,7 @@ def test_a_crash_while_re_preparing_a_reallocated_claim_ends_prepared_once_on_th
     kubelet.prepare_pod_with_retry(first, timeout=30)
     first_daemon.close()
 
-    cluster.api.delete(PODS, "first", "ns")
+    cluster.api.delete(PODS, "first", "ns", grace_period_seconds=0)  # force-deleted while its kubelet is away
     second = reallocate_to_a_new_pod(cluster.api, "ns", "gpu", "second", "gpu-3")
     daemon = daemon_factory(BRIDGE_CRASH_AT=point, BRIDGE_CRASH_ONCE_FILE=str(cluster.root / "once"))
     kubelet.restart()  # forgets that the claim is prepared: it asks again, for the UID it knows

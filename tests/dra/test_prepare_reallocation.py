@@ -47,7 +47,7 @@ def test_a_claim_reallocated_from_gpu_2_to_gpu_5_under_the_same_uid_is_prepared_
 
         # While the kubelet is down: the first pod goes, the claim is allocated to gpu-5 for a second pod, which the
         # scheduler then binds to this node (allocation before binding, as the scheduler's PreBind/Bind do).
-        api.delete(PODS, "first", "team-a")
+        api.delete(PODS, "first", "team-a", grace_period_seconds=0)  # force-deleted: its kubelet is down
         second = api.create(PODS, {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "second", "namespace": "team-a"},
             "spec": {"containers": [{"name": "c", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}],

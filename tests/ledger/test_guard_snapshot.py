@@ -196,6 +196,9 @@ def test_threads_allocating_while_devices_move_get_the_slow_paths_answer_every_t
         def legacy_facts(self) -> Facts:
             return Facts()
 
+        def wants_poll(self) -> bool:
+            return False
+
     published: set[str] = set()
 
     def publish(led: Ledger) -> None:

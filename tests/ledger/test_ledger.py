@@ -288,7 +288,9 @@ def test_prepare_for_a_device_held_by_a_legacy_pod_is_refused_naming_the_holder(
                                      lambda: held(3, HolderKind.INIT_CONTAINER, "pod ml/train-7 container init"), 0.0, CFG)
     assert new.side_of(U[3]) is Side.LEGACY
     assert refusals[0].message == (f"device gpu-3 ({U[3]}) is held on the legacy side by pod ml/train-7 container "
-                                   "init (legacy init container); ResourceClaim ml/c is prepared once it is free")
+                                   "init (legacy init container); ResourceClaim ml/c is prepared once it is free: "
+                                   "delete that pod to free gpu-3 now, or delete this pod so the scheduler picks "
+                                   "another GPU")
 
 
 def test_prepare_with_unknown_legacy_holders_is_refused_and_retried() -> None:
@@ -317,3 +319,66 @@ def test_the_ledger_rejects_sides_that_do_not_match_its_devices() -> None:
 def test_devices_new_to_the_node_start_legacy_and_vanished_ones_are_dropped() -> None:
     led = Ledger.adopt(GPUS[:7], {U[7]: Side.DRA, U[0]: Side.DRA, DeviceID("GPU-gone"): Side.DRA})
     assert led.side_of(U[0]) is Side.DRA and led.side_of(U[1]) is Side.LEGACY and led.side_of("GPU-gone") is None
+
+
+# ---- late allocations: a claim allocated a GPU after it left DRA --------------------------------------------------
+
+def late(i: int, *legacy: Holder) -> Facts:
+    """A claim allocated on gpu-<i> (the scheduler decided on an older slice), plus legacy holders of that GPU."""
+    claim = Holder(HolderKind.ALLOCATED, "claim ml/infer-gpu (pod ml/infer)", "ml/infer", "uid-infer")
+    return Facts.build([(U[i], claim), *((U[i], h) for h in legacy)])
+
+
+def test_a_free_gpu_a_late_allocation_names_is_taken_back_at_once_whatever_the_target() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("0"), late(3), obs(0, 8), CFG)
+    assert d.ledger.side_of(U[3]) is Side.DRA
+    [event] = d.events
+    assert (event.kind, event.name, event.target) == ("reclaimed", "gpu-3", Side.DRA)
+    assert "allocated to claim ml/infer-gpu (pod ml/infer)" in event.reason
+
+
+def test_a_held_gpu_a_late_allocation_names_is_withdrawn_until_its_legacy_holder_ends() -> None:
+    legacy = Holder(HolderKind.CONTAINER, "pod team/train-1 container main")
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("0"), late(3, legacy), obs(0, 8), CFG)
+    assert d.ledger.side_of(U[3]) is Side.WITHDRAWN and d.ledger.moves[U[3]].phase is Phase.RECLAIM
+    [w] = d.waiting
+    assert w.phase == Phase.RECLAIM and w.blockers == (legacy,) and w.claims[0].pod == "ml/infer"
+    assert w.reason == ("gpu-3 was allocated to claim ml/infer-gpu (pod ml/infer) (DRA claim allocated, not prepared "
+                        "yet) after it had moved to the device plugin, and is held there by pod team/train-1 container "
+                        "main (legacy container): pod ml/infer starts once that holder ends (delete it to free gpu-3 "
+                        "now, or delete pod ml/infer so the scheduler picks another GPU); gpu-3 is withdrawn from the "
+                        "device plugin meanwhile")
+    # No new legacy pod gets it meanwhile, even one the kubelet admitted before it saw the withdrawal.
+    _, refusals, _ = guard_allocate(d.ledger, [U[3]], 1.0, CFG)
+    assert refusals and "not legacy" in refusals[0].message
+    # Days later the legacy pod ends: the GPU becomes DRA (no timeout in this phase).
+    stuck = reconcile(d.ledger, parse_split("0"), late(3, legacy), obs(3 * 86400, 7), CFG)
+    assert stuck.ledger.moves[U[3]].phase is Phase.RECLAIM
+    done = reconcile(stuck.ledger, parse_split("0"), late(3), obs(3 * 86400 + 5, 7), CFG)
+    assert done.ledger.side_of(U[3]) is Side.DRA and not done.ledger.moves
+    assert [e.kind for e in done.events] == ["reclaimed"]
+
+
+def test_a_withdrawn_gpu_goes_back_to_legacy_when_the_claim_that_named_it_goes_away() -> None:
+    legacy = Holder(HolderKind.CONTAINER, "pod team/train-1 container main")
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("0"), late(3, legacy), obs(0, 8), CFG)
+    back = reconcile(d.ledger, parse_split("0"), held(3, who="pod team/train-1 container main"), obs(10, 7), CFG)
+    assert back.ledger.side_of(U[3]) is Side.LEGACY and not back.ledger.moves
+    assert [e.kind for e in back.events] == ["aborted"]
+
+
+def test_a_pod_nominated_here_and_waiting_for_its_allocation_keeps_every_dra_gpu_on_dra() -> None:
+    led = settle(Ledger.all_legacy(GPUS), "2")
+    incoming = Holder(HolderKind.INCOMING, "pod ml/infer", "ml/infer", "uid-infer")
+    facts = Facts.build([(u, incoming) for u in U])
+    d = reconcile(led, parse_split("0"), facts, obs(0, 6, published=[6, 7]), CFG)
+    assert not d.ledger.moves and {w.phase for w in d.waiting} == {"held"}
+    assert all("pod ml/infer (DRA pod nominated to this node, its claim not allocated yet)" in w.reason
+               for w in d.waiting)
+    # A move that was already under way when the pod was nominated is aborted at its verification.
+    moving = reconcile(led, parse_split("0"), FREE, obs(0, 6, published=[6, 7]), CFG).ledger
+    assert moving.moves
+    graced = reconcile(moving, parse_split("0"), facts, obs(30, 6, published=[]), CFG).ledger  # slice published
+    verify = reconcile(graced, parse_split("0"), facts, obs(36, 6, published=[]), CFG)  # after the grace
+    assert not verify.ledger.moves and {e.kind for e in verify.events} == {"aborted"}
+    assert sides(verify.ledger)["gpu-6"] == "dra" and sides(verify.ledger)["gpu-7"] == "dra"

@@ -167,12 +167,23 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         got = kubelet.devices.allocate("pod-legacy", "main", RESOURCE, 1, namespace="team-b", pod_name="legacy")
         assert got.envs["NVIDIA_VISIBLE_DEVICES"] in {g.uuid for g in GPUS[:6]}
 
-        # A claim for gpu-0 (legacy side) is refused with a per-claim error naming the device.
+        # A claim allocated gpu-0 while the legacy pod holds it (a late allocation) is refused with a per-claim error
+        # naming the device, and gpu-0 is withdrawn from the device plugin until the legacy pod ends; the claim's
+        # pod gets a Warning Event saying so. Once the claim and its pod go, gpu-0 is back on the device plugin.
+        assert got.envs["NVIDIA_VISIBLE_DEVICES"] == GPUS[0].uuid
         pod0 = make_pod(api, "team-a", "wrong", ["gpu0"])
         make_claim(api, "team-a", "gpu0", pod0, [gpu("gpu-0")])
         with pytest.raises(PodPrepareError) as refused:
             kubelet.dra.prepare_pod(pod0)
         assert "device gpu-0" in str(refused.value) and "legacy side" in str(refused.value)
+        assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (5, 3), 60), proc.lines[-20:]
+        stuck = wait_until(lambda: next((e for e in api.list(EVENTS, namespace="team-a")["items"]
+                                         if e["reason"] == "DRAClaimStuck"), None), 30, "the stuck claim's Event")
+        assert stuck["involvedObject"]["kind"] == "Pod" and stuck["involvedObject"]["name"] == "wrong"
+        assert "gpu-0 was allocated to claim team-a/gpu0" in stuck["message"] and "team-b/legacy" in stuck["message"]
+        api.delete(PODS, "wrong", "team-a", grace_period_seconds=0)
+        api.delete(api.resource_api().claims, "gpu0", "team-a")
+        assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (6, 2), 60), proc.lines[-20:]
 
         # A kubelet restart: the device plugin and DRA re-register, the wiped slices are republished.
         regs = kubelet.devices.resource(RESOURCE).registrations
@@ -181,7 +192,12 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
                                         and healthy_split(kubelet) == (6, 2), 60), proc.lines[-20:]
         kubelet.dra.wait_for_plugin(DRIVER, 60)
         wait_until(lambda: env.slice_devices() == {"gpu-6", "gpu-7"}, 60, "the slice republished after the wipe")
-        assert uid in kubelet.dra.prepare_pod_with_retry(pod, timeout=30)  # the kubelet prepares again: idempotent
+        # The restarted kubelet does not prepare the running pod again (its sandbox exists): the daemon's own record
+        # keeps the claim prepared (CDI spec in place) and PodResources still reports the device from the kubelet's
+        # claim checkpoint.
+        assert kubelet.dra.prepare_calls.count((DRIVER, (uid,))) == 1
+        assert set(cdi_files(env.cdi_root)) >= {uid}
+        assert [(a.pod_name, a.device) for a in kubelet.dra.dynamic_assignments()] == [("trainer", "gpu-7")]
 
         # Target 0: gpu-6 (free) goes back to the device plugin; gpu-7 stays on DRA while its claim is prepared, and
         # an Event on the Node says why ...
@@ -196,7 +212,7 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         # ... and follows once the pod is gone (unprepared, deleted, its claim deallocated and deleted): all 8 GPUs
         # back on the device plugin, none in the slice.
         kubelet.dra.unprepare_pod_with_retry(pod, timeout=30)
-        api.delete(PODS, "trainer", "team-a")
+        api.delete(PODS, "trainer", "team-a", grace_period_seconds=0)  # the kubelet's final delete, once unprepared
         api.delete(api.resource_api().claims, "gpu", "team-a")
         assert kubelet.devices.wait_for(lambda m: healthy_split(kubelet) == (8, 0), 60), proc.lines[-20:]
         wait_until(lambda: env.slice_devices() == set(), 60, "gpu-6 and gpu-7 gone from the slice")

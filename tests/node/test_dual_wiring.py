@@ -243,9 +243,13 @@ def test_after_a_corrupt_checkpoint_claims_running_containers_use_are_rebuilt_an
     assert world.kubelet.devices.wait_for(lambda m: world.counts() == (7, 1), 30)
     assert world.gpus[7].uuid not in world.kubelet.devices.resource(RESOURCE).healthy
     wait_until(lambda: set(world.slice_devices()) == {"gpu-7"}, 30, "only gpu-7 in the slice")
-    # After a kubelet restart the kubelet prepares again: answered from the rebuilt record.
+    # A kubelet restart does not prepare the running pod again (its sandbox exists): the rebuilt record alone keeps
+    # gpu-7 with the claim, through the re-registration and the slice wipe.
+    calls = len(world.kubelet.dra.prepare_calls)
     world.kubelet.restart()
     world.kubelet.dra.wait_for_plugin(DRIVER, 30)
-    calls = len(world.kubelet.dra.prepare_calls)
-    [dev] = world.kubelet.dra.prepare_pod_with_retry(pod, timeout=30)[uid].prepared[DRIVER]
-    assert dev.device == "gpu-7" and len(world.kubelet.dra.prepare_calls) > calls
+    wait_until(lambda: set(world.slice_devices()) == {"gpu-7"}, 30, "gpu-7 republished after the wipe")
+    assert world.kubelet.devices.wait_for(lambda m: world.counts() == (7, 1), 30)
+    assert len(world.kubelet.dra.prepare_calls) == calls
+    assert json.loads(checkpoint.read_text())["data"]["preparedClaims"][uid]["state"] == "PrepareCompleted"
+    assert set(cdi_files(world.root / "cdi")) == {uid}

@@ -119,6 +119,21 @@ def test_checkpoint_entries_of_pods_not_seen_yet_hold_for_a_while_then_are_lefto
     assert src.legacy_facts().of(GPUS[0].uuid) == ()
 
 
+def test_checkpoint_entries_of_a_deleted_pod_are_leftovers_at_once_unless_the_kubelet_still_runs_it(  # type: ignore[no-untyped-def]
+        kubelet) -> None:
+    # The kubelet rewrites its checkpoint only at its next Allocate or ListAndWatch update: an ended pod's entry stays.
+    root, manager = kubelet
+    # uid-forced was force-deleted in the API while the kubelet still runs it (PodResources lists it).
+    manager.seed_assignment(Assignment("uid-forced", "ml", "forced", "main", RESOURCE, (GPUS[2].uuid,)))
+    write_checkpoint(root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE,
+                     [("uid-gone", "main", [GPUS[0].uuid]), ("uid-forced", "init", [GPUS[1].uuid])])
+    snap = PodsSnapshot(True, True, "", (), {}, {"uid-gone": ("ml", "gone"), "uid-forced": ("ml", "forced")})
+    facts = sources(root, snap).legacy_facts()
+    assert facts.of(GPUS[0].uuid) == ()
+    assert facts.of(GPUS[1].uuid) == (Holder(HolderKind.CONTAINER, "pod ml/forced container init (deleted, still active "
+                                                                   "in the kubelet)"),)
+
+
 def test_an_unreadable_kubelet_checkpoint_makes_the_legacy_side_unknown_a_missing_one_only_when_it_matters(
         kubelet) -> None:  # type: ignore[no-untyped-def]
     """Issue 27 item 3: a file that is there but cannot be used means holders unknown (nothing moves), whatever

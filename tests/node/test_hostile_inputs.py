@@ -100,6 +100,9 @@ class FlakySources:
     def legacy_facts(self) -> Facts:
         return self.facts()
 
+    def wants_poll(self) -> bool:
+        return False
+
 
 def test_a_failed_evaluation_is_retried_with_backoff_and_the_status_says_error_meanwhile(api: KubeAPI) -> None:
     """Before: the next attempt waited for the last good decision's timer (up to 300 s) or the next annotation

@@ -45,6 +45,9 @@ class Sources:
     def facts(self, *, fresh_claims: bool = False) -> Facts:
         return self.now
 
+    def wants_poll(self) -> bool:
+        return False
+
     def legacy_facts(self) -> Facts:
         return self.now
 

@@ -7,7 +7,6 @@ ResourceSlice, and none is both assigned to a legacy container and prepared for 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,8 +84,23 @@ class Node:
         self.legacy_pods[name] = uid
         return self.name(resp.envs["NVIDIA_VISIBLE_DEVICES"])
 
+    def legacy(self, name: str, gpu_index: int) -> None:
+        """A legacy pod bound here that the kubelet admitted with gpu-<index> (its device-manager state, checkpoint
+        included, as after Allocate)."""
+        ensure_namespace(self.api, "team")
+        pod = self.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team"},
+                                     "spec": {"nodeName": NODE, "containers": [
+                                         {"name": "main", "image": "cuda", "resources": {"limits": {RESOURCE: "1"}}}]}},
+                              "team")
+        self.kubelet.devices.seed_assignment(Assignment(pod["metadata"]["uid"], "team", name, "main", RESOURCE,
+                                                        (self.gpus[gpu_index].uuid,)))
+        self.legacy_pods[name] = pod["metadata"]["uid"]
+
     def finish(self, name: str) -> None:
-        """The pod ended: the kubelet frees its GPU, the pod is deleted."""
+        """The pod ended, as its kubelet ends it: the terminal status is written, the GPU freed in the device manager
+        (in memory: the checkpoint file keeps the entry until its next write) and the pod deleted (at once: it has
+        ended)."""
+        self.api.patch(PODS, name, {"status": {"phase": "Succeeded"}}, "team", subresource="status")
         self.kubelet.devices.remove_pod(self.legacy_pods.pop(name))
         self.api.delete(PODS, name, "team")
 
@@ -183,20 +197,9 @@ def test_a_legacy_allocate_while_the_node_status_lags_wins_and_another_gpu_moves
     assert any("gpu-7 move aborted legacy->dra" in m and "device-plugin Allocate" in m for m in events)
 
 
-def write_kubelet_checkpoint(node: Node, entries: list[tuple[str, str, list[str]]]) -> None:
-    """The kubelet device manager's checkpoint (pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go), as the kubelet
-    writes it after an Allocate: (pod UID, container, device IDs) per entry."""
-    doc = {"Data": {"PodDeviceEntries": [{"PodUID": u, "ContainerName": c, "ResourceName": RESOURCE,
-                                          "DeviceIDs": {"0": ids}, "AllocResp": ""} for u, c, ids in entries],
-                    "RegisteredDevices": {RESOURCE: [g.uuid for g in node.gpus]}},
-           "Checksum": 0}
-    path = node.root / "kl" / "device-plugins" / "kubelet_internal_checkpoint"
-    path.write_text(json.dumps(doc))
-
-
 def test_a_running_init_container_keeps_its_gpu_off_dra_until_it_terminates(node: Node) -> None:
-    """PodResources never reports init containers (the simulator's assignment is not even made here): the GPU is
-    known from the kubelet's checkpoint, and held while the pod's init container has not terminated."""
+    """PodResources never reports init containers: the GPU is known from the kubelet's device-manager checkpoint
+    (the simulator writes it as the kubelet does after an Allocate), and held while the init container runs."""
     ensure_namespace(node.api, "ml")
     pod = node.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train-7", "namespace": "ml"},
                                  "spec": {"nodeName": NODE,
@@ -207,7 +210,8 @@ def test_a_running_init_container_keeps_its_gpu_off_dra_until_it_terminates(node
         {"name": "init", "ready": False, "restartCount": 0, "image": "cuda", "imageID": "",
          "state": {"running": {"startedAt": "2025-06-01T12:00:00Z"}}}]}
     pod = node.api.update(PODS, pod, "ml", subresource="status")
-    write_kubelet_checkpoint(node, [(pod["metadata"]["uid"], "init", [node.gpus[7].uuid])])
+    node.kubelet.devices.seed_assignment(Assignment(pod["metadata"]["uid"], "ml", "train-7", "init", RESOURCE,
+                                                    (node.gpus[7].uuid,), init_only=True))
     node.set_split("gpu-7")
     status = wait_until(lambda: (s := node.split_status()) and s.requested == "gpu-7" and s.pending and s, 30, "held")
     assert status.pending[0].reason == ("gpu-7 held by pod ml/train-7 container init (legacy init container); will "
@@ -233,8 +237,7 @@ def test_prepare_takes_a_free_gpu_back_and_waits_for_a_held_one_naming_its_holde
     wait_until(lambda: "gpu-3" in node.published(), 30, "gpu-3 published")
     node.check_one_owner()
     # gpu-2 is held by a legacy container: the claim gets a per-claim error naming it, and an Event.
-    node.kubelet.devices.seed_assignment(Assignment("uid-legacy", "team", "legacy-0", "main", RESOURCE,
-                                                    (node.gpus[2].uuid,)))
+    node.legacy("legacy-0", 2)
     pod2 = make_pod(node.api, "ml", "waits", ["c2"])
     uid2 = make_claim(node.api, "ml", "c2", pod2, [gpu("gpu-2")])["metadata"]["uid"]
     with pytest.raises(PodPrepareError) as refused:
@@ -245,7 +248,7 @@ def test_prepare_takes_a_free_gpu_back_and_waits_for_a_held_one_naming_its_holde
     wait_until(lambda: any("pod team/legacy-0" in e["message"] and e["involvedObject"]["name"] == "c2"
                            for e in node.api.list(EVENTS, "ml")["items"] if e["reason"] == "DeviceRefused"),
                30, "a DeviceRefused Event on claim c2 naming the holder")
-    node.kubelet.devices.remove_pod("uid-legacy")
+    node.finish("legacy-0")
     records = node.kubelet.dra.prepare_pod_with_retry(pod2, timeout=30)
     assert records[uid2].prepared[DRIVER][0].device == "gpu-2"
     node.check_one_owner()

@@ -70,8 +70,7 @@ def real() -> Iterator[Backend]:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Backend]:
-    # graceful_pod_deletion: as `SandboxCluster` runs it (and as the real server always behaves)
-    with ApiServer(version="1.37.2", graceful_pod_deletion=True, history_limit=HISTORY) as srv, \
+    with ApiServer(version="1.37.2", history_limit=HISTORY) as srv, \
             tempfile.TemporaryDirectory(prefix="diff-") as work:
         kubeconfig = Path(work) / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)
@@ -138,13 +137,6 @@ def test_crud_answers_match_per_kind(both: tuple[Backend, Backend], sfx: str, pl
 
 # -- DELETE of pods: graceful when bound -------------------------------------------------------------------------------
 
-GRACEFUL_DELETION = pytest.mark.xfail(strict=True, reason=(
-    "graceful pod deletion's answers are being changed under issue 24 (not here): kube-apiserver v1.37.2 answers a "
-    "pod removed at once (unbound, or gracePeriodSeconds=0) with deletionTimestamp, deletionGracePeriodSeconds 0 and "
-    "generation+1; the emulator answers the pod as it was (it shortens a pending grace period as the real one does, "
-    "since tests/real/test_bridge_components.py showed the kubelet simulator relying on it)"))
-
-
 def _pod_deletion(b: Backend, n: Normaliser, ns: str) -> Any:
     path = f"/api/v1/namespaces/{ns}/pods"
     assert b.call("POST", path, pod("bound", node="node-elsewhere")).status == 201
@@ -162,7 +154,6 @@ def _pod_deletion(b: Backend, n: Normaliser, ns: str) -> Any:
     }
 
 
-@GRACEFUL_DELETION
 def test_pod_deletion_is_graceful_when_bound_and_answers_the_pod(both: tuple[Backend, Backend], sfx: str) -> None:
     """A bound pod is deleted gracefully: the answer is the pod with `deletionTimestamp` and its grace period (30 s
     from the spec), and it stays until its kubelet (or a DELETE with gracePeriodSeconds=0) removes it. A second
@@ -180,6 +171,35 @@ def test_a_second_delete_of_a_terminating_pod_leaves_it_there(both: tuple[Backen
                 for k in ("delete bound", "get", "delete again without grace", "get after delete now")}
 
     assert same(both, script)["delete again without grace"] == (200, "Pod")
+
+
+def test_a_pod_deleted_at_once_is_seen_marked_then_deleted(both: tuple[Backend, Backend], sfx: str) -> None:
+    """k8s.io/apiserver store.go `Delete`: the pod strategy's mark (deletionTimestamp now, grace 0) is written before
+    the pod is removed, so a watch sees MODIFIED then DELETED, both with the mark; a bound pod deleted with grace 0
+    (the kubelet's final delete) likewise, after the MODIFIED of its graceful mark."""
+
+    def script(b: Backend, n: Normaliser) -> Any:
+        ns = namespace(b, f"delete-events-{sfx}")
+        path = f"/api/v1/namespaces/{ns}/pods"
+        rv = b.call("POST", path, pod("unbound")).body["metadata"]["resourceVersion"]
+        uid = b.call("POST", path, pod("bound", node="node-elsewhere")).body["metadata"]["uid"]
+
+        def deletes() -> None:
+            assert b.call("DELETE", f"{path}/unbound").status == 200
+            assert b.call("DELETE", f"{path}/bound").status == 200
+            assert b.call("DELETE", f"{path}/bound", {"gracePeriodSeconds": 0,
+                                                      "preconditions": {"uid": uid}}).status == 200
+
+        status, events = b.watch(path, {"resourceVersion": rv}, on_open=deletes,
+                                 until=lambda e: sum(x.get("type") == "DELETED" for x in e) >= 2)
+        # (the real scheduler's status updates of the unbound pod, with no node to put it on, are not compared)
+        return status, [(e["type"], e["object"]["metadata"]["name"],
+                         "deletionTimestamp" in e["object"]["metadata"],
+                         e["object"]["metadata"].get("deletionGracePeriodSeconds")) for e in events
+                        if e["type"] != "MODIFIED" or "deletionTimestamp" in e["object"]["metadata"]]
+
+    status, events = same(both, script)
+    assert [e[0] for e in events if e[1] == "unbound"] == ["MODIFIED", "DELETED"]
 
 
 def test_a_terminating_pod_that_has_finished_stays_until_deleted_with_grace_0(both: tuple[Backend, Backend],

@@ -19,6 +19,9 @@ class NoHolders:
     def facts(self, *, fresh_claims: bool = False) -> Facts:
         return Facts()
 
+    def wants_poll(self) -> bool:
+        return False
+
     def legacy_facts(self) -> Facts:
         return Facts()
 

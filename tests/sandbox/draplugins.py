@@ -14,6 +14,7 @@ import grpc
 from bridge._proto.dra.v1 import dra_pb2 as pb
 from bridge._proto.dra.v1 import dra_pb2_grpc as pb_grpc
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb
+from bridge.dra import health
 from bridge.dra.registration import RegistrationServicer, add_to_server, supported_versions
 from tests.dra.cluster import NODE
 
@@ -78,14 +79,19 @@ class SlowRegistration(RegistrationServicer):
 class ScriptedPlugin:
     """A DRA plugin double on real sockets: `<root>/plugins_registry/<driver>-reg.sock` + `<root>/<driver>.sock`."""
 
-    def __init__(self, root: Path, driver: str, script: Script, *, get_info_delay_s: float = 0.0) -> None:
+    def __init__(self, root: Path, driver: str, script: Script, *, get_info_delay_s: float = 0.0,
+                 board: health.HealthBoard | None = None) -> None:
+        """`board`: also serve DRAResourceHealth from it (the bridge's own stream logic)."""
         self.script = script
+        self.board = board
         endpoint = root / f"{driver}.sock"
         (root / "plugins_registry").mkdir(parents=True, exist_ok=True)
-        self.registration = SlowRegistration(driver, str(endpoint), supported_versions(health=False),
+        self.registration = SlowRegistration(driver, str(endpoint), supported_versions(health=board is not None),
                                              get_info_delay_s=get_info_delay_s)
-        self.dra = grpc.server(futures.ThreadPoolExecutor(4))
+        self.dra = grpc.server(futures.ThreadPoolExecutor(8))
         pb_grpc.add_DRAPluginServicer_to_server(ScriptedDra(script), self.dra)
+        if board is not None:
+            health.add_to_server(board, self.dra, resend_interval=0.5)
         self.dra.add_insecure_port(f"unix://{endpoint}")
         self.reg = grpc.server(futures.ThreadPoolExecutor(2))
         add_to_server(self.registration, self.reg)
@@ -94,5 +100,7 @@ class ScriptedPlugin:
         self.reg.start()
 
     def stop(self) -> None:
+        if self.board is not None:
+            self.board.close()
         self.reg.stop(0)
         self.dra.stop(0)

@@ -208,7 +208,7 @@ def test_a_pod_being_deleted_goes_only_with_a_shorter_grace_period(make_server, 
     """k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`, as kube-apiserver v1.37.2 answered: once a pod
     has a deletionTimestamp, a plain DELETE (even of a pod that has since failed) changes nothing; a shorter
     gracePeriodSeconds moves the deadline; 0 with the pod's uid (the kubelet's final delete) removes it."""
-    client = client_for(make_server(graceful_pod_deletion=True), tmp_path)
+    client = client_for(make_server(), tmp_path)
     core = kubernetes.client.CoreV1Api(client)
     uid = core.create_namespaced_pod("default", pod("p", node="node-a")).metadata.uid
     core.delete_namespaced_pod("p", "default")
@@ -250,7 +250,13 @@ def test_dry_run_validates_but_stores_nothing(core):
 def test_delete_collection_honours_label_and_field_selectors(core):
     for i in range(4):
         core.create_namespaced_pod("default", pod(f"p{i}", labels={"tier": "gpu" if i % 2 else "cpu"}, node="n1" if i < 2 else "n2"))
+    # Bound pods are deleted gracefully (terminating until their kubelet's final delete), so the selection shows as
+    # the pods marked; with grace 0 they are removed at once.
     core.delete_collection_namespaced_pod("default", label_selector="tier=gpu", field_selector="spec.nodeName=n1")
+    marked = {p.metadata.name for p in core.list_namespaced_pod("default").items if p.metadata.deletion_timestamp}
+    assert marked == {"p1"}
+    core.delete_collection_namespaced_pod("default", label_selector="tier=gpu", field_selector="spec.nodeName=n1",
+                                          grace_period_seconds=0)
     assert sorted(p.metadata.name for p in core.list_namespaced_pod("default").items) == ["p0", "p2", "p3"]
 
 

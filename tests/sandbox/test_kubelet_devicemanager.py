@@ -130,7 +130,7 @@ def test_restart_deletes_sockets_only_keeps_files_and_serves_a_new_kubelet_sock(
     start_plugin(kubelet, served, ["w0"])
     kubelet.devices.seed_assignment(Assignment("uid-1", "ns", "p", "c", RES, ("w0",)))
     d = kubelet.device_plugin_dir
-    (d / "kubelet_internal_checkpoint").write_text("{}")
+    assert (d / "kubelet_internal_checkpoint").is_file()  # written with the allocation, as the kubelet does
     (d / "DEPRECATION").write_text("x")
     other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     other.bind(str(d / "other-vendor.sock"))

@@ -8,6 +8,7 @@ alone; the scheduler and claim controller stand-ins are exercised in the sandbox
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from bridge._proto.podresources.v1 import podresources_pb2 as prpb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
+from bridge.dra.health import HealthBoard
 from bridge.kube import EVENTS, NODES, PODS, KubeAPI, NotFound, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import RUN_SECONDS_ANNOTATION, KubeletConfig, KubeletSimulator
@@ -39,7 +41,7 @@ class World:
 
     def pod(self, name: str, *, widgets: int = 0, cpu: str | None = None, claims: list[str] = (),  # type: ignore[assignment]
             annotations: dict[str, str] | None = None, restart: str = "Always",
-            init: list[dict[str, Any]] | None = None, **status: Any) -> dict[str, Any]:
+            init: list[dict[str, Any]] | None = None, bound: bool = True, **status: Any) -> dict[str, Any]:
         resources: dict[str, Any] = {}
         if widgets:
             resources["limits"] = {RES: str(widgets)}
@@ -47,8 +49,10 @@ class World:
             resources["requests"] = {"cpu": cpu}
         if claims:
             resources["claims"] = [{"name": c} for c in claims]
-        spec: dict[str, Any] = {"nodeName": NODE, "restartPolicy": restart,
+        spec: dict[str, Any] = {"restartPolicy": restart,
                                 "containers": [{"name": "main", "image": "cuda:12", "resources": resources}]}
+        if bound:
+            spec["nodeName"] = NODE
         if claims:
             spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
         if init:
@@ -59,6 +63,18 @@ class World:
 
     def get(self, name: str) -> dict[str, Any]:
         return self.api.get(PODS, name, NS)
+
+    def bind(self, name: str) -> None:
+        """POST pods/<name>/binding, as the scheduler's DefaultBinder does after PreBind."""
+        bind(self.api, name)
+
+    def dra_pod(self, name: str, claim: str, device: str) -> tuple[dict[str, Any], str]:
+        """A pod with one claim, in the scheduler's order: the claim allocated to `device` and reserved for the pod
+        (PreBind), then the pod bound here (Bind). Returns the pod and the claim's UID."""
+        pod = self.pod(name, claims=[claim], bound=False)
+        uid = make_claim(self.api, NS, claim, pod, [gpu(device, pool=NODE)])["metadata"]["uid"]
+        self.bind(name)
+        return pod, uid
 
     def phase(self, name: str) -> str | None:
         try:
@@ -80,6 +96,11 @@ class World:
         return {p.name: {c.name for c in p.containers} for p in pods}
 
 
+def bind(api: KubeAPI, name: str) -> None:
+    api.create(PODS, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": NS},
+                      "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}}, NS, subresource="binding")
+
+
 class Env:
     """An API emulator with the namespace; `start()` starts the kubelet (version-dependent) and the plugins."""
 
@@ -89,14 +110,18 @@ class Env:
         self.plugins: list[ScriptedPlugin] = []
         self.kubelets: list[KubeletSimulator] = []
 
-    def start(self, version: str = "1.34") -> World:
+    def start(self, version: str = "1.34", *, resync_interval: float = 60.0,
+              board: HealthBoard | None = None) -> World:
+        """The kubelet with its periods scaled down (node status, error backoff); the pod worker's resync keeps
+        the real 60 s unless a test scales it."""
         kubelet = KubeletSimulator(self.root / "kl", kube=self.api, node_name=NODE, dra_call_timeout=5.0,
                                    config=KubeletConfig(version=version, register_node=True, run_pods=True,
-                                                        node_status_frequency=0.2, sync_retry=0.2))
+                                                        node_status_frequency=0.2, sync_retry=0.2,
+                                                        resync_interval=resync_interval))
         self.kubelets.append(kubelet.start())
         widgets = start_plugin(kubelet, self.served, ["w0", "w1", "w2", "w3"])
         script = Script()
-        self.plugins.append(ScriptedPlugin(kubelet.root, DRIVER, script))
+        self.plugins.append(ScriptedPlugin(kubelet.root, DRIVER, script, board=board))
         assert kubelet.dra is not None
         kubelet.dra.wait_for_plugin(DRIVER, 30)
         api = self.api
@@ -117,7 +142,7 @@ class Env:
 def env(short_tmp: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
     """The API server at the release in `request.param` (indirect parametrization), 1.34 by default."""
     version = getattr(request, "param", "1.34.2")
-    with ApiServer(graceful_pod_deletion=True, version=version) as srv:
+    with ApiServer(version=version) as srv:
         api = connect(str(srv.write_kubeconfig(short_tmp / "kubeconfig")))
         ensure_namespace(api, NS)
         e = Env(api, short_tmp)
@@ -189,9 +214,8 @@ def test_the_devices_an_init_container_held_are_reused_by_the_app_container_and_
 
 
 def test_a_dra_pod_is_prepared_before_it_runs_and_unprepared_when_deleted(world: World) -> None:
-    pod = world.pod("infer", claims=["gpu"])
-    # The claim as the scheduler leaves it: allocated and reserved for the pod (bound by hand above).
-    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+    # The claim as the scheduler leaves it (allocated, reserved for the pod), then the pod bound here.
+    _, uid = world.dra_pod("infer", "gpu", "gpu-0")
     wait_until(lambda: world.phase("infer") == "Running", 30, "the DRA pod to run")
     assert world.dra.calls[0] == ("prepare", (uid,))
     world.api.delete(PODS, "infer", NS)  # graceful: the kubelet finishes the pod and deletes it
@@ -199,9 +223,8 @@ def test_a_dra_pod_is_prepared_before_it_runs_and_unprepared_when_deleted(world:
     assert ("unprepare", (uid,)) in world.dra.calls
 
 
-def test_a_failing_prepare_keeps_the_pod_pending_with_an_event_and_is_retried(world: World) -> None:
-    pod = world.pod("flaky", claims=["gpu"])
-    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+def test_a_failing_prepare_keeps_the_pod_pending_with_an_event(world: World) -> None:
+    pod, uid = world.dra_pod("flaky", "gpu", "gpu-0")
     world.dra.errors = {uid: "device gpu-0 is still held on the legacy side"}
     expected = ("Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for "
                 "ResourceClaim gpu: device gpu-0 is still held on the legacy side")
@@ -211,8 +234,43 @@ def test_a_failing_prepare_keeps_the_pod_pending_with_an_event_and_is_retried(wo
     status = world.get("flaky")["status"]
     assert status["phase"] == "Pending"
     assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    [failure] = world.kubelet.pods.prepare_failures if world.kubelet.pods else []
+    assert failure.pod == f"{NS}/flaky" and 60.0 <= failure.retry_in <= 90.0  # the pod worker's resync
+
+
+def test_a_failed_prepare_is_retried_at_the_pod_resync_not_on_status_updates_but_on_a_spec_or_annotation_update(
+        env: Env) -> None:
+    world = env.start(resync_interval=3.0)  # the resync scaled down 20x, so the wait is observable
+    pod, uid = world.dra_pod("flaky", "gpu", "gpu-0")
+    world.dra.errors = {uid: "held"}
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 1, 30, "the first prepare")
+    # A status-only change (another component's condition) is a RECONCILE: no sync, no new prepare.
+    world.api.patch(PODS, "flaky", {"status": {"conditions": [{"type": "example.com/ready", "status": "False"}]}},
+                    NS, subresource="status")
+    time.sleep(1.0)
+    assert world.dra.calls.count(("prepare", (uid,))) == 1
+    # An annotation change is an UPDATE: the pod is synced (and the prepare tried) at once.
+    world.api.patch(PODS, "flaky", {"metadata": {"annotations": {"example.com/nudge": "1"}}}, NS)
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 2, "the prepare after the update")
+    # Without updates, the next try comes at the resync: 3-4.5 s later.
     world.dra.errors = {}
-    wait_until(lambda: world.phase("flaky") == "Running", 30, "the retry to succeed")
+    start = time.monotonic()
+    wait_until(lambda: world.phase("flaky") == "Running", 10, "the resync's prepare to succeed")
+    assert 2.5 <= time.monotonic() - start <= 6.0
+
+
+def test_on_a_1_36_kubelet_a_health_change_of_the_refused_device_syncs_the_pod_at_once(short_tmp: Path,
+                                                                                           env: Env) -> None:
+    board = HealthBoard(NODE, {"GPU-0": "gpu-0"})
+    world = env.start("1.36", board=board)  # the real 60-90 s resync
+    pod, uid = world.dra_pod("waiting", "gpu", "gpu-0")
+    world.dra.errors = {uid: "device gpu-0 is held on the legacy side"}
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 1, 30, "the refused prepare")
+    board.set("gpu-0", "Unknown", "held on the legacy side")
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 10, "a sync caused by the health change")
+    world.dra.errors = {}
+    board.set("gpu-0", "Healthy")
+    wait_until(lambda: world.phase("waiting") == "Running", 10, "the pod to start without waiting for the resync")
 
 
 def test_podresources_lists_active_pods_even_without_devices_and_forgets_deleted_ones(world: World) -> None:
@@ -232,8 +290,7 @@ def extended_resource_pod(env: Env) -> tuple[dict[str, Any], str]:
     created (owned by the pod, allocated, reserved) and `status.extendedResourceClaimStatus` naming it."""
     pod = env.api.create(PODS, {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ext", "namespace": NS},
-        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda:12",
-                                                   "resources": {"limits": {EXT: "1"}}}]}}, NS)
+        "spec": {"containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {EXT: "1"}}}]}}, NS)
     claim = make_claim(env.api, NS, "ext-gpu", pod, [gpu("gpu-0", pool=NODE)], request="container-0-request-0")
     claim["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "ext",
                                              "uid": pod["metadata"]["uid"], "controller": True}]
@@ -242,32 +299,75 @@ def extended_resource_pod(env: Env) -> tuple[dict[str, Any], str]:
         "resourceClaimName": "ext-gpu",
         "requestMappings": [{"containerName": "main", "resourceName": EXT, "requestName": "container-0-request-0"}],
     }}}, NS, subresource="status")
+    bind(env.api, "ext")  # after PreBind, as the scheduler binds
     return pod, claim["metadata"]["uid"]
 
 
 @pytest.mark.parametrize("env", ["1.36.0"], indirect=True)  # a 1.34 API server drops the field (gate off)
 def test_from_1_36_the_scheduler_made_extended_resource_claim_is_prepared_for_the_pod(env: Env) -> None:
+    world = env.start("1.36")  # the DRA plugin registered before the pod arrives (else its first sync fails)
     _, uid = extended_resource_pod(env)
-    world = env.start("1.36")
     wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
     assert world.dra.calls[0] == ("prepare", (uid,))
     assert world.widgets.allocations == []  # the DRA-backed name is not a device-plugin resource
 
 
 @pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
-def test_a_1_34_kubelet_does_not_prepare_the_extended_resource_claim(env: Env) -> None:
+def test_a_1_34_kubelet_rejects_the_extended_resource_pod_and_never_prepares_its_claim(env: Env) -> None:
+    # Kubelet skew: DRAExtendedResource is alpha (off) in a 1.34 kubelet, so the mappings are not read and the
+    # implicit deviceclass.resource.kubernetes.io name (not an extended resource name) is counted against 0.
     extended_resource_pod(env)
-    world = env.start("1.34")  # kubelet skew: DRAExtendedResource is alpha (off) in a 1.34 kubelet
-    wait_until(lambda: world.phase("ext") == "Running", 30, "the pod to run")
+    world = env.start("1.34")
+    wait_until(lambda: world.phase("ext") == "Failed", 30, "the pod to be rejected")
+    status = world.get("ext")["status"]
+    assert status["reason"] == f"OutOf{EXT}"
+    assert status["message"] == (f"Pod was rejected: Node didn't have enough resource: {EXT}, requested: 1, used: 0, "
+                                 "capacity: 0")
     assert world.dra.calls == []
 
 
-def test_after_a_kubelet_restart_the_claims_of_running_pods_are_prepared_again(world: World) -> None:
-    pod = world.pod("steady", claims=["gpu"])
-    uid = make_claim(world.api, NS, "gpu", pod, [gpu("gpu-0", pool=NODE)])["metadata"]["uid"]
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
+def test_a_1_36_kubelet_rejects_an_extended_resource_pod_whose_mappings_do_not_cover_the_container(env: Env) -> None:
+    pod, _ = extended_resource_pod(env)
+    # The mapping names another container: the kubelet's removeMissingExtendedResources keeps the request.
+    env.api.patch(PODS, "ext", {"status": {"extendedResourceClaimStatus": {
+        "resourceClaimName": "ext-gpu",
+        "requestMappings": [{"containerName": "other", "resourceName": EXT, "requestName": "container-0-request-0"}],
+    }}}, NS, subresource="status")
+    world = env.start("1.36")
+    wait_until(lambda: world.phase("ext") == "Failed", 30, "the pod to be rejected")
+    assert world.get("ext")["status"]["reason"] == f"OutOf{EXT}"
+    assert world.dra.calls == []
+    assert [e["reason"] for e in world.events(f"OutOf{EXT}")] == [f"OutOf{EXT}"]
+
+
+@pytest.mark.parametrize("env", ["1.36.0"], indirect=True)
+def test_a_1_36_kubelet_rejects_an_extended_resource_pod_bound_before_the_scheduler_wrote_its_mappings(
+        env: Env) -> None:
+    env.api.create(PODS, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "early", "namespace": NS},
+        "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "cuda:12",
+                                                   "resources": {"limits": {EXT: "1"}}}]}}, NS)
+    world = env.start("1.36")
+    wait_until(lambda: world.phase("early") == "Failed", 30, "the pod to be rejected")
+    assert world.get("early")["status"]["reason"] == f"OutOf{EXT}"
+
+
+def test_after_a_kubelet_restart_running_pods_are_not_prepared_again_but_a_pod_not_started_yet_is(
+        env: Env) -> None:
+    # The resync scaled down: the restarted kubelet syncs the waiting pod before the plugin registered again, which
+    # fails (driver not registered) and is retried at the next resync, as on a real node.
+    world = env.start(resync_interval=2.0)
+    pod, uid = world.dra_pod("steady", "gpu", "gpu-0")
     wait_until(lambda: world.phase("steady") == "Running", 30, "the DRA pod to run")
+    waiting, other = world.dra_pod("waiting", "other", "gpu-1")
+    world.dra.errors = {other: "held"}
+    wait_until(lambda: world.dra.calls.count(("prepare", (other,))) == 1, 30, "the refused prepare")
+    world.dra.errors = {}
     world.kubelet.restart()
     assert world.kubelet.dra is not None
     world.kubelet.dra.wait_for_plugin(DRIVER, 30)
-    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 30, "NodePrepareResources again")
+    # The new kubelet syncs every pod at once: the one without a sandbox reaches its prepare, the running one not.
+    wait_until(lambda: world.phase("waiting") == "Running", 30, "the pod that had not started")
+    assert world.dra.calls.count(("prepare", (uid,))) == 1
     assert world.phase("steady") == "Running"

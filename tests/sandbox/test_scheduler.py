@@ -3,6 +3,7 @@ user of the sandbox sees (pods bound, claims created, reserved and released, Eve
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from bridge.kube import EVENTS, NODES, PODS, KubeAPI, NotFound, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.claimcontroller import ClaimController
 from bridge.sandbox.scheduler import Scheduler
+from bridge.sandbox.scheduler.scheduler import PREBIND_SECONDS_ANNOTATION
 from tests.polling import wait_until
 
 Obj = dict[str, Any]
@@ -55,8 +57,9 @@ class Cluster:
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}}})
 
-    def dra_pod(self, name: str, template: str = "one-gpu") -> None:
-        self.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+    def dra_pod(self, name: str, template: str = "one-gpu", annotations: dict[str, str] | None = None) -> None:
+        self.api.create(PODS, {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
                                "spec": {"containers": [{"name": "main", "image": "cuda",
                                                         "resources": {"claims": [{"name": "gpu"}]}}],
                                         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}]}},
@@ -174,7 +177,8 @@ def test_deleting_a_dra_pod_releases_and_deletes_its_claim_so_the_device_serves_
     claim = c.claim_of("first")
     c.dra_pod("second")
     wait_until(lambda: c.events("second", "FailedScheduling"), what="second waits")
-    c.api.delete(PODS, "first", "default")
+    # No kubelet runs here to finish a graceful deletion: the pod is force-deleted (grace 0), as its kubelet would.
+    c.api.delete(PODS, "first", "default", grace_period_seconds=0)
     wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="claim of the deleted pod removed")
     assert c.bound("second") == "n1"
     assert c.claim_of("second")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
@@ -206,7 +210,7 @@ def test_extended_resource_pod_gets_a_scheduler_made_claim_on_a_node_without_the
     assert status["requestMappings"] == [{"containerName": "main",
                                           "resourceName": f"deviceclass.resource.kubernetes.io/{DRIVER}",
                                           "requestName": "container-0-request-0"}]
-    c.api.delete(PODS, "ext", "default")
+    c.api.delete(PODS, "ext", "default", grace_period_seconds=0)  # no kubelet: force, as its kubelet would end it
     wait_until(lambda: c.claim_gone(claim["metadata"]["name"]), what="extended claim removed with its pod")
 
 
@@ -257,3 +261,46 @@ def test_scheduling_gates_keep_a_pod_out_with_the_scheduling_gated_condition(clu
     assert cond["reason"] == "SchedulingGated"
     assert cond["message"] == "Scheduling is blocked due to non-empty scheduling gates"
     assert not c.events("gated", "FailedScheduling")
+
+
+@pytest.mark.parametrize("version, nominates", [("1.35.0", True), ("1.34.2", False)])
+def test_a_slow_prebind_keeps_the_decision_out_of_the_api_except_for_the_nomination(cluster, version: str,
+                                                                                     nominates: bool) -> None:
+    """Up to 1.35 the allocation decided in the scheduling cycle is written only after VolumeBinding's PreBind
+    (modelled by the prebind-seconds annotation); from 1.35 the pod is nominated to its node meanwhile, and the bind
+    clears it."""
+    c = cluster(version)
+    c.add_node("n1", dra_gpus=1)
+    c.template("one-gpu")
+    c.dra_pod("slow", annotations={PREBIND_SECONDS_ANNOTATION: "3"})
+    if nominates:
+        wait_until(lambda: c.pod("slow")["status"].get("nominatedNodeName") == "n1", what="the nomination")
+    else:
+        time.sleep(1.0)
+        assert not c.pod("slow")["status"].get("nominatedNodeName")
+    pod = c.pod("slow")
+    assert not pod["spec"].get("nodeName")
+    claim = c.claim_of("slow")
+    assert not (claim.get("status") or {}).get("allocation"), "the allocation is written in PreBind, not before"
+    # Meanwhile the decision holds the device: a second pod does not get it.
+    c.dra_pod("second")
+    wait_until(lambda: c.events("second", "FailedScheduling"), what="second waits for the only GPU")
+    assert c.bound("slow") == "n1"
+    bound = c.pod("slow")
+    assert not bound["status"].get("nominatedNodeName"), "the API server clears the nomination on bind (1.35+)"
+    assert c.claim_of("slow")["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
+def test_from_1_36_the_allocation_is_written_while_the_volume_wait_holds_the_bind(cluster) -> None:
+    """From 1.36 VolumeBinding's and DynamicResources' PreBind run in parallel (framework.go
+    `getPreBindPluginGroups`): the claim is allocated at once, the pod stays nominated and unbound until the
+    (modelled) volume wait is over."""
+    c = cluster("1.37.0")
+    c.add_node("n1", dra_gpus=1)
+    c.template("one-gpu")
+    c.dra_pod("slow", annotations={PREBIND_SECONDS_ANNOTATION: "3"})
+    wait_until(lambda: (c.claim_of("slow").get("status") or {}).get("allocation"), what="the allocation")
+    pod = c.pod("slow")
+    assert pod["status"].get("nominatedNodeName") == "n1" and not pod["spec"].get("nodeName")
+    assert c.bound("slow") == "n1"
+    assert not c.pod("slow")["status"].get("nominatedNodeName")

@@ -146,7 +146,9 @@ def runtime_cdi(ctx: CheckContext) -> Iterator[Finding]:
           "the node daemon accepts.")
 def split_label(ctx: CheckContext) -> Iterator[Finding]:
     """The node's split request read and fitted with the node daemon's own parser (`bridge.ledger`), so the report
-    says exactly what the daemon does with it; and what the daemon itself reports (its split-status annotation)."""
+    says exactly what the daemon does with it; and what the daemon itself reports (its split-status annotation):
+    GPUs not moved yet, and claims stuck behind a legacy pod (allocated a GPU after it had left DRA, while a legacy
+    container holds it: the claim's pod waits for that container)."""
     for node in ctx.model.nodes.values():
         if "bridge" not in node.backends:
             continue
@@ -169,6 +171,15 @@ def split_label(ctx: CheckContext) -> Iterator[Finding]:
                           f"remove the annotation and let it write it again: kubectl annotate node {node.name} "
                           "dra-bridge.io/split-status-")
         status = node.split_status
+        for stuck in status.stuck if status is not None else ():
+            pod = f"pod {stuck.pod}" if stuck.pod else "its pod"
+            yield Finding("DRB013", "warning", _node(node.name),
+                          f"ResourceClaim {stuck.claim} ({pod}) waits since {stuck.since} for {stuck.device}, which "
+                          f"a legacy container holds: {stuck.holder}",
+                          f"Delete that legacy pod to free {stuck.device} now, or delete {pod} so the scheduler "
+                          f"picks another GPU; bridge node status {node.name} shows it",
+                          {"claim": stuck.claim, "pod": stuck.pod, "device": stuck.device, "holder": stuck.holder,
+                           "since": stuck.since})
         if status is not None and status.state == "converging":
             held = [p for p in status.pending if p.phase in ("held", "unknown", "cooldown")]
             if held:

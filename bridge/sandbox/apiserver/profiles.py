@@ -11,7 +11,7 @@ that minor would (`structured.Features` built from the gates in
 kubernetes/kubernetes pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go `New`).
 
 Sources: the versioned feature-gate table (kubernetes/kubernetes pkg/features/kube_features.go; the gates' alpha /
-beta / GA releases as listed in KEPs 4381, 5018, 4816, 4817, 5055, 4815, 5075, 5007, 5004). A beta gate is on by
+beta / GA releases as listed in KEPs 4381, 5018, 4816, 4817, 5055, 4815, 5075, 5007, 5004, 5278). A beta gate is on by
 default, an alpha gate off, a GA gate on (and locked). `DynamicResourceAllocation` itself was beta and *off by
 default* in 1.32/1.33: an emulated 1.32/1.33 is a cluster whose administrator enabled it (otherwise nothing of
 `resource.k8s.io` would be served and the bridge's DRA half would have nothing to talk to). It can be turned off
@@ -62,6 +62,11 @@ _GATES: dict[str, tuple[int, int | None]] = {
     "DRADeviceBindingConditions": (34, 36),
     "DRAExtendedResource": (34, 36),
     "DRADeviceTaintRules": (35, 37),  # beta in 1.36 but off by default, GA in 1.37
+    # KEP-5278: the scheduler writes status.nominatedNodeName at the start of a binding cycle that waits (Permit) or
+    # has PreBind work, and the API server clears it when the pod is bound (pkg/registry/core/pod/storage/storage.go);
+    # both alpha in 1.34, beta and on by default in 1.35 (kubernetes/kubernetes PR #135103).
+    "NominatedNodeNameForExpectation": (34, 35),
+    "ClearingNominatedNodeNameAfterBinding": (34, 35),
 }
 KNOWN_GATES = frozenset(_GATES)
 # gate -> first minor where it is GA and locked to its default (`LockToDefault: true`): it can no longer be turned off.

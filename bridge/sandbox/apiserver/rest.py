@@ -16,15 +16,15 @@ import base64
 import copy
 import json
 import random
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import patch as patches
-from .clock import epoch_of, now_rfc3339
+from .clock import now_rfc3339
 from .conversion import from_storage, to_storage
+from .deletion import before_delete
 from .profiles import KubernetesProfile, profile_for
 from .registry import Registry, ResourceType
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
@@ -149,14 +149,12 @@ class Rest:
         *,
         validator: Validator | None = None,
         admitter: Admitter | None = None,
-        graceful_pod_deletion: bool = False,
         profile: KubernetesProfile | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.validator = validator
         self.admitter = admitter
-        self.graceful_pod_deletion = graceful_pod_deletion
         self.profile = profile or profile_for("1.34")
 
     # -- helpers ---------------------------------------------------------------------------------------------------
@@ -572,58 +570,34 @@ class Rest:
         propagation = options.get("propagationPolicy") or query.get("propagationPolicy") or "Background"
         if options.get("orphanDependents") is True or query.get("orphanDependents") == "true":
             propagation = "Orphan"
-        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
         if rt.plural == "namespaces" and rt.group == "":
             return self._delete_namespace(rt, current, dry_run)
-        pending = int(meta.get("deletionGracePeriodSeconds") or 0) if meta.get("deletionTimestamp") else 0
-        if pending > 0:
-            # Already being deleted gracefully (k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`, which
-            # looks at this before the strategy's CheckGracefulDelete): only a shorter gracePeriodSeconds changes
-            # anything; a plain DELETE, or a longer period, leaves the object as it is (seen on kube-apiserver
-            # v1.37.2: a terminal pod stays until its kubelet deletes it with gracePeriodSeconds 0).
-            if grace is None or int(grace) >= pending:
-                return current
-            if int(grace) > 0:
-                return self._shorten_grace(rt, current, pending, int(grace), dry_run)
-            grace = 0
-        graceful = (
-            self.graceful_pod_deletion and rt.plural == "pods" and rt.group == ""
-            and (current.get("spec") or {}).get("nodeName")
-            and (current.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        )
-        grace_s = int(grace) if grace is not None else int((current.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-        wait_grace = bool(graceful) and grace_s > 0
-        if (meta.get("finalizers") or wait_grace) and meta.get("deletionTimestamp"):
-            return current  # already being deleted: waiting for finalizers or for the kubelet
-        if meta.get("finalizers") or wait_grace:
+        decision = before_delete(current, is_pod=rt.plural == "pods" and rt.group == "", options=options, query=query)
+        if decision.pending:
+            return current  # graceful deletion pending: only a shorter grace period changes anything
+        if decision.grace is None and meta.get("finalizers") and meta.get("deletionTimestamp"):
+            return current  # waiting for its finalizers
+        if decision.grace is not None or meta.get("finalizers"):
+            # store.go updateForGracefulDeletionAndFinalizers: the mark is written first
             new = dict(current)
             m = new["metadata"] = dict(meta)
-            m["deletionTimestamp"] = now_rfc3339(grace_s if wait_grace else 0)
-            m["deletionGracePeriodSeconds"] = grace_s if wait_grace else 0
-            if m.get("generation"):
+            first = not meta.get("deletionTimestamp")
+            m["deletionTimestamp"] = decision.timestamp if decision.grace is not None else now_rfc3339()
+            m["deletionGracePeriodSeconds"] = decision.grace or 0
+            if first and m.get("generation"):
                 m["generation"] = int(m["generation"]) + 1
             m["resourceVersion"] = str(self.store.next_rv())
             if not dry_run:
                 self.store.put(rt.storage_key, new, "MODIFIED")
-            return new
-        final = dict(current)
-        final["metadata"] = dict(meta, resourceVersion=str(self.store.next_rv()))
+            if decision.grace or meta.get("finalizers"):
+                return new  # terminating until its kubelet's final delete, or its finalizers
+            final = dict(new, metadata=dict(m))  # grace 0: then removed at once; the marked pod is the answer
+        else:
+            final = dict(current)
+            final["metadata"] = dict(meta, resourceVersion=str(self.store.next_rv()))
         if not dry_run:
             self._remove(rt, final, propagation)
         return final
-
-    def _shorten_grace(self, rt: ResourceType, current: Obj, old: int, new_s: int, dry_run: bool) -> Obj:
-        """BeforeDelete's shortening: the deletionTimestamp moves back by the difference, never into the past."""
-        meta = _meta(current)
-        when = epoch_of(str(meta.get("deletionTimestamp"))) - (old - new_s)
-        new = dict(current)
-        m = new["metadata"] = dict(meta)
-        m["deletionTimestamp"] = now_rfc3339(max(0.0, when - time.time()))
-        m["deletionGracePeriodSeconds"] = new_s
-        m["resourceVersion"] = str(self.store.next_rv())
-        if not dry_run:
-            self.store.put(rt.storage_key, new, "MODIFIED")
-        return new
 
     def _remove(self, rt: ResourceType, final: Obj, propagation: str) -> None:
         """Remove for good (lock held), then collect dependents and finish a terminating namespace."""
@@ -722,7 +696,8 @@ class Rest:
         `ValidatePodBinding` (target.kind empty or Node, target.name required) fails as a plain error, which the
         handler answers 500 with an empty reason; the Binding's uid / resourceVersion are preconditions on the pod;
         a pod being deleted or already assigned is a 409 on `pods/binding`; success sets `spec.nodeName`, merges the
-        Binding's annotations and sets the `PodScheduled` condition to True. The node is *not* checked: binding to
+        Binding's annotations, clears `status.nominatedNodeName` (with ClearingNominatedNodeNameAfterBinding, on
+        from 1.35: `assignPod`) and sets the `PodScheduled` condition to True. The node is *not* checked: binding to
         a node that does not exist succeeds, as on a real server. The answer is a Status `Success` (201)."""
         if not isinstance(body, dict):
             raise bad_request(f"not a Binding object: {type(body).__name__}")
@@ -758,6 +733,8 @@ class Rest:
             new.setdefault("spec", {})["nodeName"] = node
             if meta.get("annotations"):
                 new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **meta["annotations"]}
+            if self.profile.enabled("ClearingNominatedNodeNameAfterBinding"):
+                new.setdefault("status", {}).pop("nominatedNodeName", None)
             _set_condition(new, "PodScheduled", "True")
             new["metadata"]["resourceVersion"] = str(self.store.next_rv())
             if query.get("dryRun") != "All":

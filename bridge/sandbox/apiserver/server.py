@@ -84,7 +84,6 @@ class ApiServer:
         history_limit: int = 1000,
         *,
         bookmark_interval: float = 1.0,
-        graceful_pod_deletion: bool = False,
         webhooks: bool = True,
         default_namespaces: Iterable[str] = DEFAULT_NAMESPACES,
         feature_gates: dict[str, bool] | None = None,
@@ -108,7 +107,7 @@ class ApiServer:
         self.admission = WebhookAdmitter(self.store, auth) if webhooks else None
         self.rest = Rest(
             self.store, self.registry, validator=validator, admitter=self.admission,
-            graceful_pod_deletion=graceful_pod_deletion, profile=self.profile,
+            profile=self.profile,
         )
         self.faults = Faults(self._refuse, self._drop_watches)
         self.openapi = OpenApiDocs(self.registry, self.version)

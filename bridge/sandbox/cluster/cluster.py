@@ -48,6 +48,7 @@ from bridge.sandbox.cluster.processes import ChildProcess
 from bridge.sandbox.cluster.spec import ClusterSpec, NodeSpec, check
 from bridge.sandbox.cluster.webhook import SandboxWebhook
 from bridge.sandbox.kubelet import KubeletConfig, KubeletSimulator, MachineInfo
+from bridge.sandbox.kubelet.pods import PrepareFailure
 
 if TYPE_CHECKING:
     from bridge.sandbox.real.chartrbac import ChartCredentials
@@ -154,7 +155,7 @@ class SandboxCluster:
             self._start_real_plane(deadline)
         else:
             self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
-                                    resource_versions=self.spec.resource_versions, graceful_pod_deletion=True).start()
+                                    resource_versions=self.spec.resource_versions).start()
             self.port = self.server.port
             self.server.write_kubeconfig(self.kubeconfig)
             if self.kubeconfig_out is not None:
@@ -177,6 +178,7 @@ class SandboxCluster:
                                            version=self.spec.kubernetes_version, register_node=True, run_pods=True,
                                            node_status_frequency=self.spec.node_status_frequency,
                                            sync_retry=self.spec.sync_retry,
+                                           resync_interval=self.spec.resync_interval,
                                            machine=MachineInfo(labels=n.all_labels())))
             self.nodes.append(SandboxNode(n, root, kubelet))
             kubelet.start()
@@ -562,6 +564,13 @@ class SandboxCluster:
         return "\n".join(lines)
 
     # -- waiting (tests, demo) --------------------------------------------------------------------------------------
+
+    def prepare_failures(self) -> list[PrepareFailure]:
+        """Every pod start that failed because NodePrepareResources failed, on every node (what users waited for:
+        each one is a pod left Pending until its kubelet's next resync, 60-90 s on a real node). Kubelet simulators
+        only: a real kubelet reports them as the pod's `FailedPrepareDynamicResources` Events."""
+        return [f for node in self.nodes if node.kubelet is not None and node.kubelet.pods is not None
+                for f in node.kubelet.pods.prepare_failures]
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         try:

@@ -83,8 +83,10 @@ def holders(cluster: SandboxCluster) -> Holdings:
     return _merge(_pod_resources(cluster, uuid_of), _claims(cluster, uuid_of))
 
 
-def shared(cluster: SandboxCluster) -> Holdings:
-    """The GPUs with more than one holder: must always be empty.
+def shared(cluster: SandboxCluster, *, allocations: bool = True) -> Holdings:
+    """The GPUs with more than one holder: must always be empty. `allocations=False` counts only what the kubelets
+    gave to pods (PodResources), not the claims' allocations: for a scenario where a claim is allocated a GPU a
+    legacy pod holds and waits for it (a binding that landed late), which must never reach a container.
 
     PodResources and the claims are read at different instants, so a GPU whose legacy pod ended and that moved to
     DRA and was allocated between the two reads could look held twice without ever being so. PodResources is
@@ -94,7 +96,7 @@ def shared(cluster: SandboxCluster) -> Holdings:
     holding PodResources replaced)."""
     uuid_of = _uuids(cluster)
     first = _pod_resources(cluster, uuid_of)
-    claims = _claims(cluster, uuid_of)
+    claims = _claims(cluster, uuid_of) if allocations else {}
     second = _pod_resources(cluster, uuid_of)
     steady = {k: first[k] & second[k] for k in first.keys() & second.keys()}
     return {k: v for k, v in _merge(steady, claims).items() if len(v) > 1}
@@ -170,8 +172,9 @@ class SideWatch:
         assert watch.samples.clean, watch.samples.describe()
     """
 
-    def __init__(self, cluster: SandboxCluster, interval: float = 0.25) -> None:
+    def __init__(self, cluster: SandboxCluster, interval: float = 0.25, *, allocations: bool = True) -> None:
         self.cluster = cluster
+        self.allocations = allocations  # `shared(allocations=)`
         self.interval = interval
         self.samples = Samples()
         self._stop = threading.Event()
@@ -182,7 +185,7 @@ class SideWatch:
         """Take one sample now (also what the thread does)."""
         now = time.monotonic() - self._t0
         try:
-            twice = shared(self.cluster)
+            twice = shared(self.cluster, allocations=self.allocations)
             offered = offered_twice(self.cluster)
         except (KubeError, OSError, grpc.RpcError) as err:
             self.samples.errors += 1

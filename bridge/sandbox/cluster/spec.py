@@ -58,7 +58,8 @@ class ClusterSpec:
     controller: bool = False  # the real `bridge controller` (one replica), setting each node's split from demand
     split: str | None = None  # `bridge node --dra-devices` (cluster default; a node's own split wins)
     node_status_frequency: float = 10.0  # the kubelets' nodeStatusUpdateFrequency
-    sync_retry: float = 10.0  # the kubelets' pod-sync retry
+    sync_retry: float = 10.0  # the kubelets' pod-worker backoff after a sync error
+    resync_interval: float = 60.0  # the kubelets' syncFrequency: a failed prepare is retried 60-90 s later
     split_grace: float | None = None  # `bridge node --split-grace`
     node_args: tuple[str, ...] = ()  # extra `bridge node` arguments
     webhook_args: tuple[str, ...] = ()  # extra `bridge webhook` arguments

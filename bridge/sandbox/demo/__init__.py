@@ -16,6 +16,7 @@ Outputs, in `out_dir`: `kubeconfig` (valid while the sandbox runs: with `keep`, 
      "steps": [{"title": "...", "startedAt": 12.3, "checks": [{"claim": "...", "ok": true}]}],
      "pods": {"legacy": {"Running": 8, "Succeeded": 1}, "dra": {"Running": 3, "Succeeded": 2}},
      "gpus": {"gpu-node-1": {"legacy": 5, "dra": 3, "withdrawn": 0}, ...},
+     "prepareFailures": [],                       pod starts refused by NodePrepareResources ({pod, message, retryIn})
      "noGpuOnBothSides": {"checked": true, "samples": 240, "violations": []},
      "reports": {"report-before": {"exitCode": 0, "status": "needs-config", "namespaces": {...}, "json": "...",
                                    "html": "..."}, "report-after": {...}},

@@ -488,6 +488,10 @@ class Story:
         return {
             "pods": {api: dict(sorted(c.items())) for api, c in pods.items()},
             "gpus": {node: {"legacy": s.legacy, "dra": s.dra, "withdrawn": s.withdrawn} for node, s in sides.items()},
+            # pod starts whose NodePrepareResources failed: each one left its pod Pending until the kubelet's next
+            # resync (60-90 s on a real node)
+            "prepareFailures": [{"pod": f.pod, "message": f.message, "retryIn": round(f.retry_in, 1)}
+                                for f in self.c.prepare_failures()],
         }
 
 

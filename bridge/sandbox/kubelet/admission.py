@@ -10,11 +10,21 @@ Written from kubernetes/kubernetes pkg/kubelet/lifecycle/predicate.go (`predicat
   `Allocate failed due to <error>, which is unexpected`.
 * Then resources are checked against the Node's `status.allocatable`, where a device-plugin resource counts at
   least the devices already allocated (`sanitizeNodeAllocatable`), minus what the other admitted pods request.
-  Extended resources the Node does not advertise are ignored (cluster-level resources, and resources DRA backs:
-  with DRAExtendedResource, those mapped in `status.extendedResourceClaimStatus`). The first failure wins, in
-  the scheduler's order: pods, cpu, memory, ephemeral-storage, then the other resources. Reason `OutOfcpu`,
-  `OutOfmemory`, `OutOfephemeral-storage`, `OutOfpods`, or `OutOf<resource>`, message `Node didn't have enough
-  resource: <name>, requested: N, used: N, capacity: N` (cpu in millicores).
+  `removeMissingExtendedResources` first drops from each container's requests (1) a DRA extended-resource name
+  (`schedutil.IsDRAExtendedResourceName`: an extended resource name, or the implicit
+  `deviceclass.resource.kubernetes.io/<class>`) that the pod's `status.extendedResourceClaimStatus.requestMappings`
+  maps for THAT container and name, only with DRAExtendedResource on (1.36+ here), and (2) an extended resource
+  name the Node does not advertise (cluster-level resources). The implicit `deviceclass.resource.kubernetes.io/...`
+  name is not an extended resource name (`IsExtendedResourceName` refuses every `*kubernetes.io/` name), so rule
+  (2) never drops it: without a mapping it reaches the fit check, which counts it against an allocatable of 0
+  (noderesources `Fits`: kubelets from 1.36 no longer delegate a name to DRA when they have no DRA manager
+  (kubernetes/kubernetes PR #135725, pkg/scheduler/framework/plugins/noderesources/fit.go
+  `shouldDelegateResourceToDRA`), and with the gate off nothing is delegated), and the pod is rejected
+  `OutOfdeviceclass.resource.kubernetes.io/<class>`. So a pod translated to the `extended` target runs only on a
+  1.36+ kubelet and only once the scheduler wrote its mappings. The first failure wins, in the scheduler's order:
+  pods, cpu, memory, ephemeral-storage, then the other resources. Reason `OutOfcpu`, `OutOfmemory`,
+  `OutOfephemeral-storage`, `OutOfpods`, or `OutOf<resource>`, message `Node didn't have enough resource: <name>,
+  requested: N, used: N, capacity: N` (cpu in millicores).
 * A pod's `nodeSelector` must match the Node's labels (reason `NodeAffinity`).
 * A rejected pod gets phase Failed, the reason, and the message prefixed `Pod was rejected: `, and a Warning
   Event with the reason and the message.
@@ -36,6 +46,7 @@ Obj = dict[str, Any]
 UNEXPECTED_ADMISSION_ERROR = "UnexpectedAdmissionError"
 INVALID_NODE_INFO = "InvalidNodeInfo"
 _SCALAR_ORDER = ("cpu", "memory", "ephemeral-storage")
+DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"  # resourceapi.ResourceDeviceClassPrefix
 
 
 @dataclass(frozen=True)
@@ -78,11 +89,23 @@ def _allocatable(node: Obj) -> dict[str, Fraction]:
     return out
 
 
+def is_dra_extended_resource_name(name: str) -> bool:
+    """pkg/scheduler/util `IsDRAExtendedResourceName`: an extended resource name or the DeviceClass's implicit one."""
+    return is_extended_resource_name(name) or name.startswith(DEVICE_CLASS_PREFIX)
+
+
 def _dra_backed(pod: Obj, container: str, enabled: bool) -> set[str]:
+    """`isResourceBackedByDRA`: the names `requestMappings` maps for this container (DRAExtendedResource on)."""
     if not enabled:
         return set()
     ext = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
     return {m.get("resourceName", "") for m in ext.get("requestMappings") or [] if m.get("containerName") == container}
+
+
+def _dropped(name: str, backed: set[str], allocatable: Mapping[str, Fraction]) -> bool:
+    if is_dra_extended_resource_name(name) and name in backed:
+        return True
+    return is_extended_resource_name(name) and name not in allocatable
 
 
 def _requests_without_missing(pod: Obj, allocatable: Mapping[str, Fraction], dra_extended: bool) -> dict[str, Fraction]:
@@ -96,8 +119,7 @@ def _requests_without_missing(pod: Obj, allocatable: Mapping[str, Fraction], dra
             res = dict(c.get("resources") or {})
             for section in ("requests", "limits"):
                 if res.get(section):
-                    res[section] = {k: v for k, v in res[section].items()
-                                    if not (is_extended_resource_name(k) and (k in backed or k not in allocatable))}
+                    res[section] = {k: v for k, v in res[section].items() if not _dropped(k, backed, allocatable)}
             out.append({**c, "resources": res})
         return out
 
@@ -138,7 +160,8 @@ def fits(pod: Obj, node: Obj, others: Iterable[Obj], allocated_devices: Mapping[
             continue
         req = wanted[name]
         cap = allocatable.get(name, Fraction(0))
-        if name not in allocatable and not is_extended_resource_name(name) and name not in _SCALAR_ORDER:
+        if (name not in allocatable and not is_extended_resource_name(name) and name not in _SCALAR_ORDER
+                and not name.startswith(DEVICE_CLASS_PREFIX)):
             continue  # e.g. hugepages not reported: the scheduler would not know them either
         if req > cap - used.get(name, Fraction(0)):
             return Verdict(False, f"OutOf{name}", f"Node didn't have enough resource: {name}, requested: "

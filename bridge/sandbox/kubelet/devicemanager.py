@@ -37,9 +37,16 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
   unhealthy devices", "requested number of devices unavailable for R. Requested: N, Available: M", "no containers
   return in allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
   give their devices back.
+* The checkpoint `device-plugins/kubelet_internal_checkpoint` is written as manager.go writes it (format, checksum
+  and moments in `bridge.sandbox.kubelet.dmcheckpoint`): after every ListAndWatch update (the healthy devices per
+  resource), after every allocation that called Allocate, and when a resource past its grace period is dropped.
+  Ended pods are forgotten in memory only (`UpdateAllocatedDevices`), so their entries stay in the file until the
+  next write, as on a real node.
 * `restart()` is a kubelet restart (`CleanupPluginDirectory`): clients dropped, every unix socket in
-  `device-plugins/` deleted (regular files such as `kubelet_internal_checkpoint` and `DEPRECATION` kept), and a
-  fresh `kubelet.sock` served. Assignments survive, as they do through the kubelet's checkpoint.
+  `device-plugins/` deleted (regular files such as `kubelet_internal_checkpoint` and `DEPRECATION` kept), a fresh
+  `kubelet.sock` served, and the new process's state read back from the checkpoint (`readCheckpoint`): the
+  allocations it lists, and each resource it registered with no devices and a stopped endpoint. A corrupt or missing
+  file starts the device manager empty (logged), as the kubelet does.
 """
 
 from __future__ import annotations
@@ -60,14 +67,15 @@ import grpc
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
-from bridge.unixsock import check_socket_path
+from bridge.sandbox.kubelet import dmcheckpoint
+from bridge.sandbox.kubelet.dmcheckpoint import CHECKPOINT_FILE, NODE_WITHOUT_TOPOLOGY
 from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
+from bridge.unixsock import check_socket_path
 
 log = logging.getLogger("bridge.sandbox.kubelet")
 
 SUPPORTED_VERSIONS = ("v1beta1",)
 DIAL_TIMEOUT_S = 10.0
-CHECKPOINT_FILE = "kubelet_internal_checkpoint"
 KUBELET_SOCKET = "kubelet.sock"
 ENDPOINT_STOP_GRACE_PERIOD_S = 300.0  # types.go endpointStopGracePeriod
 
@@ -231,6 +239,7 @@ class _PodDevices:
     containers: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
     reusable: dict[str, set[str]] = field(default_factory=dict)  # resource -> devices freed by init containers
     init_containers: set[str] = field(default_factory=set)  # the non-restartable init containers among them
+    responses: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (container, resource) -> AllocResp
 
 
 class DeviceManager:
@@ -299,16 +308,57 @@ class DeviceManager:
             pass
 
     def restart(self) -> None:
-        """A kubelet restart. The new process reads its checkpoint (`readCheckpoint`): each registered resource comes
-        back with empty device sets and a stopped endpoint, so capacity is 0 until its plugin registers again."""
+        """A kubelet restart. The new process reads its checkpoint (`readCheckpoint`): the allocations it lists, and
+        each registered resource with empty device sets and a stopped endpoint, so capacity is 0 until its plugin
+        registers again. What the file does not say (pod names, which containers are init containers) the new
+        kubelet learns from the pods it runs, so it is kept."""
         self.stop()
+        try:
+            stored = dmcheckpoint.read(self.plugin_dir)
+        except dmcheckpoint.CheckpointCorrupt as err:
+            log.error("Continue after failing to read checkpoint file. Device allocation info may NOT be "
+                      "up-to-date: %s", err)
+            stored = None
+        entries, registered = stored if stored is not None else ([], {})
         with self._lock:
             now = self.clock()
-            for state in self._resources.values():
-                state.devices = {}
-                state.connected = False
-                state.stopped_at = now
+            old = self._pods
+            self._pods = {}
+            for e in entries:
+                before = old.get(e.pod_uid)
+                pod = self._pods.setdefault(e.pod_uid, _PodDevices(before.namespace if before else "",
+                                                                   before.name if before else e.pod_uid))
+                ids = tuple(dict.fromkeys(i for node in sorted(e.device_ids) for i in e.device_ids[node]))
+                pod.containers.setdefault(e.container, {})[e.resource] = ids
+                pod.responses[(e.container, e.resource)] = e.alloc_resp or b""
+                if before is not None and e.container in before.init_containers:
+                    pod.init_containers.add(e.container)
+            counts = {name: (st.registrations, st.updates) for name, st in self._resources.items()}  # test counters
+            self._resources = {name: ResourceState(connected=False, registrations=counts.get(name, (0, 0))[0],
+                                                   updates=counts.get(name, (0, 0))[1], stopped_at=now)
+                               for name in registered}
+            self._endpoints.clear()
         self.start()
+
+    def _write_checkpoint(self) -> None:
+        """`writeCheckpoint` (lock held): the allocations, and the healthy devices per resource."""
+        entries = []
+        for uid, pod in self._pods.items():
+            for container, by_res in pod.containers.items():
+                for resource, ids in by_res.items():
+                    state = self._resources.get(resource)
+                    numa: dict[int, tuple[str, ...]] = {}
+                    for i in ids:
+                        info = state.devices.get(i) if state is not None else None
+                        for node in (info.numa_nodes if info is not None and info.numa_nodes else (NODE_WITHOUT_TOPOLOGY,)):
+                            numa[node] = numa.get(node, ()) + (i,)
+                    entries.append(dmcheckpoint.Entry(uid, container, resource, numa,
+                                                      pod.responses.get((container, resource), b"")))
+        registered = {name: sorted(state.healthy) for name, state in self._resources.items()}
+        try:
+            dmcheckpoint.write(self.plugin_dir, entries, registered)
+        except OSError as err:
+            log.error("Failed to write checkpoint file: %s", err)
 
     def _cleanup_dir(self) -> None:
         for entry in os.scandir(self.plugin_dir):
@@ -385,6 +435,7 @@ class DeviceManager:
                 for d in msg.devices
             }
             state.updates += 1
+            self._write_checkpoint()  # genericDeviceUpdateCallback
             self._changed.notify_all()
 
     def _on_stream_end(self, ended: _Client) -> None:
@@ -458,6 +509,7 @@ class DeviceManager:
                 cap[name] = state.capacity
                 alloc[name] = state.allocatable
             if removed:
+                self._write_checkpoint()  # needsUpdateCheckpoint
                 self._changed.notify_all()
         return Capacity(cap, alloc, tuple(sorted(removed)))
 
@@ -505,6 +557,7 @@ class DeviceManager:
             pod.containers.setdefault(assignment.container, {})[assignment.resource] = assignment.device_ids
             if assignment.init_only:
                 pod.init_containers.add(assignment.container)
+            self._write_checkpoint()
 
     def allocate(self, pod_uid: str, container: str, resource: str, count: int, *, namespace: str = "default",
                  pod_name: str | None = None, init: bool = False,
@@ -549,12 +602,15 @@ class DeviceManager:
             if taken:
                 raise AllocationFailed(f"devices {sorted(taken)} were assigned concurrently")
             pod.containers.setdefault(container, {})[resource] = tuple(chosen)
+            pod.responses[(container, resource)] = resp.container_responses[0].SerializeToString(deterministic=True)
             reuse = pod.reusable.setdefault(resource, set())
             if init and not restartable:
                 reuse.update(chosen)  # addContainerAllocatedResources: later containers may reuse them
                 pod.init_containers.add(container)
             else:
                 reuse.difference_update(chosen)  # removeContainerAllocatedResources
+            if existing is None:
+                self._write_checkpoint()  # allocateContainerResources: needsUpdateCheckpoint
         return resp.container_responses[0]
 
     def _devices_to_allocate(self, pod: _PodDevices, resource: str, count: int) -> tuple[_Client, list[str]]:

@@ -25,7 +25,11 @@ Written from kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go @001332b0 (`pre
   in-memory "prepared" flags lost (so Prepare is called again), the claim->pod references kept (they are in the
   kubelet's checkpoint), and all ResourceSlices of the node wiped again in the background.
 * the health stream: one `NodeWatchResources` per registered plugin, reconnected every 5 s when it fails; the
-  latest status per (driver, pool, device) is kept for tests to read.
+  latest status per (driver, pool, device) is kept for tests to read. With ResourceHealthStatus on (1.36+), a
+  device whose health changed (or is reported for the first time) makes the pods of every cached claim allocated
+  to it sync at once (`on_pod_updates`): the claim's cache entry, with the devices of its allocation, is written in
+  the prepare's validation pass BEFORE NodePrepareResources is called, so this reaches a pod whose prepare the
+  plugin refused too (`HandleWatchResourcesStream`, `newClaimInfoFromClaim`).
 * PodResources: `dynamic_assignments()` (a `DynamicResourcesSource`) reports every device prepared for a claim
   on each container of each pod using it, like the kubelet's claim-info cache, which survives a kubelet restart
   (it is checkpointed), so the report does too.
@@ -152,6 +156,8 @@ class ClaimRecord:
     pod_refs: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
     # driver -> devices of the last successful prepare; survives a restart (claim-info checkpoint)
     known_devices: dict[str, tuple[PreparedDevice, ...]] = field(default_factory=dict)
+    # (driver, pool, device) of the claim's allocation, recorded before NodePrepareResources is called
+    allocated: frozenset[tuple[str, str, str]] = frozenset()
 
     @property
     def fully_prepared(self) -> bool:
@@ -200,6 +206,8 @@ class DraManager:
         self._threads: set[threading.Thread] = set()
         self.prepare_calls: list[tuple[str, tuple[str, ...]]] = []  # (driver, claim UIDs) per NodePrepare call
         self.unprepare_calls: list[tuple[str, tuple[str, ...]]] = []
+        # The sync loop's `containerManager.Updates()` consumer: pod UIDs to sync now (set by the pod runner).
+        self.on_pod_updates: Callable[[list[str]], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
 
@@ -356,7 +364,7 @@ class DraManager:
             wanted = pod_claims(pod, extended_resources=self.version.dra_extended_resource)
         except ClaimNotReady as err:
             raise PodPrepareError(str(err)) from err
-        checked: list[tuple[PodClaim, str, frozenset[str]]] = []  # (pod claim, UID, drivers)
+        checked: list[tuple[PodClaim, str, frozenset[str], frozenset[tuple[str, str, str]]]] = []
         # Validation pass without touching the claim cache: a missing driver fails the pod before anything is
         # checkpointed, so the pod can be deleted without getting stuck.
         for pc in wanted:
@@ -381,19 +389,20 @@ class DraManager:
             missing = sorted(d for d in drivers if self.plugin(d) is None)
             if missing:
                 raise PodPrepareError(f"DRA driver {missing[0]} is not registered")
-            checked.append((pc, uid, drivers))
+            allocated = frozenset((str(r["driver"]), str(r.get("pool", "")), str(r.get("device", ""))) for r in results)
+            checked.append((pc, uid, drivers, allocated))
         batches: dict[str, list[ClaimRecord]] = {}
         records: dict[str, ClaimRecord] = {}
         to_prepare: list[ClaimRecord] = []
         with self._lock:
-            for pc, uid, drivers in checked:
+            for pc, uid, drivers, allocated in checked:
                 record = next((r for r in self._claims.values()
                                if r.namespace == namespace and r.name == pc.name), None)
                 if record is not None and record.uid != uid:
                     raise PodPrepareError(f"old ResourceClaim with same name {pc.name} and different UID "
                                           f"{record.uid} still exists (previous pod force-deleted?!)")
                 if record is None:
-                    record = self._claims[uid] = ClaimRecord(uid, namespace, pc.name, drivers)
+                    record = self._claims[uid] = ClaimRecord(uid, namespace, pc.name, drivers, allocated=allocated)
                 record.pods.add(pod_uid)  # checkpointed before calling the plugin, as the kubelet does
                 record.pod_refs[pod_uid] = (namespace, pod_name, containers_using(pod, pc))
                 records[uid] = record
@@ -564,16 +573,24 @@ class DraManager:
                     stream.cancel()
                 for message in stream:
                     now = time.time()
+                    changed: set[tuple[str, str, str]] = set()
                     with self._lock:
                         for d in message.devices:
                             key = (conn.driver, d.device.pool_name, d.device.device_name)
+                            health = status_names.get(d.health, "Unknown")
+                            old = self._health.get(key)
+                            if old is None or old.health != health:
+                                changed.add(key)
                             self._health[key] = DeviceHealthSeen(
-                                status_names.get(d.health, "Unknown"),
+                                health,
                                 d.message,
                                 d.last_updated_time,
                                 d.health_check_timeout_seconds,
                                 now,
                             )
+                        pods = sorted({uid for r in self._claims.values() if r.allocated & changed for uid in r.pods})
+                    if pods and self.on_pod_updates is not None and self.version.resource_health_status:
+                        self.on_pod_updates(pods)
             except grpc.RpcError as err:
                 if conn.stop.is_set():
                     return

@@ -1,33 +1,47 @@
 """The kubelet's pod lifecycle, simulated: pods bound to this node are admitted, get their devices, run, finish.
 
 Written from kubernetes/kubernetes pkg/kubelet/kubelet.go (`HandlePodAdditions`/`canAdmitPod`/`rejectPod`,
-`SyncPod`, `SyncTerminatingPod`), pkg/kubelet/pod_workers.go (one worker per pod; a failed sync is retried after
-`backOffPeriod`, 10 s), pkg/kubelet/status/status_manager.go (a terminal pod that is being deleted is deleted for
-good by the kubelet) and pkg/kubelet/cm/dra/manager.go. What it reproduces:
+`SyncPod`, `SyncTerminatingPod`), pkg/kubelet/pod_workers.go (one worker per pod, `completeWork`),
+pkg/kubelet/kuberuntime/kuberuntime_manager.go (`SyncPod`), pkg/kubelet/config/config.go (`checkAndUpdatePod`,
+`podsDifferSemantically`), pkg/kubelet/status/status_manager.go (a terminal pod that is being deleted is deleted for
+good by the kubelet, with grace 0 and its UID as a precondition) and pkg/kubelet/cm/dra/manager.go. What it
+reproduces:
 
-* Source: a watch of the pods with `spec.nodeName=<node>` (all namespaces). Pods already terminal are ignored.
+* Source: a watch of the pods with `spec.nodeName=<node>` (all namespaces). Pods already terminal are ignored. An
+  update of a known pod wakes its worker only when it differs *semantically* (spec, labels, annotations,
+  `deletionTimestamp`, `deletionGracePeriodSeconds`): a status-only change (the kubelet's own status writes, a
+  scheduler's or a controller's) is a RECONCILE, which does not sync the pod.
 * Admission, one pod at a time: the device manager allocates each init container, then each container (its
   extended-resource limits); then the predicate handler checks the pod against the Node's allocatable and the
   pods admitted before (`admission.fits`). A rejected pod gets phase Failed with the kubelet's reason and message
   and a Warning Event; the devices it got are released.
 * Start: status Pending (`ContainerCreating`) is written, then the DRA manager prepares the pod's claims (one
-  NodePrepareResources per driver, `DraManager.prepare_pod`). A failure leaves the pod Pending with a Warning Event
-  `FailedPrepareDynamicResources` ("Failed to prepare dynamic resources: ...") and is retried every `sync_retry`.
-  Then the containers "run": status Running with ready container statuses, and the kubelet's Normal events for
-  each container (`Pulled`, `Created`, `Started`: `podevents`; `Killing` when a running pod is deleted).
+  NodePrepareResources per driver, `DraManager.prepare_pod`) before the sandbox would be created. A failure leaves
+  the pod Pending with a Warning Event `FailedPrepareDynamicResources` ("Failed to prepare dynamic resources:
+  ..."). The runtime manager's `SyncPod` returns *without* an error for it (kuberuntime_manager.go: it records the
+  Event and returns before `createPodSandbox`, with no failed sync result), so the pod worker requeues the pod at
+  its regular resync, `wait.Jitter(resyncInterval, 0.5)`: `syncFrequency` 1 min, i.e. 60-90 s
+  (`resync_interval`), not at the 10 s error backoff; only a semantic update of the pod (or a DRA health change of a
+  device its claims use, `retry_pod`) syncs it sooner. Then the containers "run": status Running with ready
+  container statuses, and the kubelet's Normal events for each container (`Pulled`, `Created`, `Started`:
+  `podevents`; `Killing` when a running pod is deleted).
 * Finish: a pod annotated `sandbox.dra-bridge.io/run-seconds: "N"` has its containers exit after N seconds with
   `sandbox.dra-bridge.io/exit-code` (default 0). restartPolicy Never ends the pod, OnFailure ends it on exit 0,
   otherwise the container restarts after the kubelet's crash-loop backoff (10 s doubling to 5 min).
 * Termination (the pod finished, or it was deleted: `deletionTimestamp` set, or the object gone): containers are
-  stopped (a killed container exits 143), then the DRA claims are unprepared (retried until it works: resources
-  must be unprepared after the containers stopped and before the status changes), the device-plugin devices go
-  back (`UpdateAllocatedDevices`), the terminal status is written, and a pod being deleted is deleted for good:
-  with `gracePeriodSeconds: 0` and the pod's uid as precondition (status_manager.go `syncPod`), the only delete
-  the API server acts on once a graceful deletion is under way (a plain DELETE of a pod with a deletionTimestamp
-  changes nothing: k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real
-  kube-apiserver v1.37.2 until this was so).
-* A kubelet restart (`resync`) forgets which claims were prepared, so every running pod's claims are prepared
-  again, as the real kubelet does after a restart.
+  stopped (a killed container exits 143), then the DRA claims are unprepared (a failure is a sync error, retried
+  after the worker's `backOffPeriod`, 10 s jittered by 0.5: resources must be unprepared after the containers
+  stopped and before the status changes), the device-plugin devices go back (`UpdateAllocatedDevices`), the
+  terminal status is written, and a pod being deleted is deleted for good: with `gracePeriodSeconds: 0` and the
+  pod's uid as precondition (status_manager.go `syncPod`), the only delete the API server acts on once a graceful
+  deletion is under way (a plain DELETE of a pod with a deletionTimestamp changes nothing: k8s.io/apiserver
+  pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real kube-apiserver v1.37.2 until this
+  was so).
+* A kubelet restart (`resync`): the new kubelet syncs every pod at once, but a pod whose sandbox exists (a
+  running pod) is NOT prepared again: NodePrepareResources is called only on the way to creating a sandbox
+  (kuberuntime_manager.go `SyncPod`). The DRA manager forgets its "prepared" flags (`DraManager.restart`), so a pod
+  that had not started yet is prepared again at that first sync. A plugin that lost state cannot count on a
+  second prepare for running pods: it must recover from its own checkpoint.
 * Every `reconcile_period` (60 s) claims still referenced by pods that are no longer active are unprepared
   (cm/dra/manager.go `reconcileLoop`).
 """
@@ -35,7 +49,9 @@ good by the kubelet) and pkg/kubelet/cm/dra/manager.go. What it reproduces:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,7 +81,9 @@ log = logging.getLogger(__name__)
 
 RUN_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/run-seconds"
 EXIT_CODE_ANNOTATION = "sandbox.dra-bridge.io/exit-code"
-SYNC_RETRY_S = 10.0  # pod_workers.go backOffPeriod
+SYNC_RETRY_S = 10.0  # pod_workers.go backOffPeriod (after a sync error)
+RESYNC_INTERVAL_S = 60.0  # the kubelet's syncFrequency: pod_workers.go resyncInterval (after a sync without error)
+JITTER_FACTOR = 0.5  # workerResyncIntervalJitterFactor, workerBackOffPeriodJitterFactor
 RECONCILE_PERIOD_S = 60.0  # cm/dra/manager.go defaultReconcilePeriod
 RESTART_BACKOFF_S = 10.0
 RESTART_BACKOFF_MAX_S = 300.0
@@ -74,6 +92,23 @@ KILLED_EXIT_CODE = 143  # 128 + SIGTERM
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def semantic_key(pod: Obj) -> str:
+    """What `podsDifferSemantically` compares: spec, labels, annotations, deletionTimestamp, deletion grace."""
+    meta = pod.get("metadata") or {}
+    return json.dumps([pod.get("spec"), meta.get("labels") or {}, meta.get("annotations") or {},
+                       meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")], sort_keys=True)
+
+
+@dataclass(frozen=True)
+class PrepareFailure:
+    """One failed start because NodePrepareResources failed (for measurements: what a user waited for)."""
+
+    pod: str  # namespace/name
+    message: str
+    at: float  # monotonic
+    retry_in: float  # seconds until the worker syncs the pod again (unless a semantic update comes first)
 
 
 @dataclass
@@ -87,7 +122,7 @@ class PodRecord:
     state: str = "new"  # new -> admitted -> running -> terminating -> done | rejected
     run: RunState | None = None
     gone: bool = False  # the API object was deleted
-    needs_prepare: bool = True
+    semantic: str = ""  # semantic_key of the last version seen
     finish_at: float | None = None
     restart_at: float | None = None
     restart_delay: float = RESTART_BACKOFF_S
@@ -100,7 +135,8 @@ class PodRecord:
 class PodRunner:
     def __init__(self, kube: KubeAPI, node_name: str, devices: DeviceManager, dra: DraManager | None, *,
                  version: KubeletVersion, machine: MachineInfo | None = None, sync_retry: float = SYNC_RETRY_S,
-                 restart_backoff: float = RESTART_BACKOFF_S, reconcile_period: float = RECONCILE_PERIOD_S) -> None:
+                 resync_interval: float = RESYNC_INTERVAL_S, restart_backoff: float = RESTART_BACKOFF_S,
+                 reconcile_period: float = RECONCILE_PERIOD_S, rng: random.Random | None = None) -> None:
         self.kube = kube
         self.node_name = node_name
         self.devices = devices
@@ -108,6 +144,9 @@ class PodRunner:
         self.version = version
         self.machine = machine or MachineInfo()
         self.sync_retry = sync_retry
+        self.resync_interval = resync_interval
+        self.rng = rng or random.Random()
+        self.prepare_failures: list[PrepareFailure] = []
         self.restart_backoff = restart_backoff
         self.reconcile_period = reconcile_period
         self._reconciler: threading.Thread | None = None
@@ -123,6 +162,8 @@ class PodRunner:
 
     def start(self) -> None:
         self._stop.clear()
+        if self.dra is not None:
+            self.dra.on_pod_updates = self._sync_pods
         self._informer = Informer(self.kube, PODS, field_selector=f"spec.nodeName={self.node_name}",
                                   on_event=self._on_event)
         self._informer_thread = self._informer.start(self._stop)
@@ -157,12 +198,28 @@ class PodRunner:
         return self._informer is not None and self._informer.wait_synced(timeout)
 
     def resync(self) -> None:
-        """After a kubelet restart: prepare every running pod's claims again."""
+        """After a kubelet restart: every pod is synced at once; only those not started yet reach the prepare
+        (a running pod has its sandbox)."""
         with self._lock:
             for r in self._pods.values():
-                if r.state in ("admitted", "running"):
-                    r.needs_prepare = True
-                    r.wake.set()
+                r.wake.set()
+
+    def retry_pod(self, uid: str) -> bool:
+        """Sync one pod now (`HandlePodSyncs`: a DRA resource-health update for a device its claims use)."""
+        with self._lock:
+            rec = self._pods.get(uid)
+        if rec is None:
+            return False
+        rec.wake.set()
+        return True
+
+    def _sync_pods(self, uids: list[str]) -> None:
+        for uid in uids:
+            self.retry_pod(uid)
+
+    def _jitter(self, period: float) -> float:
+        """`wait.Jitter(period, 0.5)`: uniformly between the period and 1.5 times it."""
+        return period + self.rng.random() * JITTER_FACTOR * period
 
     # -- queries ----------------------------------------------------------------------------------------------------
 
@@ -189,11 +246,15 @@ class PodRunner:
                 return
             if rec is not None:
                 rec.obj = ev.object
-                rec.wake.set()
+                key = semantic_key(ev.object)
+                if key != rec.semantic:  # an UPDATE; a status-only change is a RECONCILE and syncs nothing
+                    rec.semantic = key
+                    rec.wake.set()
                 return
             if (ev.object.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 return  # terminal pods are not run again
-            rec = self._pods[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), ev.object)
+            rec = self._pods[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), ev.object,
+                                              semantic=semantic_key(ev.object))
             worker = threading.Thread(target=self._work, args=(rec,), name=f"pod-{rec.name}", daemon=True)
             self._workers[uid] = worker
         worker.start()
@@ -228,7 +289,7 @@ class PodRunner:
             return self._terminate(rec, killed=True)
         if rec.state == "terminating":
             return self._terminate(rec, killed=False)
-        if rec.state == "admitted" or (rec.state == "running" and rec.needs_prepare):
+        if rec.state == "admitted":
             return self._start(rec)
         if rec.state == "running":
             return self._run(rec)
@@ -290,8 +351,9 @@ class PodRunner:
             return node
 
     def _start(self, rec: PodRecord) -> float | None:
+        """SyncPod on the way to creating the sandbox: prepare the pod's claims, then start its containers."""
         assert rec.run is not None
-        if self.dra is not None and rec.needs_prepare and self._has_claims(rec.obj):
+        if self.dra is not None and self._has_claims(rec.obj):
             try:
                 self.dra.prepare_pod(rec.obj)
             except (PodPrepareError, KubeError) as err:
@@ -299,17 +361,19 @@ class PodRunner:
                 if message != rec.last_warning:
                     rec.last_warning = message
                     self._event(rec, "Warning", "FailedPrepareDynamicResources", message)
-                log.info("pod start failed, will retry", extra={"pod": f"{rec.namespace}/{rec.name}",
-                                                                "error": str(err)})
-                return self.sync_retry
-        rec.needs_prepare = False
-        if rec.state == "admitted":
-            rec.state = "running"
-            rec.run.started_at = _now()
-            rec.running_since = time.monotonic()
-            rec.finish_at = self._finish_time(rec.obj)
-            self._write_status(rec)
-            self._container_events(rec, start_events(rec.obj, self.version))
+                retry_in = self._jitter(self.resync_interval)  # SyncPod returned no error: the regular resync
+                with self._lock:
+                    self.prepare_failures.append(PrepareFailure(f"{rec.namespace}/{rec.name}", str(err),
+                                                                time.monotonic(), retry_in))
+                log.info("pod start failed, will retry at the next pod sync",
+                         extra={"pod": f"{rec.namespace}/{rec.name}", "error": str(err), "retry_in": round(retry_in, 1)})
+                return retry_in
+        rec.state = "running"
+        rec.run.started_at = _now()
+        rec.running_since = time.monotonic()
+        rec.finish_at = self._finish_time(rec.obj)
+        self._write_status(rec)
+        self._container_events(rec, start_events(rec.obj, self.version))
         return 0
 
     def _has_claims(self, pod: Obj) -> bool:
@@ -381,7 +445,7 @@ class PodRunner:
             except (PodUnprepareError, KubeError) as err:
                 log.info("unpreparing pod resources failed, will retry",
                          extra={"pod": f"{rec.namespace}/{rec.name}", "error": str(err)})
-                return self.sync_retry
+                return self._jitter(self.sync_retry)  # a sync error: the worker's backOffPeriod
         with self._lock:
             rec.state = "done"
             active = [r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
@@ -393,7 +457,7 @@ class PodRunner:
         rec.run.finished_at = _now()
         self._write_status(rec)
         if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
-            try:
+            try:  # status_manager.go: grace 0, with the pod's UID as a precondition
                 self.kube.delete(PODS, rec.name, rec.namespace, grace_period_seconds=0, uid=rec.uid)
             except (NotFound, Conflict):  # gone, or a new pod of the same name (not ours to delete)
                 pass

@@ -9,8 +9,9 @@ health-stream consumer, slice wiping), whose prepared claims PodResources report
 
 Lifecycle like the kubelet's: `start()` serves PodResources and `kubelet.sock`, watches `plugins_registry` and
 wipes the node's ResourceSlices in the background; `restart()` drops every plugin connection, deletes the
-device-plugin sockets, serves a fresh `kubelet.sock`, forgets which claims are prepared (so Prepare is called again
-for the pods it runs), wipes the node's ResourceSlices again and rediscovers the DRA registration sockets. Further
+device-plugin sockets, serves a fresh `kubelet.sock`, reads the device manager's checkpoint back, forgets which
+claims are prepared (so Prepare is called again for pods that had not started; running pods are not prepared
+again), wipes the node's ResourceSlices again and rediscovers the DRA registration sockets. Further
 parts join through `add_component`.
 """
 
@@ -26,7 +27,7 @@ from bridge.sandbox.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD_S, D
 from bridge.sandbox.kubelet.dramanager import DraManager
 from bridge.sandbox.kubelet.nodestatus import UPDATE_FREQUENCY_S, MachineInfo, NodeStatusReporter
 from bridge.sandbox.kubelet.podresources import PodResourcesServer
-from bridge.sandbox.kubelet.pods import SYNC_RETRY_S, PodRunner
+from bridge.sandbox.kubelet.pods import RESYNC_INTERVAL_S, SYNC_RETRY_S, PodRunner
 from bridge.sandbox.kubelet.slicewipe import WIPING_DELAY_S
 from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
@@ -48,7 +49,8 @@ class KubeletConfig:
     node_status_frequency: float = UPDATE_FREQUENCY_S  # nodeStatusUpdateFrequency
     run_pods: bool = False  # run the pods bound to this node (needs the API side)
     machine: MachineInfo = field(default_factory=MachineInfo)
-    sync_retry: float = SYNC_RETRY_S  # pod workers' retry after a failed sync
+    sync_retry: float = SYNC_RETRY_S  # pod workers' backOffPeriod after a sync error (10 s, jittered)
+    resync_interval: float = RESYNC_INTERVAL_S  # syncFrequency: a failed prepare is retried after 1-1.5x this
     restart_backoff: float = 10.0  # first container restart delay (crash-loop backoff)
     stop_grace_period: float = ENDPOINT_STOP_GRACE_PERIOD_S  # device plugin endpoint grace before removal
     wiping_delay: float = WIPING_DELAY_S  # DRA slices wiped this long after a driver's last connection
@@ -89,6 +91,7 @@ class KubeletSimulator:
             if self.config.run_pods:
                 self.pods = PodRunner(kube, node_name, self.devices, self.dra, version=self.version,
                                       machine=self.config.machine, sync_retry=self.config.sync_retry,
+                                      resync_interval=self.config.resync_interval,
                                       restart_backoff=self.config.restart_backoff)
                 self.podresources.set_pods_provider(self.pods.active_pods)
         self._extra: list[Component] = []

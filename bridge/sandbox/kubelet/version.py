@@ -8,6 +8,11 @@ Only what changes the contract a node daemon sees is modelled here (each rule ci
   pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go @f449697: `clients map[string]Client`, `getClient(name)`),
   so the old stream ending disconnects whichever client is registered now: after a surge rollout, the new one
   (issue #121994, regression from PR #109016; fixed by PR #135437, first released in 1.37).
+* `resource_health_status` (1.36+): the ResourceHealthStatus gate (KEP-4680: alpha 1.31, beta on by default in
+  1.36; kubernetes/kubernetes pkg/kubelet/cm/container_manager_linux.go forwards the DRA manager's health updates
+  to the sync loop only with it on): a health change of a device that a claim in the DRA manager's cache uses makes
+  the kubelet sync that claim's pods at once (pkg/kubelet/cm/dra/manager.go `HandleWatchResourcesStream`,
+  pkg/kubelet/kubelet.go `syncLoopIteration`: `HandlePodSyncs`).
 * `dra_extended_resource` (1.36+): the DRAExtendedResource gate (alpha 1.34 off by default, beta on in 1.36, GA in
   1.37; kubernetes/kubernetes pkg/features/kube_features.go): the kubelet prepares the claim named in
   `pod.status.extendedResourceClaimStatus` and admission ignores extended resources that DRA backs
@@ -55,4 +60,8 @@ class KubeletVersion:
 
     @property
     def dra_extended_resource(self) -> bool:
+        return self.minor >= 36
+
+    @property
+    def resource_health_status(self) -> bool:
         return self.minor >= 36

@@ -10,7 +10,21 @@ Written from kubernetes/kubernetes pkg/scheduler:
   `spec.schedulerName` (default "default-scheduler") is ours, without `spec.nodeName`, not being deleted;
   `spec.schedulingGates` keep a pod out with the condition `PodScheduled=False, reason SchedulingGated`
   ("Scheduling is blocked due to non-empty scheduling gates").
-* Binding cycle: Reserve (the allocation is assumed in memory, so the next pod does not get the same devices)
+* Binding cycle (schedule_one.go `bindingCycle`, run in parallel with the next scheduling cycles): with
+  NominatedNodeNameForExpectation (on from 1.35) and PreBind work to do (DynamicResources' `PreBindPreFlight` has
+  work for every pod with a claim; VolumeBinding's for a pod with volumes to bind), `status.nominatedNodeName` is
+  set to the chosen node first, so other components can see where the pod is going; a failed binding clears it
+  (`clearNominatedNode`), the API server clears it on a successful Bind. Then PreBind: VolumeBinding waits for
+  the pod's late-bound volumes (up to `bindTimeoutSeconds`, 600 s). The stand-in has no volumes; it models that
+  wait as `prebind_delay(pod)` seconds, by default the pod's annotation `sandbox.dra-bridge.io/prebind-seconds`.
+  Up to 1.35 PreBind plugins run one after the other in the plugins' order, VolumeBinding before DynamicResources
+  (pkg/scheduler/apis/config/v1/default_plugins.go), so the allocation decided in the scheduling cycle stays
+  reserved in memory during that wait (the assume cache), invisible in the API. From 1.36 plugins whose
+  `PreBindPreFlight` allows it run in parallel (pkg/scheduler/framework/runtime/framework.go
+  `getPreBindPluginGroups`; VolumeBinding and DynamicResources both set `AllowParallel`, with no feature gate), so
+  DynamicResources writes the allocation at once and only the Bind waits for the volume: the pod is nominated,
+  not bound, with an allocated claim. Reserve (the allocation is assumed in memory, so the next pod does not get
+  the same devices)
   -> PreBind (DynamicResources `bindClaim`: create the extended-resource claim if the pod needs one; add the
   `resource.kubernetes.io/delete-protection` finalizer with an update; write `status.allocation` and append the pod to
   `status.reservedFor` with an UpdateStatus, re-reading on conflict; patch the pod's
@@ -70,6 +84,18 @@ INITIAL_BACKOFF = 1.0  # podInitialBackoffDuration
 MAX_BACKOFF = 10.0  # podMaxBackoffDuration
 MAX_UNSCHEDULABLE = 300.0  # podMaxInUnschedulablePodsDuration
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+PREBIND_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/prebind-seconds"
+# From this minor PreBind plugins that allow it run in parallel (see the module docstring).
+PARALLEL_PREBIND_MINOR = 36
+
+
+def annotated_prebind_delay(pod: Obj) -> float:
+    """How long VolumeBinding's PreBind holds this pod's binding cycle, as the test said (0: no volume to bind)."""
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(PREBIND_SECONDS_ANNOTATION)
+    try:
+        return max(0.0, float(value)) if value is not None else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _key(obj: Obj) -> str:
@@ -172,6 +198,7 @@ class Scheduler:
         host: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         bind_workers: int = 4,
+        prebind_delay: Callable[[Obj], float] = annotated_prebind_delay,
     ) -> None:
         self.api = api
         self.profile = profile
@@ -180,6 +207,7 @@ class Scheduler:
         self.rng = rng or random.Random()
         self.initial_backoff, self.max_backoff = initial_backoff, max_backoff
         self.clock = clock
+        self.prebind_delay = prebind_delay
         self.recorder = EventRecorder(api, scheduler_name, host=host)
         self.cache = MatchCache()
         self._stop = threading.Event()
@@ -233,6 +261,12 @@ class Scheduler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def binding(self, namespace: str, name: str) -> str | None:
+        """The node the pod's binding cycle is under way for (assumed, not bound yet), else None: for tests that
+        act while a binding is in its PreBind."""
+        with self._cond:
+            return self._assumed_pods.get(f"{namespace}/{name}")
 
     # -- informer callbacks ----------------------------------------------------------------------------------------
     def _on_event(self, kind: str) -> Callable[[WatchEvent], None]:
@@ -530,11 +564,31 @@ class Scheduler:
                 continue
 
     # -- binding cycle -----------------------------------------------------------------------------------------------
+    def _nominate(self, pod: Obj, node: str | None) -> None:
+        """`updatePod` with a nominating info: set (or, with None, clear) `status.nominatedNodeName`. A failure is
+        logged and the binding goes on, as in the real binding cycle."""
+        try:
+            self.api.patch(PODS, str(pod["metadata"]["name"]), {"status": {"nominatedNodeName": node}},
+                           str(pod["metadata"]["namespace"]), patch_type="strategic", subresource="status")
+        except KubeError as err:
+            log.warning("could not %s the nominated node of pod %s: %s", "set" if node else "clear", _key(pod),
+                        err.message)
+
     def _bind(self, pod: Obj, decision: Scheduled) -> None:
         key = _key(pod)
         started = time.monotonic()
         reserved: list[Obj] = []
         created: list[Obj] = []
+        delay = self.prebind_delay(pod)
+        nominated = self.profile.enabled("NominatedNodeNameForExpectation") and (bool(decision.claims) or delay > 0)
+        if nominated:
+            self._nominate(pod, decision.node)
+        parallel = self.profile.minor >= PARALLEL_PREBIND_MINOR  # VolumeBinding's wait beside DynamicResources'
+        prebind_started = time.monotonic()
+        if delay > 0 and not parallel and self._stop.wait(delay):
+            with self._cond:
+                self._forget(pod, decision)
+            return
         try:
             for plan in decision.claims:
                 claim = plan.claim
@@ -550,6 +604,10 @@ class Scheduler:
                     self.api.patch(PODS, str(pod["metadata"]["name"]), {"status": {"extendedResourceClaimStatus": {
                         "requestMappings": plan.mappings, "resourceClaimName": stored["metadata"]["name"]}}},
                         str(pod["metadata"]["namespace"]), patch_type="strategic", subresource="status")
+            if delay > 0 and parallel and self._stop.wait(max(0.0, delay - (time.monotonic() - prebind_started))):
+                with self._cond:
+                    self._forget(pod, decision)
+                return
             try:
                 self.api.create(PODS, {
                     "apiVersion": "v1", "kind": "Binding",
@@ -565,6 +623,8 @@ class Scheduler:
             with self._cond:
                 self._forget(pod, decision)
             self._unreserve(pod, reserved, created)
+            if nominated:
+                self._nominate(pod, None)  # the failure handler's clearNominatedNode
             self.recorder.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
             self._set_condition(pod, "SchedulerError", message)
             with self._cond:
@@ -666,4 +726,4 @@ class _BindError(Exception):
         self.message = message
 
 
-__all__ = ["Scheduler", "profile_of"]
+__all__ = ["PREBIND_SECONDS_ANNOTATION", "Scheduler", "annotated_prebind_delay", "profile_of"]
