@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,13 +81,18 @@ REAL_ONLY_CONTAINER_FIELDS = {"resources", "allocatedResources", "user", "alloca
 REAL_ONLY_POD_FIELDS = {"resources", "allocatedResources"}
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 class RecordingCluster(SandboxCluster):
     """Each node daemon runs under `tests.real.grpcrecord` (the same `bridge node` command line otherwise)."""
 
     def _node_argv(self, node: Any, pod_uid: str | None = None) -> list[str]:
         argv = super()._node_argv(node, pod_uid)
         argv[argv.index("bridge")] = "tests.real.grpcrecord"
-        return argv
+        # `tests` is not installed (only `bridge` is): the launcher is found from the repository root, whatever the
+        # daemon's working directory (env(1) keeps the rest of the command, nsenter included, as it was)
+        return ["env", f"PYTHONPATH={REPO}", *argv]
 
 
 @dataclass
