@@ -234,7 +234,12 @@ def test_06_rolling_back_every_stage_returns_the_cluster_to_the_vendor_device_pl
     pods = checks.running_gpu_pods(world)
     assert len(pods) == 4 and all(checks.api_of(p) == "legacy" for p in pods.values())
     for node in (NODE, NODE2):
-        assert checks.split_status(world, node)["counts"]["dra"] == 0
+        # the daemon's status annotation follows its ledger (written at most once a second, after a move's last
+        # step): wait for it rather than read it once
+        def no_dra(node: str = node) -> None:
+            assert checks.split_status(world, node)["counts"]["dra"] == 0
+
+        eventually(no_dra, f"{node}'s split status to count no DRA GPU", timeout=30)
     no_gpu_shared(world)
 
     ran = world.run("06-rolling-back", through="verify")
