@@ -385,7 +385,18 @@ class Story:
         self.ensure(got == wanted, "each new pod runs on DRA devices of the bridge, as many as it asked for",
                     str(got))
         self.untouched()
-        after = self.sides()
+
+        def moved_in_status() -> dict[str, Sides] | None:
+            # each daemon's split status is written after its moves end (at most once a second): the pods can be
+            # Running on their DRA devices a moment before the status says the moves are done
+            sides = self.sides()
+            done = sum(s.dra for s in sides.values()) - sum(s.dra for s in before.values()) >= 4
+            return sides if done and all(v.withdrawn == 0 for v in sides.values()) else None
+
+        try:
+            after = wait_for("the split status to show the GPUs moved to DRA", moved_in_status, self.t.bound)
+        except WaitFailed:
+            after = self.sides()  # told below, with what the status says
         self.n.label("GPUs per side now", "(from the split status each node daemon publishes)")
         self.sides_table(after)
         moved = sum(s.dra for s in after.values()) - sum(s.dra for s in before.values())
