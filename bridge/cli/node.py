@@ -14,6 +14,7 @@ no such node.
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import threading
@@ -160,6 +161,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
                         HostToContainer lets a GPU Operator driver root mounted later appear)
     Under the GPU Operator's driver container add --driver-root /run/nvidia/driver --dev-root /run/nvidia/driver
     (its root holds dev/nvidia*: NVIDIA's device plugin takes a driver root with dev/ as the dev root too).
+    Stuck? `kill -USR1 <pid>` writes every thread's stack to the log and the daemon carries on.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -263,6 +265,9 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1 <pid>` writes every thread's stack to stderr (the pod log) and the daemon carries on: what an
+    # operator (or a test) reads when the daemon seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         ensure_state_dir(state_dir)
         DualNode(config, source, opts).run(stop)

@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,16 @@ class NodeProc:
     def stop(self, timeout: float = 30) -> int:
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
-        rc = self.p.wait(timeout)
+        try:
+            rc = self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.send_signal(signal.SIGUSR1)  # the daemon writes every thread's stack to its log
+            time.sleep(2)
+            self.p.kill()
+            self.p.wait(10)
+            self._reader.join(10)
+            raise AssertionError(f"bridge node did not exit within {timeout:.0f}s of SIGTERM; its log ends:\n"
+                                 + "\n".join(self.lines[-150:]))
         self._reader.join(timeout)
         return rc
 
