@@ -14,7 +14,6 @@ no such node.
 
 from __future__ import annotations
 
-import faulthandler
 import signal
 import sys
 import threading
@@ -161,7 +160,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
                         HostToContainer lets a GPU Operator driver root mounted later appear)
     Under the GPU Operator's driver container add --driver-root /run/nvidia/driver --dev-root /run/nvidia/driver
     (its root holds dev/nvidia*: NVIDIA's device plugin takes a driver root with dev/ as the dev root too).
-    Stuck? `kill -USR1 <pid>` writes every thread's stack to the log and the daemon carries on.
+    Stuck? `kill -USR1 <pid>` writes every thread's stack to the log and the daemon carries on. A stop that
+    takes over 20 s after SIGTERM (the chart gives 30) writes them too and exits with status 1.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -184,7 +184,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     from bridge.kube.errors import KubeError
     from bridge.ledger.checkpoint import CheckpointError
     from bridge.ledger.target import SplitError, parse_split
-    from bridge.node.dual import DraOptions, DualNode, cleanup as run_cleanup, device_plugin_socket_name, dra_wanted
+    from bridge.node.dual import (DraOptions, DualNode, arm_stop_deadline, cleanup as run_cleanup,
+                                   device_plugin_socket_name, dra_wanted, enable_stack_dumps)
 
     if not node_name.strip():
         raise click.BadParameter("must not be empty", param_hint="--node-name")
@@ -261,13 +262,15 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            arm_stop_deadline()  # the stop is bounded, stuck or not (STOP_DEADLINE_S)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     # `kill -USR1 <pid>` writes every thread's stack to stderr (the pod log) and the daemon carries on: what an
     # operator (or a test) reads when the daemon seems stuck.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    enable_stack_dumps()
     try:
         ensure_state_dir(state_dir)
         DualNode(config, source, opts).run(stop)

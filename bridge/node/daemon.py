@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,6 +44,13 @@ from bridge.node.podresources import PODRESOURCES_SOCKET, Adoption, adopt
 from bridge.unixsock import check_socket_path
 
 log = logging.getLogger("bridge.node")
+
+SLOW_STOP_STEP_S = 2.0  # a stop step at least this slow is logged by name
+
+
+def _step_name(action: Callable[[], None]) -> str:
+    owner = getattr(action, "__self__", None)
+    return f"{type(owner).__name__}.{action.__name__}" if owner is not None else getattr(action, "__name__", "?")
 
 
 @dataclass(frozen=True)
@@ -225,10 +233,14 @@ class NodeDaemon:
         self._stop.set()
         while self._started:
             action = self._started.pop()
+            began = time.monotonic()
             try:
                 action()
             except Exception:
                 self._log.exception("error while stopping")
+            took = time.monotonic() - began
+            if took >= SLOW_STOP_STEP_S:  # the step that eats the kubelet's termination grace period, named
+                self._log.warning("stopping %s took %.1fs", _step_name(action), took)
         try:
             self.source.close()
         except Exception:

@@ -35,14 +35,17 @@ pod may still be using it); the warning says how to return it.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -436,6 +439,51 @@ def wait_for_stop(stop: threading.Event, poll_s: float = STOP_POLL_S) -> None:
     """Block until `stop` is set, waking every `poll_s` so the main thread runs pending signal handlers."""
     while not stop.wait(poll_s):
         pass
+
+
+# Every stop step is bounded (gRPC grace + abandon, joins with timeouts), yet their sum is not, and one stuck lock
+# would make it infinite. The kubelet SIGKILLs after terminationGracePeriodSeconds (30 s in the chart) and the log
+# then says nothing. Past this deadline the daemon says so, writes every thread's stack and exits itself: what a
+# SIGKILL would leave (sockets, specs) the next instance clears at its start, and the checkpoint is crash-safe.
+STOP_DEADLINE_S = 20.0
+EXIT_STOP_STUCK = 1
+
+
+def _stack_file() -> TextIO | None:
+    """Where stacks go: stderr (the pod log), or the process's own fd 2 when stderr was replaced by an object
+    without a file descriptor (faulthandler writes to a descriptor, from C)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return sys.__stderr__
+
+
+def enable_stack_dumps(signum: int = signal.SIGUSR1) -> None:
+    """`kill -USR1 <pid>` writes every thread's stack to stderr and the process carries on."""
+    out = _stack_file()
+    if out is not None:  # no stderr at all (a detached interpreter): nowhere to write them
+        faulthandler.register(signum, file=out, all_threads=True)
+
+
+def arm_stop_deadline(seconds: float = STOP_DEADLINE_S, *, exit_code: int = EXIT_STOP_STUCK) -> threading.Timer:
+    """Start the stop deadline (call once SIGTERM arrived): if the process still runs `seconds` later, log an
+    error, dump every thread's stack to stderr and `os._exit(exit_code)`."""
+    def expired() -> None:
+        log.error("stopping took longer than %.0fs: exiting now with status %d (every thread's stack follows on "
+                  "stderr); the next start removes what is left", seconds, exit_code)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        out = _stack_file()
+        if out is not None:
+            faulthandler.dump_traceback(file=out, all_threads=True)
+            out.flush()
+        os._exit(exit_code)
+
+    timer = threading.Timer(seconds, expired)
+    timer.name, timer.daemon = "stop-deadline", True
+    timer.start()
+    return timer
 
 
 @dataclass(frozen=True)

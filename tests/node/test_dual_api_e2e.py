@@ -228,7 +228,7 @@ def test_one_daemon_serves_each_gpu_to_exactly_one_api_through_claims_restarts_a
         wait_until(lambda: env.slice_devices() == set(), 60, "gpu-6 and gpu-7 gone from the slice")
     finally:
         rc = proc.stop()
-    assert rc == 0, proc.lines[-30:]
+    assert rc == 0, "\n".join(proc.lines[-150:])  # a stop past its deadline: the stacks are in there
     assert env.our_sockets() == []
 
 
