@@ -5,6 +5,8 @@ configuration files the real server refuses at start."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,20 @@ def test_a_plugin_path_is_relative_to_the_admission_file_and_client_data_is_usab
     user = loaded.user_for("127.0.0.1", 8443)
     assert user is not None and user.cert_file and user.key_file
     assert Path(user.cert_file).read_bytes() == b"CERT" and Path(user.key_file).stat().st_mode & 0o777 == 0o600
+
+
+def test_the_files_written_for_inline_client_data_are_removed_when_the_process_exits(tmp_path: Path) -> None:
+    kubeconfig = write(tmp_path / "kc.yaml", {"users": [{"name": "*", "user": {
+        "client-certificate-data": base64.b64encode(b"CERT").decode(),
+        "client-key-data": base64.b64encode(b"KEY").decode()}}]})
+    write(tmp_path / "webhook.yaml", webhook_config(str(kubeconfig)))
+    config = admission(tmp_path, {"path": "webhook.yaml"})
+    script = ("import sys; from bridge.sandbox.apiserver.webhookauth import load_admission_config\n"
+              "print(load_admission_config(sys.argv[1]).user_for('127.0.0.1', 8443).cert_file)")
+    done = subprocess.run([sys.executable, "-c", script, str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    written = Path(done.stdout.strip())
+    assert written.name == "0-client-certificate" and not written.parent.exists()
 
 
 @pytest.mark.parametrize(("kubeconfig", "message"), [

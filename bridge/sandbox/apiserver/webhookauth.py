@@ -24,8 +24,10 @@ client certificates too); the kubeconfig itself is read at start, as the real se
 
 from __future__ import annotations
 
+import atexit
 import base64
 import os
+import shutil
 import ssl
 import tempfile
 from dataclasses import dataclass
@@ -139,7 +141,9 @@ def _users(kubeconfig: Path) -> WebhookAuth:
                 return value if os.path.isabs(value) else str(base / value)
             data = info.get(f"{key}-data")
             if isinstance(data, str) and data:
-                private = private or Path(tempfile.mkdtemp(prefix="bridge-apiserver-webhook-auth-"))
+                if private is None:  # ssl loads certificates from files only; gone when the emulator exits
+                    private = Path(tempfile.mkdtemp(prefix="bridge-apiserver-webhook-auth-"))
+                    atexit.register(shutil.rmtree, private, True)
                 return _materialise(data, private, f"{i}-{key}")
             return None
 
