@@ -304,3 +304,21 @@ def test_from_1_36_the_allocation_is_written_while_the_volume_wait_holds_the_bin
     assert pod["status"].get("nominatedNodeName") == "n1" and not pod["spec"].get("nodeName")
     assert c.bound("slow") == "n1"
     assert not c.pod("slow")["status"].get("nominatedNodeName")
+
+
+def test_the_claim_controller_drops_a_consumer_pod_that_does_not_exist_and_keeps_one_it_cannot_check(cluster):
+    """1.36+ (pkg/controller/resourceclaim/controller.go syncClaim): a pod consumer whose pod is gone is removed, a
+    consumer of another resource is kept as is. This is what emptied reservedFor between two patches in the real
+    differential test, which once read as "the real server does not merge the list"."""
+    c = cluster()
+    widget = {"apiGroup": "example.com", "resource": "widgets", "name": "w", "uid": "uid-w"}
+    claim = c.api.create(c.rapi.claims, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "shared", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}}, "default")
+    claim["status"] = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}},
+        "reservedFor": [{"resource": "pods", "name": "ghost", "uid": "uid-ghost"}, widget]}
+    c.api.update(c.rapi.claims, claim, "default", subresource="status")
+    wait_until(lambda: c.api.get(c.rapi.claims, "shared", "default")["status"].get("reservedFor") == [widget],
+               what="only the widget consumer left")
+    assert c.api.get(c.rapi.claims, "shared", "default")["status"]["allocation"]  # still in use: not deallocated

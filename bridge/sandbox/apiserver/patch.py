@@ -8,8 +8,17 @@
   objects with a known merge key (`containers` by name, `conditions` by type, `ownerReferences` by uid,
   `reservedFor` by uid, ...) merge element-wise (`$patch: delete` removes an element), `finalizers` is a merged set
   of strings (so `finalizers: []` changes nothing, exactly as on a real server; clear with `null` or
-  `$deleteFromPrimitiveList/finalizers`), every other list is replaced. `$retainKeys` and `$setElementOrder`
-  directives are accepted and ignored. This is a documented simplification of apimachinery's schema-driven SMP.
+  `$deleteFromPrimitiveList/finalizers`), every other list is replaced. `$retainKeys` is accepted and ignored.
+  This is a documented simplification of apimachinery's schema-driven SMP (the set of merged fields is fixed here).
+
+  The ORDER of a merged list is apimachinery's (k8s.io/apimachinery pkg/util/strategicpatch/patch.go
+  `normalizeElementOrder` and `mergeSortedSlice`), not "append what is new": the patch's items (kept or added) come
+  in the patch's order, the live object's other items in their live order, and the two are interleaved by walking
+  both and taking the next live-only item first only when it and the next patch item are both in the live list
+  with the live-only one earlier there. So an item the patch adds comes BEFORE the live items that follow it:
+  patching reservedFor `[a, b]` with `[c]` gives `[c, a, b]` (observed on kube-apiserver v1.37.2 by
+  tests/real/test_differential.py), finalizers `[x, y]` + `[z]` give `[z, x, y]`. A `$setElementOrder/<field>`
+  list replaces the patch's order (kubectl apply sends one); its consistency checks are not modelled.
 """
 
 from __future__ import annotations
@@ -83,15 +92,66 @@ def strategic_merge_patch(target: Json, patch: Json) -> Json:
         if value is None:
             out.pop(key, None)
         elif isinstance(value, list) and key in _PRIMITIVE_SETS:
-            merged = list(out.get(key) or [])
-            merged += [v for v in value if v not in merged]
-            out[key] = merged
+            live = list(out.get(key) or [])
+            merged = live + [v for v in value if v not in live]
+            out[key] = _element_order(merged, value, live, _same)
         elif isinstance(value, list) and key in _MERGE_KEYS or key == "ports" and isinstance(value, list):
             out[key] = _merge_list(out.get(key), value, _merge_key(key, value, out.get(key)))
         elif isinstance(value, dict):
             out[key] = strategic_merge_patch(out.get(key), value)
         else:
             out[key] = copy.deepcopy(value)
+    for key, order in patch.items():
+        field = key.split("/", 1)[1] if key.startswith("$setElementOrder/") else None
+        if field is None or not isinstance(order, list) or not isinstance(out.get(field), list):
+            continue
+        live = (target or {}).get(field) if isinstance(target, dict) else None
+        if field in _PRIMITIVE_SETS:
+            out[field] = _element_order(out[field], order, list(live or []), _same)
+        elif field in _MERGE_KEYS or field == "ports":
+            merge_key = _merge_key(field, out[field], live)
+            out[field] = _element_order(out[field], order, list(live or []), _by_key(merge_key))
+    return out
+
+
+def _same(value: Json) -> Json:
+    return value
+
+
+def _by_key(key: str) -> Any:
+    def ident(element: Json) -> Json:
+        return element.get(key) if isinstance(element, dict) else element
+    return ident
+
+
+def _element_order(merged: list[Json], order: list[Json], live: list[Json], ident: Any) -> list[Json]:
+    """`merged` (the list's items after the patch) in apimachinery's order: the items named in `order` (the patch's
+    list, or its $setElementOrder) sorted by it, the others sorted by `live` (the list before the patch), then
+    interleaved: a live-only item goes before the next patch item only if both are in `live`, the live-only one
+    first. See the module docstring."""
+    def positions(items: list[Json]) -> dict[str, int]:
+        first: dict[str, int] = {}
+        for i, item in enumerate(items):
+            first.setdefault(json.dumps(ident(item), sort_keys=True), i)
+        return first
+
+    def key(item: Json) -> str:
+        return json.dumps(ident(item), sort_keys=True)
+
+    in_order, in_live = positions(order), positions(live)
+    named = sorted((m for m in merged if key(m) in in_order), key=lambda m: in_order[key(m)])
+    rest = sorted((m for m in merged if key(m) not in in_order), key=lambda m: in_live.get(key(m), len(live)))
+    out: list[Json] = []
+    i = j = 0
+    while i < len(rest) or j < len(named):
+        take_rest = j >= len(named) or (i < len(rest) and key(rest[i]) in in_live and key(named[j]) in in_live
+                                        and in_live[key(rest[i])] < in_live[key(named[j])])
+        if take_rest:
+            out.append(rest[i])
+            i += 1
+        else:
+            out.append(named[j])
+            j += 1
     return out
 
 
@@ -106,16 +166,18 @@ def _merge_list(current: Json, patch: list[Json], key: str) -> list[Json]:
     items = [e for e in (current or []) if True]
     if not all(isinstance(e, dict) for e in patch):
         return copy.deepcopy(patch)
-    for element in patch:
-        if element.get("$patch") == "replace":
-            return [copy.deepcopy({k: v for k, v in e.items() if k != "$patch"}) for e in patch]
+    plain = [e for e in patch if "$patch" not in e]
+    if any(e.get("$patch") == "replace" for e in patch):  # the list becomes the patch's other elements
+        return copy.deepcopy(plain)
+    deleted = {json.dumps(e.get(key)) for e in patch if e.get("$patch") == "delete"}  # every element with the key
+    live = [e for e in items if not (isinstance(e, dict) and json.dumps(e.get(key)) in deleted)]
+    return _element_order(_merge_elements(list(live), plain, key), plain, live, _by_key(key))
+
+
+def _merge_elements(items: list[Json], patch: list[Json], key: str) -> list[Json]:
     for element in patch:
         ident = element.get(key)
         idx = next((i for i, e in enumerate(items) if isinstance(e, dict) and e.get(key) == ident), None)
-        if element.get("$patch") == "delete":
-            if idx is not None:
-                items.pop(idx)
-            continue
         if idx is None:
             items.append(strategic_merge_patch({}, element))
         else:

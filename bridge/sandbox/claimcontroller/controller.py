@@ -316,7 +316,13 @@ class ClaimController:
                 if not self._pod_gone(ns, str(entry.get("name")), str(entry.get("uid"))):
                     valid.append(entry)
                 continue
-            raise KubeError(f"unsupported ReservedFor entry: {entry}")
+            if self.profile.minor >= 36:
+                # 1.36+ keeps a consumer it cannot check (pkg/controller/resourceclaim/controller.go syncClaim: "We
+                # don't know how to check this entry, so we just keep it"); PodGroup consumers, checked there under
+                # the WorkloadResourceClaims gate, are kept here too (not modelled)
+                valid.append(entry)
+                continue
+            raise KubeError(f"unsupported ReservedFor entry: {entry}")  # up to 1.35: the sync fails and retries
         has_finalizer = logic.FINALIZER in (claim["metadata"].get("finalizers") or [])
         if len(valid) < len(reserved):
             try:
