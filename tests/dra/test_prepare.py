@@ -508,6 +508,8 @@ def test_reader_and_sync_threads_end_when_idle(env: Env) -> None:
     assert env.preparer.reader._workers >= 1
     wait_until(lambda: env.preparer.reader._workers == 0 and env.preparer.syncer._thread is None, 15,
                "the idle reader and sync threads to end")
+    before = env.store.syncs
     assert env.preparer.unprepare(refs) == {r.uid: "" for r in refs}  # works again: threads start on demand
     assert env.preparer.prepare(refs)["uid-1"].error == ""
-    assert env.preparer.syncer.flush(10) and env.store.syncs == 3
+    # one sync for the two calls, or one each: requests made before the new sync thread runs are coalesced
+    assert env.preparer.syncer.flush(10) and before + 1 <= env.store.syncs <= before + 2

@@ -238,9 +238,9 @@ def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
 
 def test_a_dra_pod_on_a_bridge_node_is_prepared_by_the_real_daemon_and_unprepared_when_deleted(
         bridged: SandboxCluster) -> None:
-    """Allocated and bound by hand, in the scheduler's order (claim allocated and reserved, then the binding: a pod
-    the kubelet sees before its claim is allocated waits for the kubelet's 60-90 s resync): the kubelet simulator
-    and the real node daemon do the rest."""
+    """Allocated and bound by hand (the pod names a scheduler nobody runs), in the scheduler's order: claim allocated
+    and reserved, then the binding (a pod the kubelet sees before its claim is allocated waits for the kubelet's
+    60-90 s resync). The kubelet simulator and the real node daemon do the rest."""
     cluster, api = bridged, bridged.api
     cluster.wait_daemons_settled(60)
     rapi = api.resource_api()
@@ -249,7 +249,7 @@ def test_a_dra_pod_on_a_bridge_node_is_prepared_by_the_real_daemon_and_unprepare
              for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []}
     device = next(d["name"] for d in slice_["spec"]["devices"] if d["name"] not in taken)  # free DRA-side GPU
     pod = api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "namespace": "default"},
-                            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "one"}],
+                            "spec": {"schedulerName": "by-hand", "resourceClaims": [{"name": "gpu", "resourceClaimName": "one"}],
                                      "containers": [{"name": "main", "image": "cuda:12",
                                                      "resources": {"claims": [{"name": "gpu"}]}}]}}, "default")
     claim = api.create(rapi.claims, {

@@ -322,3 +322,30 @@ def test_the_claim_controller_drops_a_consumer_pod_that_does_not_exist_and_keeps
     wait_until(lambda: c.api.get(c.rapi.claims, "shared", "default")["status"].get("reservedFor") == [widget],
                what="only the widget consumer left")
     assert c.api.get(c.rapi.claims, "shared", "default")["status"]["allocation"]  # still in use: not deallocated
+
+
+def test_a_node_that_appears_while_the_pod_is_in_its_scheduling_cycle_gets_it_retried_not_parked(
+        cluster, monkeypatch: pytest.MonkeyPatch):
+    """The cycle runs on a snapshot taken before the Node's allocatable was written; the event arrives mid-cycle.
+    kube-scheduler (scheduling_queue.go determineSchedulingHintForInFlightPod) sends such a pod to backoff; parked
+    as unschedulable it would wait for the next event or the 5-minute flush (seen under load in CI)."""
+    c = cluster()
+    sched = c.scheduler
+    original = type(sched)._snapshot
+    fired: list[bool] = []
+
+    def snapshot_then_node_arrives(self):  # type: ignore[no-untyped-def]
+        snap = original(self)
+        if not fired:
+            fired.append(True)
+            c.add_node("late", gpus=1)
+            wait_until(lambda: "late" in {n["metadata"]["name"] for n in self._informers["nodes"].snapshot().values()
+                                          if (n.get("status") or {}).get("allocatable")},
+                       what="the scheduler's informer to see the node")
+        return snap
+
+    monkeypatch.setattr(type(sched), "_snapshot", snapshot_then_node_arrives)
+    c.legacy_pod("early", 1)
+    assert c.bound("early") == "late"
+    assert [e["message"] for e in c.events("early", "FailedScheduling")] == \
+        ["no nodes available to schedule pods"]

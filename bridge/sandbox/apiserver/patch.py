@@ -105,12 +105,12 @@ def strategic_merge_patch(target: Json, patch: Json) -> Json:
         field = key.split("/", 1)[1] if key.startswith("$setElementOrder/") else None
         if field is None or not isinstance(order, list) or not isinstance(out.get(field), list):
             continue
-        live = (target or {}).get(field) if isinstance(target, dict) else None
+        before = target.get(field) if isinstance(target, dict) else None
         if field in _PRIMITIVE_SETS:
-            out[field] = _element_order(out[field], order, list(live or []), _same)
+            out[field] = _element_order(out[field], order, list(before or []), _same)
         elif field in _MERGE_KEYS or field == "ports":
-            merge_key = _merge_key(field, out[field], live)
-            out[field] = _element_order(out[field], order, list(live or []), _by_key(merge_key))
+            merge_key = _merge_key(field, out[field], before)
+            out[field] = _element_order(out[field], order, list(before or []), _by_key(merge_key))
     return out
 
 

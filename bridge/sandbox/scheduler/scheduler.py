@@ -37,7 +37,9 @@ Written from kubernetes/kubernetes pkg/scheduler:
 * scheduling_queue.go: an unschedulable pod waits until a cluster event (node, ResourceSlice, ResourceClaim,
   DeviceClass change; an assigned pod deleted or finished; the pod itself updated) may help, then retries after
   its backoff (1 s doubling to 10 s per attempt); errors go to backoff directly; every unschedulable pod is retried
-  after 5 minutes regardless. Queueing hints: only DynamicResources' claim hint is modelled (a claim change retries
+  after 5 minutes regardless. An event that arrives while the pod is in its scheduling cycle (its snapshot is
+  older) and would have retried it sends it to backoff instead of waiting (`determineSchedulingHintForInFlightPod`);
+  without that a Node made ready a moment after the pod was picked left the pod waiting for minutes. Queueing hints: only DynamicResources' claim hint is modelled (a claim change retries
   the pods using that claim; a deallocation retries every waiting pod); every other cluster event retries every
   waiting pod. A gated pod is held before any snapshot is taken (PreEnqueue).
 Assigned pods count against their node until they are deleted or reach Succeeded/Failed.
@@ -228,6 +230,10 @@ class Scheduler:
         self._fingerprints: dict[str, str] = {}
         self._pod_claims: dict[str, set[str]] = {}  # waiting pod -> "ns/claim" keys it uses
         self._claim_allocated: dict[str, bool] = {}
+        # The pod in its scheduling cycle, and whether a cluster event that retries it arrived meanwhile
+        # (determineSchedulingHintForInFlightPod: it then goes to backoff instead of waiting for the next event).
+        self._cycle_key: str | None = None
+        self._cycle_missed = False
         self.scheduled = 0
         self.attempts = 0
         self.bind_latency: list[float] = []
@@ -333,6 +339,8 @@ class Scheduler:
                 continue
             self._gated.discard(key)
             self._retry(key)
+        if self._cycle_key is not None and (only is None or only(self._cycle_key)):
+            self._cycle_missed = True  # the pod in its cycle saw a snapshot from before this event
 
     def _claim_event(self, ev: WatchEvent) -> None:
         """The DynamicResources queueing hint (isSchedulableAfterClaimChange): a deallocated claim may help any
@@ -387,14 +395,18 @@ class Scheduler:
                     self._cond.wait(self._wait_time())
                     continue
                 pod = self._informers["pods"].store.get(key)
-            if pod is None or not self._ours(pod) or key in self._assumed_pods:
-                continue
+                if pod is None or not self._ours(pod) or key in self._assumed_pods:
+                    continue
+                self._cycle_key, self._cycle_missed = key, False
             try:
                 self._schedule_one(copy.deepcopy(pod))
             except Exception:  # noqa: BLE001 - one broken pod must not stop the scheduler
                 log.exception("scheduling %s failed unexpectedly", key)
                 with self._cond:
                     self._backoff(key, unschedulable=False)
+            finally:
+                with self._cond:
+                    self._cycle_key = None
 
     def _snapshot(self) -> Snapshot:
         with self._cond:
@@ -483,6 +495,8 @@ class Scheduler:
 
     # -- failure -----------------------------------------------------------------------------------------------------
     def _backoff(self, key: str, *, unschedulable: bool) -> None:
+        if unschedulable and key == self._cycle_key and self._cycle_missed:
+            unschedulable = False  # an event during its cycle may help: retried after the backoff
         w = self._waiting.setdefault(key, _Waiting())
         w.attempts += 1
         now = self.clock()
