@@ -54,6 +54,7 @@ class LedgerConfig:
       Unhealthy report needs to reach the kubelet's device manager (a ListAndWatch push, milliseconds).
     * `move_timeout_s` 60: six `nodeStatusUpdateFrequency` periods (10 s each); the kubelet posts an allocatable
       change within one, so a move still waiting after six is stuck (kubelet down, API unreachable): it aborts.
+      A move to legacy gets `scheduler_grace_s` on top (`move_deadline`): its grace is a wait by design.
     * `cooldown_s` 30: a device whose move timed out waits this long before it is tried again.
     * `pending_allocate_s` 30: an answered Allocate is a holder this long even if PodResources does not show it
       (the kubelet records it within milliseconds; a pod that fails admission afterwards never shows).
@@ -393,7 +394,7 @@ class _Pass:
         if mv.phase is Phase.RECLAIM:
             self.reclaim_step(mv)
             return
-        if now >= mv.started_at + cfg.move_timeout_s:
+        if now >= move_deadline(mv, cfg):
             self.abort(mv, self._timeout_reason(mv), cool=True)
             return
         if mv.phase is Phase.NODE_STATUS:
@@ -433,7 +434,7 @@ class _Pass:
         self.finish(mv)
 
     def _timeout_reason(self, mv: Move) -> str:
-        t = f"{self.cfg.move_timeout_s:g} s"
+        t = f"{move_deadline(mv, self.cfg) - mv.started_at:g} s"
         if mv.phase is Phase.NODE_STATUS:
             shown = self.obs.node_allocatable
             return (f"the Node's allocatable still shows {'an unknown count' if shown is None else shown} "
@@ -444,6 +445,14 @@ class _Pass:
         side = next((s for s in mv.sides_to_verify if not self.facts.known(s)), mv.source)
         why = self.facts.unknown.get(side, "unknown")
         return f"its {side} holders could not be verified within {t} ({why}); retried later"
+
+
+def move_deadline(mv: Move, cfg: LedgerConfig) -> float:
+    """When a move aborts (`move_timeout_s`). A move to legacy also waits `scheduler_grace_s` on purpose, which can be
+    longer than the timeout (`--split-grace auto` holds 605 s before 1.35): the grace does not count against it, else
+    every such move would abort in its grace and the device never reach the device plugin."""
+    grace = cfg.scheduler_grace_s if mv.target is Side.LEGACY else 0.0
+    return mv.started_at + cfg.move_timeout_s + grace
 
 
 def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, obs: Observations,

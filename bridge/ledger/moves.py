@@ -23,7 +23,7 @@ legacy -> dra, taken back for a claim (`Move.reclaim`)
   days, and the claim's pod shows why it waits (`bridge.node.split`).
 
 Any phase ends after `move_timeout_s` (abort, back to the source side, and a cooldown before the device is tried
-again): a kubelet that does not post node status, or an API server that cannot be reached, must not keep a GPU
+again; a move to legacy gets `scheduler_grace_s` on top, its grace being a wait by design): a kubelet that does not post node status, or an API server that cannot be reached, must not keep a GPU
 offered to nobody. A device found `withdrawn` without a recorded move (a checkpoint from an older daemon) has an
 unknown source: its move checks both sides.
 """

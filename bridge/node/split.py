@@ -60,6 +60,7 @@ from bridge.ledger.ledger import (
     Refusal,
     guard_allocate,
     guard_prepare,
+    move_deadline,
     reconcile,
 )
 from bridge.ledger.moves import Phase
@@ -673,7 +674,7 @@ class SplitController:
         for mv in led.moves.values():
             if mv.phase is Phase.RECLAIM:
                 continue  # no deadline: re-checked every held_poll_s below
-            due.append(mv.started_at + cfg.move_timeout_s)
+            due.append(move_deadline(mv, cfg))
             if mv.phase is Phase.NODE_STATUS:
                 due.append(mv.started_at + cfg.settle_s)
                 if self._alloc_at is not None:

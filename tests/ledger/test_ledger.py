@@ -197,6 +197,35 @@ def test_a_claim_allocated_during_the_grace_keeps_the_device_on_dra() -> None:
                                    "yet); will move when free")
 
 
+def test_a_scheduler_grace_longer_than_the_move_timeout_is_waited_out_not_aborted() -> None:
+    # `--split-grace auto` holds 605 s (VolumeBinding's 600 s PreBind) before 1.35 and until /version answers, with
+    # the default 60 s move timeout: the grace is a wait the ledger chose, not a stuck move.
+    cfg = replace(CFG, scheduler_grace_s=605)
+    led = settle(Ledger.all_legacy(GPUS), "1")
+    d = reconcile(led, parse_split("0"), FREE, obs(100, 7, published=[7]), cfg)
+    d = reconcile(d.ledger, parse_split("0"), FREE, obs(101, 7, published=[]), cfg)
+    for now in (161, 400, 705):
+        d = reconcile(d.ledger, parse_split("0"), FREE, obs(now, 7, published=[]), cfg)
+        assert d.events == () and d.waiting[0].phase == Phase.SCHEDULER, now
+    d = reconcile(d.ledger, parse_split("0"), FREE, obs(706, 7, published=[]), cfg)
+    assert d.state == "converged" and d.ledger.side_of(U[7]) is Side.LEGACY
+
+
+def test_a_move_stuck_after_its_scheduler_grace_still_times_out() -> None:
+    cfg = replace(CFG, scheduler_grace_s=605)
+    unknown = Facts(unknown={Side.DRA: "the watch on the pods bound to node node-1 is down"})
+    led = settle(Ledger.all_legacy(GPUS), "1")
+    d = reconcile(led, parse_split("0"), FREE, obs(100, 7, published=[7]), cfg)
+    d = reconcile(d.ledger, parse_split("0"), unknown, obs(101, 7, published=[]), cfg)
+    d = reconcile(d.ledger, parse_split("0"), unknown, obs(706, 7, published=[]), cfg)
+    assert d.waiting[0].phase == Phase.VERIFY
+    d = reconcile(d.ledger, parse_split("0"), unknown, obs(764, 7, published=[]), cfg)
+    assert d.waiting[0].phase == Phase.VERIFY  # 60 s of move timeout after the grace
+    d = reconcile(d.ledger, parse_split("0"), unknown, obs(765, 7, published=[]), cfg)
+    [abort] = d.events
+    assert abort.kind == "aborted" and "could not be verified" in abort.reason and d.ledger.side_of(U[7]) is Side.DRA
+
+
 # ---- reconcile: busy devices, unknown holders, target changes -----------------------------------------------------
 
 def test_free_devices_move_now_and_busy_ones_wait_with_their_holder_named() -> None:
