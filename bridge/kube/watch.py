@@ -4,7 +4,8 @@ Contract for the caller: every change of server state is reported exactly once, 
 `store` always equals the server's state as of `resource_version`.
 
 How it holds:
-* Start: list (paginated, one snapshot) -> every object is ADDED, `resource_version` = the list's version.
+* Start: list (paginated, one snapshot) -> every object is ADDED, `resource_version` = the list's version; `synced`
+  is set once those events reached the caller.
 * Watch from `resource_version`. Each event moves `resource_version` forward; BOOKMARK events only move it (they
   are not passed on). A stream that ends (server timeout) or breaks (connection reset, refused reconnect) is
   reopened from the last version seen, after a backoff when it failed, so nothing between is lost and nothing is
@@ -132,9 +133,12 @@ class Informer:
                         changes = self._relist()
                         need_list = False
                         failures = 0
+                        # Synced (and healthy again) once the list's changes reached the caller, as client-go's
+                        # handler registrations report HasSynced: a consumer reading its own state built from the
+                        # events (bridge.node.nodepods) must not see "every pod" when it has taken in half of them.
+                        yield from changes
                         self.healthy = True
                         self.synced.set()
-                        yield from changes
                         continue
                     timeout = int(self.watch_timeout * (1 + random.random()))  # spread reconnects, as client-go
                     stream = self.api.watch(

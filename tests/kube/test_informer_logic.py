@@ -148,3 +148,19 @@ def test_a_failing_callback_does_not_stop_the_informer() -> None:
     stop.set()
     t.join(10)
     assert calls == ["a", "b"] and not t.is_alive()
+
+
+def test_synced_only_once_the_first_lists_events_reached_the_caller() -> None:
+    api = ScriptedAPI([[pod("a", 1), pod("b", 2)]], [])
+    inf = Informer(api, PODS, backoff=FAST)  # type: ignore[arg-type]
+    stop = threading.Event()
+    events = inf.events(stop)
+    first = next(events)
+    assert first.object["metadata"]["name"] == "a" and not inf.synced.is_set() and not inf.healthy
+    next(events)
+    assert not inf.synced.is_set()  # the caller is still handling "b"
+    t = threading.Thread(target=lambda: next(events, None))
+    t.start()
+    assert api.idle.wait(10) and inf.synced.is_set() and inf.healthy
+    stop.set()
+    t.join(10)

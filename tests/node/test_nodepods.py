@@ -6,6 +6,10 @@ another for its claim."""
 
 from __future__ import annotations
 
+import copy
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from bridge.kube.api import WatchEvent
@@ -82,3 +86,70 @@ def test_a_refresh_that_finds_a_changed_claim_is_one_change_and_an_unchanged_one
     node.kube.put(CLAIMS, claim("c1", "gpu-3"))
     node.pods.refresh_claims(every=True)
     assert (node.claim_reads(), node.changes) == (3, 2)
+
+
+class _IdleStream:
+    """A watch that stays open, idle, until closed."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        self.closed.wait(30)
+        return iter(())
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class ListingKube(FakeKube):
+    """FakeKube that also lists and watches pods (by `spec.nodeName` / `status.nominatedNodeName`); watches idle."""
+
+    def __init__(self, bound: list[dict[str, Any]], nominated: list[dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.lists = {f"spec.nodeName={NODE}": bound, f"status.nominatedNodeName={NODE}": nominated or []}
+        self.streams: list[_IdleStream] = []
+        self.list_first: threading.Event | None = None
+
+    def list(self, res: Any, namespace: Any = None, *, field_selector: str | None = None, **kw: Any) -> dict[str, Any]:
+        if self.list_first is not None and field_selector == f"spec.nodeName={NODE}":
+            self.list_first.wait(10)  # the nominated pods are listed (and synced) first
+        return {"metadata": {"resourceVersion": "10"}, "items": copy.deepcopy(self.lists[field_selector or ""])}
+
+    def watch(self, res: Any, namespace: Any = None, **kw: Any) -> _IdleStream:
+        self.streams.append(_IdleStream())
+        return self.streams[-1]
+
+
+def bound_pod(name: str, uid: str, claim_name: str) -> dict[str, Any]:
+    p = pod(claim_name=claim_name)
+    p["metadata"].update(name=name, uid=uid, resourceVersion="5")
+    return p
+
+
+def test_the_pods_are_not_listed_until_every_listed_pod_was_taken_in() -> None:
+    """The first list is every pod bound here only once each of them reached NodePods: a snapshot between two of
+    them would show the second pod's allocated claim as free DRA device."""
+    kube = ListingKube([bound_pod("a", "ua", "ca"), bound_pod("b", "ub", "cb")])
+    kube.put(CLAIMS, claim("ca", "gpu-0"))
+    kube.put(CLAIMS, claim("cb", "gpu-1"))
+    seen: list[tuple[bool, tuple[str, ...]]] = []
+    pods: NodePods | None = None
+
+    def changed() -> None:
+        assert pods is not None
+        snap = pods.snapshot()
+        seen.append((snap.listed and snap.claims_ok, tuple(sorted(p.name for p in snap.pods))))
+
+    pods = NodePods(kube, NODE, resource="nvidia.com/gpu", driver=DRIVER, on_change=changed)
+    kube.list_first = pods.nominated.synced
+    pods.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(kube.streams) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        snap = pods.snapshot()
+        assert snap.listed and snap.claims_ok and {p.name for p in snap.pods} == {"a", "b"}
+    finally:
+        pods.stop()
+    assert [names for ok, names in seen if ok] in ([], [("a", "b")]), seen
