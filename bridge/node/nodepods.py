@@ -186,6 +186,8 @@ class NodePods:
         self._lock = threading.Lock()
         self._pods: dict[str, PodView] = {}  # by uid
         self._incoming: dict[str, PodView] = {}  # by uid: nominated here, not bound
+        # by uid: left the nominated view, and the bound view does not have it (yet): see `_resolve_leaving`
+        self._leaving: dict[str, PodView] = {}
         self._claims: dict[tuple[str, str], ClaimView] = {}
         self._ended_read: dict[tuple[str, str], float] = {}  # claim -> next re-read while its pod has ended
         self._deleted: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of pods seen deleted, oldest first
@@ -225,7 +227,7 @@ class NodePods:
                                            + _error_tail(informer))
         with self._lock:
             pods = tuple(self._pods.values())
-            incoming = tuple(p for uid, p in self._incoming.items() if uid not in self._pods)
+            incoming = tuple(p for uid, p in {**self._leaving, **self._incoming}.items() if uid not in self._pods)
             claims = dict(self._claims)
             deleted = dict(self._deleted)
         for key in sorted({(p.namespace, n) for p in (*pods, *incoming) for n in p.claims}):
@@ -241,10 +243,13 @@ class NodePods:
         failed, those of nominated pods not allocated yet, and, at most every `ended_interval_s`, those of ended pods
         that still hold an allocation (the claim controller deallocates them some time after the pod ended; until
         then the device stays held) and those of running pods not allocated when last read."""
+        with self._lock:
+            leaving = list(self._leaving)
+        resolved = [self._resolve_leaving(uid) for uid in leaving]
         now = time.monotonic()
         with self._lock:
             keys: set[tuple[str, str]] = set()
-            for p in (*self._pods.values(), *self._incoming.values()):
+            for p in self._watched():
                 for n in p.claims:
                     c = self._claims.get((p.namespace, n))
                     if every or c is None or c.error or (not p.bound and not c.allocated):
@@ -257,13 +262,16 @@ class NodePods:
                         keys.add((p.namespace, n))
                         self._ended_read[(p.namespace, n)] = now + ended_interval_s
         changed = [self._read_claim(ns, name) for ns, name in sorted(keys)]
-        if any(changed):
+        if any(changed) or any(resolved):
             self.on_change()
 
     def waiting_for_claims(self) -> bool:
-        """A running pod bound here, or a pod nominated here, references a claim not allocated when last read."""
+        """A running pod bound here, or a pod nominated here, references a claim not allocated when last read (or
+        a pod that left the nominated view is not accounted for yet)."""
         with self._lock:
-            for p in (*self._pods.values(), *self._incoming.values()):
+            if self._leaving:
+                return True
+            for p in self._watched():
                 if p.terminal:
                     continue
                 for n in p.claims:
@@ -280,6 +288,7 @@ class NodePods:
         view = pod_view(ev.object, self.resource)
         with self._lock:
             old = self._pods.get(view.uid)
+            self._leaving.pop(view.uid, None)  # the bound view has it now (or saw it go)
             if ev.type == "DELETED":
                 self._pods.pop(view.uid, None)
                 self._deleted[view.uid] = (view.namespace, view.name)
@@ -300,23 +309,68 @@ class NodePods:
             self.on_change()  # once per event: the pod and its claims are one change to the split
 
     def _on_nominated(self, ev: WatchEvent) -> None:
-        """A pod the scheduler nominated to this node (or that lost the nomination: DELETED from this view)."""
+        """A pod the scheduler nominated to this node (or that left this view: DELETED, or bound).
+
+        A pod leaving the view may have been bound here (the binding clears `nominatedNodeName` and sets `nodeName`
+        in one write, which the two watches report in either order), bound elsewhere, deleted, or had its
+        nomination cleared; the DELETED event carries the object as it was before, so it does not say which. Until
+        the bound view has it or the API says it went elsewhere (`_resolve_leaving`), it keeps holding: else its
+        allocated claim would be free for the moment between the two events."""
         view = pod_view(ev.object, self.resource)
         with self._lock:
-            old = self._incoming.get(view.uid)
+            old = self._incoming.get(view.uid, self._leaving.get(view.uid))
+            self._leaving.pop(view.uid, None)
             if ev.type == "DELETED" or view.bound or view.terminal:
-                self._incoming.pop(view.uid, None)
+                gone = self._incoming.pop(view.uid, None)
+                if gone is not None and not view.terminal and view.uid not in self._pods:
+                    self._leaving[view.uid] = gone
             else:
                 self._incoming[view.uid] = view
             self._forget_unwanted_claims()
             unread = [(view.namespace, n) for n in view.claims if (view.namespace, n) not in self._claims]
         changed = [self._read_claim(ns, name) for ns, name in unread]
-        if old != self._incoming.get(view.uid) or any(changed):
+        self._resolve_leaving(view.uid)
+        with self._lock:
+            new = self._incoming.get(view.uid, self._leaving.get(view.uid))
+        if old != new or any(changed):
             self.on_change()
+
+    def _resolve_leaving(self, uid: str) -> bool:
+        """Ask the API where a pod that left the nominated view went; drop it unless it is bound (or nominated
+        again) here and the watches have not brought it yet, or the API cannot say (then it keeps holding, and is
+        asked again at the next `refresh_claims`). True when it was dropped."""
+        with self._lock:
+            view = self._leaving.get(uid)
+        if view is None:
+            return False
+        try:
+            pod: Obj | None = self.api.get(PODS, view.name, view.namespace)
+        except NotFound:
+            pod = None
+        except KubeError as err:
+            log.warning("cannot read pod %s, which left the pods nominated to this node: %s; it holds until it can "
+                        "be read", view.ref, err.message, extra={"node": self.node_name})
+            return False
+        here = False
+        if pod is not None and str((pod.get("metadata") or {}).get("uid", "")) == uid:
+            spec, status = pod.get("spec") or {}, pod.get("status") or {}
+            here = status.get("phase") not in _TERMINAL and (
+                spec.get("nodeName") == self.node_name
+                or (not spec.get("nodeName") and status.get("nominatedNodeName") == self.node_name))
+        with self._lock:
+            if here and uid not in self._pods and uid not in self._incoming:
+                return False  # the watches bring it
+            dropped = self._leaving.pop(uid, None) is not None
+            self._forget_unwanted_claims()
+        return dropped
+
+    def _watched(self) -> tuple[PodView, ...]:
+        """Every pod whose claims are followed: bound, nominated, leaving the nominated view (lock held)."""
+        return (*self._pods.values(), *self._incoming.values(), *self._leaving.values())
 
     def _forget_unwanted_claims(self) -> None:
         """Drop claims no bound or nominated pod references any more (lock held)."""
-        wanted = {(p.namespace, n) for p in (*self._pods.values(), *self._incoming.values()) for n in p.claims}
+        wanted = {(p.namespace, n) for p in self._watched() for n in p.claims}
         for key in [k for k in self._claims if k not in wanted]:
             del self._claims[key]
             self._ended_read.pop(key, None)
@@ -334,8 +388,7 @@ class NodePods:
                         extra={"node": self.node_name})
             view = ClaimView(namespace, name, error=err.message)
         with self._lock:
-            if any(p.namespace == namespace and name in p.claims
-                   for p in (*self._pods.values(), *self._incoming.values())):
+            if any(p.namespace == namespace and name in p.claims for p in self._watched()):
                 changed = self._claims.get((namespace, name)) != view
                 self._claims[(namespace, name)] = view
             else:

@@ -12,8 +12,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bridge.kube.api import WatchEvent
-from bridge.node.nodepods import ClaimView, NodePods
+import pytest
+
+from bridge.kube.api import PODS, WatchEvent
+from bridge.node.nodepods import ClaimView, NodePods, PodsSnapshot
 from tests.dra.fakekube import FakeKube
 
 NODE = "node-a"
@@ -153,3 +155,80 @@ def test_the_pods_are_not_listed_until_every_listed_pod_was_taken_in() -> None:
     finally:
         pods.stop()
     assert [names for ok, names in seen if ok] in ([], [("a", "b")]), seen
+
+
+# ---- pods nominated to this node: the hold lasts until the API says where the pod went ---------------------------
+
+def nominated_pod(node_name: str = "", nominated: str = NODE, claim_name: str = "c1") -> dict[str, Any]:
+    p = pod(claim_name=claim_name)
+    p["spec"]["nodeName"] = node_name
+    p["status"]["nominatedNodeName"] = nominated
+    return p
+
+
+def synced(node: Node) -> NodePods:
+    for inf in (node.pods.informer, node.pods.nominated):
+        inf.synced.set()
+        inf.healthy = True
+    return node.pods
+
+
+def nominated_event(node: Node, type_: str, obj: dict[str, Any]) -> None:
+    assert node.pods.nominated.on_event is not None
+    node.pods.nominated.on_event(WatchEvent(type_, obj))  # type: ignore[arg-type]
+
+
+def devices_held(snap: PodsSnapshot) -> dict[str, tuple[str, ...]]:
+    """pod name -> the devices its claims hold, over the bound and the nominated pods."""
+    assert snap.claims is not None
+    return {p.name: tuple(d for n in p.claims for d in snap.claims[(p.namespace, n)].devices)
+            for p in (*snap.pods, *snap.incoming)}
+
+
+def test_a_nominated_pod_bound_here_holds_its_device_until_the_bound_watch_has_it() -> None:
+    """Binding clears nominatedNodeName and sets nodeName in one write, seen by two watches in either order: when
+    the nominated one tells first, the pod and its allocated claim must not vanish until the other one tells."""
+    node = Node()
+    pods = synced(node)
+    node.kube.put(CLAIMS, claim("c1", "gpu-2"))
+    nominated_event(node, "ADDED", nominated_pod())
+    assert devices_held(pods.snapshot()) == {"p": ("gpu-2",)}
+    node.kube.put(PODS, nominated_pod(node_name=NODE, nominated=""))  # bound
+    nominated_event(node, "DELETED", nominated_pod())  # the previous object, as the API server sends it
+    snap = pods.snapshot()
+    assert snap.claims_ok and devices_held(snap) == {"p": ("gpu-2",)}
+    node.event("ADDED", nominated_pod(node_name=NODE, nominated=""))
+    snap = pods.snapshot()
+    assert devices_held(snap) == {"p": ("gpu-2",)} and snap.incoming == () and pods._leaving == {}
+
+
+@pytest.mark.parametrize("where", ["deleted", "bound elsewhere", "nomination cleared", "another pod by that name"])
+def test_a_nominated_pod_that_went_elsewhere_stops_holding_at_once(where: str) -> None:
+    node = Node()
+    pods = synced(node)
+    node.kube.put(CLAIMS, {"metadata": {"name": "c1", "namespace": "ml"}, "status": {}})  # PreBind not yet
+    nominated_event(node, "ADDED", nominated_pod())
+    assert [p.name for p in pods.snapshot().incoming] == ["p"]
+    now = {"deleted": None, "bound elsewhere": nominated_pod(node_name="node-b", nominated=""),
+           "nomination cleared": nominated_pod(nominated=""),
+           "another pod by that name": {**nominated_pod(node_name=NODE), "metadata": {
+               "name": "p", "namespace": "ml", "uid": "u2"}}}[where]
+    if now is not None:
+        node.kube.put(PODS, now)
+    nominated_event(node, "DELETED", nominated_pod())
+    snap = pods.snapshot()
+    assert snap.incoming == () and snap.claims == {} and pods._leaving == {}
+
+
+def test_a_nominated_pod_whose_fate_cannot_be_read_holds_until_it_can() -> None:
+    node = Node()
+    pods = synced(node)
+    node.kube.put(CLAIMS, {"metadata": {"name": "c1", "namespace": "ml"}, "status": {}})
+    nominated_event(node, "ADDED", nominated_pod())
+    node.kube.down = True
+    nominated_event(node, "DELETED", nominated_pod())
+    assert [p.name for p in pods.snapshot().incoming] == ["p"]
+    assert pods.waiting_for_claims()  # evaluations keep coming to ask again
+    node.kube.down = False
+    pods.refresh_claims()  # the pod is gone (NotFound)
+    assert pods.snapshot().incoming == () and pods._leaving == {}
