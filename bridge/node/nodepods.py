@@ -40,6 +40,7 @@ extended-resource request). Of a claim, the devices of `status.allocation.device
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -189,6 +190,10 @@ class NodePods:
         # by uid: left the nominated view, and the bound view does not have it (yet): see `_resolve_leaving`
         self._leaving: dict[str, PodView] = {}
         self._claims: dict[tuple[str, str], ClaimView] = {}
+        # Which read of each claim `_claims` holds (reads are numbered as they start): the pod watches and the split's
+        # refresh read claims concurrently, and an older answer must not overwrite a newer one.
+        self._reads = itertools.count()
+        self._claim_read: dict[tuple[str, str], int] = {}
         self._ended_read: dict[tuple[str, str], float] = {}  # claim -> next re-read while its pod has ended
         self._deleted: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of pods seen deleted, oldest first
         self._stop = threading.Event()
@@ -374,9 +379,12 @@ class NodePods:
         for key in [k for k in self._claims if k not in wanted]:
             del self._claims[key]
             self._ended_read.pop(key, None)
+            self._claim_read.pop(key, None)
 
     def _read_claim(self, namespace: str, name: str) -> bool:
-        """Read one claim into the cache; True when what is cached for it changed (the caller tells `on_change`)."""
+        """Read one claim into the cache; True when what is cached for it changed (the caller tells `on_change`).
+        An answer is dropped when a read of the same claim that started later has been stored meanwhile."""
+        seq = next(self._reads)
         try:
             claim = self.api.get(self.api.resource_api().claims, name, namespace)
             view = ClaimView(namespace, name, allocated_devices(claim, self.driver, self.node_name),
@@ -387,10 +395,13 @@ class NodePods:
             log.warning("cannot read ResourceClaim %s/%s: %s", namespace, name, err.message,
                         extra={"node": self.node_name})
             view = ClaimView(namespace, name, error=err.message)
+        key = (namespace, name)
         with self._lock:
-            if any(p.namespace == namespace and name in p.claims for p in self._watched()):
-                changed = self._claims.get((namespace, name)) != view
-                self._claims[(namespace, name)] = view
+            if self._claim_read.get(key, -1) < seq and any(p.namespace == namespace and name in p.claims
+                                                           for p in self._watched()):
+                changed = self._claims.get(key) != view
+                self._claims[key] = view
+                self._claim_read[key] = seq
             else:
                 changed = False
         return changed

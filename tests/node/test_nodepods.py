@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -232,3 +232,32 @@ def test_a_nominated_pod_whose_fate_cannot_be_read_holds_until_it_can() -> None:
     node.kube.down = False
     pods.refresh_claims()  # the pod is gone (NotFound)
     assert pods.snapshot().incoming == () and pods._leaving == {}
+
+
+class OvertakenKube(FakeKube):
+    """The first claim GET answers the claim as it was, after a second read (started later, e.g. the split's
+    refresh while the pod watch's read is in flight) has already answered the newer claim and stored it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overtake: Callable[[], None] | None = None
+
+    def get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
+        answer = super().get(res, name, namespace)
+        if self.overtake is not None:
+            overtake, self.overtake = self.overtake, None
+            self.put(CLAIMS, claim("c1", "gpu-2"))  # PreBind wrote the allocation
+            overtake()
+        return answer
+
+
+def test_a_claim_read_overtaken_by_a_later_one_does_not_overwrite_it() -> None:
+    kube = OvertakenKube()
+    pods = NodePods(kube, NODE, resource="nvidia.com/gpu", driver=DRIVER)
+    kube.put(CLAIMS, {"metadata": {"name": "c1", "namespace": "ml"}, "status": {}})
+    pods.informer.on_event(WatchEvent("ADDED", pod()))  # type: ignore[misc]
+    assert pods._claims[("ml", "c1")].allocated is False
+    kube.put(CLAIMS, {"metadata": {"name": "c1", "namespace": "ml"}, "status": {}})
+    kube.overtake = lambda: pods.refresh_claims(every=True)
+    pods.refresh_claims(every=True)
+    assert pods._claims[("ml", "c1")] == ClaimView("ml", "c1", ("gpu-2",), allocated=True)
