@@ -292,6 +292,16 @@ def _text(path: Path, raw: bytes | memoryview) -> str:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
 
+def _value_problem(err: ValueError) -> str:
+    """What a ValueError from `json.loads` or a YAML constructor says about the input, for a user: an integer of more
+    digits than Python converts (`sys.get_int_max_str_digits`), or a value a YAML tag cannot hold (an unquoted date
+    that does not exist)."""
+    digits = re.search(r"value has (\d+) digits", str(err))
+    if digits:
+        return f"an integer of {digits.group(1)} digits (at most {sys.get_int_max_str_digits()} are read)"
+    return f"a value that cannot be read: {str(err)[:200]}"
+
+
 def _documents(path: Path, text: str) -> Iterator[Any]:
     base = path.name[:-3] if path.name.endswith(".gz") else path.name
     try:
@@ -305,6 +315,8 @@ def _documents(path: Path, text: str) -> Iterator[Any]:
         yield from yaml.load_all(io.StringIO(text), Loader=_YamlLoader)
     except yaml.YAMLError as err:
         raise SnapshotError(f"{path}: not valid YAML/JSON: {' '.join(str(err).split())}") from err
+    except ValueError as err:  # json.loads' JSONDecodeError (a ValueError) falls through to YAML above
+        raise SnapshotError(f"{path}: not valid YAML/JSON: {_value_problem(err)}") from err
     except RecursionError as err:
         raise SnapshotError(f"{path}: nested too deeply to parse (more than {sys.getrecursionlimit()} levels): not "
                             "a Kubernetes object") from err
@@ -382,12 +394,17 @@ def _load_snapshot(root: Path, limit: int, reader: Reader | None) -> ClusterData
                 data.version = parse_version(json.loads(text))
             except (json.JSONDecodeError, RecursionError, AttributeError) as err:
                 raise SnapshotError(f"{f}: not valid JSON for a version document: {str(err)[:200]}") from err
+            except ValueError as err:
+                raise SnapshotError(f"{f}: not valid JSON for a version document: {_value_problem(err)}") from err
             continue
         if base == UNREADABLE_FILE:
             try:
                 data.unreadable.update({str(k): str(v) for k, v in json.loads(text).items()})
             except (json.JSONDecodeError, RecursionError, AttributeError) as err:
                 raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {str(err)[:200]}") from err
+            except ValueError as err:
+                raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {_value_problem(err)}") \
+                    from err
             continue
         if base == API_VERSIONS_FILE:
             data.api_versions = frozenset(line.strip() for line in text.splitlines() if line.strip())

@@ -73,6 +73,15 @@ def test_bad_files_fail_with_the_file_named(tmp_path: Path, name: str, content: 
     assert name in str(err.value)
 
 
+def test_an_integer_too_long_for_python_is_an_error_naming_the_json_file(tmp_path: Path) -> None:
+    """The standard-library reading (the reference for the fast one): one SnapshotError, not a ValueError."""
+    (tmp_path / "nodes.json").write_bytes(b'{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, '
+                                          b'"spec": {"x": ' + b"7" * 4301 + b"}}]}")
+    with pytest.raises(SnapshotError, match=r"nodes.json: not valid YAML/JSON: an integer of 4301 digits \(at most "
+                                            r"4300 are read\)"):
+        load_snapshot(tmp_path, plain_json=True)
+
+
 def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="no such file"):
         load_snapshot(tmp_path / "nope")
