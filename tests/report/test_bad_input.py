@@ -121,8 +121,15 @@ _LONG = b"1" * 5000  # an integer of more digits than Python turns into an int (
          "version.json: not valid JSON for a version document: an integer of 5000 digits (at most 4300 are read)"),
         ("unreadable.json", b'{"pods": ' + _LONG + b"}",
          "unreadable.json: expected a JSON object of resource -> reason: an integer of 5000 digits"),
+        ("more-nodes.json", b'{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, "x": ' + _LONG
+         + b"}]}", "more-nodes.json: not valid YAML/JSON: an integer of 5000 digits"),
+        ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"priority": '
+         + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
+        ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": '
+         + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
     ],
-    ids=["a date that does not exist", "a long integer in YAML", "in version.json", "in unreadable.json"],
+    ids=["a date that does not exist", "a long integer in YAML", "in version.json", "in unreadable.json",
+         "in a Node List", "in a Pod's field the report reads", "in a Pod's field the report skips"],
 )
 def test_a_value_python_cannot_hold_exits_2_and_names_the_file(tmp_path: Path, name: str, content: bytes,
                                                                 expected: str) -> None:
