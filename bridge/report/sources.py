@@ -8,7 +8,8 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
 
 * any number of `*.yaml`, `*.yml`, `*.json` files, each optionally gzipped (`*.json.gz`), in a directory (searched
   recursively) or given as one file. Each file holds `kubectl get -o yaml|json` output: a `kind: List` or
-  `kind: <Kind>List` with `items`, multi-document YAML, or single objects. Objects are sorted by their `kind`.
+  `kind: <Kind>List` with `items`, multi-document YAML, JSON documents one after the other, or single objects.
+  Objects are sorted by their `kind`.
 * `version.json` (optional): the output of `kubectl version -o json` (`{"serverVersion": {...}}`) or the raw
   `/version` document (`{"gitVersion": "v1.34.2", "major": "1", "minor": "34"}`).
 * `unreadable.json` (optional, written by `snapshot`): resources that could not be listed, `{"pods": "reason"}`.
@@ -302,6 +303,28 @@ def _value_problem(err: ValueError) -> str:
     return f"a value that cannot be read: {str(err)[:200]}"
 
 
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")  # what json.loads skips around a document
+
+
+def _after_space(text: str, at: int) -> int:
+    space = _JSON_SPACE.match(text, at)
+    return space.end() if space else at
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """The JSON documents in `text`, one after the other with only whitespace between; None when it is not that."""
+    decoder, docs = json.JSONDecoder(), []
+    at = _after_space(text, 0)
+    while at < len(text):
+        try:
+            doc, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return None
+        docs.append(doc)
+        at = _after_space(text, at)
+    return docs
+
+
 def _documents(path: Path, text: str) -> Iterator[Any]:
     base = path.name[:-3] if path.name.endswith(".gz") else path.name
     try:
@@ -309,9 +332,13 @@ def _documents(path: Path, text: str) -> Iterator[Any]:
             try:
                 yield json.loads(text)
                 return
-            except json.JSONDecodeError:
-                # kubectl -o json of several objects concatenates documents; YAML is a JSON superset, fall through.
-                pass
+            except json.JSONDecodeError as err:
+                # JSON documents one after the other (`kubectl get pods -o json --watch`, or one `kubectl get -o
+                # json` after another): each is read. Anything else falls through to YAML (a JSON superset).
+                docs = _json_documents(text) if err.msg == "Extra data" else None
+                if docs is not None:
+                    yield from docs
+                    return
         yield from yaml.load_all(io.StringIO(text), Loader=_YamlLoader)
     except yaml.YAMLError as err:
         raise SnapshotError(f"{path}: not valid YAML/JSON: {' '.join(str(err).split())}") from err
