@@ -123,8 +123,8 @@ _LONG = b"1" * 5000  # an integer of more digits than Python turns into an int (
          "unreadable.json: expected a JSON object of resource -> reason: an integer of 5000 digits"),
         ("more-nodes.json", b'{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, "x": ' + _LONG
          + b"}]}", "more-nodes.json: not valid YAML/JSON: an integer of 5000 digits"),
-        ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"priority": '
-         + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
+        ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": '
+         b'{"priority": ' + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
         ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": '
          + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
     ],
