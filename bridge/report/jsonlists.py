@@ -19,8 +19,9 @@ for the webhook's reviews):
   opt-out annotation).
 * any other JSON document is decoded whole: the same objects as `json.loads`.
 * anything msgspec refuses or would read differently from the plain path (NaN and Infinity, numbers beyond a double,
-  lone surrogates, a byte order mark, several documents one after the other, bytes that are not UTF-8, even in a
-  field the schema skips; nesting within `_DEPTH_MARGIN` levels of where `json.loads` gives up: msgspec is run with
+  lone surrogates, a byte order mark, several documents one after the other, bytes that are not UTF-8 or an integer
+  of more digits than Python converts (`sys.get_int_max_str_digits`, which `json.loads` stops at), even in a field
+  the schema skips; nesting within `_DEPTH_MARGIN` levels of where `json.loads` gives up: msgspec is run with
   a recursion limit that much lower), a Pod field of a JSON type the schema does not take (`metadata: null`, a
   container or an env entry that is not an object, a name that is not a string), and a List mixing Pods with other
   kinds: `None` / `NOT_READ`, and the caller reads the file on the plain path, so such a file gives exactly the
@@ -236,6 +237,27 @@ def _utf8(raw: bytes | memoryview, ascii_only: bool | None = None) -> bool:
     return True
 
 
+_DIGIT_MAP = bytes(0x31 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))  # a digit -> "1", any other byte -> "."
+
+
+def _long_digits(raw: bytes | memoryview) -> bool:
+    """Whether `raw` may hold a run of more digits than Python converts to an int (`json.loads` stops there with a
+    ValueError; msgspec only where it decodes the number: a field the schema skips would be read). Sampled: a run of
+    `limit + 1` digits holds two samples `step` apart and every byte between them, so none is missed; a run found
+    in a string too sends the file to the plain path, which reads it as before."""
+    limit = sys.get_int_max_str_digits()
+    if limit <= 0 or len(raw) <= limit:
+        return False
+    step = max(limit // 2, 1)
+    samples = bytes(raw[::step]).translate(_DIGIT_MAP)
+    at = samples.find(b"11")
+    while at >= 0:
+        if bytes(raw[at * step:(at + 1) * step + 1]).isdigit():
+            return True
+        at = samples.find(b"11", at + 1)
+    return False
+
+
 class _Lowered:
     """The recursion limit lowered by `_DEPTH_MARGIN` while msgspec decodes (`_DEPTH_MARGIN`). The limit is the
     interpreter's: another thread recursing that deep meanwhile would stop earlier (the report loads snapshots from
@@ -269,7 +291,7 @@ class Reader:
             kind, decoder = "ReplicaSet", _REPLICASETS
         else:
             return None
-        if not _utf8(raw, ascii_only):
+        if not _utf8(raw, ascii_only) or _long_digits(raw):
             return None
         try:
             with _Lowered():

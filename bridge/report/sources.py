@@ -8,7 +8,8 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
 
 * any number of `*.yaml`, `*.yml`, `*.json` files, each optionally gzipped (`*.json.gz`), in a directory (searched
   recursively) or given as one file. Each file holds `kubectl get -o yaml|json` output: a `kind: List` or
-  `kind: <Kind>List` with `items`, multi-document YAML, or single objects. Objects are sorted by their `kind`.
+  `kind: <Kind>List` with `items`, multi-document YAML, JSON documents one after the other, or single objects.
+  Objects are sorted by their `kind`.
 * `version.json` (optional): the output of `kubectl version -o json` (`{"serverVersion": {...}}`) or the raw
   `/version` document (`{"gitVersion": "v1.34.2", "major": "1", "minor": "34"}`).
 * `unreadable.json` (optional, written by `snapshot`): resources that could not be listed, `{"pods": "reason"}`.
@@ -292,6 +293,38 @@ def _text(path: Path, raw: bytes | memoryview) -> str:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
 
+def _value_problem(err: ValueError) -> str:
+    """What a ValueError from `json.loads` or a YAML constructor says about the input, for a user: an integer of more
+    digits than Python converts (`sys.get_int_max_str_digits`), or a value a YAML tag cannot hold (an unquoted date
+    that does not exist)."""
+    digits = re.search(r"value has (\d+) digits", str(err))
+    if digits:
+        return f"an integer of {digits.group(1)} digits (at most {sys.get_int_max_str_digits()} are read)"
+    return f"a value that cannot be read: {str(err)[:200]}"
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")  # what json.loads skips around a document
+
+
+def _after_space(text: str, at: int) -> int:
+    space = _JSON_SPACE.match(text, at)
+    return space.end() if space else at
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """The JSON documents in `text`, one after the other with only whitespace between; None when it is not that."""
+    decoder, docs = json.JSONDecoder(), []
+    at = _after_space(text, 0)
+    while at < len(text):
+        try:
+            doc, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return None
+        docs.append(doc)
+        at = _after_space(text, at)
+    return docs
+
+
 def _documents(path: Path, text: str) -> Iterator[Any]:
     base = path.name[:-3] if path.name.endswith(".gz") else path.name
     try:
@@ -299,12 +332,18 @@ def _documents(path: Path, text: str) -> Iterator[Any]:
             try:
                 yield json.loads(text)
                 return
-            except json.JSONDecodeError:
-                # kubectl -o json of several objects concatenates documents; YAML is a JSON superset, fall through.
-                pass
+            except json.JSONDecodeError as err:
+                # JSON documents one after the other (`kubectl get pods -o json --watch`, or one `kubectl get -o
+                # json` after another): each is read. Anything else falls through to YAML (a JSON superset).
+                docs = _json_documents(text) if err.msg == "Extra data" else None
+                if docs is not None:
+                    yield from docs
+                    return
         yield from yaml.load_all(io.StringIO(text), Loader=_YamlLoader)
     except yaml.YAMLError as err:
         raise SnapshotError(f"{path}: not valid YAML/JSON: {' '.join(str(err).split())}") from err
+    except ValueError as err:  # json.loads' JSONDecodeError (a ValueError) falls through to YAML above
+        raise SnapshotError(f"{path}: not valid YAML/JSON: {_value_problem(err)}") from err
     except RecursionError as err:
         raise SnapshotError(f"{path}: nested too deeply to parse (more than {sys.getrecursionlimit()} levels): not "
                             "a Kubernetes object") from err
@@ -382,12 +421,17 @@ def _load_snapshot(root: Path, limit: int, reader: Reader | None) -> ClusterData
                 data.version = parse_version(json.loads(text))
             except (json.JSONDecodeError, RecursionError, AttributeError) as err:
                 raise SnapshotError(f"{f}: not valid JSON for a version document: {str(err)[:200]}") from err
+            except ValueError as err:
+                raise SnapshotError(f"{f}: not valid JSON for a version document: {_value_problem(err)}") from err
             continue
         if base == UNREADABLE_FILE:
             try:
                 data.unreadable.update({str(k): str(v) for k, v in json.loads(text).items()})
             except (json.JSONDecodeError, RecursionError, AttributeError) as err:
                 raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {str(err)[:200]}") from err
+            except ValueError as err:
+                raise SnapshotError(f"{f}: expected a JSON object of resource -> reason: {_value_problem(err)}") \
+                    from err
             continue
         if base == API_VERSIONS_FILE:
             data.api_versions = frozenset(line.strip() for line in text.splitlines() if line.strip())

@@ -107,6 +107,38 @@ def _deep_json(levels: int) -> bytes:
     return b"[" * levels + b"]" * levels
 
 
+_LONG = b"1" * 5000  # an integer of more digits than Python turns into an int (sys.get_int_max_str_digits: 4300)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("bad-date.yaml", b"kind: Pod\nmetadata: {name: p, namespace: a, creationTimestamp: 2026-13-01T00:00:00Z}\n",
+         "bad-date.yaml: not valid YAML/JSON: a value that cannot be read: month must be in 1..12"),
+        ("long.yaml", b"kind: Pod\nmetadata: {name: p, namespace: a}\nspec: {priority: " + _LONG + b"}\n",
+         "long.yaml: not valid YAML/JSON: an integer of 5000 digits (at most 4300 are read)"),
+        ("version.json", b'{"major": ' + _LONG + b"}",
+         "version.json: not valid JSON for a version document: an integer of 5000 digits (at most 4300 are read)"),
+        ("unreadable.json", b'{"pods": ' + _LONG + b"}",
+         "unreadable.json: expected a JSON object of resource -> reason: an integer of 5000 digits"),
+        ("more-nodes.json", b'{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, "x": ' + _LONG
+         + b"}]}", "more-nodes.json: not valid YAML/JSON: an integer of 5000 digits"),
+        ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": '
+         b'{"priority": ' + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
+        ("more-pods.json", b'{"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": '
+         + _LONG + b"}}]}", "more-pods.json: not valid YAML/JSON: an integer of 5000 digits"),
+    ],
+    ids=["a date that does not exist", "a long integer in YAML", "in version.json", "in unreadable.json",
+         "in a Node List", "in a Pod's field the report reads", "in a Pod's field the report skips"],
+)
+def test_a_value_python_cannot_hold_exits_2_and_names_the_file(tmp_path: Path, name: str, content: bytes,
+                                                                expected: str) -> None:
+    """A date that does not exist (unquoted YAML makes it a timestamp) or an integer of thousands of digits: one
+    line naming the file, not a ValueError traceback."""
+    err = _run_cli(tmp_path, _snapshot_with(tmp_path, name, content))
+    assert err.startswith("Error: ") and expected in err.splitlines()[0] and len(err.splitlines()) == 1
+
+
 def test_json_nested_deeper_than_the_parser_follows_is_named(tmp_path: Path) -> None:
     err = _run_cli(tmp_path, _snapshot_with(tmp_path, "deep.json", _deep_json(100_000)))
     assert "deep.json: nested too deeply to parse" in err.splitlines()[0] and len(err.splitlines()) == 1

@@ -214,6 +214,14 @@ def _hostile_lists() -> list[tuple[str, bytes]]:
         ("a number beyond a double, skipped", with_value(b"1e400")),
         ("a number beyond a double, kept", with_value(b"1e400", "kept")),
         ("a big integer, kept", with_value(b"123456789012345678901234567890", "kept")),
+        # More digits than Python turns into an int (sys.get_int_max_str_digits, 4300): json.loads stops with an error
+        ("an integer too long for Python, skipped", with_value(b"7" * 4301)),
+        ("an integer too long for Python, kept", with_value(b"7" * 4301, "kept")),
+        ("a negative integer too long for Python, skipped", with_value(b"-" + b"7" * 9000)),
+        ("an integer too long for Python, shared", _POD_LIST_HEAD + json.dumps(_pod("p", affinity="@@")).encode()
+         .replace(b'"@@"', b"7" * 4301) + b"]}"),
+        ("an integer as long as Python takes", with_value(b"7" * 4300)),
+        ("digits too long for an integer, in a string", with_value(b'"' + b"7" * 9000 + b'"')),
         ("a lone surrogate", with_value(b'"\\ud800"', "kept")),
         ("a surrogate pair", with_value(b'"\\ud83d\\ude00"', "kept")),
         ("control character", with_value(b'"a\x01b"', "kept")),
@@ -269,6 +277,17 @@ def test_the_reader_refuses_what_it_would_read_differently() -> None:
     assert reader.document(b'{"a": NaN}') is NOT_READ  # json.loads takes it
     assert reader.document(b'["\\ud800"]') is NOT_READ
     assert reader.document(b'{"a": 1}') == {"a": 1}
+
+
+def test_an_integer_too_long_for_python_is_found_wherever_it_starts() -> None:
+    """The fast reading samples the file for runs of digits (bridge.report.jsonlists._long_digits): a run one digit
+    longer than Python converts is found at every offset from the samples; a file with none is read."""
+    reader, limit = Reader(), sys.get_int_max_str_digits()
+    good = json.dumps(_pod("ok", ports="@@")).encode()
+    assert reader.pod_items(_POD_LIST_HEAD + good.replace(b'"@@"', b"[" + b"1," * limit + b"1]") + b"]}") is not None
+    for pad in range(limit + 2):
+        odd = good.replace(b'"@@"', b"[" + b" " * pad + b"7" * (limit + 1) + b"]")
+        assert reader.pod_items(_POD_LIST_HEAD + odd + b"]}") is None, pad
 
 
 @pytest.mark.parametrize("last", [b"", b"\xff"])

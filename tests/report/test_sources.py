@@ -73,6 +73,29 @@ def test_bad_files_fail_with_the_file_named(tmp_path: Path, name: str, content: 
     assert name in str(err.value)
 
 
+def test_an_integer_too_long_for_python_is_an_error_naming_the_json_file(tmp_path: Path) -> None:
+    """The standard-library reading (the reference for the fast one): one SnapshotError, not a ValueError."""
+    (tmp_path / "nodes.json").write_bytes(b'{"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "n"}, '
+                                          b'"spec": {"x": ' + b"7" * 4301 + b"}}]}")
+    with pytest.raises(SnapshotError, match=r"nodes.json: not valid YAML/JSON: an integer of 4301 digits \(at most "
+                                            r"4300 are read\)"):
+        load_snapshot(tmp_path, plain_json=True)
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_json_objects_one_after_the_other_are_all_read(tmp_path: Path, plain: bool) -> None:
+    """What `kubectl get pod a -o json; kubectl get pod b -o json` or `kubectl get pods -o json --watch` writes:
+    JSON documents one after the other, each read (YAML does not take them: no `---` between)."""
+    pod2 = {**POD, "metadata": {"name": "p2", "namespace": "a"}}
+    (tmp_path / "pods.json").write_text(json.dumps(POD, indent=4) + "\n" + json.dumps(pod2, indent=4) + "\n"
+                                        + json.dumps({"kind": "List", "items": [NODE]}))
+    data = load_snapshot(tmp_path, plain_json=plain)
+    assert [p["metadata"]["name"] for p in data.of("Pod")] == ["p1", "p2"] and data.of("Node") == [NODE]
+    (tmp_path / "pods.json").write_text(json.dumps(POD) + " {not json")
+    with pytest.raises(SnapshotError, match="pods.json: not valid YAML/JSON"):
+        load_snapshot(tmp_path, plain_json=plain)
+
+
 def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="no such file"):
         load_snapshot(tmp_path / "nope")
