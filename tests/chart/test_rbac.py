@@ -20,7 +20,8 @@ CONTROLLER = {"controller": {"enabled": True, "policyConfigMap": "split-policy"}
 EXPECTED: dict[str, set[tuple[str, str, str, str, str]]] = {
     "dra-bridge-node": {
         *{("cluster", "", "nodes", v, "") for v in ("get", "list", "watch", "patch")},
-        *{("cluster", "", "pods", v, "") for v in ("list", "watch")},
+        # get: a pod that left the nominated view is looked up (bridge/node/nodepods.py `_resolve_leaving`)
+        *{("cluster", "", "pods", v, "") for v in ("get", "list", "watch")},
         ("cluster", "resource.k8s.io", "resourceclaims", "get", ""),
         *{("cluster", "resource.k8s.io", "resourceslices", v, "") for v in ("list", "watch", "create", "update",
                                                                               "delete")},
