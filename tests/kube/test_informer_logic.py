@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bridge.kube import PODS, Gone, Informer, RetryPolicy, TooLargeResourceVersion, Unavailable, WatchEvent
+from tests.kube.idlestream import BlockingStream
 
 FAST = RetryPolicy(initial_backoff=0.01, max_backoff=0.02, jitter=0)
 
@@ -15,19 +16,6 @@ FAST = RetryPolicy(initial_backoff=0.01, max_backoff=0.02, jitter=0)
 def pod(name: str, rv: int, uid: str | None = None, ns: str = "ns") -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": ns, "resourceVersion": str(rv), "uid": uid or f"uid-{name}"}}
 
-
-class BlockingStream:
-    """Stays open until closed, like an idle watch."""
-
-    def __init__(self) -> None:
-        self.closed = threading.Event()
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        self.closed.wait(30)
-        return iter(())
-
-    def close(self) -> None:
-        self.closed.set()
 
 
 class ScriptedAPI:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ import pytest
 from bridge.kube.api import PODS, WatchEvent
 from bridge.node.nodepods import ClaimView, NodePods, PodsSnapshot
 from tests.dra.fakekube import FakeKube
+from tests.kube.idlestream import BlockingStream
 
 NODE = "node-a"
 DRIVER = "gpu.dra-bridge.io"
@@ -90,19 +91,6 @@ def test_a_refresh_that_finds_a_changed_claim_is_one_change_and_an_unchanged_one
     assert (node.claim_reads(), node.changes) == (3, 2)
 
 
-class _IdleStream:
-    """A watch that stays open, idle, until closed."""
-
-    def __init__(self) -> None:
-        self.closed = threading.Event()
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        self.closed.wait(30)
-        return iter(())
-
-    def close(self) -> None:
-        self.closed.set()
-
 
 class ListingKube(FakeKube):
     """FakeKube that also lists and watches pods (by `spec.nodeName` / `status.nominatedNodeName`); watches idle."""
@@ -110,7 +98,7 @@ class ListingKube(FakeKube):
     def __init__(self, bound: list[dict[str, Any]], nominated: list[dict[str, Any]] | None = None) -> None:
         super().__init__()
         self.lists = {f"spec.nodeName={NODE}": bound, f"status.nominatedNodeName={NODE}": nominated or []}
-        self.streams: list[_IdleStream] = []
+        self.streams: list[BlockingStream] = []
         self.list_first: threading.Event | None = None
 
     def list(self, res: Any, namespace: Any = None, *, field_selector: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -118,8 +106,8 @@ class ListingKube(FakeKube):
             self.list_first.wait(10)  # the nominated pods are listed (and synced) first
         return {"metadata": {"resourceVersion": "10"}, "items": copy.deepcopy(self.lists[field_selector or ""])}
 
-    def watch(self, res: Any, namespace: Any = None, **kw: Any) -> _IdleStream:
-        self.streams.append(_IdleStream())
+    def watch(self, res: Any, namespace: Any = None, **kw: Any) -> BlockingStream:
+        self.streams.append(BlockingStream())
         return self.streams[-1]
 
 
