@@ -126,8 +126,14 @@ def test_03_first_namespace_goes_through_shadow_to_dra_and_only_new_pods_change(
     assert float(metric.split()[-1]) >= 2
 
     ran = world.run("03-first-namespace", through="move")
-    status = checks.split_status(world, NODE)
-    assert status["state"] == "converged" and status["counts"]["dra"] == 2
+    # the guide waits for the slice; the daemon's status annotation follows (written at most once a second, after a
+    # move's last step): wait for it rather than read it once
+    def converged() -> dict:
+        status = checks.split_status(world, NODE)
+        assert status["state"] == "converged" and status["counts"]["dra"] == 2
+        return status
+
+    status = eventually(converged, f"{NODE}'s split status to show 2 DRA GPUs, converged", timeout=30)
     assert len(checks.slice_devices(world, NODE)) == 2 and checks.allocatable_gpus(world, NODE) == 6
     for p in pods.values():  # the running pods kept their GPUs through the move
         assert p["metadata"]["name"] in json.dumps(status["devices"])
@@ -176,10 +182,18 @@ def test_04_gpus_move_only_when_free_and_the_controller_acts_only_after_its_dry_
     assert checks.legacy_devices(world, NODE2) == gpus_before  # nobody was evicted
 
     ran = world.run("04-node-split", through="names")
-    assert checks.split_status(world, NODE2)["counts"]["dra"] == 0
+    # the guide waits for allocatable and the slice; the status annotations follow within a second or so
+    def node2_back_on_legacy() -> None:
+        assert checks.split_status(world, NODE2)["counts"]["dra"] == 0
+
+    eventually(node2_back_on_legacy, f"{NODE2}'s split status to count no DRA GPU", timeout=30)
     annotation = world.node(NODE)["metadata"]["annotations"]["dra-bridge.io/dra-devices"]
     assert annotation == ",".join(checks.slice_devices(world, NODE)) and annotation.count(",") == 1
-    assert checks.split_status(world, NODE)["state"] == "converged"
+
+    def node_converged() -> None:
+        assert checks.split_status(world, NODE)["state"] == "converged"
+
+    eventually(node_converged, f"{NODE}'s split status to be converged", timeout=30)
 
     ran = world.run("04-node-split", through="demand")
     assert len(world.workloads.running("controller")) == 2
@@ -219,8 +233,11 @@ def test_05_finishing_leaves_every_gpu_pod_on_dra_and_the_legacy_side_empty(worl
     ran = world.run("05-finishing", through="verify")
     assert not world.workloads.running("controller")
     for node in (NODE, NODE2):
-        status = checks.split_status(world, node)
-        assert status["state"] == "converged" and status["counts"]["dra"] == 8
+        def all_dra(node: str = node) -> None:  # the guide waits for the slices; the status follows
+            status = checks.split_status(world, node)
+            assert status["state"] == "converged" and status["counts"]["dra"] == 8
+
+        eventually(all_dra, f"{node}'s split status to show 8 DRA GPUs, converged", timeout=30)
         assert checks.allocatable_gpus(world, node) == 0 and not checks.legacy_devices(world, node)
     table = ran["verify"].stdout.split("LEGACY-GPUS", 1)[1].splitlines()[1:3]
     assert [ln.split() for ln in table] == [[NODE, "0"], [NODE2, "0"]]
