@@ -129,28 +129,29 @@ def _element_order(merged: list[Json], order: list[Json], live: list[Json], iden
     list, or its $setElementOrder) sorted by it, the others sorted by `live` (the list before the patch), then
     interleaved: a live-only item goes before the next patch item only if both are in `live`, the live-only one
     first. See the module docstring."""
-    def positions(items: list[Json]) -> dict[str, int]:
-        first: dict[str, int] = {}
-        for i, item in enumerate(items):
-            first.setdefault(json.dumps(ident(item), sort_keys=True), i)
-        return first
-
     def key(item: Json) -> str:
         return json.dumps(ident(item), sort_keys=True)
 
+    def positions(items: list[Json]) -> dict[str, int]:
+        first: dict[str, int] = {}
+        for i, item in enumerate(items):
+            first.setdefault(key(item), i)
+        return first
+
     in_order, in_live = positions(order), positions(live)
-    named = sorted((m for m in merged if key(m) in in_order), key=lambda m: in_order[key(m)])
-    rest = sorted((m for m in merged if key(m) not in in_order), key=lambda m: in_live.get(key(m), len(live)))
+    keyed = [(key(m), m) for m in merged]
+    named = sorted((km for km in keyed if km[0] in in_order), key=lambda km: in_order[km[0]])
+    rest = sorted((km for km in keyed if km[0] not in in_order), key=lambda km: in_live.get(km[0], len(live)))
     out: list[Json] = []
     i = j = 0
     while i < len(rest) or j < len(named):
-        take_rest = j >= len(named) or (i < len(rest) and key(rest[i]) in in_live and key(named[j]) in in_live
-                                        and in_live[key(rest[i])] < in_live[key(named[j])])
-        if take_rest:
-            out.append(rest[i])
+        r = in_live.get(rest[i][0]) if i < len(rest) else None
+        n = in_live.get(named[j][0]) if j < len(named) else None
+        if j >= len(named) or (r is not None and n is not None and r < n):
+            out.append(rest[i][1])
             i += 1
         else:
-            out.append(named[j])
+            out.append(named[j][1])
             j += 1
     return out
 
@@ -163,14 +164,13 @@ def _merge_key(field: str, patch: list[Json], current: Json) -> str:
 
 
 def _merge_list(current: Json, patch: list[Json], key: str) -> list[Json]:
-    items = [e for e in (current or []) if True]
     if not all(isinstance(e, dict) for e in patch):
         return copy.deepcopy(patch)
     plain = [e for e in patch if "$patch" not in e]
     if any(e.get("$patch") == "replace" for e in patch):  # the list becomes the patch's other elements
         return copy.deepcopy(plain)
     deleted = {json.dumps(e.get(key)) for e in patch if e.get("$patch") == "delete"}  # every element with the key
-    live = [e for e in items if not (isinstance(e, dict) and json.dumps(e.get(key)) in deleted)]
+    live = [e for e in current or [] if not (isinstance(e, dict) and json.dumps(e.get(key)) in deleted)]
     return _element_order(_merge_elements(list(live), plain, key), plain, live, _by_key(key))
 
 
