@@ -89,11 +89,17 @@ def bench_like(n: int, gpus: int) -> list[NodeView]:
     return [NodeView(f"node-{i:03d}", gpus, gpus // 2, dra_held=gpus // 2) for i in range(n)]
 
 
-def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan() -> None:
+def thirty_dra_pods_waiting_for_moves() -> tuple[list[NodeView], list[PendingPod], Policy]:
+    """A decision taken on 30 DRA pods that all need moves (its plan kept for the next one)."""
     nodes = bench_like(20, 8)
     pods = [PendingPod(f"ns/p{i}", "dra", 2, "ns", since=float(i)) for i in range(30)]
     policy = Policy(max_moves_per_minute=1000)
     decide(nodes, pods, policy)
+    return nodes, pods, policy
+
+
+def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan() -> None:
+    nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
     kept = core._last
     assert kept is not None
     for i in range(30, 40):
@@ -104,10 +110,7 @@ def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan()
 
 
 def test_a_new_pod_that_would_fit_before_the_pods_waiting_for_moves_is_planned_from_scratch() -> None:
-    nodes = bench_like(20, 8)
-    pods = [PendingPod(f"ns/p{i}", "dra", 2, "ns", since=float(i)) for i in range(30)]
-    policy = Policy(max_moves_per_minute=1000)
-    decide(nodes, pods, policy)
+    nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
     kept = core._last
     pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0)]  # fits at once, before every move
     got = decide(nodes, pods, policy)
