@@ -187,19 +187,24 @@ def test_watch_with_selector_reports_objects_leaving_the_selection_as_deleted(co
 
 def test_watch_stream_is_live_while_other_requests_are_served(core):
     seen: list[str] = []
-    done = threading.Event()
+    opened, done = threading.Event(), threading.Event()
 
     def consume() -> None:
         for ev in watch.Watch().stream(core.list_namespaced_pod, "default", timeout_seconds=10):
             seen.append(ev["object"].metadata.name)
+            opened.set()
             if ev["object"].metadata.name == "last":
                 break
         done.set()
 
+    # The first pod proves the watch is open (live, or one of the initial ADDED events of a watch opened after it,
+    # which come in name order): only then are the others created, so they arrive on the open stream.
+    core.create_namespaced_pod("default", pod("ready"))
     t = threading.Thread(target=consume)
     t.start()
+    wait_for(opened.is_set)
     for name in ("one", "two", "last"):
         core.create_namespaced_pod("default", pod(name))
     wait_for(done.is_set)
     t.join()
-    assert seen == ["one", "two", "last"]
+    assert seen == ["ready", "one", "two", "last"]
