@@ -376,6 +376,8 @@ class DualNode:
             if self.daemon is not None:
                 self.daemon.stop()
         finally:
+            if self.sources is not None:
+                self.sources.close()
             if self._grace_thread is not None:
                 self._grace_thread.join(5)
             self.instance.release()

@@ -48,7 +48,7 @@ from bridge.ledger.holders import Facts, Holder, HolderKind
 from bridge.ledger.sides import Side, device_name
 from bridge.node import kubeletcheckpoint
 from bridge.node.nodepods import NodePods, PodsSnapshot, waits_for_allocation
-from bridge.node.podresources import AdoptionError, Holdings, list_holdings
+from bridge.node.podresources import AdoptionError, Holdings, PodResourcesLister
 
 Prepared = Callable[[], Iterable[tuple[DeviceID, Holder]]]
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class HolderSources:
         self.driver = driver
         self.node_name = node_name
         self.podresources_socket = str(podresources_socket)
+        self._lister = PodResourcesLister(self.podresources_socket)  # one kept channel for every evaluation
         self.kubelet_checkpoint = Path(kubelet_checkpoint)
         self.pods = pods
         self.prepared = prepared
@@ -103,9 +104,13 @@ class HolderSources:
         if not os.path.exists(path):
             return None, f"no PodResources socket at {path}: is the kubelet running?"
         try:
-            return list_holdings(path, self.resource_name, self.driver, self.timeout_s), ""
+            return self._lister.list(self.resource_name, self.driver, self.timeout_s), ""
         except AdoptionError as err:
             return None, str(err)
+
+    def close(self) -> None:
+        """Close the PodResources channel (the daemon's stop); a later call would dial again."""
+        self._lister.close()
 
     def _legacy(self, holdings: Holdings | None, why: str, snap: PodsSnapshot | None) -> Facts:
         pairs: list[tuple[DeviceID, Holder]] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -75,25 +76,78 @@ class Holdings:
 
 def list_holdings(socket_path: str, resource_name: str, driver: str | None = None,
                   timeout: float = 10.0, *, wait_for_ready: bool = False) -> Holdings:
-    """Call PodResources `List`: who holds devices of `resource_name` and (when given) of DRA driver `driver`.
+    """Call PodResources `List` once on a channel of its own: who holds devices of `resource_name` and (when given)
+    of DRA driver `driver`.
 
     `wait_for_ready`: keep trying to connect for up to `timeout` (a kubelet coming back) instead of failing on the
     first refused connection."""
-    channel = grpc.insecure_channel(unix_target(socket_path))
+    lister = PodResourcesLister(socket_path)
     try:
-        resp = pb_grpc.PodResourcesListerStub(channel).List(pb.ListPodResourcesRequest(), timeout=timeout,
-                                                             wait_for_ready=wait_for_ready)
-    except grpc.RpcError as err:
-        details = err.details() if isinstance(err, grpc.Call) else str(err)
-        code = err.code() if isinstance(err, grpc.Call) else None
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise AdoptionError(
-                f"PodResources List on {socket_path} failed: the kubelet's PodResources socket exists but did not "
-                f"answer within {timeout:g} s ({details}); is the kubelet running? Not serving GPUs before it is "
-                f"known which ones running containers hold") from err
-        raise AdoptionError(f"PodResources List on {socket_path} failed: {details}") from err
+        return lister.list(resource_name, driver, timeout, wait_for_ready=wait_for_ready)
     finally:
+        lister.close()
+
+
+class PodResourcesLister:
+    """PodResources `List` on one kept channel, for a caller that asks again and again (the split's evaluations).
+
+    Dialling a channel per call cost 0.98 ms of CPU per `List` against 0.46 ms on a kept one (measured against the
+    kubelet simulator), and the daemon lists at every split evaluation. A call that fails closes the channel, so the
+    next one dials afresh: a gRPC channel whose connection failed retries on an exponential backoff (up to 120 s,
+    grpc/doc/connection-backoff.md) and fails calls fast meanwhile, while a fresh channel connects at once to the
+    socket a restarted kubelet has just created. Thread-safe: concurrent calls share the channel."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._stub: pb_grpc.PodResourcesListerStub | None = None
+        self.dials = 0  # channels opened (tests)
+
+    def _current(self) -> tuple[grpc.Channel, pb_grpc.PodResourcesListerStub]:
+        with self._lock:
+            if self._channel is None or self._stub is None:
+                self._channel = grpc.insecure_channel(unix_target(self.socket_path))
+                self._stub = pb_grpc.PodResourcesListerStub(self._channel)
+                self.dials += 1
+            return self._channel, self._stub
+
+    def _drop(self, channel: grpc.Channel) -> None:
+        with self._lock:
+            if self._channel is channel:
+                self._channel = self._stub = None
         channel.close()
+
+    def close(self) -> None:
+        with self._lock:
+            channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            channel.close()
+
+    def list(self, resource_name: str, driver: str | None = None, timeout: float = 10.0, *,
+             wait_for_ready: bool = False) -> Holdings:
+        """See `list_holdings`. Raises AdoptionError naming the socket when the call fails."""
+        socket_path = self.socket_path
+        channel, stub = self._current()
+        try:
+            resp = stub.List(pb.ListPodResourcesRequest(), timeout=timeout, wait_for_ready=wait_for_ready)
+        except grpc.RpcError as err:
+            self._drop(channel)
+            details = err.details() if isinstance(err, grpc.Call) else str(err)
+            code = err.code() if isinstance(err, grpc.Call) else None
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise AdoptionError(
+                    f"PodResources List on {socket_path} failed: the kubelet's PodResources socket exists but did not "
+                    f"answer within {timeout:g} s ({details}); is the kubelet running? Not serving GPUs before it is "
+                    f"known which ones running containers hold") from err
+            raise AdoptionError(f"PodResources List on {socket_path} failed: {details}") from err
+        except BaseException:
+            self._drop(channel)
+            raise
+        return _holdings(resp, resource_name, driver)
+
+
+def _holdings(resp: pb.ListPodResourcesResponse, resource_name: str, driver: str | None) -> Holdings:
     held: dict[str, list[Holder]] = {}
     dynamic: list[DynamicHolder] = []
     active = frozenset((pod.namespace, pod.name) for pod in resp.pod_resources)

@@ -4,6 +4,7 @@ status, the claims allocated to this node's devices, our prepared claims; unknow
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,38 @@ def test_podresources_containers_are_legacy_holders(kubelet) -> None:  # type: i
     facts = sources(root, listed()).facts()
     assert facts.of(GPUS[1].uuid) == (Holder(HolderKind.CONTAINER, "pod ml/train-0 container main"),)
     assert facts.known(Side.LEGACY) and facts.known(Side.DRA)
+
+
+def test_evaluations_share_one_podresources_channel_and_a_restarted_kubelet_is_read_at_once(short_tmp: Path) -> None:
+    manager = DeviceManager(short_tmp / "device-plugins")
+    server = PodResourcesServer(short_tmp, manager)
+    server.start()
+    src = sources(short_tmp, listed())
+    try:
+        manager.seed_assignment(Assignment("u1", "ml", "train-0", "main", RESOURCE, (GPUS[1].uuid,)))
+        for _ in range(5):
+            assert src.facts().of(GPUS[1].uuid) == (Holder(HolderKind.CONTAINER, "pod ml/train-0 container main"),)
+        assert src._lister.dials == 1  # one channel for every List, not one per evaluation
+
+        server.stop()  # the kubelet dies, leaving a socket nobody listens on: connections are refused
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(str(short_tmp / "pod-resources" / "kubelet.sock"))
+        try:
+            down = src.facts()
+        finally:
+            dead.close()
+            (short_tmp / "pod-resources" / "kubelet.sock").unlink()
+        assert not down.known(Side.LEGACY) and "did not answer" in down.unknown[Side.LEGACY]
+        server = PodResourcesServer(short_tmp, manager)  # ... and the restarted kubelet listens on a new socket
+        server.start()
+        # The failed call dropped the channel, so the next evaluation dials afresh instead of waiting out a backed-off
+        # reconnect of the old one (gRPC backs off up to 120 s).
+        back = src.facts()
+        assert back.known(Side.LEGACY), back.unknown
+        assert back.of(GPUS[1].uuid) == (Holder(HolderKind.CONTAINER, "pod ml/train-0 container main"),)
+    finally:
+        src.close()
+        server.stop()
 
 
 def test_a_missing_podresources_socket_makes_the_legacy_side_unknown(short_tmp: Path) -> None:

@@ -5,6 +5,7 @@ split-status annotation) without repeating itself."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -401,3 +402,33 @@ def test_bridge_node_status_without_an_api_exits_2(tmp_path: Path) -> None:
     (tmp_path / "kc").write_text("not: a kubeconfig\n")
     out = run_status(tmp_path / "kc", NODE)
     assert out.exit_code == 2 and "bridge node status:" in out.output
+
+
+def test_a_burst_of_wake_ups_is_served_by_one_evaluation_and_a_first_one_at_once(api: KubeAPI) -> None:
+    """One DRA pod start wakes the loop about seven times within half a second. The loop evaluates the first wake-up
+    after a quiet spell at once, and every wake-up within `min_interval_s` of an evaluation's start by ONE evaluation
+    at the end of that interval."""
+    ctl = controller(api, config={"resync_s": 600.0, "min_interval_s": 2.0})
+    ctl.start()
+    try:
+        wait_until(lambda: (s := status_of(api.get(NODES, NODE))) and s.state == "converged", what="settled")
+
+        def quiet_for_2_5_s() -> bool:
+            before = ctl.loop_evaluations
+            time.sleep(2.5)
+            return ctl.loop_evaluations == before
+
+        wait_until(quiet_for_2_5_s, timeout=30, what="no evaluation for 2.5 s")
+        settled = ctl.loop_evaluations
+
+        ctl.kick("quiet until now")
+        wait_until(lambda: ctl.loop_evaluations == settled + 1, timeout=1.5, what="the first wake-up evaluated at once")
+        for i in range(20):
+            ctl.kick(f"burst {i}")
+            time.sleep(0.01)
+        assert ctl.loop_evaluations == settled + 1  # the burst waits out the interval...
+        wait_until(lambda: ctl.loop_evaluations == settled + 2, timeout=5, what="one evaluation for the burst")
+        time.sleep(2.5)
+        assert ctl.loop_evaluations == settled + 2  # ... and all of it was served by that one evaluation
+    finally:
+        ctl.stop()
