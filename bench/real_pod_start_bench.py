@@ -27,6 +27,8 @@ way, per pod:
   kubelet NodePrepare gRPC   `dra_grpc_operations_duration_seconds{method=~".*NodePrepareResources"}`: our call as
                              the kubelet's gRPC client times it
   daemon prepare             `dra_bridge_dra_rpc_seconds{op="prepare"}`: the same call inside our daemon
+    of which read/lock/work  `dra_bridge_dra_prepare_phase_seconds`: reading the claim from the API server, waiting
+                             for the node lock, the work under it (guards, checkpoint and CDI writes)
   kubelet Allocate           `kubelet_device_plugin_alloc_duration_seconds` (legacy pods)
   kubelet pod start          `kubelet_pod_start_duration_seconds`: kubelet first sees the pod -> running
   CRI <operation>            `kubelet_runtime_operations_duration_seconds{operation_type=...}`: the kubelet's calls
@@ -71,6 +73,8 @@ GRPC = "dra_grpc_operations_duration_seconds"
 ALLOC = "kubelet_device_plugin_alloc_duration_seconds"
 POD_START = "kubelet_pod_start_duration_seconds"
 DAEMON = "dra_bridge_dra_rpc_seconds"
+PHASE = "dra_bridge_dra_prepare_phase_seconds"
+PHASES = ("read", "lock", "work")
 EVALUATIONS = "dra_bridge_split_evaluations_total"
 SLICE_WRITES = "dra_bridge_dra_slice_writes_total"
 RUNTIME = "kubelet_runtime_operations_duration_seconds"
@@ -171,6 +175,7 @@ def deltas(before: Samples, after: Samples) -> dict[str, float]:
     wanted: dict[str, tuple[str, dict[str, str]]] = {
         "prepare": (PREPARE, {"operation_name": "PrepareResources"}),
         "daemon": (DAEMON, {"op": "prepare"}),
+        **{f"phase_{ph}": (PHASE, {"phase": ph}) for ph in PHASES},
         "alloc": (ALLOC, {}),
         "pod_start": (POD_START, {}),
         **{f"rt_{op}": (RUNTIME, {"operation_type": op}) for op in RUNTIME_OPS},
@@ -273,7 +278,8 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
               f"   bound->Running {statistics.median(kubelet) * 1000:7.1f} / {statistics.fmean(kubelet) * 1000:7.1f}")
     print("\nper pod, from the kubelet's and the daemon's histograms (difference of _sum over one pod start)")
     rows = [("prepare", "kubelet PrepareResources"), ("grpc", "kubelet NodePrepare gRPC"),
-            ("daemon", "daemon prepare (ours)"), ("alloc", "kubelet Allocate (legacy)"),
+            ("daemon", "daemon prepare (ours)"),
+            *[(f"phase_{ph}", f"  of which {ph}") for ph in PHASES], ("alloc", "kubelet Allocate (legacy)"),
             ("pod_start", "kubelet pod start"), *[(f"rt_{op}", f"CRI {op}") for op in RUNTIME_OPS]]
     for key, label in rows:
         for k in KINDS:

@@ -249,6 +249,10 @@ class Preparer:
                 log.error("claim not prepared", extra={"uid": ref.uid, "error": problem})
                 outcomes[ref.uid] = PrepareOutcome(error=problem)
         read = self.reader.read(to_read, budget)  # outside the node lock: a slow API must not hold it
+        phase = self.metrics.prepare_phase
+        read_at = time.perf_counter()
+        if to_read:
+            phase.labels("read").observe(read_at - start)
         readable: list[tuple[ClaimRef, Obj]] = []
         unread: list[ClaimRef] = []
         for ref in to_read:
@@ -265,8 +269,11 @@ class Preparer:
         if readable:
             try:
                 with self.store.serialized(budget.lock_wait(time.monotonic())):
+                    locked_at = time.perf_counter()
+                    phase.labels("lock").observe(locked_at - read_at)
                     outcomes.update(self._prepare_batch(readable, refusals))
                     self.metrics.prepared.set(len(self.store.load()))
+                phase.labels("work").observe(time.perf_counter() - locked_at)
             except LockTimeout as err:
                 log.error("prepare: node lock not acquired", extra={"claims": len(readable), "error": str(err)})
                 outcomes.update({ref.uid: PrepareOutcome(error=f"prepare not attempted: {err}")
