@@ -110,11 +110,13 @@ class SplitConfig:
     # A failed evaluation is retried after this, doubling per failure up to the max.
     evaluation_retry_s: float = 1.0
     evaluation_retry_max_s: float = 30.0
-    # Evaluations start at least this far apart: the wake-ups that arrive meanwhile are served by ONE evaluation at
-    # the end of the gap. One DRA pod start wakes the loop about seven times within half a second (the pod's and its
-    # claim's events, the prepare, the slice confirmation); evaluating each (a PodResources List, the kubelet
-    # checkpoint, the claims) took CPU beside the kubelet's NodePrepareResources on the same small node. A first
-    # wake-up after a quiet spell is evaluated at once; a move's deadlines are seconds, so the gap delays nothing.
+    # A wake-up (a pod, claim or Node event, a prepare, an unprepare, a slice write) is evaluated this long after it
+    # came, and evaluations start at least this far apart: every wake-up meanwhile is served by that ONE evaluation.
+    # One DRA pod start woke the loop about seven times within half a second, the first when the pod was bound, the
+    # moment the kubelet calls NodePrepareResources: evaluating at once (a PodResources List while the kubelet starts
+    # the pod, the kubelet checkpoint, the claims, the split lock the prepare guard also takes) ran beside every
+    # prepare on the same small node. The guards never wait for an evaluation, and a move's deadlines are seconds:
+    # the delay moves nothing later that matters. A deadline that comes due (no wake-up) is evaluated at once.
     min_interval_s: float = 0.25
 
 
@@ -657,11 +659,15 @@ class SplitController:
 
     def _loop(self) -> None:
         self._wake.set()
+        first = True
         while not self._stop.is_set():
-            self._wake.wait(self._next_wait())
-            # real time, not self._clock: this is a sleep, and tests drive the ledger's clock by hand
-            gap = self._loop_started + self.config.min_interval_s - time.monotonic()
-            if gap > 0 and self._stop.wait(gap):
+            woken = self._wake.wait(self._next_wait())
+            # real time, not self._clock: these are sleeps, and tests drive the ledger's clock by hand
+            now = time.monotonic()
+            at = max(now + self.config.min_interval_s if woken and not first else now,
+                     self._loop_started + self.config.min_interval_s)
+            first = False
+            if at > now and self._stop.wait(at - now):
                 return
             self._wake.clear()  # after the gap: every wake-up up to here is served by this evaluation
             if self._stop.is_set():
