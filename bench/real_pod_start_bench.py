@@ -356,7 +356,7 @@ def main() -> int:
         if args.py_spy:
             daemon = pids["bridge node"][0]
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(daemon),
-                                    "-o", args.py_spy, "--format", "raw", "-r", "200", "--idle", "--nonblocking"],
+                                    "-o", args.py_spy, "--format", "raw", "-r", "200", "--idle", "--nonblocking", "--threads"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
         load0 = load()

@@ -48,7 +48,11 @@ KUBELET_CALL_TIMEOUT_S = 45.0  # kubernetes/kubernetes pkg/kubelet/cm/dra/plugin
 CALL_BUDGET_S = 30.0  # two thirds of the kubelet's deadline: 15 s of margin for the work under the lock and the reply
 BUDGET_SHARE_OF_DEADLINE = 2 / 3
 MAX_READERS = 16  # claim reads in flight at once, node-wide (a pod rarely has more than a few claims per driver)
-IDLE_EXIT_S = 2.0  # a reader thread without work for this long ends (a new one starts with the next call)
+# A reader thread without work for this long ends (a new one starts with the next call), or at `close()`. Long,
+# because starting one is in the kubelet's path: `Thread.start` waits until the new thread runs, which on a busy
+# node took milliseconds of a prepare (py-spy over bench/real_pod_start_bench.py, with 2 s here: a new thread for
+# nearly every pod). A node that prepares more often than this never starts one.
+IDLE_EXIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,13 @@ ReadResult = Obj | ClaimError
 class ClaimReader:
     """Reads claims by (namespace, name) on a small pool of daemon threads, started on demand and ended when idle."""
 
-    def __init__(self, kube: KubeAPI, *, max_workers: int = MAX_READERS,
+    def __init__(self, kube: KubeAPI, *, max_workers: int = MAX_READERS, idle_exit_s: float = IDLE_EXIT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.max_workers = max_workers
+        self.idle_exit_s = idle_exit_s
         self.clock = clock
+        self._closing = False
         self._lock = threading.Lock()
         self._tasks: deque[tuple[Future[ReadResult], ClaimRef]] = deque()
         self._wake = threading.Condition(self._lock)
@@ -123,6 +129,7 @@ class ClaimReader:
     def _submit(self, ref: ClaimRef) -> Future[ReadResult]:
         fut: Future[ReadResult] = Future()
         with self._lock:
+            self._closing = False
             self._tasks.append((fut, ref))
             if len(self._tasks) > self._idle and self._workers < self.max_workers:
                 self._workers += 1
@@ -130,13 +137,19 @@ class ClaimReader:
             self._wake.notify()
         return fut
 
+    def close(self) -> None:
+        """End the idle reader threads (the daemon's stop); a later read starts them again."""
+        with self._lock:
+            self._closing = True
+            self._wake.notify_all()
+
     def _work(self) -> None:
         while True:
             with self._lock:
                 self._idle += 1
-                has_work = self._wake.wait_for(lambda: bool(self._tasks), timeout=IDLE_EXIT_S)
+                self._wake.wait_for(lambda: bool(self._tasks) or self._closing, timeout=self.idle_exit_s)
                 self._idle -= 1
-                if not has_work:
+                if not self._tasks:
                     self._workers -= 1
                     return
                 fut, ref = self._tasks.popleft()

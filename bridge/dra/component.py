@@ -133,6 +133,8 @@ class DraNode:
     def stop(self) -> None:
         self.plugin.stop()
         self.preparer.syncer.flush(timeout=2.0)  # the last call's records on disk before we go (bounded wait)
+        self.preparer.syncer.close()
+        self.preparer.reader.close()
 
     def on_health(self, event: HealthEvent) -> None:
         self.board.apply(event)

@@ -20,14 +20,20 @@ from bridge.dra.crashpoints import crash_point
 
 log = logging.getLogger(__name__)
 
-IDLE_EXIT_S = 2.0  # the thread ends after this long without a request
+# The thread ends after this long without a request, or at `close()`. Long, because starting a thread is in the
+# kubelet's path: `Thread.start` waits until the new thread runs, which on a busy node took milliseconds (py-spy
+# over bench/real_pod_start_bench.py); a node that prepares more often than this never starts one.
+IDLE_EXIT_S = 300.0
 
 
 class DeferredSync:
-    def __init__(self, sync: Callable[[], None], *, name: str = "dra-claims-sync") -> None:
+    def __init__(self, sync: Callable[[], None], *, name: str = "dra-claims-sync",
+                 idle_exit_s: float = IDLE_EXIT_S) -> None:
         """`sync`: make every write so far durable; an OSError it raises is logged (the next sync retries)."""
         self._sync = sync
         self._name = name
+        self.idle_exit_s = idle_exit_s
+        self._closing = False
         self._cond = threading.Condition()
         self._pending = False
         self._running = False
@@ -38,7 +44,7 @@ class DeferredSync:
     def request(self) -> None:
         """Sync soon (returns at once)."""
         with self._cond:
-            self._pending = True
+            self._pending, self._closing = True, False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
@@ -49,11 +55,18 @@ class DeferredSync:
         with self._cond:
             return self._cond.wait_for(lambda: not self._pending and not self._running, timeout)
 
+    def close(self) -> None:
+        """End the thread once it has nothing to do (a requested sync still runs); a later request starts it again."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._cond.wait_for(lambda: self._pending, timeout=IDLE_EXIT_S):
-                    self._thread = None  # idle: end; the next request starts a new thread
+                if not self._cond.wait_for(lambda: self._pending or self._closing, timeout=self.idle_exit_s) \
+                        or not self._pending:
+                    self._thread = None  # idle or closed: end; the next request starts a new thread
                     return
                 self._pending, self._running = False, True
             try:

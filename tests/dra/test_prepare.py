@@ -500,11 +500,20 @@ def test_the_checkpoint_store_syncs_the_file_it_wrote(short_tmp: Path) -> None:
     assert store.load() == {"uid-1": record}
 
 
-def test_reader_and_sync_threads_end_when_idle(env: Env) -> None:
-    """No thread outlives its use by more than a couple of seconds (many preparers in one process, a stopped
-    daemon): the next call starts them again."""
+def test_reader_and_sync_threads_end_when_idle_or_closed(env: Env) -> None:
+    """The reader and sync threads stay while the node prepares (starting one is in the kubelet's path: 300 s idle by
+    default), end when idle that long or at `close()` (the daemon's stop), and the next call starts them again."""
+    assert env.preparer.reader.idle_exit_s == env.preparer.syncer.idle_exit_s == 300.0
     refs = [make_claim(env.kube, f"c{i}", f"uid-{i}", [f"gpu-{i}"]) for i in (1, 2, 3)]
     env.preparer.prepare(refs)
+    assert env.preparer.reader._workers >= 1
+    assert env.preparer.syncer.flush(10)
+    env.preparer.reader.close()
+    env.preparer.syncer.close()
+    wait_until(lambda: env.preparer.reader._workers == 0 and env.preparer.syncer._thread is None, 15,
+               "the closed reader and sync threads to end")
+    env.preparer.reader.idle_exit_s = env.preparer.syncer.idle_exit_s = 0.5
+    env.preparer.prepare(refs)  # answered from the records: a read, no write
     assert env.preparer.reader._workers >= 1
     wait_until(lambda: env.preparer.reader._workers == 0 and env.preparer.syncer._thread is None, 15,
                "the idle reader and sync threads to end")
