@@ -7,8 +7,8 @@ Four steps, each over whole-GPU counts (bridge.controller.model):
 1. **Fit.** Pending pods are taken in the scheduler's queue order (priority, then age, then size) and placed where
    the GPUs of their API are already free: preferably on a node where they fit inside one topology group (below),
    then best fit (the node left with the fewest free GPUs of that API, then the one with the fewest free GPUs of
-   the other API, whose free GPUs a move could use). These pods need no move: the scheduler will bind them by
-   itself, so their GPUs are reserved before anything moves.
+   the other API, whose free GPUs a move could use, then the name). These pods need no move: the scheduler will
+   bind them by itself, so their GPUs are reserved before anything moves.
 2. **Floor.** A pool below its minimum legacy share gets free DRA GPUs back to the legacy side (only free ones,
    and only on nodes whose cool-down allows that direction).
 3. **Move.** Each pod still unplaced goes to the node where it needs the **fewest moves**: the node with the most
@@ -66,6 +66,7 @@ import functools
 import gc
 import operator
 import threading
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -278,15 +279,20 @@ class _Index:
     `move[direction][pool][(c_to, c_from)]`: changeable nodes that may change in `direction`, with `c_to` free GPUs
     of the receiving API and `c_from` of the giving one (step 3).
     `room[t]`: how many nodes have `t` free GPUs on both sides together (a pod larger than every node's room cannot
-    be placed by moves, checked without a search)."""
+    be placed by moves, checked without a search).
+
+    A bucket lists its nodes' places in name order (`_Node.pos`, a sorted list), whatever order they joined it in,
+    so ties between nodes alike go to the first by name, and an index is a function of its nodes' present counts
+    alone: built now, or built earlier and kept up to date as the plan went, it is the same index (`_Run.resume`
+    relies on that when it goes on from a plan whose history differs from the one planning from scratch has)."""
 
     def __init__(self, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]) -> None:
         self.room: dict[int, int] = defaultdict(int)
-        self.fit: dict[Api, dict[int, dict[int, dict[int, dict[str, None]]]]] = {
+        self.fit: dict[Api, dict[int, dict[int, dict[int, list[int]]]]] = {
             a: defaultdict(lambda: defaultdict(dict)) for a in APIS}
         self.nodes: list[_Node] = list(nodes)
-        self.move: dict[Direction, dict[str, dict[tuple[int, int], dict[str, None]]]] = {
-            "to-dra": defaultdict(lambda: defaultdict(dict)), "to-legacy": defaultdict(lambda: defaultdict(dict))}
+        self.move: dict[Direction, dict[str, dict[tuple[int, int], list[int]]]] = {
+            "to-dra": defaultdict(lambda: defaultdict(list)), "to-legacy": defaultdict(lambda: defaultdict(list))}
         self.move_ok = move_ok
         self.size = len(self.nodes)
         for n in self.nodes:
@@ -297,18 +303,18 @@ class _Index:
         return any(t >= gpus for t, count in self.room.items() if count)
 
     def _add(self, n: _Node) -> None:
-        name, legacy, dra = n.name, n.free["legacy"], n.free["dra"]
+        name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         self.room[legacy + dra] += 1
-        self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, {})[name] = None
-        self.fit["dra"][dra][n.largest[1]].setdefault(legacy, {})[name] = None
+        insort(self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, []), pos)
+        insort(self.fit["dra"][dra][n.largest[1]].setdefault(legacy, []), pos)
         if n.changeable:
             if name in self.move_ok["to-legacy"]:
-                self.move["to-legacy"][n.pool][(legacy, dra)][name] = None
+                insort(self.move["to-legacy"][n.pool][(legacy, dra)], pos)
             if name in self.move_ok["to-dra"]:
-                self.move["to-dra"][n.pool][(dra, legacy)][name] = None
+                insort(self.move["to-dra"][n.pool][(dra, legacy)], pos)
 
     def _remove(self, n: _Node) -> None:
-        name, legacy, dra = n.name, n.free["legacy"], n.free["dra"]
+        name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         self.room[legacy + dra] -= 1
         sides: tuple[tuple[Api, int, int, int], ...] = (("legacy", legacy, dra, 0), ("dra", dra, legacy, 1))
         for api, mine, theirs, s in sides:
@@ -318,23 +324,25 @@ class _Index:
             by_other = by_largest.get(n.largest[s])
             bucket = by_other.get(theirs) if by_other else None
             if by_other is not None and bucket is not None:
-                bucket.pop(name, None)
+                i = bisect_left(bucket, pos)
+                if i < len(bucket) and bucket[i] == pos:
+                    del bucket[i]
                 if not bucket:
                     del by_other[theirs]
                     if not by_other:
                         del by_largest[n.largest[s]]
         if n.changeable:
             if name in self.move_ok["to-legacy"]:
-                self.move["to-legacy"][n.pool][(legacy, dra)].pop(name, None)
+                _discard(self.move["to-legacy"][n.pool][(legacy, dra)], pos)
             if name in self.move_ok["to-dra"]:
-                self.move["to-dra"][n.pool][(dra, legacy)].pop(name, None)
+                _discard(self.move["to-dra"][n.pool][(dra, legacy)], pos)
 
-    def best_fit(self, api: Api, gpus: int, top: int) -> str | None:
+    def best_fit(self, api: Api, gpus: int, top: int) -> int | None:
         """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
         those, the node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free
-        GPUs a later move could use stay together)."""
+        GPUs a later move could use stay together), then the first by name. Its place (`_Node.pos`)."""
         by_free = self.fit[api]
-        fallback: str | None = None
+        fallback: int | None = None
         for c in range(gpus, top + 1):
             by_largest = by_free.get(c)
             if not by_largest:
@@ -342,9 +350,9 @@ class _Index:
             if len(by_largest) == 1:  # the common case: every node alike
                 size, by_other = next(iter(by_largest.items()))
                 if size >= gpus:
-                    return next(iter(by_other[min(by_other)]))
+                    return by_other[min(by_other)][0]
                 if fallback is None:
-                    fallback = next(iter(by_other[min(by_other)]))
+                    fallback = by_other[min(by_other)][0]
                 continue
             whole = sorted(size for size in by_largest if size >= gpus)
             if whole:
@@ -352,6 +360,13 @@ class _Index:
             if fallback is None:
                 fallback = _fewest_other(by_largest, sorted(by_largest))
         return fallback
+
+
+def _discard(bucket: list[int], pos: int) -> None:
+    """Take `pos` out of a sorted bucket (when it is there)."""
+    i = bisect_left(bucket, pos)
+    if i < len(bucket) and bucket[i] == pos:
+        del bucket[i]
 
 
 def _position(n: _Node) -> int:
@@ -372,10 +387,10 @@ def _cooling(nodes: Mapping[str, _Node], memory: Memory, policy: Policy, now: fl
     return out
 
 
-def _fewest_other(by_largest: Mapping[int, Mapping[int, Mapping[str, None]]], sizes: Sequence[int]) -> str:
+def _fewest_other(by_largest: Mapping[int, Mapping[int, Sequence[int]]], sizes: Sequence[int]) -> int:
     """The first node with the fewest free GPUs of the other API among the buckets of `sizes` (in that order)."""
     o, size = min((min(by_largest[size]), size) for size in sizes)
-    return next(iter(by_largest[size][o]))
+    return by_largest[size][o][0]
 
 
 class _Planner:
@@ -389,8 +404,10 @@ class _Planner:
         # in name order, so an index is built from one check per shape.
         self.by_shape: dict[object, list[_Node]] = {}
         known = sorted((v for v in nodes if v.frozen != "unknown"), key=lambda v: v.name)
+        self.by_pos: list[_Node] = []  # the nodes in name order (an index's buckets list places in it)
         for pos, (v, seed) in enumerate(_SEEDS.of(known)):
             n = self.nodes[v.name] = _Node(v, seed, pos)
+            self.by_pos.append(n)
             self.by_shape.setdefault(seed.shape, []).append(n)
         self.top = max((n.view.total for n in self.nodes.values()), default=0)
         # Pools: totals and planned legacy counts over every known node (frozen ones count toward the share).
@@ -498,11 +515,12 @@ class _Planner:
 
     def fit(self, pod: PendingPod) -> Placement | None:
         idx = self.index(pod.constraints)
-        name = idx.best_fit(pod.api, pod.gpus, self.top)
-        if name is None:
+        pos = idx.best_fit(pod.api, pod.gpus, self.top)
+        if pos is None:
             return None
-        self.take(self.nodes[name], pod.api, pod.gpus)
-        return Placement(pod.key, name, 0)
+        n = self.by_pos[pos]
+        self.take(n, pod.api, pod.gpus)
+        return Placement(pod.key, n.name, 0)
 
     # ---- step 2: floor -----------------------------------------------------------------------------------------
 
@@ -561,9 +579,10 @@ class _Planner:
                     if not bucket:
                         continue
                     pick: tuple[int, int, int, str, int] | None = None
-                    for i, name in enumerate(bucket):
-                        tier, slack, group = self.nodes[name].move_rank(pod.api, need)
-                        key = (tier, slack, give, name, group)
+                    for i, pos in enumerate(bucket):
+                        n = self.by_pos[pos]
+                        tier, slack, group = n.move_rank(pod.api, need)
+                        key = (tier, slack, give, n.name, group)
                         if pick is None or key[:2] < pick[:2]:
                             pick = key
                         if (tier, slack) == (0, 0) or i >= _SCAN_FOR_GROUP:
