@@ -51,12 +51,14 @@ a pod is placed by looking at a few buckets, not at every node (bench/controller
 bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one
 eligibility check per node shape; a pod larger than every eligible node's free room is blocked without a search; a
 search is remembered while no plan changes (the pods a rate limit blocks ask the same question again and again).
-Between decisions the usual event is a new pending pod, which comes last in the queue: when nothing else changed,
-a decision goes on from the last decision's plan and adds only that pod's step (`_Run`: a few ms at that scale
-instead of a whole plan); anything else plans from scratch (tests/controller/test_decide_resume.py checks the two
-give the same decision over generated event sequences). None of this changes a decision: the same inputs give the
-same decision, memo or not. Python's cyclic garbage collector is paused during a decision: its collections,
-triggered by the decision's own short-lived objects, walked the caller's whole heap and took about half the time.
+Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler binding
+the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step predicted:
+when nothing else changed, a decision goes on from the last decision's plan, adds only the new pod's step and drops
+the bound pod's (`_Run`: a few ms at that scale instead of a whole plan); anything else plans from scratch
+(tests/controller/test_decide_resume.py checks the two give the same decision over generated event sequences).
+None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
+collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
+the caller's whole heap and took about half the time.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ import threading
 from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bridge.controller.model import (
     APIS,
@@ -740,8 +742,8 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
     """One decision (see the module docstring). Deterministic for equal inputs. Python's cyclic garbage collector is
     paused while it runs (`_collector_paused`).
 
-    `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue (`_Run`); the
-    decision is the same either way. False: plan from scratch (the reference the property tests compare with)."""
+    `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue, or drops the
+    first pods it placed on free GPUs once bound there as planned (`_Run`); the decision is the same either way. False: plan from scratch (the reference the property tests compare with)."""
     with _collector_paused():
         return _decide(nodes, pending, policy, memory or Memory(), now, reuse)
 
@@ -757,9 +759,16 @@ class _Run:
     then takes the new pod's: its fit fails where it failed at the end of step 1 (`fit_room`: the most free GPUs per
     API of each eligibility index then), so it only adds its step 3 at the end; or, when step 3 had no pod yet, its
     fit is the last of step 1. The plan kept is the last decision's plan after its last step, so the new decision
-    costs the new pod's step, not every pod's. Anything else (a pod gone or inserted before the end, a node's view
-    replaced, the clock moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods)
-    plans from scratch. The plan kept costs memory between decisions: some 13 MB at 5,000 nodes and 10,000 pods."""
+    costs the new pod's step, not every pod's.
+
+    The other usual event is the scheduler binding pods step 1 placed on free GPUs, in queue order: the first ones
+    leave the queue and their nodes' views lose the free GPUs their steps took. Planning from scratch then starts
+    from the plan as it was right after those steps (`_went_as_planned` says when, and why), so the plan kept is
+    the new decision's too, less those pods' placements; the new decision costs a check of the views that changed.
+
+    Anything else (another pod gone, or one inserted before the end, a node's view replaced otherwise, the clock
+    moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods) plans from scratch.
+    The plan kept costs memory between decisions: some 13 MB at 5,000 nodes and 10,000 pods."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                  now: float) -> None:
@@ -768,7 +777,7 @@ class _Run:
         self.planner = planner = _Planner(nodes, policy, memory, now)
         self.budget = planner.budget
         self.cooling = {d: set(names) for d, names in planner.cooling.items()}
-        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}
+        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}  # free_gpus
         self.pods: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.gpus: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.order: list[PendingPod] = []
@@ -814,18 +823,24 @@ class _Run:
 
     def resume(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                now: float) -> bool:
-        """Go on to the decision on these inputs when it is this one's steps plus those of pods added at the end of
-        the queue; False when planning from scratch could differ (this plan may then be left half-updated: drop it).
+        """Go on to the decision on these inputs when it is this one's steps, less those of the first pods step 1
+        placed when they left the queue with their nodes' views changed as their steps predicted (`_went_as_planned`),
+        plus those of pods added at the end of the queue; False when planning from scratch could differ (this plan
+        may then be left half-updated: drop it).
         """
         planner = self.planner
-        k = len(self.order)
         if (self.floor_short or policy != self.policy or len(nodes) != len(self.views)
-                or not all(map(operator.is_, nodes, self.views))
-                or len(order) < k or order[:k] != self.order
                 or memory.budget(policy, now) != self.budget
                 or _cooling(planner.nodes, memory, policy, now) != self.cooling
                 or (planner.read_clock and (now != self.now or memory != self.memory))):
             return False
+        gone = self._gone(order)
+        if gone is None:
+            return False
+        if gone or not all(map(operator.is_, nodes, self.views)):
+            if not self._went_as_planned(nodes, gone):
+                return False
+        k = len(self.order) - len(gone)
         planner.memory, planner.now = memory, now  # a diagnosis from here on reads this clock
         self.memory, self.now = memory, now
         for pod in order[k:]:
@@ -843,6 +858,89 @@ class _Run:
                 self._by_moves(pod)
             self._count(pod)
         self.order = order
+        return True
+
+    def _gone(self, order: list[PendingPod]) -> list[int] | None:
+        """The places in the last queue of the pods that left it, when they are the first pods step 1 placed (the
+        scheduler binds pods in queue order) and the rest of the last queue is this one's start, in the same order;
+        None otherwise."""
+        old, k = self.order, len(self.order)
+        if order[:k] == old:  # the usual case: nobody left
+            return []
+        gone: list[int] = []
+        at = 0
+        for placed in self.fitted:
+            key = placed.pod
+            while at < k and old[at].key != key:
+                at += 1
+            if at == k:
+                return None
+            j = at - len(gone)  # its place now, were it still queued
+            if j < len(order) and order[j].key == key:
+                break
+            gone.append(at)
+            at += 1
+        last = 0
+        for t, at in enumerate(gone):
+            if order[last - t:at - t] != old[last:at]:
+                return None
+            last = at + 1
+        m = len(gone)
+        if len(order) < k - m or order[last - m:k - m] != old[last:]:
+            return None
+        return gone
+
+    def _went_as_planned(self, nodes: Sequence[NodeView], gone: list[int]) -> bool:
+        """Whether the views that changed are exactly the nodes of the pods at `gone` (the first `len(gone)` pods
+        step 1 placed, gone from the queue), each changed as those pods' steps predicted; if so, the plan takes the
+        new views on.
+
+        Planning from scratch on the new inputs then passes through the plan as it was right after those steps and
+        goes on by the same steps: the pods queued before them failed to fit and still do (a node with fewer free
+        GPUs fits no more), an eligibility index built later equals one kept up to date (`_Index`), and each of
+        those nodes starts (`_Seed`: its free counts, its topology groups fitted to them) as their steps left it
+        (`_Planner.take` on its last view: no step changes a node before step 1's first placement). So the plan
+        this one reached is that one's; only the output that reads a view is written again (a change's reason names
+        the node's free GPUs, and the free GPUs counted before planning). What a view says besides its held counts
+        and groups must not have changed. Planned from scratch: a count other than the pods', groups that differ from
+        what the steps took (groups the daemon has not updated yet are fitted as `_fit_groups` does, which matches
+        only when the step took from the smallest groups), a view changed without its pod gone or the other way
+        round, a node the steps did not name."""
+        changed: dict[str, tuple[NodeView, NodeView]] = {}
+        same = list(map(operator.is_, nodes, self.views))
+        i = -1
+        for _ in range(same.count(False)):
+            i = same.index(False, i + 1)
+            new, last = nodes[i], self.views[i]
+            if new.name != last.name or new.name in changed:
+                return False
+            changed[new.name] = (last, new)
+        left = [(self.fitted[t], self.order[at]) for t, at in enumerate(gone)]
+        if {placed.node for placed, _ in left} != set(changed):
+            return False
+        for name, (last, new) in changed.items():
+            if replace(new, dra_held=last.dra_held, legacy_held=last.legacy_held, groups=last.groups) != last:
+                return False
+            n = _Node(last, _Seed.of(last), 0)
+            for placed, pod in left:
+                if placed.node == name:
+                    n.free[pod.api] -= pod.gpus
+                    n.take_groups(pod.api, pod.gpus)
+            seed = _Seed.of(new)  # (groups fitted to the free counts: equal groups mean equal counts too)
+            if (seed.free != (n.free["legacy"], n.free["dra"]) or seed.group_names != tuple(n.group_names)
+                    or seed.groups != tuple((c[0], c[1]) for c in n.groups)):
+                return False
+        for name, (last, new) in changed.items():
+            self.planner.nodes[name].view = new
+            if name in self.planner.written:
+                self.planner.stale.add(name)  # its reason names the node's free GPUs
+            for a in APIS:
+                self.free_before[a] += new.free(a) - last.free(a)
+        for _, pod in left:
+            self.pods[pod.api] -= 1
+            self.gpus[pod.api] -= pod.gpus
+        del self.fitted[:len(gone)]
+        self.views = tuple(nodes)
         return True
 
     def decision(self) -> Decision:
