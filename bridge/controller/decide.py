@@ -334,10 +334,14 @@ class _Index:
                     if not by_other:
                         del by_largest[n.largest[s]]
         if n.changeable:
-            if name in self.move_ok["to-legacy"]:
-                _discard(self.move["to-legacy"][n.pool][(legacy, dra)], pos)
-            if name in self.move_ok["to-dra"]:
-                _discard(self.move["to-dra"][n.pool][(dra, legacy)], pos)
+            sides_moving: tuple[tuple[Direction, tuple[int, int]], ...] = (
+                ("to-legacy", (legacy, dra)), ("to-dra", (dra, legacy)))
+            for d, key in sides_moving:
+                if name in self.move_ok[d]:
+                    bucket = self.move[d][n.pool][key]
+                    i = bisect_left(bucket, pos)
+                    if i < len(bucket) and bucket[i] == pos:
+                        del bucket[i]
 
     def best_fit(self, api: Api, gpus: int, top: int) -> int | None:
         """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
@@ -362,13 +366,6 @@ class _Index:
             if fallback is None:
                 fallback = _fewest_other(by_largest, sorted(by_largest))
         return fallback
-
-
-def _discard(bucket: list[int], pos: int) -> None:
-    """Take `pos` out of a sorted bucket (when it is there)."""
-    i = bisect_left(bucket, pos)
-    if i < len(bucket) and bucket[i] == pos:
-        del bucket[i]
 
 
 def _position(n: _Node) -> int:
@@ -743,7 +740,8 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
     paused while it runs (`_collector_paused`).
 
     `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue, or drops the
-    first pods it placed on free GPUs once bound there as planned (`_Run`); the decision is the same either way. False: plan from scratch (the reference the property tests compare with)."""
+    first pods it placed on free GPUs once bound there as planned (`_Run`); the decision is the same either way.
+    False: plan from scratch (the reference the property tests compare with)."""
     with _collector_paused():
         return _decide(nodes, pending, policy, memory or Memory(), now, reuse)
 
