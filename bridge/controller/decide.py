@@ -763,6 +763,8 @@ class _Run:
     leave the queue and their nodes' views lose the free GPUs their steps took. Planning from scratch then starts
     from the plan as it was right after those steps (`_went_as_planned` says when, and why), so the plan kept is
     the new decision's too, less those pods' placements; the new decision costs a check of the views that changed.
+    A view replaced by one that starts planning alike (`_Seed`; an equal one, or the daemon reporting the groups of
+    a binding as the core had fitted them) changes no step either.
 
     Anything else (another pod gone, or one inserted before the end, a node's view replaced otherwise, the clock
     moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods) plans from scratch.
@@ -889,9 +891,9 @@ class _Run:
         return gone
 
     def _went_as_planned(self, nodes: Sequence[NodeView], gone: list[int]) -> bool:
-        """Whether the views that changed are exactly the nodes of the pods at `gone` (the first `len(gone)` pods
-        step 1 placed, gone from the queue), each changed as those pods' steps predicted; if so, the plan takes the
-        new views on.
+        """Whether the nodes of the pods at `gone` (the first `len(gone)` pods step 1 placed, gone from the queue)
+        changed as those pods' steps predicted, and every other view that changed plans as the last one did; if so,
+        the plan takes the new views on.
 
         Planning from scratch on the new inputs then passes through the plan as it was right after those steps and
         goes on by the same steps: the pods queued before them failed to fit and still do (a node with fewer free
@@ -900,10 +902,13 @@ class _Run:
         (`_Planner.take` on its last view: no step changes a node before step 1's first placement). So the plan
         this one reached is that one's; only the output that reads a view is written again (a change's reason names
         the node's free GPUs, and the free GPUs counted before planning). What a view says besides its held counts
-        and groups must not have changed. Planned from scratch: a count other than the pods', groups that differ from
-        what the steps took (groups the daemon has not updated yet are fitted as `_fit_groups` does, which matches
-        only when the step took from the smallest groups), a view changed without its pod gone or the other way
-        round, a node the steps did not name."""
+        and groups must not have changed. The same argument, with no step, holds for a node no step named whose
+        view starts planning as the last one did (the daemon reporting where a binding's GPUs came from, as the
+        core had fitted it: one group, or groups the core fitted alike). Planned from scratch: a count other than
+        the pods', groups that differ from what the steps took (groups the daemon has not updated yet are fitted as
+        `_fit_groups` does, which matches only when the step took from the smallest groups), a pod gone with its
+        node's view unchanged, a view that plans otherwise with no pod gone from its node (a pod still pending, a
+        binding on another node than planned)."""
         changed: dict[str, tuple[NodeView, NodeView]] = {}
         same = list(map(operator.is_, nodes, self.views))
         i = -1
@@ -914,10 +919,11 @@ class _Run:
                 return False
             changed[new.name] = (last, new)
         left = [(self.fitted[t], self.order[at]) for t, at in enumerate(gone)]
-        if {placed.node for placed, _ in left} != set(changed):
+        if not {placed.node for placed, _ in left} <= set(changed):
             return False
         for name, (last, new) in changed.items():
-            if replace(new, dra_held=last.dra_held, legacy_held=last.legacy_held, groups=last.groups) != last:
+            if (name not in self.planner.nodes
+                    or replace(new, dra_held=last.dra_held, legacy_held=last.legacy_held, groups=last.groups) != last):
                 return False
             n = _Node(last, _Seed.of(last), 0)
             for placed, pod in left:

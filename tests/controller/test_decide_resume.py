@@ -321,6 +321,27 @@ def test_a_tie_between_nodes_alike_goes_to_the_first_by_name_whatever_order_they
     assert [(p.pod, p.node) for p in got.placements] == [("ns/q", "a")]
 
 
+def test_a_view_replaced_by_one_that_plans_the_same_goes_on_from_the_last_plan() -> None:
+    """An equal view (a Node event that changed nothing the core reads), and the daemon reporting, after the binding,
+    the one group the bound pod's GPUs came from (the core had fitted the groups to the counts alike)."""
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    nodes = [replace(v, groups=(FreeGroup("nvlink-0", 3, 3),)) for v in nodes]
+    last = decide(nodes, pods, policy)
+    kept = core._last
+    nodes = [replace(v) for v in nodes]  # equal, new objects
+    got = decide(nodes, pods, policy)
+    assert core._last is kept
+    assert got == last
+    nodes, pods = bind(nodes, pods, last, 0, 0)  # groups not reported yet: 3 free on each side still
+    decide(nodes, pods, policy)
+    assert core._last is kept
+    reported = [replace(v, groups=(FreeGroup("nvlink-0", v.free("legacy"), v.free("dra")),)) for v in nodes]
+    assert reported != nodes
+    got = decide(reported, pods, policy)
+    assert core._last is kept
+    assert got == decide(reported, pods, policy, reuse=False)
+
+
 # Each binding the last plan did not predict plans from scratch.
 
 
