@@ -777,7 +777,7 @@ class _Run:
         self.planner = planner = _Planner(nodes, policy, memory, now)
         self.budget = planner.budget
         self.cooling = {d: set(names) for d, names in planner.cooling.items()}
-        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}  # free_gpus
+        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}  # Decision.free_gpus
         self.pods: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.gpus: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.order: list[PendingPod] = []
@@ -824,9 +824,9 @@ class _Run:
     def resume(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                now: float) -> bool:
         """Go on to the decision on these inputs when it is this one's steps, less those of the first pods step 1
-        placed when they left the queue with their nodes' views changed as their steps predicted (`_went_as_planned`),
-        plus those of pods added at the end of the queue; False when planning from scratch could differ (this plan
-        may then be left half-updated: drop it).
+        placed when they left the queue with their nodes' views changed as their steps predicted, other views
+        replaced only by ones that plan alike (`_went_as_planned`), plus those of pods added at the end of the
+        queue; False when planning from scratch could differ (this plan may then be left half-updated: drop it).
         """
         planner = self.planner
         if (self.floor_short or policy != self.policy or len(nodes) != len(self.views)
