@@ -18,7 +18,9 @@ one object) and remembers what each object contributed last time, so an update o
 * a **ResourceClaimTemplate**: its readers' demand marked stale.
 
 `state()` recomputes only what is stale (a node's view through the same `node_view`, a pod's demand through the
-same `pod_demand` the full rebuild uses) and returns a `State`. `rebuild_state` is the full computation from the
+same `pod_demand` the full rebuild uses) and returns a `State`; a view recomputed equal stays the same object (a
+Node's status or heartbeat written again, an event that changes nothing a view reads), so the decision core, which
+goes by the objects (bridge/controller/decide.py), sees no change. `rebuild_state` is the full computation from the
 objects, kept as the start-up path's reference and as the check: `check()` recomputes everything from this state's
 own objects and says what differs (the controller runs it periodically and heals from it; the property tests run it
 after random event sequences). All methods are thread-safe (the informers call from their own threads).
@@ -308,9 +310,11 @@ class ClusterState:
             had = name in self._views
             at = bisect.bisect_left(self._order, name)
             if obj is not None and is_gpu_node(obj, self.names):
-                view = self._views[name] = node_view(obj, allocated=set(self._allocated.get(name, ())),
-                                                     legacy_requested=self._requested.get(name, 0),
-                                                     pool_label=self.pool_label)
+                view = node_view(obj, allocated=set(self._allocated.get(name, ())),
+                                 legacy_requested=self._requested.get(name, 0), pool_label=self.pool_label)
+                if had and self._views[name] == view:
+                    continue  # an equal view keeps its object: the core's memos go by the object (decide.py, `_Run`)
+                self._views[name] = view
                 if had:
                     self._view_list[at] = view
                 else:

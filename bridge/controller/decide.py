@@ -7,8 +7,8 @@ Four steps, each over whole-GPU counts (bridge.controller.model):
 1. **Fit.** Pending pods are taken in the scheduler's queue order (priority, then age, then size) and placed where
    the GPUs of their API are already free: preferably on a node where they fit inside one topology group (below),
    then best fit (the node left with the fewest free GPUs of that API, then the one with the fewest free GPUs of
-   the other API, whose free GPUs a move could use). These pods need no move: the scheduler will bind them by
-   itself, so their GPUs are reserved before anything moves.
+   the other API, whose free GPUs a move could use, then the name). These pods need no move: the scheduler will
+   bind them by itself, so their GPUs are reserved before anything moves.
 2. **Floor.** A pool below its minimum legacy share gets free DRA GPUs back to the legacy side (only free ones,
    and only on nodes whose cool-down allows that direction).
 3. **Move.** Each pod still unplaced goes to the node where it needs the **fewest moves**: the node with the most
@@ -51,12 +51,14 @@ a pod is placed by looking at a few buckets, not at every node (bench/controller
 bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one
 eligibility check per node shape; a pod larger than every eligible node's free room is blocked without a search; a
 search is remembered while no plan changes (the pods a rate limit blocks ask the same question again and again).
-Between decisions the usual event is a new pending pod, which comes last in the queue: when nothing else changed,
-a decision goes on from the last decision's plan and adds only that pod's step (`_Run`: a few ms at that scale
-instead of a whole plan); anything else plans from scratch (tests/controller/test_decide_resume.py checks the two
-give the same decision over generated event sequences). None of this changes a decision: the same inputs give the
-same decision, memo or not. Python's cyclic garbage collector is paused during a decision: its collections,
-triggered by the decision's own short-lived objects, walked the caller's whole heap and took about half the time.
+Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler binding
+the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step predicted:
+when nothing else changed, a decision goes on from the last decision's plan, adds only the new pod's step and drops
+the bound pod's (`_Run`: a few ms at that scale instead of a whole plan); anything else plans from scratch
+(tests/controller/test_decide_resume.py checks the two give the same decision over generated event sequences).
+None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
+collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
+the caller's whole heap and took about half the time.
 """
 
 from __future__ import annotations
@@ -66,9 +68,10 @@ import functools
 import gc
 import operator
 import threading
+from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bridge.controller.model import (
     APIS,
@@ -278,15 +281,20 @@ class _Index:
     `move[direction][pool][(c_to, c_from)]`: changeable nodes that may change in `direction`, with `c_to` free GPUs
     of the receiving API and `c_from` of the giving one (step 3).
     `room[t]`: how many nodes have `t` free GPUs on both sides together (a pod larger than every node's room cannot
-    be placed by moves, checked without a search)."""
+    be placed by moves, checked without a search).
+
+    A bucket lists its nodes' places in name order (`_Node.pos`, a sorted list), whatever order they joined it in,
+    so ties between nodes alike go to the first by name, and an index is a function of its nodes' present counts
+    alone: built now, or built earlier and kept up to date as the plan went, it is the same index (`_Run.resume`
+    relies on that when it goes on from a plan whose history differs from the one planning from scratch has)."""
 
     def __init__(self, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]) -> None:
         self.room: dict[int, int] = defaultdict(int)
-        self.fit: dict[Api, dict[int, dict[int, dict[int, dict[str, None]]]]] = {
+        self.fit: dict[Api, dict[int, dict[int, dict[int, list[int]]]]] = {
             a: defaultdict(lambda: defaultdict(dict)) for a in APIS}
         self.nodes: list[_Node] = list(nodes)
-        self.move: dict[Direction, dict[str, dict[tuple[int, int], dict[str, None]]]] = {
-            "to-dra": defaultdict(lambda: defaultdict(dict)), "to-legacy": defaultdict(lambda: defaultdict(dict))}
+        self.move: dict[Direction, dict[str, dict[tuple[int, int], list[int]]]] = {
+            "to-dra": defaultdict(lambda: defaultdict(list)), "to-legacy": defaultdict(lambda: defaultdict(list))}
         self.move_ok = move_ok
         self.size = len(self.nodes)
         for n in self.nodes:
@@ -297,18 +305,18 @@ class _Index:
         return any(t >= gpus for t, count in self.room.items() if count)
 
     def _add(self, n: _Node) -> None:
-        name, legacy, dra = n.name, n.free["legacy"], n.free["dra"]
+        name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         self.room[legacy + dra] += 1
-        self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, {})[name] = None
-        self.fit["dra"][dra][n.largest[1]].setdefault(legacy, {})[name] = None
+        insort(self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, []), pos)
+        insort(self.fit["dra"][dra][n.largest[1]].setdefault(legacy, []), pos)
         if n.changeable:
             if name in self.move_ok["to-legacy"]:
-                self.move["to-legacy"][n.pool][(legacy, dra)][name] = None
+                insort(self.move["to-legacy"][n.pool][(legacy, dra)], pos)
             if name in self.move_ok["to-dra"]:
-                self.move["to-dra"][n.pool][(dra, legacy)][name] = None
+                insort(self.move["to-dra"][n.pool][(dra, legacy)], pos)
 
     def _remove(self, n: _Node) -> None:
-        name, legacy, dra = n.name, n.free["legacy"], n.free["dra"]
+        name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         self.room[legacy + dra] -= 1
         sides: tuple[tuple[Api, int, int, int], ...] = (("legacy", legacy, dra, 0), ("dra", dra, legacy, 1))
         for api, mine, theirs, s in sides:
@@ -318,23 +326,29 @@ class _Index:
             by_other = by_largest.get(n.largest[s])
             bucket = by_other.get(theirs) if by_other else None
             if by_other is not None and bucket is not None:
-                bucket.pop(name, None)
+                i = bisect_left(bucket, pos)
+                if i < len(bucket) and bucket[i] == pos:
+                    del bucket[i]
                 if not bucket:
                     del by_other[theirs]
                     if not by_other:
                         del by_largest[n.largest[s]]
         if n.changeable:
-            if name in self.move_ok["to-legacy"]:
-                self.move["to-legacy"][n.pool][(legacy, dra)].pop(name, None)
-            if name in self.move_ok["to-dra"]:
-                self.move["to-dra"][n.pool][(dra, legacy)].pop(name, None)
+            sides_moving: tuple[tuple[Direction, tuple[int, int]], ...] = (
+                ("to-legacy", (legacy, dra)), ("to-dra", (dra, legacy)))
+            for d, key in sides_moving:
+                if name in self.move_ok[d]:
+                    bucket = self.move[d][n.pool][key]
+                    i = bisect_left(bucket, pos)
+                    if i < len(bucket) and bucket[i] == pos:
+                        del bucket[i]
 
-    def best_fit(self, api: Api, gpus: int, top: int) -> str | None:
+    def best_fit(self, api: Api, gpus: int, top: int) -> int | None:
         """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
         those, the node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free
-        GPUs a later move could use stay together)."""
+        GPUs a later move could use stay together), then the first by name. Its place (`_Node.pos`)."""
         by_free = self.fit[api]
-        fallback: str | None = None
+        fallback: int | None = None
         for c in range(gpus, top + 1):
             by_largest = by_free.get(c)
             if not by_largest:
@@ -342,9 +356,9 @@ class _Index:
             if len(by_largest) == 1:  # the common case: every node alike
                 size, by_other = next(iter(by_largest.items()))
                 if size >= gpus:
-                    return next(iter(by_other[min(by_other)]))
+                    return by_other[min(by_other)][0]
                 if fallback is None:
-                    fallback = next(iter(by_other[min(by_other)]))
+                    fallback = by_other[min(by_other)][0]
                 continue
             whole = sorted(size for size in by_largest if size >= gpus)
             if whole:
@@ -372,10 +386,10 @@ def _cooling(nodes: Mapping[str, _Node], memory: Memory, policy: Policy, now: fl
     return out
 
 
-def _fewest_other(by_largest: Mapping[int, Mapping[int, Mapping[str, None]]], sizes: Sequence[int]) -> str:
+def _fewest_other(by_largest: Mapping[int, Mapping[int, Sequence[int]]], sizes: Sequence[int]) -> int:
     """The first node with the fewest free GPUs of the other API among the buckets of `sizes` (in that order)."""
     o, size = min((min(by_largest[size]), size) for size in sizes)
-    return next(iter(by_largest[size][o]))
+    return by_largest[size][o][0]
 
 
 class _Planner:
@@ -389,8 +403,10 @@ class _Planner:
         # in name order, so an index is built from one check per shape.
         self.by_shape: dict[object, list[_Node]] = {}
         known = sorted((v for v in nodes if v.frozen != "unknown"), key=lambda v: v.name)
+        self.by_pos: list[_Node] = []  # the nodes in name order (an index's buckets list places in it)
         for pos, (v, seed) in enumerate(_SEEDS.of(known)):
             n = self.nodes[v.name] = _Node(v, seed, pos)
+            self.by_pos.append(n)
             self.by_shape.setdefault(seed.shape, []).append(n)
         self.top = max((n.view.total for n in self.nodes.values()), default=0)
         # Pools: totals and planned legacy counts over every known node (frozen ones count toward the share).
@@ -498,11 +514,12 @@ class _Planner:
 
     def fit(self, pod: PendingPod) -> Placement | None:
         idx = self.index(pod.constraints)
-        name = idx.best_fit(pod.api, pod.gpus, self.top)
-        if name is None:
+        pos = idx.best_fit(pod.api, pod.gpus, self.top)
+        if pos is None:
             return None
-        self.take(self.nodes[name], pod.api, pod.gpus)
-        return Placement(pod.key, name, 0)
+        n = self.by_pos[pos]
+        self.take(n, pod.api, pod.gpus)
+        return Placement(pod.key, n.name, 0)
 
     # ---- step 2: floor -----------------------------------------------------------------------------------------
 
@@ -561,9 +578,10 @@ class _Planner:
                     if not bucket:
                         continue
                     pick: tuple[int, int, int, str, int] | None = None
-                    for i, name in enumerate(bucket):
-                        tier, slack, group = self.nodes[name].move_rank(pod.api, need)
-                        key = (tier, slack, give, name, group)
+                    for i, pos in enumerate(bucket):
+                        n = self.by_pos[pos]
+                        tier, slack, group = n.move_rank(pod.api, need)
+                        key = (tier, slack, give, n.name, group)
                         if pick is None or key[:2] < pick[:2]:
                             pick = key
                         if (tier, slack) == (0, 0) or i >= _SCAN_FOR_GROUP:
@@ -721,8 +739,9 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
     """One decision (see the module docstring). Deterministic for equal inputs. Python's cyclic garbage collector is
     paused while it runs (`_collector_paused`).
 
-    `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue (`_Run`); the
-    decision is the same either way. False: plan from scratch (the reference the property tests compare with)."""
+    `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue, or drops the
+    first pods it placed on free GPUs once bound there as planned (`_Run`); the decision is the same either way.
+    False: plan from scratch (the reference the property tests compare with)."""
     with _collector_paused():
         return _decide(nodes, pending, policy, memory or Memory(), now, reuse)
 
@@ -738,9 +757,18 @@ class _Run:
     then takes the new pod's: its fit fails where it failed at the end of step 1 (`fit_room`: the most free GPUs per
     API of each eligibility index then), so it only adds its step 3 at the end; or, when step 3 had no pod yet, its
     fit is the last of step 1. The plan kept is the last decision's plan after its last step, so the new decision
-    costs the new pod's step, not every pod's. Anything else (a pod gone or inserted before the end, a node's view
-    replaced, the clock moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods)
-    plans from scratch. The plan kept costs memory between decisions: some 13 MB at 5,000 nodes and 10,000 pods."""
+    costs the new pod's step, not every pod's.
+
+    The other usual event is the scheduler binding pods step 1 placed on free GPUs, in queue order: the first ones
+    leave the queue and their nodes' views lose the free GPUs their steps took. Planning from scratch then starts
+    from the plan as it was right after those steps (`_went_as_planned` says when, and why), so the plan kept is
+    the new decision's too, less those pods' placements; the new decision costs a check of the views that changed.
+    A view replaced by one that starts planning alike (`_Seed`; an equal one, or the daemon reporting the groups of
+    a binding as the core had fitted them) changes no step either.
+
+    Anything else (another pod gone, or one inserted before the end, a node's view replaced otherwise, the clock
+    moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods) plans from scratch.
+    The plan kept costs memory between decisions: some 13 MB at 5,000 nodes and 10,000 pods."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                  now: float) -> None:
@@ -749,7 +777,7 @@ class _Run:
         self.planner = planner = _Planner(nodes, policy, memory, now)
         self.budget = planner.budget
         self.cooling = {d: set(names) for d, names in planner.cooling.items()}
-        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}
+        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}  # Decision.free_gpus
         self.pods: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.gpus: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.order: list[PendingPod] = []
@@ -795,18 +823,24 @@ class _Run:
 
     def resume(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                now: float) -> bool:
-        """Go on to the decision on these inputs when it is this one's steps plus those of pods added at the end of
-        the queue; False when planning from scratch could differ (this plan may then be left half-updated: drop it).
+        """Go on to the decision on these inputs when it is this one's steps, less those of the first pods step 1
+        placed when they left the queue with their nodes' views changed as their steps predicted, other views
+        replaced only by ones that plan alike (`_went_as_planned`), plus those of pods added at the end of the
+        queue; False when planning from scratch could differ (this plan may then be left half-updated: drop it).
         """
         planner = self.planner
-        k = len(self.order)
         if (self.floor_short or policy != self.policy or len(nodes) != len(self.views)
-                or not all(map(operator.is_, nodes, self.views))
-                or len(order) < k or order[:k] != self.order
                 or memory.budget(policy, now) != self.budget
                 or _cooling(planner.nodes, memory, policy, now) != self.cooling
                 or (planner.read_clock and (now != self.now or memory != self.memory))):
             return False
+        gone = self._gone(order)
+        if gone is None:
+            return False
+        if gone or not all(map(operator.is_, nodes, self.views)):
+            if not self._went_as_planned(nodes, gone):
+                return False
+        k = len(self.order) - len(gone)
         planner.memory, planner.now = memory, now  # a diagnosis from here on reads this clock
         self.memory, self.now = memory, now
         for pod in order[k:]:
@@ -824,6 +858,93 @@ class _Run:
                 self._by_moves(pod)
             self._count(pod)
         self.order = order
+        return True
+
+    def _gone(self, order: list[PendingPod]) -> list[int] | None:
+        """The places in the last queue of the pods that left it, when they are the first pods step 1 placed (the
+        scheduler binds pods in queue order) and the rest of the last queue is this one's start, in the same order;
+        None otherwise."""
+        old, k = self.order, len(self.order)
+        if order[:k] == old:  # the usual case: nobody left
+            return []
+        gone: list[int] = []
+        at = 0
+        for placed in self.fitted:
+            key = placed.pod
+            while at < k and old[at].key != key:
+                at += 1
+            if at == k:
+                return None
+            j = at - len(gone)  # its place now, were it still queued
+            if j < len(order) and order[j].key == key:
+                break
+            gone.append(at)
+            at += 1
+        last = 0
+        for t, at in enumerate(gone):
+            if order[last - t:at - t] != old[last:at]:
+                return None
+            last = at + 1
+        m = len(gone)
+        if len(order) < k - m or order[last - m:k - m] != old[last:]:
+            return None
+        return gone
+
+    def _went_as_planned(self, nodes: Sequence[NodeView], gone: list[int]) -> bool:
+        """Whether the nodes of the pods at `gone` (the first `len(gone)` pods step 1 placed, gone from the queue)
+        changed as those pods' steps predicted, and every other view that changed plans as the last one did; if so,
+        the plan takes the new views on.
+
+        Planning from scratch on the new inputs then passes through the plan as it was right after those steps and
+        goes on by the same steps: the pods queued before them failed to fit and still do (a node with fewer free
+        GPUs fits no more), an eligibility index built later equals one kept up to date (`_Index`), and each of
+        those nodes starts (`_Seed`: its free counts, its topology groups fitted to them) as their steps left it
+        (`_Planner.take` on its last view: no step changes a node before step 1's first placement). So the plan
+        this one reached is that one's; only the output that reads a view is written again (a change's reason names
+        the node's free GPUs, and the free GPUs counted before planning). What a view says besides its held counts
+        and groups must not have changed. The same argument, with no step, holds for a node no step named whose
+        view starts planning as the last one did (the daemon reporting where a binding's GPUs came from, as the
+        core had fitted it: one group, or groups the core fitted alike). Planned from scratch: a count other than
+        the pods', groups that differ from what the steps took (groups the daemon has not updated yet are fitted as
+        `_fit_groups` does, which matches only when the step took from the smallest groups), a pod gone with its
+        node's view unchanged, a view that plans otherwise with no pod gone from its node (a pod still pending, a
+        binding on another node than planned)."""
+        changed: dict[str, tuple[NodeView, NodeView]] = {}
+        same = list(map(operator.is_, nodes, self.views))
+        i = -1
+        for _ in range(same.count(False)):
+            i = same.index(False, i + 1)
+            new, last = nodes[i], self.views[i]
+            if new.name != last.name or new.name in changed:
+                return False
+            changed[new.name] = (last, new)
+        left = [(self.fitted[t], self.order[at]) for t, at in enumerate(gone)]
+        if not {placed.node for placed, _ in left} <= set(changed):
+            return False
+        for name, (last, new) in changed.items():
+            if (name not in self.planner.nodes
+                    or replace(new, dra_held=last.dra_held, legacy_held=last.legacy_held, groups=last.groups) != last):
+                return False
+            n = _Node(last, _Seed.of(last), 0)
+            for placed, pod in left:
+                if placed.node == name:
+                    n.free[pod.api] -= pod.gpus
+                    n.take_groups(pod.api, pod.gpus)
+            seed = _Seed.of(new)  # (groups fitted to the free counts: equal groups mean equal counts too)
+            if (seed.free != (n.free["legacy"], n.free["dra"]) or seed.group_names != tuple(n.group_names)
+                    or seed.groups != tuple((c[0], c[1]) for c in n.groups)):
+                return False
+        for name, (last, new) in changed.items():
+            self.planner.nodes[name].view = new
+            if name in self.planner.written:
+                self.planner.stale.add(name)  # its reason names the node's free GPUs
+            for a in APIS:
+                self.free_before[a] += new.free(a) - last.free(a)
+        for _, pod in left:
+            self.pods[pod.api] -= 1
+            self.gpus[pod.api] -= pod.gpus
+        del self.fitted[:len(gone)]
+        self.views = tuple(nodes)
         return True
 
     def decision(self) -> Decision:

@@ -254,6 +254,23 @@ def test_one_pod_event_recomputes_one_pod_and_one_node() -> None:
     assert {p.key for p in before.demand.pending} - {p.key for p in after.demand.pending} == {"team-b/q0"}
 
 
+def test_a_node_event_that_changes_nothing_a_view_reads_keeps_the_view_object() -> None:
+    state = ClusterState()
+    for i, name in enumerate(NODES):
+        state.apply("node", "ADDED", node_variant(name, i % 3))
+    before = state.state()
+    again = node_variant("n1", 1)
+    again["metadata"]["resourceVersion"] = "2"  # the Node written again (a heartbeat, a status republished)
+    state.apply("node", "MODIFIED", again)
+    after = state.state()
+    assert all(a is b for a, b in zip(before.views, after.views))
+    cordoned = node_variant("n1", 1)
+    cordoned["spec"] = {"unschedulable": True}
+    state.apply("node", "MODIFIED", cordoned)
+    assert [b.name for a, b in zip(after.views, state.state().views) if a is not b] == ["n1"]
+    assert state.check() == []
+
+
 def test_the_check_finds_a_wrong_state_and_a_reload_heals_it() -> None:
     state = ClusterState()
     state.apply("node", "ADDED", node_variant("n0", 0))

@@ -1,7 +1,9 @@
 """A decision that goes on from the last decision's plan (bridge/controller/decide.py, `_Run`) is the decision planned
 from scratch: over generated clusters (eligibility shapes, cool-downs, rate limits, floors) and sequences of the
-events a controller sees between decisions (a new pod at the end of the queue or before it, a pod bound, a view
-replaced, the clock moving), every decision with `reuse` equals the one with `reuse=False`.
+events a controller sees between decisions (a new pod at the end of the queue or before it, a pod bound, a pod the
+last decision placed on free GPUs bound there as planned or not as planned, a view replaced, the clock moving),
+every decision with `reuse` equals the one with `reuse=False`. Each condition that makes a decision plan from
+scratch has a case of its own below, and so has each event a decision goes on from.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 
 import bridge.controller.decide as core
 from bridge.controller.decide import decide
-from bridge.controller.model import Api, Memory, NodeView, PendingPod, Policy, PoolPolicy
+from bridge.controller.model import Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Policy, PoolPolicy
 from bridge.kvalues.placement import Constraints, Taint, Toleration
 from tests.controller.test_decide_properties import clusters, pending
 
@@ -33,14 +35,76 @@ def shaped(nodes: list[NodeView], zones: list[int], tainted: list[bool]) -> list
             for v, z, t in zip(nodes, zones, tainted)]
 
 
-Event = tuple[str, Api, int, int, int, int, bool, float]
+def held(v: NodeView, api: Api, gpus: int) -> NodeView:
+    """`v` with `gpus` more GPUs of `api` held (a pod bound there), its topology groups as they were (the daemon has
+    not reported the binding yet)."""
+    return replace(v, dra_held=v.dra_held + gpus) if api == "dra" else replace(v, legacy_held=v.legacy_held + gpus)
+
+
+def held_in_group(v: NodeView, api: Api, gpus: int, which: int) -> NodeView:
+    """`held`, the daemon reporting the GPUs taken from group `which` (counted from the first group that has them
+    all), or off the first groups when none has them all."""
+    v = held(v, api, gpus)
+    if not v.groups:
+        return v
+    counts = [[g.legacy, g.dra] for g in v.groups]
+    s = 1 if api == "dra" else 0
+    fits = [c for c in counts if c[s] >= gpus]
+    if fits:
+        fits[which % len(fits)][s] -= gpus
+    else:
+        for c in counts:
+            t = min(gpus, c[s])
+            c[s] -= t
+            gpus -= t
+    return replace(v, groups=tuple(replace(g, legacy=c[0], dra=c[1]) for g, c in zip(v.groups, counts)))
+
+
+def bind(nodes: list[NodeView], pods: list[PendingPod], last: Decision, which: int, how: int
+         ) -> tuple[list[NodeView], list[PendingPod]]:
+    """The scheduler binds pods the last decision placed on free GPUs (`which`: 0-11 the first, 12-14 the first two,
+    else a later one, out of queue order) and the views change: `how` 0-2 as planned (one more GPU held per GPU of
+    the pod, topology groups not reported yet), 3 the daemon reporting the group the GPUs came from, 4 on another
+    node, 5 another count of GPUs, 6 the views not changed yet, 7 the views changed but the pods still pending (a
+    claim allocated before the binding), 8 as planned but the node moved to the other zone."""
+    fits = [p for p in last.placements if p.moves == 0]
+    chosen = fits[:2] if 12 <= which < 15 else fits[max(0, which - 15):][:1]
+    by_key = {p.key: p for p in pods}
+    at = {v.name: i for i, v in enumerate(nodes)}
+    for placed in chosen:
+        pod = by_key[placed.pod]
+        if how != 7:
+            pods = [p for p in pods if p.key != pod.key]
+        i = at[placed.node]
+        v = nodes[i]
+        if how <= 2 or how == 7:
+            v = held(v, pod.api, pod.gpus)
+        elif how == 8:
+            v = replace(held(v, pod.api, pod.gpus), labels={ZONE: "z1" if v.labels.get(ZONE) == "z0" else "z0"})
+        elif how == 3:
+            v = held_in_group(v, pod.api, pod.gpus, which)
+        elif how == 4:
+            i = (i + 1) % len(nodes)
+            v = nodes[i]
+            if v.frozen == "unknown":
+                continue
+            v = held(v, pod.api, min(pod.gpus, v.free(pod.api)))
+        elif how == 5:
+            v = held(v, pod.api, pod.gpus - 1 if pod.gpus > 1 or v.free(pod.api) == pod.gpus else pod.gpus + 1)
+        nodes = [*nodes[:i], v, *nodes[i + 1:]]
+    return nodes, pods
+
+
+Event = tuple[str, Api, int, int, int, int, bool, float, int]
 EVENTS = st.lists(st.tuples(
-    # half of them a new pod at the end of the queue: the event a decision may go on from
-    st.sampled_from(["new", "new", "new", "new", "new", "early", "bound", "view", "clock", "again"]),
+    # half of them a new pod at the end of the queue, a fifth a placed pod bound: the events a decision may go on from
+    st.sampled_from(["new", "new", "new", "new", "new", "early", "bound", "view", "clock", "again",
+                     "placed", "placed", "placed"]),
     st.sampled_from(["legacy", "dra"]), st.integers(1, 6), st.integers(0, 3),  # a new pod's API, GPUs, shape
     st.sampled_from([0, 0, 0, 1]),  # its priority (1: ahead of the queue's end)
     st.integers(0, 20), st.booleans(),  # the pod bound or node replaced; a view replaced by an equal one or not
     st.sampled_from([0.0, 1.0, 30.0, 70.0]),  # the clock's step
+    st.integers(0, 8),  # how a placed pod's binding shows in the views (`bind`)
 ), min_size=1, max_size=12)
 
 
@@ -57,17 +121,49 @@ def test_every_decision_going_on_from_the_last_plan_is_the_decision_planned_from
     policy = Policy(pools={"a": PoolPolicy(share)}, max_moves_per_minute=budget, cooldown_s=50)
     memory = Memory({n.name: (float(i * 10), "to-dra" if i % 2 else "to-legacy") for i, n in enumerate(nodes)}
                     if remembers else {}, ((0.0, budget // 2),))  # type: ignore[arg-type]
+    each_decision_planned_from_scratch(nodes, pods, policy, memory, events)
+
+
+PLACED = st.lists(st.tuples(  # mostly placed pods bound (as planned or not), and new pods
+    st.sampled_from(["placed", "placed", "placed", "new", "new", "early", "bound", "view"]),
+    st.sampled_from(["legacy", "dra"]), st.integers(1, 4), st.integers(0, 3), st.sampled_from([0, 0, 0, 1]),
+    st.integers(0, 20), st.booleans(), st.just(0.0), st.sampled_from([0, 0, 0, 1, 2, 3, 3, 4, 5, 6, 7, 8]),
+), min_size=1, max_size=16)
+
+
+@RESUME
+@given(clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.integers(0, 1), min_size=6, max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=12, max_gpus=4),
+       st.lists(st.integers(0, 3), min_size=12, max_size=12), PLACED, st.sampled_from([4, 100]))
+def test_every_decision_after_placed_pods_were_bound_is_the_decision_planned_from_scratch(
+        nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
+        events: list[Event], budget: int) -> None:
+    """The same with no cool-down or floor in the way, so that most bindings reach the check of the views."""
+    nodes = shaped(nodes, zones, tainted)
+    pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
+    each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
+
+
+def each_decision_planned_from_scratch(nodes: list[NodeView], pods: list[PendingPod], policy: Policy,
+                                       memory: Memory, events: list[Event]) -> None:
+    """Decide, then after each event: every decision with `reuse` is the decision planned from scratch."""
     now, serial = 20.0, 100
 
-    def check() -> None:
+    def check() -> Decision:
         got = decide(nodes, pods, policy, memory, now)
         assert got == decide(nodes, pods, policy, memory, now, reuse=False)
+        return got
 
     core.decide([], [], policy)  # no plan of an earlier example to go on from
-    check()
-    for kind, api, gpus, shape, priority, which, fresh, step in events:
+    last = check()
+    for kind, api, gpus, shape, priority, which, fresh, step, how in events:
         serial += 1
-        if kind in ("new", "early"):
+        if kind == "placed":
+            nodes, pods = bind(nodes, pods, last, which, how)
+            if fresh:  # and a new pod arrives
+                pods = [*pods, PendingPod(f"ns/q{serial}", api, gpus, "ns", since=float(serial),
+                                          constraints=SHAPES[shape])]
+        elif kind in ("new", "early"):
             pods = [*pods, PendingPod(f"ns/q{serial}", api, gpus, "ns", priority=priority if kind == "new" else 0,
                                       since=float(serial) if kind == "new" else -float(serial),
                                       constraints=SHAPES[shape])]
@@ -81,7 +177,7 @@ def test_every_decision_going_on_from_the_last_plan_is_the_decision_planned_from
             nodes = [*nodes[:i], replace(v), *nodes[i + 1:]]
         elif kind == "clock":
             now += step
-        check()
+        last = check()
 
 
 def bench_like(n: int, gpus: int) -> list[NodeView]:
@@ -161,3 +257,182 @@ def test_a_new_pod_after_the_clock_moved_is_planned_from_scratch_when_a_diagnosi
     pods = [PendingPod("ns/p0", "dra", 2, "ns", since=0.0)]
     decide_twice(nodes, pods, policy, cooling, 10.0, PendingPod("ns/new", "dra", 3, "ns", since=9.0),
                  now_after=11.0)
+
+
+# ---- a pod the last decision placed on free GPUs, bound ------------------------------------------------------------
+
+
+def two_gpu_nodes_and_pods_that_fit(n: int = 20, pods: int = 12) -> tuple[list[NodeView], list[PendingPod], Policy]:
+    """Nodes with free GPUs on both sides, and pods that all fit there (the bench's `fits`, small)."""
+    nodes = [NodeView(f"node-{i}", 8, 4, dra_held=1, legacy_held=1) for i in range(n)]
+    queue = [PendingPod(f"ns/p{i}", "dra" if i % 2 else "legacy", 1 + i % 2, "ns", since=float(i)) for i in range(pods)]
+    return nodes, queue, Policy(max_moves_per_minute=1000)
+
+
+def after_binding(nodes: list[NodeView], pods: list[PendingPod], policy: Policy, how: int, which: int = 0,
+                  memory: Memory = Memory(), memory_after: Memory | None = None,
+                  new: PendingPod | None = None) -> tuple[bool, Decision]:
+    """Decide; the scheduler binds what `which` picks of the pods placed on free GPUs, the views changing as `how`
+    says (`bind`), and `new` arrives; decide again: that decision is the one planned from scratch. Whether it went
+    on from the last plan, and the decision."""
+    last = decide(nodes, pods, policy, memory)
+    kept = core._last
+    nodes, pods = bind(nodes, pods, last, which, how)
+    if new is not None:
+        pods = [*pods, new]
+    memory = memory_after or memory
+    got = decide(nodes, pods, policy, memory)
+    assert got == decide(nodes, pods, policy, memory, reuse=False)
+    return core._last is kept, got
+
+
+def test_pods_the_plan_placed_on_free_gpus_bound_as_planned_go_on_from_the_last_plan() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    last = decide(nodes, pods, policy)
+    kept = core._last
+    for i in range(12, 24):  # the bench's `bound+new`: one bound as planned, one new, each time
+        nodes, pods = bind(nodes, pods, last, 0, 0)
+        pods = [*pods, PendingPod(f"ns/p{i}", "dra" if i % 2 else "legacy", 1 + i % 2, "ns", since=float(i))]
+        last = decide(nodes, pods, policy)
+        assert core._last is kept, "planned from scratch"
+        assert last == decide(nodes, pods, policy, reuse=False)
+
+
+def test_the_first_two_pods_placed_bound_at_once_as_planned_go_on_from_the_last_plan() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    went_on, _ = after_binding(nodes, pods, policy, 0, which=12)
+    assert went_on
+
+
+def test_a_bound_pod_whose_node_reports_the_group_its_step_took_goes_on_from_the_last_plan() -> None:
+    nodes, pods, policy = two_numa_nodes_and_two_pods()
+    went_on, got = after_binding(nodes, pods, policy, 3, which=1)  # numa-0 has 1 free: the step took that one
+    assert went_on
+    assert [(p.pod, p.node) for p in got.placements] == [("ns/q", "a")]
+
+
+def test_a_tie_between_nodes_alike_goes_to_the_first_by_name_whatever_order_they_joined_their_bucket_in() -> None:
+    """p takes 2 of a's 3 free GPUs: a then has 1 free, as d had from the start. Planned from scratch once p is bound,
+    a and d are alike from the start; in the last plan a joined their bucket after d. q goes to a either way."""
+    nodes = [NodeView("a", 3, 3), NodeView("d", 1, 1)]
+    pods = [PendingPod("ns/p", "dra", 2, "ns", since=0.0), PendingPod("ns/q", "dra", 1, "ns", since=1.0)]
+    went_on, got = after_binding(nodes, pods, Policy(), 0)
+    assert went_on
+    assert [(p.pod, p.node) for p in got.placements] == [("ns/q", "a")]
+
+
+def test_a_view_replaced_by_one_that_plans_the_same_goes_on_from_the_last_plan() -> None:
+    """An equal view (a Node event that changed nothing the core reads), and the daemon reporting, after the binding,
+    the one group the bound pod's GPUs came from (the core had fitted the groups to the counts alike)."""
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    nodes = [replace(v, groups=(FreeGroup("nvlink-0", 3, 3),)) for v in nodes]
+    last = decide(nodes, pods, policy)
+    kept = core._last
+    nodes = [replace(v) for v in nodes]  # equal, new objects
+    got = decide(nodes, pods, policy)
+    assert core._last is kept
+    assert got == last
+    nodes, pods = bind(nodes, pods, last, 0, 0)  # groups not reported yet: 3 free on each side still
+    decide(nodes, pods, policy)
+    assert core._last is kept
+    reported = [replace(v, groups=(FreeGroup("nvlink-0", v.free("legacy"), v.free("dra")),)) for v in nodes]
+    assert reported != nodes
+    got = decide(reported, pods, policy)
+    assert core._last is kept
+    assert got == decide(reported, pods, policy, reuse=False)
+
+
+# Each binding the last plan did not predict plans from scratch.
+
+
+def test_a_pod_bound_on_another_node_than_planned_is_planned_from_scratch() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    went_on, _ = after_binding(nodes, pods, policy, 4)
+    assert not went_on
+
+
+def test_a_pod_bound_with_another_count_of_gpus_held_is_planned_from_scratch() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    went_on, _ = after_binding(nodes, pods, policy, 5)
+    assert not went_on
+
+
+def two_numa_nodes_and_two_pods() -> tuple[list[NodeView], list[PendingPod], Policy]:
+    """p (1 GPU) goes to a, the tightest fit, and its step takes a's GPU of numa-0 (the tightest group); q (2 GPUs)
+    then fits a's numa-1 whole."""
+    nodes = [NodeView("a", 3, 3, groups=(FreeGroup("numa-1", dra=2), FreeGroup("numa-0", dra=1))),
+             NodeView("b", 4, 4, groups=(FreeGroup("numa-0", dra=2), FreeGroup("numa-1", dra=2)))]
+    pods = [PendingPod("ns/p", "dra", 1, "ns", since=0.0), PendingPod("ns/q", "dra", 2, "ns", since=1.0)]
+    return nodes, pods, Policy()
+
+
+def test_a_bound_pod_whose_node_reports_another_group_than_its_step_took_is_planned_from_scratch() -> None:
+    """The daemon says p got a GPU of numa-1: a has no group of 2 left, so q goes to b."""
+    nodes, pods, policy = two_numa_nodes_and_two_pods()
+    went_on, got = after_binding(nodes, pods, policy, 3, which=0)  # the first group with the GPU: numa-1
+    assert not went_on
+    assert [(p.pod, p.node) for p in got.placements] == [("ns/q", "b")]
+
+
+def test_a_pod_gone_from_the_queue_before_its_node_view_changed_is_planned_from_scratch() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    went_on, _ = after_binding(nodes, pods, policy, 6)
+    assert not went_on
+
+
+def test_a_node_view_changed_as_planned_while_the_pod_is_still_pending_is_planned_from_scratch() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    went_on, _ = after_binding(nodes, pods, policy, 7)
+    assert not went_on
+
+
+def test_a_pod_bound_before_the_pods_placed_ahead_of_it_is_planned_from_scratch() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    went_on, _ = after_binding(nodes, pods, policy, 0, which=16)  # the second placed
+    assert not went_on
+
+
+def test_a_node_cordoned_as_its_pod_is_bound_is_planned_from_scratch() -> None:
+    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
+    last = decide(nodes, pods, policy)
+    kept = core._last
+    nodes, pods = bind(nodes, pods, last, 0, 0)
+    first = last.placements[0].node
+    nodes = [replace(v, unschedulable=True) if v.name == first else v for v in nodes]
+    got = decide(nodes, pods, policy)
+    assert core._last is not kept
+    assert got == decide(nodes, pods, policy, reuse=False)
+    assert all(p.node != first for p in got.placements)
+
+
+def test_a_pod_bound_as_planned_after_the_rate_limit_budget_changed_is_planned_from_scratch() -> None:
+    nodes = bench_like(4, 8)
+    pods = [PendingPod("ns/l", "legacy", 1, "ns", since=0.0),
+            *(PendingPod(f"ns/p{i}", "dra", 2, "ns", since=float(i)) for i in range(1, 4))]
+    went_on, _ = after_binding(nodes, pods, Policy(max_moves_per_minute=8), 0,
+                               memory_after=Memory(recent_moves=((0.0, 4),)))
+    assert not went_on
+
+
+def test_a_pod_bound_as_planned_after_the_floor_step_acted_is_planned_from_scratch() -> None:
+    nodes = [NodeView("a", 4, 2, legacy_held=2), NodeView("b", 4, 0, legacy_held=4)]
+    pods = [PendingPod("ns/d", "dra", 1, "ns", since=0.0)]
+    policy = Policy(min_legacy_share=0.8, max_moves_per_minute=100)  # 7 of 8 GPUs: one short
+    went_on, _ = after_binding(nodes, pods, policy, 0)
+    assert not went_on
+
+
+def test_a_pod_ahead_leaving_as_the_first_placed_pods_node_changes_as_planned_is_planned_from_scratch() -> None:
+    """x (too large to fit) leaves the queue, and a's view changes as p's step predicted, p still pending (its claim
+    allocated before the binding): not the last queue less p."""
+    nodes = [NodeView("a", 4, 4), NodeView("b", 4, 4)]
+    pods = [PendingPod("ns/x", "dra", 6, "ns", since=0.0), PendingPod("ns/p", "dra", 2, "ns", since=1.0),
+            PendingPod("ns/q", "dra", 3, "ns", since=2.0)]
+    policy = Policy()
+    decide(nodes, pods, policy)
+    kept = core._last
+    nodes = [held(nodes[0], "dra", 2), nodes[1]]
+    pods = pods[1:]
+    got = decide(nodes, pods, policy)
+    assert core._last is not kept
+    assert got == decide(nodes, pods, policy, reuse=False)
