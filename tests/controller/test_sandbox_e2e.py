@@ -29,6 +29,7 @@ from bridge.ledger.status import status_of
 from bridge.sandbox.cluster import SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.kubelet import RUN_SECONDS_ANNOTATION
+from tests.polling import wait_until
 from tests.sandbox_cluster import spec_for_tests
 
 NODES_, GPUS = 4, 8
@@ -156,7 +157,10 @@ def test_flipping_a_namespace_moves_free_gpus_to_its_new_dra_pods_and_back_witho
         assert set(dra_phases.values()) == {"Succeeded"}
         back = legacy_devices(cluster, "team-a")
         assert sorted(len(d) for d in back.values()) == [1] * 12
-        assert sides(api).get("legacy", 0) >= 28  # 16 + 12 legacy GPUs held: at least that many on the legacy side
+        # 16 + 12 legacy GPUs held: at least that many on the legacy side. Each daemon publishes its split status after
+        # an evaluation (a wake-up is evaluated 0.25 s after it came, a status written at most once a second), so
+        # the status is awaited, not read once as the last pod turns Running.
+        wait_until(lambda: sides(api).get("legacy", 0) >= 28, 30, "the split status to show the 28 legacy GPUs held")
         assert any(d.direction == "to-legacy" for d in decisions(api).values())
         elapsed = time.monotonic() - returned
 
