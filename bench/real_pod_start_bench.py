@@ -29,6 +29,7 @@ way, per pod:
   daemon prepare             `dra_bridge_dra_rpc_seconds{op="prepare"}`: the same call inside our daemon
     of which read/lock/work  `dra_bridge_dra_prepare_phase_seconds`: reading the claim from the API server, waiting
                              for the node lock, the work under it (guards, checkpoint and CDI writes)
+      the GET alone          `dra_bridge_dra_claim_get_seconds`: the claim GET timed on the thread that sends it
   kubelet Allocate           `kubelet_device_plugin_alloc_duration_seconds` (legacy pods)
   kubelet pod start          `kubelet_pod_start_duration_seconds`: kubelet first sees the pod -> running
   CRI <operation>            `kubelet_runtime_operations_duration_seconds{operation_type=...}`: the kubelet's calls
@@ -176,6 +177,7 @@ def deltas(before: Samples, after: Samples) -> dict[str, float]:
         "prepare": (PREPARE, {"operation_name": "PrepareResources"}),
         "daemon": (DAEMON, {"op": "prepare"}),
         **{f"phase_{ph}": (PHASE, {"phase": ph}) for ph in PHASES},
+        "claim_get": ("dra_bridge_dra_claim_get_seconds", {}),
         "alloc": (ALLOC, {}),
         "pod_start": (POD_START, {}),
         **{f"rt_{op}": (RUNTIME, {"operation_type": op}) for op in RUNTIME_OPS},
@@ -279,7 +281,8 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
     print("\nper pod, from the kubelet's and the daemon's histograms (difference of _sum over one pod start)")
     rows = [("prepare", "kubelet PrepareResources"), ("grpc", "kubelet NodePrepare gRPC"),
             ("daemon", "daemon prepare (ours)"),
-            *[(f"phase_{ph}", f"  of which {ph}") for ph in PHASES], ("alloc", "kubelet Allocate (legacy)"),
+            *[(f"phase_{ph}", f"  of which {ph}") for ph in PHASES], ("claim_get", "    the GET alone"),
+            ("alloc", "kubelet Allocate (legacy)"),
             ("pod_start", "kubelet pod start"), *[(f"rt_{op}", f"CRI {op}") for op in RUNTIME_OPS]]
     for key, label in rows:
         for k in KINDS:

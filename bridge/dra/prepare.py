@@ -225,7 +225,7 @@ class Preparer:
         self.record_events = record_events
         self.on_released = on_released
         self.ownership = ownership
-        self.reader = reader or ClaimReader(kube)
+        self.reader = reader or ClaimReader(kube, observe=self.metrics.claim_get.observe)
         self.syncer = DeferredSync(store.sync)
 
     # -- NodePrepareResources -------------------------------------------------------------------------------------

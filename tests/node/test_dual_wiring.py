@@ -206,6 +206,7 @@ def test_the_dra_halfs_prepare_and_slice_metrics_are_on_the_daemons_metrics_endp
     assert 'dra_bridge_dra_rpc_seconds_count{op="prepare"} 1.0' in text
     for phase in ("read", "lock", "work"):  # where that one call spent its time, one observation per phase
         assert f'dra_bridge_dra_prepare_phase_seconds_count{{phase="{phase}"}} 1.0' in text
+    assert "dra_bridge_dra_claim_get_seconds_count 1.0" in text  # its one claim GET
     assert 'dra_bridge_dra_slice_writes_total{kind="create"} 1.0' in text
     assert node.publisher is not None and node.publisher.generation >= 1
     assert f"dra_bridge_dra_slice_generation {float(node.publisher.generation)}" in text
