@@ -32,6 +32,7 @@ naming the file, not a crash.
 
 from __future__ import annotations
 
+import codecs
 import gc
 import gzip
 import io
@@ -286,11 +287,29 @@ def _read_bytes(path: Path, limit: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
         raise SnapshotError(f"{path}: cannot read: {err}") from err
 
 
+# Byte-order marks of the encodings a snapshot file may come in besides UTF-8. PowerShell's `>` and `Out-File`
+# (Windows PowerShell 5.1) write `kubectl get -o json` as UTF-16 LE with a BOM. UTF-32 LE's BOM begins with UTF-16 LE's,
+# so it is checked first.
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
+         (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
+
+
 def _text(path: Path, raw: bytes | memoryview) -> str:
+    """The file's text: UTF-8 (a UTF-8 byte-order mark is skipped by the parsers), or UTF-16/UTF-32 when the file
+    starts with that encoding's byte-order mark."""
+    head = bytes(raw[:4])
+    for bom, codec, name in _BOMS:
+        if head.startswith(bom):
+            try:
+                return str(raw, codec)  # the codec reads the mark, and its byte order, and drops it
+            except UnicodeDecodeError as err:
+                raise SnapshotError(f"{path}: cannot read: it starts with a {name} byte-order mark but is not "
+                                    f"{name} text ({err})") from err
     try:
         return str(raw, "utf-8")
     except UnicodeDecodeError as err:
-        raise SnapshotError(f"{path}: cannot read: {err}") from err
+        raise SnapshotError(f"{path}: cannot read: not UTF-8 text ({err}). Save it as UTF-8 (what kubectl writes), or "
+                            "as UTF-16 or UTF-32 with a byte-order mark (what PowerShell's '>' writes)") from err
 
 
 def _value_problem(err: ValueError) -> str:

@@ -272,3 +272,35 @@ def test_the_table_escapes_control_characters_in_finding_messages() -> None:
     text = render_table(replace(report, findings=[sneaky]), colour=False)
     assert "\x1b" not in text and "\r" not in text and "\x07" not in text
     assert "\\x1b]0;owned\\x07gpu-1 held\\r" in text and "fix \\x1b[2J" in text
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_snapshot_saved_as_utf16_or_utf32_with_a_byte_order_mark_reads_as_its_utf8_original(
+        tmp_path: Path, codec: str) -> None:
+    """PowerShell's '>' writes `kubectl get -o json` as UTF-16 LE with a byte-order mark: such a snapshot gives the
+    same report as the UTF-8 one (every file converted, JSON and YAML alike)."""
+    snap = tmp_path / EXAMPLE.name  # the report names the snapshot by its directory
+    shutil.copytree(EXAMPLE, snap)
+    for f in snap.iterdir():
+        if f.suffix in (".yaml", ".json"):
+            bom = {"utf-16-be": b"\xfe\xff"}.get(codec, b"")  # "utf-16" and "utf-32" write their own mark
+            f.write_bytes(bom + f.read_text(encoding="utf-8").encode(codec))
+    original = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(EXAMPLE), "-o", "json"])
+    converted = CliRunner().invoke(main, ["migrate-report", "--snapshot", str(snap), "-o", "json"])
+    assert converted.exit_code == original.exit_code, converted.stderr
+    assert converted.stdout.replace(str(snap), str(EXAMPLE)) == original.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\xff\xfe\x41\xd8", "it starts with a UTF-16 byte-order mark but is not UTF-16 text"),
+        (b"kind: Pod\nmetadata: {name: \xc3\x28}\n",
+         "not UTF-8 text ('utf-8' codec can't decode byte 0xc3 in position 27: invalid continuation byte). Save it "
+         "as UTF-8"),
+    ],
+)
+def test_text_in_no_encoding_read_is_named_with_what_to_save_it_as(tmp_path: Path, content: bytes,
+                                                                   expected: str) -> None:
+    err = _run_cli(tmp_path, _snapshot_with(tmp_path, "odd.yaml", content))
+    assert err.startswith("Error: ") and "odd.yaml: cannot read: " + expected in err.splitlines()[0]
