@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -345,15 +346,16 @@ def test_a_view_replaced_by_one_that_plans_the_same_goes_on_from_the_last_plan()
 # Each binding the last plan did not predict plans from scratch.
 
 
-def test_a_pod_bound_on_another_node_than_planned_is_planned_from_scratch() -> None:
+@pytest.mark.parametrize(("how", "which"), [
+    pytest.param(4, 0, id="a pod bound on another node than planned"),
+    pytest.param(5, 0, id="a pod bound with another count of GPUs held"),
+    pytest.param(6, 0, id="a pod gone from the queue before its node view changed"),
+    pytest.param(7, 0, id="a node view changed as planned while the pod is still pending"),
+    pytest.param(0, 16, id="a pod bound before the pods placed ahead of it (the second placed)"),
+])
+def test_a_binding_the_plan_did_not_predict_is_planned_from_scratch(how: int, which: int) -> None:
     nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
-    went_on, _ = after_binding(nodes, pods, policy, 4)
-    assert not went_on
-
-
-def test_a_pod_bound_with_another_count_of_gpus_held_is_planned_from_scratch() -> None:
-    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
-    went_on, _ = after_binding(nodes, pods, policy, 5)
+    went_on, _ = after_binding(nodes, pods, policy, how, which=which)
     assert not went_on
 
 
@@ -372,24 +374,6 @@ def test_a_bound_pod_whose_node_reports_another_group_than_its_step_took_is_plan
     went_on, got = after_binding(nodes, pods, policy, 3, which=0)  # the first group with the GPU: numa-1
     assert not went_on
     assert [(p.pod, p.node) for p in got.placements] == [("ns/q", "b")]
-
-
-def test_a_pod_gone_from_the_queue_before_its_node_view_changed_is_planned_from_scratch() -> None:
-    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
-    went_on, _ = after_binding(nodes, pods, policy, 6)
-    assert not went_on
-
-
-def test_a_node_view_changed_as_planned_while_the_pod_is_still_pending_is_planned_from_scratch() -> None:
-    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
-    went_on, _ = after_binding(nodes, pods, policy, 7)
-    assert not went_on
-
-
-def test_a_pod_bound_before_the_pods_placed_ahead_of_it_is_planned_from_scratch() -> None:
-    nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
-    went_on, _ = after_binding(nodes, pods, policy, 0, which=16)  # the second placed
-    assert not went_on
 
 
 def test_a_node_cordoned_as_its_pod_is_bound_is_planned_from_scratch() -> None:
