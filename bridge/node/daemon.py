@@ -129,11 +129,13 @@ class NodeDaemon:
         self._log = ContextLogger(log, {"node": config.node_name})
 
     def start(self) -> None:
+        began = time.monotonic()
         try:
             self._start()
         except BaseException:
             self.stop()
             raise
+        self._log.info("node daemon serving (started in %.2fs)", time.monotonic() - began)
 
     def _start(self) -> None:
         cfg = self.config

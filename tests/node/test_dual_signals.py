@@ -15,10 +15,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SYS_TGKILL = 234  # x86_64; the test is skipped elsewhere
@@ -124,17 +127,29 @@ def test_a_slow_stop_step_is_logged_by_name(short_tmp: Path, monkeypatch: pytest
 
 
 def test_sigusr1_writes_every_threads_stack_to_stderr_and_the_daemon_carries_on(short_tmp: Path) -> None:
-    proc, sockets = start_daemon(short_tmp)
+    proc, _ = start_daemon(short_tmp)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr or ()), daemon=True)
+    reader.start()
     try:
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(1)
-        assert proc.poll() is None, "SIGUSR1 must not stop the daemon"
+        wait_until(lambda: any("node daemon serving (started in" in line for line in err), timeout=30,
+                   what="the daemon's 'serving' line")
+        # A dump taken while the main thread is between its start and its wait would not show the wait: ask again.
+        for _ in range(40):
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+            assert proc.poll() is None, "SIGUSR1 must not stop the daemon"
+            if any("wait_for_stop" in line for line in err):
+                break
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        proc.wait(30)
+        reader.join(10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
-    assert proc.returncode == 0, err
-    assert "Current thread" in err or "Thread 0x" in err, err[-2000:]
-    assert "wait_for_stop" in err  # the main thread, waiting for the signal that stops it
+    text = "".join(err)
+    assert proc.returncode == 0, text[-2000:]
+    assert "Current thread" in text or "Thread 0x" in text, text[-2000:]
+    assert "wait_for_stop" in text, text[-2000:]  # the main thread, waiting for the signal that stops it
+    assert "node daemon stopped" in text
