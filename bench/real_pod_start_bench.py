@@ -1,6 +1,6 @@
 """Pod create -> Running on ONE real node, legacy vs DRA, in one run: what a user feels, and where the DRA path spends.
 
-    .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook] [--py-spy FILE]
+    .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook] [--py-spy FILE [--py-spy-rate HZ]]
 
 Needs the real backend (`scripts/build_real.py`: kube-apiserver, controller manager, scheduler, kubelet v1.37.2,
 etcd, containerd/runc/CNI). One node (`8xH100-80GB`, split 4: four GPUs to the device plugin, four in our
@@ -343,6 +343,8 @@ def main() -> int:
     ap.add_argument("--split", default="4")
     ap.add_argument("--no-webhook", action="store_true", help="legacy and dra pods only")
     ap.add_argument("--py-spy", metavar="FILE", help="record the node daemon with py-spy into FILE (raw format)")
+    ap.add_argument("--py-spy-rate", type=int, default=200, metavar="HZ",
+                    help="py-spy samples per second (default 200; a prepare takes a few ms: 1000 resolves its phases)")
     args = ap.parse_args()
     started = time.monotonic()
     cluster = start_cluster(args)
@@ -359,7 +361,7 @@ def main() -> int:
         if args.py_spy:
             daemon = pids["bridge node"][0]
             spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(daemon),
-                                    "-o", args.py_spy, "--format", "raw", "-r", "200", "--idle", "--nonblocking", "--threads"],
+                                    "-o", args.py_spy, "--format", "raw", "-r", str(args.py_spy_rate), "--idle", "--nonblocking", "--threads"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
         load0 = load()
