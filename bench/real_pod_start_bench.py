@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.realbench import (  # noqa: E402
     AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, ratio, summary, total)
-from bridge.kube import PODS  # noqa: E402
+from bridge.kube import EVENTS, PODS  # noqa: E402
 from bridge.kube.errors import KubeError, NotFound  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
 from tests.real.realnodes import claim_template, ensure_namespace, probe_pod  # noqa: E402
@@ -78,6 +78,8 @@ PHASE = "dra_bridge_dra_prepare_phase_seconds"
 PHASES = ("read", "lock", "work")
 EVALUATIONS = "dra_bridge_split_evaluations_total"
 SLICE_WRITES = "dra_bridge_dra_slice_writes_total"
+CLAIM_OPS = "dra_bridge_dra_claim_operations_total"
+SLOW_S = 1.0  # a pod slower than this from create to Running gets its Events printed (the kinds' p50 is ~0.55 s)
 RUNTIME = "kubelet_runtime_operations_duration_seconds"
 RUNTIME_OPS = ("run_podsandbox", "create_container", "start_container")
 
@@ -150,6 +152,8 @@ class Sample:
     total: float  # create sent -> Running seen
     to_bound: float  # create sent -> nodeName seen
     deltas: dict[str, float] = field(default_factory=dict)  # per-pod histogram `_sum` differences
+    name: str = ""
+    events: list[str] = field(default_factory=list)  # a slow pod's Events (why it was slow), else empty
 
 
 class Scraper:
@@ -191,6 +195,11 @@ def deltas(before: Samples, after: Samples) -> dict[str, float]:
     out["grpc"], out["grpc_n"] = s2 - s1, c2 - c1
     for key, name in (("evaluations", EVALUATIONS), ("slice_writes", SLICE_WRITES)):
         out[key] = total(after, name) - total(before, name)
+    # Failed prepares during the pod's start: the kubelet's (any cause) and ours (claims answered with an error).
+    out["prepare_failed"] = (total(after, f"{PREPARE}_count", operation_name="PrepareResources", is_error="true")
+                             - total(before, f"{PREPARE}_count", operation_name="PrepareResources", is_error="true"))
+    out["claims_failed"] = (total(after, CLAIM_OPS, op="prepare", result="error")
+                            - total(before, CLAIM_OPS, op="prepare", result="error"))
     return out
 
 
@@ -236,7 +245,8 @@ def run_round(cluster: SandboxCluster, watch: PodWatch, scraper: Scraper, kinds:
         running = watch.wait(f"{ns}/{name}", "running", 180)
         bound = watch.wait(f"{ns}/{name}", "bound", 1)
         after = scraper.scrape()
-        out.append(Sample(kind, running - t0, bound - t0, deltas(before, after)))
+        out.append(Sample(kind, running - t0, bound - t0, deltas(before, after), name=f"{ns}/{name}",
+                          events=pod_events(cluster, ns, name) if running - t0 > SLOW_S else []))
         before = after
     for kind in kinds:
         try:
@@ -246,6 +256,16 @@ def run_round(cluster: SandboxCluster, watch: PodWatch, scraper: Scraper, kinds:
     for kind in kinds:
         watch.wait(f"{NAMESPACE[kind]}/{kind}-{index}", "gone", 180)
     return out, before
+
+
+def pod_events(cluster: SandboxCluster, ns: str, name: str) -> list[str]:
+    """The pod's Events, oldest first, as `reason (xN): message` (what kubectl describe shows)."""
+    try:
+        items = cluster.api.list(EVENTS, ns, field_selector=f"involvedObject.name={name}")["items"]
+    except KubeError as err:
+        return [f"(events not read: {err})"]
+    items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return [f"{e.get('reason')} (x{e.get('count') or 1}): {str(e.get('message') or '')[:300]}" for e in items]
 
 
 def first_bucket(samples: Samples) -> tuple[float, float]:
@@ -292,6 +312,22 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
     for key, label in (("evaluations", "split evaluations"), ("slice_writes", "ResourceSlice writes")):
         print(f"  {label:<26} per pod start (daemon): " + ", ".join(
             f"{k} {statistics.fmean([s.deltas.get(key, 0.0) for s in by[k]]):.2f}" for k in KINDS if by[k]))
+    failed = {k: sum(s.deltas.get("prepare_failed", 0) for s in by[k]) for k in KINDS if by[k]}
+    refused = {k: sum(s.deltas.get("claims_failed", 0) for s in by[k]) for k in KINDS if by[k]}
+    print(f"  failed prepares              kubelet: {failed}; claims our daemon answered with an error: {refused}")
+    slow = [s for s in samples if s.total > SLOW_S]
+    if slow:
+        print(f"\npods slower than {SLOW_S:g} s from create to Running, with their Events:")
+        for s in slow:
+            print(f"  {s.kind:<8} {s.name}: {s.total * 1000:.0f} ms (bound after {s.to_bound * 1000:.0f} ms); "
+                  f"kubelet prepares failed {s.deltas.get('prepare_failed', 0):.0f}, "
+                  f"our claim errors {s.deltas.get('claims_failed', 0):.0f}")
+            parts = [(key, label) for key, label in (("pod_start", "kubelet pod start"), ("prepare", "PrepareResources"),
+                                                     *[(f"rt_{op}", op) for op in RUNTIME_OPS])
+                     if s.deltas.get(f"{key}_n", 0) >= 1]
+            print("      " + ", ".join(f"{label} {s.deltas[key] * 1000:.0f} ms" for key, label in parts))
+            for line in s.events:
+                print(f"      {line}")
     inside, count = first_bucket(final)
     print(f"\nkubelet {PREPARE}{{PrepareResources}}: {inside:.0f} of {count:.0f} in its first bucket (<= 100 ms; "
           f"every pod's, with claims or not; its buckets cannot resolve 10 ms: the per-pod figures above are exact)")
