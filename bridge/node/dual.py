@@ -269,7 +269,8 @@ class DualNode:
         self.kube = self._connect(API_RETRY_DEADLINE_S)
         self.pods = NodePods(self.kube, cfg.node_name, resource=cfg.resource_name, driver=self.opts.driver,
                              on_change=lambda: self.split.kick("a pod or claim on this node changed")
-                             if self.split else None)
+                             if self.split else None,
+                             node_allocatable=lambda: self.split.node_allocatable() if self.split else None)
         self.sources = HolderSources(
             self.devices, resource_name=cfg.resource_name, driver=self.opts.driver, node_name=cfg.node_name,
             podresources_socket=self.podresources_socket,

@@ -26,13 +26,16 @@ DRA:
 * PodResources' DRA devices of our driver and pool (a running container's claim, also after a lost checkpoint);
 * every claim allocated to a device of this node's pool, from the pods bound to this node and the pods nominated
   to it (`ALLOCATED`), whether prepared or not;
-* a pod nominated to this node whose claim is not allocated yet (`INCOMING`, on every device: the scheduler may
+* a pod nominated to this node whose claim is not allocated yet, or that asks for an extended resource the
+  scheduler serves through DRA here and has no claim for it yet (`INCOMING`, on every device: the scheduler may
   write any of them in PreBind; see `bridge.node.nodepods`). A bound pod's unallocated claim is not one: the
   scheduler allocates before it binds, so nothing will allocate it (a pod with a preset `nodeName` never runs);
 * prepares in progress: recorded by the ledger itself (`guard_prepare`).
 
 Unknown means do not move: a missing PodResources socket, a PodResources call that fails, a pod watch that is not
-synced or is down, a claim that cannot be read each make their side unknown, with the reason.
+synced or is down, a claim that cannot be read, and, for a pod nominated here that asks for an extended resource
+name, DeviceClasses not listed or a Node not read (whether DRA serves that name here) each make their side
+unknown, with the reason.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The pods bound or nominated to this node and the ResourceClaims they use: what the holders of both sides need
 from the API.
 
-Two watches per node daemon, never a cluster-wide one:
+Two pod watches per node daemon, never a cluster-wide one:
 * pods with the field selector `spec.nodeName=<node>` (what the kubelet itself watches; the API server's watch
   cache indexes this field, pkg/registry/core/pod/strategy.go `Indexers`), and
 * pods with `status.nominatedNodeName=<node>`: the pods the scheduler is binding to this node. Since KEP-5278
@@ -31,6 +31,15 @@ and when it ends (the claim controller deallocates a claim whose pods are gone),
 a device leaves the DRA side). A pod nominated here whose claim is not allocated yet (or whose extended-resource
 request's claim the scheduler has not made yet) is `incoming`: any DRA device of this node may be the one chosen.
 
+Extended resources served by DRA (KEP-5004; the scheduler's rules are in `bridge.node.deviceclasses`): a pod
+nominated here that asks for a name the scheduler serves through DRA on this node, and whose
+`status.extendedResourceClaimStatus` names no claim yet, is waiting for one of this node's devices. The names: a
+DeviceClass's implicit `deviceclass.resource.kubernetes.io/<class>`, and the explicit `spec.extendedResourceName`s
+a third watch (`DeviceClassNames`, cluster-scoped: DeviceClasses are few) keeps; either only where the Node's
+`status.allocatable` for it is 0 or absent (else a device plugin serves it there and no claim comes). The decision
+of a binding cycle is the scheduler's at Filter time and is not taken back when a DeviceClass or the allocatable
+changes later: a pod once found waiting keeps waiting while it stays nominated and unclaimed.
+
 Which claims a pod uses (core/v1 Pod): `spec.resourceClaims[].resourceClaimName` (a claim by name),
 `status.resourceClaimStatuses[].resourceClaimName` (claims generated from templates) and, with
 DRAExtendedResource, `status.extendedResourceClaimStatus.resourceClaimName` (the claim the scheduler creates for an
@@ -45,18 +54,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bridge.deviceplugin.registration import is_extended_resource_name
 from bridge.kube.api import PODS, KubeAPI, Obj, WatchEvent
 from bridge.kube.errors import KubeError, NotFound
 from bridge.kube.watch import Informer
-from bridge.kvalues.quantity import QuantityError, quantity_int
+from bridge.kvalues.quantity import QuantityError, parse_quantity, quantity_int
+from bridge.node.deviceclasses import DEVICE_CLASS_PREFIX, DeviceClassNames
 
 log = logging.getLogger(__name__)
 
 _TERMINAL = ("Succeeded", "Failed")
-DEVICE_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"  # a DeviceClass's implicit extended resource (KEP-5004)
 MAX_DELETED = 4096  # deleted pods remembered (their kubelet-checkpoint entries are leftovers, not holders)
 
 
@@ -78,8 +88,13 @@ class PodView:
     app_containers: tuple[str, ...]
     claims: tuple[str, ...]  # claim names in the pod's namespace
     bound: bool = True  # spec.nodeName is set (else: nominated to this node, the scheduler is binding it)
-    # Asks for a DeviceClass's implicit extended resource and the scheduler has not made its claim yet (PreBind).
+    # Waits for the claim the scheduler makes for its extended resources (PreBind). From the pod alone
+    # (`pod_view`): it asks for an implicit name and has no claim yet; `NodePods.snapshot` decides it for the
+    # nominated pods with the DeviceClasses' explicit names and the Node's allocatable as well.
     extended_pending: bool = False
+    # The extended resource names it asks for (non-zero) that DRA may serve, while `extendedResourceClaimStatus`
+    # names no claim yet (empty once it does: that claim is in `claims`).
+    extended: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -153,17 +168,69 @@ def pod_view(pod: Obj, resource: str) -> PodView:
         if isinstance(st, dict) and st.get("resourceClaimName"):
             claims.append(str(st["resourceClaimName"]))
     ext = status.get("extendedResourceClaimStatus") or {}
-    if isinstance(ext, dict) and ext.get("resourceClaimName"):
+    claimed = isinstance(ext, dict) and bool(ext.get("resourceClaimName"))
+    if claimed:
         claims.append(str(ext["resourceClaimName"]))
-    asks_class = any(str(name).startswith(DEVICE_CLASS_PREFIX)
-                     for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-                     if isinstance(c, dict)
-                     for section in ("requests", "limits")
-                     for name in (((c.get("resources") or {}).get(section)) or {}))
+    extended = () if claimed else _extended_names(spec)
     return PodView(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")), terminal,
                    inits, tuple(str(c.get("name")) for c in spec.get("containers") or [] if isinstance(c, dict)),
                    tuple(dict.fromkeys(claims)), bound=bool(spec.get("nodeName")),
-                   extended_pending=asks_class and not (isinstance(ext, dict) and ext.get("resourceClaimName")))
+                   extended_pending=any(n.startswith(DEVICE_CLASS_PREFIX) for n in extended), extended=extended)
+
+
+def _extended_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names a pod asks for, in any container, that the scheduler may serve through DRA: non-zero (the
+    scheduler skips zero requests, extendeddynamicresources.go `hasDeviceClassMappedExtendedResource`) and
+    `IsDRAExtendedResourceName` (pkg/scheduler/util/utils.go). A quantity that cannot be read counts as asked."""
+    names: set[str] = set()
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if not isinstance(c, dict):
+            continue
+        res = c.get("resources") or {}
+        for section in ("requests", "limits"):
+            values = res.get(section) if isinstance(res, dict) else None
+            for name, value in (values.items() if isinstance(values, dict) else ()):
+                name = str(name)
+                if name in names or not (name.startswith(DEVICE_CLASS_PREFIX) or is_extended_resource_name(name)):
+                    continue
+                try:
+                    if parse_quantity(value) == 0:
+                        continue
+                except QuantityError:
+                    pass
+                names.add(name)
+    return tuple(sorted(names))
+
+
+def served_by_dra(names: Sequence[str], maps: Callable[[str], bool | None],
+                  allocatable: Mapping[str, Any] | None) -> tuple[bool | None, str]:
+    """Whether the scheduler serves one of a pod's extended resource `names` through DRA on this node (pure):
+    (True, that name), (False, ""), or (None, the first name it cannot tell for).
+
+    The rule is kube-scheduler's (pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go
+    `filterExtendedResources`: `isBackedByDRA && allocatable == 0`): a name a DeviceClass maps (`maps`: the explicit
+    names; an implicit name always) that the Node's `status.allocatable` lists at 0 or not at all. Where the node
+    advertises the name (a device plugin, ours included when a class declares `nvidia.com/gpu`), the device plugin
+    serves it and the scheduler makes no claim for it. `allocatable` None: the Node has not been read (or its watch
+    is down); an implicit name needs no Node, a device plugin cannot advertise one (`bridge.node.deviceclasses`)."""
+    unknown = ""
+    for name in names:
+        mapped = True if name.startswith(DEVICE_CLASS_PREFIX) else maps(name)
+        if mapped is False:
+            continue
+        if allocatable is None:
+            advertised: bool | None = None if not name.startswith(DEVICE_CLASS_PREFIX) else False
+        else:
+            try:
+                advertised = parse_quantity(allocatable.get(name) or 0) > 0
+            except QuantityError:
+                advertised = False  # unreadable: as if absent (the side that holds)
+        if advertised:
+            continue
+        if mapped and advertised is False:
+            return True, name
+        unknown = unknown or name
+    return (None, unknown) if unknown else (False, "")
 
 
 def allocated_devices(claim: Obj, driver: str, pool: str) -> tuple[str, ...]:
@@ -175,12 +242,18 @@ def allocated_devices(claim: Obj, driver: str, pool: str) -> tuple[str, ...]:
 
 class NodePods:
     def __init__(self, api: KubeAPI, node_name: str, *, resource: str, driver: str,
-                 on_change: Callable[[], None] = lambda: None) -> None:
+                 on_change: Callable[[], None] = lambda: None,
+                 node_allocatable: Callable[[], Mapping[str, Any] | None] = lambda: None) -> None:
+        """`node_allocatable`: the Node's `status.allocatable` as last seen, None while not known (the split
+        controller's Node watch, `SplitController.node_allocatable`): which extended resources a device plugin
+        serves on this node. Called without any lock of this object held."""
         self.api = api
         self.node_name = node_name
         self.resource = resource
         self.driver = driver
         self.on_change = on_change
+        self.node_allocatable = node_allocatable
+        self.classes = DeviceClassNames(api, node_name, on_change=self._classes_changed)
         self.informer = Informer(api, PODS, field_selector=f"spec.nodeName={node_name}", on_event=self._on_event)
         self.nominated = Informer(api, PODS, field_selector=f"status.nominatedNodeName={node_name}",
                                   on_event=self._on_nominated)
@@ -196,22 +269,27 @@ class NodePods:
         self._claim_read: dict[tuple[str, str], int] = {}
         self._ended_read: dict[tuple[str, str], float] = {}  # claim -> next re-read while its pod has ended
         self._deleted: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of pods seen deleted, oldest first
+        # uids of nominated pods found waiting for their extended-resource claim from known facts: they keep waiting
+        # while nominated and unclaimed (the scheduler's decision was taken at Filter time; see the module doc)
+        self._extended_dra: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nominated_thread: threading.Thread | None = None
+        self._classes_thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
             self._thread = self.informer.start(self._stop)
             self._nominated_thread = self.nominated.start(self._stop)
+            self._classes_thread = self.classes.start(self._stop)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        for th in (self._thread, self._nominated_thread):
+        for th in (self._thread, self._nominated_thread, self._classes_thread):
             if th is not None:
                 th.join(timeout)
-        self._thread = self._nominated_thread = None
+        self._thread = self._nominated_thread = self._classes_thread = None
 
     # NodeComponent (bridge.node.daemon): an API outage must not restart the pod; the split reports it instead.
     def liveness(self) -> Mapping[str, Callable[[], str | None]]:
@@ -230,17 +308,24 @@ class NodePods:
             if not informer.healthy:
                 return PodsSnapshot(False, False, f"the watch on the pods {what} node {self.node_name} is down"
                                            + _error_tail(informer))
+        allocatable = self.node_allocatable()
         with self._lock:
             pods = tuple(self._pods.values())
-            incoming = tuple(p for uid, p in {**self._leaving, **self._incoming}.items() if uid not in self._pods)
+            judged = [(p, *self._extended_waits(p, allocatable))
+                      for uid, p in {**self._leaving, **self._incoming}.items() if uid not in self._pods]
             claims = dict(self._claims)
             deleted = dict(self._deleted)
+        incoming = tuple(p if p.extended_pending == waits else replace(p, extended_pending=waits)
+                         for p, waits, _ in judged)
         for key in sorted({(p.namespace, n) for p in (*pods, *incoming) for n in p.claims}):
             c = claims.get(key)
             if c is None or c.error:
                 why = c.error if c is not None else "not read yet"
                 return PodsSnapshot(True, False, f"ResourceClaim {key[0]}/{key[1]} cannot be read ({why})", pods,
                                     claims, deleted, incoming)
+        for _, _, why in judged:
+            if why:
+                return PodsSnapshot(True, False, why, pods, claims, deleted, incoming)
         return PodsSnapshot(True, True, "", pods, claims, deleted, incoming)
 
     def refresh_claims(self, *, every: bool = False, ended_interval_s: float = 5.0) -> None:
@@ -272,7 +357,9 @@ class NodePods:
 
     def waiting_for_claims(self) -> bool:
         """A running pod bound here, or a pod nominated here, references a claim not allocated when last read (or
-        a pod that left the nominated view is not accounted for yet)."""
+        a pod that left the nominated view is not accounted for yet, or a pod nominated here waits for the claim of
+        its extended resources)."""
+        allocatable = self.node_allocatable()
         with self._lock:
             if self._leaving:
                 return True
@@ -283,9 +370,43 @@ class NodePods:
                     c = self._claims.get((p.namespace, n))
                     if c is None or c.error or not c.allocated:
                         return True
-                if not p.bound and p.extended_pending:
+                if not p.bound and self._extended_waits(p, allocatable)[0]:
                     return True
         return False
+
+    def _extended_waits(self, pod: PodView, allocatable: Mapping[str, Any] | None) -> tuple[bool, str]:
+        """Whether a pod nominated here waits for the claim the scheduler makes for its extended resources, and
+        when that cannot be told now, why (lock held).
+
+        Unknown (the DeviceClasses not listed or their watch down, the Node's allocatable not read) is handled as
+        `bridge.node.holders` handles every source it cannot read, and as an unread claim of a nominated pod is
+        here: the pod counts as waiting (`INCOMING` on every device) AND the snapshot is not `claims_ok`, so the
+        DRA side is unknown, with the reason, and nothing leaves it. Waiting is the side that holds: taking a
+        device to the legacy side under a pod about to get it strands its claim (the prepare guard refuses it),
+        while holding one too long costs at most one binding cycle. Only a pod that asks for such a name does this:
+        a DeviceClass watch that cannot list (an older chart's RBAC) stops nothing else."""
+        if pod.bound or pod.terminal or not pod.extended:
+            return False, ""
+        if pod.uid in self._extended_dra:
+            return True, ""
+        waits, name = served_by_dra(pod.extended, self.classes.maps, allocatable)
+        if waits:
+            self._extended_dra.add(pod.uid)
+            return True, ""
+        if waits is None:
+            source = (self.classes.why_unknown() if self.classes.maps(name) is None
+                      else f"the Node {self.node_name}'s allocatable has not been read")
+            return True, (f"whether pod {pod.ref}, nominated to this node, waits for a DRA device for {name} is "
+                          f"unknown: {source}")
+        return False, ""
+
+    def _classes_changed(self) -> None:
+        """A DeviceClass declared or dropped an explicit name: a change to the split when a nominated pod asks for
+        an extended resource (its waiting may have changed)."""
+        with self._lock:
+            asks = any(p.extended for p in (*self._incoming.values(), *self._leaving.values()))
+        if asks:
+            self.on_change()
 
     # ---- watch -------------------------------------------------------------------------------------------------
 
@@ -374,7 +495,10 @@ class NodePods:
         return (*self._pods.values(), *self._incoming.values(), *self._leaving.values())
 
     def _forget_unwanted_claims(self) -> None:
-        """Drop claims no bound or nominated pod references any more (lock held)."""
+        """Drop claims no bound or nominated pod references any more, and the waiting of pods no longer nominated
+        here unclaimed (lock held)."""
+        self._extended_dra &= {uid for uid, p in {**self._leaving, **self._incoming}.items()
+                               if p.extended and not p.bound and not p.terminal}
         wanted = {(p.namespace, n) for p in self._watched() for n in p.claims}
         for key in [k for k in self._claims if k not in wanted]:
             del self._claims[key]
@@ -413,4 +537,4 @@ def _error_tail(informer: Informer) -> str:
 
 
 __all__ = ["ClaimView", "GpuInitContainer", "NodePods", "PodView", "PodsSnapshot", "allocated_devices", "pod_view",
-           "waits_for_allocation"]
+           "served_by_dra", "waits_for_allocation"]

@@ -210,6 +210,17 @@ class SplitController:
     def side_of(self, uuid: DeviceID) -> Side | None:
         return self._ledger.side_of(uuid)
 
+    def node_allocatable(self) -> Mapping[str, object] | None:
+        """The Node's `status.allocatable` as last seen (every resource, not only ours), None while the Node has
+        not been read or its watch is down: which extended resources a device plugin serves on this node
+        (`bridge.node.nodepods`). Takes no lock (holder sources call it from inside the guards): the object is
+        replaced on each event, never changed in place."""
+        node, informer = self._node_obj, self._informer
+        if node is None or (informer is not None and not informer.healthy):
+            return None
+        allocatable = (node.get("status") or {}).get("allocatable")
+        return allocatable if isinstance(allocatable, Mapping) else {}
+
     def dra_uuids(self) -> tuple[DeviceID, ...]:
         return tuple(g.uuid for g in self._ledger.on(Side.DRA))
 

@@ -23,6 +23,8 @@ EXPECTED: dict[str, set[tuple[str, str, str, str, str]]] = {
         # get: a pod that left the nominated view is looked up (bridge/node/nodepods.py `_resolve_leaving`)
         *{("cluster", "", "pods", v, "") for v in ("get", "list", "watch")},
         ("cluster", "resource.k8s.io", "resourceclaims", "get", ""),
+        # the explicit extendedResourceNames the scheduler serves through DRA (bridge/node/deviceclasses.py)
+        *{("cluster", "resource.k8s.io", "deviceclasses", v, "") for v in ("list", "watch")},
         *{("cluster", "resource.k8s.io", "resourceslices", v, "") for v in ("list", "watch", "create", "update",
                                                                               "delete")},
         ("cluster", "", "events", "create", ""),

@@ -202,7 +202,7 @@ def test_the_node_daemons_requests_are_all_granted_by_its_role(installed: Any, s
             kubelet.stop()
             assert rc == 0, cleanup.lines[-20:]
     made = made_by(calls, "node")
-    assert {a.resource for a in made} >= {"nodes", "resourceslices", "resourceclaims", "events"}, made
+    assert {a.resource for a in made} >= {"nodes", "resourceslices", "resourceclaims", "deviceclasses", "events"}, made
     assert not refused(made, rules), refused(made, rules)
 
 

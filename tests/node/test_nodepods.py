@@ -93,7 +93,8 @@ def test_a_refresh_that_finds_a_changed_claim_is_one_change_and_an_unchanged_one
 
 
 class ListingKube(FakeKube):
-    """FakeKube that also lists and watches pods (by `spec.nodeName` / `status.nominatedNodeName`); watches idle."""
+    """FakeKube that also lists and watches pods (by `spec.nodeName` / `status.nominatedNodeName`) and DeviceClasses
+    (none); watches idle."""
 
     def __init__(self, bound: list[dict[str, Any]], nominated: list[dict[str, Any]] | None = None) -> None:
         super().__init__()
@@ -102,6 +103,8 @@ class ListingKube(FakeKube):
         self.list_first: threading.Event | None = None
 
     def list(self, res: Any, namespace: Any = None, *, field_selector: str | None = None, **kw: Any) -> dict[str, Any]:
+        if res.plural == "deviceclasses":
+            return {"metadata": {"resourceVersion": "10"}, "items": []}
         if self.list_first is not None and field_selector == f"spec.nodeName={NODE}":
             self.list_first.wait(10)  # the nominated pods are listed (and synced) first
         return {"metadata": {"resourceVersion": "10"}, "items": copy.deepcopy(self.lists[field_selector or ""])}
