@@ -63,7 +63,8 @@ try:  # libyaml is ~10x faster than the pure-Python loader
 except AttributeError:  # pragma: no cover - depends on the pyyaml build
     _YamlLoader = yaml.SafeLoader
 
-# Kinds the report reads; anything else in a snapshot is kept under `other` (and counted) but not used.
+# Kinds the report reads; objects of any other kind in a snapshot are counted (`ClusterData.other_kinds`: the
+# report's "Not read" line, `notRead` in its JSON) but not kept.
 KINDS = (
     "Node",
     "Pod",
