@@ -19,8 +19,9 @@ _HELP = """Read-only readiness report for moving GPU workloads from the device p
 
 \b
 Scans a live cluster (--kubeconfig/--context, or in-cluster) or a snapshot (--snapshot PATH: a file or directory
-of `kubectl get -o yaml|json` output, Lists or multi-document YAML, .gz accepted; optional version.json from
-`kubectl version -o json` and api-versions.txt from `kubectl api-versions`). Never writes to the cluster.
+of `kubectl get -o yaml|json` output, Lists or multi-document YAML, or `kubectl get --raw /api/v1/pods` lists,
+.gz accepted; optional version.json from `kubectl version -o json` and api-versions.txt from
+`kubectl api-versions`). Never writes to the cluster.
 
 \b
 Exit status:

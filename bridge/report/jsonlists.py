@@ -9,7 +9,9 @@ for the webhook's reviews):
 * a `kind: List` (or `<Kind>List`) JSON document whose items are all Pods is decoded with a schema of the Pod fields
   the report reads (`_Pod` below); every other field is scanned but never becomes a Python object. The objects equal
   the plain path's with those fields left out, key order included. The schema checks what `ClusterData.add` checks
-  (a `metadata` mapping, a string name and namespace), so such items go straight into the Pod list.
+  (a `metadata` mapping, a string name and namespace), so such items go straight into the Pod list. The items of a
+  `kind: PodList` may leave out their kind, as the API server writes them (`kubectl get --raw /api/v1/pods`): they
+  are Pods, given `kind: Pod` as the plain path gives them (`bridge.report.sources`).
 * the parts of a Pod that its replicas repeat byte for byte (`SHARED_TYPES`: containers, tolerations, affinity,
   labels, owner references) are decoded once per distinct JSON text and the one object is shared by every Pod that
   has that text (`Reader`): a Deployment's 100 replicas hold one container list.
@@ -134,7 +136,7 @@ class _Status(TypedDict, total=False):
 
 
 class _Pod(TypedDict, total=False):
-    kind: Required[str]
+    kind: str  # absent from the items of a PodList as the API server writes it (`kubectl get --raw`)
     metadata: Required[_Meta]
     spec: _Spec | None
     status: _Status | None
@@ -185,7 +187,7 @@ class _ReplicaSetSpec(TypedDict, total=False):
 
 
 class _ReplicaSet(TypedDict, total=False):
-    kind: Required[str]
+    kind: str
     metadata: Required[_ReplicaSetMeta]
     spec: _ReplicaSetSpec | None
 
@@ -205,10 +207,11 @@ _ANY, _OWNERS, _CONTAINERS = (msgspec.json.Decoder(t) if msgspec is not None els
                               for t in (Any, list[_OwnerRef] | None, list[_Container] | None))
 _REFUSED: tuple[type[BaseException], ...] = (
     (msgspec.DecodeError, msgspec.ValidationError, RecursionError) if msgspec is not None else ())
-# Where a Pod List shows itself: the first item's kind, near the start (the API server and kubectl write `kind` before
-# the object's body). Only a hint for which reading to try first; the items are checked after decoding.
-_POD_HINT = re.compile(rb'"kind"\s*:\s*"Pod"')
-_REPLICASET_HINT = re.compile(rb'"kind"\s*:\s*"ReplicaSet"')
+# Where a Pod List shows itself: the first item's kind, near the start (kubectl writes `kind` before the object's
+# body), or the List's own `kind: PodList` (the API server writes it first, and its items without kind). Only a hint
+# for which reading to try first; the items are checked after decoding.
+_POD_HINT = re.compile(rb'"kind"\s*:\s*"Pod(?:List)?"')
+_REPLICASET_HINT = re.compile(rb'"kind"\s*:\s*"ReplicaSet(?:List)?"')
 _HINT_BYTES = 1 << 16
 # msgspec and json.loads both stop at the interpreter's recursion limit, counted from where each is called; msgspec
 # runs with a limit this much lower, so that it gives up first and the plain path decides (its error, or its objects).
@@ -297,8 +300,18 @@ class Reader:
             with _Lowered():
                 doc = decoder.decode(raw)
                 items: list[Obj] = doc["items"]
-                if not doc["kind"].endswith("List") or any(item["kind"] != kind for item in items):
+                listed: str = doc["kind"]
+                if not listed.endswith("List"):
                     return None
+                own = listed[:-4]  # a <Kind>List's items without kind are <Kind>s (bridge.report.sources._flatten)
+                for item in items:
+                    got = item.get("kind")
+                    if got is None:
+                        if own != kind:
+                            return None
+                        item["kind"] = kind
+                    elif got != kind:
+                        return None
                 if kind == "Pod":
                     self._share(items)
         except _REFUSED:

@@ -88,8 +88,9 @@ def paired_quota(quota: Obj, extended_on: bool) -> Obj:
     hard[CLASS_DEVICES_QUOTA.format(cls=BRIDGE_CLASS)] = limit
     if extended_on:
         hard[CLASS_IMPLICIT_QUOTA.format(cls=BRIDGE_CLASS)] = limit
-    q["apiVersion"], q["kind"] = "v1", "ResourceQuota"
-    return q
+    # apiVersion and kind first, wherever the quota read had them (a `kubectl get --raw` List's items have none)
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            **{k: v for k, v in q.items() if k not in ("apiVersion", "kind")}}
 
 
 def _sh(word: str) -> str:

@@ -120,6 +120,8 @@ class Report:
     waves: list[WaveStep]
     gpus_by_backend: dict[str, int]
     counts: dict[str, int] = field(default_factory=dict)
+    # Objects of kinds the report does not read (`ClusterData.other_kinds`), by kind: most first, then by name.
+    not_read: dict[str, int] = field(default_factory=dict)
     controller: SplitController = field(default_factory=lambda: SplitController("absent", ""))
     model: ClusterModel | None = None
 
@@ -239,6 +241,7 @@ def _build_report(data: ClusterData, options: ReportOptions) -> Report:
             "gpuWorkloads": len(workload_rows),
             "ignoredPods": model.ignored_pods,
         },
+        not_read=dict(sorted(data.other_kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
         model=model,
         controller=ctx.split_controller,
     )

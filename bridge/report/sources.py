@@ -9,15 +9,18 @@ Snapshot format (what `bridge migrate-report snapshot --out DIR` writes, and wha
 * any number of `*.yaml`, `*.yml`, `*.json` files, each optionally gzipped (`*.json.gz`), in a directory (searched
   recursively) or given as one file. Each file holds `kubectl get -o yaml|json` output: a `kind: List` or
   `kind: <Kind>List` with `items`, multi-document YAML, JSON documents one after the other, or single objects.
-  Objects are sorted by their `kind`.
+  Objects are sorted by their `kind`. The items of a `<Kind>List` may leave out `kind` and `apiVersion`, as the API
+  server writes them (`kubectl get --raw /api/v1/pods`; `kubectl get -o json` adds them back client-side): such an
+  item is a `<Kind>` of the List's apiVersion. An item of a `kind: List` must name its kind.
 * `version.json` (optional): the output of `kubectl version -o json` (`{"serverVersion": {...}}`) or the raw
   `/version` document (`{"gitVersion": "v1.34.2", "major": "1", "minor": "34"}`).
 * `unreadable.json` (optional, written by `snapshot`): resources that could not be listed, `{"pods": "reason"}`.
 * `api-versions.txt` (optional): the output of `kubectl api-versions`, one `group/version` per line. Without it the
   served versions of `resource.k8s.io` are inferred from the apiVersion of DeviceClasses/ResourceSlices found.
 
-Invariant: loading never mutates objects and never drops an object silently; an unreadable file is an error that
-names the file (`SnapshotError`), an object without `kind` or whose metadata is not a mapping is an error too;
+Invariant: loading never mutates objects (but for the `kind` and `apiVersion` a `<Kind>List` gives its items that
+lack them, as a live scan does) and never drops an object silently; an unreadable file is an error that names the
+file (`SnapshotError`), an object without `kind` or whose metadata is not a mapping is an error too;
 when a deeper field has the wrong type the report raises `MalformedInput` naming the object and field. Nothing
 downstream changes the objects either: JSON Pod Lists are read with only the fields the report reads, and parts
 that Pods repeat byte for byte are one shared object (`bridge.report.jsonlists`; `load_snapshot(plain_json=True)`
@@ -60,7 +63,8 @@ try:  # libyaml is ~10x faster than the pure-Python loader
 except AttributeError:  # pragma: no cover - depends on the pyyaml build
     _YamlLoader = yaml.SafeLoader
 
-# Kinds the report reads; anything else in a snapshot is kept under `other` (and counted) but not used.
+# Kinds the report reads; objects of any other kind in a snapshot are counted (`ClusterData.other_kinds`: the
+# report's "Not read" line, `notRead` in its JSON) but not kept.
 KINDS = (
     "Node",
     "Pod",
@@ -375,7 +379,19 @@ def _flatten(doc: Any, origin: str) -> Iterator[Obj]:
         raise SnapshotError(f"{origin}: expected a Kubernetes object or List, found {type(doc).__name__}")
     kind = doc.get("kind")
     if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
-        for item in doc["items"]:
+        own = kind[:-4]  # a <Kind>List holds <Kind>s; "" for a `kind: List`, whose items each name their kind
+        api_version = doc.get("apiVersion")
+        for n, item in enumerate(doc["items"]):
+            if isinstance(item, dict) and "kind" not in item:
+                if not own:
+                    raise SnapshotError(f"{origin}: item {n + 1} of a `kind: List` has no 'kind' (only a <Kind>List, "
+                                        "such as the PodList of `kubectl get --raw /api/v1/pods`, names its items' "
+                                        "kind once for all)")
+                # The API server writes a <Kind>List's items without kind and apiVersion (`kubectl get --raw`);
+                # `kubectl get -o json` adds them back, as `bridge.report.live` does (module docstring).
+                item["kind"] = own
+                if isinstance(api_version, str) and "apiVersion" not in item:
+                    item["apiVersion"] = api_version
             yield from _flatten(item, origin)
         return
     yield doc

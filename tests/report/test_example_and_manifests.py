@@ -73,6 +73,16 @@ def test_emitted_manifests_validate_and_pair_the_quota() -> None:
     assert hard["requests.deviceclass.resource.kubernetes.io/gpu.dra-bridge.io"] == "16"
 
 
+def test_the_paired_quota_starts_with_api_version_and_kind_whatever_order_the_quota_had() -> None:
+    """A quota read from a `kubectl get --raw` ResourceQuotaList gets its kind and apiVersion after its other fields
+    (bridge.report.sources): the manifest reads as kubectl writes it all the same."""
+    from bridge.report.remediation import paired_quota
+
+    quota = {"metadata": {"name": "q", "namespace": "a"}, "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+             "kind": "ResourceQuota", "apiVersion": "v1"}
+    assert list(paired_quota(quota, extended_on=False)) == ["apiVersion", "kind", "metadata", "spec"]
+
+
 def test_missing_bridge_class_is_emitted(tmp_path: Path) -> None:
     for f in EXAMPLE.iterdir():
         if f.name != "dra.yaml":

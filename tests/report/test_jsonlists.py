@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import yaml
 
 from bridge.report import run_report
 from bridge.report.jsonlists import NOT_READ, POD_SCHEMA, REPLICASET_SCHEMA, SHARED_TYPES, Reader
@@ -59,6 +60,30 @@ def _example_as_json(tmp_path: Path) -> Path:
     return out
 
 
+# Custom resources: the API server writes their list items whole, kind and apiVersion included.
+_CUSTOM_KINDS = ("ClusterPolicy", "ClusterQueue", "LocalQueue")
+
+
+def _example_as_raw(tmp_path: Path, fmt: str = "json") -> Path:
+    """The example cluster as `kubectl get --raw /api/v1/pods` (and so on) writes it: one `<Kind>List` per kind and
+    apiVersion, `kind` first, items without `kind` and `apiVersion` but for custom resources'. `fmt` "yaml": the same
+    documents as YAML (what `yq -P` makes of them)."""
+    data = load_snapshot(EXAMPLE, plain_json=True)
+    out = tmp_path / "raw" / "snapshot"
+    out.mkdir(parents=True)
+    for kind, objs in data.objects.items():
+        for api_version in sorted({o["apiVersion"] for o in objs}):
+            items = [o if kind in _CUSTOM_KINDS else {k: v for k, v in o.items() if k not in ("kind", "apiVersion")}
+                     for o in objs if o["apiVersion"] == api_version]
+            doc = json.loads(json.dumps({"kind": f"{kind}List", "apiVersion": api_version,
+                                         "metadata": {"resourceVersion": "4711"}, "items": items}, default=str))
+            name = f"{kind.lower()}s-{api_version.replace('/', '-')}.{fmt}"
+            (out / name).write_text(json.dumps(doc) if fmt == "json" else yaml.safe_dump(doc, sort_keys=False))
+    for name in ("version.json", "api-versions.txt"):
+        (out / name).write_bytes((EXAMPLE / name).read_bytes())
+    return out
+
+
 def _bench_generate() -> Any:
     spec = importlib.util.spec_from_file_location("report_bench", REPO / "bench" / "report_bench.py")
     assert spec is not None and spec.loader is not None
@@ -72,6 +97,24 @@ def test_the_example_cluster_as_json_gives_the_same_report(tmp_path: Path) -> No
     data = load_snapshot(snap)
     assert len(data.of("Pod")) == len(load_snapshot(EXAMPLE).of("Pod")) > 10
     _same_report(snap, ("current", "all", "1"))
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_lists_as_the_api_server_writes_them_give_the_report_kubectl_get_output_gives(tmp_path: Path,
+                                                                                     fmt: str) -> None:
+    """`kubectl get --raw` lists (a PodList, a NodeList, a ResourceClaimList..., their items without kind and
+    apiVersion): the report of `kubectl get -o json` output, from the fast reading and the plain one."""
+    raw = _example_as_raw(tmp_path, fmt)
+    pods = json.loads((raw / "pods-v1.json").read_text()) if fmt == "json" else None
+    assert pods is None or (pods["kind"], "kind" in pods["items"][0]) == ("PodList", False)
+    kubectl = tmp_path / "kubectl" / "snapshot"
+    kubectl.parent.mkdir()
+    _example_as_json(tmp_path).rename(kubectl)  # the same directory name: the report names it
+    for split in ("current", "all", "1"):
+        want = _outcome(kubectl, True, split)
+        assert want[0] != "error"
+        assert _outcome(raw, False, split) == want, split
+        assert _outcome(raw, True, split) == want, split
 
 
 def test_the_scale_bench_cluster_gives_the_same_report(tmp_path: Path) -> None:
@@ -108,7 +151,7 @@ def _project(value: Any, schema: Any) -> Any:
 def test_pods_are_the_plain_objects_less_the_fields_no_reader_reads(tmp_path: Path) -> None:
     """Key order included; the rest of the objects are the plain path's exactly."""
     _bench_generate()(tmp_path / "bench", 20, 300, 20)
-    for root in (tmp_path / "bench", _example_as_json(tmp_path)):
+    for root in (tmp_path / "bench", _example_as_json(tmp_path), _example_as_raw(tmp_path)):
         fast, plain = load_snapshot(root), load_snapshot(root, plain_json=True)
         for kind, schema in (("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA)):
             slim = [_project(p, _resolve(schema)) for p in plain.of(kind)]
@@ -194,8 +237,17 @@ def _replicaset(name: str, template: Any = None) -> Obj:
 _POD_LIST_HEAD = b'{"apiVersion":"v1","kind":"List","items":['
 
 
+_RAW_POD_LIST_HEAD = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":['
+
+
+def _without_kind(obj: Obj) -> Obj:
+    """`obj` as an item of a List the API server writes: no kind, no apiVersion."""
+    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+
+
 def _hostile_lists() -> list[tuple[str, bytes]]:
     good = json.dumps(_pod("ok")).encode()
+    bare = json.dumps(_without_kind(_pod("ok"))).encode()
 
     def with_value(value: bytes, where: str = "skipped") -> bytes:
         """A Pod List whose second Pod has `value` in a field the fast reading skips, or in one it keeps."""
@@ -251,6 +303,18 @@ def _hostile_lists() -> list[tuple[str, bytes]]:
         ("a ReplicaSet whose replicas are not a number", _POD_LIST_HEAD + json.dumps(
             {**_replicaset("rs"), "spec": {"replicas": "many"}}).encode() + b"]}"),
         ("ReplicaSets and Pods", _POD_LIST_HEAD + json.dumps(_replicaset("rs")).encode() + b"," + good + b"]}"),
+        # Lists as the API server writes them (`kubectl get --raw`): the items without kind and apiVersion
+        ("a PodList as the API server writes it", _RAW_POD_LIST_HEAD + bare + b"," + bare.replace(b"ok", b"ok2")
+         + b"]}"),
+        ("a PodList whose items have and lack a kind", _RAW_POD_LIST_HEAD + bare + b"," + good + b"]}"),
+        ("a PodList with a Node in it", _RAW_POD_LIST_HEAD + bare + b',{"kind":"Node","metadata":{"name":"n"}}]}'),
+        ("a PodList item whose kind is null", _RAW_POD_LIST_HEAD + bare + b',{"kind":null,"metadata":{"name":"p"}}]}'),
+        ("a PodList item whose kind is empty", _RAW_POD_LIST_HEAD + bare + b',{"kind":"","metadata":{"name":"p"}}]}'),
+        ("a List item without kind", _POD_LIST_HEAD + good + b"," + bare + b"]}"),
+        ("a NodeList with a Pod and an item without kind", b'{"kind":"NodeList","apiVersion":"v1","items":[' + good
+         + b"," + bare + b"]}"),
+        ("a ReplicaSetList as the API server writes it", b'{"kind":"ReplicaSetList","apiVersion":"apps/v1","items":['
+         + json.dumps(_without_kind(_replicaset("rs"))).encode() + b"]}"),
         ("empty", b""),
     ]
     return cases
@@ -277,6 +341,20 @@ def test_the_reader_refuses_what_it_would_read_differently() -> None:
     assert reader.document(b'{"a": NaN}') is NOT_READ  # json.loads takes it
     assert reader.document(b'["\\ud800"]') is NOT_READ
     assert reader.document(b'{"a": 1}') == {"a": 1}
+
+
+def test_pod_and_replicaset_lists_as_the_api_server_writes_them_take_the_fast_reading() -> None:
+    """Their items have no kind (`kubectl get --raw`): they are the List's kind, as on the plain path; an item
+    without kind in a `kind: List`, or an item of another kind, leaves the file to the plain reading."""
+    reader, bare = Reader(), json.dumps(_without_kind(_pod("ok"))).encode()
+    got = reader.items(_RAW_POD_LIST_HEAD + bare + b"]}")
+    assert got is not None and got[0] == "Pod" and got[1][0]["kind"] == "Pod"
+    assert list(got[1][0]) == ["metadata", "spec", "status", "kind"]  # where the plain path puts it
+    rs = json.dumps(_without_kind(_replicaset("rs"))).encode()
+    got = reader.items(b'{"kind":"ReplicaSetList","apiVersion":"apps/v1","items":[' + rs + b"]}")
+    assert got is not None and got[0] == "ReplicaSet" and got[1][0]["kind"] == "ReplicaSet"
+    assert reader.items(_POD_LIST_HEAD + json.dumps(_pod("ok")).encode() + b"," + bare + b"]}") is None
+    assert reader.items(_RAW_POD_LIST_HEAD + bare + b',{"kind":"Node","metadata":{"name":"n"}}]}') is None
 
 
 def test_an_integer_too_long_for_python_is_found_wherever_it_starts() -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections import OrderedDict
 from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -86,6 +88,72 @@ def test_html_is_one_self_contained_file(outputs: dict[str, str]) -> None:
     assert html.count("<svg") == 2
 
 
+def _with_kinds_not_read(tmp_path: Path) -> Path:
+    """The example snapshot and, in one more file, 3 Secrets, 12 Services and 3 Events: kinds the report does not
+    read."""
+    snap = tmp_path / EXAMPLE.name  # the report names the directory
+    shutil.copytree(EXAMPLE, snap)
+    more = [{"apiVersion": "v1", "kind": kind, "metadata": {"name": f"{kind.lower()}-{i}", "namespace": "team-nlp"}}
+            for kind, n in (("Secret", 3), ("Service", 12), ("Event", 3)) for i in range(n)]
+    (snap / "more.yaml").write_text(yaml.safe_dump_all(more))
+    return snap
+
+
+_NOT_READ = ("Not read: 12 Service, 3 Event, 3 Secret (the report reads only ClusterPolicy, ClusterQueue, ConfigMap, "
+             "CronJob, DaemonSet, Deployment, DeviceClass, Job, Lease, LocalQueue, Namespace, Node, Pod, "
+             "PriorityClass, ReplicaSet, ResourceClaim, ResourceClaimTemplate, ResourceQuota, ResourceSlice, "
+             "StatefulSet)")
+
+
+def test_every_format_says_how_many_objects_of_which_kinds_the_report_did_not_read(tmp_path: Path,
+                                                                                   outputs: dict[str, str]) -> None:
+    """Most first, kinds of as many objects by name, then the kinds it reads; the rest of the report is the
+    example's."""
+    data = load_snapshot(_with_kinds_not_read(tmp_path))
+    out = {fmt: run_report(data, output=fmt).text for fmt in FORMATS}
+    table = out["table"].splitlines()
+    at = next(i for i, line in enumerate(table) if line.startswith("Not read: "))
+    assert table[at - 1].startswith("Kubernetes ") and table[at + 4].startswith("Overall: ")  # wrapped, indented
+    assert " ".join(line.strip() for line in table[at:at + 4]) == _NOT_READ
+    assert max(len(line) for line in table) <= 100
+    assert "\n".join(table[:at] + table[at + 4:]) + "\n" == outputs["table"]
+    assert f"\n- {_NOT_READ}\n- **Overall: " in out["markdown"]
+    assert out["markdown"].replace(f"- {_NOT_READ}\n", "") == outputs["markdown"]
+    assert f"<p>{_NOT_READ}</p></header>" in out["html"]
+    assert out["html"].replace(f"\n<p>{_NOT_READ}</p>", "") == outputs["html"]
+    doc = json.loads(out["json"])
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+    assert list(doc.pop("notRead").items()) == [("Service", 12), ("Event", 3), ("Secret", 3)]
+    assert doc == json.loads(outputs["json"])
+
+
+def test_a_report_that_read_every_object_has_no_not_read_line(outputs: dict[str, str]) -> None:
+    assert not [fmt for fmt, text in outputs.items() if "Not read" in text]
+    assert "notRead" not in json.loads(outputs["json"])
+
+
+def test_past_eight_kinds_not_read_the_rest_are_one_count_in_the_text_and_every_kind_in_the_json() -> None:
+    from tests.report.conftest import cluster
+
+    data = cluster(*[{"kind": f"Kind{k:02d}", "metadata": {"name": f"o{i}"}} for k in range(11) for i in range(k + 1)])
+    said = ("Not read: 11 Kind10, 10 Kind09, 9 Kind08, 8 Kind07, 7 Kind06, 6 Kind05, 5 Kind04, 4 Kind03, "
+            "6 of 3 other kinds (the report reads only ClusterPolicy,")
+    assert said in run_report(data, output="table").text.replace("\n    ", " ")
+    assert f"- {said}" in run_report(data, output="markdown").text
+    assert f"<p>{said}" in run_report(data, output="html").text
+    assert json.loads(run_report(data, output="json").text)["notRead"] == {f"Kind{k:02d}": k + 1 for k in range(11)}
+
+
+def test_a_kind_not_read_is_escaped_as_each_format_escapes_what_the_input_says() -> None:
+    from tests.report.conftest import cluster
+
+    data = cluster({"kind": "Evil|<b>\x1b[2J", "metadata": {"name": "x"}})
+    assert "Not read: 1 Evil|<b>\\x1b[2J (" in run_report(data, output="table").text
+    assert "- Not read: 1 Evil\\|<b>" in run_report(data, output="markdown").text
+    assert "<p>Not read: 1 Evil|&lt;b&gt;" in run_report(data, output="html").text
+    assert json.loads(run_report(data, output="json").text)["notRead"] == {"Evil|<b>\x1b[2J": 1}
+
+
 def test_readiness_chart_stays_readable_for_many_namespaces() -> None:
     from dataclasses import replace
 
@@ -112,6 +180,8 @@ def _edge_clusters() -> dict[str, object]:
         "unreadable": cluster(unreadable={"pods": "forbidden: the credentials may not list pods"}),
         "long-names": cluster(namespace(long_ns, "DRA-please"), long_app,
                               node("gpu-node-" + "z" * 240, 8, runtime="docker://24.0.7")),
+        "kinds-not-read": cluster(*[{"kind": kind, "metadata": {"name": "x"}}
+                                    for kind in ("Service", "K" * 300, *(f"Custom{n}" for n in range(20)))]),
     }
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bridge.report.sources import SnapshotError, load_snapshot
 
@@ -24,6 +25,39 @@ def test_list_multi_document_yaml_and_single_objects_are_all_read(tmp_path: Path
     data = load_snapshot(tmp_path)
     assert [n["metadata"]["name"] for n in data.of("Node")] == ["n1"]
     assert sorted(p["metadata"]["name"] for p in data.of("Pod")) == ["p1", "p2", "p3"]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_items_of_a_kind_list_as_the_api_server_writes_them_take_the_lists_kind_and_api_version(
+        tmp_path: Path, plain: bool) -> None:
+    """`kubectl get --raw /api/v1/pods` (or /api/v1/nodes, /apis/resource.k8s.io/v1/deviceclasses) writes a `<Kind>List`
+    whose items have neither kind nor apiVersion (`kubectl get -o json` adds them back); an item that has a kind
+    keeps its own, and its own apiVersion."""
+    def raw(kind: str, api_version: str, *items: dict) -> str:
+        return json.dumps({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": "7"},
+                           "items": list(items)})
+
+    (tmp_path / "pods.json").write_text(raw("PodList", "v1", {"metadata": {"name": "p0", "namespace": "a"}}, POD))
+    (tmp_path / "nodes.json").write_text(raw("NodeList", "v1", {"metadata": {"name": "n1"}}))
+    (tmp_path / "classes.yaml").write_text(yaml.safe_dump(json.loads(raw(
+        "DeviceClassList", "resource.k8s.io/v1", {"metadata": {"name": "c1"}},
+        {"kind": "DeviceClass", "apiVersion": "resource.k8s.io/v1beta1", "metadata": {"name": "c2"}}))))
+    data = load_snapshot(tmp_path, plain_json=plain)
+    assert [(p["kind"], p["metadata"]["name"]) for p in data.of("Pod")] == [("Pod", "p0"), ("Pod", "p1")]
+    assert data.of("Node") == [{"metadata": {"name": "n1"}, "kind": "Node", "apiVersion": "v1"}]
+    assert [(c["apiVersion"], c["metadata"]["name"]) for c in data.of("DeviceClass")] == [
+        ("resource.k8s.io/v1", "c1"), ("resource.k8s.io/v1beta1", "c2")]
+    assert data.resource_versions() == ("v1", "v1beta1") and not data.other_kinds
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_an_item_without_kind_in_a_kind_list_is_an_error_naming_the_file_and_the_item(tmp_path: Path,
+                                                                                        plain: bool) -> None:
+    """A `kind: List` holds objects of any kind: each must say which."""
+    (tmp_path / "all.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                                   "items": [NODE, {"metadata": {"name": "p1", "namespace": "a"}}]}))
+    with pytest.raises(SnapshotError, match=r"all.json: item 2 of a `kind: List` has no 'kind' \(only a <Kind>List"):
+        load_snapshot(tmp_path, plain_json=plain)
 
 
 def test_gzipped_files_and_a_single_file_path(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bridge.report.checks.simulation import NamespaceCapacity
 from bridge.report.findings import Finding
 from bridge.report.report import Report, WaveStep
+from bridge.report.sources import KINDS
 
 
 def fmt_gpus(gpus: dict[str, int]) -> str:
@@ -55,6 +56,22 @@ def counts_text(report: Report) -> str:
     """"3 blockers, 10 warnings, 12 info"."""
     sev = severity_counts(report)
     return f"{sev['blocker']} blockers, {sev['warning']} warnings, {sev['info']} info"
+
+
+NOT_READ_NAMED = 8  # kinds a "not read" line names; the JSON's notRead has every one
+
+
+def not_read_text(report: Report) -> str:
+    """"12 Secret, 3 Service (the report reads only ClusterPolicy, ...)": the objects of kinds the report does not
+    read, most first; "" when it read every object. Past `NOT_READ_NAMED` kinds the rest are one count."""
+    if not report.not_read:
+        return ""
+    counts = list(report.not_read.items())
+    shown = [f"{n} {kind}" for kind, n in counts[:NOT_READ_NAMED]]
+    rest = counts[NOT_READ_NAMED:]
+    if rest:
+        shown.append(f"{sum(n for _, n in rest)} of {len(rest)} other kinds")
+    return f"{', '.join(shown)} (the report reads only {', '.join(sorted(KINDS))})"
 
 
 def waves(report: Report) -> list[tuple[int, list[WaveStep]]]:

@@ -11,7 +11,15 @@ from __future__ import annotations
 from html import escape
 
 from bridge.report.findings import RULES
-from bridge.report.render.common import LEGEND, fmt_api, fmt_capacity, fmt_gpus, severity_counts, waves
+from bridge.report.render.common import (
+    LEGEND,
+    fmt_api,
+    fmt_capacity,
+    fmt_gpus,
+    not_read_text,
+    severity_counts,
+    waves,
+)
 from bridge.report.report import Report
 
 COLOURS = {"ready": "#2e7d32", "needs-config": "#ef8f00", "blocked": "#c62828",
@@ -170,6 +178,8 @@ def render_html(report: Report) -> str:
     ) or "# nothing to move"
     features = [[escape(f.gate or "-"), escape(f.kep), escape(f.stage), escape(f.stages), escape(f.why), escape(f.source)]
                 for f in report.features]
+    not_read = not_read_text(report)
+    not_read_line = f"\n<p>Not read: {escape(not_read)}</p>" if not_read else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -181,7 +191,7 @@ def render_html(report: Report) -> str:
 <body data-report-ready="false">
 <header><h1>GPU migration report</h1>
 <p>{escape(report.source)} · Kubernetes {escape(report.version)} · resource.k8s.io
-{escape(", ".join(report.resource_versions) or "not served")} · split {escape(report.assume_split)}</p></header>
+{escape(", ".join(report.resource_versions) or "not served")} · split {escape(report.assume_split)}</p>{not_read_line}</header>
 <main>
 <div class="cards">{cards}</div>
 <div class="charts">

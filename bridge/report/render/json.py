@@ -85,6 +85,8 @@ def _fields(report: Report) -> Iterator[tuple[str, Any, Iterable[dict[str, Any]]
     """(key, value, None) for small fields; (key, None, items) for the long lists, built one item at a time."""
     yield "schemaVersion", SCHEMA_VERSION, None
     yield "source", report.source, None
+    if report.not_read:  # absent when every object was read
+        yield "notRead", dict(report.not_read), None
     yield "kubernetesVersion", report.version, None
     yield "resourceApiVersions", list(report.resource_versions), None
     yield "status", report.status, None

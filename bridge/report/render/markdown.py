@@ -11,6 +11,7 @@ from bridge.report.render.common import (
     fmt_capacity,
     fmt_gpus,
     grouped_findings,
+    not_read_text,
     waves,
 )
 from bridge.report.report import Report
@@ -29,12 +30,14 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
+    not_read = not_read_text(report)
     lines = [
         "# GPU migration report",
         "",
         f"- Source: {report.source}",
         f"- Kubernetes: {report.version}; resource.k8s.io: {', '.join(report.resource_versions) or 'not served'}",
         f"- DRA split assumed: {report.assume_split}",
+        *([f"- Not read: {_esc(not_read)}"] if not_read else []),
         f"- **Overall: {report.status}** ({counts_text(report)})",
         "",
         "## Namespaces",

@@ -13,6 +13,7 @@ from bridge.report.render.common import (
     fmt_capacity,
     fmt_gpus,
     grouped_findings,
+    not_read_text,
     waves,
 )
 from bridge.report.report import Report
@@ -66,6 +67,9 @@ def render_table(report: Report, colour: bool = False) -> str:
         f"Kubernetes {report.version}, resource.k8s.io {', '.join(report.resource_versions) or 'not served'}, "
         f"split {report.assume_split}"
     )
+    not_read = not_read_text(report)
+    if not_read:  # kinds come from the input: control characters escaped
+        lines += textwrap.wrap(f"Not read: {escape(not_read)}", WIDTH, subsequent_indent="    ")
     overall = textwrap.wrap(
         f"Overall: {report.status}  ({counts_text(report)}; "
         f"{report.counts.get('gpuWorkloads', 0)} GPU workloads, {report.counts.get('pods', 0)} pods, "
