@@ -77,8 +77,11 @@ class CdiSpecWriter:
         # (`jq . FILE` shows it indented).
         data = (json.dumps(document) + "\n").encode()
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
+            try:
+                atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
+            except FileNotFoundError:  # the directory is missing: create it (a mkdir per write is in the kubelet's path)
+                self.root.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
         except OSError as err:
             if isinstance(err, CdiWriteError):
                 raise

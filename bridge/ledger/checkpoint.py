@@ -104,6 +104,20 @@ def read_boot_id(path: str | Path = BOOT_ID_PATH) -> str:
     return value
 
 
+def cached_boot_id(path: str | Path = BOOT_ID_PATH) -> Callable[[], str]:
+    """A `boot_id` reader for `Checkpoint` that reads the file once, at its first successful call: the kernel's boot
+    ID cannot change while this process runs (a reboot ends it), and each checkpoint write is in the kubelet's path.
+    A failed read raises, as `read_boot_id` does, and is tried again at the next call."""
+    found: list[str] = []
+
+    def boot_id() -> str:
+        if not found:
+            found.append(read_boot_id(path))
+        return found[0]
+
+    return boot_id
+
+
 def _replace_unsynced(path: Path, data: bytes) -> None:
     """Atomic replace without fsync: temp file in the same directory, then rename (see the module docstring)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
@@ -219,15 +233,21 @@ class Checkpoint:
         raw, readback = _encode(data, boot_id)
         self._last = None  # from here until the write is known to be complete, the file may be either version
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            if durable:
-                atomic_write_bytes(self.path, raw, mode=0o600)
-            else:
-                _replace_unsynced(self.path, raw)
+            try:
+                self._replace(raw, durable)
+            except FileNotFoundError:  # the directory is missing: create it (a mkdir per write is in the kubelet's path)
+                self.dir.mkdir(parents=True, exist_ok=True)
+                self._replace(raw, durable)
         except OSError as err:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {err.strerror or err}") from err
         self._last = _Snapshot(raw, readback, boot_id)
         return readback
+
+    def _replace(self, raw: bytes, durable: bool) -> None:
+        if durable:
+            atomic_write_bytes(self.path, raw, mode=0o600)
+        else:
+            _replace_unsynced(self.path, raw)
 
     def sweep(self) -> list[Path]:
         """Remove temp files of writes that never finished (a process killed between creating its temp file and the

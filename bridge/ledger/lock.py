@@ -41,8 +41,11 @@ class FileLock:
     def acquire(self) -> None:
         if self._fd is not None:
             raise RuntimeError(f"lock {self.path} is already held by this object")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:  # its directory is missing (first use, or removed): create it, once per miss
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:

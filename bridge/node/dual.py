@@ -62,7 +62,7 @@ from bridge.inventory.model import DeviceID, DeviceSource, GpuDevice
 from bridge.kube.api import NODES, KubeAPI
 from bridge.kube.errors import KubeError
 from bridge.kube.retry import RetryPolicy
-from bridge.ledger.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
+from bridge.ledger.checkpoint import BOOT_ID_PATH, Checkpoint, cached_boot_id
 from bridge.ledger.holders import Holder
 from bridge.ledger.ledger import Ledger, LedgerConfig
 from bridge.ledger.sides import Side, device_name
@@ -151,7 +151,7 @@ class DualNode:
         self.opts = dra
         self.dra_on, self.dra_reason = dra_wanted(dra, environ)
         self.devices: tuple[GpuDevice, ...] = ()
-        self.checkpoint = Checkpoint(config.state_dir, boot_id=lambda: read_boot_id(dra.boot_id_path))
+        self.checkpoint = Checkpoint(config.state_dir, boot_id=cached_boot_id(dra.boot_id_path))
         self.opened: OpenedCheckpoint | None = None
         self.kube: KubeAPI | None = None
         self.pods: NodePods | None = None

@@ -149,3 +149,14 @@ def test_a_corrupt_spec_file_is_reported_on_read(tmp_path: Path) -> None:
     with pytest.raises(CdiWriteError, match="cannot read CDI spec"):
         writer.read(UID_A)
     assert os.path.exists(writer.path_for(UID_A))
+
+
+def test_a_root_removed_while_running_is_created_again_by_the_next_write(tmp_path: Path) -> None:
+    root = tmp_path / "run" / "cdi"  # /var/run/cdi on a node: tmpfs, empty (or absent) after a reboot
+    writer = CdiSpecWriter(root, KIND)
+    writer.write(UID_A, _doc(UID_A, 1))
+    writer.remove(UID_A)
+    root.rmdir()
+    root.parent.rmdir()
+    path = writer.write(UID_B, _doc(UID_B, 2))
+    assert path.parent == root and json.loads(path.read_text()) == _doc(UID_B, 2)

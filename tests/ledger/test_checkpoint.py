@@ -301,3 +301,29 @@ def test_boot_id_is_read_from_the_kernel_file(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="cannot read the node boot ID"):
         read_boot_id(tmp_path / "missing")
     assert read_boot_id()  # this Linux machine has one
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_state_directory_removed_while_running_is_created_again_by_the_next_update(tmp_path: Path,
+                                                                                     durable: bool) -> None:
+    state = tmp_path / "var" / "lib" / "dra-bridge"
+    cp = cp_at(state)
+    cp.update(lambda d: d.with_claim(CLAIM), durable=durable)
+    for p in sorted(tmp_path.rglob("*"), reverse=True):  # someone removed the whole state directory
+        p.unlink() if not p.is_dir() else p.rmdir()
+    cp.update(lambda d: d.with_sides({DeviceID("GPU-aaa"): "dra"}, split="1"), durable=durable)
+    result = cp_at(state).read()
+    assert result.exists and result.data.sides == {DeviceID("GPU-aaa"): "dra"} and not result.data.claims
+
+
+def test_the_cached_boot_id_reads_the_file_once_and_retries_a_failed_read(tmp_path: Path) -> None:
+    from bridge.ledger.checkpoint import cached_boot_id
+
+    path = tmp_path / "boot_id"
+    boot_id = cached_boot_id(path)
+    with pytest.raises(CheckpointError, match="boot ID"):
+        boot_id()  # no file yet: an error, not cached
+    path.write_text(BOOT_1 + "\n")
+    assert boot_id() == BOOT_1
+    path.write_text(BOOT_2 + "\n")  # cannot happen while the process runs; shows it is not read again
+    assert boot_id() == BOOT_1

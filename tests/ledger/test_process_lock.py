@@ -72,3 +72,11 @@ def test_the_lock_is_not_reentrant_and_says_so(tmp_path: Path) -> None:
         with pytest.raises(LockTimeout):
             FileLock(tmp_path / "x.lock", timeout_s=0.1).acquire()
     assert not lock.held
+
+
+def test_a_lock_whose_directory_is_missing_creates_it(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "state" / "nested" / "pu.lock", timeout_s=1)
+    with lock:
+        assert lock.held and (tmp_path / "state" / "nested" / "pu.lock").is_file()
+    with lock:  # and again, the directory now there
+        assert lock.held
