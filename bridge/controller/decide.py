@@ -104,23 +104,28 @@ def _api_name(api: Api) -> str:
 
 def _fit_groups(view: NodeView, free: dict[Api, int]) -> tuple[list[str], list[list[int]]]:
     """The node's topology groups (names, [free legacy, free dra] each), fitted to its free counts: a surplus (a
-    binding the daemon has not reported yet) comes off the smallest groups, a shortfall forms a group of its own."""
+    binding the daemon has not reported yet) comes off the groups as one pod taking that many would take them
+    (`_Node.take_groups`: the tightest group that holds them all, ties in the daemon's order, else the smallest groups
+    first), a shortfall forms a group of its own. The common surplus IS one pod's binding: fitted as the plan's step
+    for it took, so the plan can go on from that step (`_Run._went_as_planned`) instead of planning afresh."""
     if not view.groups:
         return [""], [[free["legacy"], free["dra"]]]
     names = [g.name for g in view.groups]
     counts = [[g.legacy, g.dra] for g in view.groups]
+    order: Mapping[Api, tuple[int, ...]] | None = None
     for api in APIS:
         s = _SIDE[api]
         surplus = sum(c[s] for c in counts) - free[api]
         if not surplus:
             continue
-        for c in sorted((c for c in counts if c[s]), key=lambda c: c[s]):
-            if surplus <= 0:
-                break
-            k = min(surplus, c[s])
-            c[s] -= k
-            surplus -= k
-        if surplus < 0:
+        if surplus > 0:
+            order = order or _orders(tuple(names))
+            fits = [i for i in order[api] if counts[i][s] >= surplus]
+            if fits:
+                counts[min(fits, key=lambda i: counts[i][s])][s] -= surplus
+            else:
+                _drain(counts, s, surplus)
+        else:
             names.append("")
             counts.append([0, 0])
             counts[-1][s] = -surplus
@@ -906,7 +911,8 @@ class _Run:
         view starts planning as the last one did (the daemon reporting where a binding's GPUs came from, as the
         core had fitted it: one group, or groups the core fitted alike). Planned from scratch: a count other than
         the pods', groups that differ from what the steps took (groups the daemon has not updated yet are fitted as
-        `_fit_groups` does, which matches only when the step took from the smallest groups), a pod gone with its
+        `_fit_groups` does, which matches when one pod's step took them: several bindings on a node not reported
+        yet may not), a pod gone with its
         node's view unchanged, a view that plans otherwise with no pod gone from its node (a pod still pending, a
         binding on another node than planned)."""
         changed: dict[str, tuple[NodeView, NodeView]] = {}

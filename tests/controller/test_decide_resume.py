@@ -368,6 +368,18 @@ def two_numa_nodes_and_two_pods() -> tuple[list[NodeView], list[PendingPod], Pol
     return nodes, pods, Policy()
 
 
+def test_a_pod_bound_on_numa_groups_not_reported_yet_goes_on_from_the_step_that_took_its_tightest_group() -> None:
+    """p (2 GPUs) takes two of numa-0's three, the tightest group that holds both (numa-1 has one). Bound, with
+    the daemon not reporting the groups yet, the view's surplus of 2 is fitted as that one take (not off the
+    smallest group first, which would leave numa-0 two and numa-1 none): the plan goes on, q still fits a."""
+    nodes = [NodeView("a", 4, 4, groups=(FreeGroup("numa-0", dra=3), FreeGroup("numa-1", dra=1)))]
+    pods = [PendingPod("ns/p", "dra", 2, "ns", since=0.0), PendingPod("ns/q", "dra", 2, "ns", since=1.0)]
+    went_on, got = after_binding(nodes, pods, Policy(), 0, which=0,
+                                 new=PendingPod("ns/r", "dra", 1, "ns", since=2.0))
+    assert went_on
+    assert [(p.pod, p.node) for p in got.placements] == [("ns/q", "a")]
+
+
 def test_a_bound_pod_whose_node_reports_another_group_than_its_step_took_is_planned_from_scratch() -> None:
     """The daemon says p got a GPU of numa-1: a has no group of 2 left, so q goes to b."""
     nodes, pods, policy = two_numa_nodes_and_two_pods()
