@@ -1,6 +1,7 @@
 """Pod create -> Running on ONE real node, legacy vs DRA, in one run: what a user feels, and where the DRA path spends.
 
-    .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook] [--py-spy FILE [--py-spy-rate HZ]]
+    .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook]
+                                                   [--py-spy FILE [--py-spy-rate HZ]]
 
 Needs the real backend (`scripts/build_real.py`: kube-apiserver, controller manager, scheduler, kubelet v1.37.2,
 etcd, containerd/runc/CNI). One node (`8xH100-80GB`, split 4: four GPUs to the device plugin, four in our
@@ -322,9 +323,9 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
             print(f"  {s.kind:<8} {s.name}: {s.total * 1000:.0f} ms (bound after {s.to_bound * 1000:.0f} ms); "
                   f"kubelet prepares failed {s.deltas.get('prepare_failed', 0):.0f}, "
                   f"our claim errors {s.deltas.get('claims_failed', 0):.0f}")
-            parts = [(key, label) for key, label in (("pod_start", "kubelet pod start"), ("prepare", "PrepareResources"),
-                                                     *[(f"rt_{op}", op) for op in RUNTIME_OPS])
-                     if s.deltas.get(f"{key}_n", 0) >= 1]
+            named = (("pod_start", "kubelet pod start"), ("prepare", "PrepareResources"),
+                     *[(f"rt_{op}", op) for op in RUNTIME_OPS])
+            parts = [(key, label) for key, label in named if s.deltas.get(f"{key}_n", 0) >= 1]
             print("      " + ", ".join(f"{label} {s.deltas[key] * 1000:.0f} ms" for key, label in parts))
             for line in s.events:
                 print(f"      {line}")

@@ -79,7 +79,7 @@ class CdiSpecWriter:
         try:
             try:
                 atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
-            except FileNotFoundError:  # the directory is missing: create it (a mkdir per write is in the kubelet's path)
+            except FileNotFoundError:  # the directory is missing: made here, not by a mkdir per write (kubelet path)
                 self.root.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
         except OSError as err:

@@ -235,7 +235,7 @@ class Checkpoint:
         try:
             try:
                 self._replace(raw, durable)
-            except FileNotFoundError:  # the directory is missing: create it (a mkdir per write is in the kubelet's path)
+            except FileNotFoundError:  # the directory is missing: made here, not by a mkdir per write (kubelet path)
                 self.dir.mkdir(parents=True, exist_ok=True)
                 self._replace(raw, durable)
         except OSError as err:
