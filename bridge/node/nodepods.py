@@ -88,9 +88,9 @@ class PodView:
     app_containers: tuple[str, ...]
     claims: tuple[str, ...]  # claim names in the pod's namespace
     bound: bool = True  # spec.nodeName is set (else: nominated to this node, the scheduler is binding it)
-    # Waits for the claim the scheduler makes for its extended resources (PreBind). From the pod alone
-    # (`pod_view`): it asks for an implicit name and has no claim yet; `NodePods.snapshot` decides it for the
-    # nominated pods with the DeviceClasses' explicit names and the Node's allocatable as well.
+    # Waits for the claim the scheduler makes for its extended resources (PreBind): decided in one place,
+    # `NodePods.snapshot`, for the nominated pods, from `extended`, the DeviceClasses' explicit names and the Node's
+    # allocatable (False in a view made from the pod alone, `pod_view`).
     extended_pending: bool = False
     # The extended resource names it asks for (non-zero) that DRA may serve, while `extendedResourceClaimStatus`
     # names no claim yet (empty once it does: that claim is in `claims`).
@@ -175,7 +175,7 @@ def pod_view(pod: Obj, resource: str) -> PodView:
     return PodView(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")), terminal,
                    inits, tuple(str(c.get("name")) for c in spec.get("containers") or [] if isinstance(c, dict)),
                    tuple(dict.fromkeys(claims)), bound=bool(spec.get("nodeName")),
-                   extended_pending=any(n.startswith(DEVICE_CLASS_PREFIX) for n in extended), extended=extended)
+                   extended=extended)
 
 
 def _extended_names(spec: Mapping[str, Any]) -> tuple[str, ...]:

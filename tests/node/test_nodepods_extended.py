@@ -212,7 +212,7 @@ def test_the_implicit_name_waits_as_before_unless_the_node_advertises_it() -> No
     node.nominated("ADDED", asking(IMPLICIT))
     snap = node.pods.snapshot()
     assert snap.claims_ok and node.waiting() == ["p"]
-    assert pod_view(asking(IMPLICIT), "nvidia.com/gpu").extended_pending
+    assert pod_view(asking(IMPLICIT), "nvidia.com/gpu").extended == (IMPLICIT,)
 
 
 # ---- not known yet: safe ------------------------------------------------------------------------------------------
