@@ -12,6 +12,9 @@ for ever), a device or a file of gigabytes is refused before it is read: opened 
 unless links are allowed), the type and size checked on the descriptor (no race with a swapped path), and at most
 `limit + 1` bytes read (a file that grows while read is refused too).
 
+A writer whose directory may be missing wraps its write in `in_directory` (the directory is made when the write
+finds it missing, not by a `mkdir` before every write); the node lock does the same.
+
 Temp files are named `.<final name>.tmp-<random>` (hidden, no `.json` suffix, so a CDI registry watching the
 directory never parses one); a crash may leave one behind, and the owners sweep theirs (`TEMP_MARK`) at start.
 
@@ -30,8 +33,21 @@ import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 TEMP_MARK = ".tmp-"
+T = TypeVar("T")
+
+
+def in_directory(directory: Path, op: Callable[[], T]) -> T:
+    """`op()`, which creates a file in `directory`; when that fails because the directory is missing (first use, or
+    removed while running), the directory is made and `op` runs once more. A `mkdir` before every write would be a
+    syscall on every call (a checkpoint write, a lock, a CDI spec: the kubelet waits for them)."""
+    try:
+        return op()
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        return op()
 
 
 def temp_name(path: Path) -> Path:
@@ -203,6 +219,5 @@ def read_regular_into(path: str | os.PathLike[str], limit: int, buffer: ReadBuff
     return memoryview(data)[:total]
 
 
-__all__ = ["TEMP_MARK", "ReadBuffer", "UnreadableFile", "atomic_write_bytes", "file_type", "fsync_dir", "read_regular",
-           "read_regular_into",
-           "temp_name"]
+__all__ = ["TEMP_MARK", "ReadBuffer", "UnreadableFile", "atomic_write_bytes", "file_type", "fsync_dir", "in_directory",
+           "read_regular", "read_regular_into", "temp_name"]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bridge.atomicfile import TEMP_MARK, atomic_write_bytes, fsync_dir
+from bridge.atomicfile import TEMP_MARK, atomic_write_bytes, fsync_dir, in_directory
 from bridge.cdi.names import parse_kind
 from bridge.cdi.schema import validate_spec
 
@@ -77,11 +77,7 @@ class CdiSpecWriter:
         # (`jq . FILE` shows it indented).
         data = (json.dumps(document) + "\n").encode()
         try:
-            try:
-                atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
-            except FileNotFoundError:  # the directory is missing: made here, not by a mkdir per write (kubelet path)
-                self.root.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(path, data, fault=self._fault, durable=self.durable)
+            in_directory(self.root, lambda: atomic_write_bytes(path, data, fault=self._fault, durable=self.durable))
         except OSError as err:
             if isinstance(err, CdiWriteError):
                 raise

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bridge.atomicfile import UnreadableFile, atomic_write_bytes, fsync_dir, read_regular
+from bridge.atomicfile import UnreadableFile, atomic_write_bytes, fsync_dir, in_directory, read_regular
 from bridge.ledger.lock import FileLock
 from bridge.ledger.state import CheckpointData
 
@@ -233,11 +233,7 @@ class Checkpoint:
         raw, readback = _encode(data, boot_id)
         self._last = None  # from here until the write is known to be complete, the file may be either version
         try:
-            try:
-                self._replace(raw, durable)
-            except FileNotFoundError:  # the directory is missing: made here, not by a mkdir per write (kubelet path)
-                self.dir.mkdir(parents=True, exist_ok=True)
-                self._replace(raw, durable)
+            in_directory(self.dir, lambda: self._replace(raw, durable))
         except OSError as err:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {err.strerror or err}") from err
         self._last = _Snapshot(raw, readback, boot_id)

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from bridge.atomicfile import in_directory
+
 SERIALIZE_LOCK_NAME = "pu.lock"
 SERIALIZE_TIMEOUT_S = 10.0
 
@@ -41,11 +43,7 @@ class FileLock:
     def acquire(self) -> None:
         if self._fd is not None:
             raise RuntimeError(f"lock {self.path} is already held by this object")
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except FileNotFoundError:  # its directory is missing (first use, or removed): create it, once per miss
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = in_directory(self.path.parent, lambda: os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
