@@ -233,7 +233,9 @@ def test_prepare_takes_a_free_gpu_back_and_waits_for_a_held_one_naming_its_holde
     uid = make_claim(node.api, "ml", "c3", pod, [gpu("gpu-3")])["metadata"]["uid"]
     records = node.kubelet.dra.prepare_pod_with_retry(pod, timeout=30)
     assert records[uid].prepared[DRIVER][0].device == "gpu-3"
-    assert "gpu-3" not in node.legacy_names()
+    # The daemon's guard refuses any Allocate of gpu-3 from the moment it was taken back; the kubelet's own view
+    # follows by a ListAndWatch push, which it receives in its own time.
+    wait_until(lambda: "gpu-3" not in node.legacy_names(), 30, "the kubelet to see gpu-3 leave the device plugin")
     wait_until(lambda: "gpu-3" in node.published(), 30, "gpu-3 published")
     node.check_one_owner()
     # gpu-2 is held by a legacy container: the claim gets a per-claim error naming it, and an Event.
