@@ -26,6 +26,13 @@ How it holds:
   on, so a caller that needs a few fields of large objects (Nodes carry their images and conditions) keeps only
   those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on. The
   transient peak is one list response, as for client-go's reflector.
+* `healthy` says whether the store is current now. After a failed watch a resumed one replays what it missed, but
+  nothing marks the end of that replay (the API server's watch cache sends the events since our version, then the
+  live ones, with no bookmark in between unless `sendInitialEvents` was asked for, which a resumed watch cannot
+  ask), so a consumer reading `healthy` right after the reconnect would act on the store of before the outage.
+  With `relist_after_failure` the informer lists again after a failed watch and is healthy once that list's
+  difference reached the caller: the node daemon's informers (one node's pods, one Node, the DeviceClasses) set it,
+  their lists are small; the controller's cluster-wide ones resume, as client-go's reflector does.
 """
 
 from __future__ import annotations
@@ -71,8 +78,10 @@ class Informer:
         watch_timeout: int = 300,
         page_size: int = 500,
         transform: Callable[[Obj], Obj] | None = None,
+        relist_after_failure: bool = False,
     ) -> None:
         self.api = api
+        self.relist_after_failure = relist_after_failure
         self.transform = transform
         self.res = res
         self.namespace = namespace
@@ -180,7 +189,10 @@ class Informer:
                     self.last_error = err
                     delay = self.backoff.backoff(failures)
                     failures += 1
-                    if not need_list:
+                    if not need_list and self.relist_after_failure:
+                        self.relists += 1  # healthy again only with the list's difference (module docstring)
+                        need_list = True
+                    elif not need_list:
                         self.resumes += 1
                     log.warning(
                         "informer %s: %s; retrying in %.1fs from resourceVersion %s",

@@ -72,7 +72,7 @@ class DeviceClassNames:
         # The resource.k8s.io version is known only once the API answers (`resource_api()`); `_run` sets it before
         # the informer lists. v1 until then (the informer has not listed anything).
         self.informer = Informer(api, ResourceAPI("v1").device_classes, on_event=self._on_event,
-                                 backoff=self.backoff, transform=_keep)
+                                 backoff=self.backoff, transform=_keep, relist_after_failure=True)
         self._lock = threading.Lock()
         self._explicit: dict[str, str] = {}  # class name -> its spec.extendedResourceName
         self._problem = ""  # why the resource.k8s.io version could not be resolved yet ("" = resolved or not tried)

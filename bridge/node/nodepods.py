@@ -254,9 +254,12 @@ class NodePods:
         self.on_change = on_change
         self.node_allocatable = node_allocatable
         self.classes = DeviceClassNames(api, node_name, on_change=self._classes_changed)
-        self.informer = Informer(api, PODS, field_selector=f"spec.nodeName={node_name}", on_event=self._on_event)
+        # After an outage both list again before they count as healthy: a resumed watch gives no sign of when it
+        # has replayed what it missed (bridge.kube.watch), and the holders read from them must include it.
+        self.informer = Informer(api, PODS, field_selector=f"spec.nodeName={node_name}", on_event=self._on_event,
+                                 relist_after_failure=True)
         self.nominated = Informer(api, PODS, field_selector=f"status.nominatedNodeName={node_name}",
-                                  on_event=self._on_nominated)
+                                  on_event=self._on_nominated, relist_after_failure=True)
         self._lock = threading.Lock()
         self._pods: dict[str, PodView] = {}  # by uid
         self._incoming: dict[str, PodView] = {}  # by uid: nominated here, not bound

@@ -646,7 +646,7 @@ class SplitController:
         self._stop.clear()
         if self.api is not None:
             self._informer = Informer(self.api, NODES, field_selector=f"metadata.name={self.node_name}",
-                                      on_event=self._on_node_event)
+                                      on_event=self._on_node_event, relist_after_failure=True)
             self._threads.append(threading.Thread(target=self._informer.run, args=(self._stop,), name="split-node",
                                                   daemon=True))
         self._threads.append(threading.Thread(target=self._loop, name="split-loop", daemon=True))

@@ -152,3 +152,37 @@ def test_synced_only_once_the_first_lists_events_reached_the_caller() -> None:
     assert api.idle.wait(10) and inf.synced.is_set() and inf.healthy
     stop.set()
     t.join(10)
+
+
+def test_after_a_failed_watch_an_informer_that_relists_is_healthy_only_with_what_the_outage_changed() -> None:
+    """A resumed watch replays what it missed with nothing marking the end of the replay; with
+    `relist_after_failure` the informer lists again and reports healthy once the list's difference was handled."""
+    api = ScriptedAPI([("10", [pod("a", 5)]), ("20", [pod("a", 5), pod("made-in-the-outage", 15)])],
+                      [[Unavailable("connection reset")]])
+    stop = threading.Event()
+    inf = Informer(api, PODS, backoff=FAST, relist_after_failure=True)  # type: ignore[arg-type]
+    events = inf.events(stop)
+    assert next(events).object["metadata"]["name"] == "a"
+    missed = next(events)  # the failure, the backoff and the second list happen inside this call
+    assert (missed.type, missed.object["metadata"]["name"]) == ("ADDED", "made-in-the-outage")
+    assert not inf.healthy, "healthy before the caller handled what the outage changed"
+    t = threading.Thread(target=lambda: next(events, None))
+    t.start()
+    assert api.idle.wait(10) and inf.healthy
+    assert api.list_calls == 2 and api.watch_calls == ["10", "20"] and inf.relists == 1
+    assert isinstance(inf.last_error, Unavailable)
+    stop.set()
+    t.join(10)
+
+
+def test_an_informer_that_relists_after_failures_still_resumes_a_watch_the_server_ended() -> None:
+    api = ScriptedAPI([("10", [pod("a", 5)])], [[WatchEvent("MODIFIED", pod("a", 11))]])
+    inf = Informer(api, PODS, backoff=FAST, relist_after_failure=True)  # type: ignore[arg-type]
+    seen: list[str] = []
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: seen.extend(e.type for e in inf.events(stop)))
+    t.start()
+    assert api.idle.wait(10)
+    stop.set()
+    t.join(10)
+    assert seen == ["ADDED", "MODIFIED"] and api.list_calls == 1 and api.watch_calls == ["10", "11"]
