@@ -28,9 +28,21 @@ Probe = Callable[[], str]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` now. Ask on the address the program will listen on: Linux hands out a port for
+    127.0.0.1 that another process holds on the machine's own address. Between this call and the program's bind
+    another one (a parallel test worker's kubelet) may take it: `lost_port_race` tells that failure apart."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+PORT_TRIES = 3  # a component that lost its port between `free_port` and its bind is started again on fresh ports
+
+
+def lost_port_race(err: StartError) -> bool:
+    """Whether a component exited because a port picked for it was taken meanwhile (Go's net package says
+    "bind: address already in use")."""
+    return "address already in use" in str(err)
 
 
 def https_probe(port: int, path: str, *, ca: Path | None = None, cert: tuple[Path, Path] | None = None,
