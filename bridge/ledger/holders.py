@@ -7,6 +7,10 @@ legacy (the device plugin):
 * `INIT_CONTAINER` — a non-restartable init container, which the real PodResources omits: its devices come from
   the kubelet's device-manager checkpoint, its liveness from the pod's status (see `bridge.node.holders`);
 * `ALLOCATE` — an `Allocate` we answered that the kubelet has not reported yet (the ledger records these itself);
+* `ADMITTING` — a pod that asks for the device plugin's resource, bound to this node (or nominated to it) and not
+  admitted by the kubelet yet. It holds no device: the kubelet picks its devices from the healthy ones when it
+  admits the pod, and fails the pod (`UnexpectedAdmissionError`) when too few are left. So it holds a *count*
+  (`Facts.admitting`): that many free legacy devices stay on the legacy side until the kubelet has admitted it.
 
 DRA:
 * `PREPARED` — a claim record in our checkpoint (`PrepareStarted` or `PrepareCompleted`);
@@ -39,11 +43,12 @@ class HolderKind(StrEnum):
     ALLOCATED = "allocated"
     PREPARING = "preparing"
     INCOMING = "incoming"
+    ADMITTING = "admitting"
 
     @property
     def side(self) -> Side:
-        return Side.LEGACY if self in (HolderKind.CONTAINER, HolderKind.INIT_CONTAINER, HolderKind.ALLOCATE) \
-            else Side.DRA
+        return Side.LEGACY if self in (HolderKind.CONTAINER, HolderKind.INIT_CONTAINER, HolderKind.ALLOCATE,
+                                       HolderKind.ADMITTING) else Side.DRA
 
 
 _KIND_TEXT = {
@@ -54,6 +59,7 @@ _KIND_TEXT = {
     HolderKind.ALLOCATED: "DRA claim allocated, not prepared yet",
     HolderKind.PREPARING: "DRA NodePrepareResources in progress",
     HolderKind.INCOMING: "DRA pod nominated to this node, its claim not allocated yet",
+    HolderKind.ADMITTING: "legacy pod placed on this node, not admitted by the kubelet yet",
 }
 
 
@@ -122,10 +128,16 @@ def describe_all(holders: Iterable[Holder], limit: int = 3) -> str:
 
 @dataclass(frozen=True)
 class Facts:
-    """Holders by device, and the sides whose holders could not be read (side -> why)."""
+    """Holders by device, the sides whose holders could not be read (side -> why), and the legacy pods placed on
+    this node that the kubelet has not admitted yet, each with the number of legacy GPUs it will take (`ADMITTING`
+    holders: which devices is the kubelet's choice at admission)."""
 
     holders: Mapping[DeviceID, tuple[Holder, ...]] = field(default_factory=dict)
     unknown: Mapping[Side, str] = field(default_factory=dict)
+    admitting: tuple[tuple[Holder, int], ...] = ()
+
+    def admitting_gpus(self) -> int:
+        return sum(n for _, n in self.admitting)
 
     def of(self, device: DeviceID, side: Side | None = None) -> tuple[Holder, ...]:
         found = self.holders.get(device, ())
@@ -135,17 +147,18 @@ class Facts:
         return side not in self.unknown
 
     @staticmethod
-    def build(pairs: Iterable[tuple[DeviceID, Holder]], unknown: Mapping[Side, str] | None = None) -> Facts:
+    def build(pairs: Iterable[tuple[DeviceID, Holder]], unknown: Mapping[Side, str] | None = None,
+              admitting: Iterable[tuple[Holder, int]] = ()) -> Facts:
         out: dict[DeviceID, list[Holder]] = {}
         for device, holder in pairs:
             got = out.setdefault(device, [])
             if holder not in got:
                 got.append(holder)
-        return Facts({d: tuple(hs) for d, hs in out.items()}, dict(unknown or {}))
+        return Facts({d: tuple(hs) for d, hs in out.items()}, dict(unknown or {}), tuple(admitting))
 
     def merged(self, other: Facts) -> Facts:
         pairs = [(d, h) for f in (self, other) for d, hs in f.holders.items() for h in hs]
-        return Facts.build(pairs, {**self.unknown, **other.unknown})
+        return Facts.build(pairs, {**self.unknown, **other.unknown}, (*self.admitting, *other.admitting))
 
 
 __all__ = ["Facts", "Holder", "HolderKind", "describe_all", "described_side", "distinct"]

@@ -23,6 +23,14 @@ exactly this code.
   claim is never stranded: a device on the DRA side is fine; one whose move to legacy has not finished comes back;
   one on the legacy side (or moving to DRA) that is free there is taken back at once (withdraw, verify, DRA); one
   held there is refused, per claim, naming the holder, and the kubelet's retry succeeds once it frees.
+* Pods placed on this node for the device plugin's resource that the kubelet has not admitted yet
+  (`Facts.admitting`: bound, or nominated, since the scheduler counted the Node's allocatable of that moment) keep
+  as many free legacy devices on the legacy side as they ask for: the kubelet admits a pod with the devices
+  healthy at that instant and fails it (`UnexpectedAdmissionError`, kubernetes/kubernetes pkg/kubelet/cm/
+  devicemanager/manager.go `devicesToAllocate`: "requested number of devices unavailable") when too few are
+  left, which a withdrawal can cause until the scheduler sees the smaller allocatable. So a move to DRA starts only
+  with a free legacy device to spare, and when such pods need more than the free legacy devices, moves to DRA not
+  offered there yet are aborted (newest first), as a grab by `Allocate` aborts them.
 """
 
 from __future__ import annotations
@@ -343,6 +351,33 @@ class _Pass:
             self.cooldown[mv.device] = self.obs.now + self.cfg.cooldown_s
         self.events.append(MoveEvent(mv.device, self.name(mv.device), mv.source, mv.target, "aborted", reason))
 
+    def legacy_free(self) -> int:
+        """Devices the kubelet could give a legacy pod it admits now: on the legacy side (this pass), not moving,
+        physically healthy, held by nobody there."""
+        bad = self.obs.unhealthy
+        return sum(1 for g in self.base.devices
+                   if self.sides[g.uuid] is Side.LEGACY and g.uuid not in self.moves and g.uuid not in bad
+                   and not self.base.holders(g.uuid, Side.LEGACY, self.facts))
+
+    def keep_for_admission(self) -> set[DeviceID]:
+        """When the pods waiting for the kubelet's admission need more legacy devices than are free, the moves to DRA
+        that can still go back (withdrawn, not offered to DRA, not taken back for a claim), newest first, to abort."""
+        if not self.facts.admitting or not self.facts.known(Side.LEGACY):
+            return set()
+        short = self.facts.admitting_gpus() - self.legacy_free()
+        if short <= 0:
+            return set()
+        back = sorted((mv for mv in self.moves.values()
+                       if mv.source is Side.LEGACY and mv.target is Side.DRA and mv.phase is not Phase.RECLAIM),
+                      key=lambda mv: (-mv.started_at, self.name(mv.device)))
+        return {mv.device for mv in back[:short]}
+
+    def admission_reason(self) -> str:
+        n = self.facts.admitting_gpus()
+        return (f"kept on legacy for {describe_all(h for h, _ in self.facts.admitting)}: the kubelet admits "
+                f"{'it' if len(self.facts.admitting) == 1 else 'them'} with {n} free legacy GPU{'s' if n != 1 else ''}"
+                f" and fails a pod that finds too few")
+
     def start(self, uuid: DeviceID, source: Side, target: Side) -> None:
         self.sides[uuid] = Side.WITHDRAWN
         self.moves[uuid] = Move.begin(uuid, source, target, self.obs.now)
@@ -473,8 +508,12 @@ def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, ob
     def wanted_side(uuid: DeviceID, default: Side) -> Side:
         return default if want is None else (Side.DRA if uuid in want else Side.LEGACY)
 
+    kept = p.keep_for_admission()
     for uuid in sorted(ledger.moves, key=lambda u: p.name(u)):
         mv = ledger.moves[uuid]
+        if uuid in kept:
+            p.abort(mv, f"{p.admission_reason()}; back to legacy (never offered to DRA)")
+            continue
         goal = wanted_side(uuid, mv.target)
         if mv.phase is Phase.RECLAIM:  # a claim's device: the target does not decide where it goes
             p.advance(mv)
@@ -491,6 +530,7 @@ def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, ob
         if p.sides[gpu.uuid] is Side.LEGACY and gpu.uuid not in p.moves and facts.known(Side.DRA):
             p.take_back(gpu.uuid)
     if want is not None:
+        spare = p.legacy_free() - facts.admitting_gpus() if facts.known(Side.LEGACY) else 0
         for gpu in ledger.devices:
             uuid = gpu.uuid
             if uuid in p.moves or uuid in {e.device for e in p.events}:
@@ -516,6 +556,11 @@ def reconcile(ledger: Ledger, target: SplitTarget | SplitError, facts: Facts, ob
             if held:
                 p.wait(uuid, goal, "held", f"{p.name(uuid)} held by {describe_all(held)}; will move when free")
                 continue
+            if side is Side.LEGACY and uuid not in obs.unhealthy:
+                if spare <= 0:
+                    p.wait(uuid, goal, "held", f"{p.name(uuid)} {p.admission_reason()}; will move once admitted")
+                    continue
+                spare -= 1
             p.start(uuid, side, goal)
     new = Ledger(ledger.devices, p.sides, p.moves, ledger.pending, p.cooldown)
     if refusal:

@@ -19,7 +19,12 @@ legacy (device plugin):
   checkpoint is missing, the legacy side is **unknown**; when the checkpoint exists but cannot be used (not a
   regular file, over its size limit, nested too deeply, not its format: `bridge.node.kubeletcheckpoint` reads it
   bounded), the legacy side is unknown whatever runs, logged once per change of the problem;
-* Allocates we answered but PodResources does not show yet: recorded by the ledger itself (`guard_allocate`).
+* Allocates we answered but PodResources does not show yet: recorded by the ledger itself (`guard_allocate`);
+* pods bound to this node (or nominated to it) that ask for our resource and that the kubelet has not admitted
+  yet: no device of theirs in PodResources or in the kubelet's checkpoint, which the kubelet writes in the
+  admission's Allocate. They hold a count, not devices (`Facts.admitting`, `ADMITTING`): the ledger keeps that many
+  free legacy devices for them (`bridge.ledger.ledger`). A nominated pod that DRA serves through its extended
+  resource (`extended_pending`) asks nothing of the device plugin.
 
 DRA:
 * our prepared-claim records (the checkpoint: every device this node prepared, `PrepareStarted` included);
@@ -150,7 +155,7 @@ class HolderSources:
                 unknown.setdefault(Side.LEGACY, f"pod {pod.ref} runs init container {name} with "
                                                 f"{self.resource_name}, and the kubelet's device-manager checkpoint "
                                                 f"{self.kubelet_checkpoint} is {problem}: which GPUs it holds is unknown")
-            return Facts.build(pairs, unknown)
+            return Facts.build(pairs, unknown, self._admitting(snap, holdings, ()))
         pods = snap.pod_by_uid()
         now = self.clock()
         seen: set[tuple[str, str]] = set()
@@ -177,7 +182,25 @@ class HolderSources:
                 pairs += [(self._uuids[i], holder) for i in e.device_ids if i in self._uuids]
         for key in [k for k in self._first_seen if k not in seen]:
             del self._first_seen[key]
-        return Facts.build(pairs, unknown)
+        return Facts.build(pairs, unknown, self._admitting(snap, holdings, entries))
+
+    @staticmethod
+    def _admitting(snap: PodsSnapshot, holdings: Holdings | None,
+                   entries: Iterable[kubeletcheckpoint.PodDevicesEntry]) -> list[tuple[Holder, int]]:
+        """The pods placed here that will ask the device plugin for GPUs when the kubelet admits them, and how many
+        (see the module docstring). Admitted: the kubelet's checkpoint or PodResources names devices of theirs."""
+        admitted = {e.pod_uid for e in entries}
+        shown = {f"{h.namespace}/{h.pod}" for hs in (holdings.legacy.values() if holdings is not None else ())
+                 for h in hs}
+        out: list[tuple[Holder, int]] = []
+        for pod in snap.pods:
+            if pod.legacy_gpus and not pod.terminal and pod.uid not in admitted and pod.ref not in shown:
+                out.append((Holder(HolderKind.ADMITTING, f"pod {pod.ref}", pod.ref, pod.uid), pod.legacy_gpus))
+        for pod in snap.incoming:
+            if pod.legacy_gpus and not pod.terminal and not pod.extended_pending:
+                out.append((Holder(HolderKind.ADMITTING, f"pod {pod.ref}, nominated to this node", pod.ref, pod.uid),
+                            pod.legacy_gpus))
+        return out
 
     def _checkpoint_problem(self, problem: str) -> str:
         """Log the kubelet checkpoint's problem once per change (it is read on every evaluation); returns it."""

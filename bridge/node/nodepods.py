@@ -95,6 +95,9 @@ class PodView:
     # The extended resource names it asks for (non-zero) that DRA may serve, while `extendedResourceClaimStatus`
     # names no claim yet (empty once it does: that claim is in `claims`).
     extended: tuple[str, ...] = ()
+    # How many devices of our resource the kubelet's device manager gives it when it admits the pod (`legacy_need`);
+    # 0 when it asks for none, or when its extended-resource claim serves them through DRA.
+    legacy_gpus: int = 0
 
     @property
     def ref(self) -> str:
@@ -149,6 +152,19 @@ def _gpus(container: Mapping[str, Any], resource: str) -> int:
         return 0
 
 
+def legacy_need(spec: Mapping[str, Any], resource: str) -> int:
+    """The devices of `resource` the kubelet's device manager hands a pod at admission, counted as the scheduler
+    counts a pod's request (kubernetes/kubernetes pkg/api/v1/resource/helpers.go `PodRequests`): the app containers
+    and the sidecars (restartable init containers) together, or the largest non-restartable init container with the
+    sidecars, whichever is more (an init container's devices are handed on to the containers after it). Counting
+    every sidecar beside each init container may count a few more than the kubelet needs, never fewer."""
+    apps = sum(_gpus(c, resource) for c in spec.get("containers") or [] if isinstance(c, dict))
+    inits = [c for c in spec.get("initContainers") or [] if isinstance(c, dict)]
+    sidecars = sum(_gpus(c, resource) for c in inits if c.get("restartPolicy") == "Always")
+    largest = max((_gpus(c, resource) for c in inits if c.get("restartPolicy") != "Always"), default=0)
+    return max(apps, largest) + sidecars
+
+
 def pod_view(pod: Obj, resource: str) -> PodView:
     """The parts of a Pod the holders need (pure)."""
     meta = pod.get("metadata") or {}
@@ -175,7 +191,7 @@ def pod_view(pod: Obj, resource: str) -> PodView:
     return PodView(str(meta.get("uid", "")), str(meta.get("namespace", "")), str(meta.get("name", "")), terminal,
                    inits, tuple(str(c.get("name")) for c in spec.get("containers") or [] if isinstance(c, dict)),
                    tuple(dict.fromkeys(claims)), bound=bool(spec.get("nodeName")),
-                   extended=extended)
+                   extended=extended, legacy_gpus=0 if claimed else legacy_need(spec, resource))
 
 
 def _extended_names(spec: Mapping[str, Any]) -> tuple[str, ...]:

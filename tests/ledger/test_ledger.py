@@ -411,3 +411,65 @@ def test_a_pod_nominated_here_and_waiting_for_its_allocation_keeps_every_dra_gpu
     verify = reconcile(graced, parse_split("0"), facts, obs(36, 6, published=[]), CFG)  # after the grace
     assert not verify.ledger.moves and {e.kind for e in verify.events} == {"aborted"}
     assert sides(verify.ledger)["gpu-6"] == "dra" and sides(verify.ledger)["gpu-7"] == "dra"
+
+
+# ---- reconcile: legacy pods the kubelet has not admitted yet ------------------------------------------------------
+
+def admitting(*pods: tuple[str, int], facts: Facts = FREE) -> Facts:
+    """`facts` plus legacy pods placed on this node (name, GPUs asked) that the kubelet has not admitted yet."""
+    return replace(facts, admitting=tuple((Holder(HolderKind.ADMITTING, f"pod team/{name}"), n) for name, n in pods))
+
+
+def test_free_legacy_gpus_a_pod_waiting_for_admission_needs_stay_legacy_and_the_rest_move() -> None:
+    busy = Facts.build([(U[i], Holder(HolderKind.CONTAINER, f"pod ml/p{i} container c")) for i in (0, 1, 2)])
+    facts = admitting(("train-0", 2), facts=busy)
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("all"), facts, obs(0, 8), CFG)
+    assert names(d.ledger.moves) == ["gpu-3", "gpu-4", "gpu-5"]  # 5 free, 2 of them kept for the pod
+    kept = [w for w in d.waiting if "team/train-0" in w.reason]
+    assert names(w.device for w in kept) == ["gpu-6", "gpu-7"] and {w.phase for w in kept} == {"held"}
+    assert kept[0].reason == ("gpu-6 kept on legacy for pod team/train-0 (legacy pod placed on this node, not admitted "
+                              "by the kubelet yet): the kubelet admits it with 2 free legacy GPUs and fails a pod that "
+                              "finds too few; will move once admitted")
+    assert d.ledger.legacy_offered() == 5  # the pod's 2 and the 3 held ones: it is admitted with 2 healthy GPUs
+    # Admitted: the kubelet gave it gpu-6 and gpu-7 (its containers hold them), nothing is kept any more.
+    now_held = Facts.build([(U[i], Holder(HolderKind.CONTAINER, f"pod ml/p{i} container c")) for i in (0, 1, 2)]
+                           + [(U[i], Holder(HolderKind.CONTAINER, "pod team/train-0 container main")) for i in (6, 7)])
+    d = reconcile(d.ledger, parse_split("all"), now_held, obs(1, 5, at=0.5), CFG)
+    assert not any("kept on legacy" in w.reason for w in d.waiting)
+    assert {w.phase for w in d.waiting if w.device in (U[6], U[7])} == {"held"}
+
+
+def test_a_pod_needing_no_more_than_the_free_gpus_left_over_changes_nothing() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("2"), admitting(("infer", 1)), obs(0, 8), CFG)
+    assert names(d.ledger.moves) == ["gpu-6", "gpu-7"] and d.waiting == ()
+
+
+def test_a_pod_placed_on_the_old_count_aborts_the_newest_moves_to_dra_not_offered_there_yet() -> None:
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("6"), FREE, obs(0, 8), CFG)
+    d = reconcile(d.ledger, parse_split("6"), FREE, obs(0.2, 8), CFG)
+    assert len(d.ledger.moves) == 6 and d.ledger.legacy_offered() == 2
+    # The scheduler bound a pod asking for 3 before it saw the smaller allocatable: 2 are free, one move goes back.
+    d = reconcile(d.ledger, parse_split("6"), admitting(("late", 3)), obs(1, 8), CFG)
+    [back] = [e for e in d.events if e.kind == "aborted"]
+    assert back.reason == ("kept on legacy for pod team/late (legacy pod placed on this node, not admitted by the "
+                           "kubelet yet): the kubelet admits it with 3 free legacy GPUs and fails a pod that finds too "
+                           "few; back to legacy (never offered to DRA)")
+    assert d.ledger.side_of(back.device) is Side.LEGACY and d.ledger.legacy_offered() == 3
+    assert len(d.ledger.moves) == 5 and not d.ledger.on(Side.DRA)
+
+
+def test_a_gpu_taken_back_for_a_claim_is_not_given_to_a_pod_waiting_for_admission() -> None:
+    claim = Holder(HolderKind.ALLOCATED, "claim ml/c (pod ml/p)", "ml/p", "uid-p")
+    facts = admitting(("late", 8), facts=Facts.build([(U[3], claim),
+                                                      (U[3], Holder(HolderKind.CONTAINER, "pod team/x container c"))]))
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("0"), facts, obs(0, 8), CFG)
+    assert d.ledger.moves[U[3]].phase is Phase.RECLAIM  # the claim's allocation is a fact; the pod's wait is not
+    d = reconcile(d.ledger, parse_split("0"), facts, obs(1, 7), CFG)
+    assert d.ledger.moves[U[3]].phase is Phase.RECLAIM and not [e for e in d.events if e.kind == "aborted"]
+
+
+def test_pods_waiting_for_admission_change_nothing_while_the_legacy_side_is_unknown() -> None:
+    unknown = admitting(("late", 8), facts=Facts(unknown={Side.LEGACY: "no PodResources socket"}))
+    d = reconcile(Ledger.all_legacy(GPUS), parse_split("2"), FREE, obs(0, 8), CFG)
+    d = reconcile(d.ledger, parse_split("2"), unknown, obs(1, 8), CFG)
+    assert not [e for e in d.events if e.kind == "aborted"] and len(d.ledger.moves) == 2

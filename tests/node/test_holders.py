@@ -14,7 +14,7 @@ from bridge.inventory.simulated import devices_from_spec
 from bridge.ledger import Holder, HolderKind, Side
 from bridge.node import kubeletcheckpoint
 from bridge.node.holders import HolderSources
-from bridge.node.nodepods import ClaimView, PodsSnapshot, allocated_devices, pod_view
+from bridge.node.nodepods import ClaimView, PodsSnapshot, allocated_devices, legacy_need, pod_view
 from bridge.sandbox.kubelet.devicemanager import Assignment, DeviceManager
 from bridge.sandbox.kubelet.podresources import PodResourcesServer
 
@@ -232,3 +232,58 @@ def test_the_kubelet_checkpoint_parser_reads_both_formats_and_refuses_garbage() 
             {"PodUID": "u", "ContainerName": "c", "ResourceName": RESOURCE, "DeviceIDs": 5}]}}))
     with pytest.raises(kubeletcheckpoint.KubeletCheckpointError, match="not JSON"):
         kubeletcheckpoint.parse("{")
+
+
+def legacy_pod(name: str, uid: str, gpus: int, *, phase: str = "Pending", bound: bool = True,
+               extended_claim: str = "") -> dict[str, Any]:
+    limits = {"limits": {RESOURCE: str(gpus)}}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x", "resources": limits}]}
+    if bound:
+        spec["nodeName"] = NODE
+    status: dict[str, Any] = {"phase": phase}
+    if extended_claim:
+        status["extendedResourceClaimStatus"] = {"resourceClaimName": extended_claim, "requestMappings": []}
+    return {"metadata": {"name": name, "namespace": "team", "uid": uid}, "spec": spec, "status": status}
+
+
+def test_legacy_pods_placed_here_and_not_admitted_yet_hold_a_count_of_free_legacy_gpus(  # type: ignore[no-untyped-def]
+        kubelet) -> None:
+    root, manager = kubelet
+    # "shown": admitted, PodResources shows its container; "checkpointed": admitted, only the kubelet's checkpoint
+    # names it (as for a GPU init container); "waiting": bound, not admitted; "failed": ended before admission;
+    # "nominated": the scheduler is binding it here; "by-dra": its extended-resource claim serves the GPUs.
+    manager.seed_assignment(Assignment("u-shown", "team", "shown", "main", RESOURCE, (GPUS[0].uuid,)))
+    write_checkpoint(root / "device-plugins" / kubeletcheckpoint.CHECKPOINT_FILE,
+                     [("u-shown", "main", [str(GPUS[0].uuid)]), ("u-checkpointed", "main", [str(GPUS[1].uuid)])])
+    snap = listed(legacy_pod("shown", "u-shown", 1), legacy_pod("checkpointed", "u-checkpointed", 1),
+                  legacy_pod("waiting", "u-waiting", 2), legacy_pod("failed", "u-failed", 1, phase="Failed"),
+                  legacy_pod("by-dra", "u-by-dra", 1, extended_claim="by-dra-gpu"))
+    snap = PodsSnapshot(True, True, "", snap.pods, {("team", "by-dra-gpu"): ClaimView("team", "by-dra-gpu")},
+                        incoming=(pod_view(legacy_pod("nominated", "u-nominated", 3, bound=False), RESOURCE),))
+    facts = sources(root, snap).facts()
+    assert facts.admitting == ((Holder(HolderKind.ADMITTING, "pod team/waiting"), 2),
+                               (Holder(HolderKind.ADMITTING, "pod team/nominated, nominated to this node"), 3))
+    assert facts.admitting_gpus() == 5
+    assert facts.admitting[0][0].describe() == ("pod team/waiting (legacy pod placed on this node, not admitted by the "
+                                                "kubelet yet)")
+
+
+def test_without_a_kubelet_checkpoint_a_bound_legacy_pod_is_not_admitted_until_podresources_shows_it(  # type: ignore[no-untyped-def]
+        kubelet) -> None:
+    root, manager = kubelet
+    snap = listed(legacy_pod("waiting", "u-waiting", 1))
+    assert sources(root, snap).facts().admitting_gpus() == 1
+    manager.seed_assignment(Assignment("u-waiting", "team", "waiting", "main", RESOURCE, (GPUS[2].uuid,)))
+    assert sources(root, snap).facts().admitting == ()
+
+
+def test_the_kubelet_counts_init_containers_and_sidecars_as_the_scheduler_does() -> None:
+    spec = {"initContainers": [{"name": "fetch", "resources": {"limits": {RESOURCE: "3"}}},
+                               {"name": "proxy", "restartPolicy": "Always", "resources": {"limits": {RESOURCE: "1"}}}],
+            "containers": [{"name": "a", "resources": {"limits": {RESOURCE: "1"}}},
+                           {"name": "b", "resources": {"requests": {RESOURCE: "1"}, "limits": {RESOURCE: "1"}}},
+                           {"name": "cpu-only"}]}
+    assert legacy_need(spec, RESOURCE) == 4  # the init container's 3 with the sidecar's 1 (more than 2 + 1)
+    spec["initContainers"][0]["resources"]["limits"][RESOURCE] = "1"
+    assert legacy_need(spec, RESOURCE) == 3  # the two app containers with the sidecar
+    assert legacy_need({"containers": [{"name": "cpu"}]}, RESOURCE) == 0

@@ -84,6 +84,16 @@ class Node:
         self.legacy_pods[name] = uid
         return self.name(resp.envs["NVIDIA_VISIBLE_DEVICES"])
 
+    def bind(self, name: str, gpus: int) -> str:
+        """A legacy pod the scheduler bound here, asking for `gpus`, that the kubelet has not admitted yet; its UID."""
+        ensure_namespace(self.api, "team")
+        limits = {RESOURCE: str(gpus)}
+        pod = self.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team"},
+                                     "spec": {"nodeName": NODE, "containers": [
+                                         {"name": "main", "image": "cuda", "resources": {"limits": limits}}]}}, "team")
+        self.legacy_pods[name] = pod["metadata"]["uid"]
+        return str(pod["metadata"]["uid"])
+
     def legacy(self, name: str, gpu_index: int) -> None:
         """A legacy pod bound here that the kubelet admitted with gpu-<index> (its device-manager state, checkpoint
         included, as after Allocate)."""
@@ -257,3 +267,27 @@ def test_prepare_takes_a_free_gpu_back_and_waits_for_a_held_one_naming_its_holde
     status = wait_until(lambda: (s := node.split_status()) and any(r.api == "prepare" for r in s.refusals) and s, 30,
                         "the refusal in the status")
     assert any(r.device == "gpu-2" for r in status.refusals)
+
+
+def test_free_gpus_a_bound_legacy_pod_will_be_admitted_with_stay_legacy_until_the_kubelet_admits_it(node: Node) -> None:
+    """The kubelet admits a pod with the devices healthy at that instant and fails it when too few are left: a pod
+    the scheduler bound here keeps as many free legacy GPUs as it asks for until the kubelet has admitted it."""
+    for i in range(5):
+        node.legacy(f"busy-{i}", i)  # gpu-0..4 run legacy containers
+    uid = node.bind("late", 2)
+    node.set_split("all")
+    status = wait_until(lambda: (s := node.split_status()) and s.requested == "all"
+                        and sum("kept on legacy for pod team/late" in p.reason for p in s.pending) == 2 and s,
+                        30, "two free GPUs kept for the pod waiting for admission")
+    assert len(node.published()) == 1 and node.published() <= {"gpu-5", "gpu-6", "gpu-7"}
+    kept = {p.device for p in status.pending if "kept on legacy" in p.reason}
+    assert kept == {"gpu-5", "gpu-6", "gpu-7"} - node.published()
+    # The kubelet admits it: the device manager gives it the two healthy free GPUs.
+    resp = node.kubelet.devices.allocate(uid, "main", RESOURCE, 2, namespace="team", pod_name="late")
+    assert {node.name(u) for u in resp.envs["NVIDIA_VISIBLE_DEVICES"].split(",")} == kept
+    node.check_one_owner()
+    # Once it and the others end, every GPU goes to DRA.
+    for name in [*(f"busy-{i}" for i in range(5)), "late"]:
+        node.finish(name)
+    wait_until(lambda: len(node.published()) == 8 and node.converged(), 60, "every GPU on DRA")
+    node.check_one_owner()
