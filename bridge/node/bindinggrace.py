@@ -25,6 +25,12 @@ test_real_late_binding.py shows both orders on the real scheduler).
   still lands late then finds the GPU taken back if it is free, or stuck behind the legacy pod that took it
   (reported on the pod, `bridge node status`, `migrate-report`). A device taint does not help: the scheduler does
   not check taints again in PreBind, so a decision taken before the taint is written still lands.
+* Version skew: `auto` reads the API server's version, and nothing the daemon can read tells the scheduler's (its
+  leader Lease and Events carry no version). The skew policy lets kube-scheduler run one minor release behind the
+  API server while the control plane is upgraded, so a 1.35 API server may serve a 1.34 scheduler for that window:
+  the guards still never hand a GPU out twice, but a late allocation may find its GPU with the device plugin (taken
+  back if free, else `DRAClaimStuck`). The README tells operators to pass `--split-grace 605` until the scheduler is
+  upgraded too.
 """
 
 from __future__ import annotations
