@@ -30,13 +30,22 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.sandbox.real.binaries import Binaries
 from bridge.sandbox.real.kubeconfig import write_kubeconfig
 from bridge.sandbox.real.pki import CertPair, TinyCA, service_account_keys
-from bridge.sandbox.real.process import Component, free_port, http_probe, https_probe
+from bridge.sandbox.real.process import (
+    PORT_TRIES,
+    Component,
+    StartError,
+    free_port,
+    http_probe,
+    https_probe,
+    lost_port_race,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,18 +150,32 @@ class ControlPlane:
         self.admin = ca.client("admin", "kubernetes-admin", "system:masters")
         kubelet_client = ca.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
 
-        etcd_port, etcd_peer = free_port(host), free_port(host)
         etcd_dir = self.dir / "etcd"
         etcd_dir.mkdir(parents=True, exist_ok=True)
-        etcd = Component("etcd", [
-            str(self.bin.path("etcd")), "--name", "sandbox", "--data-dir", str(etcd_dir / "data"),
-            "--listen-client-urls", f"http://{host}:{etcd_port}", "--advertise-client-urls", f"http://{host}:{etcd_port}",
-            "--listen-peer-urls", f"http://{host}:{etcd_peer}", "--initial-advertise-peer-urls", f"http://{host}:{etcd_peer}",
-            "--initial-cluster", f"sandbox=http://{host}:{etcd_peer}", "--unsafe-no-fsync",
-            "--log-level", "warn", "--quota-backend-bytes", str(2 * 2**30),
-        ], etcd_dir / "etcd.log", http_probe(etcd_port, "/health", '"health":"true"', host))
-        self._run(etcd, deadline)
+        etcd_port = 0
 
+        def etcd() -> Component:
+            nonlocal etcd_port
+            etcd_port, etcd_peer = free_port(host), free_port(host)
+            shutil.rmtree(etcd_dir / "data", ignore_errors=True)  # a try that lost its port may have made a member
+            return Component("etcd", [
+                str(self.bin.path("etcd")), "--name", "sandbox", "--data-dir", str(etcd_dir / "data"),
+                "--listen-client-urls", f"http://{host}:{etcd_port}",
+                "--advertise-client-urls", f"http://{host}:{etcd_port}",
+                "--listen-peer-urls", f"http://{host}:{etcd_peer}",
+                "--initial-advertise-peer-urls", f"http://{host}:{etcd_peer}",
+                "--initial-cluster", f"sandbox=http://{host}:{etcd_peer}", "--unsafe-no-fsync",
+                "--log-level", "warn", "--quota-backend-bytes", str(2 * 2**30),
+            ], etcd_dir / "etcd.log", http_probe(etcd_port, "/health", '"health":"true"', host))
+        self._run_on_fresh_ports(etcd, deadline)
+        self._run_on_fresh_ports(lambda: self._apiserver(host, etcd_port, advertise, serving, ca, sa, kubelet_client),
+                                 deadline)
+        self.write_admin_kubeconfig(self.admin_kubeconfig)
+        self._start_managers(host, ca, sa, deadline)
+
+    def _apiserver(self, host: str, etcd_port: int, advertise: str | None, serving: CertPair, ca: TinyCA,
+                   sa: CertPair, kubelet_client: CertPair) -> Component:
+        assert self.admin is not None
         self.port = free_port(host)
         args = [
             str(self.bin.path("kube-apiserver")),
@@ -182,12 +205,11 @@ class ControlPlane:
         if self.options.runtime_config:
             args.append("--runtime-config=" + ",".join(f"{k}={v}" for k, v in sorted(self.options.runtime_config.items())))
         args += list(self.options.apiserver_args)
-        apiserver = Component("kube-apiserver", args, self.dir / "kube-apiserver.log",
-                              https_probe(self.port, "/readyz", ca=ca.pair.cert, cert=(self.admin.cert, self.admin.key),
-                                          host=host))
-        self._run(apiserver, deadline)
-        self.write_admin_kubeconfig(self.admin_kubeconfig)
+        return Component("kube-apiserver", args, self.dir / "kube-apiserver.log",
+                         https_probe(self.port, "/readyz", ca=ca.pair.cert, cert=(self.admin.cert, self.admin.key),
+                                     host=host))
 
+    def _start_managers(self, host: str, ca: TinyCA, sa: CertPair, deadline: float) -> None:
         kcm_kubeconfig = self.kubeconfig_for("kube-controller-manager", "system:kube-controller-manager")
         kcm_port = free_port(host)
         kcm = Component("kube-controller-manager", [
@@ -220,6 +242,20 @@ class ControlPlane:
             c.wait_ready(self._left(deadline))
             self.start_seconds[c.name] = time.monotonic() - t0
         log.info("real control plane up", extra={"url": self.url, "seconds": self.start_seconds})
+
+    def _run_on_fresh_ports(self, make: Callable[[], Component], deadline: float) -> None:
+        """Start the component `make` builds (picking its ports); when it lost a port to another process between the
+        pick and its bind, build and start it again on fresh ones."""
+        for attempt in range(1, PORT_TRIES + 1):
+            component = make()
+            try:
+                self._run(component, deadline)
+                return
+            except StartError as err:
+                if attempt == PORT_TRIES or not lost_port_race(err):
+                    raise
+                self.components.remove(component)
+                log.warning("%s lost a port to another process; starting it again on fresh ports", component.name)
 
     def _run(self, component: Component, deadline: float) -> None:
         self.components.append(component)
