@@ -183,7 +183,10 @@ def test_two_replicas_one_writes_and_the_other_takes_over_when_it_stops(
     other = "n2" if changed[0] == "n1" else "n1"
     wait_until(lambda: annotation(api, other, SPLIT_KEY) == "8", what="ctl-b's change")
     assert decode(annotation(api, other, DECISION_KEY) or "").controller == "ctl-b"
-    assert len(events(api, "SplitTargetChanged")) == 2
+    # The writer records the Event after the write the wait above saw.
+    changes = wait_until(lambda: e if len(e := events(api, "SplitTargetChanged")) >= 2 else None,
+                         what="ctl-b's SplitTargetChanged Event")
+    assert len(changes) == 2
 
 
 def test_metrics_and_health_are_served(cluster: tuple[ApiServer, RestKube, Path],
@@ -203,13 +206,16 @@ def test_metrics_and_health_are_served(cluster: tuple[ApiServer, RestKube, Path]
         with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
             return str(r.read().decode())
 
-    def gauged() -> str:
-        text = metrics()
-        return text if 'dra_bridge_controller_pending_gpus{api="dra"} 3.0' in text else ""
+    moved = 'dra_bridge_controller_moves_total{direction="to-dra",mode="apply"}'
 
-    text = wait_until(gauged, what="the pending-demand gauge")
+    def gauged() -> str:
+        # The moves are counted once the target's write returned, after the annotation the wait above saw.
+        text = metrics()
+        return text if 'dra_bridge_controller_pending_gpus{api="dra"} 3.0' in text and moved in text else ""
+
+    text = wait_until(gauged, what="the pending-demand gauge and the moves counter")
     assert 'dra_bridge_controller_pending_gpus{api="legacy"} 2.0' in text
-    assert 'dra_bridge_controller_moves_total{direction="to-dra",mode="apply"} 3.0' in text
+    assert f"{moved} 3.0" in text
     assert 'dra_bridge_controller_nodes{state="unknown"} 1.0' in text
     assert 'dra_bridge_controller_leader 1.0' in text
     assert 'dra_bridge_controller_api_requests_total{verb="patch"}' in text

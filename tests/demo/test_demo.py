@@ -28,6 +28,7 @@ from bridge.cli import main
 from bridge.kube import NODES, PODS, connect
 from bridge.kube.errors import KubeError
 from bridge.kube.retry import RetryPolicy
+from tests.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 300.0  # seconds: far above the ~1 minute it takes, so only a hang fails it
@@ -179,7 +180,8 @@ def test_with_keep_the_sandbox_stays_up_for_kubectl_and_ctrl_c_stops_it_with_the
     assert sorted(n["metadata"]["name"] for n in api.list(NODES)["items"]) == ["gpu-node-1", "gpu-node-2"]
     assert {p["metadata"]["name"] for p in api.list(PODS, "team-a")["items"]} >= {"train-a", "infer-a", "train-a-v2"}
     assert demo.stop() == 0, demo.text[-3000:]
-    assert "Stopping the sandbox cluster" in demo.text
+    # The process has exited; its last lines reach `demo.text` through the reader thread in its own time.
+    wait_until(lambda: "Stopping the sandbox cluster" in demo.text, 30, "the demo's last lines")
     with pytest.raises(KubeError):
         api.list(NODES)
 

@@ -289,6 +289,10 @@ def test_log_lines_carry_both_the_component_context_and_the_call_context(
         sick = source.devices()[3].uuid
         source.inject_xid(sick, 79)
         kubelet.devices.wait_for(lambda m: m.resource(RESOURCE).allocatable == 3, 20)
+        # The health thread logs the change after the table took it, and the kubelet may see the new device list
+        # first: wait for the line (inside the capture's level, which ends with this block).
+        wait_until(lambda: any(r.getMessage().startswith(f"device {sick} is now unhealthy") for r in caplog.records),
+                   30, "the health thread's log line")
     ids = ",".join(kubelet.devices.assignments()[0].device_ids)
 
     def record(message: str) -> logging.LogRecord:

@@ -58,7 +58,10 @@ def test_a_claim_allocated_to_gpu_3_is_prepared_into_a_cdi_spec_and_unprepared(
     assert spec["devices"][0]["name"] == f"{uid}-gpu-3"
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": f"/dev/nvidia{GPUS[3].minor}"}]
     assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]  # the runtime must not add GPUs
-    assert daemon.plugin.registration.status is not None and daemon.plugin.registration.status.registered
+    # The kubelet counts the plugin registered before it tells the plugin so (NotifyRegistrationStatus, from the
+    # kubelet's watcher thread): wait for the plugin's side.
+    status = daemon.plugin.registration.wait_for_status(30)
+    assert status is not None and status.registered
 
     assert kubelet.unprepare_pod(pod) == [uid]
     assert cdi_files(cluster.cdi_root) == {}

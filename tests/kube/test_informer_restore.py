@@ -56,7 +56,7 @@ def test_informer_relists_after_the_server_was_restored_to_an_older_resource_ver
                 # their versions are lower than ones the informer had already seen.
                 # (the relist is counted when it starts: its list replaces the cache a moment later)
                 wait_until(lambda: {k: v["data"] for k, v in inf.snapshot().items()} == {"default/in-backup": {"v": "1"}},
-                           timeout=10, what="the cache replaced by the restored server's state")
+                           timeout=30, what="the cache replaced by the restored server's state")
                 api.create(CONFIG_MAPS, configmap("after-restore"))
                 wait_until(lambda: "default/after-restore" in inf.snapshot(), what="a change after the restore")
                 assert int(inf.snapshot()["default/after-restore"]["metadata"]["resourceVersion"]) <= backup + 2

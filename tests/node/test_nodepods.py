@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from bridge.kube.api import PODS, WatchEvent
 from bridge.node.nodepods import ClaimView, NodePods, PodsSnapshot
 from tests.dra.fakekube import FakeKube
 from tests.kube.idlestream import BlockingStream
+from tests.polling import wait_until
 
 NODE = "node-a"
 DRIVER = "gpu.dra-bridge.io"
@@ -100,6 +100,7 @@ class ListingKube(FakeKube):
         super().__init__()
         self.lists = {f"spec.nodeName={NODE}": bound, f"status.nominatedNodeName={NODE}": nominated or []}
         self.streams: list[BlockingStream] = []
+        self.watching: list[str] = []  # what each watch was opened for: a field selector, else the resource
         self.list_first: threading.Event | None = None
 
     def list(self, res: Any, namespace: Any = None, *, field_selector: str | None = None, **kw: Any) -> dict[str, Any]:
@@ -111,6 +112,7 @@ class ListingKube(FakeKube):
 
     def watch(self, res: Any, namespace: Any = None, **kw: Any) -> BlockingStream:
         self.streams.append(BlockingStream())
+        self.watching.append(kw.get("field_selector") or res.plural)
         return self.streams[-1]
 
 
@@ -138,9 +140,11 @@ def test_the_pods_are_not_listed_until_every_listed_pod_was_taken_in() -> None:
     kube.list_first = pods.nominated.synced
     pods.start()
     try:
-        deadline = time.monotonic() + 10
-        while len(kube.streams) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # An informer opens its watch once its list reached NodePods. Both pod watches, by their selectors: the
+        # DeviceClasses' watch opens too (its list is empty), and two watches of any kind could be that one and the
+        # nominated pods' while the bound pods are still being taken in.
+        wait_until(lambda: {f"spec.nodeName={NODE}", f"status.nominatedNodeName={NODE}"} <= set(kube.watching), 30,
+                   "both pod watches opened")
         snap = pods.snapshot()
         assert snap.listed and snap.claims_ok and {p.name for p in snap.pods} == {"a", "b"}
     finally:

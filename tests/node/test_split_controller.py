@@ -329,10 +329,12 @@ def test_a_legacy_pod_started_while_the_node_is_settled_is_named_in_the_status_w
             status = status_of(api.get(NODES, NODE))
             return [h for d in (status.devices if status else ()) if d.name == "gpu-0" for h in d.holders]
 
-        wait_until(lambda: any("device-plugin Allocate" in h for h in holders_of_gpu0()), 5,
+        # 30 s: the loop writes the status through the API server on a loaded machine; the resync that would
+        # name the holder without the wake-up and the poll is 600 s away.
+        wait_until(lambda: any("device-plugin Allocate" in h for h in holders_of_gpu0()), 30,
                    "the answered Allocate in the status")
         sources.now = Facts.build([(GPUS[0].uuid, Holder(HolderKind.CONTAINER, "pod ml/train container main"))])
-        wait_until(lambda: holders_of_gpu0() == ["pod ml/train container main (legacy container)"], 5,
+        wait_until(lambda: holders_of_gpu0() == ["pod ml/train container main (legacy container)"], 30,
                    "the pod's container named as gpu-0's holder")
     finally:
         ctl.stop()
@@ -426,7 +428,7 @@ def test_a_burst_of_wake_ups_is_served_by_one_evaluation_after_the_interval(api:
             time.sleep(0.01)
         time.sleep(0.8)
         assert ctl.loop_evaluations == settled  # the burst waits out the interval...
-        wait_until(lambda: ctl.loop_evaluations == settled + 1, timeout=5, what="one evaluation for the burst")
+        wait_until(lambda: ctl.loop_evaluations == settled + 1, timeout=30, what="one evaluation for the burst")
         time.sleep(2.5)
         assert ctl.loop_evaluations == settled + 1  # ... and all of it was served by that one evaluation
     finally:

@@ -263,6 +263,10 @@ def test_prepare_takes_a_free_gpu_back_and_waits_for_a_held_one_naming_its_holde
     node.finish("legacy-0")
     records = node.kubelet.dra.prepare_pod_with_retry(pod2, timeout=30)
     assert records[uid2].prepared[DRIVER][0].device == "gpu-2"
+    # As for gpu-3: the prepare may take gpu-2 back itself, and then the kubelet's view (a ListAndWatch push) and
+    # the ResourceSlice (the publisher's write) each follow in their own time.
+    wait_until(lambda: "gpu-2" not in node.legacy_names(), 30, "the kubelet to see gpu-2 leave the device plugin")
+    wait_until(lambda: "gpu-2" in node.published(), 30, "gpu-2 published")
     node.check_one_owner()
     status = wait_until(lambda: (s := node.split_status()) and any(r.api == "prepare" for r in s.refusals) and s, 30,
                         "the refusal in the status")

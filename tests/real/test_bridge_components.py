@@ -301,7 +301,7 @@ def test_a_deployments_pods_get_the_claims_we_promise_and_run_with_claims_templa
                     if any(pod["metadata"]["name"] in json.dumps(h) for h in d["holders"])}
             return (state, held) if held == want else None
 
-        state, held = wait_until(daemon_view, timeout=20, what=f"bridge node status naming {want} held by the pod")
+        state, held = wait_until(daemon_view, timeout=30, what=f"bridge node status naming {want} held by the pod")
         assert (state["requested"]["value"], state["requested"]["source"], state["status"]["counts"]["dra"]) == (
             "4", "annotation", 4)
         assert held == {d["device"] for d in devices}  # the daemon's own view names the devices the claims got

@@ -146,8 +146,14 @@ def test_a_dra_pod_bound_late_by_its_volume_keeps_its_gpu_through_a_move_to_lega
             assert any("its claim not allocated yet" in h for h in holders), holders
             assert claim_now is None or not (claim_now.get("status") or {}).get("allocation"), claim_now
         else:  # 1.36+: DynamicResources' PreBind ran alongside VolumeBinding's and wrote the allocation
-            assert any("DRA claim allocated" in h for h in holders), holders
             assert claim_now is not None and (claim_now.get("status") or {}).get("allocation"), claim_now
+            # The daemon reads a nominated pod's claim again only every held_poll_s (5 s: claims are not watched)
+            # and writes its status after that evaluation: the allocation may reach the status after the grace.
+            def allocated_shown() -> list[str] | None:
+                shown = gpu_holders(cluster)
+                return shown if any("DRA claim allocated" in h for h in shown) else None
+
+            holders = wait_until(allocated_shown, 30, "the split status to show the claim allocated")
 
         # the volume is bound, the pod is bound and runs on the GPU the scheduler chose; the legacy pod waits
         cluster.wait_pod_phase("dra", "trainer", "Running", timeout=120)

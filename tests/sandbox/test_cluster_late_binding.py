@@ -186,7 +186,9 @@ def test_without_the_signal_a_late_allocation_waits_for_the_legacy_pod_and_says_
                    "the kubelet's prepare refused (an Event on the pod)")
         assert _phase(cluster, "dra", "trainer") == "Pending"
 
-        status = _node_status(cluster)
+        # The daemon writes its split status after the evaluation that recorded the Events, at most once a second.
+        status = wait_until(lambda: (st := _node_status(cluster)).get("stuck") and st, 60,
+                            "the stuck claim in the status")
         assert [(s["device"], s["holder"].split(" (")[0]) for s in status["stuck"]] == \
             [("gpu-0", "pod legacy/old-job container main")]
         table = subprocess.run([sys.executable, "-m", "bridge", "node", "status", NODE, "--kubeconfig",
@@ -207,4 +209,5 @@ def test_without_the_signal_a_late_allocation_waits_for_the_legacy_pod_and_says_
     assert watch.samples.clean, watch.samples.describe()  # no GPU ever in two pods' containers
     assert both.seen == 0
     assert took < 30
-    assert not _node_status(cluster).get("stuck")
+    # The pod can start (its prepare takes the GPU back) before the daemon's next status write drops the entry.
+    wait_until(lambda: not _node_status(cluster).get("stuck"), 60, "the stuck claim gone from the status")

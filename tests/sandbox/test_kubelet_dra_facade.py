@@ -49,13 +49,13 @@ def test_the_kubelet_wipes_the_nodes_slices_at_start_and_at_every_restart(
     sim = KubeletSimulator(short_tmp / "kl", kube=kube, node_name=NODE).start()
     try:
         # the startup wipe runs in the background, as the real kubelet's does (it may land after start returned)
-        wait_until(lambda: node_slices(kube) == [], 10, "the startup wipe of the node's slices")
+        wait_until(lambda: node_slices(kube) == [], 30, "the startup wipe of the node's slices")
         publisher.reconcile_once()
         plugin_sock = sim.device_plugin_dir / "some-plugin.sock"
         with socket.socket(socket.AF_UNIX) as s:
             s.bind(str(plugin_sock))
         sim.restart()
-        wait_until(lambda: node_slices(kube) == [], 10, "the wipe of the node's slices after the restart")
+        wait_until(lambda: node_slices(kube) == [], 30, "the wipe of the node's slices after the restart")
         assert not plugin_sock.exists() and sim.kubelet_socket.is_socket()
     finally:
         sim.stop()

@@ -67,6 +67,8 @@ def test_the_startup_wipe_waits_for_the_node_and_can_delete_slices_a_driver_publ
         world.node()  # the kubelet's own registration lands
         wait_until(lambda: "published-after-registration" not in world.slices(), 30,
                    "the startup wipe to delete the slice")
+        # The wiper notes a wipe once the API server answered it, after the slice is gone for everyone.
+        wait_until(lambda: kubelet.wiper.wipes, 30, "the wiper to note its wipe")
         assert [d for d, _ in kubelet.wiper.wipes] == [""]  # one wipe of all drivers' slices
     finally:
         kubelet.stop()
@@ -95,13 +97,17 @@ def test_a_drivers_slices_are_wiped_after_its_last_instance_is_gone_for_the_wipi
     plugin = ScriptedPlugin(world.root, DRIVER, Script())
     try:
         wait_until(lambda: (c := kubelet.plugin(DRIVER)) is not None and c.connected, 30, "a connected plugin")
+        # The startup wipe runs in the background and deletes every slice of this node: publish after it.
+        wait_until(lambda: kubelet.wiper.wipes, 30, "the startup wipe")
         world.slice("ours")
         world.slice("ours-elsewhere", node="node-b")
         world.slice("theirs", driver=OTHER)
         plugin.dra.stop(0).wait()  # the driver's process dies: its service socket is gone
         wait_until(lambda: "ours" not in world.slices(), 30, "the driver's slices on this node to be wiped")
         assert {"ours-elsewhere", "theirs"} <= world.slices(), "only this driver's slices on this node"
-        assert [d for d, _ in kubelet.wiper.wipes][-1] == DRIVER
+        # The wiper notes a wipe once the API server answered it, after the slice is gone for everyone.
+        wait_until(lambda: [d for d, _ in kubelet.wiper.wipes][-1:] == [DRIVER], 30,
+                   "the wiper to note the driver's wipe")
     finally:
         kubelet.stop()
         plugin.stop()
@@ -115,7 +121,7 @@ def test_a_driver_that_comes_back_within_the_wiping_delay_keeps_its_slices(world
     service: DraService | None = None
     try:
         wait_until(lambda: (c := kubelet.plugin(DRIVER)) is not None and c.connected, 30, "a connected plugin")
-        time.sleep(0.3)  # let the startup wipe pass before publishing
+        wait_until(lambda: kubelet.wiper.wipes, 30, "the startup wipe")  # it runs in the background: publish after it
         world.slice("ours")
         plugin.dra.stop(0).wait()
         wait_until(lambda: kubelet.wiper.pending() == [DRIVER], 30, "a wipe to be scheduled")

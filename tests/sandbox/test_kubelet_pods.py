@@ -234,7 +234,9 @@ def test_a_failing_prepare_keeps_the_pod_pending_with_an_event(world: World) -> 
     status = world.get("flaky")["status"]
     assert status["phase"] == "Pending"
     assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
-    [failure] = world.kubelet.pods.prepare_failures if world.kubelet.pods else []
+    # The pod worker records the failure after it recorded the Event.
+    [failure] = wait_until(lambda: world.kubelet.pods.prepare_failures if world.kubelet.pods else [], 30,
+                           "the kubelet's record of the failed prepare")
     assert failure.pod == f"{NS}/flaky" and 60.0 <= failure.retry_in <= 90.0  # the pod worker's resync
 
 
@@ -267,10 +269,11 @@ def test_on_a_1_36_kubelet_a_health_change_of_the_refused_device_syncs_the_pod_a
     world.dra.errors = {uid: "device gpu-0 is held on the legacy side"}
     wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 1, 30, "the refused prepare")
     board.set("gpu-0", "Unknown", "held on the legacy side")
-    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 10, "a sync caused by the health change")
+    # 30 s: the kubelet's threads and the API server on a loaded machine; the resync they rule out is 60-90 s away.
+    wait_until(lambda: world.dra.calls.count(("prepare", (uid,))) == 2, 30, "a sync caused by the health change")
     world.dra.errors = {}
     board.set("gpu-0", "Healthy")
-    wait_until(lambda: world.phase("waiting") == "Running", 10, "the pod to start without waiting for the resync")
+    wait_until(lambda: world.phase("waiting") == "Running", 30, "the pod to start without waiting for the resync")
 
 
 def test_podresources_lists_active_pods_even_without_devices_and_forgets_deleted_ones(world: World) -> None:

@@ -147,7 +147,9 @@ def test_legacy_and_dra_pods_all_run_and_no_gpu_is_given_twice(cluster):
         assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
         assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
     assert len(held) == 6
-    assert c.events("dra-0", "Scheduled")[0]["message"].startswith("Successfully assigned default/dra-0 to ")
+    # The scheduler records the Event after the binding, which is what `bound` saw.
+    scheduled = wait_until(lambda: c.events("dra-0", "Scheduled"), what="dra-0's Scheduled Event")
+    assert scheduled[0]["message"].startswith("Successfully assigned default/dra-0 to ")
 
 
 def test_a_claim_matching_nothing_stays_pending_with_a_failed_scheduling_event_until_devices_appear(cluster):
@@ -193,7 +195,9 @@ def test_a_finished_pod_is_dropped_from_reserved_for_and_its_claim_deallocated_a
     name = c.claim_of("job")["metadata"]["name"]
     c.api.patch(PODS, "job", {"status": {"phase": "Succeeded"}}, "default", subresource="status")
     wait_until(lambda: c.claim_gone(name), what="claim of the finished pod deleted")
-    assert c.controller.deallocated >= 1 and c.controller.deleted_claims >= 1
+    # The controller counts a deletion once the API server answered it, after the claim is gone for everyone.
+    wait_until(lambda: c.controller.deallocated >= 1 and c.controller.deleted_claims >= 1,
+               what="the controller to count the deallocation and the deletion")
 
 
 def test_extended_resource_pod_gets_a_scheduler_made_claim_on_a_node_without_the_plugin_resource(cluster):

@@ -57,7 +57,7 @@ class Webhook:
 
     def dra_namespace(self, name: str) -> None:
         self.api.create(NAMESPACES, {"metadata": {"name": name, "labels": {"dra-bridge.io/mode": "dra"}}})
-        wait_until(lambda: (self.cache.labels(name) or {}).get("dra-bridge.io/mode") == "dra", 10, "cache sees it")
+        wait_until(lambda: (self.cache.labels(name) or {}).get("dra-bridge.io/mode") == "dra", 30, "cache sees it")
 
     def post(self, review: dict[str, Any], client: tuple[Path, Path] | None = None) -> tuple[int, dict[str, Any]]:
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_file))
@@ -252,7 +252,7 @@ def test_a_deleted_template_is_created_again_before_a_pod_references_it_and_the_
         names = {t["metadata"]["name"] for t in w.api.list(w.templates, "team-f")["items"]}
         return bool(referenced_templates(body)) and referenced_templates(body) <= names
 
-    wait_until(referenced_and_exists, 10, "a pod referencing a template that exists (the watch saw the deletions; "
+    wait_until(referenced_and_exists, 30, "a pod referencing a template that exists (the watch saw the deletions; "
                                           "the TTL alone trusted them for 60 s)")
     assert len(w.api.list(w.templates, "team-f")["items"]) == 1
     code, body = w.post(forged(9))  # a new shape: the cap counts what exists (1 of 3), not what was listed before

@@ -61,7 +61,7 @@ def test_the_webhook_process_serves_and_stops_on_a_signal_sent_to_a_worker_threa
             workers = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
             assert workers  # informer, event recorder, HTTPS loop
             tgkill(proc.pid, workers[-1], sig)
-            out, _ = proc.communicate(timeout=15)
+            out, _ = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()

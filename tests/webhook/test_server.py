@@ -23,6 +23,7 @@ from bridge.webhook.policy import PolicyConfig
 from bridge.webhook.review import ReviewConfig
 from bridge.webhook.server import WebhookServer
 from bridge.webhook.tls import ReloadingContext
+from tests.polling import wait_until
 from tests.webhook.conftest import decode_patch
 from tests.webhook.pki import Pki
 from tests.webhook.pods import admission_review, container, deployment_pod
@@ -277,8 +278,10 @@ def test_keep_alive_connection_answers_pipelined_requests_in_order(pki: Pki, ser
 
 def test_a_blocking_handler_does_not_stall_other_connections(pki: Pki) -> None:
     release = threading.Event()
+    entered = threading.Event()
 
     def slow(body: bytes) -> tuple[int, bytes]:
+        entered.set()
         release.wait(20)  # stands in for a slow API call on a cache miss
         return 200, body
 
@@ -287,7 +290,7 @@ def test_a_blocking_handler_does_not_stall_other_connections(pki: Pki) -> None:
                         inline=["/fast"])
     with srv, ThreadPoolExecutor(2) as pool:
         stuck = pool.submit(request, pki, srv, "POST", "/slow", b"{}")
-        time.sleep(0.2)
+        assert entered.wait(30), "the slow request never reached its handler"  # it blocks from here on
         assert request(pki, srv, "GET", "/healthz")[0] == 200
         assert request(pki, srv, "POST", "/fast", b'{"x":1}')[:2] == (200, b'{"x":1}')
         assert not stuck.done()
@@ -360,7 +363,7 @@ def test_an_inline_handler_can_defer_blocking_work_to_the_pool(pki: Pki) -> None
                         host="127.0.0.1", port=0, inline=["/mutate"])
     with srv, ThreadPoolExecutor(1) as pool:
         stuck = pool.submit(request, pki, srv, "POST", "/mutate", b"miss")
-        time.sleep(0.2)
+        wait_until(lambda: threads, 30, "the deferred work to run in the pool")  # it blocks from here on
         assert request(pki, srv, "POST", "/mutate", b"cached")[:2] == (200, b"fast")
         assert not stuck.done()
         release.set()

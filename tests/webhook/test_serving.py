@@ -82,12 +82,12 @@ def test_reviews_follow_the_live_facts_and_the_memo_never_answers_from_old_ones(
         answer = review_pod(admitter, pod)
         assert "patch" not in answer and "not yet known" in answer["warnings"][0]
         api.create(NAMESPACES, {"metadata": {"name": "dra-bridge"}})
-        wait_until(lambda: live.current().claims_kept is True, 10, "the check retried soon")
+        wait_until(lambda: live.current().claims_kept is True, 30, "the check retried soon")
         assert "patch" in review_pod(admitter, pod)  # same body, new facts: reviewed again, translated
         generation = live.current().generation
         api.create(NODES, gpu_node("mig-0", labels={"pool": "mig", "nvidia.com/gpu.product":
                                                     "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"}))
-        wait_until(lambda: live.current().generation > generation, 10, "the node seen")
+        wait_until(lambda: live.current().generation > generation, 30, "the node seen")
         answer = review_pod(admitter, pod)
         assert "patch" not in answer and "MIG slice" in answer["warnings"][0]
     finally:

@@ -173,7 +173,7 @@ def test_each_kind_of_pod_through_the_api_server(name: str, mixed: Cluster) -> N
     if case.untouched:
         assert "dra-bridge.io/translated" not in (out["metadata"].get("annotations") or {})
         assert spec == {**case.pod["spec"], **{k: v for k, v in spec.items() if k not in case.pod["spec"]}}
-        wait_until(lambda: any(case.untouched in m for m in events_about(c, ns)), 20, "the Event saying why")
+        wait_until(lambda: any(case.untouched in m for m in events_about(c, ns)), 30, "the Event saying why")
         return
     record = json.loads(out["metadata"]["annotations"]["dra-bridge.io/translation"])
     assert out["metadata"]["annotations"]["dra-bridge.io/translated"] == "claims" and record["devices"] == case.devices
@@ -223,7 +223,7 @@ def test_an_api_server_that_drops_claims_gets_no_translated_pods(gated: Cluster)
     out = created(c, "gated", pod)
     assert out["spec"]["containers"][0]["resources"]["limits"][GPU] in (2, "2")  # still asks the device plugin
     assert "resourceClaims" not in out["spec"] and held(c, out, "gated") == 2
-    wait_until(lambda: any("drops a pod's resourceClaims" in m for m in events_about(c, "gated")), 20, "the Event")
+    wait_until(lambda: any("drops a pod's resourceClaims" in m for m in events_about(c, "gated")), 30, "the Event")
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +248,7 @@ def test_auto_picks_extended_only_while_every_gpu_kubelet_is_1_36(modern: Cluste
     node = c.api.get(NODES, "gpu-b")
     node["status"]["nodeInfo"]["kubeletVersion"] = "v1.35.4"
     c.api.update(NODES, node, subresource="status")
-    wait_until(lambda: c.live.current().nodes.kubelets_at_least((1, 36))[0] is False, 20, "the skew seen")
+    wait_until(lambda: c.live.current().nodes.kubelets_at_least((1, 36))[0] is False, 30, "the skew seen")
     out = created(c, "modern", pod)
     assert out["metadata"]["annotations"]["dra-bridge.io/translated"] == "claims"
     assert {r["name"] for r in out["spec"]["resourceClaims"]} == {"gpu-logger", "gpu-main"}
