@@ -294,8 +294,11 @@ class DualNode:
         if self.opts.split_grace_s is None:
             self._grace_thread = threading.Thread(target=self._resolve_grace, name="split-grace", daemon=True)
             self._grace_thread.start()
-        split.add_listener(publisher_listener(publisher.set_dra_devices))
+        # The device plugin hears first: a GPU taken back for a claim goes from legacy to DRA in one step, and its
+        # Unhealthy report (a message on the kubelet's local stream) should be on its way before the publisher's
+        # API write can show the GPU in the slice. Every other move withdraws the GPU phases before it arrives.
         split.add_listener(lambda _led: self.daemon.ownership_changed() if self.daemon else None)
+        split.add_listener(publisher_listener(publisher.set_dra_devices))
         self.dra = DraNode(
             DraConfig(cfg.node_name, DraPluginConfig(driver=self.opts.driver, kubelet_root=str(cfg.kubelet_root),
                                                      pod_uid=self.opts.pod_uid),
