@@ -35,7 +35,7 @@ from pathlib import Path
 from bridge.sandbox.real.binaries import Binaries
 from bridge.sandbox.real.namespace import NodeNamespace
 from bridge.sandbox.real.pki import TinyCA
-from bridge.sandbox.real.process import PORT_TRIES, Component, StartError, free_port, lost_port_race
+from bridge.sandbox.real.process import Component, free_port, start_on_fresh_ports
 
 log = logging.getLogger(__name__)
 
@@ -173,27 +173,27 @@ class Kubelet:
         self.root_dir.mkdir(parents=True, exist_ok=True)
         make_cgroup_root(self.cgroup_root)
         deadline = time.monotonic() + timeout
-        for attempt in range(1, PORT_TRIES + 1):
-            # The serving port on the node IP it is served on; both nodes (and other workers' clusters) share it.
-            self.port, self.healthz_port = free_port(self.node_ip), free_port()
-            config_path = self.dir / "kubelet-config.json"
-            config_path.write_text(json.dumps(self.config(), indent=2))
-            labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
-            argv = [str(self.bin.path("kubelet")), f"--config={config_path}", f"--kubeconfig={self.kubeconfig}",
-                    f"--root-dir={ROOT_DIR}", f"--hostname-override={self.node_name}", f"--node-ip={self.node_ip}",
-                    f"--cert-dir={self.dir / 'kubelet-pki'}", "--v=2"]
-            if labels:
-                argv.append(f"--node-labels={labels}")
-            self.component = Component(f"kubelet {self.node_name}", self.ns.enter(argv), self.log_path, self._healthz)
-            try:
-                self.component.start(max(1.0, deadline - time.monotonic()))
-                return self
-            except StartError as err:
-                if attempt == PORT_TRIES or not lost_port_race(err):
-                    raise
-                log.warning("kubelet %s lost port %d or %d to another process; starting it again on fresh ports",
-                            self.node_name, self.port, self.healthz_port)
+
+        def start(component: Component) -> None:
+            self.component = component  # set first: `stop()` ends a kubelet whose start timed out
+            component.start(max(1.0, deadline - time.monotonic()))
+
+        start_on_fresh_ports(self._component, start)
         return self
+
+    def _component(self) -> Component:
+        """The kubelet on fresh ports: the serving port on the node IP it is served on (both nodes, and other
+        workers' clusters, share that address)."""
+        self.port, self.healthz_port = free_port(self.node_ip), free_port()
+        config_path = self.dir / "kubelet-config.json"
+        config_path.write_text(json.dumps(self.config(), indent=2))
+        labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        argv = [str(self.bin.path("kubelet")), f"--config={config_path}", f"--kubeconfig={self.kubeconfig}",
+                f"--root-dir={ROOT_DIR}", f"--hostname-override={self.node_name}", f"--node-ip={self.node_ip}",
+                f"--cert-dir={self.dir / 'kubelet-pki'}", "--v=2"]
+        if labels:
+            argv.append(f"--node-labels={labels}")
+        return Component(f"kubelet {self.node_name}", self.ns.enter(argv), self.log_path, self._healthz)
 
     def _healthz(self) -> str:
         import http.client

@@ -37,15 +37,7 @@ from pathlib import Path
 from bridge.sandbox.real.binaries import Binaries
 from bridge.sandbox.real.kubeconfig import write_kubeconfig
 from bridge.sandbox.real.pki import CertPair, TinyCA, service_account_keys
-from bridge.sandbox.real.process import (
-    PORT_TRIES,
-    Component,
-    StartError,
-    free_port,
-    http_probe,
-    https_probe,
-    lost_port_race,
-)
+from bridge.sandbox.real.process import Component, free_port, http_probe, https_probe, start_on_fresh_ports
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +159,10 @@ class ControlPlane:
                 "--initial-cluster", f"sandbox=http://{host}:{etcd_peer}", "--unsafe-no-fsync",
                 "--log-level", "warn", "--quota-backend-bytes", str(2 * 2**30),
             ], etcd_dir / "etcd.log", http_probe(etcd_port, "/health", '"health":"true"', host))
-        self._run_on_fresh_ports(etcd, deadline)
-        self._run_on_fresh_ports(lambda: self._apiserver(host, etcd_port, advertise, serving, ca, sa, kubelet_client),
-                                 deadline)
+        # (a try that lost its port stays in `components`: it has exited, stopping it again is harmless)
+        start_on_fresh_ports(etcd, lambda c: self._run(c, deadline))
+        start_on_fresh_ports(lambda: self._apiserver(host, etcd_port, advertise, serving, ca, sa, kubelet_client),
+                             lambda c: self._run(c, deadline))
         self.write_admin_kubeconfig(self.admin_kubeconfig)
         self._start_managers(host, ca, sa, deadline)
 
@@ -242,20 +235,6 @@ class ControlPlane:
             c.wait_ready(self._left(deadline))
             self.start_seconds[c.name] = time.monotonic() - t0
         log.info("real control plane up", extra={"url": self.url, "seconds": self.start_seconds})
-
-    def _run_on_fresh_ports(self, make: Callable[[], Component], deadline: float) -> None:
-        """Start the component `make` builds (picking its ports); when it lost a port to another process between the
-        pick and its bind, build and start it again on fresh ones."""
-        for attempt in range(1, PORT_TRIES + 1):
-            component = make()
-            try:
-                self._run(component, deadline)
-                return
-            except StartError as err:
-                if attempt == PORT_TRIES or not lost_port_race(err):
-                    raise
-                self.components.remove(component)
-                log.warning("%s lost a port to another process; starting it again on fresh ports", component.name)
 
     def _run(self, component: Component, deadline: float) -> None:
         self.components.append(component)

@@ -10,6 +10,7 @@ with SIGKILL leaves none of them behind.
 from __future__ import annotations
 
 import http.client
+import logging
 import socket
 import ssl
 import time
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bridge.sandbox.cluster.processes import ChildProcess
+
+log = logging.getLogger(__name__)
 
 
 class StartError(RuntimeError):
@@ -41,8 +44,23 @@ PORT_TRIES = 3  # a component that lost its port between `free_port` and its bin
 
 def lost_port_race(err: StartError) -> bool:
     """Whether a component exited because a port picked for it was taken meanwhile (Go's net package says
-    "bind: address already in use")."""
-    return "address already in use" in str(err)
+    "bind: address already in use", strerror(EADDRINUSE) "Address already in use")."""
+    return "address already in use" in str(err).lower()
+
+
+def start_on_fresh_ports(make: Callable[[], Component], start: Callable[[Component], object]) -> Component:
+    """`start(make())`, where `make` picks the component's ports; when it lost a port to another process between
+    the pick and its bind (`lost_port_race`), made and started again on fresh ones, up to `PORT_TRIES` times."""
+    for attempt in range(1, PORT_TRIES + 1):
+        component = make()
+        try:
+            start(component)
+            return component
+        except StartError as err:
+            if attempt == PORT_TRIES or not lost_port_race(err):
+                raise
+            log.warning("%s lost a port to another process; starting it again on fresh ports", component.name)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def https_probe(port: int, path: str, *, ca: Path | None = None, cert: tuple[Path, Path] | None = None,
