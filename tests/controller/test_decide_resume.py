@@ -63,7 +63,7 @@ def held_in_group(v: NodeView, api: Api, gpus: int, which: int) -> NodeView:
 
 def bind(nodes: list[NodeView], pods: list[PendingPod], last: Decision, which: int, how: int
          ) -> tuple[list[NodeView], list[PendingPod]]:
-    """The scheduler binds pods the last decision placed on free GPUs (`which`: 0-11 the first, 12-14 the first two,
+    """The scheduler binds pods the last decision placed on free GPUs, where the views have them (`which`: 0-11 the first, 12-14 the first two,
     else a later one, out of queue order) and the views change: `how` 0-2 as planned (one more GPU held per GPU of
     the pod, topology groups not reported yet), 3 the daemon reporting the group the GPUs came from, 4 on another
     node, 5 another count of GPUs, 6 the views not changed yet, 7 the views changed but the pods still pending (a
@@ -74,6 +74,8 @@ def bind(nodes: list[NodeView], pods: list[PendingPod], last: Decision, which: i
     at = {v.name: i for i, v in enumerate(nodes)}
     for placed in chosen:
         pod = by_key[placed.pod]
+        if nodes[at[placed.node]].free(pod.api) < pod.gpus:
+            continue  # placed on GPUs a planned move frees (the floor step): the scheduler cannot bind it yet
         if how != 7:
             pods = [p for p in pods if p.key != pod.key]
         i = at[placed.node]
