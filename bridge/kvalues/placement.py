@@ -32,7 +32,7 @@ by `constraints_of`) that compare equal for equal filters, so callers can evalua
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.kvalues.nodeselector import requirement_matches
@@ -137,6 +137,17 @@ class Constraints:
     node_selector: tuple[tuple[str, str], ...] = ()
     terms: tuple[Term, ...] = ()  # () = no required affinity
     tolerations: tuple[Toleration, ...] = ()
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Hashed once: the controller's decision looks pods' constraints up some 10^4 times per decision.
+        object.__setattr__(self, "_hash", hash((self.node_selector, self.terms, self.tolerations)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Constraints], tuple[object, ...]]:
+        return Constraints, (self.node_selector, self.terms, self.tolerations)  # hashed afresh where it is unpickled
 
     def allows(self, name: str, labels: Mapping[str, str], taints: Iterable[Taint] = (),
                unschedulable: bool = False) -> bool:

@@ -3,11 +3,13 @@ evaluate them; one implementation for the controller, the report, the webhook an
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import pytest
 
-from bridge.kvalues.placement import Taint, constraints_of, taints_of, term_matches, toleration_tolerates
+from bridge.kvalues.placement import (Constraints, Taint, Toleration, constraints_of, taints_of, term_matches,
+                                      toleration_tolerates)
 
 LABELS = {"kubernetes.io/hostname": "node-0", "zone": "z1", "gpus": "8"}
 
@@ -92,3 +94,11 @@ def test_the_filters_in_words_name_the_selector_and_the_affinity() -> None:
                         **required({"matchExpressions": [expr("zone", "In", "z1", "z2")]})})
     assert c.describe() == "nodeSelector kubernetes.io/hostname=node-0; required node affinity zone In (z1, z2)"
     assert constraints_of({"tolerations": [{"operator": "Exists"}]}).describe() == ""
+
+
+def test_equal_constraints_built_apart_are_one_key_also_after_a_pickle_round_trip() -> None:
+    made = [Constraints(node_selector=(("zone", "a"),), tolerations=(Toleration("team", "Equal", "ml", "NoSchedule"),))
+            for _ in range(2)]
+    copied = pickle.loads(pickle.dumps(made[0]))
+    assert {made[0]: "seen"}[made[1]] == "seen" and {made[0]: "seen"}[copied] == "seen"
+    assert made[0] != Constraints(node_selector=(("zone", "b"),)) and "_hash" not in repr(made[0])
