@@ -16,7 +16,8 @@ Four steps, each over whole-GPU counts (bridge.controller.model):
    where the pod's whole request ends up inside one topology group (its free GPUs there and the moved ones in one
    group) comes first, then one where the moved GPUs come from one group, the tightest first (a group that moves
    whole, leaving no half of it behind, is the tightest); then the node with the fewest free GPUs of the other API
-   (best fit: large blocks stay whole for larger pods), then the name. Only free GPUs move, so every target stays
+   (best fit: large blocks stay whole for larger pods), then the name. Every candidate node is ranked (nodes alike
+   in counts and groups once), so the pick is the least of them all. Only free GPUs move, so every target stays
    inside `NodeView.safe_range` (never a held device); the preference never costs a move.
 4. **Limits.** A node an operator pinned, one still settling its previous target and one whose state is unknown
    are never changed; a node with moves under way changes further only in their direction; a reversal on a node
@@ -49,11 +50,13 @@ a pod is placed by looking at a few buckets, not at every node (bench/controller
 10,000 pending pods). What planning a node starts from (free counts, fitted groups, shape) is derived once per
 `NodeView` object and reused while the next decision gets the same object (the controller's cluster state,
 bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one
-eligibility check per node shape; a pod larger than every eligible node's free room is blocked without a search; a
-search is remembered while no plan changes (the pods a rate limit blocks ask the same question again and again).
-Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler binding
-the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step predicted:
-when nothing else changed, a decision goes on from the last decision's plan, adds only the new pod's step and drops
+eligibility check per node shape; the move buckets are built when step 3 first needs them, and a pod placed by
+moves updates them once; a pod larger than every eligible node's free room is blocked without a search; a search,
+and a pod blocked, is remembered while no plan changes (the pods a rate limit blocks ask the same question again and
+again). Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler
+binding the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step
+predicted: when nothing else changed, a decision goes on from the last decision's plan, adds only the new pod's step
+(also a pod that fits on free GPUs while others wait for moves, when its node changes none of their steps) and drops
 the bound pod's (`_Run`: a few ms at that scale instead of a whole plan); anything else plans from scratch
 (tests/controller/test_decide_resume.py checks the two give the same decision over generated event sequences).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
@@ -93,9 +96,36 @@ from bridge.controller.model import (
 from bridge.kvalues.placement import Constraints
 from bridge.ledger.choice import group_order
 
-_SCAN_FOR_GROUP = 16  # nodes looked at in one bucket for a whole-group move before taking the best of them
 _SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free legacy, free dra]
 _NO_GROUP = (2, 0, -1)  # a move rank when no one group holds the GPUs to move
+_NONE: tuple[float] = (float("inf"),)  # ranks after every node's: a fit or search that found none
+
+
+class _Seen:
+    """What step 3 saw of the nodes for one kind of pod (constraints, API, GPUs), over every such pod it took: the
+    worst node its fits and its searches chose (`_Node.fit_key`, `_Planner._search`'s rank; `_NONE` when one found
+    none), whether a pod of that kind asked `has_room`, and `most`, the most free GPUs of an eligible node when its
+    diagnosis was written (None: never written). `_Run._fits_alongside` reads it to tell whether a node changed
+    before step 3 would have changed any of those answers."""
+
+    __slots__ = ("fit", "search", "roomed", "most")
+
+    def __init__(self) -> None:
+        self.fit: tuple[float, ...] = ()  # () ranks before every node
+        self.search: tuple[float, ...] = ()
+        self.roomed = False
+        self.most: int | None = None
+
+    def fitted(self, key: tuple[float, ...]) -> None:
+        if key > self.fit:
+            self.fit = key
+
+    def searched(self, rank: tuple[float, ...]) -> None:
+        if rank > self.search:
+            self.search = rank
+
+
+_Found = tuple["_Node", int, int, tuple[int, ...]]  # node, GPUs to move, group moved from, rank (`_search`)
 
 
 def _api_name(api: Api) -> str:
@@ -156,7 +186,7 @@ class _Node:
     """One node as the plan goes (a plain slotted class: a decision makes one per node)."""
 
     __slots__ = ("view", "free", "dra", "direction", "served", "reasons", "group_names", "groups", "order",
-                 "largest", "moved_from", "pos", "name", "pool", "changeable")
+                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig")
 
     def __init__(self, view: NodeView, seed: _Seed, pos: int) -> None:
         self.view = view
@@ -174,13 +204,38 @@ class _Node:
         self.largest = list(seed.largest)  # free GPUs in the largest group, [legacy, dra] (index keys)
         self.moved_from: dict[str, None] = {}  # the groups the planned moves take GPUs from
         self.pos = pos  # place in name order (an index lists its nodes in that order)
+        self.sig = self.signature()
+
+    def signature(self) -> tuple[object, ...]:
+        """What `move_rank` reads besides the free counts: nodes with equal free counts and signatures rank alike
+        for every pod (an index's move buckets are split by it). One group: nothing (it holds every free GPU)."""
+        if len(self.groups) == 1:
+            return ()
+        return (tuple(self.group_names), tuple(map(tuple, self.groups)))
 
     def measure(self) -> None:
-        """Refresh `largest` after the groups changed (the index reads it as a bucket key)."""
+        """Refresh `largest` and `sig` after the groups changed (the index reads them as bucket keys)."""
         if len(self.groups) == 1:
             self.largest = list(self.groups[0])
         else:
             self.largest = [max(c[0] for c in self.groups), max(c[1] for c in self.groups)]
+        self.sig = self.signature()
+
+    def clone(self) -> _Node:
+        """A copy whose counts and groups can change apart from this node's (the rest is shared, read only)."""
+        c = _Node.__new__(_Node)
+        for slot in _Node.__slots__:
+            setattr(c, slot, getattr(self, slot))
+        c.free = dict(self.free)
+        c.groups = [list(g) for g in self.groups]
+        c.largest = list(self.largest)
+        return c
+
+    def fit_key(self, api: Api, gpus: int) -> tuple[int, ...]:
+        """How `_best_fit` ranks this node for `gpus` GPUs of `api` (lower first): inside one group first, then the
+        fewest free GPUs of `api`, then of the other API, then the smallest largest group, then name order."""
+        s = _SIDE[api]
+        return (0 if self.largest[s] >= gpus else 1, self.free[api], self.free[other(api)], self.largest[s], self.pos)
 
     def largest_group(self, api: Api) -> int:
         return self.largest[_SIDE[api]]
@@ -277,14 +332,90 @@ class _Seeds:
 _SEEDS = _Seeds()
 
 
+# `_Index.fit[api]`: free GPUs of `api` -> free in the largest group -> free of the other API -> places
+Fit = dict[int, dict[int, dict[int, list[int]]]]
+# `_Index.move[d][pool]`: free GPUs of the receiving API -> of the giving one -> signature -> places
+Grid = dict[int, dict[int, dict[object, list[int]]]]
+
+
+def _file(fit: Mapping[Api, Fit], pos: int, free: Mapping[Api, int], largest: Sequence[int]) -> None:
+    """List the node at `pos` in the fit buckets of its counts."""
+    legacy, dra = free["legacy"], free["dra"]
+    insort(fit["legacy"][legacy][largest[0]].setdefault(dra, []), pos)
+    insort(fit["dra"][dra][largest[1]].setdefault(legacy, []), pos)
+
+
+def _unfile(fit: Mapping[Api, Fit], pos: int, free: Mapping[Api, int], largest: Sequence[int]) -> None:
+    """Take the node at `pos` out of the fit buckets of its counts (emptied buckets are dropped)."""
+    legacy, dra = free["legacy"], free["dra"]
+    sides: tuple[tuple[Api, int, int, int], ...] = (("legacy", legacy, dra, 0), ("dra", dra, legacy, 1))
+    for api, mine, theirs, s in sides:
+        by_largest = fit[api].get(mine)
+        if not by_largest:
+            continue
+        by_other = by_largest.get(largest[s])
+        bucket = by_other.get(theirs) if by_other else None
+        if by_other is not None and bucket is not None:
+            i = bisect_left(bucket, pos)
+            if i < len(bucket) and bucket[i] == pos:
+                del bucket[i]
+            if not bucket:
+                del by_other[theirs]
+                if not by_other:
+                    del by_largest[largest[s]]
+
+
+def _new_fit() -> dict[Api, Fit]:
+    return {a: defaultdict(lambda: defaultdict(dict)) for a in APIS}
+
+
+def _copy_fit(fit: Mapping[Api, Fit]) -> dict[Api, Fit]:
+    """A copy of fit buckets that later changes to either leave the other as it was."""
+    out = _new_fit()
+    for api, by_free in fit.items():
+        for c, by_largest in by_free.items():
+            if by_largest:
+                out[api][c] = defaultdict(dict, {size: {o: list(places) for o, places in by_other.items()}
+                                                 for size, by_other in by_largest.items()})
+    return out
+
+
+def _best_fit(fit: Mapping[Api, Fit], api: Api, gpus: int, top: int) -> int | None:
+    """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
+    those, the node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free GPUs
+    a later move could use stay together), then the first by name: the least `_Node.fit_key`. Its place."""
+    by_free = fit[api]
+    fallback: int | None = None
+    for c in range(gpus, top + 1):
+        by_largest = by_free.get(c)
+        if not by_largest:
+            continue
+        if len(by_largest) == 1:  # the common case: every node alike
+            size, by_other = next(iter(by_largest.items()))
+            if size >= gpus:
+                return by_other[min(by_other)][0]
+            if fallback is None:
+                fallback = by_other[min(by_other)][0]
+            continue
+        whole = sorted(size for size in by_largest if size >= gpus)
+        if whole:
+            return _fewest_other(by_largest, whole)
+        if fallback is None:
+            fallback = _fewest_other(by_largest, sorted(by_largest))
+    return fallback
+
+
 class _Index:
     """The eligible nodes of one constraint group, bucketed by free counts.
 
     `fit[api][c][l][o]`: nodes (any but unknown) with exactly `c` free GPUs of `api`, `l` of them in their largest
     topology group, and `o` free GPUs of the other API (step 1); emptied buckets are dropped, so a lookup visits only
     counts some node has.
-    `move[direction][pool][(c_to, c_from)]`: changeable nodes that may change in `direction`, with `c_to` free GPUs
-    of the receiving API and `c_from` of the giving one (step 3).
+    `move[direction][pool][c_to][c_from][sig]`: changeable nodes that may change in `direction`, with `c_to` free
+    GPUs of the receiving API, `c_from` of the giving one, and the signature `sig` (`_Node.signature`: their groups;
+    nodes of one signature rank alike for a move, so step 3 ranks each signature once, not each node). Built when
+    step 3 first searches the index (step 1 never reads them), from the nodes' counts then; emptied buckets are
+    dropped.
     `room[t]`: how many nodes have `t` free GPUs on both sides together (a pod larger than every node's room cannot
     be placed by moves, checked without a search).
 
@@ -293,84 +424,84 @@ class _Index:
     alone: built now, or built earlier and kept up to date as the plan went, it is the same index (`_Run.resume`
     relies on that when it goes on from a plan whose history differs from the one planning from scratch has)."""
 
-    def __init__(self, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]) -> None:
+    def __init__(self, constraints: Constraints, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]
+                 ) -> None:
+        self.constraints = constraints
         self.room: dict[int, int] = defaultdict(int)
-        self.fit: dict[Api, dict[int, dict[int, dict[int, list[int]]]]] = {
-            a: defaultdict(lambda: defaultdict(dict)) for a in APIS}
+        self.fit: dict[Api, Fit] = _new_fit()
         self.nodes: list[_Node] = list(nodes)
-        self.move: dict[Direction, dict[str, dict[tuple[int, int], list[int]]]] = {
-            "to-dra": defaultdict(lambda: defaultdict(list)), "to-legacy": defaultdict(lambda: defaultdict(list))}
+        self.move: dict[Direction, dict[str, Grid]] = {"to-dra": defaultdict(dict), "to-legacy": defaultdict(dict)}
         self.move_ok = move_ok
+        self._grids: dict[Direction, list[tuple[str, Grid]]] = {}
+        self.moving = False  # move buckets built (step 3 searched this index): kept up to date from then on
         self.size = len(self.nodes)
         for n in self.nodes:
             self._add(n)
+
+    def grids(self, d: Direction) -> list[tuple[str, Grid]]:
+        """The move buckets of direction `d`, pool by pool in name order (every node was added when the index was
+        built, so the pools and their grids stay the same objects)."""
+        out = self._grids.get(d)
+        if out is None:
+            if not self.moving:  # built from the nodes' present counts, as keeping them up to date would have
+                self.moving = True
+                for n in self.nodes:
+                    self._add_moving(n)
+            out = self._grids[d] = sorted(self.move[d].items())
+        return out
 
     def has_room(self, gpus: int) -> bool:
         """Whether some node has `gpus` free GPUs on both sides together."""
         return any(t >= gpus for t, count in self.room.items() if count)
 
+    def roomy(self, gpus: int) -> int:
+        """How many nodes have `gpus` free GPUs on both sides together."""
+        return sum(count for t, count in self.room.items() if t >= gpus)
+
     def _add(self, n: _Node) -> None:
+        self.room[n.free["legacy"] + n.free["dra"]] += 1
+        _file(self.fit, n.pos, n.free, n.largest)
+        if self.moving:
+            self._add_moving(n)
+
+    def _add_moving(self, n: _Node) -> None:
         name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
-        self.room[legacy + dra] += 1
-        insort(self.fit["legacy"][legacy][n.largest[0]].setdefault(dra, []), pos)
-        insort(self.fit["dra"][dra][n.largest[1]].setdefault(legacy, []), pos)
         if n.changeable:
             if name in self.move_ok["to-legacy"]:
-                insort(self.move["to-legacy"][n.pool][(legacy, dra)], pos)
+                grid = self.move["to-legacy"][n.pool]
+                insort(grid.setdefault(legacy, {}).setdefault(dra, {}).setdefault(n.sig, []), pos)
             if name in self.move_ok["to-dra"]:
-                insort(self.move["to-dra"][n.pool][(dra, legacy)], pos)
+                grid = self.move["to-dra"][n.pool]
+                insort(grid.setdefault(dra, {}).setdefault(legacy, {}).setdefault(n.sig, []), pos)
 
     def _remove(self, n: _Node) -> None:
         name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         self.room[legacy + dra] -= 1
-        sides: tuple[tuple[Api, int, int, int], ...] = (("legacy", legacy, dra, 0), ("dra", dra, legacy, 1))
-        for api, mine, theirs, s in sides:
-            by_largest = self.fit[api].get(mine)
-            if not by_largest:
-                continue
-            by_other = by_largest.get(n.largest[s])
-            bucket = by_other.get(theirs) if by_other else None
-            if by_other is not None and bucket is not None:
-                i = bisect_left(bucket, pos)
-                if i < len(bucket) and bucket[i] == pos:
-                    del bucket[i]
-                if not bucket:
-                    del by_other[theirs]
-                    if not by_other:
-                        del by_largest[n.largest[s]]
-        if n.changeable:
-            sides_moving: tuple[tuple[Direction, tuple[int, int]], ...] = (
-                ("to-legacy", (legacy, dra)), ("to-dra", (dra, legacy)))
-            for d, key in sides_moving:
+        _unfile(self.fit, pos, n.free, n.largest)
+        if self.moving and n.changeable:
+            sides_moving: tuple[tuple[Direction, int, int], ...] = (
+                ("to-legacy", legacy, dra), ("to-dra", dra, legacy))
+            for d, have, give in sides_moving:
                 if name in self.move_ok[d]:
-                    bucket = self.move[d][n.pool][key]
+                    grid = self.move[d][n.pool]
+                    row = grid.get(have)
+                    by_sig = row.get(give) if row else None
+                    bucket = by_sig.get(n.sig) if by_sig else None
+                    if row is None or by_sig is None or bucket is None:
+                        continue
                     i = bisect_left(bucket, pos)
                     if i < len(bucket) and bucket[i] == pos:
                         del bucket[i]
+                    if not bucket:
+                        del by_sig[n.sig]
+                        if not by_sig:
+                            del row[give]
+                            if not row:
+                                del grid[have]
 
     def best_fit(self, api: Api, gpus: int, top: int) -> int | None:
-        """A node where `gpus` free GPUs of `api` fit inside one topology group, else any node where they fit; among
-        those, the node left with the fewest free GPUs of `api`, then with the fewest of the other API (so the free
-        GPUs a later move could use stay together), then the first by name. Its place (`_Node.pos`)."""
-        by_free = self.fit[api]
-        fallback: int | None = None
-        for c in range(gpus, top + 1):
-            by_largest = by_free.get(c)
-            if not by_largest:
-                continue
-            if len(by_largest) == 1:  # the common case: every node alike
-                size, by_other = next(iter(by_largest.items()))
-                if size >= gpus:
-                    return by_other[min(by_other)][0]
-                if fallback is None:
-                    fallback = by_other[min(by_other)][0]
-                continue
-            whole = sorted(size for size in by_largest if size >= gpus)
-            if whole:
-                return _fewest_other(by_largest, whole)
-            if fallback is None:
-                fallback = _fewest_other(by_largest, sorted(by_largest))
-        return fallback
+        """`_best_fit` on this index's present counts."""
+        return _best_fit(self.fit, api, gpus, top)
 
 
 def _position(n: _Node) -> int:
@@ -445,7 +576,13 @@ class _Planner:
         self.read_clock = False
         # Bumped on every change of a node's plan: a search on an unchanged plan has the same answer.
         self.version = 0
-        self.candidates: dict[tuple[int, Api, int], tuple[int, tuple[_Node, int, int] | None]] = {}
+        self.candidates: dict[tuple[int, Api, int], tuple[int, _Found | None]] = {}
+        # Per kind of pod (constraints, API, GPUs), the plan's version when step 3 last blocked one and why: a pod of
+        # that kind is blocked alike while no plan changed (its fit, search, budget and diagnosis read nothing else).
+        self.held: dict[tuple[Constraints, Api, int], tuple[int, BlockReason, str]] = {}
+        # What step 3 saw, per kind of pod (`_Seen`), and the nodes it changed (None: step 1 has not ended).
+        self.seen: dict[tuple[Constraints, Api, int], _Seen] = {}
+        self.touched: set[str] | None = None
 
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -468,7 +605,7 @@ class _Planner:
                     if c.allows(v.name, v.labels, v.taints, v.unschedulable):
                         eligible += alike
                 eligible.sort(key=_position)  # name order, as every index lists its nodes
-            idx = _Index(eligible, self.move_ok)
+            idx = _Index(c, eligible, self.move_ok)
             self.indexes[c] = idx
             for n in eligible:
                 self.members[n.name].append(idx)
@@ -477,6 +614,8 @@ class _Planner:
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
              direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
         self.version += 1
+        if self.touched is not None:
+            self.touched.add(n.name)
         idxs = self.members.get(n.view.name, ())
         for idx in idxs:
             idx._remove(n)
@@ -495,17 +634,26 @@ class _Planner:
         for idx in idxs:
             idx._add(n)
 
-    def move(self, n: _Node, to: Api, count: int, group: int = -1) -> None:
+    def move(self, n: _Node, to: Api, count: int, group: int = -1, take: int = 0) -> None:
+        """`count` free GPUs of `n` move to `to`; `take`: then a pod takes that many free GPUs of `to` there (one
+        update of the indexes for both)."""
         frm = other(to)
         free = dict(n.free)
         free[frm] -= count
-        free[to] += count
-        self._set(n, free, n.dra + (count if to == "dra" else -count), direction_to(to),
-                  lambda: n.move_groups(to, count, group))
+        free[to] += count - take
+
+        def groups() -> None:
+            n.move_groups(to, count, group)
+            if take:
+                n.take_groups(to, take)
+
+        self._set(n, free, n.dra + (count if to == "dra" else -count), direction_to(to), groups)
         self.budget -= count
 
-    def take(self, n: _Node, api: Api, gpus: int) -> None:
+    def take(self, n: _Node, api: Api, gpus: int, in_step_1: bool = False) -> None:
         self.version += 1
+        if self.touched is not None and not in_step_1:
+            self.touched.add(n.name)
         idxs = self.members.get(n.name, ())
         for idx in idxs:
             idx._remove(n)
@@ -555,10 +703,10 @@ class _Planner:
             return True
         return self.pool_legacy[pool] - count >= self.floor(pool)
 
-    def _candidate(self, idx: _Index, pod: PendingPod) -> tuple[_Node, int, int] | None:
-        """The node needing the fewest moves for `pod`, that number (ignoring the rate limit), and the topology
-        group the moves are counted from (-1: none holds them all). Remembered while no plan changes (the pods a
-        rate limit blocks ask again and again)."""
+    def _candidate(self, idx: _Index, pod: PendingPod) -> _Found | None:
+        """The node needing the fewest moves for `pod`, that number (ignoring the rate limit), the topology group the
+        moves are counted from (-1: none holds them all) and its rank (`_search`). Remembered while no plan changes
+        (the pods a rate limit blocks ask again and again)."""
         key = (id(idx), pod.api, pod.gpus)
         cached = self.candidates.get(key)
         if cached is not None and cached[0] == self.version:
@@ -567,66 +715,88 @@ class _Planner:
         self.candidates[key] = (self.version, found)
         return found
 
-    def _search(self, idx: _Index, pod: PendingPod) -> tuple[_Node, int, int] | None:
+    def _search(self, idx: _Index, pod: PendingPod) -> _Found | None:
+        """The least rank (-have, tier, slack, give, place) over the nodes that may move GPUs to the pod's API, have
+        `have` free GPUs of it (fewer than the pod asks) and `give` free GPUs of the other API that make up the rest:
+        the most free GPUs of its API, then `_Node.move_rank` (one group first, the tightest), then the fewest GPUs of
+        the other API (best fit), then the first by name. Every candidate counts (a bucket's signatures each rank
+        once): the answer is the least of a set, so a node that changed elsewhere changes it only by ranking lower
+        (`_Run._fits_alongside` relies on that)."""
         d = direction_to(pod.api)
         g = pod.gpus
         top = self.top
-        grids = sorted(idx.move[d].items())
+        grids = idx.grids(d)
         for have in range(min(g - 1, top), -1, -1):
             need = g - have
-            best: tuple[int, int, int, str, int] | None = None  # tier, slack, give, name, group
+            best: tuple[int, int, int, int, int] | None = None  # tier, slack, give, place, group
             for pool, grid in grids:
-                if not self._pool_allows(pool, d, need):
+                row = grid.get(have)
+                if not row or not self._pool_allows(pool, d, need):
                     continue
                 for give in range(need, top + 1):
-                    bucket = grid.get((have, give))
-                    if not bucket:
+                    by_sig = row.get(give)
+                    if not by_sig:
                         continue
-                    pick: tuple[int, int, int, str, int] | None = None
-                    for i, pos in enumerate(bucket):
-                        n = self.by_pos[pos]
-                        tier, slack, group = n.move_rank(pod.api, need)
-                        key = (tier, slack, give, n.name, group)
-                        if pick is None or key[:2] < pick[:2]:
+                    pick: tuple[int, int, int, int, int] | None = None
+                    for places in by_sig.values():
+                        tier, slack, group = self.by_pos[places[0]].move_rank(pod.api, need)
+                        key = (tier, slack, give, places[0], group)
+                        if pick is None or key < pick:
                             pick = key
-                        if (tier, slack) == (0, 0) or i >= _SCAN_FOR_GROUP:
-                            break
                     assert pick is not None
                     if best is None or pick < best:
                         best = pick
                     if pick[:2] == (0, 0):
                         break  # a larger `give` in this pool is a worse fit, and no group fits better
             if best is not None:
-                return self.nodes[best[3]], need, best[4]
+                return self.by_pos[best[3]], need, best[4], (-have, *best[:4])
         return None
 
     def place_by_moves(self, pod: PendingPod) -> tuple[Placement | None, Blocked | None]:
-        placed = self.fit(pod)  # the floor step may have freed legacy GPUs where it now fits
-        if placed is not None:
-            return placed, None
+        kind = (pod.constraints, pod.api, pod.gpus)
+        held = self.held.get(kind)
+        if held is not None and held[0] == self.version:  # blocked as the last pod of its kind, nothing changed since
+            return None, Blocked(pod.key, pod.api, pod.gpus, held[1], held[2])
         idx = self.index(pod.constraints)
-        found = self._candidate(idx, pod) if idx.has_room(pod.gpus) else None
+        seen = self.seen.get(kind)
+        if seen is None:
+            seen = self.seen[kind] = _Seen()
+        pos = idx.best_fit(pod.api, pod.gpus, self.top)  # the floor step may have freed GPUs where it now fits
+        if pos is not None:
+            n = self.by_pos[pos]
+            seen.fitted(n.fit_key(pod.api, pod.gpus))
+            self.take(n, pod.api, pod.gpus)
+            return Placement(pod.key, n.name, 0), None
+        seen.fitted(_NONE)
+        seen.roomed = True
+        found = None
+        if idx.has_room(pod.gpus):
+            found = self._candidate(idx, pod)
+            seen.searched(_NONE if found is None else found[3])
         if found is None:
-            reason, message = self._diagnose(idx, pod)
+            reason, message = self._diagnose(idx, pod, seen)
+            self.held[kind] = (self.version, reason, message)
             return None, Blocked(pod.key, pod.api, pod.gpus, reason, message)
-        n, need, group = found
+        n, need, group, _ = found
         if need > self.budget:
+            message = (f"needs {need} GPUs moved on {n.view.name}; the limit of "
+                       f"{self.policy.max_moves_per_minute} moves per minute is reached")
             if self.budget > 0:  # spend what is left on the best node; the rest follows next minute
                 self.move(n, pod.api, self.budget, group)
                 n.served.append(pod)
-            return None, Blocked(pod.key, pod.api, pod.gpus, "rate-limit",
-                                 f"needs {need} GPUs moved on {n.view.name}; the limit of "
-                                 f"{self.policy.max_moves_per_minute} moves per minute is reached")
-        self.move(n, pod.api, need, group)
-        self.take(n, pod.api, pod.gpus)
+            else:
+                self.held[kind] = (self.version, "rate-limit", message)
+            return None, Blocked(pod.key, pod.api, pod.gpus, "rate-limit", message)
+        self.move(n, pod.api, need, group, take=pod.gpus)
         n.served.append(pod)
         return Placement(pod.key, n.view.name, need), None
 
-    def _diagnose(self, idx: _Index, pod: PendingPod) -> tuple[BlockReason, str]:
+    def _diagnose(self, idx: _Index, pod: PendingPod, seen: _Seen) -> tuple[BlockReason, str]:
         key = (pod.constraints, pod.api, pod.gpus)
         cached = self.diagnosis.get(key)
         if cached is not None:
             return cached
+        seen.most = max((n.free["legacy"] + n.free["dra"] for n in idx.nodes), default=0)
         out = self._diagnose_uncached(idx, pod)
         self.diagnosis[key] = out
         return out
@@ -759,10 +929,11 @@ class _Run:
     then every pod that did not fit, by moves (step 3). Between decisions the usual event is a new pending pod, and
     a new pod comes last in the queue (it is the youngest). When nothing else changed (the same `NodeView` objects,
     policy, rate-limit budget and cool-downs), planning from scratch repeats every step of the last decision and
-    then takes the new pod's: its fit fails where it failed at the end of step 1 (`fit_room`: the most free GPUs per
-    API of each eligibility index then), so it only adds its step 3 at the end; or, when step 3 had no pod yet, its
-    fit is the last of step 1. The plan kept is the last decision's plan after its last step, so the new decision
-    costs the new pod's step, not every pod's.
+    then takes the new pod's. When step 3 had no pod yet, its fit is the last of step 1. Otherwise its fit is tried
+    where step 1 ended (`fit1`: the fit buckets as step 1 left them): where it fails, it only adds its step 3 at the
+    end; where it fits on a node, it goes on when that node, with the pod's GPUs taken, changes no step of step 3
+    (`_fits_alongside`). The plan kept is the last decision's plan after its last step, so the new decision costs
+    the new pod's step, not every pod's.
 
     The other usual event is the scheduler binding pods step 1 placed on free GPUs, in queue order: the first ones
     leave the queue and their nodes' views lose the free GPUs their steps took. Planning from scratch then starts
@@ -772,8 +943,9 @@ class _Run:
     a binding as the core had fitted them) changes no step either.
 
     Anything else (another pod gone, or one inserted before the end, a node's view replaced otherwise, the clock
-    moving a budget or cool-down, a new pod that would have fit in step 1 before step 3's pods) plans from scratch.
-    The plan kept costs memory between decisions: some 13 MB at 5,000 nodes and 10,000 pods."""
+    moving a budget or cool-down, a new pod that fits in step 1 on a node step 3 changed or would now choose or
+    count differently) plans from scratch. The plan kept costs memory between decisions: some 11 MB at 5,000 nodes
+    and 10,000 pods (0.8 MB of it the fit buckets as step 1 left them)."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                  now: float) -> None:
@@ -800,9 +972,9 @@ class _Run:
         self.order = order
         # A pool below its floor makes step 2 act on what step 1 left: a plan never goes on from there.
         self.floor_short = any(planner.floor(pool) > planner.pool_legacy[pool] for pool in planner.pool_total)
-        self.fit_room: dict[Constraints, tuple[int, int]] | None = None
+        self.fit1: dict[Constraints, dict[Api, Fit]] | None = None
         if unplaced:
-            self.fit_room = self._fit_room()
+            self._end_step_1()
         planner.restore_floors()
         for pod in unplaced:
             self._by_moves(pod)
@@ -811,13 +983,11 @@ class _Run:
         self.pods[pod.api] += 1
         self.gpus[pod.api] += pod.gpus
 
-    def _fit_room(self) -> dict[Constraints, tuple[int, int]]:
-        """Per eligibility index, the most free GPUs a node has of each API (legacy, dra) now: a pod fits (step 1)
-        exactly when its API's count reaches its request (`_Index.best_fit` takes any node with enough)."""
-        def most(idx: _Index, api: Api) -> int:
-            return max((k for k, by_largest in idx.fit[api].items() if by_largest), default=-1)
-
-        return {c: (most(idx, "legacy"), most(idx, "dra")) for c, idx in self.planner.indexes.items()}
+    def _end_step_1(self) -> None:
+        """Step 1 ends: keep each index's fit buckets as they are now (`fit1`, where a pod added at the end of the
+        queue fits in step 1), and note from here on the nodes a step changes (`_Planner.touched`)."""
+        self.fit1 = {c: _copy_fit(idx.fit) for c, idx in self.planner.indexes.items()}
+        self.planner.touched = set()
 
     def _by_moves(self, pod: PendingPod) -> None:
         placed, block = self.planner.place_by_moves(pod)
@@ -849,20 +1019,71 @@ class _Run:
         planner.memory, planner.now = memory, now  # a diagnosis from here on reads this clock
         self.memory, self.now = memory, now
         for pod in order[k:]:
-            if self.fit_room is None:  # no pod needed moves yet: the plan is still where step 1 ended
+            if self.fit1 is None:  # no pod needed moves yet: the plan is still where step 1 ended
                 placed = planner.fit(pod)
                 if placed is not None:
                     self.fitted.append(placed)
                 else:
-                    self.fit_room = self._fit_room()  # step 1 ends here; step 2 does nothing (no pool short)
+                    self._end_step_1()  # step 1 ends here; step 2 does nothing (no pool short)
                     self._by_moves(pod)
             else:
-                room = self.fit_room.get(pod.constraints)
-                if room is None or room[_SIDE[pod.api]] >= pod.gpus:
-                    return False  # a new eligibility index, or it fits where step 1 ended: before step 3's pods
-                self._by_moves(pod)
+                fit1 = self.fit1.get(pod.constraints)
+                if fit1 is None:
+                    return False  # a new eligibility index
+                pos = _best_fit(fit1, pod.api, pod.gpus, planner.top)
+                if pos is None:  # it does not fit where step 1 ended: its step comes after step 3's pods
+                    self._by_moves(pod)
+                elif not self._fits_alongside(pod, planner.by_pos[pos]):
+                    return False
             self._count(pod)
         self.order = order
+        return True
+
+    def _fits_alongside(self, pod: PendingPod, x: _Node) -> bool:
+        """Place `pod`, added at the end of the queue, on `x`, where it fits at the end of step 1, when that is
+        what planning from scratch does: every step of step 3 then as it was. False (nothing changed) when that
+        cannot be told.
+
+        From scratch, `pod` takes its GPUs on `x` after the other fits and before step 3, so step 3 sees `x` with
+        fewer free GPUs. A step that did not choose `x` (a node step 3 changed is refused: `x` must be as step 1 left
+        it) chose the least of a set of candidates (`_best_fit`, `_Planner._search`): without `x` as it was and with
+        `x` as the pod leaves it, the least changes only when `x` now ranks below it. So every kind of pod step 3
+        took (`_Seen`) is checked against `x` as the pod leaves it: its fits, its searches (worst choice among them),
+        whether some other node still has room when `x` no longer does, and whether its diagnosis could name `x` or
+        its free GPUs. The plan then takes the pod on `x` as of step 1 (`fit1` too); every other step stands."""
+        planner = self.planner
+        assert planner.touched is not None and self.fit1 is not None  # (both kept from the end of step 1 on)
+        if x.name in planner.touched:
+            return False
+        after = x.clone()
+        after.free[pod.api] -= pod.gpus
+        after.take_groups(pod.api, pod.gpus)
+        after.measure()
+        before_room, after_room = sum(x.free.values()), sum(after.free.values())
+        mine = {idx.constraints: idx for idx in planner.members.get(x.name, ())}
+        for (constraints, api, gpus), seen in planner.seen.items():
+            idx = mine.get(constraints)
+            if idx is None:
+                continue  # `x` is not eligible for those pods
+            if after.free[api] >= gpus and after.fit_key(api, gpus) < seen.fit:
+                return False  # a fit would take `x`
+            if seen.roomed and after_room < gpus <= before_room and idx.roomy(gpus) <= 1:
+                return False  # `x` may have been the only node with room (totals only fall in step 3)
+            d = direction_to(api)
+            have, give = after.free[api], after.free[other(api)]
+            if x.changeable and x.name in planner.move_ok[d] and have < gpus and have <= planner.top \
+                    and give >= gpus - have:
+                tier, slack, _ = after.move_rank(api, gpus - have)
+                if (-have, tier, slack, give, x.pos) < seen.search:
+                    return False  # a search would take `x`
+            if seen.most is not None and before_room >= min(gpus, seen.most):
+                return False  # its diagnosis counted `x`'s free GPUs
+        for idx in mine.values():
+            fit1 = self.fit1[idx.constraints]  # (every index exists by the end of step 1)
+            _unfile(fit1, x.pos, x.free, x.largest)
+            _file(fit1, x.pos, after.free, after.largest)
+        planner.take(x, pod.api, pod.gpus, in_step_1=True)
+        self.fitted.append(Placement(pod.key, x.name, 0))
         return True
 
     def _gone(self, order: list[PendingPod]) -> list[int] | None:

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 import bridge.controller.decide as core
 from bridge.controller.decide import decide
-from bridge.controller.model import Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Policy, PoolPolicy
+from bridge.controller.model import (Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Placement, Policy,
+                                    PoolPolicy)
 from bridge.kvalues.placement import Constraints, Taint, Toleration
 from tests.controller.test_decide_properties import clusters, pending
 
@@ -208,7 +209,9 @@ def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan()
         assert got == decide(nodes, pods, policy, reuse=False)
 
 
-def test_a_new_pod_that_would_fit_before_the_pods_waiting_for_moves_is_planned_from_scratch() -> None:
+def test_a_new_pod_that_fits_on_a_node_step_3_moved_gpus_on_is_planned_from_scratch() -> None:
+    """From scratch, the legacy pod takes node-000's free legacy GPU before any move, and the DRA pod the plan had
+    sent there goes elsewhere."""
     nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
     kept = core._last
     pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0)]  # fits at once, before every move
@@ -216,6 +219,40 @@ def test_a_new_pod_that_would_fit_before_the_pods_waiting_for_moves_is_planned_f
     assert core._last is not kept
     assert got == decide(nodes, pods, policy, reuse=False)
     assert any(p.pod == "ns/legacy" and p.moves == 0 for p in got.placements)
+
+
+def test_a_new_pod_that_fits_where_no_step_of_step_3_could_look_goes_on_from_the_last_plan() -> None:
+    """x has one free legacy GPU: too few for any DRA pod's moves before the legacy pod takes it, none after.
+    Planning from scratch places the legacy pod there first and then takes every other step as before."""
+    nodes = [*bench_like(20, 8), NodeView("x", 8, 0, legacy_held=7)]
+    pods = [PendingPod(f"ns/p{i}", "dra", 2, "ns", since=float(i)) for i in range(30)]
+    policy = Policy(max_moves_per_minute=1000)
+    decide(nodes, pods, policy)
+    kept = core._last
+    pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0)]
+    got = decide(nodes, pods, policy)
+    assert core._last is kept, "planned from scratch"
+    assert got == decide(nodes, pods, policy, reuse=False)
+    assert got.placements[0] == Placement("ns/legacy", "x", 0)
+    assert len(got.placements) == 31 and got.blocked == ()
+
+
+def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_is_planned_from_scratch() -> None:
+    """The DRA pod is blocked because only the pinned node x has room for it. The legacy pod fits on x at once;
+    planned from scratch, nobody has room for the DRA pod any more, and its reason says so."""
+    nodes = [NodeView("x", 4, 0, legacy_held=1, frozen="pinned", frozen_reason="pinned by an operator"),
+             NodeView("y", 4, 0, legacy_held=4)]
+    pods = [PendingPod("ns/big", "dra", 3, "ns", since=0.0)]
+    policy = Policy(max_moves_per_minute=1000)
+    (first,) = decide(nodes, pods, policy).blocked
+    assert first.reason == "frozen"
+    kept = core._last
+    pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=1.0)]
+    got = decide(nodes, pods, policy)
+    assert core._last is not kept
+    assert got == decide(nodes, pods, policy, reuse=False)
+    (blocked,) = got.blocked
+    assert blocked.reason == "no-capacity" and "(the most is 2)" in blocked.message
 
 
 def decide_twice(nodes: list[NodeView], pods: list[PendingPod], policy: Policy, memory: Memory, now: float,

@@ -123,3 +123,14 @@ def test_when_no_node_fits_the_pod_in_one_island_best_fit_decides() -> None:
     a = NodeView("a", 8, 8, dra_held=5, groups=(island(0, 0, 2), island(1, 0, 1)))
     b = NodeView("b", 8, 8, dra_held=4, groups=(island(0, 0, 2), island(1, 0, 2)))
     assert [p.node for p in decide([a, b], [pod("dra", 3)], FREE).placements] == ["a"]
+
+
+def test_the_one_node_that_moves_a_whole_numa_node_wins_however_many_alike_nodes_come_before_it() -> None:
+    # Twenty nodes alike in free counts: nineteen split their 4 free legacy GPUs over two NUMA nodes, the last by
+    # name holds all four in one. Every candidate is ranked (nodes of one grouping once), not the first few of a
+    # bucket: the 4-GPU pod goes to the one node where its GPUs end up together.
+    split = [NodeView(f"n{i:02d}", 8, 0, legacy_held=4, groups=(FreeGroup("numa-0", 2), FreeGroup("numa-1", 2)))
+             for i in range(19)]
+    whole = NodeView("n19", 8, 0, legacy_held=4, groups=(FreeGroup("numa-0", 4), FreeGroup("numa-1", 0)))
+    (change,) = decide([*split, whole], [pod("dra", 4)], FREE).changes
+    assert (change.node, change.dra, change.groups) == ("n19", 4, ("numa-0",))
