@@ -99,6 +99,7 @@ from bridge.ledger.choice import group_order
 _SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free legacy, free dra]
 _NO_GROUP = (2, 0, -1)  # a move rank when no one group holds the GPUs to move
 _NONE: tuple[float] = (float("inf"),)  # ranks after every node's: a fit or search that found none
+_FOR_GOOD = -1  # a plan version no plan has: `_Planner.held` for a pod kind no node has room for
 
 
 class _Seen:
@@ -578,9 +579,11 @@ class _Planner:
         self.version = 0
         self.candidates: dict[tuple[int, Api, int], tuple[int, _Found | None]] = {}
         # Per kind of pod (constraints, API, GPUs), the plan's version when step 3 last blocked one and why: a pod of
-        # that kind is blocked alike while no plan changed (its fit, search, budget and diagnosis read nothing else).
+        # that kind is blocked alike while no plan changed (its fit, search, budget and diagnosis read nothing else),
+        # and for good (`_FOR_GOOD`) when no eligible node had room for it: a node's free GPUs on both sides together
+        # only fall as a plan goes on (a move keeps them, a pod takes some), so none will.
         self.held: dict[tuple[Constraints, Api, int], tuple[int, BlockReason, str]] = {}
-        # What step 3 saw, per kind of pod (`_Seen`), and the nodes it changed (None: step 1 has not ended).
+        # What step 3 saw, per kind of pod (`_Seen`), and the nodes it changed or chose (None: step 1 has not ended).
         self.seen: dict[tuple[Constraints, Api, int], _Seen] = {}
         self.touched: set[str] | None = None
 
@@ -755,7 +758,7 @@ class _Planner:
     def place_by_moves(self, pod: PendingPod) -> tuple[Placement | None, Blocked | None]:
         kind = (pod.constraints, pod.api, pod.gpus)
         held = self.held.get(kind)
-        if held is not None and held[0] == self.version:  # blocked as the last pod of its kind, nothing changed since
+        if held is not None and held[0] in (self.version, _FOR_GOOD):  # blocked as the last pod of its kind was
             return None, Blocked(pod.key, pod.api, pod.gpus, held[1], held[2])
         idx = self.index(pod.constraints)
         seen = self.seen.get(kind)
@@ -770,14 +773,17 @@ class _Planner:
         seen.fitted(_NONE)
         seen.roomed = True
         found = None
-        if idx.has_room(pod.gpus):
+        room = idx.has_room(pod.gpus)
+        if room:
             found = self._candidate(idx, pod)
             seen.searched(_NONE if found is None else found[3])
         if found is None:
             reason, message = self._diagnose(idx, pod, seen)
-            self.held[kind] = (self.version, reason, message)
+            self.held[kind] = (self.version if room else _FOR_GOOD, reason, message)
             return None, Blocked(pod.key, pod.api, pod.gpus, reason, message)
         n, need, group, _ = found
+        if self.touched is not None:  # chosen, even where the budget lets nothing move
+            self.touched.add(n.name)
         if need > self.budget:
             message = (f"needs {need} GPUs moved on {n.view.name}; the limit of "
                        f"{self.policy.max_moves_per_minute} moves per minute is reached")
@@ -985,7 +991,7 @@ class _Run:
 
     def _end_step_1(self) -> None:
         """Step 1 ends: keep each index's fit buckets as they are now (`fit1`, where a pod added at the end of the
-        queue fits in step 1), and note from here on the nodes a step changes (`_Planner.touched`)."""
+        queue fits in step 1), and note from here on the nodes a step changes or chooses (`_Planner.touched`)."""
         self.fit1 = {c: _copy_fit(idx.fit) for c, idx in self.planner.indexes.items()}
         self.planner.touched = set()
 
@@ -1044,13 +1050,14 @@ class _Run:
         what planning from scratch does: every step of step 3 then as it was. False (nothing changed) when that
         cannot be told.
 
-        From scratch, `pod` takes its GPUs on `x` after the other fits and before step 3, so step 3 sees `x` with
-        fewer free GPUs. A step that did not choose `x` (a node step 3 changed is refused: `x` must be as step 1 left
-        it) chose the least of a set of candidates (`_best_fit`, `_Planner._search`): without `x` as it was and with
-        `x` as the pod leaves it, the least changes only when `x` now ranks below it. So every kind of pod step 3
-        took (`_Seen`) is checked against `x` as the pod leaves it: its fits, its searches (worst choice among them),
-        whether some other node still has room when `x` no longer does, and whether its diagnosis could name `x` or
-        its free GPUs. The plan then takes the pod on `x` as of step 1 (`fit1` too); every other step stands."""
+        From scratch, `pod` takes its GPUs on `x` after the other fits and before step 3, so step 3 sees `x` with fewer
+        free GPUs. A step that did not choose `x` (a node step 3 changed or chose is refused: `x` must be as step 1 left
+        it, and no step's answer) chose the least of a set of candidates (`_best_fit`, `_Planner._search`): without `x`
+        as it was and with `x` as the pod leaves it, the least changes only when `x` now ranks below it. So every kind
+        of pod step 3 took (`_Seen`) is checked against `x` as the pod leaves it: its fits, its searches (worst choice
+        among them), whether some other node still has room when `x` no longer does, and whether its diagnosis could
+        name `x` or its free GPUs. The plan then takes the pod on `x` as of step 1 (`fit1` too); every other step
+        stands."""
         planner = self.planner
         assert planner.touched is not None and self.fit1 is not None  # (both kept from the end of step 1 on)
         if x.name in planner.touched:

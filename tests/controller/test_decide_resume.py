@@ -64,11 +64,11 @@ def held_in_group(v: NodeView, api: Api, gpus: int, which: int) -> NodeView:
 
 def bind(nodes: list[NodeView], pods: list[PendingPod], last: Decision, which: int, how: int
          ) -> tuple[list[NodeView], list[PendingPod]]:
-    """The scheduler binds pods the last decision placed on free GPUs, where the views have them (`which`: 0-11 the first, 12-14 the first two,
-    else a later one, out of queue order) and the views change: `how` 0-2 as planned (one more GPU held per GPU of
-    the pod, topology groups not reported yet), 3 the daemon reporting the group the GPUs came from, 4 on another
-    node, 5 another count of GPUs, 6 the views not changed yet, 7 the views changed but the pods still pending (a
-    claim allocated before the binding), 8 as planned but the node moved to the other zone."""
+    """The scheduler binds pods the last decision placed on free GPUs, where the views have them (`which`: 0-11 the
+    first, 12-14 the first two, else a later one, out of queue order) and the views change: `how` 0-2 as planned (one
+    more GPU held per GPU of the pod, topology groups not reported yet), 3 the daemon reporting the group the GPUs came
+    from, 4 on another node, 5 another count of GPUs, 6 the views not changed yet, 7 the views changed but the pods
+    still pending (a claim allocated before the binding), 8 as planned but the node moved to the other zone."""
     fits = [p for p in last.placements if p.moves == 0]
     chosen = fits[:2] if 12 <= which < 15 else fits[max(0, which - 15):][:1]
     by_key = {p.key: p for p in pods}
@@ -235,6 +235,23 @@ def test_a_new_pod_that_fits_where_no_step_of_step_3_could_look_goes_on_from_the
     assert got == decide(nodes, pods, policy, reuse=False)
     assert got.placements[0] == Placement("ns/legacy", "x", 0)
     assert len(got.placements) == 31 and got.blocked == ()
+
+
+def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_is_planned_from_scratch() -> None:
+    """With no moves left this minute, p1's step chose n1 (one GPU to move) and changed nothing there. The new pod
+    takes n1's free legacy GPU first when planned from scratch, and p1 then needs two moves on n1."""
+    nodes = [NodeView("n0", 1, 0), NodeView("n1", 4, 2, legacy_held=1)]
+    pods = [PendingPod("ns/p0", "legacy", 1, "ns", since=0.0), PendingPod("ns/p1", "legacy", 2, "ns", since=1.0)]
+    policy = Policy(max_moves_per_minute=0)
+    (first,) = decide(nodes, pods, policy).blocked
+    assert first.message.startswith("needs 1 GPUs moved on n1")
+    kept = core._last
+    pods = [*pods, PendingPod("ns/q", "legacy", 1, "ns", since=2.0)]
+    got = decide(nodes, pods, policy)
+    assert core._last is not kept
+    assert got == decide(nodes, pods, policy, reuse=False)
+    (blocked,) = got.blocked
+    assert blocked.reason == "rate-limit" and blocked.message.startswith("needs 2 GPUs moved on n1")
 
 
 def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_is_planned_from_scratch() -> None:
