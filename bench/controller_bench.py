@@ -28,13 +28,13 @@ as in part 1b) plus the core, over a run of max(5, 3 x --repeat) events of each 
   new pod     a new pending pod of the scenario's mix (the youngest: last in the queue), the views unchanged: the
               core goes on from its last plan when the pod needs nothing earlier pods' steps would see (median, the
               max, and in how many of the events it went on; the others planned from scratch, e.g. a pod that fits
-              while older ones wait for moves)
+              on free GPUs of a node whose GPUs the plan moved for an older pod)
   bound+new   the scheduler binds the first pod the last decision placed on free GPUs (its node's view changes: as
               many more GPUs held as the pod asked for, its topology groups not reported yet) and a new pod arrives:
               the core goes on from its last plan when the node's view is the one that pod's step left it
               (median, max, in how many events it went on; the others planned from scratch, e.g. a PCIe node whose
-              unreported groups read as other GPUs taken than the step took, or a new pod that fits while older ones
-              wait for moves)
+              unreported groups read as other GPUs taken than the step took, or a new pod that fits on a node whose
+              GPUs the plan moved for an older pod)
 The ratio is rebuild / new pod. Target (issue 25): <= 100 ms.
 
 Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
