@@ -530,7 +530,8 @@ def _fewest_other(by_largest: Mapping[int, Mapping[int, Sequence[int]]], sizes: 
 
 
 class _Planner:
-    def __init__(self, nodes: Sequence[NodeView], policy: Policy, memory: Memory, now: float) -> None:
+    def __init__(self, nodes: Sequence[NodeView], policy: Policy, memory: Memory, now: float,
+                 before: _Planner | None = None) -> None:
         self.policy = policy
         self.memory = memory
         self.now = now
@@ -573,6 +574,11 @@ class _Planner:
         self.written: dict[str, TargetChange | None] = {}
         self.stale: set[str] = set()
         self.written_order: list[str] = []
+        # Per node written, what its change was made from (`_Planner.made_from`) and the change: a node whose plan
+        # ends as it was keeps its change, and a plan from scratch takes the last plan's (`before`, until its first
+        # `changes`) where a node's plan is the same, since formatting every reason took a sixth of such a plan.
+        self.made: dict[str, tuple[tuple[object, ...], TargetChange]] = {}
+        self.before: Mapping[str, tuple[tuple[object, ...], TargetChange]] = before.made if before else {}
         # Whether a diagnosis read the clock (a cool-down's seconds left): the plan then holds only at that `now`.
         self.read_clock = False
         # Bumped on every change of a node's plan: a search on an unchanged plan has the same answer.
@@ -844,21 +850,35 @@ class _Planner:
     def changes(self) -> tuple[TargetChange, ...]:
         """The target changes, in name order. A node's change is written again only when its plan changed since the
         last call (its reason names every pod it serves: rewriting them all took a tenth of a decision)."""
-        written = self.written
+        written, made, before = self.written, self.made, self.before
         grew = False
         for name in self.stale:
             n = self.nodes[name]
             grew = grew or name not in written
             if n.dra == n.view.dra:
                 written[name] = None
+                made.pop(name, None)
                 continue
-            assert n.view.is_safe(n.dra), f"unsafe target {n.dra} for {n.view}"
-            written[name] = TargetChange(n.view.name, n.view.dra, n.dra, n.view.target, self._reason(n),
-                                         tuple(p.key for p in n.served), tuple(n.moved_from))
+            key = self.made_from(n)
+            last = made.get(name) or before.get(name)
+            if last is not None and last[0] == key:
+                change = last[1]
+            else:
+                assert n.view.is_safe(n.dra), f"unsafe target {n.dra} for {n.view}"
+                change = TargetChange(n.view.name, n.view.dra, n.dra, n.view.target, self._reason(n),
+                                      tuple(p.key for p in n.served), tuple(n.moved_from))
+            written[name] = change
+            made[name] = (key, change)
         self.stale.clear()
+        self.before = {}  # (the last plan's changes are not read again: let them go with it)
         if grew:
             self.written_order = sorted(written, key=lambda name: self.nodes[name].pos)
         return tuple(c for c in map(written.__getitem__, self.written_order) if c is not None)
+
+    @staticmethod
+    def made_from(n: _Node) -> tuple[object, ...]:
+        """Everything a node's `TargetChange` is made of: equal for two nodes, their changes are equal."""
+        return (n.view, n.dra, tuple(n.served), tuple(n.moved_from), tuple(n.reasons))
 
     def _reason(self, n: _Node) -> str:
         parts = list(n.reasons)
@@ -954,10 +974,14 @@ class _Run:
     and 10,000 pods (0.8 MB of it the fit buckets as step 1 left them)."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
-                 now: float) -> None:
+                 now: float, last: _Run | None = None) -> None:
+        """Plan from scratch; `last`: the last decision's plan, whose target changes this one takes where a node's
+        plan ends the same (`_Planner.made`)."""
         self.views = tuple(nodes)
         self.policy, self.memory, self.now = policy, memory, now
-        self.planner = planner = _Planner(nodes, policy, memory, now)
+        before: _Planner | None = last.planner if last else None
+        self.planner: _Planner = _Planner(nodes, policy, memory, now, before)
+        planner = self.planner
         self.budget = planner.budget
         self.cooling = {d: set(names) for d, names in planner.cooling.items()}
         self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}  # Decision.free_gpus
@@ -1205,7 +1229,7 @@ def _decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Po
     try:
         run, _last = _last, None  # held by nobody while it changes: an error leaves no half-updated plan behind
         if run is None or not run.resume(nodes, order, policy, memory, now):
-            run = _Run(nodes, order, policy, memory, now)
+            run = _Run(nodes, order, policy, memory, now, run)
         decision = run.decision()
         _last = run
         return decision

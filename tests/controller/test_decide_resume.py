@@ -254,6 +254,39 @@ def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_is_planned
     assert blocked.reason == "rate-limit" and blocked.message.startswith("needs 2 GPUs moved on n1")
 
 
+def test_a_plan_from_scratch_keeps_the_last_plans_change_for_a_node_whose_plan_is_the_same() -> None:
+    """A new legacy pod fits on y, which step 3 moved GPUs of for b: the plan starts over, and y keeps its GPUs for
+    the new pod. x's plan is as it was, and so is its target change (the same object: its reason is not formatted
+    again)."""
+    nodes = [NodeView("x", 4, 0, legacy_held=2), NodeView("y", 4, 0, legacy_held=1)]
+    pods = [PendingPod("ns/a", "dra", 2, "ns", since=0.0), PendingPod("ns/b", "dra", 2, "ns", since=1.0)]
+    policy = Policy(max_moves_per_minute=1000)
+    first = decide(nodes, pods, policy)
+    kept = core._last
+    assert [(c.node, c.pods) for c in first.changes] == [("x", ("ns/a",)), ("y", ("ns/b",))]
+    pods = [*pods, PendingPod("ns/c", "legacy", 3, "ns", since=2.0)]
+    got = decide(nodes, pods, policy)
+    assert core._last is not kept, "planned from scratch"
+    assert got == decide(nodes, pods, policy, reuse=False)
+    assert got.changes == (first.changes[0],) and got.changes[0] is first.changes[0]
+    assert [b.pod for b in got.blocked] == ["ns/b"]
+
+
+def test_a_plan_from_scratch_writes_a_new_reason_for_a_node_whose_view_changed_under_the_same_target() -> None:
+    """The view of x is replaced (a legacy pod bound there): its target is the same, but its reason names the free
+    GPUs it had, so its change is made anew."""
+    nodes = [NodeView("x", 4, 0, legacy_held=1)]
+    pods = [PendingPod("ns/a", "dra", 2, "ns", since=0.0)]
+    policy = Policy(max_moves_per_minute=1000)
+    (first,) = decide(nodes, pods, policy).changes
+    assert "x had 3 free legacy GPUs" in first.reason
+    nodes = [NodeView("x", 4, 0, legacy_held=2)]
+    (got,) = decide(nodes, pods, policy).changes
+    assert got == decide(nodes, pods, policy, reuse=False).changes[0]
+    assert (got.previous, got.dra) == (first.previous, first.dra)
+    assert "x had 2 free legacy GPUs" in got.reason
+
+
 def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_is_planned_from_scratch() -> None:
     """The DRA pod is blocked because only the pinned node x has room for it. The legacy pod fits on x at once;
     planned from scratch, nobody has room for the DRA pod any more, and its reason says so."""
