@@ -37,7 +37,8 @@ from pathlib import Path
 from bridge.sandbox.real.binaries import Binaries
 from bridge.sandbox.real.kubeconfig import write_kubeconfig
 from bridge.sandbox.real.pki import CertPair, TinyCA, service_account_keys
-from bridge.sandbox.real.process import Component, free_port, http_probe, https_probe, start_on_fresh_ports
+from bridge.sandbox.real.process import (Component, free_port, http_probe, https_probe, start_on_fresh_ports,
+                                         start_together)
 
 log = logging.getLogger(__name__)
 
@@ -204,35 +205,35 @@ class ControlPlane:
 
     def _start_managers(self, host: str, ca: TinyCA, sa: CertPair, deadline: float) -> None:
         kcm_kubeconfig = self.kubeconfig_for("kube-controller-manager", "system:kube-controller-manager")
-        kcm_port = free_port(host)
-        kcm = Component("kube-controller-manager", [
-            str(self.bin.path("kube-controller-manager")),
-            f"--kubeconfig={kcm_kubeconfig}", f"--authentication-kubeconfig={kcm_kubeconfig}",
-            f"--authorization-kubeconfig={kcm_kubeconfig}",
-            f"--bind-address={host}", f"--secure-port={kcm_port}",
-            f"--service-account-private-key-file={sa.key}", f"--root-ca-file={ca.pair.cert}",
-            f"--cluster-signing-cert-file={ca.pair.cert}", f"--cluster-signing-key-file={ca.pair.key}",
-            "--use-service-account-credentials=true", "--controllers=*", "--leader-elect=false",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1",
-            *_gates(self.options.feature_gates),
-        ], self.dir / "kube-controller-manager.log", https_probe(kcm_port, "/healthz", host=host))
-
         sched_kubeconfig = self.kubeconfig_for("kube-scheduler", "system:kube-scheduler")
-        sched_port = free_port(host)
-        scheduler = Component("kube-scheduler", [
-            str(self.bin.path("kube-scheduler")),
-            f"--kubeconfig={sched_kubeconfig}", f"--authentication-kubeconfig={sched_kubeconfig}",
-            f"--authorization-kubeconfig={sched_kubeconfig}",
-            f"--bind-address={host}", f"--secure-port={sched_port}", "--leader-elect=false", "--v=1",
-            *_gates(self.options.feature_gates),
-        ], self.dir / "kube-scheduler.log", https_probe(sched_port, "/healthz", host=host))
-        # both at once: neither needs the other to become healthy
+
+        def kcm() -> Component:
+            port = free_port(host)
+            return Component("kube-controller-manager", [
+                str(self.bin.path("kube-controller-manager")),
+                f"--kubeconfig={kcm_kubeconfig}", f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                f"--bind-address={host}", f"--secure-port={port}",
+                f"--service-account-private-key-file={sa.key}", f"--root-ca-file={ca.pair.cert}",
+                f"--cluster-signing-cert-file={ca.pair.cert}", f"--cluster-signing-key-file={ca.pair.key}",
+                "--use-service-account-credentials=true", "--controllers=*", "--leader-elect=false",
+                f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1",
+                *_gates(self.options.feature_gates),
+            ], self.dir / "kube-controller-manager.log", https_probe(port, "/healthz", host=host))
+
+        def scheduler() -> Component:
+            port = free_port(host)
+            return Component("kube-scheduler", [
+                str(self.bin.path("kube-scheduler")),
+                f"--kubeconfig={sched_kubeconfig}", f"--authentication-kubeconfig={sched_kubeconfig}",
+                f"--authorization-kubeconfig={sched_kubeconfig}",
+                f"--bind-address={host}", f"--secure-port={port}", "--leader-elect=false", "--v=1",
+                *_gates(self.options.feature_gates),
+            ], self.dir / "kube-scheduler.log", https_probe(port, "/healthz", host=host))
+
+        # both at once (neither needs the other to become healthy), each again on fresh ports if it lost one
         t0 = time.monotonic()
-        for c in (kcm, scheduler):
-            self.components.append(c)  # stopped by stop() even if the other one fails
-            c.child.start()
-        for c in (kcm, scheduler):
-            c.wait_ready(self._left(deadline))
+        for c in start_together((kcm, scheduler), self.components.append, lambda: self._left(deadline)):
             self.start_seconds[c.name] = time.monotonic() - t0
         log.info("real control plane up", extra={"url": self.url, "seconds": self.start_seconds})
 

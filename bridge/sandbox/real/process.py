@@ -14,7 +14,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bridge.sandbox.cluster.processes import ChildProcess
@@ -61,6 +61,29 @@ def start_on_fresh_ports(make: Callable[[], Component], start: Callable[[Compone
                 raise
             log.warning("%s lost a port to another process; starting it again on fresh ports", component.name)
     raise AssertionError("unreachable: the last try returns or raises")
+
+
+def start_together(makes: Sequence[Callable[[], Component]], keep: Callable[[Component], object],
+                   left: Callable[[], float]) -> list[Component]:
+    """Start one component from each `make` at once (none needs another to become ready), then wait for each in
+    turn; one that lost a port (`lost_port_race`) is made and started again on fresh ones (`start_on_fresh_ports`).
+    `keep` gets every component before it starts, so its owner stops it whatever happens; `left()` is the time
+    left to wait. The components that serve, in the order of `makes`."""
+    first = [make() for make in makes]
+    for c in first:
+        keep(c)
+        c.child.start()
+    out = []
+    for make, c in zip(makes, first):
+        try:
+            c.wait_ready(left())
+        except StartError as err:
+            if not lost_port_race(err):
+                raise
+            log.warning("%s lost a port to another process; starting it again on fresh ports", c.name)
+            c = start_on_fresh_ports(make, lambda again: (keep(again), again.start(left())))
+        out.append(c)
+    return out
 
 
 def https_probe(port: int, path: str, *, ca: Path | None = None, cert: tuple[Path, Path] | None = None,
