@@ -198,6 +198,18 @@ def thirty_dra_pods_waiting_for_moves() -> tuple[list[NodeView], list[PendingPod
     return nodes, pods, policy
 
 
+def with_new_pod(nodes: list[NodeView], pods: list[PendingPod], policy: Policy, new: PendingPod
+                 ) -> tuple[Decision, bool]:
+    """Add `new` at the end of the queue after the last decision and decide again: the decision (checked equal to
+    the one planned from scratch) and whether it went on from the last plan."""
+    kept = core._last
+    assert kept is not None
+    pods = [*pods, new]
+    got = decide(nodes, pods, policy)
+    assert got == decide(nodes, pods, policy, reuse=False)
+    return got, core._last is kept
+
+
 def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan() -> None:
     nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
     kept = core._last
@@ -213,11 +225,8 @@ def test_a_new_pod_that_fits_on_a_node_step_3_moved_gpus_on_is_planned_from_scra
     """From scratch, the legacy pod takes node-000's free legacy GPU before any move, and the DRA pod the plan had
     sent there goes elsewhere."""
     nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
-    kept = core._last
-    pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0)]  # fits at once, before every move
-    got = decide(nodes, pods, policy)
-    assert core._last is not kept
-    assert got == decide(nodes, pods, policy, reuse=False)
+    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
+    assert not went_on
     assert any(p.pod == "ns/legacy" and p.moves == 0 for p in got.placements)
 
 
@@ -228,11 +237,8 @@ def test_a_new_pod_that_fits_where_no_step_of_step_3_could_look_goes_on_from_the
     pods = [PendingPod(f"ns/p{i}", "dra", 2, "ns", since=float(i)) for i in range(30)]
     policy = Policy(max_moves_per_minute=1000)
     decide(nodes, pods, policy)
-    kept = core._last
-    pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0)]
-    got = decide(nodes, pods, policy)
-    assert core._last is kept, "planned from scratch"
-    assert got == decide(nodes, pods, policy, reuse=False)
+    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
+    assert went_on, "planned from scratch"
     assert got.placements[0] == Placement("ns/legacy", "x", 0)
     assert len(got.placements) == 31 and got.blocked == ()
 
@@ -245,11 +251,8 @@ def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_is_planned
     policy = Policy(max_moves_per_minute=0)
     (first,) = decide(nodes, pods, policy).blocked
     assert first.message.startswith("needs 1 GPUs moved on n1")
-    kept = core._last
-    pods = [*pods, PendingPod("ns/q", "legacy", 1, "ns", since=2.0)]
-    got = decide(nodes, pods, policy)
-    assert core._last is not kept
-    assert got == decide(nodes, pods, policy, reuse=False)
+    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/q", "legacy", 1, "ns", since=2.0))
+    assert not went_on
     (blocked,) = got.blocked
     assert blocked.reason == "rate-limit" and blocked.message.startswith("needs 2 GPUs moved on n1")
 
@@ -262,12 +265,9 @@ def test_a_plan_from_scratch_keeps_the_last_plans_change_for_a_node_whose_plan_i
     pods = [PendingPod("ns/a", "dra", 2, "ns", since=0.0), PendingPod("ns/b", "dra", 2, "ns", since=1.0)]
     policy = Policy(max_moves_per_minute=1000)
     first = decide(nodes, pods, policy)
-    kept = core._last
     assert [(c.node, c.pods) for c in first.changes] == [("x", ("ns/a",)), ("y", ("ns/b",))]
-    pods = [*pods, PendingPod("ns/c", "legacy", 3, "ns", since=2.0)]
-    got = decide(nodes, pods, policy)
-    assert core._last is not kept, "planned from scratch"
-    assert got == decide(nodes, pods, policy, reuse=False)
+    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/c", "legacy", 3, "ns", since=2.0))
+    assert not went_on
     assert got.changes == (first.changes[0],) and got.changes[0] is first.changes[0]
     assert [b.pod for b in got.blocked] == ["ns/b"]
 
@@ -296,11 +296,8 @@ def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_is_planned
     policy = Policy(max_moves_per_minute=1000)
     (first,) = decide(nodes, pods, policy).blocked
     assert first.reason == "frozen"
-    kept = core._last
-    pods = [*pods, PendingPod("ns/legacy", "legacy", 1, "ns", since=1.0)]
-    got = decide(nodes, pods, policy)
-    assert core._last is not kept
-    assert got == decide(nodes, pods, policy, reuse=False)
+    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=1.0))
+    assert not went_on
     (blocked,) = got.blocked
     assert blocked.reason == "no-capacity" and "(the most is 2)" in blocked.message
 

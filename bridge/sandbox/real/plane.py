@@ -207,29 +207,24 @@ class ControlPlane:
         kcm_kubeconfig = self.kubeconfig_for("kube-controller-manager", "system:kube-controller-manager")
         sched_kubeconfig = self.kubeconfig_for("kube-scheduler", "system:kube-scheduler")
 
-        def kcm() -> Component:
-            port = free_port(host)
-            return Component("kube-controller-manager", [
-                str(self.bin.path("kube-controller-manager")),
-                f"--kubeconfig={kcm_kubeconfig}", f"--authentication-kubeconfig={kcm_kubeconfig}",
-                f"--authorization-kubeconfig={kcm_kubeconfig}",
-                f"--bind-address={host}", f"--secure-port={port}",
-                f"--service-account-private-key-file={sa.key}", f"--root-ca-file={ca.pair.cert}",
-                f"--cluster-signing-cert-file={ca.pair.cert}", f"--cluster-signing-key-file={ca.pair.key}",
-                "--use-service-account-credentials=true", "--controllers=*", "--leader-elect=false",
-                f"--service-cluster-ip-range={SERVICE_CIDR}", "--v=1",
-                *_gates(self.options.feature_gates),
-            ], self.dir / "kube-controller-manager.log", https_probe(port, "/healthz", host=host))
+        def manager(name: str, kubeconfig: Path, *flags: str) -> Callable[[], Component]:
+            """A maker of `name` serving on a fresh port, as the API server knows it through `kubeconfig`."""
+            def make() -> Component:
+                port = free_port(host)
+                return Component(name, [
+                    str(self.bin.path(name)),
+                    f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}", f"--bind-address={host}", f"--secure-port={port}",
+                    "--leader-elect=false", "--v=1", *flags, *_gates(self.options.feature_gates),
+                ], self.dir / f"{name}.log", https_probe(port, "/healthz", host=host))
+            return make
 
-        def scheduler() -> Component:
-            port = free_port(host)
-            return Component("kube-scheduler", [
-                str(self.bin.path("kube-scheduler")),
-                f"--kubeconfig={sched_kubeconfig}", f"--authentication-kubeconfig={sched_kubeconfig}",
-                f"--authorization-kubeconfig={sched_kubeconfig}",
-                f"--bind-address={host}", f"--secure-port={port}", "--leader-elect=false", "--v=1",
-                *_gates(self.options.feature_gates),
-            ], self.dir / "kube-scheduler.log", https_probe(port, "/healthz", host=host))
+        kcm = manager("kube-controller-manager", kcm_kubeconfig,
+                      f"--service-account-private-key-file={sa.key}", f"--root-ca-file={ca.pair.cert}",
+                      f"--cluster-signing-cert-file={ca.pair.cert}", f"--cluster-signing-key-file={ca.pair.key}",
+                      "--use-service-account-credentials=true", "--controllers=*",
+                      f"--service-cluster-ip-range={SERVICE_CIDR}")
+        scheduler = manager("kube-scheduler", sched_kubeconfig)
 
         # both at once (neither needs the other to become healthy), each again on fresh ports if it lost one
         t0 = time.monotonic()
