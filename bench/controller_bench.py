@@ -35,7 +35,8 @@ as in part 1b) plus the core, over a run of max(5, 3 x --repeat) events of each 
               (median, max, in how many events it went on; the others planned from scratch, e.g. a PCIe node whose
               unreported groups read as other GPUs taken than the step took, or a new pod that fits on a node whose
               GPUs the plan moved for an older pod)
-The ratio is rebuild / new pod. Target (issue 25): <= 100 ms.
+The ratio is rebuild / new pod. Target (issue 25): <= 100 ms for every event ("median ok, worst MISSED": only the
+median meets it).
 
 Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
 nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
@@ -241,7 +242,7 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
           f"{events} events): state rebuilt {args.state_rebuild_s * 1000:.0f}ms or updated "
           f"{args.state_update_s * 1000:.2f}ms, plus the core")
     print(f"  {'scenario':<12} {'rebuild':>9} {'new pod':>9} {'(max)':>7} {'went on':>8} {'bound+new':>10} "
-          f"{'(max)':>7} {'went on':>8} {'ratio':>6}   target <= 100ms")
+          f"{'(max)':>7} {'went on':>8} {'ratio':>6}   target <= 100ms, every event")
     for scenario, policy in SCENARIOS:
         rng = random.Random(1)
         shape = scenario.rstrip("*")
@@ -287,7 +288,14 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
         print(f"  {scenario:<12} {full * 1000:>7.0f}ms {one * 1000:>7.0f}ms {worst * 1000:>5.0f}ms "
               f"{went_on:>4}/{events:<3} {both * 1000:>8.0f}ms {both_worst * 1000:>5.0f}ms "
               f"{went_on_bound:>4}/{events:<3} {full / one:>6.0f}   "
-              f"new pod {'ok' if one <= 0.1 else 'MISSED'}, bound+new {'ok' if both <= 0.1 else 'MISSED'}")
+              f"new pod {verdict(one, worst)}, bound+new {verdict(both, both_worst)}")
+
+
+def verdict(median: float, worst: float) -> str:
+    """Against the issue's 100 ms for a decision after one pod changed: every event, or only the median."""
+    if worst <= 0.1:
+        return "ok"
+    return "median ok, worst MISSED" if median <= 0.1 else "MISSED"
 
 
 def requests(args: argparse.Namespace) -> None:
