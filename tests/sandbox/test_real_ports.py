@@ -104,6 +104,22 @@ def test_programs_started_together_serve_and_the_one_that_lost_its_port_starts_a
             c.stop(2)
 
 
+def test_a_program_started_together_that_loses_its_port_every_time_gets_as_many_tries_as_one_started_alone(
+        tmp_path: Path) -> None:
+    taken = held_port()
+    made: list[Component] = []
+    kept: list[Component] = []
+    try:
+        with pytest.raises(StartError, match="Address already in use"):
+            start_together((server("a", tmp_path, [taken.getsockname()[1]] * (PORT_TRIES + 1), made),
+                            server("b", tmp_path, [], made)), kept.append, lambda: 20.0)
+        assert [c.name for c in kept].count("a") == PORT_TRIES
+    finally:
+        taken.close()
+        for c in made:
+            c.stop(2)
+
+
 def test_a_program_started_together_that_fails_otherwise_fails_the_start(tmp_path: Path) -> None:
     made: list[Component] = []
     kept: list[Component] = []

@@ -48,27 +48,33 @@ def lost_port_race(err: StartError) -> bool:
     return "address already in use" in str(err).lower()
 
 
-def start_on_fresh_ports(make: Callable[[], Component], start: Callable[[Component], object]) -> Component:
+def start_on_fresh_ports(make: Callable[[], Component], start: Callable[[Component], object],
+                         tries: int = PORT_TRIES) -> Component:
     """`start(make())`, where `make` picks the component's ports; when it lost a port to another process between
-    the pick and its bind (`lost_port_race`), made and started again on fresh ones, up to `PORT_TRIES` times."""
-    for attempt in range(1, PORT_TRIES + 1):
+    the pick and its bind (`lost_port_race`), made and started again on fresh ones: `tries` starts in all."""
+    for attempt in range(1, tries + 1):
         component = make()
         try:
             start(component)
             return component
         except StartError as err:
-            if attempt == PORT_TRIES or not lost_port_race(err):
+            if attempt == tries or not lost_port_race(err):
                 raise
-            log.warning("%s lost a port to another process; starting it again on fresh ports", component.name)
+            _starting_again(component)
     raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _starting_again(component: Component) -> None:
+    log.warning("%s lost a port to another process; starting it again on fresh ports", component.name)
 
 
 def start_together(makes: Sequence[Callable[[], Component]], keep: Callable[[Component], object],
                    left: Callable[[], float]) -> list[Component]:
     """Start one component from each `make` at once (none needs another to become ready), then wait for each in
-    turn; one that lost a port (`lost_port_race`) is made and started again on fresh ones (`start_on_fresh_ports`).
-    `keep` gets every component before it starts, so its owner stops it whatever happens; `left()` is the time
-    left to wait. The components that serve, in the order of `makes`."""
+    turn; one that lost a port (`lost_port_race`) is made and started again on fresh ones (`start_on_fresh_ports`,
+    with the tries it has left: `PORT_TRIES` starts in all, as for a component started alone). `keep` gets every
+    component before it starts, so its owner stops it whatever happens; `left()` is the time left to wait. The
+    components that serve, in the order of `makes`."""
     first = [make() for make in makes]
     for c in first:
         keep(c)
@@ -78,10 +84,10 @@ def start_together(makes: Sequence[Callable[[], Component]], keep: Callable[[Com
         try:
             c.wait_ready(left())
         except StartError as err:
-            if not lost_port_race(err):
+            if PORT_TRIES == 1 or not lost_port_race(err):
                 raise
-            log.warning("%s lost a port to another process; starting it again on fresh ports", c.name)
-            c = start_on_fresh_ports(make, lambda again: (keep(again), again.start(left())))
+            _starting_again(c)
+            c = start_on_fresh_ports(make, lambda again: (keep(again), again.start(left())), tries=PORT_TRIES - 1)
         out.append(c)
     return out
 
