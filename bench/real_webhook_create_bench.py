@@ -9,6 +9,11 @@ our `bridge node`, and our `bridge webhook` registered as the chart registers it
   dra     labelled `dra-bridge.io/mode: dra`: the API server calls the webhook, which translates the pod (on 1.37
           its `auto` target is `extended`: `nvidia.com/gpu` becomes `deviceclass.resource.kubernetes.io/<class>`)
   plain   no label: the namespaceSelector leaves the webhook out (no call, no TLS)
+  echo    labelled `bench.dra-bridge.io/echo: "1"`, which a second registration selects: the same entry as ours
+          (rules, matchConditions, objectSelector, fail open, 5 s, reinvocation) calling `bench/echo_webhook.py`,
+          our HTTPS shell answering `allowed` with no patch. `echo - plain` is the floor any webhook costs a create
+          here (the API server's dispatch, TLS, a review parsed and answered); `dra - echo` is what our review and
+          its patch add to it. `--no-echo` leaves it out (the two-namespace runs of earlier notes).
 The pod: one container asking `nvidia.com/gpu: 1`, no nodeName (a preset nodeName is a pod the webhook refuses to
 translate, so its review would be the cheap path), and a scheduling gate.
 
@@ -22,13 +27,13 @@ Why a gate, and two modes (all four phases run in one process, one after another
   reacts, the webhook skips its side effects (`sideEffects: NoneOnDryRun`; the template exists by then anyway),
   so the difference is the admission path alone: the API server's webhook dispatch, TLS to the webhook, our
   review, the JSON patch applied.
-Requests alternate between the namespaces (the pair's order swapped every pair), so queueing and load fall on both
-alike. `steady`: one create every 1/rate seconds (open loop, --workers connections); `burst`: --burst creates per
+Requests alternate between the namespaces (each round one per namespace, the rounds' orders cycling through every
+permutation), so queueing and load fall on all alike. `steady`: one create every 1/rate seconds (open loop, --workers connections); `burst`: --burst creates per
 namespace released at once on --workers connections. Latency is measured at the client (request sent -> answer
 read, over a kept-alive HTTPS connection per worker, bodies serialized beforehand).
 
 Attribution, per phase, from scrapes before and after: the API server's own
-`apiserver_admission_webhook_admission_duration_seconds` for our webhook (the call as the API server times it:
+`apiserver_admission_webhook_admission_duration_seconds` for our webhook and for the echo (the call as the API server times it:
 dispatch, TLS, our answer) and the webhook's `dra_bridge_webhook_review_duration_seconds` (its own review time),
 both as means (`_sum`/`_count`; the API server's buckets start at 5 ms). Goal (issue 25): dra - plain <= +3 ms at
 p99, steady 50/s and burst 500.
@@ -37,8 +42,12 @@ p99, steady 50/s and burst 500.
 from __future__ import annotations
 
 import argparse
+import base64
+import itertools
 import json
 import os
+import subprocess
+import tempfile
 import ssl
 import statistics
 import sys
@@ -52,11 +61,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.realbench import (  # noqa: E402
     AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, summary)
-from bridge.kube import PODS  # noqa: E402
+from bridge.kube import MUTATING_WEBHOOKS, PODS  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
+from bridge.webhook.registration import WEBHOOK_NAME, webhook_entry  # noqa: E402
 from tests.real.realnodes import ensure_namespace  # noqa: E402
 
-NS = {"dra": "bench-dra", "plain": "bench-plain"}
+NS = {"dra": "bench-dra", "plain": "bench-plain", "echo": "bench-echo"}
+ECHO_LABEL = "bench.dra-bridge.io/echo"
+ECHO_NAME = "echo.bench.dra-bridge.io"
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 REVIEW_METRIC = "dra_bridge_webhook_review_duration_seconds"
 
@@ -99,13 +111,42 @@ class Worker(threading.Thread):
         self.https.close()
 
 
-def plan(count: int, prefix: str) -> list[tuple[str, bytes]]:
-    """`count` creates per namespace, alternating, the pair's order swapped every pair."""
+def plan(count: int, prefix: str, kinds: tuple[str, ...]) -> list[tuple[str, bytes]]:
+    """`count` creates per namespace of `kinds`, one per namespace each round, the rounds' orders cycling through
+    every permutation of `kinds`."""
+    orders = list(itertools.permutations(kinds))
     out = []
     for i in range(count):
-        pair = ("dra", "plain") if i % 2 == 0 else ("plain", "dra")
-        out += [(kind, pod_body(f"{prefix}-{i}")) for kind in pair]
+        out += [(kind, pod_body(f"{prefix}-{i}")) for kind in orders[i % len(orders)]]
     return out
+
+
+class EchoWebhook:
+    """`bench/echo_webhook.py` in a child process, registered for the `echo` namespace with our entry's settings."""
+
+    def __init__(self, cluster: SandboxCluster) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="bench-echo-")
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("echo_webhook.py")), self.dir.name],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().split()
+        if line[:1] != ["port"]:
+            raise RuntimeError(f"echo webhook did not start (exit {self.proc.poll()})")
+        self.pid = self.proc.pid
+        ca = (Path(self.dir.name) / "ca.crt").read_bytes()
+        entry = webhook_entry({"url": f"https://127.0.0.1:{line[1]}/mutate",
+                               "caBundle": base64.b64encode(ca).decode()}, ["kube-system"])
+        entry["name"] = ECHO_NAME
+        entry["namespaceSelector"] = {"matchLabels": {ECHO_LABEL: "1"}}
+        cluster.api.create(MUTATING_WEBHOOKS, {"apiVersion": "admissionregistration.k8s.io/v1",
+                                               "kind": "MutatingWebhookConfiguration",
+                                               "metadata": {"name": "bench-echo"}, "webhooks": [entry]})
+        ensure_namespace(cluster, NS["echo"], {ECHO_LABEL: "1"})
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.dir.cleanup()
 
 
 def run_phase(cluster: SandboxCluster, creates: list[tuple[str, bytes]], *, rate: float | None, workers: int,
@@ -168,30 +209,39 @@ def scrape(cluster: SandboxCluster, https: AdminHttps) -> Samples:
     return samples
 
 
-def mean_delta(before: Samples, after: Samples, name: str, **labels: str) -> tuple[float, float]:
-    s1, c1 = hist_sum(before, name, **labels)
-    s2, c2 = hist_sum(after, name, **labels)
+def mean_delta(before: Samples, after: Samples, metric: str, /, **labels: str) -> tuple[float, float]:
+    s1, c1 = hist_sum(before, metric, **labels)
+    s2, c2 = hist_sum(after, metric, **labels)
     return ((s2 - s1) / (c2 - c1) if c2 > c1 else float("nan")), c2 - c1
 
 
 def show(title: str, results: list[tuple[str, float, int]], before: Samples, after: Samples,
-         wall: float) -> tuple[float, float]:
+         wall: float) -> tuple[float, ...]:
+    """Per namespace latencies, and (p50, p99) of dra - plain, echo - plain, dra - echo (ms; nan without echo)."""
     ok = [(k, s) for k, s, status in results if status == 201]
-    dra = [s for k, s in ok if k == "dra"]
-    plain = [s for k, s in ok if k == "plain"]
+    by = {kind: [s for k, s in ok if k == kind] for kind in NS if any(k == kind for k, _ in ok)}
     print(f"\n{title}: {len(results)} creates in {wall:.1f}s ({len(results) / wall:.0f}/s), "
           f"{len(results) - len(ok)} failed")
-    print(f"  plain  {summary(plain)}")
-    print(f"  dra    {summary(dra)}")
-    d50 = (statistics.median(dra) - statistics.median(plain)) * 1000
-    d99 = (pct(dra, 99) - pct(plain, 99)) * 1000
-    print(f"  dra - plain: p50 {d50:+.1f} ms  p99 {d99:+.1f} ms  mean "
-          f"{(statistics.fmean(dra) - statistics.fmean(plain)) * 1000:+.1f} ms   (goal p99 <= +3 ms)")
-    call, n = mean_delta(before, after, WEBHOOK_METRIC, operation="CREATE", type="admit")
+    for kind, values in by.items():
+        print(f"  {kind:<6} {summary(values)}")
+    out: list[float] = []
+    for a, b in (("dra", "plain"), ("echo", "plain"), ("dra", "echo")):
+        if a in by and b in by:
+            d50 = (statistics.median(by[a]) - statistics.median(by[b])) * 1000
+            d99 = (pct(by[a], 99) - pct(by[b], 99)) * 1000
+            print(f"  {a + ' - ' + b:<12} p50 {d50:+6.1f} ms  p99 {d99:+6.1f} ms  mean "
+                  f"{(statistics.fmean(by[a]) - statistics.fmean(by[b])) * 1000:+6.1f} ms"
+                  + ("   (goal p99 <= +3 ms)" if b == "plain" and a == "dra" else ""))
+            out += [d50, d99]
+        else:
+            out += [float("nan"), float("nan")]
+    for label, name in (("our webhook", WEBHOOK_NAME), ("the echo", ECHO_NAME)):
+        call, n = mean_delta(before, after, WEBHOOK_METRIC, name=name, operation="CREATE", type="admit")
+        if n:
+            print(f"  the API server's call to {label} (mean of {n:.0f}): {call * 1000:.2f} ms")
     review, m = mean_delta(before, after, REVIEW_METRIC)
-    print(f"  the API server's webhook call (mean of {n:.0f}): {call * 1000:.2f} ms; our review inside the webhook "
-          f"(mean of {m:.0f}): {review * 1000:.2f} ms")
-    return d50, d99
+    print(f"  our review inside the webhook (mean of {m:.0f}): {review * 1000:.2f} ms")
+    return tuple(out)
 
 
 def show_process(cpu: dict[str, float], wall: float, conns: Connections) -> None:
@@ -212,11 +262,12 @@ def cleanup(cluster: SandboxCluster) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rate", type=float, default=50.0, help="steady creates per second, both namespaces together")
+    ap.add_argument("--rate", type=float, default=50.0, help="steady creates per second, all namespaces together")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each steady phase")
     ap.add_argument("--burst", type=int, default=500, help="creates per namespace in each burst")
     ap.add_argument("--workers", type=int, default=32, help="client connections")
     ap.add_argument("--modes", default="dry-run,stored", help="which kinds of create to run (dry-run, stored)")
+    ap.add_argument("--no-echo", action="store_true", help="leave the echo webhook's namespace out")
     ap.add_argument("--py-spy", metavar="FILE", help="record the webhook process with py-spy (raw format, "
                     "non-blocking) over the measured phases")
     ap.add_argument("--extra-rates", type=lambda v: [float(x) for x in v.split(",") if x], default=[10.0],
@@ -227,14 +278,18 @@ def main() -> int:
                        backend="real", bridge=True, webhook=True)
     t0 = time.monotonic()
     cluster = SandboxCluster(spec).start(timeout=300)
+    echo: EchoWebhook | None = None
+    kinds = ("dra", "plain") if args.no_echo else ("dra", "plain", "echo")
     try:
         print(f"cluster up in {time.monotonic() - t0:.1f}s ({load()})", flush=True)
         ensure_namespace(cluster, NS["dra"], {"dra-bridge.io/mode": "dra"})
         ensure_namespace(cluster, NS["plain"])
+        if not args.no_echo:
+            echo = EchoWebhook(cluster)
         https = AdminHttps(cluster)
-        warm = run_phase(cluster, plan(20, "warm"), rate=20, workers=4, dry_run=False)  # first pod makes the template
-        if not any(k == "dra" and status == 201 for k, _, status in warm):
-            print("warm-up creates failed", file=sys.stderr)
+        warm = run_phase(cluster, plan(20, "warm", kinds), rate=20, workers=4, dry_run=False)  # first pod makes the template
+        if not all(any(k == kind and status == 201 for k, _, status in warm) for kind in kinds):
+            print(f"warm-up creates failed: {sorted(set((k, status) for k, _, status in warm))}", file=sys.stderr)
             return 1
         translated = cluster.api.get(PODS, "warm-0", NS["dra"])
         if "nvidia.com/gpu" in json.dumps(translated["spec"]["containers"][0].get("resources")):
@@ -242,10 +297,12 @@ def main() -> int:
                   file=sys.stderr)
             return 1
         cleanup(cluster)
-        summary_rows = []
+        summary_rows: list[tuple[str, tuple[float, ...]]] = []
         pids = {c.name: [c.child.pid] for c in (cluster.plane.components if cluster.plane else []) if c.child.pid}
         if cluster.webhook is not None and cluster.webhook.process is not None and cluster.webhook.process.pid:
             pids["webhook"] = [cluster.webhook.process.pid]
+        if echo is not None:
+            pids["echo webhook"] = [echo.pid]
         pids["this client"] = [os.getpid()]
         spy = None
         if args.py_spy and "webhook" in pids:
@@ -262,20 +319,20 @@ def main() -> int:
                 before = scrape(cluster, https)
                 print(f"\n[{title}] {load()}", flush=True)
                 t = time.monotonic()
-                results = run_phase(cluster, plan(int(rate * args.seconds / 2), f"r{int(rate)}{int(dry)}"),
+                results = run_phase(cluster, plan(int(rate * args.seconds / len(kinds)), f"r{int(rate)}{int(dry)}", kinds),
                                     rate=rate, workers=8, dry_run=dry)
                 after = scrape(cluster, https)
-                summary_rows.append((title, *show(title, results, before, after, time.monotonic() - t - 1.0)))
+                summary_rows.append((title, show(title, results, before, after, time.monotonic() - t - 1.0)))
                 if not dry:
                     cleanup(cluster)
         for mode in args.modes.split(","):
             dry = mode == "dry-run"
             phases: list[tuple[str, Callable[[], list[tuple[str, float, int]]]]] = [
                 (f"steady {args.rate:g}/s, {mode}",
-                 lambda: run_phase(cluster, plan(int(args.rate * args.seconds / 2), f"s{int(dry)}"), rate=args.rate,
+                 lambda: run_phase(cluster, plan(int(args.rate * args.seconds / len(kinds)), f"s{int(dry)}", kinds), rate=args.rate,
                                    workers=args.workers, dry_run=dry)),
                 (f"burst {args.burst} per namespace, {mode}",
-                 lambda: run_phase(cluster, plan(args.burst, f"b{int(dry)}"), rate=None, workers=args.workers,
+                 lambda: run_phase(cluster, plan(args.burst, f"b{int(dry)}", kinds), rate=None, workers=args.workers,
                                    dry_run=dry)),
             ]
             for title, phase in phases:
@@ -290,7 +347,7 @@ def main() -> int:
                 cpu = {k: cpu_seconds(v) - cpu0[k] for k, v in pids.items()}
                 conns.done.set()
                 after = scrape(cluster, https)
-                summary_rows.append((title, *show(title, results, before, after, wall)))
+                summary_rows.append((title, show(title, results, before, after, wall)))
                 show_process(cpu, wall, conns)
                 if not dry:
                     cleanup(cluster)
@@ -298,10 +355,15 @@ def main() -> int:
             spy.send_signal(2)
             spy.wait(60)
         print(f"\n{load()}")
-        print("summary (dra - plain, ms):")
-        for title, d50, d99 in summary_rows:
-            print(f"  {title:<48} p50 {d50:+7.1f}  p99 {d99:+7.1f}   {'meets' if d99 <= 3 else 'MISSES'} +3 ms at p99")
+        print("summary (ms; goal: dra - plain <= +3 at p99; echo: any webhook's floor here, dra - echo: ours on it):")
+        print(f"  {'':<48} {'dra - plain':>19}             {'echo - plain':>19} {'dra - echo':>19}")
+        print(f"  {'':<48} {'p50':>9} {'p99':>9}             {'p50':>9} {'p99':>9} {'p50':>9} {'p99':>9}")
+        for title, d in summary_rows:
+            print(f"  {title:<48} {d[0]:+9.1f} {d[1]:+9.1f} {'meets' if d[1] <= 3 else 'MISSES':>11} "
+                  f"{d[2]:+9.1f} {d[3]:+9.1f} {d[4]:+9.1f} {d[5]:+9.1f}")
     finally:
+        if echo is not None:
+            echo.stop()
         cluster.stop()
     return 0
 

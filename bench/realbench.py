@@ -77,13 +77,13 @@ def parse_metrics(text: str) -> Samples:
     return out
 
 
-def total(samples: Samples, name: str, **labels: str) -> float:
-    """The sum of every sample named `name` whose labels include `labels`."""
+def total(samples: Samples, name: str, /, **labels: str) -> float:
+    """The sum of every sample named `name` whose labels include `labels` (a label may be called `name` too)."""
     want = set(labels.items())
     return sum(v for (n, lab), v in samples.items() if n == name and want <= set(lab))
 
 
-def hist_sum(samples: Samples, name: str, **labels: str) -> tuple[float, float]:
+def hist_sum(samples: Samples, name: str, /, **labels: str) -> tuple[float, float]:
     """(`_sum`, `_count`) of a histogram, over the label sets that include `labels`."""
     return total(samples, f"{name}_sum", **labels), total(samples, f"{name}_count", **labels)
 
