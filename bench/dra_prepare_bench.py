@@ -25,7 +25,7 @@ nothing (`pluginregistration.GetInfo`), run interleaved with the prepares. Attri
 sensitive to the machine's load than the percentiles), the storage floor (two unsynced
 checkpoint-sized renames, what a fresh prepare writes in the call, and one file + directory fsync, what the
 background sync adds per call). The machine's load average is printed before and after: on a shared machine the
-percentiles move with it. Target: fresh prepare p99 <= 10 ms.
+percentiles move with it. Targets: fresh prepare p99 <= 5 ms on a quiet machine (issue 25; <= 10 ms before it).
 
 `--ab-sync N` adds an in-process comparison of the prepare core (no gRPC) with the fsync in the call (the policy
 before `bridge/dra/deferredsync.py`) and deferred after it, alternating call by call against the same emulator.
@@ -308,7 +308,8 @@ def main() -> int:
               f"p90 {pct(values, 90) * ms:.2f} ms  p99 {pct(values, 99) * ms:.2f} ms  "
               f"mean {statistics.mean(values) * ms:.2f} ms  ({len(values)} calls, alternating)")
     print(f"CDI dir: {cdi_root}; checkpoint dir: {state_dir}")
-    print(f"target fresh prepare p99 <= 10 ms: {'MET' if p99 <= 10 else 'NOT MET'}")
+    print(f"target fresh prepare p99 <= 5 ms on a quiet machine (issue 25): {'MET' if p99 <= 5 else 'NOT MET'}"
+          f"  (<= 10 ms: {'met' if p99 <= 10 else 'not met'})")
     return 0
 
 
