@@ -4,6 +4,8 @@ bridge's one-owner invariant checked from inside the containers and from the kub
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -56,6 +58,21 @@ def test_the_daemon_serves_the_split_to_the_real_kubelet_through_both_apis(clust
     while (_allocatable(cluster, "node-0"), _published(cluster, "node-0")) != ("4", 4) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert (_allocatable(cluster, "node-0"), _published(cluster, "node-0")) == ("4", 4)
+
+
+def test_each_nodes_run_is_a_tmpfs_of_its_own_as_on_a_real_node(cluster: SandboxCluster) -> None:
+    """systemd mounts /run as tmpfs: the CDI specs in /var/run/cdi live in memory, on the node and as the host sees
+    them, and each node has its own."""
+    devices = set()
+    for node in cluster.nodes:
+        assert node.real is not None
+        inside = subprocess.run(node.real.ns.enter(["stat", "-f", "-c", "%T", "/var/run/cdi"]), capture_output=True,
+                                text=True, timeout=30)
+        host = subprocess.run(["stat", "-f", "-c", "%T", str(node.real.cdi_root)], capture_output=True, text=True,
+                              timeout=30)
+        assert (inside.stdout.strip(), host.stdout.strip()) == ("tmpfs", "tmpfs"), (inside.stderr, host.stderr)
+        devices.add(os.stat(node.real.cdi_root).st_dev)
+    assert len(devices) == len(cluster.nodes)
 
 
 def test_a_legacy_pod_sees_exactly_its_gpu_and_the_driver_files(cluster: SandboxCluster) -> None:

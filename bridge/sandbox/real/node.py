@@ -10,7 +10,7 @@ runc and CNI (`containerd`), and a real kubelet (`kubelet`), all under the node'
     node.dev_root, node.driver_root   # the fake GPU files (the node's /run/nvidia/driver, as the host sees it)
     node.stop()         # pods, kubelet, containerd, shims, the bridge interface, cgroups, mounts: nothing left
 
-Start order is the one a node boots in: its namespace and files, the runtime (with the images imported: nothing
+Start order is the one a node boots in: its namespace and files (its /run a tmpfs), the runtime (with the images imported: nothing
 can be pulled here), then the kubelet, which registers the Node. `stop` removes every pod sandbox before
 containerd goes (a kubelet that stops leaves its containers running, as a real one does), then ends whatever is
 left in the namespace.
@@ -113,6 +113,7 @@ class RealNode:
         return self.kubelet_root / "pod-resources" / "kubelet.sock"
 
     def start(self, timeout: float) -> RealNode:
+        self.ns.mount_run()  # the node's /run is a tmpfs, as on a real node
         make_gpu_files(self.dev_root, self.devices)  # under the node's /run, before its namespace mounts it
         self.ns.start(timeout)
         self.containerd.start(timeout)
@@ -134,6 +135,7 @@ class RealNode:
             self.kubelet.stop(grace)
         self.containerd.stop(grace)
         self.ns.stop()
+        self.ns.unmount_run()
         left = remove_cgroup_root(self.cgroup_root)
         if left:
             problems.append(f"cgroups still in use: {', '.join(left[:3])}")
