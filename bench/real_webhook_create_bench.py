@@ -22,27 +22,28 @@ Why a gate, and two modes (all four phases run in one process, one after another
   them (the pods never run; nothing else is started by them), so what the two namespaces differ in is the webhook
   call. Not isolated: kube-controller-manager's claim controller makes a ResourceClaim for each translated pod (a
   cost of the translation, on the API server during the run, paid by both namespaces' creates alike since they
-  interleave; with the `extended` target kube-scheduler would make it, and gated pods are not scheduled). Each phase's pods are deleted afterwards (ungated, unbound pods go at once).
+  interleave; with the `extended` target kube-scheduler would make it, and gated pods are not scheduled). Each
+  phase's pods are deleted afterwards (ungated, unbound pods go at once).
 * `dry-run` creates (`dryRun=All`) run the same admission chain and validation and store nothing: no controller
   reacts, the webhook skips its side effects (`sideEffects: NoneOnDryRun`; the template exists by then anyway),
   so the difference is the admission path alone: the API server's webhook dispatch, TLS to the webhook, our
   review, the JSON patch applied.
 Requests alternate between the namespaces (each round one per namespace, the rounds' orders cycling through every
-permutation), so queueing and load fall on all alike. `steady`: one create every 1/rate seconds (open loop, --workers connections); `burst`: --burst creates per
-namespace released at once on --workers connections. Latency is measured at the client (request sent -> answer
-read, over a kept-alive HTTPS connection per worker, bodies serialized beforehand).
+permutation), so queueing and load fall on all alike. `steady`: one create every 1/rate seconds (open loop,
+--workers connections); `burst`: --burst creates per namespace released at once on --workers connections. Latency is
+measured at the client (request sent -> answer read, over a kept-alive HTTPS connection per worker, bodies
+serialized beforehand).
 
 Attribution, per phase, from scrapes before and after: the API server's own
-`apiserver_admission_webhook_admission_duration_seconds` for our webhook and for the echo (the call as the API server times it:
-dispatch, TLS, our answer) and the webhook's `dra_bridge_webhook_review_duration_seconds` (its own review time),
-both as means (`_sum`/`_count`; the API server's buckets start at 5 ms). Goal (issue 25): dra - plain <= +3 ms at
-p99, steady 50/s and burst 500.
+`apiserver_admission_webhook_admission_duration_seconds` for our webhook and for the echo (the call as the API
+server times it: dispatch, TLS, the answer) and the webhook's `dra_bridge_webhook_review_duration_seconds` (its own
+review time), both as means (`_sum`/`_count`; the API server's buckets start at 5 ms). Goal (issue 25): dra - plain
+<= +3 ms at p99, steady 50/s and burst 500.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import itertools
 import json
 import os
@@ -63,7 +64,8 @@ from bench.realbench import (  # noqa: E402
     AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, summary)
 from bridge.kube import MUTATING_WEBHOOKS, PODS  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
-from bridge.webhook.registration import WEBHOOK_NAME, webhook_entry  # noqa: E402
+from bridge.webhook.registration import WEBHOOK_NAME  # noqa: E402
+from bridge.webhook.selfsigned import registration  # noqa: E402
 from tests.real.realnodes import ensure_namespace  # noqa: E402
 
 NS = {"dra": "bench-dra", "plain": "bench-plain", "echo": "bench-echo"}
@@ -128,20 +130,23 @@ class EchoWebhook:
         self.dir = tempfile.TemporaryDirectory(prefix="bench-echo-")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("echo_webhook.py")), self.dir.name],
                                      stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().split()
-        if line[:1] != ["port"]:
-            raise RuntimeError(f"echo webhook did not start (exit {self.proc.poll()})")
         self.pid = self.proc.pid
-        ca = (Path(self.dir.name) / "ca.crt").read_bytes()
-        entry = webhook_entry({"url": f"https://127.0.0.1:{line[1]}/mutate",
-                               "caBundle": base64.b64encode(ca).decode()}, ["kube-system"])
-        entry["name"] = ECHO_NAME
-        entry["namespaceSelector"] = {"matchLabels": {ECHO_LABEL: "1"}}
-        cluster.api.create(MUTATING_WEBHOOKS, {"apiVersion": "admissionregistration.k8s.io/v1",
-                                               "kind": "MutatingWebhookConfiguration",
-                                               "metadata": {"name": "bench-echo"}, "webhooks": [entry]})
-        ensure_namespace(cluster, NS["echo"], {ECHO_LABEL: "1"})
+        try:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline().split()
+            if line[:1] != ["port"]:
+                raise RuntimeError(f"echo webhook did not start (exit {self.proc.poll()})")
+            # our registration (`bridge webhook --self-signed` writes the same), another name and namespaceSelector
+            config = registration(f"https://127.0.0.1:{line[1]}/mutate", (Path(self.dir.name) / "ca.crt").read_bytes())
+            config["metadata"]["name"] = "bench-echo"
+            (entry,) = config["webhooks"]
+            entry["name"] = ECHO_NAME
+            entry["namespaceSelector"] = {"matchLabels": {ECHO_LABEL: "1"}}
+            cluster.api.create(MUTATING_WEBHOOKS, config)
+            ensure_namespace(cluster, NS["echo"], {ECHO_LABEL: "1"})
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -287,7 +292,8 @@ def main() -> int:
         if not args.no_echo:
             echo = EchoWebhook(cluster)
         https = AdminHttps(cluster)
-        warm = run_phase(cluster, plan(20, "warm", kinds), rate=20, workers=4, dry_run=False)  # first pod makes the template
+        # the first dra pod makes the template
+        warm = run_phase(cluster, plan(20, "warm", kinds), rate=20, workers=4, dry_run=False)
         if not all(any(k == kind and status == 201 for k, _, status in warm) for kind in kinds):
             print(f"warm-up creates failed: {sorted(set((k, status) for k, _, status in warm))}", file=sys.stderr)
             return 1
@@ -319,8 +325,8 @@ def main() -> int:
                 before = scrape(cluster, https)
                 print(f"\n[{title}] {load()}", flush=True)
                 t = time.monotonic()
-                results = run_phase(cluster, plan(int(rate * args.seconds / len(kinds)), f"r{int(rate)}{int(dry)}", kinds),
-                                    rate=rate, workers=8, dry_run=dry)
+                creates = plan(int(rate * args.seconds / len(kinds)), f"r{int(rate)}{int(dry)}", kinds)
+                results = run_phase(cluster, creates, rate=rate, workers=8, dry_run=dry)
                 after = scrape(cluster, https)
                 summary_rows.append((title, show(title, results, before, after, time.monotonic() - t - 1.0)))
                 if not dry:
@@ -329,8 +335,8 @@ def main() -> int:
             dry = mode == "dry-run"
             phases: list[tuple[str, Callable[[], list[tuple[str, float, int]]]]] = [
                 (f"steady {args.rate:g}/s, {mode}",
-                 lambda: run_phase(cluster, plan(int(args.rate * args.seconds / len(kinds)), f"s{int(dry)}", kinds), rate=args.rate,
-                                   workers=args.workers, dry_run=dry)),
+                 lambda: run_phase(cluster, plan(int(args.rate * args.seconds / len(kinds)), f"s{int(dry)}", kinds),
+                                   rate=args.rate, workers=args.workers, dry_run=dry)),
                 (f"burst {args.burst} per namespace, {mode}",
                  lambda: run_phase(cluster, plan(args.burst, f"b{int(dry)}", kinds), rate=None, workers=args.workers,
                                    dry_run=dry)),

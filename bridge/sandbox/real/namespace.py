@@ -17,10 +17,12 @@ process. The host sees the same files through the node's directories (`<node>/va
 Only the mount namespace is private: the network (node IP, ports) and cgroups are the machine's.
 
 The node's `/run` is a tmpfs of its own (`mount_run`, before anything is written there), as systemd mounts `/run` on
-a real node: the CDI specs in `/var/run/cdi`, containerd's task state and sockets live in memory, cost what they cost
-on a real node to write (a replace-by-rename on this machine's ext4 costs ten times one on tmpfs), and are gone when
-the node is stopped, as at a reboot. It is mounted on the machine at the node's `run` directory, so the host sees
-the same files, and bound into the namespace like the others.
+a real node (systemd/systemd `src/shared/mount-setup.c`, `mount_table`: tmpfs, `mode=0755`, with `nosuid,nodev`,
+which we leave out because the fake GPUs' device nodes live under `/run/nvidia/driver`, where a real node has the
+driver container's own mount): the CDI specs in `/var/run/cdi`, containerd's task state and sockets live in memory,
+cost what they cost on a real node to write (a replace-by-rename on this machine's ext4 costs ten times one on
+tmpfs), and are gone when the node is stopped, as at a reboot. It is mounted on the machine at the node's `run`
+directory, so the host sees the same files, and bound into the namespace like the others.
 """
 
 from __future__ import annotations

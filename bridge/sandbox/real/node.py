@@ -10,10 +10,10 @@ runc and CNI (`containerd`), and a real kubelet (`kubelet`), all under the node'
     node.dev_root, node.driver_root   # the fake GPU files (the node's /run/nvidia/driver, as the host sees it)
     node.stop()         # pods, kubelet, containerd, shims, the bridge interface, cgroups, mounts: nothing left
 
-Start order is the one a node boots in: its namespace and files (its /run a tmpfs), the runtime (with the images imported: nothing
-can be pulled here), then the kubelet, which registers the Node. `stop` removes every pod sandbox before
-containerd goes (a kubelet that stops leaves its containers running, as a real one does), then ends whatever is
-left in the namespace.
+Start order is the one a node boots in: its namespace and files (its /run a tmpfs), the runtime (with the images
+imported: nothing can be pulled here), then the kubelet, which registers the Node. `stop` removes every pod sandbox
+before containerd goes (a kubelet that stops leaves its containers running, as a real one does), then ends whatever
+is left in the namespace.
 """
 
 from __future__ import annotations
