@@ -65,6 +65,9 @@ class WorkerPool(futures.ThreadPoolExecutor):
         self._items: queue.SimpleQueue[_WorkItem | None] = queue.SimpleQueue()
         self._mutex = threading.Lock()
         self._workers: list[threading.Thread] = []
+        # Workers that finished a call and wait for the next one, not yet promised to a call: `submit` takes one
+        # (or starts a worker) for each call it queues. Counting a worker idle until it has marked itself busy
+        # instead left a call queued with no worker when it arrived just as the last idle worker took a stream.
         self._idle = 0
         self._busy = 0
         self._closed = False
@@ -85,7 +88,9 @@ class WorkerPool(futures.ThreadPoolExecutor):
             if self._closed:
                 raise RuntimeError(f"{self._name}: cannot schedule new calls after shutdown")
             self._items.put((future, fn, args, kwargs))
-            if self._idle < self._items.qsize() and len(self._workers) < self._limit:
+            if self._idle:
+                self._idle -= 1  # that worker is this call's: no later call counts it as free
+            elif len(self._workers) < self._limit:
                 worker = threading.Thread(target=self._work, name=f"{self._name}-{len(self._workers)}", daemon=True)
                 self._workers.append(worker)
                 worker.start()
@@ -93,15 +98,11 @@ class WorkerPool(futures.ThreadPoolExecutor):
 
     def _work(self) -> None:
         while True:
-            with self._mutex:
-                self._idle += 1
             item = self._items.get()
-            with self._mutex:
-                self._idle -= 1
-                if item is not None:
-                    self._busy += 1
             if item is None:
                 return
+            with self._mutex:
+                self._busy += 1
             future, fn, args, kwargs = item
             del item
             try:
@@ -116,6 +117,7 @@ class WorkerPool(futures.ThreadPoolExecutor):
                 del future, fn, args, kwargs
                 with self._mutex:
                     self._busy -= 1
+                    self._idle += 1
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Refuse new calls; with `cancel_futures` drop the queued ones; with `wait` block until every worker ended

@@ -5,6 +5,7 @@ they rule out is a stop (or a process exit) that waits for that handler."""
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import textwrap
@@ -141,3 +142,44 @@ def test_worker_pool_runs_calls_reports_errors_and_cancels_queued_work_on_shutdo
         pool2.submit(int, "x").result(10)
     assert pool2.submit(sum, [1, 2]).result(10) == 3
     pool2.shutdown()
+
+
+class _PausingQueue(queue.SimpleQueue):  # type: ignore[type-arg]
+    """The pool's work queue, able to hold one worker just after it took an item (before it marks itself busy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.took = threading.Event()
+        self.go_on = threading.Event()
+
+    def get(self, block: bool = True, timeout: float | None = None):  # type: ignore[no-untyped-def]
+        item = super().get(block, timeout)
+        if self.armed and item is not None:
+            self.armed = False
+            self.took.set()
+            self.go_on.wait(10)
+        return item
+
+
+def test_a_call_arriving_while_the_idle_worker_takes_a_long_one_still_gets_a_worker() -> None:
+    """CI saw this as a ListAndWatch stream that never got its first message: two calls arrive together, the one idle
+    worker takes the first (a stream, which runs for hours) and the second waited in the queue for a worker that
+    never came, because the pool still counted the worker that had just taken the stream as idle."""
+    pool = WorkerPool(4, "t")
+    pool._items = items = _PausingQueue()  # noqa: SLF001 - the race needs the worker held at one exact point
+    assert pool.submit(sum, [1]).result(10) == 1
+    wait_until(lambda: pool._idle == 1, what="the first worker to wait for work")  # noqa: SLF001
+    stream_ends = threading.Event()
+    items.armed = True
+    stream = pool.submit(stream_ends.wait, 30)
+    assert items.took.wait(10), "the idle worker did not take the stream"
+    unary = pool.submit(lambda: "answered")  # arrives while that worker has the stream but is not yet busy
+    items.go_on.set()
+    try:
+        assert unary.result(10) == "answered"
+        assert not stream.done()
+    finally:
+        stream_ends.set()
+        pool.shutdown()
+
