@@ -20,7 +20,7 @@ Each round's pods are deleted and gone before the next round. Timestamps come fr
 (create request sent -> spec.nodeName seen -> phase Running seen).
 
 After each pod is Running, the bench scrapes the kubelet's /metrics (through the API server's node proxy,
-`/api/v1/nodes/node-0/proxy/metrics`, as the admin) and the node daemon's /metrics: the difference of a histogram's
+`/api/v1/nodes/node-0/proxy/metrics`, as the admin), the API server's and the node daemon's: the difference of a histogram's
 `_sum` over one pod start is that pod's exact duration whatever the buckets (see bench/realbench.py). Read that
 way, per pod:
   kubelet PrepareResources   `dra_operations_duration_seconds{operation_name="PrepareResources"}`: the kubelet's
@@ -31,6 +31,9 @@ way, per pod:
     of which read/lock/work  `dra_bridge_dra_prepare_phase_seconds`: reading the claim from the API server, waiting
                              for the node lock, the work under it (guards, checkpoint and CDI writes)
       the GET alone          `dra_bridge_dra_claim_get_seconds`: the claim GET timed on the thread that sends it
+        the server, per GET  kube-apiserver's `apiserver_request_duration_seconds{verb="GET",
+                             resource="resourceclaims"}` over the pod's start, `_sum` / `_count` (the kubelet's
+                             GET of the claim and ours): the API server's own share of the GET above
   kubelet Allocate           `kubelet_device_plugin_alloc_duration_seconds` (legacy pods)
   kubelet pod start          `kubelet_pod_start_duration_seconds`: kubelet first sees the pod -> running
   CRI <operation>            `kubelet_runtime_operations_duration_seconds{operation_type=...}`: the kubelet's calls
@@ -78,6 +81,7 @@ DAEMON = "dra_bridge_dra_rpc_seconds"
 PHASE = "dra_bridge_dra_prepare_phase_seconds"
 PHASES = ("read", "lock", "work")
 EVALUATIONS = "dra_bridge_split_evaluations_total"
+SERVER = "apiserver_request_duration_seconds"
 SLICE_WRITES = "dra_bridge_dra_slice_writes_total"
 CLAIM_OPS = "dra_bridge_dra_claim_operations_total"
 SLOW_S = 1.0  # a pod slower than this from create to Running gets its Events printed (the kinds' p50 is ~0.55 s)
@@ -168,6 +172,7 @@ class Scraper:
         import http.client
 
         samples = parse_metrics(self.https.get(f"/api/v1/nodes/{NODE}/proxy/metrics"))
+        samples.update(parse_metrics(self.https.get("/metrics")))  # the API server's own
         conn = http.client.HTTPConnection("127.0.0.1", self.daemon_port, timeout=10)
         conn.request("GET", "/metrics")
         samples.update(parse_metrics(conn.getresponse().read().decode()))
@@ -183,6 +188,7 @@ def deltas(before: Samples, after: Samples) -> dict[str, float]:
         "daemon": (DAEMON, {"op": "prepare"}),
         **{f"phase_{ph}": (PHASE, {"phase": ph}) for ph in PHASES},
         "claim_get": ("dra_bridge_dra_claim_get_seconds", {}),
+        "server_get": (SERVER, {"verb": "GET", "resource": "resourceclaims"}),
         "alloc": (ALLOC, {}),
         "pod_start": (POD_START, {}),
         **{f"rt_{op}": (RUNTIME, {"operation_type": op}) for op in RUNTIME_OPS},
@@ -310,6 +316,13 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
             values = [s.deltas[key] for s in by[k] if s.deltas.get(f"{key}_n", 0) >= 1]
             if values:
                 print(f"  {label:<26} {k:<8} {summary(values)}")
+    # The server's own time for one claim GET while the pod started (the kubelet's GET and ours, averaged per pod):
+    # what the GET above costs at the API server, before TLS, the network and the client.
+    for k in KINDS:
+        per_get = [s.deltas["server_get"] / s.deltas["server_get_n"] for s in by[k]
+                   if s.deltas.get("server_get_n", 0) >= 1]
+        if per_get:
+            print(f"  {'      the server, per GET':<26} {k:<8} {summary(per_get)}")
     for key, label in (("evaluations", "split evaluations"), ("slice_writes", "ResourceSlice writes")):
         print(f"  {label:<26} per pod start (daemon): " + ", ".join(
             f"{k} {statistics.fmean([s.deltas.get(key, 0.0) for s in by[k]]):.2f}" for k in KINDS if by[k]))
