@@ -1,7 +1,7 @@
 """Pod create -> Running on ONE real node, legacy vs DRA, in one run: what a user feels, and where the DRA path spends.
 
     .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook]
-                                                   [--py-spy FILE [--py-spy-rate HZ]]
+                                                   [--py-spy FILE [--py-spy-rate HZ]] [--node-arg ARG ...]
 
 Needs the real backend (`scripts/build_real.py`: kube-apiserver, controller manager, scheduler, kubelet v1.37.2,
 etcd, containerd/runc/CNI). One node (`8xH100-80GB`, split 4: four GPUs to the device plugin, four in our
@@ -224,7 +224,8 @@ def pod(kind: str, name: str) -> dict[str, Any]:
 
 def start_cluster(args: argparse.Namespace) -> SandboxCluster:
     spec = ClusterSpec(nodes=(NodeSpec(NODE, args.gpus, split=args.split),), kubernetes_version="1.37",
-                       backend="real", real_kubelets=True, bridge=True, webhook=not args.no_webhook)
+                       backend="real", real_kubelets=True, bridge=True, webhook=not args.no_webhook,
+                       node_args=tuple(args.node_arg))
     cluster = SandboxCluster(spec).start(timeout=300)
     try:
         cluster.wait_daemons_settled(120)
@@ -392,6 +393,9 @@ def main() -> int:
     ap.add_argument("--gpus", default="8xH100-80GB")
     ap.add_argument("--split", default="4")
     ap.add_argument("--no-webhook", action="store_true", help="legacy and dra pods only")
+    ap.add_argument("--node-arg", action="append", default=[], metavar="ARG",
+                    help="an extra `bridge node` argument, repeatable (a what-if: --node-arg=--state-dir=/run/x "
+                         "puts the checkpoint on the node's tmpfs /run)")
     ap.add_argument("--py-spy", metavar="FILE", help="record the node daemon with py-spy into FILE (raw format)")
     ap.add_argument("--py-spy-rate", type=int, default=200, metavar="HZ",
                     help="py-spy samples per second (default 200; a prepare takes a few ms: 1000 resolves its phases)")
