@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/real_claim_get_bench.py [--gets 2000] [--rounds 5] [--profile]
 
+Only etcd and kube-apiserver v1.37.2 run (no controller manager, no scheduler): nothing else talks to the server.
 Issue 25 item 3b: a prepare's read phase (about 3 ms of its 6.5-7 ms on the 2-core machine) is one GET of the
 claim. This splits that GET three ways, each a mean per GET over the same interleaved calls:
   server   kube-apiserver's own `apiserver_request_duration_seconds` for GET resourceclaims (`_sum`/`_count`
@@ -38,7 +39,7 @@ from bridge.kube import connect  # noqa: E402
 from bridge.kube.api import NAMESPACES, Resource  # noqa: E402
 from bridge.kube.client import RestKube  # noqa: E402
 from bridge.sandbox.real.binaries import Binaries  # noqa: E402
-from bridge.sandbox.real.plane import ControlPlane  # noqa: E402
+from bridge.sandbox.real.plane import ControlPlane, PlaneOptions  # noqa: E402
 from tests.dra.cluster import gpu, make_claim  # noqa: E402
 
 NS = "bench"
@@ -90,7 +91,7 @@ def main() -> int:
 
     print(f"load average before: {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-claim-get-") as work:
-        plane = ControlPlane(Path(work), Binaries("1.37")).start()
+        plane = ControlPlane(Path(work), Binaries("1.37"), PlaneOptions(managers=False)).start()
         try:
             admin = connect(plane.admin_kubeconfig)
             token = reader_token(admin)

@@ -57,6 +57,9 @@ class PlaneOptions:
     # (the `kubernetes` Service's endpoint)
     apiserver_bind: str | None = None
     advertise_address: str | None = None  # the `kubernetes` Service's endpoint (default: this machine's address)
+    # kube-controller-manager and kube-scheduler; False: etcd and kube-apiserver only (a bench of the API server
+    # alone, without the managers' own traffic)
+    managers: bool = True
 
 
 def primary_ipv4() -> str | None:
@@ -165,7 +168,8 @@ class ControlPlane:
         start_on_fresh_ports(lambda: self._apiserver(host, etcd_port, advertise, serving, ca, sa, kubelet_client),
                              lambda c: self._run(c, deadline))
         self.write_admin_kubeconfig(self.admin_kubeconfig)
-        self._start_managers(host, ca, sa, deadline)
+        if self.options.managers:
+            self._start_managers(host, ca, sa, deadline)
 
     def _apiserver(self, host: str, etcd_port: int, advertise: str | None, serving: CertPair, ca: TinyCA,
                    sa: CertPair, kubelet_client: CertPair) -> Component:
