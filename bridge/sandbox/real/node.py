@@ -33,7 +33,7 @@ from bridge.sandbox.real.fakegpu import make_gpu_files
 from bridge.sandbox.real.images import PAUSE_IMAGE
 from bridge.sandbox.real.kubelet import Kubelet, remove_cgroup_root
 from bridge.sandbox.real.namespace import NodeNamespace
-from bridge.sandbox.real.plane import ControlPlane
+from bridge.sandbox.real.plane import SERVICE_CIDR, ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,13 @@ def used_networks() -> list[ipaddress.IPv4Network]:
 
 
 def pod_subnet(cluster_id: str, index: int) -> str:
-    """A /24 of 10.64.0.0/10 for this node, derived from the cluster's id and free on this machine."""
-    used = used_networks()
+    """A /24 of 10.64.0.0/10 for this node, derived from the cluster's id, free on this machine and outside the
+    Service range (`SERVICE_CIDR`, inside 10.64.0.0/10). kube-proxy's nftables mode drops new connections to an
+    address of the Service range that no Service holds (kubernetes `pkg/proxy/nftables/proxier.go`, chain
+    `cluster-ips-check`: "Drop traffic to unallocated ClusterIPs"), so the pods of a node given a /24 in 10.96.0.0/16
+    could not be reached: its kubelet's probes timed out and its DaemonSet pod never became ready (seen in CI; before
+    this check 1 node in 64 got such a /24)."""
+    used = [*used_networks(), ipaddress.IPv4Network(SERVICE_CIDR)]
     seed = int(hashlib.sha256(f"{cluster_id}/{index}".encode()).hexdigest(), 16)
     for attempt in range(4096):
         n = (seed + attempt * 7919) % (64 * 256)
