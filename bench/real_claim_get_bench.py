@@ -30,11 +30,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.realbench import hist_sum, load, parse_metrics, pct  # noqa: E402
+from bench.realbench import AdminHttps, hist_sum, load, parse_metrics, pct  # noqa: E402
 from bridge.kube import connect  # noqa: E402
 from bridge.kube.api import NAMESPACES, Resource  # noqa: E402
 from bridge.kube.client import RestKube  # noqa: E402
@@ -97,34 +98,40 @@ def main() -> int:
             token = reader_token(admin)
             pod = {"metadata": {"name": "pod-0", "uid": "00000000-0000-4000-8000-000000000000"}}
             claim = make_claim(admin, NS, "claim-0", pod, [gpu("gpu-0")])
-            path = admin.resource_api().claims.path(NS, "claim-0")
+            claims = admin.resource_api().claims
+            path = claims.path(NS, "claim-0")
             ours = connect(plane.kubeconfig_with_token("reader", token, NS))
             assert plane.ca is not None
             bare = BareHttps(plane.port, plane.ca.pair.cert, token)
             assert json.loads(bare.get(path))["metadata"]["uid"] == claim["metadata"]["uid"]
-            assert ours.get(admin.resource_api().claims, "claim-0", NS)["metadata"]["uid"] == claim["metadata"]["uid"]
-            # the metrics as the admin (the reader may not read /metrics)
-            adm = AdminMetrics(plane)
+            assert ours.get(claims, "claim-0", NS)["metadata"]["uid"] == claim["metadata"]["uid"]
+            admin_https = AdminHttps(plane)  # /metrics as the admin (the reader may not read it)
+
+            def server_time() -> tuple[float, float]:
+                """(`_sum`, `_count`) of the API server's own GET resourceclaims histogram."""
+                return hist_sum(parse_metrics(admin_https.get("/metrics")), "apiserver_request_duration_seconds",
+                                verb="GET", resource="resourceclaims")
+
+            def get_bare() -> object:
+                return bare.get(path)
+
+            def get_ours() -> object:
+                return ours.get(claims, "claim-0", NS)
+
             size = len(bare.get(path))
             print(f"claim body {size} bytes; {args.gets} GETs per client per round, interleaved", flush=True)
             rows: dict[str, list[float]] = {k: [] for k in ("server", "bare p50", "bare p99", "ours p50", "ours p99",
                                                             "ours-bare p50", "ours mean", "bare mean")}
             for rnd in range(1, args.rounds + 1):
-                res = admin.resource_api().claims
-                t_bare: list[float] = []
-                t_ours: list[float] = []
-                s0, c0 = adm.server()
+                times: dict[Callable[[], object], list[float]] = {get_bare: [], get_ours: []}
+                s0, c0 = server_time()
                 for i in range(args.gets):
-                    first, second = (bare, ours) if i % 2 else (ours, bare)
-                    for client in (first, second):
+                    for get in (get_bare, get_ours) if i % 2 else (get_ours, get_bare):  # each goes first half the time
                         t = time.perf_counter()
-                        if client is bare:
-                            bare.get(path)
-                            t_bare.append(time.perf_counter() - t)
-                        else:
-                            ours.get(res, "claim-0", NS)
-                            t_ours.append(time.perf_counter() - t)
-                s1, c1 = adm.server()
+                        get()
+                        times[get].append(time.perf_counter() - t)
+                s1, c1 = server_time()
+                t_bare, t_ours = times[get_bare], times[get_ours]
                 server = (s1 - s0) / max(1.0, c1 - c0)
                 ms = 1000.0
                 vals = {"server": server * ms,
@@ -136,15 +143,16 @@ def main() -> int:
                     rows[k].append(v)
                 print(f"round {rnd}: " + ", ".join(f"{k} {v:.3f}" for k, v in vals.items()) + " ms", flush=True)
             print("\nmedians over the rounds (ms per GET):")
-            for name, series in rows.items():
-                print(f"  {name:<14} {statistics.median(series):7.3f}")
-            print(f"  ours/bare p50  {statistics.median(rows['ours p50']) / statistics.median(rows['bare p50']):7.2f}x")
-            print(f"  server share of bare mean {statistics.median(rows['server']) / statistics.median(rows['bare mean']):.0%}")
+            med = {name: statistics.median(series) for name, series in rows.items()}
+            for name, value in med.items():
+                print(f"  {name:<14} {value:7.3f}")
+            print(f"  ours/bare p50  {med['ours p50'] / med['bare p50']:7.2f}x")
+            print(f"  server share of bare mean {med['server'] / med['bare mean']:.0%}")
             if args.profile:
                 prof = cProfile.Profile()
                 prof.enable()
                 for _ in range(args.gets):
-                    ours.get(admin.resource_api().claims, "claim-0", NS)
+                    get_ours()
                 prof.disable()
                 print(f"\ncProfile of {args.gets} GETs through RestKube (own time):")
                 pstats.Stats(prof).sort_stats("tottime").print_stats(15)
@@ -152,23 +160,6 @@ def main() -> int:
         finally:
             plane.stop()
     return 0
-
-
-class AdminMetrics:
-    """The API server's /metrics as the admin (client certificate)."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        assert plane.ca is not None and plane.admin is not None
-        ctx = ssl.create_default_context(cafile=str(plane.ca.pair.cert))
-        ctx.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
-        self.conn = http.client.HTTPSConnection("127.0.0.1", plane.port, context=ctx, timeout=30)
-
-    def server(self) -> tuple[float, float]:
-        self.conn.request("GET", "/metrics")
-        resp = self.conn.getresponse()
-        samples = parse_metrics(resp.read().decode())
-        return hist_sum(samples, "apiserver_request_duration_seconds", verb="GET", resource="resourceclaims",
-                        group="resource.k8s.io", scope="resource")
 
 
 if __name__ == "__main__":

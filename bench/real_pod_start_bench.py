@@ -20,9 +20,9 @@ Each round's pods are deleted and gone before the next round. Timestamps come fr
 (create request sent -> spec.nodeName seen -> phase Running seen).
 
 After each pod is Running, the bench scrapes the kubelet's /metrics (through the API server's node proxy,
-`/api/v1/nodes/node-0/proxy/metrics`, as the admin), the API server's and the node daemon's: the difference of a histogram's
-`_sum` over one pod start is that pod's exact duration whatever the buckets (see bench/realbench.py). Read that
-way, per pod:
+`/api/v1/nodes/node-0/proxy/metrics`, as the admin), the API server's and the node daemon's: the difference of a
+histogram's `_sum` over one pod start is that pod's exact duration whatever the buckets (see bench/realbench.py).
+Read that way, per pod:
   kubelet PrepareResources   `dra_operations_duration_seconds{operation_name="PrepareResources"}`: the kubelet's
                              whole DRA prepare of the pod (its claim reads, our gRPC call, its checkpoint)
   kubelet NodePrepare gRPC   `dra_grpc_operations_duration_seconds{method=~".*NodePrepareResources"}`: our call as

@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
     from bridge.sandbox.cluster import SandboxCluster
+    from bridge.sandbox.real.plane import ControlPlane
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -33,10 +34,13 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 class AdminHttps:
     """One keep-alive HTTPS connection to the real API server as the admin (a new one after any failure)."""
 
-    def __init__(self, cluster: SandboxCluster) -> None:
-        plane = cluster.plane
+    def __init__(self, where: SandboxCluster | ControlPlane) -> None:
+        """`where`: a cluster on the real backend, or a control plane of its own (started)."""
+        from bridge.sandbox.real.plane import ControlPlane
+
+        plane = where if isinstance(where, ControlPlane) else where.plane
         if plane is None or plane.ca is None or plane.admin is None:
-            raise RuntimeError("AdminHttps needs a started cluster on the real backend")
+            raise RuntimeError("AdminHttps needs a started control plane (a cluster on the real backend)")
         self.host, self.port = "127.0.0.1", plane.port
         self.ctx = ssl.create_default_context(cafile=str(plane.ca.pair.cert))
         self.ctx.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
