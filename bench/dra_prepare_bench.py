@@ -1,6 +1,7 @@
 """NodePrepareResources latency against the local API emulator, with a bare echo RPC as the in-run baseline.
 
-    .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--ab-sync 300] [--state-dir DIR] [--cdi-dir DIR]
+    .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--rounds 1] [--ab-sync 300] [--state-dir DIR]
+                                                [--cdi-dir DIR]
     BENCH_NO_LEDGER=1 ...   # without the ownership ledger's prepare guard (the node daemon always wires it)
 
 Three processes, as on a node: the API emulator (`python -m bridge sandbox apiserver`), the DRA daemon
@@ -26,6 +27,9 @@ sensitive to the machine's load than the percentiles), the storage floor (two un
 checkpoint-sized renames, what a fresh prepare writes in the call, and one file + directory fsync, what the
 background sync adds per call). The machine's load average is printed before and after: on a shared machine the
 percentiles move with it. Targets: fresh prepare p99 <= 5 ms on a quiet machine (issue 25; <= 10 ms before it).
+`--rounds N` runs the claims N times over, one round after another in the same processes (each unprepared claim is
+fresh again), prints each round's p50/p99 and judges the target on the median of the rounds' p99: a single round's
+p99 rests on its 3 slowest calls of 300, and moved between 3.5 and 5.7 ms on one day on this machine.
 
 `--ab-sync N` adds an in-process comparison of the prepare core (no gRPC) with the fsync in the call (the policy
 before `bridge/dra/deferredsync.py`) and deferred after it, alternating call by call against the same emulator.
@@ -201,13 +205,37 @@ def ab_sync(kubeconfig: Path, root: Path, cdi_root: Path, n: int) -> dict[str, l
     return out
 
 
+def one_round(stub: pb_grpc.DRAPluginStub, reg: reg_grpc.RegistrationStub, claims: list[dict],
+              prep: list[float], repeat: list[float], echo: list[float]) -> None:
+    """Per claim: the echo, a fresh prepare, the same prepare again, the unprepare (untimed)."""
+    for c in claims:
+        ref = pb.Claim(namespace="bench", name=c["metadata"]["name"], uid=c["metadata"]["uid"])
+        t = time.perf_counter()
+        reg.GetInfo(reg_pb.InfoRequest(), timeout=5)
+        echo.append(time.perf_counter() - t)
+        request = pb.NodePrepareResourcesRequest(claims=[ref])
+        t = time.perf_counter()
+        resp = stub.NodePrepareResources(request, timeout=45)
+        prep.append(time.perf_counter() - t)
+        assert not resp.claims[ref.uid].error, resp.claims[ref.uid].error
+        t = time.perf_counter()
+        again = stub.NodePrepareResources(request, timeout=45)
+        repeat.append(time.perf_counter() - t)
+        assert again == resp, (again, resp)
+        un = stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[ref]), timeout=45)
+        assert not un.claims[ref.uid].error, un.claims[ref.uid].error
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--iterations", type=int, default=300, help="claims per round")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds over the same claims, one after another; with more than one, the target is judged "
+                         "on the median of the rounds' p99 (single rounds on a shared machine move +-30 %%)")
     ap.add_argument("--state-dir", type=Path, help="where the checkpoint lives (default: a new dir under /tmp)")
     ap.add_argument("--cdi-dir", type=Path, help="where CDI specs go (default: a new dir under /dev/shm)")
     ap.add_argument("--ab-sync", type=int, default=0, metavar="N",
@@ -243,25 +271,14 @@ def main() -> int:
         prep: list[float] = []
         repeat: list[float] = []
         echo: list[float] = []
+        rounds: list[tuple[float, float, float, str]] = []  # per round: fresh p50, fresh p99, echo p99, load before
         load_before = load()
         with grpc.insecure_channel("unix://" + dra_socket) as ch, grpc.insecure_channel("unix://" + reg_socket) as rch:
             stub, reg = pb_grpc.DRAPluginStub(ch), reg_grpc.RegistrationStub(rch)
-            for i, c in enumerate(claims):
-                ref = pb.Claim(namespace="bench", name=c["metadata"]["name"], uid=c["metadata"]["uid"])
-                t = time.perf_counter()
-                reg.GetInfo(reg_pb.InfoRequest(), timeout=5)
-                echo.append(time.perf_counter() - t)
-                request = pb.NodePrepareResourcesRequest(claims=[ref])
-                t = time.perf_counter()
-                resp = stub.NodePrepareResources(request, timeout=45)
-                prep.append(time.perf_counter() - t)
-                assert not resp.claims[ref.uid].error, resp.claims[ref.uid].error
-                t = time.perf_counter()
-                again = stub.NodePrepareResources(request, timeout=45)
-                repeat.append(time.perf_counter() - t)
-                assert again == resp, (again, resp)
-                un = stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[ref]), timeout=45)
-                assert not un.claims[ref.uid].error, un.claims[ref.uid].error
+            for _ in range(args.rounds):  # unprepared at the end of each iteration, a claim is fresh again next round
+                first, round_load = len(prep), load()
+                one_round(stub, reg, claims, prep, repeat, echo)
+                rounds.append((pct(prep[first:], 50), pct(prep[first:], 99), pct(echo[first:], 99), round_load))
         load_after = load()
         checkpoint_size = (state_dir / CHECKPOINT_NAME).stat().st_size
         daemon.stdin.close()
@@ -288,8 +305,8 @@ def main() -> int:
     p50, p99 = pct(prep, 50) * ms, pct(prep, 99) * ms
     r50, r99 = pct(repeat, 50) * ms, pct(repeat, 99) * ms
     e50, e99 = pct(echo, 50) * ms, pct(echo, 99) * ms
-    print(f"iterations: {len(prep)}  (emulator, daemon and client in 3 processes; {os.cpu_count()} CPUs; "
-          f"load average {load_before} before, {load_after} after)")
+    print(f"iterations: {len(prep)} ({args.rounds} x {args.iterations})  (emulator, daemon and client in 3 processes; "
+          f"{os.cpu_count()} CPUs; load average {load_before} before, {load_after} after)")
     print(f"NodePrepareResources fresh  (1 claim, 1 GPU): p50 {p50:.2f} ms  p99 {p99:.2f} ms  "
           f"mean {statistics.mean(prep) * ms:.2f} ms")
     print(f"NodePrepareResources repeat (prepared claim): p50 {r50:.2f} ms  p99 {r99:.2f} ms  "
@@ -308,8 +325,17 @@ def main() -> int:
               f"p90 {pct(values, 90) * ms:.2f} ms  p99 {pct(values, 99) * ms:.2f} ms  "
               f"mean {statistics.mean(values) * ms:.2f} ms  ({len(values)} calls, alternating)")
     print(f"CDI dir: {cdi_root}; checkpoint dir: {state_dir}")
-    print(f"target fresh prepare p99 <= 5 ms on a quiet machine (issue 25): {'MET' if p99 <= 5 else 'NOT MET'}"
-          f"  (<= 10 ms: {'met' if p99 <= 10 else 'not met'})")
+    judged = p99
+    if len(rounds) > 1:
+        for k, (r50, r99, e99, before) in enumerate(rounds, 1):
+            print(f"  round {k}: fresh p50 {r50 * ms:.2f} ms  p99 {r99 * ms:.2f} ms  (echo p99 {e99 * ms:.3f} ms; "
+                  f"load average {before} before)")
+        judged = statistics.median(r[1] for r in rounds) * ms
+        print(f"median of the {len(rounds)} rounds' fresh p99: {judged:.2f} ms (rounds {min(r[1] for r in rounds) * ms:.2f}"
+              f"-{max(r[1] for r in rounds) * ms:.2f}); p99 over all {len(prep)}: {p99:.2f} ms")
+    what = "the median of the rounds' p99" if len(rounds) > 1 else "p99"
+    print(f"target fresh prepare p99 <= 5 ms on a quiet machine (issue 25), {what}: "
+          f"{'MET' if judged <= 5 else 'NOT MET'}  (<= 10 ms: {'met' if judged <= 10 else 'not met'})")
     return 0
 
 
