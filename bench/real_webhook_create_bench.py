@@ -2,10 +2,11 @@
 translates vs one it does not see, in the same run, at a steady rate and in a burst.
 
     .venv/bin/python bench/real_webhook_create_bench.py [--rate 50] [--seconds 20] [--burst 500] [--workers 32]
+                                                        [--no-echo] [--no-go-echo]
 
 Needs the real control plane (`scripts/build_real.py`). One node (a kubelet simulator: no pod here ever runs) with
 our `bridge node`, and our `bridge webhook` registered as the chart registers it (`namespaceSelector` on
-`dra-bridge.io/mode`, `matchConditions`, fail open, TLS with its own CA bundle). Two namespaces:
+`dra-bridge.io/mode`, `matchConditions`, fail open, TLS with its own CA bundle). Namespaces:
   dra     labelled `dra-bridge.io/mode: dra`: the API server calls the webhook, which translates the pod (on 1.37
           its `auto` target is `extended`: `nvidia.com/gpu` becomes `deviceclass.resource.kubernetes.io/<class>`)
   plain   no label: the namespaceSelector leaves the webhook out (no call, no TLS)
@@ -14,6 +15,11 @@ our `bridge node`, and our `bridge webhook` registered as the chart registers it
           our HTTPS shell answering `allowed` with no patch. `echo - plain` is the floor any webhook costs a create
           here (the API server's dispatch, TLS, a review parsed and answered); `dra - echo` is what our review and
           its patch add to it. `--no-echo` leaves it out (the two-namespace runs of earlier notes).
+  goecho  labelled `bench.dra-bridge.io/echo: go`: the same entry again, calling `bench/goecho`, the same answer
+          from Go's net/http (built once under ~/.cache/dra-bridge/bench; left out without a Go toolchain, or with
+          `--no-go-echo`). HTTP/1.1 only, as the API server speaks to a webhook behind a Service (it would offer
+          HTTP/2 to this loopback URL: k8s.io/apiserver pkg/util/webhook/client.go). `goecho - plain` is the floor
+          with a webhook server far cheaper than ours; `echo - goecho` is what our Python HTTPS shell costs on it.
 The pod: one container asking `nvidia.com/gpu: 1`, no nodeName (a preset nodeName is a pod the webhook refuses to
 translate, so its review would be the cheap path), and a scheduling gate.
 
@@ -44,13 +50,16 @@ review time), both as means (`_sum`/`_count`; the API server's buckets start at 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import http.client
 import itertools
 import json
 import os
 import subprocess
-import tempfile
+import shutil
 import ssl
 import statistics
+import tempfile
 import sys
 import threading
 import time
@@ -65,12 +74,16 @@ from bench.realbench import (  # noqa: E402
 from bridge.kube import MUTATING_WEBHOOKS, PODS  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
 from bridge.webhook.registration import WEBHOOK_NAME  # noqa: E402
-from bridge.webhook.selfsigned import registration  # noqa: E402
+from bridge.webhook.selfsigned import ensure_self_signed, registration  # noqa: E402
 from tests.real.realnodes import ensure_namespace  # noqa: E402
 
-NS = {"dra": "bench-dra", "plain": "bench-plain", "echo": "bench-echo"}
+NS = {"dra": "bench-dra", "plain": "bench-plain", "echo": "bench-echo", "goecho": "bench-goecho"}
 ECHO_LABEL = "bench.dra-bridge.io/echo"
-ECHO_NAME = "echo.bench.dra-bridge.io"
+ECHO_VALUES = {"echo": "1", "goecho": "go"}
+ECHO_NAMES = {"echo": "echo.bench.dra-bridge.io", "goecho": "goecho.bench.dra-bridge.io"}
+# The differences printed per phase, (a, b) for a - b: the goal; the floor with our shell; ours on that floor; the
+# floor with a Go server; our shell on the Go floor.
+PAIRS = (("dra", "plain"), ("echo", "plain"), ("dra", "echo"), ("goecho", "plain"), ("echo", "goecho"))
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 REVIEW_METRIC = "dra_bridge_webhook_review_duration_seconds"
 
@@ -123,30 +136,71 @@ def plan(count: int, prefix: str, kinds: tuple[str, ...]) -> list[tuple[str, byt
     return out
 
 
-class EchoWebhook:
-    """`bench/echo_webhook.py` in a child process, registered for the `echo` namespace with our entry's settings."""
+GO_ECHO_DIR = Path(__file__).with_name("goecho")
 
-    def __init__(self, cluster: SandboxCluster) -> None:
-        self.dir = tempfile.TemporaryDirectory(prefix="bench-echo-")
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("echo_webhook.py")), self.dir.name],
-                                     stdout=subprocess.PIPE, text=True)
+
+def build_go_echo() -> Path | None:
+    """`bench/goecho` built once per source under ~/.cache/dra-bridge/bench; None (with why) without a Go toolchain."""
+    go = shutil.which("go")
+    if go is None:
+        print("no `go` on PATH: the Go echo webhook is left out (scripts/build_real.py needs Go too)", flush=True)
+        return None
+    digest = hashlib.sha256(b"".join((GO_ECHO_DIR / f).read_bytes() for f in ("go.mod", "main.go"))).hexdigest()
+    out = Path.home() / ".cache" / "dra-bridge" / "bench" / f"goecho-{digest[:12]}"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+        subprocess.run([go, "build", "-trimpath", "-o", str(tmp), "."], cwd=GO_ECHO_DIR, check=True,
+                       env=dict(os.environ, CGO_ENABLED="0", GOFLAGS="", GOTOOLCHAIN="local"))
+        tmp.rename(out)
+    return out
+
+
+class EchoWebhook:
+    """An echo webhook in a child process (`python`: bench/echo_webhook.py on our HTTPS shell; `go`: bench/goecho),
+    registered for its own namespace with our entry's settings."""
+
+    def __init__(self, cluster: SandboxCluster, kind: str, go_binary: Path | None = None) -> None:
+        self.kind = kind
+        self.dir = tempfile.TemporaryDirectory(prefix=f"bench-{kind}-")
+        if go_binary is None:
+            cmd = [sys.executable, str(Path(__file__).with_name("echo_webhook.py")), self.dir.name]
+        else:
+            tls = ensure_self_signed(Path(self.dir.name), ["127.0.0.1"])
+            cmd = [str(go_binary), "-cert", str(tls.cert_file), "-key", str(tls.key_file)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         self.pid = self.proc.pid
+        self.port = 0
         try:
             assert self.proc.stdout is not None
             line = self.proc.stdout.readline().split()
             if line[:1] != ["port"]:
-                raise RuntimeError(f"echo webhook did not start (exit {self.proc.poll()})")
+                raise RuntimeError(f"{kind} webhook did not start (exit {self.proc.poll()})")
+            self.port = int(line[1])
             # our registration (`bridge webhook --self-signed` writes the same), another name and namespaceSelector
-            config = registration(f"https://127.0.0.1:{line[1]}/mutate", (Path(self.dir.name) / "ca.crt").read_bytes())
-            config["metadata"]["name"] = "bench-echo"
+            config = registration(f"https://127.0.0.1:{self.port}/mutate",
+                                  (Path(self.dir.name) / "ca.crt").read_bytes())
+            config["metadata"]["name"] = f"bench-{kind}"
             (entry,) = config["webhooks"]
-            entry["name"] = ECHO_NAME
-            entry["namespaceSelector"] = {"matchLabels": {ECHO_LABEL: "1"}}
+            entry["name"] = ECHO_NAMES[kind]
+            entry["namespaceSelector"] = {"matchLabels": {ECHO_LABEL: ECHO_VALUES[kind]}}
             cluster.api.create(MUTATING_WEBHOOKS, config)
-            ensure_namespace(cluster, NS["echo"], {ECHO_LABEL: "1"})
+            ensure_namespace(cluster, NS[kind], {ECHO_LABEL: ECHO_VALUES[kind]})
         except BaseException:
             self.stop()
             raise
+
+    def stats(self) -> dict[str, int]:
+        """The Go echo's counters (accepted connections, reviews answered); {} for the Python one."""
+        if self.kind != "goecho":
+            return {}
+        ctx = ssl.create_default_context(cafile=str(Path(self.dir.name) / "ca.crt"))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=10)
+        try:
+            conn.request("GET", "/stats")
+            return dict(json.loads(conn.getresponse().read()))
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -202,8 +256,6 @@ class Connections(threading.Thread):
 
 
 def scrape(cluster: SandboxCluster, https: AdminHttps) -> Samples:
-    import http.client
-
     samples = parse_metrics(https.get("/metrics"))
     assert cluster.webhook is not None
     ctx = ssl.create_default_context(cadata=cluster.webhook.ca_pem.decode())
@@ -222,7 +274,7 @@ def mean_delta(before: Samples, after: Samples, metric: str, /, **labels: str) -
 
 def show(title: str, results: list[tuple[str, float, int]], before: Samples, after: Samples,
          wall: float) -> tuple[float, ...]:
-    """Per namespace latencies, and (p50, p99) of dra - plain, echo - plain, dra - echo (ms; nan without echo)."""
+    """Per namespace latencies, and (p50, p99) of each of PAIRS (ms; nan where a namespace was left out)."""
     ok = [(k, s) for k, s, status in results if status == 201]
     by = {kind: [s for k, s in ok if k == kind] for kind in NS if any(k == kind for k, _ in ok)}
     print(f"\n{title}: {len(results)} creates in {wall:.1f}s ({len(results) / wall:.0f}/s), "
@@ -230,17 +282,18 @@ def show(title: str, results: list[tuple[str, float, int]], before: Samples, aft
     for kind, values in by.items():
         print(f"  {kind:<6} {summary(values)}")
     out: list[float] = []
-    for a, b in (("dra", "plain"), ("echo", "plain"), ("dra", "echo")):
+    for a, b in PAIRS:
         if a in by and b in by:
             d50 = (statistics.median(by[a]) - statistics.median(by[b])) * 1000
             d99 = (pct(by[a], 99) - pct(by[b], 99)) * 1000
-            print(f"  {a + ' - ' + b:<12} p50 {d50:+6.1f} ms  p99 {d99:+6.1f} ms  mean "
+            print(f"  {a + ' - ' + b:<13} p50 {d50:+6.1f} ms  p99 {d99:+6.1f} ms  mean "
                   f"{(statistics.fmean(by[a]) - statistics.fmean(by[b])) * 1000:+6.1f} ms"
-                  + ("   (goal p99 <= +3 ms)" if b == "plain" and a == "dra" else ""))
+                  + ("   (goal p99 <= +3 ms)" if (a, b) == PAIRS[0] else ""))
             out += [d50, d99]
         else:
             out += [float("nan"), float("nan")]
-    for label, name in (("our webhook", WEBHOOK_NAME), ("the echo", ECHO_NAME)):
+    for label, name in (("our webhook", WEBHOOK_NAME), ("the echo", ECHO_NAMES["echo"]),
+                        ("the Go echo", ECHO_NAMES["goecho"])):
         call, n = mean_delta(before, after, WEBHOOK_METRIC, name=name, operation="CREATE", type="admit")
         if n:
             print(f"  the API server's call to {label} (mean of {n:.0f}): {call * 1000:.2f} ms")
@@ -273,6 +326,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=32, help="client connections")
     ap.add_argument("--modes", default="dry-run,stored", help="which kinds of create to run (dry-run, stored)")
     ap.add_argument("--no-echo", action="store_true", help="leave the echo webhook's namespace out")
+    ap.add_argument("--no-go-echo", action="store_true", help="leave the Go echo webhook's namespace out")
     ap.add_argument("--py-spy", metavar="FILE", help="record the webhook process with py-spy (raw format, "
                     "non-blocking) over the measured phases")
     ap.add_argument("--extra-rates", type=lambda v: [float(x) for x in v.split(",") if x], default=[10.0],
@@ -283,14 +337,17 @@ def main() -> int:
                        backend="real", bridge=True, webhook=True)
     t0 = time.monotonic()
     cluster = SandboxCluster(spec).start(timeout=300)
-    echo: EchoWebhook | None = None
-    kinds = ("dra", "plain") if args.no_echo else ("dra", "plain", "echo")
+    go_binary = None if args.no_go_echo else build_go_echo()
+    kinds = ("dra", "plain", *(() if args.no_echo else ("echo",)), *(() if go_binary is None else ("goecho",)))
+    echoes: list[EchoWebhook] = []
     try:
         print(f"cluster up in {time.monotonic() - t0:.1f}s ({load()})", flush=True)
         ensure_namespace(cluster, NS["dra"], {"dra-bridge.io/mode": "dra"})
         ensure_namespace(cluster, NS["plain"])
-        if not args.no_echo:
-            echo = EchoWebhook(cluster)
+        if "echo" in kinds:
+            echoes.append(EchoWebhook(cluster, "echo"))
+        if "goecho" in kinds:
+            echoes.append(EchoWebhook(cluster, "goecho", go_binary))
         https = AdminHttps(cluster)
         # the first dra pod makes the template
         warm = run_phase(cluster, plan(20, "warm", kinds), rate=20, workers=4, dry_run=False)
@@ -307,8 +364,8 @@ def main() -> int:
         pids = {c.name: [c.child.pid] for c in (cluster.plane.components if cluster.plane else []) if c.child.pid}
         if cluster.webhook is not None and cluster.webhook.process is not None and cluster.webhook.process.pid:
             pids["webhook"] = [cluster.webhook.process.pid]
-        if echo is not None:
-            pids["echo webhook"] = [echo.pid]
+        for echo in echoes:
+            pids[f"{echo.kind} webhook"] = [echo.pid]
         pids["this client"] = [os.getpid()]
         spy = None
         if args.py_spy and "webhook" in pids:
@@ -346,6 +403,7 @@ def main() -> int:
                 print(f"\n[{title}] {load()}", flush=True)
                 conns = Connections(cluster.webhook.port if cluster.webhook is not None else 0)
                 conns.start()
+                go0 = [e.stats() for e in echoes if e.kind == "goecho"]
                 cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
                 t = time.monotonic()
                 results = phase()
@@ -355,20 +413,27 @@ def main() -> int:
                 after = scrape(cluster, https)
                 summary_rows.append((title, show(title, results, before, after, wall)))
                 show_process(cpu, wall, conns)
+                for e, was in zip((e for e in echoes if e.kind == "goecho"), go0):
+                    now = e.stats()
+                    print(f"  API server -> Go echo: {now['connections'] - was['connections']} new connections for "
+                          f"{now['reviews'] - was['reviews']} reviews")
                 if not dry:
                     cleanup(cluster)
         if spy is not None:
             spy.send_signal(2)
             spy.wait(60)
         print(f"\n{load()}")
-        print("summary (ms; goal: dra - plain <= +3 at p99; echo: any webhook's floor here, dra - echo: ours on it):")
-        print(f"  {'':<48} {'dra - plain':>19}             {'echo - plain':>19} {'dra - echo':>19}")
-        print(f"  {'':<48} {'p50':>9} {'p99':>9}             {'p50':>9} {'p99':>9} {'p50':>9} {'p99':>9}")
+        print("summary (ms; goal: dra - plain <= +3 at p99; echo - plain: the floor on our HTTPS shell, dra - echo: "
+              "ours on it; goecho - plain: the floor with a Go server, echo - goecho: our shell on it):")
+        print(f"  {'':<48}" + "".join(f"{a + ' - ' + b:>19}" + (" " * 12 if i == 0 else "")
+                                      for i, (a, b) in enumerate(PAIRS)))
+        print(f"  {'':<48}" + "".join(f"{'p50':>9} {'p99':>9}" + (" " * 12 if i == 0 else "")
+                                      for i in range(len(PAIRS))))
         for title, d in summary_rows:
             print(f"  {title:<48} {d[0]:+9.1f} {d[1]:+9.1f} {'meets' if d[1] <= 3 else 'MISSES':>11} "
-                  f"{d[2]:+9.1f} {d[3]:+9.1f} {d[4]:+9.1f} {d[5]:+9.1f}")
+                  + " ".join(f"{v:+9.1f}" for v in d[2:]))
     finally:
-        if echo is not None:
+        for echo in echoes:
             echo.stop()
         cluster.stop()
     return 0

@@ -1,0 +1,3 @@
+module dra-bridge.io/bench/goecho
+
+go 1.24
