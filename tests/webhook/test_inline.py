@@ -214,13 +214,32 @@ def test_untranslatable_pods_are_answered_inline_and_their_event_reaches_the_api
     assert "MIG slice" in event["message"] and "opt out with dra-bridge.io/translate=false" in event["message"]
 
 
-def test_each_review_logs_one_structured_line(caplog: pytest.LogCaptureFixture) -> None:
+def test_each_review_logs_one_structured_line_at_debug(caplog: pytest.LogCaptureFixture) -> None:
     admitter = Admitter(CONFIG, lambda ns: DRA, None, None, WebhookMetrics(), peek_labels=lambda ns: DRA)
-    with caplog.at_level("INFO", logger="bridge.webhook.app"):
+    with caplog.at_level("DEBUG", logger="bridge.webhook.app"):
         admitter.handle_inline(body_of(deployment_pod(container("main", 1)), uid="u-log"))
     (record,) = [r for r in caplog.records if r.name == "bridge.webhook.app"]
+    assert record.levelname == "DEBUG"
     assert record.getMessage() == "review translated"
     fields = {k: getattr(record, k) for k in ("uid", "namespace", "pod", "mode", "target", "dry_run", "reason")}
     assert fields == {"uid": "u-log", "namespace": "team-a", "pod": "trainer-7d9f8b6c4-", "mode": "dra",
                       "target": "claims", "dry_run": False, "reason": "translated to claims"}
     assert record.ms >= 0  # type: ignore[attr-defined]
+
+
+def test_at_info_only_reviews_that_need_a_look_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """A translated pod and a pod without GPUs are routine (the pod's annotations and the reviews counter record
+    them): no line at INFO. An untranslatable pod (the user got a warning) and a body that is not a review do log."""
+    metrics = WebhookMetrics()
+    admitter = Admitter(CONFIG, lambda ns: DRA, None, None, metrics, peek_labels=lambda ns: DRA)
+    mig, _ = UNTRANSLATABLE["MIG slice"]
+    with caplog.at_level("INFO", logger="bridge.webhook.app"):
+        admitter.handle_inline(body_of(deployment_pod(container("main", 1)), uid="u-gpu"))
+        admitter.handle_inline(body_of(deployment_pod(container("main")), uid="u-none"))
+        admitter.handle_inline(body_of(deployment_pod(mig), uid="u-mig"))
+        admitter.handle_inline(b"not json")
+    lines = [(r.levelname, r.getMessage(), getattr(r, "uid", None)) for r in caplog.records
+             if r.name == "bridge.webhook.app"]
+    assert lines == [("INFO", "review untranslatable", "u-mig"), ("INFO", "review invalid", "")]
+    counted = {labels[0]: value for labels, value in metrics.reviews.totals().items()}
+    assert counted == {"translated": 1, "no-gpu": 1, "untranslatable": 1, "invalid": 1}
