@@ -98,3 +98,25 @@ def test_stopping_leaves_no_process_and_no_file(real_137: Binaries) -> None:
     cluster.stop()
     assert [p for p in pids if p is not None and _alive(p)] == []
     assert work is not None and not work.exists()
+
+
+def test_a_plane_without_the_managers_serves_the_api_from_etcd_and_kube_apiserver_alone(
+        real_137: Binaries, tmp_path: Path) -> None:
+    """`PlaneOptions(managers=False)` (bench/real_claim_get_bench.py: the API server measured without the managers'
+    traffic): only etcd and kube-apiserver run, the API answers, and nothing reconciles what is written."""
+    from bridge.kube.api import NAMESPACES
+    from bridge.sandbox.real.chartrbac import SERVICE_ACCOUNTS
+    from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
+
+    plane = ControlPlane(tmp_path / "plane", real_137, PlaneOptions(managers=False)).start()
+    try:
+        # (a try that lost its port race stays listed, exited: names, not a count)
+        assert {c.name for c in plane.components} == {"etcd", "kube-apiserver"}
+        admin = connect(str(plane.admin_kubeconfig))
+        admin.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "alone"}})
+        assert admin.get(NAMESPACES, "alone")["metadata"]["name"] == "alone"
+        time.sleep(2)  # kube-controller-manager's serviceaccount controller makes `default` within a second
+        assert admin.list(SERVICE_ACCOUNTS, "alone")["items"] == []
+    finally:
+        plane.stop()
+    assert plane.components == []
