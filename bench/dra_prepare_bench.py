@@ -331,8 +331,9 @@ def main() -> int:
             print(f"  round {k}: fresh p50 {r50 * ms:.2f} ms  p99 {r99 * ms:.2f} ms  (echo p99 {e99 * ms:.3f} ms; "
                   f"load average {before} before)")
         judged = statistics.median(r[1] for r in rounds) * ms
-        print(f"median of the {len(rounds)} rounds' fresh p99: {judged:.2f} ms (rounds {min(r[1] for r in rounds) * ms:.2f}"
-              f"-{max(r[1] for r in rounds) * ms:.2f}); p99 over all {len(prep)}: {p99:.2f} ms")
+        lo, hi = min(r[1] for r in rounds) * ms, max(r[1] for r in rounds) * ms
+        print(f"median of the {len(rounds)} rounds' fresh p99: {judged:.2f} ms (rounds {lo:.2f}-{hi:.2f}); "
+              f"p99 over all {len(prep)}: {p99:.2f} ms")
     what = "the median of the rounds' p99" if len(rounds) > 1 else "p99"
     print(f"target fresh prepare p99 <= 5 ms on a quiet machine (issue 25), {what}: "
           f"{'MET' if judged <= 5 else 'NOT MET'}  (<= 10 ms: {'met' if judged <= 10 else 'not met'})")

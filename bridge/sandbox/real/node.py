@@ -71,7 +71,8 @@ def pod_subnet(cluster_id: str, index: int) -> str:
 class RealNode:
     def __init__(self, node_dir: Path, binaries: Binaries, plane: ControlPlane, *, name: str, index: int,
                  cluster_id: str, devices: Sequence[GpuDevice], labels: dict[str, str], images: list[Path],
-                 node_ip: str, node_status_frequency: float = 10.0, feature_gates: dict[str, bool] | None = None) -> None:
+                 node_ip: str, node_status_frequency: float = 10.0,
+                 feature_gates: dict[str, bool] | None = None) -> None:
         self.dir = node_dir
         self.name = name
         self.bin = binaries
