@@ -88,7 +88,10 @@ from bridge.logs import setup_logging
 @click.option("--log-format", show_envvar=True, envvar="BRIDGE_LOG_FORMAT", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 @click.option("--log-level", show_envvar=True, envvar="BRIDGE_LOG_LEVEL", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              help="info: start-up, registration, and each review that needs a look (untranslatable, invalid, "
+                   "error); debug: also one line per routine review (translated, shadow, skipped, no-gpu), which the "
+                   "pod's dra-bridge.io/translated annotation and the dra_bridge_webhook_reviews counter record anyway.")
 def webhook(port: int, bind_address: str, tls_cert_file: str | None, tls_key_file: str | None,
             self_signed: str | None, self_signed_hosts: str, register: bool, client_ca_file: str | None,
             client_names: str, max_templates_per_namespace: int, kubeconfig: str | None,
