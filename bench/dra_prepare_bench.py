@@ -327,9 +327,9 @@ def main() -> int:
     print(f"CDI dir: {cdi_root}; checkpoint dir: {state_dir}")
     judged = p99
     if len(rounds) > 1:
-        for k, (r50, r99, e99, before) in enumerate(rounds, 1):
-            print(f"  round {k}: fresh p50 {r50 * ms:.2f} ms  p99 {r99 * ms:.2f} ms  (echo p99 {e99 * ms:.3f} ms; "
-                  f"load average {before} before)")
+        for k, (round_p50, round_p99, echo_p99, before) in enumerate(rounds, 1):
+            print(f"  round {k}: fresh p50 {round_p50 * ms:.2f} ms  p99 {round_p99 * ms:.2f} ms  (echo p99 "
+                  f"{echo_p99 * ms:.3f} ms; load average {before} before)")
         judged = statistics.median(r[1] for r in rounds) * ms
         lo, hi = min(r[1] for r in rounds) * ms, max(r[1] for r in rounds) * ms
         print(f"median of the {len(rounds)} rounds' fresh p99: {judged:.2f} ms (rounds {lo:.2f}-{hi:.2f}); "

@@ -157,8 +157,8 @@ def build_go_echo() -> Path | None:
 
 
 class EchoWebhook:
-    """An echo webhook in a child process (`python`: bench/echo_webhook.py on our HTTPS shell; `go`: bench/goecho),
-    registered for its own namespace with our entry's settings."""
+    """An echo webhook in a child process (kind `echo`: bench/echo_webhook.py on our HTTPS shell; `goecho`:
+    bench/goecho, given its binary), registered for its own namespace with our entry's settings."""
 
     def __init__(self, cluster: SandboxCluster, kind: str, go_binary: Path | None = None) -> None:
         self.kind = kind
@@ -425,10 +425,10 @@ def main() -> int:
         print(f"\n{load()}")
         print("summary (ms; goal: dra - plain <= +3 at p99; echo - plain: the floor on our HTTPS shell, dra - echo: "
               "ours on it; goecho - plain: the floor with a Go server, echo - goecho: our shell on it):")
-        print(f"  {'':<48}" + "".join(f"{a + ' - ' + b:>19}" + (" " * 12 if i == 0 else "")
-                                      for i, (a, b) in enumerate(PAIRS)))
-        print(f"  {'':<48}" + "".join(f"{'p50':>9} {'p99':>9}" + (" " * 12 if i == 0 else "")
-                                      for i in range(len(PAIRS))))
+        # columns: the goal's pair, its verdict (11), then the other pairs; each pair 19 wide (p50, p99)
+        names = [f"{a + ' - ' + b:>19}" for a, b in PAIRS]
+        print(f"  {'':<48} {names[0]} {'':>11} " + " ".join(names[1:]))
+        print(f"  {'':<48} " + " ".join([f"{'p50':>9} {'p99':>9}", " " * 11, *[f"{'p50':>9} {'p99':>9}"] * (len(PAIRS) - 1)]))
         for title, d in summary_rows:
             print(f"  {title:<48} {d[0]:+9.1f} {d[1]:+9.1f} {'meets' if d[1] <= 3 else 'MISSES':>11} "
                   + " ".join(f"{v:+9.1f}" for v in d[2:]))
