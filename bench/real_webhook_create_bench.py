@@ -191,16 +191,9 @@ class EchoWebhook:
             raise
 
     def stats(self) -> dict[str, int]:
-        """The Go echo's counters (accepted connections, reviews answered); {} for the Python one."""
-        if self.kind != "goecho":
-            return {}
-        ctx = ssl.create_default_context(cafile=str(Path(self.dir.name) / "ca.crt"))
-        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=10)
-        try:
-            conn.request("GET", "/stats")
-            return dict(json.loads(conn.getresponse().read()))
-        finally:
-            conn.close()
+        """The Go echo's counters: accepted connections, reviews answered (bench/goecho's /stats)."""
+        ca = (Path(self.dir.name) / "ca.crt").read_bytes()
+        return dict(json.loads(local_https_get(self.port, ca, "/stats")))
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -255,14 +248,22 @@ class Connections(threading.Thread):
             self.most = max(self.most, len(now))
 
 
+def local_https_get(port: int, ca_pem: bytes, path: str) -> bytes:
+    """GET `path` from a webhook on 127.0.0.1 that serves a certificate of the CA `ca_pem`, on a connection of its
+    own."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().read()
+    finally:
+        conn.close()
+
+
 def scrape(cluster: SandboxCluster, https: AdminHttps) -> Samples:
     samples = parse_metrics(https.get("/metrics"))
     assert cluster.webhook is not None
-    ctx = ssl.create_default_context(cadata=cluster.webhook.ca_pem.decode())
-    conn = http.client.HTTPSConnection("127.0.0.1", cluster.webhook.port, context=ctx, timeout=10)
-    conn.request("GET", "/metrics")
-    samples.update(parse_metrics(conn.getresponse().read().decode()))
-    conn.close()
+    samples.update(parse_metrics(local_https_get(cluster.webhook.port, cluster.webhook.ca_pem, "/metrics").decode()))
     return samples
 
 
@@ -348,8 +349,9 @@ def main() -> int:
         ensure_namespace(cluster, NS["plain"])
         if "echo" in kinds:
             echoes.append(EchoWebhook(cluster, "echo"))
-        if "goecho" in kinds:
-            echoes.append(EchoWebhook(cluster, "goecho", go_binary))
+        go_echo = EchoWebhook(cluster, "goecho", go_binary) if "goecho" in kinds else None
+        if go_echo is not None:
+            echoes.append(go_echo)
         https = AdminHttps(cluster)
         # the first dra pod makes the template
         warm = run_phase(cluster, plan(20, "warm", kinds), rate=20, workers=4, dry_run=False)
@@ -408,7 +410,7 @@ def main() -> int:
                     print(f"\n[{title}] {load()}", flush=True)
                     conns = Connections(cluster.webhook.port if cluster.webhook is not None else 0)
                     conns.start()
-                    go0 = [e.stats() for e in echoes if e.kind == "goecho"]
+                    go_before = go_echo.stats() if go_echo is not None else None
                     cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
                     t = time.monotonic()
                     results = phase()
@@ -418,10 +420,10 @@ def main() -> int:
                     after = scrape(cluster, https)
                     summary_rows.append((title, show(title, results, before, after, wall)))
                     show_process(cpu, wall, conns)
-                    for e, was in zip((e for e in echoes if e.kind == "goecho"), go0):
-                        now = e.stats()
-                        print(f"  API server -> Go echo: {now['connections'] - was['connections']} new connections for "
-                              f"{now['reviews'] - was['reviews']} reviews")
+                    if go_echo is not None and go_before is not None:
+                        now = go_echo.stats()
+                        print(f"  API server -> Go echo: {now['connections'] - go_before['connections']} new "
+                              f"connections for {now['reviews'] - go_before['reviews']} reviews")
                     if not dry:
                         cleanup(cluster)
         if spy is not None:
