@@ -57,8 +57,10 @@ again). Between decisions the usual events are a new pending pod, which comes la
 binding the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step
 predicted: when nothing else changed, a decision goes on from the last decision's plan, adds only the new pod's step
 (also a pod that fits on free GPUs while others wait for moves, when its node changes none of their steps) and drops
-the bound pod's (`_Run`: a few ms at that scale instead of a whole plan); anything else plans from scratch
-(tests/controller/test_decide_resume.py checks the two give the same decision over generated event sequences).
+the bound pod's (`_Run`: a few ms at that scale instead of a whole plan); a new pod that fits on free GPUs of a
+node step 3 changed or chose plans step 3 again from where step 1 ended (`_Run._step_3_again`: step 1 is not planned
+again); anything else plans from scratch (tests/controller/test_decide_resume.py checks that each of these gives the
+decision planned from scratch, over generated event sequences).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
 the caller's whole heap and took about half the time.
@@ -127,6 +129,7 @@ class _Seen:
 
 
 _Found = tuple["_Node", int, int, tuple[int, ...]]  # node, GPUs to move, group moved from, rank (`_search`)
+_Kept = tuple[dict[Api, int], list[list[int]], list[int], tuple[object, ...]]  # a node's free, groups, largest, sig
 
 
 def _api_name(api: Api) -> str:
@@ -592,6 +595,9 @@ class _Planner:
         # What step 3 saw, per kind of pod (`_Seen`), and the nodes it changed or chose (None: step 1 has not ended).
         self.seen: dict[tuple[Constraints, Api, int], _Seen] = {}
         self.touched: set[str] | None = None
+        # Per node a step of step 3 changed, what step 1 left it with (`_keep`): step 3 can be planned again from
+        # where step 1 ended (`_Run._step_3_again`) by putting those nodes back.
+        self.kept: dict[str, _Kept] = {}
 
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -620,11 +626,17 @@ class _Planner:
                 self.members[n.name].append(idx)
         return idx
 
+    def _keep(self, n: _Node) -> None:
+        """Keep what `n` has before step 3 first changes it (only after step 1 ended: `touched` is set)."""
+        if n.name not in self.kept:
+            self.kept[n.name] = (dict(n.free), [list(c) for c in n.groups], list(n.largest), n.sig)
+
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
              direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
         self.version += 1
         if self.touched is not None:
             self.touched.add(n.name)
+            self._keep(n)
         idxs = self.members.get(n.view.name, ())
         for idx in idxs:
             idx._remove(n)
@@ -663,6 +675,7 @@ class _Planner:
         self.version += 1
         if self.touched is not None and not in_step_1:
             self.touched.add(n.name)
+            self._keep(n)
         idxs = self.members.get(n.name, ())
         for idx in idxs:
             idx._remove(n)
@@ -958,8 +971,9 @@ class _Run:
     then takes the new pod's. When step 3 had no pod yet, its fit is the last of step 1. Otherwise its fit is tried
     where step 1 ended (`fit1`: the fit buckets as step 1 left them): where it fails, it only adds its step 3 at the
     end; where it fits on a node, it goes on when that node, with the pod's GPUs taken, changes no step of step 3
-    (`_fits_alongside`). The plan kept is the last decision's plan after its last step, so the new decision costs
-    the new pod's step, not every pod's.
+    (`_fits_alongside`); where that cannot be told, step 3 is planned again from where step 1 ended, the pod's fit
+    added to step 1 (`_step_3_again`). The plan kept is the last decision's plan after its last step, so the new
+    decision costs the new pod's step (or step 3), not every pod's.
 
     The other usual event is the scheduler binding pods step 1 placed on free GPUs, in queue order: the first ones
     leave the queue and their nodes' views lose the free GPUs their steps took. Planning from scratch then starts
@@ -969,9 +983,10 @@ class _Run:
     a binding as the core had fitted them) changes no step either.
 
     Anything else (another pod gone, or one inserted before the end, a node's view replaced otherwise, the clock
-    moving a budget or cool-down, a new pod that fits in step 1 on a node step 3 changed or would now choose or
-    count differently) plans from scratch. The plan kept costs memory between decisions: some 11 MB at 5,000 nodes
-    and 10,000 pods (0.8 MB of it the fit buckets as step 1 left them)."""
+    moving a budget or cool-down, a new pod of constraints no pod had) plans from scratch. The plan kept costs
+    memory between decisions: some 11 MB at 5,000 nodes and 10,000 pods (0.8 MB of it the fit buckets as step 1
+    left them; `_Planner.kept`, what step 1 left each node step 3 changed, adds up to 2.7 MB in the bench's `moves`,
+    where step 3 changes 3,753 nodes)."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                  now: float, last: _Run | None = None) -> None:
@@ -990,6 +1005,7 @@ class _Run:
         self.order: list[PendingPod] = []
         self.fitted: list[Placement] = []  # step 1's placements, in queue order
         self.by_moves: list[Placement] = []  # step 3's
+        self.how = "from scratch"  # how this plan reached its last decision (also "went on", "step 3 again")
         self.blocked: list[Blocked] = []
         unplaced: list[PendingPod] = []
         for pod in order:
@@ -1006,6 +1022,7 @@ class _Run:
         if unplaced:
             self._end_step_1()
         planner.restore_floors()
+        self.step3 = unplaced  # step 3's pods, in queue order
         for pod in unplaced:
             self._by_moves(pod)
 
@@ -1017,7 +1034,8 @@ class _Run:
         """Step 1 ends: keep each index's fit buckets as they are now (`fit1`, where a pod added at the end of the
         queue fits in step 1), and note from here on the nodes a step changes or chooses (`_Planner.touched`)."""
         self.fit1 = {c: _copy_fit(idx.fit) for c, idx in self.planner.indexes.items()}
-        self.planner.touched = set()
+        self.pool_legacy1 = dict(self.planner.pool_legacy)
+        self.planner.touched, self.planner.kept = set(), {}
 
     def _by_moves(self, pod: PendingPod) -> None:
         placed, block = self.planner.place_by_moves(pod)
@@ -1048,6 +1066,7 @@ class _Run:
         k = len(self.order) - len(gone)
         planner.memory, planner.now = memory, now  # a diagnosis from here on reads this clock
         self.memory, self.now = memory, now
+        self.how = "went on"
         for pod in order[k:]:
             if self.fit1 is None:  # no pod needed moves yet: the plan is still where step 1 ended
                 placed = planner.fit(pod)
@@ -1055,6 +1074,7 @@ class _Run:
                     self.fitted.append(placed)
                 else:
                     self._end_step_1()  # step 1 ends here; step 2 does nothing (no pool short)
+                    self.step3.append(pod)
                     self._by_moves(pod)
             else:
                 fit1 = self.fit1.get(pod.constraints)
@@ -1062,9 +1082,10 @@ class _Run:
                     return False  # a new eligibility index
                 pos = _best_fit(fit1, pod.api, pod.gpus, planner.top)
                 if pos is None:  # it does not fit where step 1 ended: its step comes after step 3's pods
+                    self.step3.append(pod)
                     self._by_moves(pod)
                 elif not self._fits_alongside(pod, planner.by_pos[pos]):
-                    return False
+                    self._step_3_again(pod, planner.by_pos[pos])
             self._count(pod)
         self.order = order
         return True
@@ -1109,13 +1130,63 @@ class _Run:
                     return False  # a search would take `x`
             if seen.most is not None and before_room >= min(gpus, seen.most):
                 return False  # its diagnosis counted `x`'s free GPUs
-        for idx in mine.values():
+        self._fit_in_step_1(pod, x)
+        return True
+
+    def _fit_in_step_1(self, pod: PendingPod, x: _Node) -> None:
+        """`pod` takes its GPUs on `x` as the last fit of step 1: in the plan, and in `fit1`."""
+        planner = self.planner
+        assert self.fit1 is not None  # (kept from the end of step 1 on)
+        after = x.clone()
+        after.free[pod.api] -= pod.gpus
+        after.take_groups(pod.api, pod.gpus)
+        after.measure()
+        for idx in planner.members.get(x.name, ()):
             fit1 = self.fit1[idx.constraints]  # (every index exists by the end of step 1)
             _unfile(fit1, x.pos, x.free, x.largest)
             _file(fit1, x.pos, after.free, after.largest)
         planner.take(x, pod.api, pod.gpus, in_step_1=True)
         self.fitted.append(Placement(pod.key, x.name, 0))
-        return True
+
+    def _step_3_again(self, pod: PendingPod, x: _Node) -> None:
+        """`pod`, added at the end of the queue, fits at the end of step 1 on `x`, and step 3 may have gone
+        otherwise had `x` been as the pod leaves it (`_fits_alongside` could not tell it had not): plan step 3 again
+        from where step 1 ended, as planning from scratch would, without planning step 1 again.
+
+        Step 1 ends as it did, plus the pod's fit: the nodes step 3 changed are put back as step 1 left them
+        (`_Planner.kept`), with their indexes' buckets, and so are the pools' legacy counts, the rate-limit budget
+        and the directions each node may change in. What step 3 remembered (searches, pods blocked, diagnoses,
+        `_Seen`) is dropped. Then every pod of step 3 takes its step again, in queue order. It costs step 3, not the
+        nodes' views, step 1's fits and their indexes (in the bench's `moves*`, a fifth of a plan)."""
+        planner = self.planner
+        kept, planner.kept = planner.kept, {}
+        for name, (free, groups, largest, sig) in kept.items():
+            n = planner.nodes[name]
+            idxs = planner.members.get(name, ())
+            for idx in idxs:
+                idx._remove(n)  # (from the buckets of what it has now, before the directions it may take are back)
+            n.free, n.groups, n.largest, n.sig = free, groups, largest, sig
+            n.dra, n.direction, n.served, n.moved_from = n.view.dra, n.view.moving, [], {}
+            for d in ("to-dra", "to-legacy"):  # as `_Planner` set them: only a step takes a direction away
+                if n.changeable and name not in planner.cooling[d] and n.direction in (None, d):
+                    planner.move_ok[d].add(name)
+            for idx in idxs:
+                idx._add(n)
+        planner.stale.update(kept)  # their changes are written again (most as they were)
+        planner.pool_legacy = defaultdict(int, self.pool_legacy1)
+        planner.budget = self.budget
+        planner.version += 1
+        planner.candidates.clear()
+        planner.held.clear()
+        planner.diagnosis.clear()
+        planner.seen.clear()
+        planner.read_clock = False
+        planner.touched = set()
+        self._fit_in_step_1(pod, x)
+        self.by_moves, self.blocked = [], []
+        for p in self.step3:
+            self._by_moves(p)
+        self.how = "step 3 again"
 
     def _gone(self, order: list[PendingPod]) -> list[int] | None:
         """The places in the last queue of the pods that left it, when they are the first pods step 1 placed (the

@@ -148,6 +148,27 @@ def test_every_decision_after_placed_pods_were_bound_is_the_decision_planned_fro
     each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
 
 
+SMALL = st.lists(st.tuples(  # mostly new pods small enough to fit where step 1 ended, now and then a placed pod bound
+    st.sampled_from(["new", "new", "new", "new", "placed"]),
+    st.sampled_from(["legacy", "dra"]), st.integers(1, 2), st.integers(0, 3), st.just(0),
+    st.integers(0, 20), st.booleans(), st.just(0.0), st.sampled_from([0, 0, 3]),
+), min_size=1, max_size=12)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.integers(0, 1), min_size=6, max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=12, max_gpus=4),
+       st.lists(st.integers(0, 3), min_size=12, max_size=12), SMALL, st.sampled_from([0, 1, 3, 100]))
+def test_every_decision_after_small_pods_that_fit_beside_moves_is_the_decision_planned_from_scratch(
+        nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
+        events: list[Event], budget: int) -> None:
+    """The same where new pods mostly fit on free GPUs while older ones wait for moves: they often fit on a node
+    step 3 changed or chose, and step 3 is planned again from where step 1 ended (`_Run._step_3_again`)."""
+    nodes = shaped(nodes, zones, tainted)
+    pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
+    each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
+
+
 def each_decision_planned_from_scratch(nodes: list[NodeView], pods: list[PendingPod], policy: Policy,
                                        memory: Memory, events: list[Event]) -> None:
     """Decide, then after each event: every decision with `reuse` is the decision planned from scratch."""
@@ -199,15 +220,23 @@ def thirty_dra_pods_waiting_for_moves() -> tuple[list[NodeView], list[PendingPod
 
 
 def with_new_pod(nodes: list[NodeView], pods: list[PendingPod], policy: Policy, new: PendingPod
-                 ) -> tuple[Decision, bool]:
+                 ) -> tuple[Decision, str]:
     """Add `new` at the end of the queue after the last decision and decide again: the decision (checked equal to
-    the one planned from scratch) and whether it went on from the last plan."""
+    the one planned from scratch) and how it was reached: "went on" from the last plan, "step 3 again" from where
+    its step 1 ended, or "from scratch"."""
     kept = core._last
     assert kept is not None
     pods = [*pods, new]
     got = decide(nodes, pods, policy)
     assert got == decide(nodes, pods, policy, reuse=False)
-    return got, core._last is kept
+    return got, how_planned(kept)
+
+
+def how_planned(kept: core._Run | None) -> str:
+    """How the last decision was reached, given the plan kept before it."""
+    run = core._last
+    assert run is not None
+    return run.how if run is kept else "from scratch"
 
 
 def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan() -> None:
@@ -221,13 +250,52 @@ def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan()
         assert got == decide(nodes, pods, policy, reuse=False)
 
 
-def test_a_new_pod_that_fits_on_a_node_step_3_moved_gpus_on_is_planned_from_scratch() -> None:
-    """From scratch, the legacy pod takes node-000's free legacy GPU before any move, and the DRA pod the plan had
-    sent there goes elsewhere."""
+def test_a_new_pod_that_fits_on_a_node_step_3_moved_gpus_on_plans_step_3_again_from_where_step_1_ended() -> None:
+    """From scratch, the legacy pod takes one of node-000's free legacy GPUs before any move: p1, which the plan had
+    sent there beside p0, goes to node-001, and every odd pod after it one node further. The plan keeps step 1 and
+    takes every step of step 3 again."""
     nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
-    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
-    assert not went_on
-    assert any(p.pod == "ns/legacy" and p.moves == 0 for p in got.placements)
+    before = {p.pod: p.node for p in decide(nodes, pods, policy).placements}
+    got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
+    assert how == "step 3 again"
+    assert got.placements[0] == Placement("ns/legacy", "node-000", 0)
+    after = {p.pod: p.node for p in got.placements}
+    assert (before["ns/p0"], before["ns/p1"]) == ("node-000", "node-000")
+    assert (after["ns/p0"], after["ns/p1"], after["ns/p29"]) == ("node-000", "node-001", "node-015")
+    assert [(c.node, c.dra, c.pods) for c in got.changes][0] == ("node-000", 6, ("ns/p0",))
+
+
+def test_step_3_planned_again_three_times_over_is_still_the_plan_from_scratch() -> None:
+    """Each new legacy pod fits on a node step 3 moved GPUs on; bound as planned in between, the plan goes on."""
+    nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
+    last = decide(nodes, pods, policy)
+    kept = core._last
+    hows = []
+    for i in range(3):
+        pods = [*pods, PendingPod(f"ns/legacy-{i}", "legacy", 1, "ns", since=100.0 + i)]
+        last = decide(nodes, pods, policy)
+        assert last == decide(nodes, pods, policy, reuse=False)
+        hows.append(how_planned(kept))
+        nodes, pods = bind(nodes, pods, last, 0, 0)  # the first legacy pod bound where step 1 placed it
+        last = decide(nodes, pods, policy)
+        assert last == decide(nodes, pods, policy, reuse=False)
+        hows.append(how_planned(kept))
+    assert hows == ["step 3 again", "went on"] * 3
+
+
+def test_a_node_step_3_moved_one_way_may_move_the_other_way_when_step_3_is_planned_again() -> None:
+    """a's moves to DRA for the big DRA pod took the legacy direction from a for the rest of that plan. The new
+    legacy pod takes a's free legacy GPUs at once: the DRA pod no longer fits there, and the legacy pod behind it
+    gets a's free DRA GPUs moved to legacy, as planning from scratch does."""
+    nodes = [NodeView("a", 8, 3, legacy_held=3)]  # 2 free legacy, 3 free DRA
+    pods = [PendingPod("ns/dra", "dra", 4, "ns", since=0.0), PendingPod("ns/legacy", "legacy", 3, "ns", since=1.0)]
+    policy = Policy(max_moves_per_minute=100)
+    first = decide(nodes, pods, policy)
+    assert [(p.pod, p.moves) for p in first.placements] == [("ns/dra", 1)]
+    got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/new", "legacy", 2, "ns", since=2.0))
+    assert how == "step 3 again"
+    assert [(p.pod, p.moves) for p in got.placements] == [("ns/new", 0), ("ns/legacy", 3)]
+    assert [b.pod for b in got.blocked] == ["ns/dra"]
 
 
 def test_a_new_pod_that_fits_where_no_step_of_step_3_could_look_goes_on_from_the_last_plan() -> None:
@@ -237,13 +305,13 @@ def test_a_new_pod_that_fits_where_no_step_of_step_3_could_look_goes_on_from_the
     pods = [PendingPod(f"ns/p{i}", "dra", 2, "ns", since=float(i)) for i in range(30)]
     policy = Policy(max_moves_per_minute=1000)
     decide(nodes, pods, policy)
-    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
-    assert went_on, "planned from scratch"
+    got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
+    assert how == "went on"
     assert got.placements[0] == Placement("ns/legacy", "x", 0)
     assert len(got.placements) == 31 and got.blocked == ()
 
 
-def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_is_planned_from_scratch() -> None:
+def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_plans_step_3_again() -> None:
     """With no moves left this minute, p1's step chose n1 (one GPU to move) and changed nothing there. The new pod
     takes n1's free legacy GPU first when planned from scratch, and p1 then needs two moves on n1."""
     nodes = [NodeView("n0", 1, 0), NodeView("n1", 4, 2, legacy_held=1)]
@@ -251,23 +319,23 @@ def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_is_planned
     policy = Policy(max_moves_per_minute=0)
     (first,) = decide(nodes, pods, policy).blocked
     assert first.message.startswith("needs 1 GPUs moved on n1")
-    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/q", "legacy", 1, "ns", since=2.0))
-    assert not went_on
+    got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/q", "legacy", 1, "ns", since=2.0))
+    assert how == "step 3 again"
     (blocked,) = got.blocked
     assert blocked.reason == "rate-limit" and blocked.message.startswith("needs 2 GPUs moved on n1")
 
 
-def test_a_plan_from_scratch_keeps_the_last_plans_change_for_a_node_whose_plan_is_the_same() -> None:
-    """A new legacy pod fits on y, which step 3 moved GPUs of for b: the plan starts over, and y keeps its GPUs for
-    the new pod. x's plan is as it was, and so is its target change (the same object: its reason is not formatted
-    again)."""
+def test_step_3_planned_again_keeps_the_change_of_a_node_whose_plan_is_the_same() -> None:
+    """A new legacy pod fits on y, which step 3 moved GPUs of for b: step 3 is planned again, and y keeps its GPUs
+    for the new pod. x's plan is as it was, and so is its target change (the same object: its reason is not
+    formatted again)."""
     nodes = [NodeView("x", 4, 0, legacy_held=2), NodeView("y", 4, 0, legacy_held=1)]
     pods = [PendingPod("ns/a", "dra", 2, "ns", since=0.0), PendingPod("ns/b", "dra", 2, "ns", since=1.0)]
     policy = Policy(max_moves_per_minute=1000)
     first = decide(nodes, pods, policy)
     assert [(c.node, c.pods) for c in first.changes] == [("x", ("ns/a",)), ("y", ("ns/b",))]
-    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/c", "legacy", 3, "ns", since=2.0))
-    assert not went_on
+    got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/c", "legacy", 3, "ns", since=2.0))
+    assert how == "step 3 again"
     assert got.changes == (first.changes[0],) and got.changes[0] is first.changes[0]
     assert [b.pod for b in got.blocked] == ["ns/b"]
 
@@ -287,7 +355,7 @@ def test_a_plan_from_scratch_writes_a_new_reason_for_a_node_whose_view_changed_u
     assert "x had 2 free legacy GPUs" in got.reason
 
 
-def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_is_planned_from_scratch() -> None:
+def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_plans_step_3_again() -> None:
     """The DRA pod is blocked because only the pinned node x has room for it. The legacy pod fits on x at once;
     planned from scratch, nobody has room for the DRA pod any more, and its reason says so."""
     nodes = [NodeView("x", 4, 0, legacy_held=1, frozen="pinned", frozen_reason="pinned by an operator"),
@@ -296,8 +364,8 @@ def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_is_planned
     policy = Policy(max_moves_per_minute=1000)
     (first,) = decide(nodes, pods, policy).blocked
     assert first.reason == "frozen"
-    got, went_on = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=1.0))
-    assert not went_on
+    got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=1.0))
+    assert how == "step 3 again"
     (blocked,) = got.blocked
     assert blocked.reason == "no-capacity" and "(the most is 2)" in blocked.message
 
