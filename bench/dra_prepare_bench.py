@@ -60,15 +60,11 @@ from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as r
 from bridge.atomicfile import fsync_dir  # noqa: E402
 from bridge.kube import connect  # noqa: E402
 from bridge.ledger.checkpoint import CHECKPOINT_NAME, _replace_unsynced  # noqa: E402
+from bench.realbench import pct  # noqa: E402
 from tests.dra.cluster import NODE, gpu, make_claim, make_pod  # noqa: E402
 
 BOOT_ID = "bench"
 READY = "daemon ready"
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
 # -- the daemon process ------------------------------------------------------------------------------------------
