@@ -262,14 +262,11 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
         # Kept up to date, a decision gets the same view objects as the last one, except a node an event touched,
         # and the core goes on from its last plan when the event only added a pod at the end of the queue.
         last = decide(views, pods, policy)
-        new_pod, went_on = [], Counter()
+        new_pod: list[float] = []
+        went_on: Counter[str] = Counter()
         for _ in range(events):
             pods = [*pods, next(arrivals)]
-            t = time.perf_counter()
-            plan = decide_module._last
-            last = decide(views, pods, policy)
-            new_pod.append(time.perf_counter() - t)
-            went_on[how_planned(plan)] += 1
+            last = timed_decision(views, pods, policy, new_pod, went_on)
         # The scheduler binds the first pod the last decision placed on GPUs already free and a new pod arrives
         # (`bound_events`): the core goes on from its last plan when that view is the one the pod's step predicted.
         start = (views, pods, arrivals)
@@ -319,11 +316,7 @@ def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, 
             seed = decide_module._Seed.of(views[i])
             views[i] = replace(views[i], groups=tuple(
                 FreeGroup(name, c[0], c[1]) for name, c in zip(seed.group_names, seed.groups) if name))
-            t = time.perf_counter()
-            plan = decide_module._last
-            last = decide(views, pods, policy)
-            report_times.append(time.perf_counter() - t)
-            report_hows[how_planned(plan)] += 1
+            last = timed_decision(views, pods, policy, report_times, report_hows)
         fits = [p for p in last.placements if p.moves == 0]
         by_key = {p.key: p for p in pods}
         if fits:
@@ -335,12 +328,19 @@ def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, 
             views[i] = (replace(v, dra_held=v.dra_held + pod.gpus) if pod.api == "dra" else
                         replace(v, legacy_held=v.legacy_held + pod.gpus))
         pods = [*pods, next(arrivals)]
-        t = time.perf_counter()
-        plan = decide_module._last
-        last = decide(views, pods, policy)
-        times.append(time.perf_counter() - t)
-        hows[how_planned(plan)] += 1
+        last = timed_decision(views, pods, policy, times, hows)
     return times, hows, report_times, report_hows
+
+
+def timed_decision(views: list[NodeView], pods: list[PendingPod], policy: Policy, times: list[float],
+                   hows: Counter[str]) -> Decision:
+    """A decision, its time added to `times` and how it was reached to `hows`."""
+    t = time.perf_counter()
+    plan = decide_module._last
+    last = decide(views, pods, policy)
+    times.append(time.perf_counter() - t)
+    hows[how_planned(plan)] += 1
+    return last
 
 
 def how_planned(plan: Any) -> str:
