@@ -63,7 +63,9 @@ again); anything else plans from scratch (tests/controller/test_decide_resume.py
 decision planned from scratch, over generated event sequences).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
-the caller's whole heap and took about half the time.
+the caller's whole heap and took about half the time. A decision that made a new plan ends with one collection of
+the young generations, so that the plan, which lives until the next one, is not walked by the collections of the
+next decisions (`_collector_paused`).
 """
 
 from __future__ import annotations
@@ -925,27 +927,49 @@ def queue_order(pods: Iterable[PendingPod]) -> list[PendingPod]:
 _gc_lock = threading.Lock()
 _gc_pauses = 0
 _gc_was_enabled = False
+_gc_young_to_old = False
+
+
+class _Pause:
+    """What a pause of the collector was used for (`_collector_paused`)."""
+
+    __slots__ = ("planned",)
+
+    def __init__(self) -> None:
+        self.planned = False  # a new plan was made: its objects are collected once, as the pause ends
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def _collector_paused() -> Iterator[_Pause]:
     """Python's cyclic garbage collector off for the duration (nested and concurrent pauses count, the last one out
     restores it). A decision allocates some 10^5 short-lived objects without cycles (refcounting frees them); with
     the collector on they trigger collections that walk the caller's whole heap (the controller's informers hold
-    every Node and Pod) again and again: about half a decision's time at 5,000 nodes (bench/controller_bench.py)."""
-    global _gc_pauses, _gc_was_enabled
+    every Node and Pod) again and again: about half a decision's time at 5,000 nodes (bench/controller_bench.py).
+
+    A pause that made a new plan (`_Pause.planned`: planned from scratch or step 3 again) ends with one collection
+    of the young generations (0 and 1), so the plan's objects, which live until the next plan, reach the oldest
+    generation at once. Left to the collector, they would be walked by the first young collections after the pause,
+    which land in the next decisions (at 5,000 nodes, 60-140 ms in a decision after one pod changed that takes
+    25 ms without them, bench/controller_bench.py `moves*`): the decision that made the plan pays for it instead."""
+    global _gc_pauses, _gc_was_enabled, _gc_young_to_old
+    pause = _Pause()
     with _gc_lock:
         if _gc_pauses == 0:
             _gc_was_enabled = gc.isenabled()
             gc.disable()
         _gc_pauses += 1
     try:
-        yield
+        yield pause
     finally:
         with _gc_lock:
             _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
+            _gc_young_to_old = _gc_young_to_old or pause.planned
+            if _gc_pauses == 0:
+                if _gc_young_to_old and _gc_was_enabled:
+                    gc.collect(1)
+                _gc_young_to_old = False
+                if _gc_was_enabled:
+                    gc.enable()
 
 
 def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
@@ -956,8 +980,9 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
     `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue, or drops the
     first pods it placed on free GPUs once bound there as planned (`_Run`); the decision is the same either way.
     False: plan from scratch (the reference the property tests compare with)."""
-    with _collector_paused():
-        return _decide(nodes, pending, policy, memory or Memory(), now, reuse)
+    with _collector_paused() as pause:
+        decision, pause.planned = _decide(nodes, pending, policy, memory or Memory(), now, reuse)
+        return decision
 
 
 class _Run:
@@ -1292,18 +1317,19 @@ _last: _Run | None = None  # the last decision's plan (`_Run`), guarded by `_las
 
 
 def _decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy, memory: Memory,
-            now: float, reuse: bool) -> Decision:
+            now: float, reuse: bool) -> tuple[Decision, bool]:
+    """The decision, and whether a plan was kept that was made anew (from scratch, or step 3 again)."""
     global _last
     order = queue_order(pending)
     if not reuse or not _last_lock.acquire(blocking=False):  # a concurrent decision plans on its own
-        return _Run(nodes, order, policy, memory, now).decision()
+        return _Run(nodes, order, policy, memory, now).decision(), False
     try:
         run, _last = _last, None  # held by nobody while it changes: an error leaves no half-updated plan behind
         if run is None or not run.resume(nodes, order, policy, memory, now):
             run = _Run(nodes, order, policy, memory, now, run)
         decision = run.decision()
         _last = run
-        return decision
+        return decision, run.how != "went on"
     finally:
         _last_lock.release()
 

@@ -218,3 +218,28 @@ def test_a_decision_leaves_the_garbage_collector_as_it_found_it() -> None:
     with pytest.raises(AttributeError):
         decide([None], pods, FREE)  # type: ignore[list-item]
     assert gc.isenabled()
+
+
+def many_nodes_and_pods() -> tuple[list[NodeView], list[PendingPod]]:
+    return [NodeView(f"n{i:03d}", 8, 4, dra_held=1, legacy_held=1) for i in range(300)], dra_pods(600, 1)
+
+
+def test_a_decision_that_makes_a_new_plan_hands_its_objects_to_the_oldest_generation() -> None:
+    """The plan it keeps lives until the next plan: the decision that made it collects the young generations once
+    as it ends, so the collections of the next decisions (one pod each, a few ms) do not walk it."""
+    nodes, pods = many_nodes_and_pods()
+    decide([], [], FREE)  # no plan to go on from
+    decide(nodes, pods, FREE)
+    young, middle, _ = gc.get_count()
+    assert middle == 0 and young < 100, gc.get_count()
+
+
+def test_the_young_objects_of_a_plan_stay_where_they_are_when_the_caller_paused_the_collector() -> None:
+    nodes, pods = many_nodes_and_pods()
+    decide([], [], FREE)
+    gc.disable()
+    try:
+        decide(nodes, pods, FREE)
+        assert gc.get_count()[0] > 1000
+    finally:
+        gc.enable()
