@@ -131,7 +131,7 @@ class _Seen:
 
 
 _Found = tuple["_Node", int, int, tuple[int, ...]]  # node, GPUs to move, group moved from, rank (`_search`)
-_Kept = tuple[dict[Api, int], list[list[int]], list[int], tuple[object, ...]]  # a node's free, groups, largest, sig
+_Kept = tuple[dict[Api, int], list[list[int]]]  # a node's free counts and groups (`_Node.measure` derives the rest)
 
 
 def _api_name(api: Api) -> str:
@@ -510,6 +510,15 @@ class _Index:
         return _best_fit(self.fit, api, gpus, top)
 
 
+def _taken(x: _Node, pod: PendingPod) -> _Node:
+    """A copy of `x` with `pod`'s GPUs taken, as `_Planner.take` would leave it."""
+    after = x.clone()
+    after.free[pod.api] -= pod.gpus
+    after.take_groups(pod.api, pod.gpus)
+    after.measure()
+    return after
+
+
 def _position(n: _Node) -> int:
     return n.pos
 
@@ -563,14 +572,7 @@ class _Planner:
         self.move_ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
         self.cooling = _cooling(self.nodes, memory, policy, now)
         for n in self.nodes.values():
-            if not n.changeable:
-                continue
-            name = n.view.name
-            for d in ("to-dra", "to-legacy"):
-                if name in self.cooling[d]:
-                    continue
-                if n.direction is None or n.direction == d:  # never against moves under way
-                    self.move_ok[d].add(name)
+            self.allow_moves(n)
         self.indexes: dict[Constraints, _Index] = {}
         self.members: dict[str, list[_Index]] = defaultdict(list)
         self.diagnosis: dict[tuple[Constraints, Api, int], tuple[BlockReason, str]] = {}
@@ -603,6 +605,15 @@ class _Planner:
 
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
+    def allow_moves(self, n: _Node) -> None:
+        """Let `n` change in each direction it may as the plan starts: changeable, no reversal inside the cool-down,
+        never against moves under way (only a step of the plan takes a direction away: `_set`)."""
+        if not n.changeable:
+            return
+        for d in ("to-dra", "to-legacy"):
+            if n.name not in self.cooling[d] and n.direction in (None, d):
+                self.move_ok[d].add(n.name)
+
     def floor(self, pool: str) -> int:
         f = self.floors.get(pool)
         if f is None:
@@ -631,7 +642,7 @@ class _Planner:
     def _keep(self, n: _Node) -> None:
         """Keep what `n` has before step 3 first changes it (only after step 1 ended: `touched` is set)."""
         if n.name not in self.kept:
-            self.kept[n.name] = (dict(n.free), [list(c) for c in n.groups], list(n.largest), n.sig)
+            self.kept[n.name] = (dict(n.free), [list(c) for c in n.groups])
 
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
              direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
@@ -1132,10 +1143,7 @@ class _Run:
         assert planner.touched is not None and self.fit1 is not None  # (both kept from the end of step 1 on)
         if x.name in planner.touched:
             return False
-        after = x.clone()
-        after.free[pod.api] -= pod.gpus
-        after.take_groups(pod.api, pod.gpus)
-        after.measure()
+        after = _taken(x, pod)
         before_room, after_room = sum(x.free.values()), sum(after.free.values())
         mine = {idx.constraints: idx for idx in planner.members.get(x.name, ())}
         for (constraints, api, gpus), seen in planner.seen.items():
@@ -1155,17 +1163,14 @@ class _Run:
                     return False  # a search would take `x`
             if seen.most is not None and before_room >= min(gpus, seen.most):
                 return False  # its diagnosis counted `x`'s free GPUs
-        self._fit_in_step_1(pod, x)
+        self._fit_in_step_1(pod, x, after)
         return True
 
-    def _fit_in_step_1(self, pod: PendingPod, x: _Node) -> None:
-        """`pod` takes its GPUs on `x` as the last fit of step 1: in the plan, and in `fit1`."""
+    def _fit_in_step_1(self, pod: PendingPod, x: _Node, after: _Node) -> None:
+        """`pod` takes its GPUs on `x` as the last fit of step 1 (`after`: `x` as it leaves it, `_taken`): in the
+        plan, and in `fit1`."""
         planner = self.planner
         assert self.fit1 is not None  # (kept from the end of step 1 on)
-        after = x.clone()
-        after.free[pod.api] -= pod.gpus
-        after.take_groups(pod.api, pod.gpus)
-        after.measure()
         for idx in planner.members.get(x.name, ()):
             fit1 = self.fit1[idx.constraints]  # (every index exists by the end of step 1)
             _unfile(fit1, x.pos, x.free, x.largest)
@@ -1185,16 +1190,15 @@ class _Run:
         nodes' views, step 1's fits and their indexes (in the bench's `moves*`, a fifth of a plan)."""
         planner = self.planner
         kept, planner.kept = planner.kept, {}
-        for name, (free, groups, largest, sig) in kept.items():
+        for name, (free, groups) in kept.items():
             n = planner.nodes[name]
             idxs = planner.members.get(name, ())
             for idx in idxs:
                 idx._remove(n)  # (from the buckets of what it has now, before the directions it may take are back)
-            n.free, n.groups, n.largest, n.sig = free, groups, largest, sig
+            n.free, n.groups = free, groups
+            n.measure()
             n.dra, n.direction, n.served, n.moved_from = n.view.dra, n.view.moving, [], {}
-            for d in ("to-dra", "to-legacy"):  # as `_Planner` set them: only a step takes a direction away
-                if n.changeable and name not in planner.cooling[d] and n.direction in (None, d):
-                    planner.move_ok[d].add(name)
+            planner.allow_moves(n)
             for idx in idxs:
                 idx._add(n)
         planner.stale.update(kept)  # their changes are written again (most as they were)
@@ -1207,7 +1211,7 @@ class _Run:
         planner.seen.clear()
         planner.read_clock = False
         planner.touched = set()
-        self._fit_in_step_1(pod, x)
+        self._fit_in_step_1(pod, x, _taken(x, pod))
         self.by_moves, self.blocked = [], []
         for p in self.step3:
             self._by_moves(p)
