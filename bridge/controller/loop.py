@@ -2,7 +2,8 @@
 
 Reads (list + watch, cluster-wide, no per-decision requests): Nodes, Pods that have not finished
 (`status.phase!=Succeeded,status.phase!=Failed`), ResourceClaims and ResourceClaimTemplates (when the cluster serves
-resource.k8s.io), and the policy ConfigMap when one is configured. Any change marks the state dirty; the loop decides
+resource.k8s.io), and the policy ConfigMap when one is configured. Each object is kept cut down to the fields read
+here (bridge.controller.slim: a pod that asks for no GPU keeps a few fields, no object keeps its managedFields). Any change marks the state dirty; the loop decides
 at most once per `interval_s` and at least once per `resync_s` (cool-downs and the rate limit run out with time,
 not with events). Only the leader decides and writes; a standby keeps its informers warm so a take-over needs no
 relist.
@@ -32,6 +33,7 @@ from bridge.controller.model import Blocked, Decision, Memory, Policy
 from bridge.controller.nodestatus import POOL_LABEL
 from bridge.controller.policy import PolicyError, describe, policy_from_configmap
 from bridge.controller.record import EVENT_COMPONENT
+from bridge.controller.slim import slim_node, slim_pod, slim_resource
 from bridge.controller.writer import Writer
 from bridge.kube.api import CONFIG_MAPS, NODES, PODS, KubeAPI, ResourceAPI, WatchEvent
 from bridge.kube.errors import KubeError
@@ -84,14 +86,17 @@ class Controller:
         self.last_decision: Decision | None = None
         self.cluster = ClusterState(options.names, options.pool_label)
         self._checked_at: float | None = None
-        self.nodes = Informer(api, NODES, on_event=self._feed("node"), watch_timeout=watch_timeout)
+        # Each object is cut to what the state and the writer read as it arrives (bridge.controller.slim).
+        self.nodes = Informer(api, NODES, on_event=self._feed("node"), watch_timeout=watch_timeout,
+                              transform=slim_node)
         self.pods = Informer(api, PODS, field_selector=UNFINISHED_PODS, on_event=self._feed("pod"),
-                             watch_timeout=watch_timeout)
+                             watch_timeout=watch_timeout, transform=slim_pod(options.names))
         self.claims = self.templates = None
         if resource_api is not None:
-            self.claims = Informer(api, resource_api.claims, on_event=self._feed("claim"), watch_timeout=watch_timeout)
+            self.claims = Informer(api, resource_api.claims, on_event=self._feed("claim"), watch_timeout=watch_timeout,
+                                   transform=slim_resource)
             self.templates = Informer(api, resource_api.claim_templates, on_event=self._feed("template"),
-                                      watch_timeout=watch_timeout)
+                                      watch_timeout=watch_timeout, transform=slim_resource)
         self.configmap = None
         if options.policy_configmap is not None:
             ns, name = options.policy_configmap

@@ -162,9 +162,12 @@ class KubeAPI(Protocol):
         field_selector: str | None = None,
         page_size: int = 500,
         on_page: Callable[[int], None] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
         """A whole list (all pages joined): {"apiVersion", "kind", "metadata": {"resourceVersion"}, "items": [...]}.
-        `on_page(count_so_far)` is called after each page (progress bars)."""
+        `on_page(count_so_far)` is called after each page (progress bars). `transform` replaces each item as its page
+        arrives (after `apiVersion` and `kind` are filled in), so a caller that keeps a few fields of a large list
+        never holds more than one page of whole objects."""
         ...
 
     def create(

@@ -260,6 +260,7 @@ class RestKube:
         field_selector: str | None = None,
         page_size: int = 500,
         on_page: Callable[[int], None] | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> Obj:
         path = res.path(namespace if res.namespaced else None)
         label = resource_label(res)
@@ -276,8 +277,13 @@ class RestKube:
                 while True:
                     query = base + ([("continue", token)] if token else [])
                     page = self._call("GET", path, verb="list", label=label, query=query)
-                    first = first or page
-                    items.extend(page.get("items") or [])
+                    listed = page.pop("items", None) or []
+                    first = first or page  # its kind and resourceVersion; its items are not kept with it
+                    for item in listed:
+                        item.setdefault("apiVersion", res.api_version)
+                        item.setdefault("kind", res.kind)
+                    items.extend(listed if transform is None else map(transform, listed))
+                    del listed  # the page's whole objects go now, not once the next page is read
                     if on_page is not None:
                         on_page(len(items))
                     token = (page.get("metadata") or {}).get("continue") or None
@@ -291,9 +297,6 @@ class RestKube:
                          exc_info=err)
                 continue
             assert first is not None
-            for item in items:
-                item.setdefault("apiVersion", res.api_version)
-                item.setdefault("kind", res.kind)
             meta = first.get("metadata") or {}
             return {
                 "apiVersion": first.get("apiVersion", res.api_version),

@@ -24,8 +24,9 @@ How it holds:
   retrying through an outage finishes its current retry first, bounded by the client's retry deadline.)
 * `transform` (as client-go's `SharedInformer.SetTransform`) replaces each object before it is stored and passed
   on, so a caller that needs a few fields of large objects (Nodes carry their images and conditions) keeps only
-  those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on. The
-  transient peak is one list response, as for client-go's reflector.
+  those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on. A list
+  applies it page by page (`KubeAPI.list`), so the transient peak of a start-up list or a relist is one page of
+  whole objects plus the list's cut ones, not the whole list of whole objects.
 * `healthy` says whether the store is current now. After a failed watch a resumed one replays what it missed, but
   nothing marks the end of that replay (the API server's watch cache sends the events since our version, then the
   live ones, with no bookmark in between unless `sendInitialEvents` was asked for, which a resumed watch cannot
@@ -233,10 +234,9 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             page_size=self.page_size,
+            transform=self.transform,
         )
         items = lst.get("items") or []
-        if self.transform is not None:
-            items = [self.transform(o) for o in items]
         fresh = {object_key(o): o for o in items}
         out: list[WatchEvent] = []
         with self._lock:

@@ -129,34 +129,43 @@ STATS: collections.Counter[str] = collections.Counter()
 
 
 class Events(RuleBasedStateMachine):
+    variants = VARIANTS
+
     def __init__(self) -> None:
         super().__init__()
         self.state = ClusterState()
         self.server: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in KINDS}  # kind -> key -> object
+
+    def made(self, kind: str, name: str, v: int) -> dict[str, Any]:
+        """The object the server holds for (kind, name, variant)."""
+        return self.variants[kind][1](name, v)
+
+    def fed(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """What the state is given of a server object (the controller's informers may cut it down)."""
+        return obj
 
     def key(self, kind: str, obj: dict[str, Any]) -> str:
         meta = obj["metadata"]
         return f"{meta['namespace']}/{meta['name']}" if "namespace" in meta else meta["name"]
 
     def _upsert(self, kind: str, data: st.DataObject) -> None:
-        names, make, count = VARIANTS[kind]
-        obj = make(data.draw(st.sampled_from(names)), data.draw(st.integers(0, count - 1)))
+        names, _, count = self.variants[kind]
+        obj = self.made(kind, data.draw(st.sampled_from(names)), data.draw(st.integers(0, count - 1)))
         known = self.key(kind, obj) in self.server[kind]
         self.server[kind][self.key(kind, obj)] = obj
         # ADDED for a new object, MODIFIED for a known one, and sometimes the other way round (a relist's replay).
         event = data.draw(st.sampled_from(["MODIFIED" if known else "ADDED", "ADDED", "MODIFIED"]))
-        self.state.apply(kind, event, obj)  # type: ignore[arg-type]
+        self.state.apply(kind, event, self.fed(kind, obj))  # type: ignore[arg-type]
         STATS[f"{kind} {event}"] += 1
 
     @initialize(data=st.data())
     def a_populated_cluster(self, data: st.DataObject) -> None:
         """Every object of the universe once, in a drawn order and variant (the informers' initial lists)."""
-        items = [(kind, name) for kind in KINDS for name in VARIANTS[kind][0]]
+        items = [(kind, name) for kind in KINDS for name in self.variants[kind][0]]
         for kind, name in data.draw(st.permutations(items), label="initial order"):
-            _, make, count = VARIANTS[kind]
-            obj = make(name, data.draw(st.integers(0, count - 1)))
+            obj = self.made(kind, name, data.draw(st.integers(0, self.variants[kind][2] - 1)))
             self.server[kind][self.key(kind, obj)] = obj
-            self.state.apply(kind, "ADDED", obj)  # type: ignore[arg-type]
+            self.state.apply(kind, "ADDED", self.fed(kind, obj))  # type: ignore[arg-type]
 
     # One rule per kind (and pods twice): objects come and change more often than they go.
     @rule(data=st.data())
@@ -181,17 +190,17 @@ class Events(RuleBasedStateMachine):
 
     @rule(kind=st.sampled_from(KINDS), data=st.data())
     def delete(self, kind: str, data: st.DataObject) -> None:
-        names, make, count = VARIANTS[kind]
-        obj = make(data.draw(st.sampled_from(names)), data.draw(st.integers(0, count - 1)))
+        names, _, count = self.variants[kind]
+        obj = self.made(kind, data.draw(st.sampled_from(names)), data.draw(st.integers(0, count - 1)))
         self.server[kind].pop(self.key(kind, obj), None)  # deleting an unknown object (a duplicate) is harmless
-        self.state.apply(kind, "DELETED", obj)  # type: ignore[arg-type]
+        self.state.apply(kind, "DELETED", self.fed(kind, obj))  # type: ignore[arg-type]
         STATS[f"{kind} DELETED"] += 1
 
     @rule(kind=st.sampled_from(KINDS))
     def relist(self, kind: str) -> None:
         """The watch fell behind: every object of the kind is delivered again, in another order."""
         for obj in reversed(list(self.server[kind].values())):
-            self.state.apply(kind, "MODIFIED", obj)  # type: ignore[arg-type]
+            self.state.apply(kind, "MODIFIED", self.fed(kind, obj))  # type: ignore[arg-type]
         STATS["relist"] += 1
 
     @rule()

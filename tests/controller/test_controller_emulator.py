@@ -256,3 +256,28 @@ def test_a_node_that_changed_since_the_decision_is_left_alone(cluster: tuple[Api
     assert annotation(api, "n1", SPLIT_KEY) is None
     assert metrics.write_failures.labels(reason="conflict")._value.get() == 1
     assert writer.apply([change], {"n1": api.get(NODES, "n1")}, lambda: False) == [], "only the leader writes"
+
+
+def test_the_controller_keeps_of_each_watched_object_only_what_it_reads(
+        cluster: tuple[ApiServer, RestKube, Path], start_app: Callable[..., App]) -> None:
+    _, api, _ = cluster
+    add_node(api, "gpu-node-1", [L] * 8, labels={"nvidia.com/gpu.product": "H100"})
+    api.create(PODS, {"apiVersion": "v1", "kind": "Pod",
+                      "metadata": {"name": "web", "namespace": "team-b", "labels": {"app": "web"}},
+                      "spec": {"containers": [{"name": "main", "image": "nginx", "env": [{"name": "A", "value": "1"}],
+                                               "resources": {"requests": {"cpu": "1"}}}],
+                               "volumes": [{"name": "v", "emptyDir": {}}]}}, "team-b")
+    add_legacy_pod(api, "train", 2)
+    app = start_app()
+    wait_until(app.controller.synced, what="the informers' lists")
+    pods = app.controller.pods.snapshot()
+    web, train = pods["team-b/web"], pods["team-b/train"]
+    assert (web["apiVersion"], web["kind"], web["metadata"]["name"]) == ("v1", "Pod", "web")
+    assert "labels" not in web["metadata"] and web["spec"] == {}, "a pod asking for no GPU keeps no spec"
+    assert train["spec"]["containers"] == [{"name": "main", "resources": {
+        "requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}}]
+    node = app.controller.nodes.snapshot()["gpu-node-1"]
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "H100"
+    assert set(node.get("status") or {}) <= {"capacity", "allocatable", "conditions"}
+    # What is cut is what the controller never reads: the pending GPU pod is still its demand, the other one is not.
+    assert [(p.key, p.api, p.gpus) for p in app.controller.build().demand.pending] == [("team-b/train", "legacy", 2)]

@@ -155,6 +155,26 @@ def test_pagination_returns_every_item_once(server: Any, api: RestKube) -> None:
     assert len(api.list(CONFIG_MAPS, "p1", page_size=50)["items"]) == 411
 
 
+def test_a_list_transform_sees_each_item_with_its_kind_and_replaces_it_page_by_page(server: Any,
+                                                                                   api: RestKube) -> None:
+    server.load_objects([configmap(f"cm-{i:04d}", ns="p0", big="x" * 100) for i in range(250)])
+    seen: list[tuple[str, str]] = []
+    pages: list[int] = []
+
+    def cut(item: dict[str, Any]) -> dict[str, Any]:
+        seen.append((item["apiVersion"], item["kind"]))
+        return {"kind": item["kind"], "metadata": {"name": item["metadata"]["name"]}}
+
+    def on_page(count: int) -> None:
+        pages.append(len(seen))  # every item of the page was cut before the next page is read
+        assert count == len(seen)
+
+    listed = api.list(CONFIG_MAPS, "p0", page_size=100, on_page=on_page, transform=cut)
+    assert pages == [100, 200, 250] and set(seen) == {("v1", "ConfigMap")}
+    assert listed["items"][0] == {"kind": "ConfigMap", "metadata": {"name": "cm-0000"}}
+    assert len(listed["items"]) == 250 and listed["metadata"]["resourceVersion"]
+
+
 def test_expired_continue_token_restarts_the_list_consistently(kubeconfig: Any, tmp_path: Any) -> None:
     from bridge.kube import connect
     from bridge.sandbox.apiserver import ApiServer
