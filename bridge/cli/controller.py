@@ -104,6 +104,11 @@ def controller(kubeconfig: str | None, kube_context: str | None, dry_run: bool, 
     RBAC: get/list/watch pods, nodes, resourceclaims, resourceclaimtemplates;
     patch nodes; create events; get/create/update leases (own namespace);
     get/list/watch configmaps with --policy-configmap.
+
+    \b
+    Memory grows with the cluster: every Node and unfinished Pod is kept, cut
+    down to the fields read here (about 120 MiB at 500 nodes / 15,000 pods,
+    460 MiB at 5,000 nodes / 150,000 pods).
     """
     from bridge.controller.app import App, AppOptions, LeaseOptions
     from bridge.controller.demand import Names
