@@ -184,8 +184,8 @@ def child(mode: str, args: argparse.Namespace) -> dict[str, float]:
     out["build_ms"] = 1000 * (time.perf_counter() - t)
     out["views"], out["pending"] = float(len(state.views)), float(len(state.demand.pending))
     del state
-    out.update(rss_mib=_proc_status("VmRSS"), peak_mib=_proc_status("VmHWM"), tracked=float(len(gc.get_objects()) + gc.get_freeze_count()),
-               frozen=float(gc.get_freeze_count()))
+    out.update(rss_mib=_proc_status("VmRSS"), peak_mib=_proc_status("VmHWM"),
+               tracked=float(len(gc.get_objects()) + gc.get_freeze_count()), frozen=float(gc.get_freeze_count()))
     out["full_gc_ms"] = full_collection_ms()
     # Pod watch events: a status update of a bound GPU pod, as the kubelet writes them, through the informer's
     # event path (transform, store) and the state; the state read once per 100 events, as decisions would.

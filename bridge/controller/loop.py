@@ -3,18 +3,19 @@
 Reads (list + watch, cluster-wide, no per-decision requests): Nodes, Pods that have not finished
 (`status.phase!=Succeeded,status.phase!=Failed`), ResourceClaims and ResourceClaimTemplates (when the cluster serves
 resource.k8s.io), and the policy ConfigMap when one is configured. Each object is kept cut down to the fields read
-here (bridge.controller.slim: a pod that asks for no GPU keeps a few fields, no object keeps its managedFields). Any change marks the state dirty; the loop decides
-at most once per `interval_s` and at least once per `resync_s` (cool-downs and the rate limit run out with time,
-not with events). Only the leader decides and writes; a standby keeps its informers warm so a take-over needs no
-relist.
+here (bridge.controller.slim: a pod that asks for no GPU keeps a few fields, no object keeps its managedFields). Any
+change marks the state dirty; the loop decides at most once per `interval_s` and at least once per `resync_s`
+(cool-downs and the rate limit run out with time, not with events). Only the leader decides and writes; a standby
+keeps its informers warm so a take-over needs no relist.
 
 The informers' events keep the cluster state up to date (bridge.controller.cluster: a node's `NodeView` and a pod's
 demand are recomputed when an event touches them, not at every decision; a full rebuild from the same objects checks
 it at the first decision and every `state_check_s`, and heals it if they differ).
 
 One decision: take that state, call the pure core (bridge.controller.decide), write the changes
-(bridge.controller.writer), and remember what was written (`Memory`: cool-downs, the rate-limit window). Under `--dry-run` nothing is remembered,
-because nothing changes: the same would-be change is recorded once, not once per decision.
+(bridge.controller.writer), and remember what was written (`Memory`: cool-downs, the rate-limit window). Under
+`--dry-run` nothing is remembered, because nothing changes: the same would-be change is recorded once, not once per
+decision.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class Controller:
         """Collect the whole heap once and freeze what survives (`gc.freeze`), so that later collections skip it.
 
         The informers hold every Node and unfinished Pod of the cluster: at 5,000 nodes and 150,000 pods about
-        770,000 objects the cyclic garbage collector tracks, which one collection of its oldest generation walks
+        850,000 objects the cyclic garbage collector tracks, which one collection of its oldest generation walks
         in 0.4 s here; CPython runs one whenever a quarter as many objects again have survived since the last one
         (pod events, a decision's new plan), so such pauses would land in watch handlers and decisions every few
         thousand events. Frozen objects are still freed by reference counting when their last reference goes
