@@ -120,8 +120,9 @@ class Served:
         total, make = (self.pods, self.pod_text) if plural == "pods" else (self.nodes, self.node_text)
         end = min(total, start + PAGE)
         more = f',"continue":"{end}"' if end < total else ""
-        return ('{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"%s},"items":[%s]}'
-                % (more, ",".join(make(i) for i in range(start, end))))
+        kind = "PodList" if plural == "pods" else "NodeList"  # as the API server names a page; its items have none
+        return ('{"kind":"%s","apiVersion":"v1","metadata":{"resourceVersion":"1"%s},"items":[%s]}'
+                % (kind, more, ",".join(make(i) for i in range(start, end))))
 
 
 def full_collection_ms() -> float:

@@ -81,12 +81,14 @@ def _connect(kubeconfig: str | None, context: str | None, timeout: float):  # ty
         raise ReportError(f"cannot load Kubernetes configuration: {err}") from err
 
 
-def _load_live(kubeconfig: str | None, context: str | None, timeout: float):  # type: ignore[no-untyped-def]
+def _load_live(kubeconfig: str | None, context: str | None, timeout: float,  # type: ignore[no-untyped-def]
+               whole: bool = False):
     from bridge.report.live import LiveError, Progress, load_live
 
     api = _connect(kubeconfig, context, timeout)
     try:
-        return load_live(api, source=f"context {context}" if context else "live cluster", progress=Progress())
+        return load_live(api, source=f"context {context}" if context else "live cluster", progress=Progress(),
+                         whole=whole)
     except LiveError as err:
         raise ReportError(str(err)) from err
 
@@ -245,7 +247,7 @@ def snapshot_cmd(ctx: click.Context, out: Path) -> None:
     from bridge.report.live import write_snapshot
 
     parent = ctx.parent.params if ctx.parent else {}
-    data = _load_live(parent.get("kubeconfig"), parent.get("context"), parent.get("timeout", 30.0))
+    data = _load_live(parent.get("kubeconfig"), parent.get("context"), parent.get("timeout", 30.0), whole=True)
     files = write_snapshot(data, out)
     total = sum(len(v) for v in data.objects.values())
     click.echo(f"wrote {total} objects in {len(files)} files to {out}", err=True)

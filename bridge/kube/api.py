@@ -163,11 +163,14 @@ class KubeAPI(Protocol):
         page_size: int = 500,
         on_page: Callable[[int], None] | None = None,
         transform: Callable[[Obj], Obj] | None = None,
+        page_decoder: Callable[[bytes], Obj | None] | None = None,
     ) -> Obj:
         """A whole list (all pages joined): {"apiVersion", "kind", "metadata": {"resourceVersion"}, "items": [...]}.
         `on_page(count_so_far)` is called after each page (progress bars). `transform` replaces each item as its page
         arrives (after `apiVersion` and `kind` are filled in), so a caller that keeps a few fields of a large list
-        never holds more than one page of whole objects."""
+        never holds more than one page of whole objects. `page_decoder` reads a page's JSON bytes in place of the
+        client's parser (a schema that skips fields, bridge.report.jsonlists); where it answers None the page is
+        parsed as usual."""
         ...
 
     def create(

@@ -204,13 +204,18 @@ class RestKube:
             resp.release_conn()
 
     def _json(self, method: str, path: str, *, verb: str, label: str, name: str | None = None,
-              warnings: MutableSequence[str] | None = None, **kw: Any) -> Obj:
+              warnings: MutableSequence[str] | None = None, decode: Callable[[bytes], Obj | None] | None = None,
+              **kw: Any) -> Obj:
         resp = self._open(method, path, verb=verb, label=label, name=name, **kw)
         if warnings is not None:
             warnings.extend(parse_warning_headers(resp.headers.getlist("Warning")))
         data = self._read_all(resp, verb=verb, label=label, url=path)
         if not data:
             return {}
+        if decode is not None:
+            decoded = decode(data)
+            if decoded is not None:
+                return decoded
         try:
             out = jsonio.loads(data)
         except ValueError as err:
@@ -261,6 +266,7 @@ class RestKube:
         page_size: int = 500,
         on_page: Callable[[int], None] | None = None,
         transform: Callable[[Obj], Obj] | None = None,
+        page_decoder: Callable[[bytes], Obj | None] | None = None,
     ) -> Obj:
         path = res.path(namespace if res.namespaced else None)
         label = resource_label(res)
@@ -276,7 +282,7 @@ class RestKube:
             try:
                 while True:
                     query = base + ([("continue", token)] if token else [])
-                    page = self._call("GET", path, verb="list", label=label, query=query)
+                    page = self._call("GET", path, verb="list", label=label, query=query, decode=page_decoder)
                     listed = page.pop("items", None) or []
                     first = first or page  # its kind and resourceVersion; its items are not kept with it
                     for item in listed:

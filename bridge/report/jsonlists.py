@@ -144,6 +144,7 @@ class _Pod(TypedDict, total=False):
 
 class _PodList(TypedDict, total=False):
     kind: Required[str]
+    metadata: Any  # a page's `continue` and resourceVersion (`Reader.page`)
     items: Required[list[_Pod]]
 
 
@@ -194,6 +195,7 @@ class _ReplicaSet(TypedDict, total=False):
 
 class _ReplicaSetList(TypedDict, total=False):
     kind: Required[str]
+    metadata: Any
     items: Required[list[_ReplicaSet]]
 
 
@@ -285,6 +287,22 @@ class Reader:
         """(kind, items) of a JSON List of Pods only or of ReplicaSets only, each item with only the fields the report
         reads (Pods: identical parts shared); None when `raw` is neither, or not JSON msgspec reads as the plain path
         does (module docstring)."""
+        got = self._list(raw, ascii_only)
+        return None if got is None else (got[0], got[1]["items"])
+
+    def page(self, raw: bytes) -> Obj | None:
+        """One page of a Pod or ReplicaSet list as the API server sends it, read as `items` reads a file: {"kind",
+        "metadata" (its `continue` and resourceVersion), "items"}; None for any other page, or one msgspec could
+        read otherwise than the plain path, which the client then parses whole (`KubeAPI.list`'s `page_decoder`:
+        the live scan, bridge.report.live)."""
+        got = self._list(raw)
+        if got is None:
+            return None
+        doc = got[1]
+        meta = doc.get("metadata")
+        return {"kind": doc["kind"], "metadata": meta if isinstance(meta, dict) else {}, "items": doc["items"]}
+
+    def _list(self, raw: bytes | memoryview, ascii_only: bool | None = None) -> tuple[str, Obj] | None:
         if _PODS is None or _REPLICASETS is None:
             return None
         decoder: Any
@@ -316,7 +334,7 @@ class Reader:
                     self._share(items)
         except _REFUSED:
             return None
-        return kind, items
+        return kind, doc
 
     def pod_items(self, raw: bytes | memoryview) -> list[Obj] | None:
         """The items of a JSON Pod List (`items`), None for anything else."""

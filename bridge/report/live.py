@@ -38,6 +38,7 @@ from bridge.kube.api import (
     ResourceAPI,
 )
 from bridge.kube.errors import Forbidden, KubeError, NotFound, Unavailable
+from bridge.report.jsonlists import Reader
 from bridge.report.sources import (
     API_VERSIONS_FILE,
     KINDS,
@@ -113,7 +114,11 @@ def _rbac_text(err: Forbidden, res: Resource) -> str:
 
 
 def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress | None = None,
-              page_size: int = 500) -> ClusterData:
+              page_size: int = 500, whole: bool = False) -> ClusterData:
+    """Every object the report reads, listed. Pods and ReplicaSets are read page by page as a snapshot's files are
+    (bridge.report.jsonlists: only the fields the report reads, the parts replicas repeat shared), so a scan holds
+    what a snapshot scan holds, not every pod whole; `whole`: every object as the server sent it (what `snapshot`
+    writes)."""
     progress = progress or Progress(enabled=False)
     data = ClusterData(source=source, taken_at=time.time())
     try:
@@ -135,21 +140,23 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
     resources += optional_resources(disc)
 
     with bulk_allocation():
-        _list_all(api, data, resources, progress, page_size)
+        _list_all(api, data, resources, progress, page_size, None if whole else Reader())
     progress.done()
     return data
 
 
-def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progress: Progress, page_size: int) -> None:
+def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progress: Progress, page_size: int,
+              reader: Reader | None) -> None:
     for res in resources:
         label = res.plural
 
         def on_page(count: int, label: str = label) -> None:
             progress.update(label, count)
 
+        decoder = reader.page if reader is not None and res in (PODS, REPLICA_SETS) else None
         try:
             result = api.list(res, page_size=page_size, on_page=on_page,
-                              field_selector=FIELD_SELECTORS.get(res.plural))
+                              field_selector=FIELD_SELECTORS.get(res.plural), page_decoder=decoder)
         except Forbidden as err:
             data.unreadable[label] = _rbac_text(err, res)
             continue

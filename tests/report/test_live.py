@@ -205,3 +205,37 @@ def test_a_live_scan_reads_claims_templates_and_leaders_leases_but_not_node_hear
     assert report.controller.state == "unknown-mode"  # held by its Lease, but no Deployment or decision says how
     asr = next(w for w in report.workloads if w.name == "asr-inference")
     assert (asr.api, asr.pods_by_api) == ("dra", {"dra": 2})
+
+
+def _replica(name: str) -> dict:  # type: ignore[type-arg]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "main", "image": "cuda", "ports": [{"containerPort": 80}],
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Pending", "podIP": "10.0.0.1"}}
+
+
+def test_a_live_scan_keeps_of_each_pod_what_the_report_reads_and_shares_what_replicas_repeat(tmp_path: Path) -> None:
+    with ApiServer(version="1.36.2") as srv:
+        srv.load_objects([_replica("web-1"), _replica("web-2")])
+        api = connect(srv.write_kubeconfig(tmp_path / "kc"))
+        cut = {p["metadata"]["name"]: p for p in load_live(api, page_size=1).of("Pod")}
+        whole = {p["metadata"]["name"]: p for p in load_live(api, whole=True).of("Pod")}
+    assert cut.keys() == whole.keys() == {"web-1", "web-2"}
+    assert whole["web-1"]["status"]["podIP"] == "10.0.0.1" and "podIP" not in cut["web-1"]["status"]
+    assert cut["web-1"]["kind"] == "Pod" and cut["web-1"]["status"]["phase"] == "Pending"
+    assert cut["web-1"]["spec"]["containers"] is cut["web-2"]["spec"]["containers"], "one list, across pages too"
+    assert cut["web-1"]["spec"]["containers"][0]["resources"] == whole["web-1"]["spec"]["containers"][0]["resources"]
+    assert "ports" not in cut["web-1"]["spec"]["containers"][0]
+    assert whole["web-1"]["spec"]["containers"] is not whole["web-2"]["spec"]["containers"]
+
+
+def test_a_page_the_schema_does_not_read_is_parsed_whole(kubeconfig: Path) -> None:
+    from bridge.kube import PODS
+    from bridge.report.jsonlists import Reader
+
+    api = connect(kubeconfig)
+    plain = api.list(PODS, page_size=5)
+    refused = api.list(PODS, page_size=5, page_decoder=lambda raw: None)
+    assert refused["items"] == plain["items"] and len(plain["items"]) > 5
+    assert Reader().page(b'{"kind":"List","items":[{"kind":"Pod","metadata":{"name":"p"}},{"kind":"Node",'
+                         b'"metadata":{"name":"n"}}]}') is None, "a list that mixes kinds is left to the plain path"

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""`bridge migrate-report` against a live cluster at the scalability envelope: memory and time of the scan with every
+pod kept whole (before) against pods read page by page with the report's schema (bridge/report/jsonlists.py, now).
+
+    .venv/bin/python bench/report_live_bench.py [--nodes 5000] [--gpu-pods 30000] [--pending 10000]
+                                                [--other-pods 110000] [--images 30]
+
+The cluster is served as bench/controller_memory_bench.py serves it: list pages of 500 copies of a Running pod and
+its Node as a real kube-apiserver and kubelet returned them (tests/controller/data), made on demand as JSON bytes
+behind the real `RestKube` client (its pagination and page decoding run as in production; every other resource
+lists empty). Each mode runs in a fresh interpreter, so its peak RSS is its own:
+  whole  `load_live(whole=True)`: every pod as the server sent it (the scan before; `snapshot` still writes these)
+  cut    `load_live()`: pods and ReplicaSets through `jsonlists.Reader.page`
+Printed per mode: the scan (list and parse), resident memory after it and the peak, the report built from it
+(`build_report`: every check and the capacity simulation), and the findings, which must be equal in both modes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from controller_memory_bench import Served, _proc_status  # noqa: E402
+
+MODES = ("whole", "cut")
+
+
+def child(mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    from bridge.kube import jsonio
+    from bridge.kube.client import RestKube
+    from bridge.kube.discovery import build_discovery
+    from bridge.report import build_report
+    from bridge.report.live import load_live
+
+    served = Served(args)
+    empty = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+
+    class PagedKube(RestKube):
+        """The real client's list over pages made here (pods and nodes; every other list empty)."""
+
+        def _json(self, method: str, path: str, **kw: Any) -> Any:
+            query = dict(kw.get("query") or ())
+            plural = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+            raw = served.page(plural, int(query.get("continue") or 0)).encode() if plural in ("pods", "nodes") \
+                else empty
+            decode = kw.get("decode")
+            decoded = decode(raw) if decode is not None else None
+            return decoded if decoded is not None else jsonio.loads(raw)
+
+        def discovery(self) -> Any:
+            core = [{"name": n, "kind": k, "namespaced": ns, "verbs": ["list"]} for n, k, ns in (
+                ("pods", "Pod", True), ("nodes", "Node", False), ("namespaces", "Namespace", False))]
+            return build_discovery({"major": "1", "minor": "35", "gitVersion": "v1.35.0"}, [("v1", {"resources": core})])
+
+    api = PagedKube(None)  # type: ignore[arg-type]  # no transport: `_json` serves the pages
+    t = time.perf_counter()
+    data = load_live(api, whole=mode == "whole")
+    out: dict[str, Any] = {"scan_s": time.perf_counter() - t, "rss_mib": _proc_status("VmRSS"),
+                           "peak_mib": _proc_status("VmHWM"), "pods": len(data.of("Pod"))}
+    t = time.perf_counter()
+    report = build_report(data)
+    out["report_s"] = time.perf_counter() - t
+    facts = [(f.rule, f.severity, f.object.kind, f.object.namespace, f.object.name, f.message) for f in report.findings]
+    out["findings"] = len(facts)
+    out["findings_sha"] = hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
+    out["peak_after_report_mib"] = _proc_status("VmHWM")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--gpu-pods", type=int, default=30000)
+    ap.add_argument("--pending", type=int, default=10000)
+    ap.add_argument("--other-pods", type=int, default=110000)
+    ap.add_argument("--images", type=int, default=30)
+    ap.add_argument("--child", choices=MODES)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args)))
+        return
+    forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child"]
+    print(f"live migrate-report: {args.nodes} nodes, {args.gpu_pods + args.pending + args.other_pods} pods "
+          f"(copies of a real Running pod); load average {os.getloadavg()[0]:.2f}", flush=True)
+    results = {}
+    for mode in MODES:
+        proc = subprocess.run([sys.executable, __file__, f"--child={mode}", *forwarded], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+        results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    w, c = results["whole"], results["cut"]
+    if (w["pods"], w["findings"], w["findings_sha"]) != (c["pods"], c["findings"], c["findings_sha"]):
+        raise SystemExit(f"the reports differ: whole {w} cut {c}")
+    rows = [("scan (list and parse), s", "scan_s", "{:.1f}"), ("resident after the scan, MiB", "rss_mib", "{:.0f}"),
+            ("peak resident during the scan, MiB", "peak_mib", "{:.0f}"), ("report from it, s", "report_s", "{:.1f}"),
+            ("peak resident with the report, MiB", "peak_after_report_mib", "{:.0f}")]
+    print(f"{'':38} {'whole':>10} {'cut':>10} {'cut/whole':>10}")
+    for label, key, fmt in rows:
+        print(f"{label:38} {fmt.format(w[key]):>10} {fmt.format(c[key]):>10} {c[key] / w[key]:>10.2f}")
+    print(f"{c['pods']} pods, {c['findings']} findings, equal in both modes; load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
