@@ -1,5 +1,6 @@
 """Snapshot JSON files read with msgspec: Pods (and ReplicaSets) down to the fields the report reads, the identical
-parts of Pods shared.
+parts of Pods shared. A live scan reads the pages of its pod and ReplicaSet lists the same way (`Reader.page`,
+bridge.report.live).
 
 The plain path (`bridge.report.sources`, `json.loads`) turns a 150,000-pod snapshot into 1.3 GB of dicts, most of
 them fields no check reads (env values, volume mounts, probes, ports, container statuses, pod IPs, managedFields on a
