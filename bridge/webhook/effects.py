@@ -62,13 +62,22 @@ MISS: Final = _Miss.MISS  # `NamespaceCache.peek`: not in the cache; only the bl
 Peek = Callable[[str], "Mapping[str, str] | _Miss"]
 
 
+def namespace_labels_only(ns: dict[str, Any]) -> dict[str, Any]:
+    """What the namespace cache's informer keeps of a Namespace: its name, uid, resourceVersion and labels (not its
+    managedFields, annotations, finalizers or status)."""
+    meta = ns.get("metadata")
+    if not isinstance(meta, dict):
+        return ns
+    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta}}
+
+
 class NamespaceCache:
     def __init__(self, api: KubeAPI, metrics: WebhookMetrics | None = None) -> None:
         self._api = api
         self._metrics = metrics
         self._labels: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
-        self._informer = Informer(api, NAMESPACES, on_event=self._on_event)
+        self._informer = Informer(api, NAMESPACES, on_event=self._on_event, transform=namespace_labels_only)
         self._companions: list[Callable[[threading.Event], object]] = []
 
     def start_with(self, start: Callable[[threading.Event], object]) -> None:
