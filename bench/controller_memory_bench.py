@@ -206,30 +206,43 @@ def child(mode: str, args: argparse.Namespace) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cluster_args(doc: str | None, modes: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The served cluster's size (`Served`) and the child's mode: the arguments of this bench and of
+    bench/report_live_bench.py."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--gpu-pods", type=int, default=30000)
     ap.add_argument("--pending", type=int, default=10000)
     ap.add_argument("--other-pods", type=int, default=110000)
     ap.add_argument("--images", type=int, default=30)
-    ap.add_argument("--events", type=int, default=3000)
-    ap.add_argument("--child", choices=MODES)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.child, args)))
-        return
+    ap.add_argument("--child", choices=modes)
+    return ap
+
+
+def run_modes(script: str, modes: tuple[str, ...], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each mode in a fresh interpreter (`script --child=MODE`, the other arguments passed on): its printed result."""
     forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child"]
-    print(f"controller process: {args.nodes} nodes ({args.images} images each), {args.gpu_pods} bound GPU pods, "
-          f"{args.pending} pending GPU pods, {args.other_pods} pods asking no GPU; load average "
-          f"{os.getloadavg()[0]:.2f}", flush=True)
-    results: dict[str, dict[str, float]] = {}
-    for mode in MODES:
-        proc = subprocess.run([sys.executable, __file__, f"--child={mode}", *forwarded], capture_output=True,
+    results: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        proc = subprocess.run([sys.executable, script, f"--child={mode}", *forwarded], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
+
+
+def main() -> None:
+    ap = cluster_args(__doc__, MODES)
+    ap.add_argument("--events", type=int, default=3000)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args)))
+        return
+    print(f"controller process: {args.nodes} nodes ({args.images} images each), {args.gpu_pods} bound GPU pods, "
+          f"{args.pending} pending GPU pods, {args.other_pods} pods asking no GPU; load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    results = run_modes(__file__, MODES, args)
     w = results["whole"]
     for mode in MODES:
         assert (results[mode]["views"], results[mode]["pending"]) == (w["views"], w["pending"]), \

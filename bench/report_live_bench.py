@@ -21,7 +21,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from controller_memory_bench import Served, _proc_status  # noqa: E402
+from controller_memory_bench import Served, _proc_status, cluster_args, run_modes  # noqa: E402
 
 MODES = ("whole", "cut")
 
@@ -79,27 +78,13 @@ def child(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--gpu-pods", type=int, default=30000)
-    ap.add_argument("--pending", type=int, default=10000)
-    ap.add_argument("--other-pods", type=int, default=110000)
-    ap.add_argument("--images", type=int, default=30)
-    ap.add_argument("--child", choices=MODES)
-    args = ap.parse_args()
+    args = cluster_args(__doc__, MODES).parse_args()
     if args.child:
         print(json.dumps(child(args.child, args)))
         return
-    forwarded = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child"]
     print(f"live migrate-report: {args.nodes} nodes, {args.gpu_pods + args.pending + args.other_pods} pods "
           f"(copies of a real Running pod); load average {os.getloadavg()[0]:.2f}", flush=True)
-    results = {}
-    for mode in MODES:
-        proc = subprocess.run([sys.executable, __file__, f"--child={mode}", *forwarded], capture_output=True,
-                              text=True, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"{mode}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
-        results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_modes(__file__, MODES, args)
     w, c = results["whole"], results["cut"]
     if (w["pods"], w["findings"], w["findings_sha"]) != (c["pods"], c["findings"], c["findings_sha"]):
         raise SystemExit(f"the reports differ: whole {w} cut {c}")
