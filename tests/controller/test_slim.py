@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -133,7 +134,7 @@ def dressed(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     meta = obj["metadata"]
     meta.setdefault("uid", f"uid-{kind}-{meta['name']}")
-    meta.setdefault("resourceVersion", str(abs(hash(json.dumps(obj, sort_keys=True))) % 10**9))
+    meta.setdefault("resourceVersion", str(zlib.crc32(json.dumps(obj, sort_keys=True).encode())))
     source = REAL_NODE if kind == "node" else REAL_POD
     meta["managedFields"] = copy.deepcopy(source["metadata"]["managedFields"])
     obj.update(apiVersion="v1", kind={"node": "Node", "pod": "Pod"}.get(kind, kind))
