@@ -125,6 +125,47 @@ class Served:
                 % (kind, more, ",".join(make(i) for i in range(start, end))))
 
 
+def served_kube(served: Served, stop: threading.Event) -> Any:
+    """The real `RestKube` client with `_json` answering from `served` instead of a transport: the pages of pods
+    and nodes as bytes (read by the client's `page_decoder` where it is given one, else its parser), every other
+    list empty, a discovery document serving pods, nodes and namespaces, and watches that send nothing until `stop`
+    (the benches feed events by hand)."""
+    from bridge.kube import jsonio
+    from bridge.kube.client import RestKube
+    from bridge.kube.discovery import build_discovery
+
+    empty = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+
+    class Blocking:
+        def __iter__(self) -> Iterator[Any]:
+            stop.wait()
+            return iter(())
+
+        def close(self) -> None:
+            stop.set()
+
+    class ServedKube(RestKube):
+        def _json(self, method: str, path: str, **kw: Any) -> Any:
+            query = dict(kw.get("query") or ())
+            plural = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+            raw = served.page(plural, int(query.get("continue") or 0)).encode() if plural in ("pods", "nodes") \
+                else empty
+            decode = kw.get("decode")
+            decoded = decode(raw) if decode is not None else None
+            return decoded if decoded is not None else jsonio.loads(raw)
+
+        def watch(self, *a: Any, **kw: Any) -> Any:
+            return Blocking()
+
+        def discovery(self) -> Any:
+            core = [{"name": n, "kind": k, "namespaced": ns, "verbs": ["list", "watch"]} for n, k, ns in (
+                ("pods", "Pod", True), ("nodes", "Node", False), ("namespaces", "Namespace", False))]
+            version = {"major": "1", "minor": "35", "gitVersion": "v1.35.0"}
+            return build_discovery(version, [("v1", {"resources": core})])
+
+    return ServedKube(None)  # type: ignore[arg-type]  # no transport: `_json` serves the pages
+
+
 def full_collection_ms() -> float:
     """One collection of every generation, as CPython runs when the oldest is due (median of 3)."""
     pauses = []
@@ -140,33 +181,10 @@ def child(mode: str, args: argparse.Namespace) -> dict[str, float]:
     from bridge.controller.metrics import ControllerMetrics
     from bridge.kube import jsonio
     from bridge.kube.api import WatchEvent
-    from bridge.kube.client import RestKube
 
     served = Served(args)
     stop = threading.Event()
-
-    class Blocking:
-        """A watch that sends nothing until the bench ends (the events below are fed by hand)."""
-
-        def __iter__(self) -> Iterator[Any]:
-            stop.wait()
-            return iter(())
-
-        def close(self) -> None:
-            stop.set()
-
-    class PagedKube(RestKube):
-        """The real client's list (pagination, per-page transform) over pages made here, as bytes."""
-
-        def _json(self, method: str, path: str, **kw: Any) -> Any:
-            query = dict(kw.get("query") or ())
-            plural = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
-            return jsonio.loads(served.page(plural, int(query.get("continue") or 0)).encode())
-
-        def watch(self, *a: Any, **kw: Any) -> Any:
-            return Blocking()
-
-    api = PagedKube(None)  # type: ignore[arg-type]  # no transport: `_json` serves the pages
+    api = served_kube(served, stop)
     ctl = Controller(api, ControllerOptions(freeze_heap=mode == "frozen"), identity="bench",
                      metrics=ControllerMetrics(), is_leader=lambda: True, resource_api=None)
     if mode == "whole":

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -30,39 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from controller_memory_bench import Served, _proc_status, cluster_args, run_modes  # noqa: E402
+from controller_memory_bench import Served, _proc_status, cluster_args, run_modes, served_kube  # noqa: E402
 
 MODES = ("whole", "cut")
 
 
 def child(mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    from bridge.kube import jsonio
-    from bridge.kube.client import RestKube
-    from bridge.kube.discovery import build_discovery
     from bridge.report import build_report
     from bridge.report.live import load_live
 
-    served = Served(args)
-    empty = b'{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
-
-    class PagedKube(RestKube):
-        """The real client's list over pages made here (pods and nodes; every other list empty)."""
-
-        def _json(self, method: str, path: str, **kw: Any) -> Any:
-            query = dict(kw.get("query") or ())
-            plural = path.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
-            raw = served.page(plural, int(query.get("continue") or 0)).encode() if plural in ("pods", "nodes") \
-                else empty
-            decode = kw.get("decode")
-            decoded = decode(raw) if decode is not None else None
-            return decoded if decoded is not None else jsonio.loads(raw)
-
-        def discovery(self) -> Any:
-            core = [{"name": n, "kind": k, "namespaced": ns, "verbs": ["list"]} for n, k, ns in (
-                ("pods", "Pod", True), ("nodes", "Node", False), ("namespaces", "Namespace", False))]
-            return build_discovery({"major": "1", "minor": "35", "gitVersion": "v1.35.0"}, [("v1", {"resources": core})])
-
-    api = PagedKube(None)  # type: ignore[arg-type]  # no transport: `_json` serves the pages
+    api = served_kube(Served(args), threading.Event())
     t = time.perf_counter()
     data = load_live(api, whole=mode == "whole")
     out: dict[str, Any] = {"scan_s": time.perf_counter() - t, "rss_mib": _proc_status("VmRSS"),

@@ -2,8 +2,8 @@
 
 The controller watches every Node and every unfinished Pod of the cluster, not only the GPU ones (a field selector
 cannot say "asks for GPUs"). Objects as the API server sends them are large: a Running pod of a two-container
-Deployment read from a real kube-apiserver and kubelet (tests/controller/data/real-pod-running.json) is 11 KB of JSON, 216
-JSON objects and arrays, 130 of them its `managedFields`, and about 48 KB once parsed here. Kept whole, the objects
+Deployment read from a real kube-apiserver and kubelet (tests/controller/data/real-pod-running.json) is 11 KB of
+JSON, 216 JSON objects and arrays, 130 of them its `managedFields`, and about 48 KB once parsed here. Kept whole, the objects
 of 5,000 such nodes and 150,000 such pods took 5.6 GB and each full pass of Python's cyclic garbage collector 10 s;
 cut as below, 456 MiB and 0.4 s (bench/controller_memory_bench.py). So each object is cut down as it arrives (the
 informers' `transform`, as client-go's `SharedInformer.SetTransform`; applied per page of the start-up list, so that
@@ -41,10 +41,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bridge.controller.demand import Names
+from bridge.kube.watch import kept_metadata
 
 Obj = dict[str, Any]
 
-_POD_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "deletionTimestamp")
+_POD_META = ("creationTimestamp", "deletionTimestamp")  # besides the identity (`kept_metadata`)
 _ANY_POD_SPEC = ("nodeName", "schedulingGates", "priority")
 _GPU_POD_SPEC = _ANY_POD_SPEC + ("nodeSelector", "affinity", "tolerations", "resourceClaims")
 _POD_STATUS = ("phase", "resourceClaimStatuses")
@@ -61,11 +62,6 @@ def _top(obj: Mapping[str, Any], meta: Obj) -> Obj:
     out = _pick(obj, ("apiVersion", "kind"))
     out["metadata"] = meta
     return out
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
 
 
 def _without_managed_fields(obj: Mapping[str, Any]) -> Obj:
@@ -108,7 +104,7 @@ def slim_pod(names: Names) -> Callable[[Obj], Obj]:
         status = pod.get("status")
         if not isinstance(spec, dict) or not isinstance(status, (dict, type(None))):
             return _without_managed_fields(pod)
-        out = _top(pod, _pick(_meta(pod), _POD_META))
+        out = _top(pod, kept_metadata(pod, *_POD_META))
         if asks_for_gpus(spec, names):
             kept = _pick(spec, _GPU_POD_SPEC)
             for kind, keys in (("initContainers", _INIT_CONTAINER), ("containers", _CONTAINER)):
@@ -127,10 +123,10 @@ def slim_pod(names: Names) -> Callable[[Obj], Obj]:
 
 def slim_node(node: Obj) -> Obj:
     """The transform of the controller's node informer (see the module docstring)."""
+    out = _without_managed_fields(node)
     status = node.get("status")
     if not isinstance(status, dict):
-        return _without_managed_fields(node)
-    out = _without_managed_fields(node)
+        return out
     kept = _pick(status, _NODE_STATUS)
     conditions = status.get("conditions")
     if isinstance(conditions, list):

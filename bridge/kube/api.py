@@ -165,7 +165,8 @@ class KubeAPI(Protocol):
         transform: Callable[[Obj], Obj] | None = None,
         page_decoder: Callable[[bytes], Obj | None] | None = None,
     ) -> Obj:
-        """A whole list (all pages joined): {"apiVersion", "kind", "metadata": {"resourceVersion"}, "items": [...]}.
+        """A whole list (all pages joined): {"apiVersion", "kind", "metadata": {"resourceVersion"}, "items": [...]},
+        each item with its `apiVersion` and `kind` (the API server leaves them out of a list's items).
         `on_page(count_so_far)` is called after each page (progress bars). `transform` replaces each item as its page
         arrives (after `apiVersion` and `kind` are filled in), so a caller that keeps a few fields of a large list
         never holds more than one page of whole objects. `page_decoder` reads a page's JSON bytes in place of the

@@ -24,7 +24,8 @@ How it holds:
   retrying through an outage finishes its current retry first, bounded by the client's retry deadline.)
 * `transform` (as client-go's `SharedInformer.SetTransform`) replaces each object before it is stored and passed
   on, so a caller that needs a few fields of large objects (Nodes carry their images and conditions) keeps only
-  those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on. A list
+  those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on
+  (`kept_metadata`). A list
   applies it page by page (`KubeAPI.list`), so the transient peak of a start-up list or a relist is one page of
   whole objects plus the list's cut ones, not the whole list of whole objects.
 * `healthy` says whether the store is current now. After a failed watch a resumed one replays what it missed, but
@@ -41,7 +42,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from bridge.kube.api import KubeAPI, Obj, Resource, WatchEvent
@@ -55,6 +56,18 @@ def object_key(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+IDENTITY = ("name", "namespace", "uid", "resourceVersion")  # what a `transform` must keep of metadata
+
+
+def kept_metadata(obj: Mapping[str, Any], *extra: str) -> Obj:
+    """The metadata a `transform` keeps: the identity the store diffs on (`IDENTITY`) and the `extra` keys, where the
+    object has them."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return {}
+    return {k: meta[k] for k in IDENTITY + extra if k in meta}
 
 
 def _rv(obj: Obj) -> str:
@@ -290,4 +303,4 @@ def watch_forever(
     return inf
 
 
-__all__ = ["Informer", "object_key", "watch_forever"]
+__all__ = ["IDENTITY", "Informer", "kept_metadata", "object_key", "watch_forever"]

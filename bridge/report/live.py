@@ -168,9 +168,7 @@ def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progre
             continue
         except KubeError as err:  # a list that does not end (bridge.kube.client bounds it), a bad name: no report
             raise LiveError(err.message) from err
-        for item in result.get("items") or ():
-            item.setdefault("kind", res.kind)
-            item.setdefault("apiVersion", res.api_version)
+        for item in result.get("items") or ():  # each with its kind and apiVersion (`KubeAPI.list`)
             data.add(item, f"list {label}")
 
 

@@ -46,7 +46,7 @@ from typing import Any, Final
 from bridge.kube.api import EVENTS, NAMESPACES, KubeAPI, Resource, ResourceAPI, WatchEvent
 from bridge.kube.errors import AlreadyExists, KubeError, NotFound
 from bridge.kube.events import build_event
-from bridge.kube.watch import Informer
+from bridge.kube.watch import Informer, kept_metadata
 from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.policy import MANAGED_BY_LABEL, MANAGED_BY_VALUE, MODE_LABEL
 from bridge.webhook.review import EventSpec
@@ -65,10 +65,9 @@ Peek = Callable[[str], "Mapping[str, str] | _Miss"]
 def namespace_labels_only(ns: dict[str, Any]) -> dict[str, Any]:
     """What the namespace cache's informer keeps of a Namespace: its name, uid, resourceVersion and labels (not its
     managedFields, annotations, finalizers or status)."""
-    meta = ns.get("metadata")
-    if not isinstance(meta, dict):
+    if not isinstance(ns.get("metadata"), dict):
         return ns
-    return {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels") if k in meta}}
+    return {"metadata": kept_metadata(ns, "labels")}
 
 
 class NamespaceCache:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.kube.watch import kept_metadata
 from bridge.kvalues import gfd
 from bridge.kvalues.placement import term_matches, toleration_tolerates
 from bridge.webhook import jsoncodec
@@ -69,7 +70,7 @@ def slim(node: Mapping[str, Any]) -> dict[str, Any]:
     """The Node as the webhook's informer stores it (bridge.kube.watch `transform`): identity always, and for a GPU
     node the labels, taints, `nvidia.com/gpu` capacity and kubelet version; nothing else."""
     meta = node.get("metadata") or {}
-    out: dict[str, Any] = {"metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion") if k in meta}}
+    out: dict[str, Any] = {"metadata": kept_metadata(node)}
     if project(node) is None:
         return out
     out["metadata"]["labels"] = dict(meta.get("labels") or {})

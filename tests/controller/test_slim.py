@@ -12,6 +12,7 @@ the full rebuild from the whole ones.
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import os
@@ -195,7 +196,7 @@ def more_pod_variant(name: str, v: int) -> dict[str, Any]:
 
 
 CUT = {"node": slim_node, "pod": SLIM, "claim": slim_resource, "template": slim_resource}
-SEEN: dict[str, int] = {}
+SEEN: collections.Counter[str] = collections.Counter()
 
 
 class CutEvents(base.Events):
@@ -224,12 +225,10 @@ class CutEvents(base.Events):
         for key, pod in mine.pending_pods.items():
             assert build_event(pod, "R", "m", now="t", host="h") == \
                 build_event(truth.pending_pods[key], "R", "m", now="t", host="h")
-        SEEN["compared"] = SEEN.get("compared", 0) + 1
-        SEEN["pending demand"] = SEEN.get("pending demand", 0) + len(mine.demand.pending)
-        SEEN["invalid"] = SEEN.get("invalid", 0) + len(mine.demand.invalid)
-        SEEN["held legacy"] = SEEN.get("held legacy", 0) + sum(v.legacy_held for v in mine.views)
-        SEEN["unbound pods asking nothing"] = SEEN.get("unbound pods asking nothing", 0) + sum(
-            1 for p in mine.pending_pods.values() if not asks_for_gpus(p["spec"], Names()))
+        SEEN.update({"compared": 1, "pending demand": len(mine.demand.pending), "invalid": len(mine.demand.invalid),
+                     "held legacy": sum(v.legacy_held for v in mine.views),
+                     "unbound pods asking nothing": sum(1 for p in mine.pending_pods.values()
+                                                        if not asks_for_gpus(p["spec"], Names()))})
 
 
 @pytest.mark.timeout(300)  # about 20 s on a quiet 2-core machine
