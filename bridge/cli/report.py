@@ -81,14 +81,12 @@ def _connect(kubeconfig: str | None, context: str | None, timeout: float):  # ty
         raise ReportError(f"cannot load Kubernetes configuration: {err}") from err
 
 
-def _load_live(kubeconfig: str | None, context: str | None, timeout: float,  # type: ignore[no-untyped-def]
-               whole: bool = False):
+def _load_live(kubeconfig: str | None, context: str | None, timeout: float):  # type: ignore[no-untyped-def]
     from bridge.report.live import LiveError, Progress, load_live
 
     api = _connect(kubeconfig, context, timeout)
     try:
-        return load_live(api, source=f"context {context}" if context else "live cluster", progress=Progress(),
-                         whole=whole)
+        return load_live(api, source=f"context {context}" if context else "live cluster", progress=Progress())
     except LiveError as err:
         raise ReportError(str(err)) from err
 
@@ -243,13 +241,20 @@ def _check_ready(data, wanted, assume_split: str, configs) -> None:  # type: ign
               help="Directory to write the snapshot into (created).")
 @click.pass_context
 def snapshot_cmd(ctx: click.Context, out: Path) -> None:
-    """Write a snapshot of a live cluster (the objects the report reads) for scanning elsewhere with --snapshot."""
-    from bridge.report.live import write_snapshot
+    """Write a snapshot of a live cluster (the objects the report reads, as the API server sends them) for scanning
+    elsewhere with --snapshot. Each list is written page by page, so memory stays at one page of objects whatever
+    the cluster's size; the files take their names only once every list is read, so a failed snapshot leaves none."""
+    from bridge.report.live import LiveError, Progress, snapshot_live
+    from bridge.report.sources import SnapshotError
 
     parent = ctx.parent.params if ctx.parent else {}
-    data = _load_live(parent.get("kubeconfig"), parent.get("context"), parent.get("timeout", 30.0), whole=True)
-    files = write_snapshot(data, out)
-    total = sum(len(v) for v in data.objects.values())
-    click.echo(f"wrote {total} objects in {len(files)} files to {out}", err=True)
-    for plural, reason in sorted(data.unreadable.items()):
+    api = _connect(parent.get("kubeconfig"), parent.get("context"), parent.get("timeout", 30.0))
+    try:
+        snap = snapshot_live(api, out, progress=Progress())
+    except (LiveError, SnapshotError) as err:
+        raise ReportError(str(err)) from err
+    except OSError as err:
+        raise ReportError(f"cannot write the snapshot to {out}: {err}") from err
+    click.echo(f"wrote {sum(snap.counts.values())} objects in {len(snap.files)} files to {out}", err=True)
+    for plural, reason in sorted(snap.unreadable.items()):
         click.echo(f"warning: {plural}: {reason}", err=True)

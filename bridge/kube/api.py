@@ -146,6 +146,17 @@ class Discovery:
         return gv is not None and (plural is None or plural in gv)
 
 
+class ListSink(Protocol):
+    """Takes a list's items as their pages arrive, in place of the answer's `items` (`KubeAPI.list(sink=)`): a
+    caller that writes each item somewhere holds one page at a time, however long the list."""
+
+    def add(self, item: Obj) -> None: ...
+
+    def restart(self) -> None:
+        """The list starts again from its first page (its continue token expired): forget every item added so far."""
+        ...
+
+
 class KubeAPI(Protocol):
     """Errors are those of `bridge.kube.errors`. Transient failures (connection refused, 429, 5xx) are retried with
     backoff inside the implementation (honouring Retry-After) up to its configured deadline, then raised as
@@ -164,6 +175,7 @@ class KubeAPI(Protocol):
         on_page: Callable[[int], None] | None = None,
         transform: Callable[[Obj], Obj] | None = None,
         page_decoder: Callable[[bytes], Obj | None] | None = None,
+        sink: ListSink | None = None,
     ) -> Obj:
         """A whole list (all pages joined): {"apiVersion", "kind", "metadata": {"resourceVersion"}, "items": [...]},
         each item with its `apiVersion` and `kind` (the API server leaves them out of a list's items).
@@ -171,7 +183,8 @@ class KubeAPI(Protocol):
         arrives (after `apiVersion` and `kind` are filled in), so a caller that keeps a few fields of a large list
         never holds more than one page of whole objects. `page_decoder` reads a page's JSON bytes in place of the
         client's parser (a schema that skips fields, bridge.report.jsonlists); where it answers None the page is
-        parsed as usual."""
+        parsed as usual. `sink` takes each item (after `transform`) as its page arrives, and the answer's `items` is
+        then empty."""
         ...
 
     def create(

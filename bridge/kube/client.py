@@ -31,7 +31,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from typing import Any
 
 import urllib3.exceptions
@@ -43,6 +43,7 @@ from bridge.kube.api import (
     RESOURCE_GROUP,
     Discovery,
     JsonPatch,
+    ListSink,
     Obj,
     PatchType,
     Resource,
@@ -267,6 +268,7 @@ class RestKube:
         on_page: Callable[[int], None] | None = None,
         transform: Callable[[Obj], Obj] | None = None,
         page_decoder: Callable[[bytes], Obj | None] | None = None,
+        sink: ListSink | None = None,
     ) -> Obj:
         path = res.path(namespace if res.namespaced else None)
         label = resource_label(res)
@@ -276,6 +278,9 @@ class RestKube:
         bound = _ListBound(label, self._clock() + self._list_deadline, self._list_deadline, self._clock)
         for restart in range(_LIST_RESTARTS + 1):
             items: list[Obj] = []
+            count = 0
+            if restart and sink is not None:
+                sink.restart()
             first: Obj | None = None
             token: str | None = None
             seen: set[str] = set()
@@ -288,18 +293,24 @@ class RestKube:
                     for item in listed:
                         item.setdefault("apiVersion", res.api_version)
                         item.setdefault("kind", res.kind)
-                    items.extend(listed if transform is None else map(transform, listed))
-                    del listed  # the page's whole objects go now, not once the next page is read
+                    kept: Iterable[Obj] = listed if transform is None else map(transform, listed)
+                    if sink is None:
+                        items.extend(kept)
+                    else:
+                        for item in kept:
+                            sink.add(item)
+                    count += len(listed)
+                    del listed, kept  # the page's whole objects go now, not once the next page is read
                     if on_page is not None:
-                        on_page(len(items))
+                        on_page(count)
                     token = (page.get("metadata") or {}).get("continue") or None
                     if not token:
                         break
-                    bound.next_page(str(token), seen, len(items))
+                    bound.next_page(str(token), seen, count)
             except Gone as err:
                 if token is None or restart == _LIST_RESTARTS:
                     raise
-                log.info("list %s: continue token expired after %d items, listing again", label, len(items),
+                log.info("list %s: continue token expired after %d items, listing again", label, count,
                          exc_info=err)
                 continue
             assert first is not None

@@ -5,18 +5,23 @@ is not served is recorded in `ClusterData.unreadable` with the missing RBAC verb
 partial results beat none (rule DRB000 reports what is missing). Only a failure to reach the API server at all
 (discovery unavailable) aborts, as `LiveError`.
 
-`write_snapshot` stores a `ClusterData` in the snapshot format `bridge.report.sources` reads (one JSON List per
-kind, `version.json`, `api-versions.txt`), so an admin can hand a cluster's state to someone without access.
+`snapshot_live` writes a live cluster in the snapshot format `bridge.report.sources` reads (one JSON List per kind,
+`version.json`, `api-versions.txt`), one page at a time, so an admin can hand a cluster's state to someone without
+access; `write_snapshot` writes a `ClusterData` the same way.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
+
+import orjson
 
 from bridge.kube.api import (
     CONFIG_MAPS,
@@ -34,6 +39,8 @@ from bridge.kube.api import (
     STATEFUL_SETS,
     Discovery,
     KubeAPI,
+    ListSink,
+    Obj,
     Resource,
     ResourceAPI,
 )
@@ -48,6 +55,7 @@ from bridge.report.sources import (
     ClusterData,
     ServerVersion,
     bulk_allocation,
+    read_kind,
 )
 
 CORE_RESOURCES: tuple[Resource, ...] = (
@@ -117,10 +125,21 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
               page_size: int = 500, whole: bool = False) -> ClusterData:
     """Every object the report reads, listed. Pods and ReplicaSets are read page by page as a snapshot's files are
     (bridge.report.jsonlists: only the fields the report reads, the parts replicas repeat shared), so a scan holds
-    what a snapshot scan holds, not every pod whole; `whole`: every object as the server sent it (what `snapshot`
-    writes)."""
+    what a snapshot scan holds, not every pod whole; `whole`: every object as the server sent it."""
     progress = progress or Progress(enabled=False)
     data = ClusterData(source=source, taken_at=time.time())
+    resources = _discover(api, data)
+    reader = None if whole else Reader()
+    with bulk_allocation():
+        _list_all(api, data, resources, progress, page_size,
+                  decoder=lambda res: reader.page if reader is not None and res in (PODS, REPLICA_SETS) else None)
+    progress.done()
+    return data
+
+
+def _discover(api: KubeAPI, data: ClusterData) -> list[Resource]:
+    """The server's version and API versions into `data`, and the resources to list: `LiveError` where discovery
+    fails."""
     try:
         disc = api.discovery()
     except Unavailable as err:
@@ -137,26 +156,23 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
     if rversion is not None:
         rapi = ResourceAPI(rversion)
         resources += [rapi.device_classes, rapi.slices, rapi.claim_templates, rapi.claims]
-    resources += optional_resources(disc)
-
-    with bulk_allocation():
-        _list_all(api, data, resources, progress, page_size, None if whole else Reader())
-    progress.done()
-    return data
+    return resources + optional_resources(disc)
 
 
-def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progress: Progress, page_size: int,
-              reader: Reader | None) -> None:
+def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progress: Progress, page_size: int, *,
+              decoder: Callable[[Resource], Callable[[bytes], Obj | None] | None] = lambda res: None,
+              sink: Callable[[Resource], ListSink | None] = lambda res: None) -> None:
+    """Each resource listed into `data`, or into its `sink` where it has one; a resource that cannot be read is
+    named in `data.unreadable`."""
     for res in resources:
         label = res.plural
 
         def on_page(count: int, label: str = label) -> None:
             progress.update(label, count)
 
-        decoder = reader.page if reader is not None and res in (PODS, REPLICA_SETS) else None
         try:
-            result = api.list(res, page_size=page_size, on_page=on_page,
-                              field_selector=FIELD_SELECTORS.get(res.plural), page_decoder=decoder)
+            result = api.list(res, page_size=page_size, on_page=on_page, field_selector=FIELD_SELECTORS.get(res.plural),
+                              page_decoder=decoder(res), sink=sink(res))
         except Forbidden as err:
             data.unreadable[label] = _rbac_text(err, res)
             continue
@@ -172,7 +188,90 @@ def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progre
             data.add(item, f"list {label}")
 
 
+class _ListFile:
+    """One kind's file of a snapshot (a JSON List), written item by item as the list's pages arrive (`ListSink`), under
+    a hidden name until `commit` gives it its own: an interrupted snapshot leaves no file that looks whole."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path, self.kind = path, kind
+        self.partial = path.with_name(f".{path.name}.partial")
+        self.count = 0
+        self._file: BinaryIO = open(self.partial, "wb")  # noqa: SIM115 - closed by `close`
+        self._file.write(_LIST_HEAD)
+
+    def add(self, item: Obj) -> None:
+        kind = read_kind(item, f"list {PLURALS[self.kind]}")
+        if kind != self.kind:  # a list serves its own kind; anything else is not the report's to keep
+            return
+        if self.count:
+            self._file.write(b",")
+        try:
+            self._file.write(orjson.dumps(item))
+        except (orjson.JSONEncodeError, TypeError):  # an integer wider than 64 bits: the standard encoder takes it
+            self._file.write(json.dumps(item, separators=(",", ":")).encode())
+        self.count += 1
+
+    def restart(self) -> None:
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(_LIST_HEAD)
+        self.count = 0
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.write(b"]}")
+            self._file.close()
+
+    def commit(self) -> Path:
+        self.close()
+        os.replace(self.partial, self.path)
+        return self.path
+
+    def discard(self) -> None:
+        self._file.close()
+        self.partial.unlink(missing_ok=True)
+
+
+_LIST_HEAD = b'{"apiVersion":"v1","kind":"List","items":['
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What `snapshot_live` wrote: its files, the objects in them per kind, and the resources it could not read."""
+
+    files: list[Path]
+    counts: dict[str, int]
+    unreadable: dict[str, str]
+
+
+def snapshot_live(api: KubeAPI, out: Path, *, progress: Progress | None = None, page_size: int = 500) -> Snapshot:
+    """A live cluster's objects (those the report reads) written to `out` as `write_snapshot` writes them, each item
+    written as its page arrives: the snapshot holds one page of objects at a time, not the cluster (5.5 GB at the
+    scalability envelope, bench/report_live_bench.py). Nothing is written where the scan fails (`LiveError`,
+    `SnapshotError`): each file is renamed into place once every list is read."""
+    progress = progress or Progress(enabled=False)
+    data = ClusterData(source="live cluster", taken_at=time.time())
+    resources = _discover(api, data)
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, _ListFile] = {}
+    try:
+        for kind in KINDS:
+            files[kind] = _ListFile(out / f"{PLURALS[kind]}.json", kind)
+        _list_all(api, data, resources, progress, page_size, sink=lambda res: files.get(res.kind))
+        written = [f.commit() for f in files.values()]
+    except BaseException:
+        for f in files.values():
+            f.discard()
+        raise
+    finally:
+        progress.done()
+    written += _write_extras(data, out)
+    return Snapshot(written, {kind: f.count for kind, f in files.items()}, dict(data.unreadable))
+
+
 def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], None] | None = None) -> list[Path]:
+    """`data` stored in the snapshot format (one JSON List per kind, and the version, API versions and unreadable
+    resources where known); a live cluster is written by `snapshot_live`, one page at a time."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for kind in KINDS:
@@ -180,6 +279,16 @@ def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], No
         path = out / f"{PLURALS[kind]}.json"
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, separators=(",", ":")))
         written.append(path)
+    written += _write_extras(data, out)
+    for p in written:
+        if on_file:
+            on_file(p)
+    return written
+
+
+def _write_extras(data: ClusterData, out: Path) -> list[Path]:
+    """The snapshot's files besides the lists: the server's version, its API versions, what could not be read."""
+    written = []
     if data.version.known:
         v = data.version
         (out / VERSION_FILE).write_text(json.dumps(
@@ -191,7 +300,4 @@ def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], No
     if data.unreadable:
         (out / UNREADABLE_FILE).write_text(json.dumps(dict(sorted(data.unreadable.items())), indent=2))
         written.append(out / UNREADABLE_FILE)
-    for p in written:
-        if on_file:
-            on_file(p)
     return written

@@ -171,15 +171,8 @@ class ClusterData:
         return self.objects.get(kind, [])
 
     def add(self, obj: Obj, origin: str) -> None:
-        kind = obj.get("kind") if isinstance(obj, dict) else None
-        if not isinstance(kind, str) or not kind:
-            raise SnapshotError(f"{origin}: an object without 'kind' (is this `kubectl get -o yaml` output?)")
+        kind = read_kind(obj, origin)
         if kind in self.objects:
-            meta = obj.get("metadata")
-            if not isinstance(meta, dict) or not isinstance(meta.get("name", ""), str) \
-                    or not isinstance(meta.get("namespace", ""), str):
-                raise SnapshotError(f"{origin}: a {kind} whose metadata is not a mapping with a string name and "
-                                    f"namespace: {_preview(meta)}")
             self.objects[kind].append(obj)
         else:
             self.other_kinds[kind] = self.other_kinds.get(kind, 0) + 1
@@ -195,6 +188,25 @@ class ClusterData:
             for o in self.of(kind)
         }
         return tuple(v for v in order if v in seen)
+
+
+def read_kind(obj: Any, origin: str) -> str:
+    """The object's kind, once it is known to be an object the report can hold: `SnapshotError` for one without a
+    kind, and for one of a kind the report reads (`KINDS`) whose metadata is not a mapping with a string name and
+    namespace."""
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if not isinstance(kind, str) or not kind:
+        raise SnapshotError(f"{origin}: an object without 'kind' (is this `kubectl get -o yaml` output?)")
+    if kind in _READ:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict) or not isinstance(meta.get("name", ""), str) \
+                or not isinstance(meta.get("namespace", ""), str):
+            raise SnapshotError(f"{origin}: a {kind} whose metadata is not a mapping with a string name and "
+                                f"namespace: {_preview(meta)}")
+    return kind
+
+
+_READ = frozenset(KINDS)
 
 
 def _preview(value: Any) -> str:

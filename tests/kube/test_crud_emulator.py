@@ -175,7 +175,33 @@ def test_a_list_transform_sees_each_item_with_its_kind_and_replaces_it_page_by_p
     assert len(listed["items"]) == 250 and listed["metadata"]["resourceVersion"]
 
 
-def test_expired_continue_token_restarts_the_list_consistently(kubeconfig: Any, tmp_path: Any) -> None:
+def test_a_list_sink_takes_every_item_page_by_page_and_the_answer_keeps_none(server: Any, api: RestKube) -> None:
+    server.load_objects([configmap(f"cm-{i:04d}", ns="p0") for i in range(250)])
+    sink = _Sink()
+    pages: list[int] = []
+    listed = api.list(CONFIG_MAPS, "p0", page_size=100, on_page=lambda count: pages.append(len(sink.items)),
+                      transform=lambda item: {"kind": item["kind"], "name": item["metadata"]["name"]}, sink=sink)
+    assert listed["items"] == [] and listed["metadata"]["resourceVersion"]
+    assert pages == [100, 200, 250] and sink.restarts == 0
+    assert sink.items[0] == {"kind": "ConfigMap", "name": "cm-0000"} and len(sink.items) == 250
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.restarts = 0
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.items.append(item)
+
+    def restart(self) -> None:
+        self.items.clear()
+        self.restarts += 1
+
+
+@pytest.mark.parametrize("into", ["answer", "sink"])
+def test_expired_continue_token_restarts_the_list_consistently(kubeconfig: Any, tmp_path: Any, into: str) -> None:
+    """The list starts again from its first page; a sink is told, and forgets the items of the first try."""
     from bridge.kube import connect
     from bridge.sandbox.apiserver import ApiServer
 
@@ -192,8 +218,10 @@ def test_expired_continue_token_restarts_the_list_consistently(kubeconfig: Any, 
                     for i in range(20):
                         api.create(CONFIG_MAPS, configmap(f"late-{i:02d}", ns="default"))
 
-            listed = api.list(CONFIG_MAPS, "default", page_size=100, on_page=churn)
-    names = [i["metadata"]["name"] for i in listed["items"]]
+            sink = _Sink() if into == "sink" else None
+            listed = api.list(CONFIG_MAPS, "default", page_size=100, on_page=churn, sink=sink)
+    names = [i["metadata"]["name"] for i in (listed["items"] if sink is None else sink.items)]
+    assert sink is None or (sink.restarts == 1 and listed["items"] == [])
     assert len(names) == len(set(names)) == 320  # one consistent, complete snapshot taken after the churn
 
 

@@ -121,6 +121,75 @@ def test_snapshot_command_round_trip(kubeconfig: Path, tmp_path: Path) -> None:
     assert _facts(again) == _facts(build_report(load_snapshot(EXAMPLE)))
 
 
+def _lists(out: Path) -> dict[str, object]:
+    return {p.name: json.loads(p.read_bytes()) for p in sorted(out.glob("*.json"))}
+
+
+def test_a_live_snapshot_writes_what_the_server_sends_as_the_whole_scan_would(kubeconfig: Path, tmp_path: Path) -> None:
+    from bridge.report.live import snapshot_live, write_snapshot
+
+    api = connect(kubeconfig)
+    progress_out = io.StringIO()
+    snap = snapshot_live(api, tmp_path / "paged", progress=Progress(progress_out, enabled=True), page_size=7)
+    whole = load_live(api, whole=True)
+    write_snapshot(whole, tmp_path / "whole")
+    assert _lists(tmp_path / "paged") == _lists(tmp_path / "whole")
+    assert sorted(p.name for p in (tmp_path / "paged").iterdir()) == sorted(p.name for p in snap.files)
+    assert snap.counts == {kind: len(whole.of(kind)) for kind in KINDS} and snap.counts["Pod"] > 7
+    assert snap.unreadable == {} and "scanning pods" in progress_out.getvalue()
+
+
+def test_a_snapshot_that_fails_midway_leaves_the_directory_as_it_was(server: ApiServer, kubeconfig: Path,
+                                                                     tmp_path: Path) -> None:
+    """The API server refuses the pod list outright (400): no file of the new snapshot is written, not even the lists
+    read before it, and an older snapshot in the directory stays whole."""
+    out = tmp_path / "snap"
+    first = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "snapshot", "--out", str(out)],
+                               catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    before = _lists(out)
+    server.faults.fail(count=1000, status=400, path_regex=r"/pods$")
+    try:
+        res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "snapshot", "--out",
+                                        str(out)], catch_exceptions=False)
+    finally:
+        server.faults.clear()
+    assert res.exit_code == 2 and "Error:" in res.output and "Traceback" not in res.output, res.output
+    assert _lists(out) == before and not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_snapshot_into_a_path_that_cannot_be_a_directory_says_so(kubeconfig: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "snapshot", "--out",
+                                    str(blocker / "snap")], catch_exceptions=False)
+    assert res.exit_code == 2 and f"cannot write the snapshot to {blocker / 'snap'}" in res.output, res.output
+
+
+def test_a_snapshot_whose_list_starts_again_writes_each_object_once(tmp_path: Path) -> None:
+    """A continue token that expires mid-list (the server's history moved on) lists again from the first page: the
+    file written so far starts again too."""
+    from bridge.report.live import snapshot_live
+
+    class Churn(Progress):
+        def update(self, label: str, count: int) -> None:
+            if label == "configmaps" and count == 100 and not churned:
+                churned.append(True)
+                for i in range(20):
+                    srv.load_objects([{"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"name": f"late-{i:02d}", "namespace": "default"}}])
+
+    churned: list[bool] = []
+    with ApiServer(version="1.36.2", history_limit=5) as srv:
+        srv.load_objects([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"cm-{i:03d}",
+                                                                                "namespace": "default"}}
+                          for i in range(250)])
+        snap = snapshot_live(connect(srv.write_kubeconfig(tmp_path / "kc")), tmp_path / "snap",
+                             progress=Churn(), page_size=100)
+    names = [o["metadata"]["name"] for o in load_snapshot(tmp_path / "snap").of("ConfigMap")]
+    assert churned and len(names) == len(set(names)) == snap.counts["ConfigMap"] == 270
+
+
 def test_live_cli_report_exit_code(kubeconfig: Path) -> None:
     res = CliRunner().invoke(main, ["migrate-report", "--kubeconfig", str(kubeconfig), "-o", "json"],
                              catch_exceptions=False)
