@@ -11,7 +11,7 @@ its Node as a real kube-apiserver and kubelet returned them (tests/controller/da
 behind the real `RestKube` client (its pagination and page decoding run as in production; every other resource
 lists empty). Each mode runs in a fresh interpreter, so its peak RSS is its own:
   whole     `load_live(whole=True)`: every pod as the server sent it (the scan before)
-  cut       `load_live()`: pods and ReplicaSets through `jsonlists.Reader.page`
+  cut       `load_live()`: pods, ReplicaSets and Nodes through `jsonlists.Reader.page`
   held      `write_snapshot(load_live(whole=True))`: the snapshot before, every list held, then written
   streamed  `snapshot_live`: the snapshot now, each item written as its page arrives (the command's path)
 Printed for the scans: the scan (list and parse), resident memory after it and the peak, the report built from it

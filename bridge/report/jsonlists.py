@@ -1,6 +1,6 @@
-"""Snapshot JSON files read with msgspec: Pods (and ReplicaSets) down to the fields the report reads, the identical
-parts of Pods shared. A live scan reads the pages of its pod and ReplicaSet lists the same way (`Reader.page`,
-bridge.report.live).
+"""Snapshot JSON files read with msgspec: Pods (and ReplicaSets, and Nodes) down to the fields the report reads, the
+identical parts of Pods shared. A live scan reads the pages of its pod, ReplicaSet and Node lists the same way
+(`Reader.page`, bridge.report.live).
 
 The plain path (`bridge.report.sources`, `json.loads`) turns a 150,000-pod snapshot into 1.3 GB of dicts, most of
 them fields no check reads (env values, volume mounts, probes, ports, container statuses, pod IPs, managedFields on a
@@ -20,6 +20,11 @@ for the webhook's reviews):
 * a List whose items are all ReplicaSets likewise (`_ReplicaSet`): the model reads a ReplicaSet's name, owner and,
   for one no Deployment owns, its replicas and pod template (the same Pod fields as a Pod's, and the template's
   opt-out annotation).
+* a List whose items are all Nodes likewise (`_Node`), less the fields of a Node no reader reads and a real node
+  makes large: `metadata.managedFields`, and `status.images` (the kubelet lists up to 50 images, each with its
+  names), `status.volumesInUse` and `status.volumesAttached`. Every other field a Node has (ObjectMeta and
+  NodeStatus as k8s.io/api v0.37 defines them, `spec` whole) is kept, so a reader that starts reading another field
+  of a Node needs no change here unless that field is new to Kubernetes.
 * any other JSON document is decoded whole: the same objects as `json.loads`.
 * anything msgspec refuses or would read differently from the plain path (NaN and Infinity, numbers beyond a double,
   lone surrogates, a byte order mark, several documents one after the other, bytes that are not UTF-8 or an integer
@@ -200,11 +205,63 @@ class _ReplicaSetList(TypedDict, total=False):
     items: Required[list[_ReplicaSet]]
 
 
+class _NodeMeta(TypedDict, total=False):
+    """Every ObjectMeta field (k8s.io/apimachinery pkg/apis/meta/v1 types.go) but managedFields."""
+
+    name: str
+    generateName: Any
+    namespace: str
+    selfLink: Any
+    uid: Any
+    resourceVersion: Any
+    generation: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+    deletionGracePeriodSeconds: Any
+    labels: Any
+    annotations: Any
+    ownerReferences: Any
+    finalizers: Any
+
+
+class _NodeStatus(TypedDict, total=False):
+    """Every NodeStatus field (k8s.io/api core/v1 types.go, v0.37) but images, volumesInUse and volumesAttached."""
+
+    capacity: Any
+    allocatable: Any
+    phase: Any
+    conditions: Any
+    addresses: Any
+    daemonEndpoints: Any
+    nodeInfo: Any
+    config: Any
+    runtimeHandlers: Any
+    features: Any
+    declaredFeatures: Any
+
+
+class _Node(TypedDict, total=False):
+    apiVersion: Any
+    kind: str
+    metadata: Required[_NodeMeta]
+    spec: Any
+    status: _NodeStatus | None
+
+
+class _NodeList(TypedDict, total=False):
+    kind: Required[str]
+    apiVersion: Any  # given to items without one, as the plain path does (a Node's apiVersion is kept)
+    metadata: Any
+    items: Required[list[_Node]]
+
+
 POD_SCHEMA: type = _Pod  # the fields kept, as types (the tests walk it; `Raw` fields: see SHARED_TYPES)
 REPLICASET_SCHEMA: type = _ReplicaSet
+NODE_SCHEMA: type = _Node
 
 _PODS = msgspec.json.Decoder(_PodList) if msgspec is not None else None
 _REPLICASETS = msgspec.json.Decoder(_ReplicaSetList) if msgspec is not None else None
+_NODES = msgspec.json.Decoder(_NodeList) if msgspec is not None else None
 _WHOLE = msgspec.json.Decoder() if msgspec is not None else None
 _ANY, _OWNERS, _CONTAINERS = (msgspec.json.Decoder(t) if msgspec is not None else None
                               for t in (Any, list[_OwnerRef] | None, list[_Container] | None))
@@ -215,6 +272,7 @@ _REFUSED: tuple[type[BaseException], ...] = (
 # for which reading to try first; the items are checked after decoding.
 _POD_HINT = re.compile(rb'"kind"\s*:\s*"Pod(?:List)?"')
 _REPLICASET_HINT = re.compile(rb'"kind"\s*:\s*"ReplicaSet(?:List)?"')
+_NODE_HINT = re.compile(rb'"kind"\s*:\s*"Node(?:List)?"')
 _HINT_BYTES = 1 << 16
 # msgspec and json.loads both stop at the interpreter's recursion limit, counted from where each is called; msgspec
 # runs with a limit this much lower, so that it gives up first and the plain path decides (its error, or its objects).
@@ -285,14 +343,14 @@ class Reader:
         self._memos: dict[str, dict[bytes, Any]] = {}  # field -> JSON text -> its one decoded value
 
     def items(self, raw: bytes | memoryview, ascii_only: bool | None = None) -> tuple[str, list[Obj]] | None:
-        """(kind, items) of a JSON List of Pods only or of ReplicaSets only, each item with only the fields the report
-        reads (Pods: identical parts shared); None when `raw` is neither, or not JSON msgspec reads as the plain path
-        does (module docstring)."""
+        """(kind, items) of a JSON List of Pods only, of ReplicaSets only or of Nodes only, each item with only the
+        fields the report reads (Pods: identical parts shared); None when `raw` is none of them, or not JSON msgspec
+        reads as the plain path does (module docstring)."""
         got = self._list(raw, ascii_only)
         return None if got is None else (got[0], got[1]["items"])
 
     def page(self, raw: bytes) -> Obj | None:
-        """One page of a Pod or ReplicaSet list as the API server sends it, read as `items` reads a file: {"kind",
+        """One page of a Pod, ReplicaSet or Node list as the API server sends it, read as `items` reads a file: {"kind",
         "metadata" (its `continue` and resourceVersion), "items"}; None for any other page, or one msgspec could
         read otherwise than the plain path, which the client then parses whole (`KubeAPI.list`'s `page_decoder`:
         the live scan, bridge.report.live)."""
@@ -304,13 +362,15 @@ class Reader:
         return {"kind": doc["kind"], "metadata": meta if isinstance(meta, dict) else {}, "items": doc["items"]}
 
     def _list(self, raw: bytes | memoryview, ascii_only: bool | None = None) -> tuple[str, Obj] | None:
-        if _PODS is None or _REPLICASETS is None:
+        if _PODS is None or _REPLICASETS is None or _NODES is None:
             return None
         decoder: Any
         if _POD_HINT.search(raw, 0, _HINT_BYTES) is not None:
             kind, decoder = "Pod", _PODS
         elif _REPLICASET_HINT.search(raw, 0, _HINT_BYTES) is not None:
             kind, decoder = "ReplicaSet", _REPLICASETS
+        elif _NODE_HINT.search(raw, 0, _HINT_BYTES) is not None:
+            kind, decoder = "Node", _NODES
         else:
             return None
         if not _utf8(raw, ascii_only) or _long_digits(raw):
@@ -323,12 +383,15 @@ class Reader:
                 if not listed.endswith("List"):
                     return None
                 own = listed[:-4]  # a <Kind>List's items without kind are <Kind>s (bridge.report.sources._flatten)
+                api_version = doc.get("apiVersion")  # (only a NodeList's is read: Pods and ReplicaSets drop theirs)
                 for item in items:
                     got = item.get("kind")
                     if got is None:
                         if own != kind:
                             return None
                         item["kind"] = kind
+                        if isinstance(api_version, str) and "apiVersion" not in item:
+                            item["apiVersion"] = api_version
                     elif got != kind:
                         return None
                 if kind == "Pod":
@@ -400,4 +463,4 @@ class Reader:
             return NOT_READ
 
 
-__all__ = ["MAX_SHARED", "NOT_READ", "POD_SCHEMA", "REPLICASET_SCHEMA", "Reader", "SHARED_TYPES"]
+__all__ = ["MAX_SHARED", "NODE_SCHEMA", "NOT_READ", "POD_SCHEMA", "REPLICASET_SCHEMA", "Reader", "SHARED_TYPES"]

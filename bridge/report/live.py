@@ -123,8 +123,8 @@ def _rbac_text(err: Forbidden, res: Resource) -> str:
 
 def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress | None = None,
               page_size: int = 500, whole: bool = False) -> ClusterData:
-    """Every object the report reads, listed. Pods and ReplicaSets are read page by page as a snapshot's files are
-    (bridge.report.jsonlists: only the fields the report reads, the parts replicas repeat shared), so a scan holds
+    """Every object the report reads, listed. Pods, ReplicaSets and Nodes are read page by page as a snapshot's files
+    are (bridge.report.jsonlists: only the fields the report reads, the parts replicas repeat shared), so a scan holds
     what a snapshot scan holds, not every pod whole; `whole`: every object as the server sent it."""
     progress = progress or Progress(enabled=False)
     data = ClusterData(source=source, taken_at=time.time())
@@ -132,7 +132,7 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
     reader = None if whole else Reader()
     with bulk_allocation():
         _list_all(api, data, resources, progress, page_size,
-                  decoder=lambda res: reader.page if reader is not None and res in (PODS, REPLICA_SETS) else None)
+                  decoder=lambda res: reader.page if reader is not None and res in (PODS, REPLICA_SETS, NODES) else None)
     progress.done()
     return data
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bridge.report import run_report
-from bridge.report.jsonlists import NOT_READ, POD_SCHEMA, REPLICASET_SCHEMA, SHARED_TYPES, Reader
+from bridge.report.jsonlists import NODE_SCHEMA, NOT_READ, POD_SCHEMA, REPLICASET_SCHEMA, SHARED_TYPES, Reader
 from bridge.report.shape import _META, SCHEMAS
 from bridge.report.sources import SnapshotError, load_snapshot
 from tests.report.conftest import EXAMPLE, REPO
@@ -153,13 +153,53 @@ def test_pods_are_the_plain_objects_less_the_fields_no_reader_reads(tmp_path: Pa
     _bench_generate()(tmp_path / "bench", 20, 300, 20)
     for root in (tmp_path / "bench", _example_as_json(tmp_path), _example_as_raw(tmp_path)):
         fast, plain = load_snapshot(root), load_snapshot(root, plain_json=True)
-        for kind, schema in (("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA)):
+        for kind, schema in (("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA), ("Node", NODE_SCHEMA)):
             slim = [_project(p, _resolve(schema)) for p in plain.of(kind)]
             assert json.dumps(fast.of(kind)) == json.dumps(slim), kind
-            assert fast.of(kind) != plain.of(kind) or not slim  # fields were left out
+            assert fast.of(kind) != plain.of(kind) or not slim or kind == "Node"  # fields were left out
         for kind in fast.objects:
-            if kind not in ("Pod", "ReplicaSet"):
+            if kind not in ("Pod", "ReplicaSet", "Node"):
                 assert json.dumps(fast.of(kind)) == json.dumps(plain.of(kind)), kind
+
+
+# What a real kubelet writes into its Node (kube-apiserver and kubelet v1.37.2, tests/controller/data), with the
+# volume fields a node with attached volumes has besides.
+_REAL_NODE = REPO / "tests" / "controller" / "data" / "real-node.json"
+_UNREAD_NODE_FIELDS = {"metadata": ("managedFields",), "status": ("images", "volumesInUse", "volumesAttached")}
+
+
+def _real_node(name: str) -> Obj:
+    node: Obj = json.loads(_REAL_NODE.read_text())
+    node["metadata"]["name"] = name
+    node["status"]["volumesInUse"] = ["kubernetes.io/csi/ebs.csi.aws.com^vol-1"]
+    node["status"]["volumesAttached"] = [{"name": "kubernetes.io/csi/ebs.csi.aws.com^vol-1", "devicePath": ""}]
+    return node
+
+
+def _example_with_real_nodes(tmp_path: Path) -> Path:
+    root = _example_as_json(tmp_path)
+    nodes = json.loads((root / "nodes.json").read_text())["items"]
+    _write_list(root / "nodes.json", [*nodes, _real_node("real-a"), _real_node("real-b")])
+    return root
+
+
+def test_nodes_are_the_plain_objects_less_the_fields_a_real_node_makes_large(tmp_path: Path) -> None:
+    """managedFields, the kubelet's image list and its volume lists go; every other field stays, in its order."""
+    root = _example_with_real_nodes(tmp_path)
+    fast, plain = load_snapshot(root), load_snapshot(root, plain_json=True)
+    expected = [{k: ({f: x for f, x in v.items() if f not in _UNREAD_NODE_FIELDS.get(k, ())}
+                     if isinstance(v, dict) else v) for k, v in n.items()} for n in plain.of("Node")]
+    assert json.dumps(fast.of("Node")) == json.dumps(expected)
+    real = next(n for n in fast.of("Node") if n["metadata"]["name"] == "real-a")
+    assert list(real["status"]) == ["capacity", "allocatable", "conditions", "addresses", "daemonEndpoints",
+                                    "nodeInfo", "runtimeHandlers", "features", "declaredFeatures"]
+    assert "managedFields" not in real["metadata"] and real["metadata"]["annotations"]
+    whole = json.loads(_REAL_NODE.read_text())
+    assert len(json.dumps(real)) < len(json.dumps(whole)) * 3 // 4
+
+
+def test_real_nodes_give_the_same_report_from_either_reading(tmp_path: Path) -> None:
+    _same_report(_example_with_real_nodes(tmp_path), ("current", "all"))
 
 
 def _paths(schema: Any, prefix: str = "") -> set[str]:
@@ -173,7 +213,8 @@ def _paths(schema: Any, prefix: str = "") -> set[str]:
     return out
 
 
-@pytest.mark.parametrize(("kind", "schema"), [("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA)])
+@pytest.mark.parametrize(("kind", "schema"), [("Pod", POD_SCHEMA), ("ReplicaSet", REPLICASET_SCHEMA),
+                                              ("Node", NODE_SCHEMA)])
 def test_every_field_the_shape_check_names_is_kept(kind: str, schema: type) -> None:
     """So that a malformed-input error names the same object and field from either reading."""
     kept = _resolve(schema)
@@ -343,7 +384,7 @@ def test_the_reader_refuses_what_it_would_read_differently() -> None:
     assert reader.document(b'{"a": 1}') == {"a": 1}
 
 
-def test_pod_and_replicaset_lists_as_the_api_server_writes_them_take_the_fast_reading() -> None:
+def test_pod_replicaset_and_node_lists_as_the_api_server_writes_them_take_the_fast_reading() -> None:
     """Their items have no kind (`kubectl get --raw`): they are the List's kind, as on the plain path; an item
     without kind in a `kind: List`, or an item of another kind, leaves the file to the plain reading."""
     reader, bare = Reader(), json.dumps(_without_kind(_pod("ok"))).encode()
@@ -353,6 +394,11 @@ def test_pod_and_replicaset_lists_as_the_api_server_writes_them_take_the_fast_re
     rs = json.dumps(_without_kind(_replicaset("rs"))).encode()
     got = reader.items(b'{"kind":"ReplicaSetList","apiVersion":"apps/v1","items":[' + rs + b"]}")
     assert got is not None and got[0] == "ReplicaSet" and got[1][0]["kind"] == "ReplicaSet"
+    node = json.dumps(_without_kind(_real_node("n"))).encode()
+    got = reader.items(b'{"kind":"NodeList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[' + node
+                       + b"]}")
+    assert got is not None and got[0] == "Node" and got[1][0]["kind"] == "Node"
+    assert "images" not in got[1][0]["status"]
     assert reader.items(_POD_LIST_HEAD + json.dumps(_pod("ok")).encode() + b"," + bare + b"]}") is None
     assert reader.items(_RAW_POD_LIST_HEAD + bare + b',{"kind":"Node","metadata":{"name":"n"}}]}') is None
 

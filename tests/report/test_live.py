@@ -298,6 +298,22 @@ def test_a_live_scan_keeps_of_each_pod_what_the_report_reads_and_shares_what_rep
     assert whole["web-1"]["spec"]["containers"] is not whole["web-2"]["spec"]["containers"]
 
 
+def test_a_live_scan_keeps_of_each_node_what_a_snapshot_scan_keeps(tmp_path: Path) -> None:
+    """A real kubelet's Node (tests/controller/data: managedFields, the image list) as the emulator serves it: the scan
+    drops what no reader reads, as the fast reading of a snapshot's file does (bridge.report.jsonlists)."""
+    node = json.loads((Path(__file__).parents[1] / "controller" / "data" / "real-node.json").read_text())
+    with ApiServer(version="1.36.2") as srv:
+        srv.load_objects([node])
+        api = connect(srv.write_kubeconfig(tmp_path / "kc"))
+        cut = load_live(api).of("Node")
+        whole = load_live(api, whole=True).of("Node")
+    assert [n["metadata"]["name"] for n in cut] == [node["metadata"]["name"]] and cut[0]["kind"] == "Node"
+    assert "managedFields" in whole[0]["metadata"] and whole[0]["status"]["images"]
+    assert "managedFields" not in cut[0]["metadata"] and "images" not in cut[0]["status"]
+    assert cut[0]["status"]["allocatable"] == whole[0]["status"]["allocatable"]
+    assert cut[0]["metadata"]["annotations"] == whole[0]["metadata"]["annotations"]
+
+
 def test_a_page_the_schema_does_not_read_is_parsed_whole(kubeconfig: Path) -> None:
     from bridge.kube import PODS
     from bridge.report.jsonlists import Reader
