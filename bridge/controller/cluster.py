@@ -42,7 +42,7 @@ from bridge.controller.demand import (
     claim_owners,
     is_bound_and_running,
     is_pending,
-    legacy_requested_by_node,
+    legacy_bound_by_node,
     pending_demand,
     pod_claims,
     pod_demand,
@@ -91,9 +91,9 @@ def rebuild_state(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
     by_name = {object_name(n): dict(n) for n in nodes}
     pods = list(pods)
     allocated = allocated_by_node(claims.values(), names)
-    requested = legacy_requested_by_node(pods, names)
-    views = tuple(node_view(obj, allocated=allocated.get(name, set()), legacy_requested=requested.get(name, 0),
-                            pool_label=pool_label)
+    bound = legacy_bound_by_node(pods, names)
+    views = tuple(node_view(obj, allocated=allocated.get(name, set()), legacy_requested=sum(bound.get(name, ())),
+                            legacy_bound=bound.get(name, ()), pool_label=pool_label)
                   for name, obj in sorted(by_name.items()) if is_gpu_node(obj, names))
     demand = pending_demand(pods, claims, templates, names)
     pending = {pod_key(p): dict(p) for p in pods if not (p.get("spec") or {}).get("nodeName")}
@@ -122,6 +122,7 @@ class ClusterState:
         # What each object contributes.
         self._bound: dict[str, tuple[str, int]] = {}  # pod -> (node, legacy GPUs) while bound and not finished
         self._requested: Counter[str] = Counter()  # node -> legacy GPUs its bound pods request
+        self._bound_on: dict[str, dict[str, tuple[tuple[int, float, str], int]]] = {}  # node -> pod -> (rank, GPUs)
         self._claim_devices: dict[str, tuple[tuple[str, str], ...]] = {}  # claim -> (pool, device) it allocates
         self._allocated: dict[str, Counter[str]] = {}  # node (pool) -> device -> claims naming it
         self._pending_pods: dict[str, Obj] = {}  # unbound pods
@@ -184,6 +185,7 @@ class ClusterState:
                 node = str(spec["nodeName"])
                 self._bound[key] = (node, n)
                 self._requested[node] += n
+                self._bound_on.setdefault(node, {})[key] = (pod_rank(obj), n)
                 self._stale_nodes.add(node)
         if not spec.get("nodeName"):
             self._pending_pods[key] = obj
@@ -208,6 +210,10 @@ class ClusterState:
             self._requested[node] -= n
             if self._requested[node] <= 0:
                 del self._requested[node]
+            on = self._bound_on[node]
+            del on[key]
+            if not on:
+                del self._bound_on[node]
             self._stale_nodes.add(node)
         self._pending_pods.pop(key, None)
         reads = self._reads.pop(key, None)
@@ -311,7 +317,9 @@ class ClusterState:
             at = bisect.bisect_left(self._order, name)
             if obj is not None and is_gpu_node(obj, self.names):
                 view = node_view(obj, allocated=set(self._allocated.get(name, ())),
-                                 legacy_requested=self._requested.get(name, 0), pool_label=self.pool_label)
+                                 legacy_requested=self._requested.get(name, 0), legacy_bound=tuple(
+                                     n for _, n in sorted(self._bound_on.get(name, {}).values())),
+                                 pool_label=self.pool_label)
                 if had and self._views[name] == view:
                     continue  # an equal view keeps its object: the core's memos go by the object (decide.py, `_Run`)
                 self._views[name] = view

@@ -142,8 +142,10 @@ def _fit_groups(view: NodeView, free: dict[Api, int]) -> tuple[list[str], list[l
     """The node's topology groups (names, [free legacy, free dra] each), fitted to its free counts: a surplus (a
     binding the daemon has not reported yet) comes off the groups as one pod taking that many would take them
     (`_Node.take_groups`: the tightest group that holds them all, ties in the daemon's order, else the smallest groups
-    first), a shortfall forms a group of its own. The common surplus IS one pod's binding: fitted as the plan's step
-    for it took, so the plan can go on from that step (`_Run._went_as_planned`) instead of planning afresh."""
+    first), a shortfall forms a group of its own. Where the view's unreported bindings of that API make up the
+    surplus exactly, each comes off in turn, oldest first, as its pod took them. The common surplus IS one pod's
+    binding, or a few: fitted as the plan's steps for them took, so the plan can go on from those steps
+    (`_Run._went_as_planned`) instead of planning afresh."""
     if not view.groups:
         return [""], [[free["legacy"], free["dra"]]]
     names = [g.name for g in view.groups]
@@ -156,11 +158,13 @@ def _fit_groups(view: NodeView, free: dict[Api, int]) -> tuple[list[str], list[l
             continue
         if surplus > 0:
             order = order or _orders(tuple(names))
-            fits = [i for i in order[api] if counts[i][s] >= surplus]
-            if fits:
-                counts[min(fits, key=lambda i: counts[i][s])][s] -= surplus
-            else:
-                _drain(counts, s, surplus)
+            takes = [n for a, n in view.unreported if a == api]
+            for k in takes if sum(takes) == surplus else (surplus,):
+                fits = [i for i in order[api] if counts[i][s] >= k]
+                if fits:
+                    counts[min(fits, key=lambda i: counts[i][s])][s] -= k
+                else:
+                    _drain(counts, s, k)
         else:
             names.append("")
             counts.append([0, 0])
@@ -1249,24 +1253,24 @@ class _Run:
 
     def _went_as_planned(self, nodes: Sequence[NodeView], gone: list[int]) -> bool:
         """Whether the nodes of the pods at `gone` (the first `len(gone)` pods step 1 placed, gone from the queue)
-        changed as those pods' steps predicted, and every other view that changed plans as the last one did; if so,
-        the plan takes the new views on.
+        changed as those pods' steps predicted, and every other view that changed plans as the last one did; if so, the
+        plan takes the new views on.
 
-        Planning from scratch on the new inputs then passes through the plan as it was right after those steps and
-        goes on by the same steps: the pods queued before them failed to fit and still do (a node with fewer free
-        GPUs fits no more), an eligibility index built later equals one kept up to date (`_Index`), and each of
-        those nodes starts (`_Seed`: its free counts, its topology groups fitted to them) as their steps left it
-        (`_Planner.take` on its last view: no step changes a node before step 1's first placement). So the plan
-        this one reached is that one's; only the output that reads a view is written again (a change's reason names
-        the node's free GPUs, and the free GPUs counted before planning). What a view says besides its held counts
-        and groups must not have changed. The same argument, with no step, holds for a node no step named whose
-        view starts planning as the last one did (the daemon reporting where a binding's GPUs came from, as the
-        core had fitted it: one group, or groups the core fitted alike). Planned from scratch: a count other than
-        the pods', groups that differ from what the steps took (groups the daemon has not updated yet are fitted as
-        `_fit_groups` does, which matches when one pod's step took them: several bindings on a node not reported
-        yet may not), a pod gone with its
-        node's view unchanged, a view that plans otherwise with no pod gone from its node (a pod still pending, a
-        binding on another node than planned)."""
+        Planning from scratch on the new inputs then passes through the plan as it was right after those steps and goes
+        on by the same steps: the pods queued before them failed to fit and still do (a node with fewer free GPUs fits
+        no more), an eligibility index built later equals one kept up to date (`_Index`), and each of those nodes starts
+        (`_Seed`: its free counts, its topology groups fitted to them) as their steps left it (`_Planner.take` on its
+        last view: no step changes a node before step 1's first placement). So the plan this one reached is that one's;
+        only the output that reads a view is written again (a change's reason names the node's free GPUs, and the free
+        GPUs counted before planning). What a view says besides its held counts, groups and unreported bindings must not
+        have changed. The same argument, with no step, holds for a node no step named whose view starts planning as the
+        last one did (the daemon reporting where a binding's GPUs came from, as the core had fitted it: one group, or
+        groups the core fitted alike). Planned from scratch: a count other than the pods', groups that differ from what
+        the steps took (groups the daemon has not updated yet are fitted as `_fit_groups` does, which matches when one
+        pod's step took them, or several pods' steps where the view names their unreported bindings in the order the
+        steps took them: several bindings on a node not named so may not), a pod gone with its node's view unchanged, a
+        view that plans otherwise with no pod gone from its node (a pod still pending, a binding on another node than
+        planned)."""
         changed: dict[str, tuple[NodeView, NodeView]] = {}
         same = list(map(operator.is_, nodes, self.views))
         i = -1
@@ -1281,7 +1285,8 @@ class _Run:
             return False
         for name, (last, new) in changed.items():
             if (name not in self.planner.nodes
-                    or replace(new, dra_held=last.dra_held, legacy_held=last.legacy_held, groups=last.groups) != last):
+                    or replace(new, dra_held=last.dra_held, legacy_held=last.legacy_held, groups=last.groups,
+                               unreported=last.unreported) != last):
                 return False
             n = _Node(last, _Seed.of(last), 0)
             for placed, pod in left:

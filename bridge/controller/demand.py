@@ -271,6 +271,18 @@ def legacy_requested_by_node(pods: Iterable[Mapping[str, Any]], names: Names = N
     return dict(out)
 
 
+def legacy_bound_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, tuple[int, ...]]:
+    """The `nvidia.com/gpu` of each pod bound to each node and not finished, in the scheduler's queue order
+    (`pod_rank`): the order the kubelet admits them in, about (`bridge.controller.nodestatus`, unreported bindings)."""
+    out: dict[str, list[tuple[tuple[int, float, str], int]]] = defaultdict(list)
+    for pod in pods:
+        if is_bound_and_running(pod):
+            n = pod_requests(pod.get("spec") or {}, names.resource)
+            if n:
+                out[str((pod.get("spec") or {})["nodeName"])].append((pod_rank(pod), n))
+    return {node: tuple(n for _, n in sorted(ranked)) for node, ranked in out.items()}
+
+
 def allocated_by_node(claims: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, set[str]]:
     """Device names of the bridge's driver that allocated claims reference, per node (pool)."""
     out: dict[str, set[str]] = defaultdict(set)
@@ -293,6 +305,7 @@ __all__ = [
     "claim_owners",
     "claim_spec_count",
     "is_pending",
+    "legacy_bound_by_node",
     "legacy_requested_by_node",
     "pending_demand",
     "pod_claims",

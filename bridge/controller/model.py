@@ -90,6 +90,11 @@ class NodeView:
     # say (the node's free devices then count as one group). The counts may lag `free()` (a binding the daemon has
     # not reported yet): the core trusts `free()` and fits the groups to it (bridge.controller.decide).
     groups: tuple[FreeGroup, ...] = ()
+    # Bindings the groups do not count yet, oldest first, as (API, GPUs) of each pod: the youngest legacy pods bound
+    # to the node whose GPUs make up what the daemon's status does not count yet (`node_view`). Where they make up
+    # the groups' surplus exactly, the core takes them off the groups one pod at a time, as the daemon's choice takes
+    # each pod's GPUs; else the surplus comes off as one take.
+    unreported: tuple[tuple[Api, int], ...] = ()
     # The direction of moves under way (they count as landed in `dra`); the node may move further that way now,
     # the other way only once they have landed.
     moving: Direction | None = None
@@ -102,6 +107,8 @@ class NodeView:
             raise ValueError(f"node {self.name}: dra={self.dra} outside 0..{self.total}")
         if self.dra_held < 0 or self.legacy_held < 0:
             raise ValueError(f"node {self.name}: negative held count")
+        if any(n <= 0 for _, n in self.unreported):
+            raise ValueError(f"node {self.name}: an unreported binding of no GPUs")
 
     @property
     def legacy(self) -> int:

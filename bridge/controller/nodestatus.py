@@ -25,7 +25,8 @@ the ledger's own `decode` (one schema, one parser), so a field the daemon writes
 **Counts** (model.py explains them): `dra` = devices on the DRA side plus withdrawn devices in a move *to* DRA
 (moves under way land); held = devices of a side with holders, plus on the DRA side every device an allocated claim
 names (the status may lag a fresh allocation), and on the legacy side at least the `nvidia.com/gpu` requested by the
-pods bound to the node (the status may lag a fresh binding).
+pods bound to the node (the status may lag a fresh binding). The youngest bound pods that make up that lag are named
+in `NodeView.unreported`, so the core fits their GPUs to the topology groups one pod at a time.
 
 **Frozen nodes** (offer their free GPUs, but the controller writes nothing):
 * `pinned`: the annotation or label `dra-bridge.io/split-pinned: "true"` (any value but "false" pins, so a typo
@@ -48,7 +49,7 @@ core add more moves that way (a second pod for the same node) but none the other
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,8 +166,10 @@ def _groups(devices: list[DeviceState], free: Mapping[Api, list[DeviceState]]) -
 
 
 def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] = frozenset(),
-              legacy_requested: int = 0, pool_label: str = POOL_LABEL) -> NodeView:
-    """The core's view of one Node object (see the module docstring)."""
+              legacy_requested: int = 0, legacy_bound: Sequence[int] = (), pool_label: str = POOL_LABEL) -> NodeView:
+    """The core's view of one Node object (see the module docstring). `legacy_bound`: the `nvidia.com/gpu` of each
+    pod bound to the node, in the scheduler's queue order (they sum to `legacy_requested`), so that the bindings the
+    status does not count yet can be named (`NodeView.unreported`)."""
     meta = _meta(node)
     name = str(meta.get("name", ""))
     labels = dict(meta.get("labels") or {})
@@ -204,8 +207,8 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
     dra_side_names = {d.name for d in by_side[Side.DRA]} | {d.name for d in to_dra}
     held_dra = {d.name for d in by_side[Side.DRA] if d.held} | (set(allocated) & dra_side_names)
     legacy_side = by_side[Side.LEGACY] + [d for d in by_side[Side.WITHDRAWN] if d not in to_dra]
-    held_legacy = max(sum(1 for d in by_side[Side.LEGACY] if d.held), legacy_requested)
-    held_legacy = min(held_legacy, len(legacy_side))
+    reported = sum(1 for d in by_side[Side.LEGACY] if d.held)
+    held_legacy = min(max(reported, legacy_requested), len(legacy_side))
 
     frozen: Frozen = ""
     reason = pin_reason(node)
@@ -235,7 +238,24 @@ def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] =
     elif directions == {Side.LEGACY}:
         moving = "to-legacy"
     return NodeView(name, total, dra, dra_held=len(held_dra), legacy_held=held_legacy, frozen=frozen,
-                    frozen_reason=reason, groups=groups, moving=moving, **common)
+                    frozen_reason=reason, groups=groups, moving=moving,
+                    unreported=_unreported(legacy_bound, held_legacy - reported), **common)
+
+
+def _unreported(bound: Sequence[int], surplus: int) -> tuple[tuple[Api, int], ...]:
+    """The youngest of the bound legacy pods (`bound`, oldest first) whose GPUs make up `surplus`, the GPUs the
+    status does not count as held yet: the kubelet admits pods, and so asks the daemon for their GPUs, in about the
+    order the scheduler bound them, so the daemon has reported the older ones. () where no such pods make it up
+    exactly (a holder the controller does not see, pods admitted out of order): the core then fits the surplus as one
+    take. Only the core's topology preference reads this; every count stays as the status and the pods say."""
+    bound = [n for n in bound if n > 0]
+    if surplus <= 0:
+        return ()
+    total, start = 0, len(bound)
+    while start > 0 and total < surplus:
+        start -= 1
+        total += bound[start]
+    return tuple(("legacy", n) for n in bound[start:]) if total == surplus else ()
 
 
 def _settling(status: NodeStatus, target: str, stray: set[str]) -> str:

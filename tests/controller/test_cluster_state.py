@@ -263,6 +263,28 @@ def test_one_pod_event_recomputes_one_pod_and_one_node() -> None:
     assert {p.key for p in before.demand.pending} - {p.key for p in after.demand.pending} == {"team-b/q0"}
 
 
+def test_bound_legacy_pods_the_status_does_not_count_yet_are_named_in_the_order_the_scheduler_served_them() -> None:
+    """Queue order: higher priority first, then older. The daemon has reported none of them (no holders)."""
+    state = ClusterState()
+    state.apply("node", "ADDED", gpu_node("n9", ["legacy"] * 6 + ["dra"] * 2))
+
+    def bound(name: str, gpus: int, minute: int, priority: int = 0) -> dict[str, Any]:
+        pod = pod_variant(name, 0)
+        pod["metadata"]["creationTimestamp"] = f"2025-06-01T12:{minute:02d}:00Z"
+        pod["spec"] = {"containers": [container(gpus)], "nodeName": "n9", "priority": priority}
+        pod["status"]["phase"] = "Running"
+        return pod
+
+    for pod in (bound("late", 3, 30), bound("early", 1, 10), bound("urgent", 2, 50, priority=100)):
+        state.apply("pod", "ADDED", pod)
+    (view,) = state.state().views
+    assert view.legacy_held == 6 and view.unreported == (("legacy", 2), ("legacy", 1), ("legacy", 3))
+    state.apply("pod", "DELETED", bound("early", 1, 10))
+    (view,) = state.state().views
+    assert view.legacy_held == 5 and view.unreported == (("legacy", 2), ("legacy", 3))
+    assert state.check() == []
+
+
 def test_a_node_event_that_changes_nothing_a_view_reads_keeps_the_view_object() -> None:
     state = ClusterState()
     for i, name in enumerate(NODES):

@@ -37,16 +37,18 @@ def shaped(nodes: list[NodeView], zones: list[int], tainted: list[bool]) -> list
             for v, z, t in zip(nodes, zones, tainted)]
 
 
-def held(v: NodeView, api: Api, gpus: int) -> NodeView:
+def held(v: NodeView, api: Api, gpus: int, named: bool = True) -> NodeView:
     """`v` with `gpus` more GPUs of `api` held (a pod bound there), its topology groups as they were (the daemon has
-    not reported the binding yet)."""
-    return replace(v, dra_held=v.dra_held + gpus) if api == "dra" else replace(v, legacy_held=v.legacy_held + gpus)
+    not reported the binding yet); `named`: the binding named among the view's unreported ones (as the controller's
+    state names the youngest bound pods that make up what the status does not count yet), else only counted."""
+    v = replace(v, dra_held=v.dra_held + gpus) if api == "dra" else replace(v, legacy_held=v.legacy_held + gpus)
+    return replace(v, unreported=(*v.unreported, (api, gpus))) if named and gpus > 0 else v
 
 
 def held_in_group(v: NodeView, api: Api, gpus: int, which: int) -> NodeView:
     """`held`, the daemon reporting the GPUs taken from group `which` (counted from the first group that has them
     all), or off the first groups when none has them all."""
-    v = held(v, api, gpus)
+    v = held(v, api, gpus, named=False)
     if not v.groups:
         return v
     counts = [[g.legacy, g.dra] for g in v.groups]
@@ -66,7 +68,8 @@ def bind(nodes: list[NodeView], pods: list[PendingPod], last: Decision, which: i
          ) -> tuple[list[NodeView], list[PendingPod]]:
     """The scheduler binds pods the last decision placed on free GPUs, where the views have them (`which`: 0-11 the
     first, 12-14 the first two, else a later one, out of queue order) and the views change: `how` 0-2 as planned (one
-    more GPU held per GPU of the pod, topology groups not reported yet), 3 the daemon reporting the group the GPUs came
+    more GPU held per GPU of the pod, topology groups not reported yet; the binding named among the view's unreported
+    ones, but for 2), 3 the daemon reporting the group the GPUs came
     from, 4 on another node, 5 another count of GPUs, 6 the views not changed yet, 7 the views changed but the pods
     still pending (a claim allocated before the binding), 8 as planned but the node moved to the other zone."""
     fits = [p for p in last.placements if p.moves == 0]
@@ -82,7 +85,7 @@ def bind(nodes: list[NodeView], pods: list[PendingPod], last: Decision, which: i
         i = at[placed.node]
         v = nodes[i]
         if how <= 2 or how == 7:
-            v = held(v, pod.api, pod.gpus)
+            v = held(v, pod.api, pod.gpus, named=how != 2)
         elif how == 8:
             v = replace(held(v, pod.api, pod.gpus), labels={ZONE: "z1" if v.labels.get(ZONE) == "z0" else "z0"})
         elif how == 3:
@@ -457,6 +460,29 @@ def test_the_first_two_pods_placed_bound_at_once_as_planned_go_on_from_the_last_
     nodes, pods, policy = two_gpu_nodes_and_pods_that_fit()
     went_on, _ = after_binding(nodes, pods, policy, 0, which=12)
     assert went_on
+
+
+def test_two_pods_bound_on_one_node_before_its_daemon_reports_go_on_where_the_view_names_both() -> None:
+    """p1 and p2 (1 GPU each) go to a: p1's step takes numa-0's one GPU (the tightest group), p2's one of numa-1's
+    three. Both bound, one decision apart, the status counting neither: read as one take of 2, a's surplus would
+    come off numa-1 (the tightest group holding both), not as the steps took it; named one binding at a time, it
+    comes off as the steps took it, and the plan goes on. Not named, it plans from scratch (and decides the same)."""
+    for named in (True, False):
+        nodes = [NodeView("a", 4, 0, groups=(FreeGroup("numa-1", 3), FreeGroup("numa-0", 1)))]
+        pods = [PendingPod(f"ns/p{i}", "legacy", 1, "ns", since=float(i)) for i in (1, 2)]
+        policy = Policy()
+        last = decide(nodes, pods, policy)
+        assert [(p.pod, p.node) for p in last.placements] == [("ns/p1", "a"), ("ns/p2", "a")]
+        kept = core._last
+        for i in (3, 4):
+            nodes, pods = bind(nodes, pods, last, 0, 0 if named else 2)
+            pods = [*pods, PendingPod(f"ns/q{i}", "legacy", 2, "ns", since=float(i))]
+            last = decide(nodes, pods, policy)
+            assert last == decide(nodes, pods, policy, reuse=False)
+            if i == 3:
+                assert core._last is kept, "one binding: one take, as its step took it"
+        assert nodes[0].legacy_held == 2 and nodes[0].unreported == ((("legacy", 1),) * 2 if named else ())
+        assert (core._last is kept) == named
 
 
 def test_a_bound_pod_whose_node_reports_the_group_its_step_took_goes_on_from_the_last_plan() -> None:

@@ -24,6 +24,22 @@ def test_the_scheduler_facts_count_even_when_the_status_lags() -> None:
     assert (v.legacy_held, v.dra_held) == (4, 1)
 
 
+@pytest.mark.parametrize(("bound", "held", "unreported"), [
+    pytest.param((1, 2, 1), [0], (("legacy", 2), ("legacy", 1)), id="the youngest two make up the 3 not counted"),
+    pytest.param((1, 1), [0], (("legacy", 1),), id="one of two counted: the younger is named"),
+    pytest.param((2, 2), [0], (), id="no younger pods make up 3: not named, one take"),
+    pytest.param((1, 2), [0, 1, 2], (), id="the status counts them all"),
+    pytest.param((), [], (), id="no bound pods known"),
+])
+def test_the_youngest_bound_legacy_pods_the_status_does_not_count_yet_are_named(
+        bound: tuple[int, ...], held: list[int], unreported: tuple[tuple[str, int], ...]) -> None:
+    """The kubelet admits pods about in the order they were bound: what the status does not count yet is the
+    youngest pods' (bound in queue order, oldest first); only where they make it up exactly."""
+    node = gpu_node("n1", [L] * 4 + [D] * 4, held=held, numa={i: i // 2 for i in range(8)})
+    v = node_view(node, legacy_requested=sum(bound), legacy_bound=bound)
+    assert v.legacy_held == max(len(held), sum(bound)) and v.unreported == unreported
+
+
 def test_a_move_under_way_counts_as_landed_and_allows_more_moves_only_its_way() -> None:
     pending = [{"device": "gpu-7", "from": "legacy", "to": "dra", "phase": "waiting-node-status", "reason": ""}]
     v = node_view(gpu_node("n1", [L] * 7 + [W], target="1", state="converging", pending=pending))
