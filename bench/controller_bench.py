@@ -298,13 +298,13 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
 def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, arrivals: Iterator[PendingPod],
                  policy: Policy, events: int, reported: bool
                  ) -> tuple[list[float], Counter[str], list[float], Counter[str]]:
-    """`events` times: the scheduler binds the first pod the last decision placed on free GPUs (its node's view: as
-    many more GPUs held as the pod asked for, its topology groups not reported yet, the binding named among the
-    view's unreported ones as the controller's state names the youngest bound legacy pods; a DRA pod's allocation
-    names its devices at once on a real cluster, and is taken here as the core predicted them) and a new pod
-    arrives; then a decision. `reported`: before each, the daemon reports the groups of the last binding, as the core fitted them
-    (for one pod, the daemon's own choice: bridge/ledger/choice.py), and a decision. The decisions' times and how
-    each was reached, for the bindings and for the reports."""
+    """`events` times: the scheduler binds the first pod the last decision placed on free GPUs (its node's view: as many
+    more GPUs held as the pod asked for, its topology groups not reported yet, the binding named among the view's
+    unreported ones as the controller's state names the youngest bound legacy pods; a DRA pod's allocation names its
+    devices at once on a real cluster, and is taken here as the core predicted them) and a new pod arrives; then a
+    decision. `reported`: before each, the daemon reports the groups of the last binding, as the core fitted them (for
+    one pod, the daemon's own choice: bridge/ledger/choice.py), and a decision. The decisions' times and how each was
+    reached, for the bindings and for the reports."""
     times: list[float] = []
     report_times: list[float] = []
     hows: Counter[str] = Counter()

@@ -106,7 +106,8 @@ def main() -> None:
     if (h["bytes"], h["sha"]) != (st["bytes"], st["sha"]):
         raise SystemExit(f"the snapshots differ: held {h} streamed {st}")
     print(f"\n{'migrate-report snapshot':38} {'held':>10} {'streamed':>10} {'ratio':>10}")
-    for label, key, fmt in (("to the last file, s", "snapshot_s", "{:.1f}"), ("peak resident, MiB", "peak_mib", "{:.0f}")):
+    for label, key, fmt in (("to the last file, s", "snapshot_s", "{:.1f}"),
+                            ("peak resident, MiB", "peak_mib", "{:.0f}")):
         print(f"{label:38} {fmt.format(h[key]):>10} {fmt.format(st[key]):>10} {st[key] / h[key]:>10.2f}")
     print(f"{st['bytes'] / 2**20:.0f} MiB written, the same bytes in both modes; load average {os.getloadavg()[0]:.2f}")
 

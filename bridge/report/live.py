@@ -130,9 +130,12 @@ def load_live(api: KubeAPI, *, source: str = "live cluster", progress: Progress 
     data = ClusterData(source=source, taken_at=time.time())
     resources = _discover(api, data)
     reader = None if whole else Reader()
+
+    def decoder(res: Resource) -> Callable[[bytes], Obj | None] | None:
+        return reader.page if reader is not None and res in (PODS, REPLICA_SETS, NODES) else None
+
     with bulk_allocation():
-        _list_all(api, data, resources, progress, page_size,
-                  decoder=lambda res: reader.page if reader is not None and res in (PODS, REPLICA_SETS, NODES) else None)
+        _list_all(api, data, resources, progress, page_size, decoder=decoder)
     progress.done()
     return data
 
@@ -259,6 +262,8 @@ def snapshot_live(api: KubeAPI, out: Path, *, progress: Progress | None = None, 
             files[kind] = _ListFile(out / f"{PLURALS[kind]}.json", kind)
         _list_all(api, data, resources, progress, page_size, sink=lambda res: files.get(res.kind))
         written = [f.commit() for f in files.values()]
+        if not data.unreadable:  # an older snapshot's list of what it could not read is not this one's
+            (out / UNREADABLE_FILE).unlink(missing_ok=True)
     except BaseException:
         for f in files.values():
             f.discard()

@@ -158,6 +158,24 @@ def test_a_snapshot_that_fails_midway_leaves_the_directory_as_it_was(server: Api
     assert _lists(out) == before and not [p.name for p in out.iterdir() if p.name.startswith(".")]
 
 
+def test_a_snapshot_names_only_its_own_unreadable_resources(server: ApiServer, kubeconfig: Path,
+                                                           tmp_path: Path) -> None:
+    """Written into the directory of an older snapshot that could not read quotas, a snapshot that read everything
+    leaves no unreadable.json behind to say otherwise."""
+    from bridge.report.live import snapshot_live
+
+    out = tmp_path / "snap"
+    server.faults.fail(count=1000, status=403, path_regex=r"/resourcequotas")
+    try:
+        first = snapshot_live(connect(kubeconfig), out)
+    finally:
+        server.faults.clear()
+    assert "resourcequotas" in first.unreadable and load_snapshot(out).unreadable.keys() == {"resourcequotas"}
+    second = snapshot_live(connect(kubeconfig), out)
+    assert second.unreadable == {} and load_snapshot(out).unreadable == {}
+    assert not (out / "unreadable.json").exists() and second.counts["ResourceQuota"] > 0
+
+
 def test_a_snapshot_into_a_path_that_cannot_be_a_directory_says_so(kubeconfig: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
