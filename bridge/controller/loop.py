@@ -90,6 +90,7 @@ class Controller:
         self.last_decision: Decision | None = None
         self.cluster = ClusterState(options.names, options.pool_label)
         self._checked_at: float | None = None
+        self._settle_due = False  # a state check ran: settle the heap once the decision is written
         # Each object is cut to what the state and the writer read as it arrives (bridge.controller.slim).
         self.nodes = Informer(api, NODES, on_event=self._feed("node"), watch_timeout=watch_timeout,
                               transform=slim_node)
@@ -185,8 +186,8 @@ class Controller:
 
     def build(self) -> State:
         """The state a decision reads: kept up to date from the watch events (bridge.controller.cluster), checked
-        against a full rebuild from the same objects at the first decision and every `state_check_s`, when the heap
-        is also settled (`settle_heap`)."""
+        against a full rebuild from the same objects at the first decision and every `state_check_s`, after which
+        the heap is settled once that decision is written (`settle_when_due`)."""
         now = self.clock()
         period = self.options.state_check_s
         if self._checked_at is None or (period > 0 and now - self._checked_at >= period):
@@ -197,9 +198,16 @@ class Controller:
                 log.error("the incremental cluster state differs from a full rebuild (%s); rebuilt it",
                           "; ".join(wrong[:5]))
                 self.cluster.reload()
-            if self.options.freeze_heap:
-                self.settle_heap()
+            self._settle_due = self.options.freeze_heap
         return self.cluster.state()
+
+    def settle_when_due(self) -> None:
+        """`settle_heap` after a state check, once: the decision loop calls it after the decision's writes, so the
+        collection's pause (1.6 s the first time at 5,000 nodes and 150,000 pods, then about 0.4 s) delays no target
+        and counts in no decision's time."""
+        if self._settle_due:
+            self._settle_due = False
+            self.settle_heap()
 
     def settle_heap(self) -> None:
         """Collect the whole heap once and freeze what survives (`gc.freeze`), so that later collections skip it.
@@ -253,6 +261,7 @@ class Controller:
         if not self.options.dry_run:
             self.memory = self.memory.after(replace(decision, changes=tuple(written)), now)
         self.last_decision = decision
+        self.settle_when_due()
         return decision
 
     # ---- the loop ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The controller settles its heap at each state check: one full collection, then everything alive is frozen, so the
-collector's later passes skip the cluster's objects (`Controller.settle_heap`; bench/controller_memory_bench.py
-measures the pauses this saves)."""
+"""The controller settles its heap after each state check, once that decision is written: one full collection, then
+everything alive is frozen, so the collector's later passes skip the cluster's objects (`Controller.settle_heap`;
+bench/controller_memory_bench.py measures the pauses this saves)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,13 @@ def test_the_first_decisions_state_check_freezes_the_cluster_objects_so_collecti
     node = ctl.cluster.state().nodes["n0"]
     assert tracked(node)
     ctl.build()
+    assert tracked(node), "not while the decision is made"
+    ctl.settle_when_due()
     assert gc.get_freeze_count() > 0 and not tracked(node)
     assert ctl.build().views[0].name == "n0", "a frozen object reads as before"
+    freeze_count = gc.get_freeze_count()
+    ctl.settle_when_due()
+    assert gc.get_freeze_count() == freeze_count, "once per state check"
 
 
 def test_a_cycle_frozen_while_alive_is_collected_at_the_next_settle_and_not_before() -> None:
@@ -57,14 +62,17 @@ def test_a_cycle_frozen_while_alive_is_collected_at_the_next_settle_and_not_befo
     cycle = Cycle()
     gone = weakref.ref(cycle)
     ctl.build()  # the first check settles: the cycle is alive, so it is frozen
+    ctl.settle_when_due()
     del cycle
     gc.collect()
     assert gone() is not None, "a frozen cycle waits for the next settle"
     now[0] = 599.0
     ctl.build()
+    ctl.settle_when_due()
     assert gone() is not None, "no settle before the state check period"
     now[0] = 600.0
     ctl.build()
+    ctl.settle_when_due()
     assert gone() is None
 
 
@@ -72,4 +80,5 @@ def test_without_freeze_heap_nothing_is_frozen() -> None:
     gc.unfreeze()
     ctl = controller([0.0], freeze_heap=False)
     ctl.build()
+    ctl.settle_when_due()
     assert gc.get_freeze_count() == 0
