@@ -51,9 +51,27 @@ def test_the_first_decisions_state_check_freezes_the_cluster_objects_so_collecti
     ctl.settle_when_due()
     assert gc.get_freeze_count() > 0 and not tracked(node)
     assert ctl.build().views[0].name == "n0", "a frozen object reads as before"
-    freeze_count = gc.get_freeze_count()
+
+
+def test_the_heap_is_settled_once_per_state_check_after_that_decision() -> None:
+    now = [0.0]
+    ctl = controller(now)
+    settled: list[float] = []
+    ctl.settle_heap = lambda: settled.append(now[0])  # type: ignore[method-assign]
     ctl.settle_when_due()
-    assert gc.get_freeze_count() == freeze_count, "once per state check"
+    assert settled == [], "nothing is due before a state check"
+    ctl.build()
+    assert settled == []
+    ctl.settle_when_due()
+    ctl.settle_when_due()
+    now[0] = 300.0
+    ctl.build()
+    ctl.settle_when_due()
+    assert settled == [0.0]
+    now[0] = 600.0
+    ctl.build()
+    ctl.settle_when_due()
+    assert settled == [0.0, 600.0]
 
 
 def test_a_cycle_frozen_while_alive_is_collected_at_the_next_settle_and_not_before() -> None:
