@@ -38,9 +38,9 @@ change names (`TargetChange.groups`, and "from NVLink island 1" in its reason) i
 one group holds them, the daemon picks by affinity and the core only keeps counts (smallest groups first). The
 groups' counts are fitted to the node's free counts first (a binding the daemon has not reported yet is taken off
 as a pod's GPUs would be, one pod at a time where the view names the bindings, `NodeView.unreported`; devices the
-groups miss form a group of their own). A node that publishes no topology is one
-group: nothing to prefer there. The preference only orders nodes that need the same number of moves, so it changes
-neither what is safe nor how many GPUs a pod needs moved, and hysteresis is unchanged.
+groups miss form a group of their own). A node that publishes no topology is one group: nothing to prefer there. The
+preference only orders nodes that need the same number of moves, so it changes neither what is safe nor how many
+GPUs a pod needs moved, and hysteresis is unchanged.
 
 Every pod left pending gets a `Blocked` with the first reason that applies, checked from the most specific:
 `no-matching-node` (no node passes its selector/affinity/taints), `frozen` (only a pinned/settling node could take

@@ -262,13 +262,7 @@ def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mappi
 
 def legacy_requested_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, int]:
     """`nvidia.com/gpu` requested by the pods bound to each node and not finished."""
-    out: dict[str, int] = defaultdict(int)
-    for pod in pods:
-        if is_bound_and_running(pod):
-            n = pod_requests(pod.get("spec") or {}, names.resource)
-            if n:
-                out[str((pod.get("spec") or {})["nodeName"])] += n
-    return dict(out)
+    return {node: sum(gpus) for node, gpus in legacy_bound_by_node(pods, names).items()}
 
 
 def legacy_bound_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, tuple[int, ...]]:
