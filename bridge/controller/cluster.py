@@ -92,8 +92,8 @@ def rebuild_state(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
     pods = list(pods)
     allocated = allocated_by_node(claims.values(), names)
     bound = legacy_bound_by_node(pods, names)
-    views = tuple(node_view(obj, allocated=allocated.get(name, set()), legacy_requested=sum(bound.get(name, ())),
-                            legacy_bound=bound.get(name, ()), pool_label=pool_label)
+    views = tuple(node_view(obj, allocated=allocated.get(name, set()), legacy_bound=bound.get(name, ()),
+                            pool_label=pool_label)
                   for name, obj in sorted(by_name.items()) if is_gpu_node(obj, names))
     demand = pending_demand(pods, claims, templates, names)
     pending = {pod_key(p): dict(p) for p in pods if not (p.get("spec") or {}).get("nodeName")}
@@ -120,8 +120,7 @@ class ClusterState:
 
     def _derive_nothing(self) -> None:
         # What each object contributes.
-        self._bound: dict[str, tuple[str, int]] = {}  # pod -> (node, legacy GPUs) while bound and not finished
-        self._requested: Counter[str] = Counter()  # node -> legacy GPUs its bound pods request
+        self._bound: dict[str, str] = {}  # pod -> its node, while bound, not finished and holding legacy GPUs
         self._bound_on: dict[str, dict[str, tuple[tuple[int, float, str], int]]] = {}  # node -> pod -> (rank, GPUs)
         self._claim_devices: dict[str, tuple[tuple[str, str], ...]] = {}  # claim -> (pool, device) it allocates
         self._allocated: dict[str, Counter[str]] = {}  # node (pool) -> device -> claims naming it
@@ -183,8 +182,7 @@ class ClusterState:
             n = pod_requests(spec, self.names.resource)
             if n:
                 node = str(spec["nodeName"])
-                self._bound[key] = (node, n)
-                self._requested[node] += n
+                self._bound[key] = node
                 self._bound_on.setdefault(node, {})[key] = (pod_rank(obj), n)
                 self._stale_nodes.add(node)
         if not spec.get("nodeName"):
@@ -204,12 +202,8 @@ class ClusterState:
 
     def _drop_pod(self, key: str) -> None:
         """Take back everything the pod's last version contributed."""
-        bound = self._bound.pop(key, None)
-        if bound is not None:
-            node, n = bound
-            self._requested[node] -= n
-            if self._requested[node] <= 0:
-                del self._requested[node]
+        node = self._bound.pop(key, None)
+        if node is not None:
             on = self._bound_on[node]
             del on[key]
             if not on:
@@ -316,9 +310,8 @@ class ClusterState:
             had = name in self._views
             at = bisect.bisect_left(self._order, name)
             if obj is not None and is_gpu_node(obj, self.names):
-                view = node_view(obj, allocated=set(self._allocated.get(name, ())),
-                                 legacy_requested=self._requested.get(name, 0), legacy_bound=tuple(
-                                     n for _, n in sorted(self._bound_on.get(name, {}).values())),
+                bound = tuple(n for _, n in sorted(self._bound_on.get(name, {}).values()))
+                view = node_view(obj, allocated=set(self._allocated.get(name, ())), legacy_bound=bound,
                                  pool_label=self.pool_label)
                 if had and self._views[name] == view:
                     continue  # an equal view keeps its object: the core's memos go by the object (decide.py, `_Run`)

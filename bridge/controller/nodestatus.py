@@ -166,10 +166,13 @@ def _groups(devices: list[DeviceState], free: Mapping[Api, list[DeviceState]]) -
 
 
 def node_view(node: Mapping[str, Any], *, allocated: frozenset[str] | set[str] = frozenset(),
-              legacy_requested: int = 0, legacy_bound: Sequence[int] = (), pool_label: str = POOL_LABEL) -> NodeView:
+              legacy_requested: int | None = None, legacy_bound: Sequence[int] = (),
+              pool_label: str = POOL_LABEL) -> NodeView:
     """The core's view of one Node object (see the module docstring). `legacy_bound`: the `nvidia.com/gpu` of each
-    pod bound to the node, in the scheduler's queue order (they sum to `legacy_requested`), so that the bindings the
-    status does not count yet can be named (`NodeView.unreported`)."""
+    pod bound to the node, in the scheduler's queue order, so that the bindings the status does not count yet can be
+    named (`NodeView.unreported`); `legacy_requested`, their sum unless given (a caller that knows only the sum)."""
+    if legacy_requested is None:
+        legacy_requested = sum(legacy_bound)
     meta = _meta(node)
     name = str(meta.get("name", ""))
     labels = dict(meta.get("labels") or {})
@@ -248,9 +251,9 @@ def _unreported(bound: Sequence[int], surplus: int) -> tuple[tuple[Api, int], ..
     order the scheduler bound them, so the daemon has reported the older ones. () where no such pods make it up
     exactly (a holder the controller does not see, pods admitted out of order): the core then fits the surplus as one
     take. Only the core's topology preference reads this; every count stays as the status and the pods say."""
-    bound = [n for n in bound if n > 0]
     if surplus <= 0:
         return ()
+    bound = [n for n in bound if n > 0]
     total, start = 0, len(bound)
     while start > 0 and total < surplus:
         start -= 1

@@ -309,7 +309,8 @@ def test_the_check_finds_a_wrong_state_and_a_reload_heals_it() -> None:
     bound["spec"]["nodeName"], bound["status"]["phase"] = "n0", "Running"
     state.apply("pod", "ADDED", bound)
     assert state.check() == []
-    state._requested["n0"] += 3  # a bookkeeping bug, simulated
+    rank, gpus = state._bound_on["n0"]["team-b/q0"]
+    state._bound_on["n0"]["team-b/q0"] = (rank, gpus + 3)  # a bookkeeping bug, simulated
     state._stale_nodes.add("n0")
     [wrong] = state.check()
     assert wrong.startswith("node n0: incremental") and "legacy_held=4" in wrong and "legacy_held=1" in wrong
