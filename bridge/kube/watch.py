@@ -25,9 +25,8 @@ How it holds:
 * `transform` (as client-go's `SharedInformer.SetTransform`) replaces each object before it is stored and passed
   on, so a caller that needs a few fields of large objects (Nodes carry their images and conditions) keeps only
   those. It must keep `metadata.name`, `namespace`, `uid` and `resourceVersion`, which the store diffs on
-  (`kept_metadata`). A list
-  applies it page by page (`KubeAPI.list`), so the transient peak of a start-up list or a relist is one page of
-  whole objects plus the list's cut ones, not the whole list of whole objects.
+  (`kept_metadata`). A list applies it page by page (`KubeAPI.list`), so the transient peak of a start-up list or a
+  relist is one page of whole objects plus the list's cut ones, not the whole list of whole objects.
 * `healthy` says whether the store is current now. After a failed watch a resumed one replays what it missed, but
   nothing marks the end of that replay (the API server's watch cache sends the events since our version, then the
   live ones, with no bookmark in between unless `sendInitialEvents` was asked for, which a resumed watch cannot
