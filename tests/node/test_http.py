@@ -83,8 +83,11 @@ def test_an_http_port_in_use_is_a_clear_start_error(short_tmp, kubelet: KubeletS
     finally:
         busy.close()
     # The failed start cleaned up: no plugin socket left behind.
-    # Our socket is gone; the kubelet's own files stay (its checkpoint, once our plugin's devices reached it).
-    assert {p.name for p in kubelet.device_plugin_dir.iterdir()} - {"kubelet_internal_checkpoint"} == {"kubelet.sock"}
+    # Our socket is gone; the kubelet's own files stay (its checkpoint, once our plugin's devices reached it, and the
+    # temp file of a checkpoint write under way: bridge/sandbox/kubelet/dmcheckpoint.py).
+    left = {p.name for p in kubelet.device_plugin_dir.iterdir()
+            if p.name != "kubelet_internal_checkpoint" and not p.name.startswith(".tmp-")}
+    assert left == {"kubelet.sock"}
 
 
 def test_device_health_metrics_follow_the_gpus_even_with_no_kubelet_connected(short_tmp) -> None:  # type: ignore[no-untyped-def]
