@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/controller_bench.py [--nodes 5000] [--gpus 8] [--pending 10000] [--repeat 3]
                                                [--api-nodes 100] [--api-pending 200]   (--api-nodes 0: no part 2)
-                                               [--reported]
+                                               [--reported] [--writes]
 
 Part 1, the pure core (`bridge.controller.decide.decide`, planning from scratch: `reuse=False`), on --nodes x --gpus
 with --pending pending pods, per scenario (best of --repeat runs):
@@ -40,6 +40,15 @@ The ratio is rebuild / new pod. Target (issue 25): <= 100 ms for every event ("m
 median meets it). --reported: bound+new again from the same start, the daemon reporting the topology groups of each
 binding (one Node event, a decision of its own, "report") before the next binding; without it, the bindings of one
 node pile up unreported, each named, so that two of them on one PCIe node are fitted as the two steps took them.
+--writes: what the controller's loop sees after its own writes, from the same start, with its memory (cool-downs, the
+rate limit) and a clock 5 s apart per decision (the loop's default interval). Every decision's changes are written:
+the controller remembers them (`Memory.after`), and they come back as Node events, all of them before the next
+decision: "echo", each Node carries its new target that its daemon has not acted on yet (`settling`, planned with
+the DRA count the target gives, as bridge/controller/nodestatus.py views it), and a new pod arrives; "acted", every
+settling node's daemon has moved the free GPUs (the moves under way count as landed, `NodeView.moving`; the moved GPUs
+join the DRA side of the groups the change named). Times per kind of event (median, max, how many went on + planned
+step 3 again), and the changes the decisions wrote. Under the default policy (`moves*`) a decision writes at most 32
+moves a minute, the rest of the time nothing: the next echo is a new pod only.
 
 Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
 nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
@@ -67,7 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge.controller.cluster import ClusterState, State, differences, rebuild_state  # noqa: E402
 import bridge.controller.decide as decide_module  # noqa: E402
 from bridge.controller.decide import decide  # noqa: E402
-from bridge.controller.model import Api, Decision, FreeGroup, NodeView, PendingPod, Policy  # noqa: E402
+from bridge.controller.model import (  # noqa: E402
+    Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Policy, TargetChange)
 from bridge.controller.nodestatus import STATUS_KEY  # noqa: E402
 from bridge.kvalues.placement import Constraints, Taint, Toleration  # noqa: E402
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
@@ -76,6 +86,7 @@ POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
 SCENARIOS = (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY), ("constrained", POLICY))
 PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
 PCIE = ("L40S", "L4")
+LOOP_INTERVAL_S = 5.0  # bridge.controller.loop.ControllerOptions.interval_s
 
 
 def group_names(product: str, gpus: int) -> list[str]:
@@ -250,6 +261,7 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
     print(f"  {'scenario':<12} {'rebuild':>9} {'new pod':>9} {'(max)':>7} {'on+again':>9} {'bound+new':>10} "
           f"{'(max)':>7} {'on+again':>9} {'ratio':>6}   target <= 100ms, every event")
     reported_rows: list[tuple[str, list[float], Counter[str], list[float], Counter[str]]] = []
+    writes_rows: list[tuple[str, list[float], Counter[str], list[float], Counter[str], list[int]]] = []
     for scenario, policy in SCENARIOS:
         rng = random.Random(1)
         shape = scenario.rstrip("*")
@@ -275,6 +287,9 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
             views, pods, arrivals = start
             last = decide(views, pods, policy)
             reported_rows.append((scenario, *bound_events(views, pods, last, arrivals, policy, events, reported=True)))
+        if args.writes:  # the same from the same start, the decisions' own writes coming back
+            views, pods, arrivals = start
+            writes_rows.append((scenario, *writes_land(views, pods, arrivals, policy, events)))
         full = args.state_rebuild_s + cold
         one, worst = args.state_update_s + statistics.median(new_pod), args.state_update_s + max(new_pod)
         both, both_worst = args.state_update_s + statistics.median(bound), args.state_update_s + max(bound)
@@ -293,6 +308,19 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
             print(f"  {scenario:<12} {both * 1000:>8.0f}ms {both_worst * 1000:>5.0f}ms {ways(hows, events):>9} "
                   f"{rep * 1000:>6.0f}ms {rep_worst * 1000:>5.0f}ms {ways(report_hows, events - 1):>9}   "
                   f"bound+new {verdict(both, both_worst)}, report {verdict(rep, rep_worst)}")
+    if writes_rows:
+        print("  --writes: from the same start, every decision's changes written and coming back as Node events before "
+              "the next decision (memory and clock as the loop keeps them, 5 s apart)")
+        print(f"  {'scenario':<12} {'echo':>8} {'(max)':>7} {'on+again':>9} {'acted':>8} {'(max)':>7} {'on+again':>9} "
+              f"{'written':>13}   target <= 100ms, every event")
+        for scenario, echo, echo_hows, acted, acted_hows, written in writes_rows:
+            e, e_worst = args.state_update_s + statistics.median(echo), args.state_update_s + max(echo)
+            a, a_worst = ((args.state_update_s + statistics.median(acted), args.state_update_s + max(acted))
+                          if acted else (0.0, 0.0))
+            print(f"  {scenario:<12} {e * 1000:>6.0f}ms {e_worst * 1000:>5.0f}ms {ways(echo_hows, len(echo)):>9} "
+                  f"{a * 1000:>6.0f}ms {a_worst * 1000:>5.0f}ms {ways(acted_hows, len(acted)):>9} "
+                  f"{sum(1 for w in written if w):>3} of {len(written):<2} wrote   "
+                  f"echo {verdict(e, e_worst)}, acted {verdict(a, a_worst) if acted else 'none'}")
 
 
 def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, arrivals: Iterator[PendingPod],
@@ -335,12 +363,58 @@ def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, 
     return times, hows, report_times, report_hows
 
 
+def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterator[PendingPod], policy: Policy,
+                events: int) -> tuple[list[float], Counter[str], list[float], Counter[str], list[int]]:
+    """`events` times: the changes written since the last echo come back (each Node settling at its new target) and a
+    new pod arrives, a decision ("echo"); then, when some node was settling, every settling node's daemon acts, a
+    decision ("acted"). Every decision's changes are written and remembered (`Memory.after`); the clock moves 5 s per
+    decision. The times and how each decision was reached, per kind, and the changes each decision wrote."""
+    at = {v.name: i for i, v in enumerate(views)}
+    views = list(views)
+    memory, now = Memory(), 0.0
+    last = decide(views, pods, policy, memory, now)
+    written: list[int] = [len(last.changes)]
+    unseen = list(last.changes)  # written, not come back yet
+    memory = memory.after(last, now)
+    echo: list[float] = []
+    acted: list[float] = []
+    echo_hows: Counter[str] = Counter()
+    acted_hows: Counter[str] = Counter()
+    for _ in range(events):
+        settling: list[tuple[int, NodeView, TargetChange]] = []
+        for c in unseen:  # as node_view reads a Node whose target its daemon has not acted on yet
+            i = at[c.node]
+            settling.append((i, views[i], c))
+            views[i] = replace(views[i], dra=c.dra, target=c.target, frozen="settling",
+                               frozen_reason=f"the node daemon has not acted on {c.target} yet")
+        now += LOOP_INTERVAL_S
+        pods = [*pods, next(arrivals)]
+        last = timed_decision(views, pods, policy, echo, echo_hows, memory, now)
+        written.append(len(last.changes))
+        unseen = list(last.changes)
+        memory = memory.after(last, now)
+        if not settling:
+            continue
+        for i, before, c in settling:  # the daemon moved free GPUs from the groups the change named
+            n = decide_module._Node(before, decide_module._Seed.of(before), 0)
+            to: Api = "dra" if c.direction == "to-dra" else "legacy"
+            n.move_groups(to, c.moves, n.group_names.index(c.groups[0]) if c.groups else -1)
+            views[i] = replace(before, dra=c.dra, target=c.target, moving=c.direction, unreported=(), groups=tuple(
+                FreeGroup(name, g[0], g[1]) for name, g in zip(n.group_names, n.groups) if name))
+        now += LOOP_INTERVAL_S
+        last = timed_decision(views, pods, policy, acted, acted_hows, memory, now)
+        written.append(len(last.changes))
+        unseen += last.changes
+        memory = memory.after(last, now)
+    return echo, echo_hows, acted, acted_hows, written
+
+
 def timed_decision(views: list[NodeView], pods: list[PendingPod], policy: Policy, times: list[float],
-                   hows: Counter[str]) -> Decision:
+                   hows: Counter[str], memory: Memory | None = None, now: float = 0.0) -> Decision:
     """A decision, its time added to `times` and how it was reached to `hows`."""
     t = time.perf_counter()
     plan = decide_module._last
-    last = decide(views, pods, policy)
+    last = decide(views, pods, policy, memory, now)
     times.append(time.perf_counter() - t)
     hows[how_planned(plan)] += 1
     return last
@@ -438,6 +512,8 @@ def main() -> None:
     ap.add_argument("--api-pending", type=int, default=200)
     ap.add_argument("--reported", action="store_true",
                     help="part 1c again with the daemon reporting each binding's groups before the next binding")
+    ap.add_argument("--writes", action="store_true",
+                    help="part 1c again with every decision's writes coming back as Node events (echo, daemon acted)")
     args = ap.parse_args()
     core(args)
     state(args)
