@@ -48,7 +48,9 @@ the DRA count the target gives, as bridge/controller/nodestatus.py views it), an
 settling node's daemon has moved the free GPUs (the moves under way count as landed, `NodeView.moving`; the moved GPUs
 join the DRA side of the groups the change named). Times per kind of event (median, max, how many went on + planned
 step 3 again), and the changes the decisions wrote. Under the default policy (`moves*`) a decision writes at most 32
-moves a minute, the rest of the time nothing: the next echo is a new pod only.
+moves a minute, the rest of the time nothing: the next echo is a new pod only. So the "new pod" and "bound+new"
+events above are what a decision meets after one that wrote nothing (or under --dry-run, where nothing is written);
+after one that wrote, the controller meets these.
 
 Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
 nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
