@@ -267,7 +267,7 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
     for scenario, policy in SCENARIOS:
         rng = random.Random(1)
         shape = scenario.rstrip("*")
-        views, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending + 3 * events, rng)
+        views, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending + 4 * events, rng)
         arrivals = iter(pods[args.pending:])
         pods = pods[: args.pending]
         # Rebuilt, every view is a new object and the core plans from scratch.
