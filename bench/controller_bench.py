@@ -267,8 +267,11 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
     for scenario, policy in SCENARIOS:
         rng = random.Random(1)
         shape = scenario.rstrip("*")
-        views, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending + 4 * events, rng)
-        arrivals = iter(pods[args.pending:])
+        views, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending + 3 * events, rng)
+        # New pods, one slice per series: each series meets the same pods whichever flags ran the others.
+        new_pods, for_bindings, for_writes = (pods[args.pending + k * events: args.pending + (k + 1) * events]
+                                              for k in range(3))
+        arrivals = iter(new_pods)
         pods = pods[: args.pending]
         # Rebuilt, every view is a new object and the core plans from scratch.
         fresh = [[replace(v) for v in views] for _ in range(args.repeat)]
@@ -283,15 +286,17 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
             last = timed_decision(views, pods, policy, new_pod, went_on)
         # The scheduler binds the first pod the last decision placed on GPUs already free and a new pod arrives
         # (`bound_events`): the core goes on from its last plan when that view is the one the pod's step predicted.
-        start = (views, pods, arrivals)
-        bound, went_on_bound, _, _ = bound_events(views, pods, last, arrivals, policy, events, reported=False)
+        start = (views, pods)
+        bound, went_on_bound, _, _ = bound_events(views, pods, last, iter(for_bindings), policy, events,
+                                                  reported=False)
         if args.reported:  # the same from the same start, the daemon reporting each binding before the next one
-            views, pods, arrivals = start
+            views, pods = start
             last = decide(views, pods, policy)
-            reported_rows.append((scenario, *bound_events(views, pods, last, arrivals, policy, events, reported=True)))
-        if args.writes:  # the same from the same start, the decisions' own writes coming back
-            views, pods, arrivals = start
-            writes_rows.append((scenario, *writes_land(views, pods, arrivals, policy, events)))
+            reported_rows.append((scenario, *bound_events(views, pods, last, iter(for_bindings), policy, events,
+                                                          reported=True)))
+        if args.writes:  # from the same start, the decisions' own writes coming back
+            views, pods = start
+            writes_rows.append((scenario, *writes_land(views, pods, iter(for_writes), policy, events)))
         full = args.state_rebuild_s + cold
         one, worst = args.state_update_s + statistics.median(new_pod), args.state_update_s + max(new_pod)
         both, both_worst = args.state_update_s + statistics.median(bound), args.state_update_s + max(bound)
