@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/controller_bench.py [--nodes 5000] [--gpus 8] [--pending 10000] [--repeat 3]
                                                [--api-nodes 100] [--api-pending 200]   (--api-nodes 0: no part 2)
-                                               [--reported] [--writes]
+                                               [--reported] [--writes] [--phases]
 
 Part 1, the pure core (`bridge.controller.decide.decide`, planning from scratch: `reuse=False`), on --nodes x --gpus
 with --pending pending pods, per scenario (best of --repeat runs):
@@ -18,6 +18,9 @@ nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the
 topology published (every node one group), so the cost of the topology preference shows beside it. "writing it"
 is what the shell would send for that decision: per change one Node patch and one Event, plus at most 20 Warning
 Events for pods newly blocked (bridge/controller/writer.py).
+--phases: one plan from scratch per scenario split into its phases (queue order, planner set-up, step 1, step 2,
+step 3, the changes written out, the rest), with the nodes' seeds reused as the controller's state reuses them (the
+cost of a decision after one that wrote, see --writes).
 Part 1b, the core's input (node views and pending demand) from --nodes Nodes carrying the daemon's status JSON and
 --pending pending + 3 x --pending bound pods (median of --repeat): the full rebuild from every object (what every
 decision did before issue 25, and still the check, `rebuild_state`), and the incremental state
@@ -175,6 +178,56 @@ def core(args: argparse.Namespace) -> None:
         print(f"  {scenario:<12} {full * 1000:>8.0f}ms {base * 1000:>8.1f}ms {full / base:>6.1f} {flat * 1000:>6.0f}ms"
               f"   {summary(d)}")
     print("  (* with the default policy: at most 32 moves per minute, so one decision writes little)")
+
+
+def phases(args: argparse.Namespace) -> None:
+    """Part 1 --phases: where one plan from scratch spends, with the nodes' seeds reused as the controller's state
+    reuses them (the same view objects as the decision before: what a decision after one that wrote costs)."""
+    planner_cls = decide_module._Planner
+    marks: dict[str, float] = {}
+    originals = (decide_module.queue_order, planner_cls.__init__, planner_cls.restore_floors, planner_cls.changes)
+
+    def timed(name: str, fn: Callable[..., Any], before: str = "") -> Callable[..., Any]:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            if before:
+                marks[before] = time.perf_counter()
+            out = fn(*a, **k)
+            marks[name] = time.perf_counter()
+            return out
+        return wrapper
+
+    patched = ((decide_module, "queue_order"), (planner_cls, "__init__"), (planner_cls, "restore_floors"),
+               (planner_cls, "changes"))
+    for (owner, attr), fn in zip(patched, (timed("order", originals[0]), timed("planner", originals[1]),
+                                           timed("step 2", originals[2], before="step 1"),
+                                           timed("changes", originals[3], before="step 3"))):
+        setattr(owner, attr, fn)
+    names = ("order", "planner", "step 1", "step 2", "step 3", "changes")
+    print(f"where a plan from scratch spends, seeds reused (ms, the best of {args.repeat} by total; 'rest': the "
+          f"young collection that ends a new plan, and the decision's assembly)")
+    print(f"  {'scenario':<12} {'queue order':>12} {'planner':>8} {'step 1':>7} {'step 2':>7} {'step 3':>7} "
+          f"{'changes':>8} {'rest':>6} {'total':>6}")
+    try:
+        for scenario, policy in SCENARIOS:
+            rng = random.Random(1)
+            shape = scenario.rstrip("*")
+            nodes, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
+            decide(nodes, pods, policy, reuse=False)  # (the seeds of these views, as the decision before left them)
+            best: list[float] = []
+            for _ in range(args.repeat):
+                marks.clear()
+                start = time.perf_counter()
+                decide(nodes, pods, policy, reuse=False)
+                end = time.perf_counter()
+                points = [start, *(marks[n] for n in names), end]
+                split = [b - a for a, b in zip(points, points[1:])]
+                if not best or sum(split) < sum(best):
+                    best = split
+            print(f"  {scenario:<12} {best[0] * 1000:>12.1f} " + " ".join(
+                f"{x * 1000:>{w}.1f}" for x, w in zip(best[1:], (8, 7, 7, 7, 8, 6))) + f" {sum(best) * 1000:>6.0f}")
+    finally:
+        for (owner, attr), original in zip(patched, originals):
+            setattr(owner, attr, original)
 
 
 def status_node(i: int, gpus: int) -> dict[str, Any]:
@@ -519,10 +572,14 @@ def main() -> None:
     ap.add_argument("--api-pending", type=int, default=200)
     ap.add_argument("--reported", action="store_true",
                     help="part 1c again with the daemon reporting each binding's groups before the next binding")
+    ap.add_argument("--phases", action="store_true",
+                    help="part 1 again, split into the plan's phases (seeds reused, as after a decision that wrote)")
     ap.add_argument("--writes", action="store_true",
                     help="part 1c again with every decision's writes coming back as Node events (echo, daemon acted)")
     args = ap.parse_args()
     core(args)
+    if args.phases:
+        phases(args)
     state(args)
     decision_after_one_pod(args)
     if args.api_nodes:
