@@ -63,8 +63,9 @@ node step 3 changed or chose plans step 3 again from where step 1 ended (`_Run._
 again); anything else plans from scratch (tests/controller/test_decide_resume.py checks that each of these gives the
 decision planned from scratch, over generated event sequences). That includes the events a decision's own writes
 bring: a Node carrying a new target its daemon has not acted on is planned with that target's split and frozen, then
-changeable again once the daemon has acted, and the rate-limit budget has shrunk; each changes what step 1 finds free,
-so the decisions after one that wrote plan from scratch (bench/controller_bench.py --writes).
+changeable again once the daemon has acted (each changes what step 1 finds free there), and the rate-limit budget
+has shrunk (a budget of its own is reason enough), so the decisions after one that wrote plan from scratch
+(bench/controller_bench.py --writes).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
 the caller's whole heap and took about half the time. A decision that made a new plan ends with one collection of
