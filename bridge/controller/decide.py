@@ -992,6 +992,12 @@ def _collector_paused() -> Iterator[_Pause]:
                     gc.enable()
 
 
+# How a decision's plan was reached (`decide_how`): it went on from the last decision's plan, planned step 3 again
+# from where that plan's step 1 ended, or planned from scratch.
+PLANS = ("went-on", "step-3-again", "from-scratch")
+_PLAN = {"went on": "went-on", "step 3 again": "step-3-again", "from scratch": "from-scratch"}
+
+
 def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
            memory: Memory | None = None, now: float = 0.0, *, reuse: bool = True) -> Decision:
     """One decision (see the module docstring). Deterministic for equal inputs. Python's cyclic garbage collector is
@@ -1000,9 +1006,16 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
     `reuse`: go on from the last decision's plan when this one only adds pods at the end of its queue, or drops the
     first pods it placed on free GPUs once bound there as planned (`_Run`); the decision is the same either way.
     False: plan from scratch (the reference the property tests compare with)."""
+    return decide_how(nodes, pending, policy, memory, now, reuse=reuse)[0]
+
+
+def decide_how(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
+               memory: Memory | None = None, now: float = 0.0, *, reuse: bool = True) -> tuple[Decision, str]:
+    """`decide`, and how its plan was reached, one of `PLANS` (the decision is the same whichever: the controller
+    counts and times them apart, `dra_bridge_controller_plan_seconds`)."""
     with _collector_paused() as pause:
-        decision, pause.planned = _decide(nodes, pending, policy, memory or Memory(), now, reuse)
-        return decision
+        decision, how, pause.planned = _decide(nodes, pending, policy, memory or Memory(), now, reuse)
+        return decision, how
 
 
 class _Run:
@@ -1331,21 +1344,22 @@ _last: _Run | None = None  # the last decision's plan (`_Run`), guarded by `_las
 
 
 def _decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy, memory: Memory,
-            now: float, reuse: bool) -> tuple[Decision, bool]:
-    """The decision, and whether a plan was kept that was made anew (from scratch, or step 3 again)."""
+            now: float, reuse: bool) -> tuple[Decision, str, bool]:
+    """The decision, how its plan was reached (`PLANS`), and whether a plan was kept that was made anew (from
+    scratch, or step 3 again)."""
     global _last
     order = queue_order(pending)
     if not reuse or not _last_lock.acquire(blocking=False):  # a concurrent decision plans on its own
-        return _Run(nodes, order, policy, memory, now).decision(), False
+        return _Run(nodes, order, policy, memory, now).decision(), "from-scratch", False
     try:
         run, _last = _last, None  # held by nobody while it changes: an error leaves no half-updated plan behind
         if run is None or not run.resume(nodes, order, policy, memory, now):
             run = _Run(nodes, order, policy, memory, now, run)
         decision = run.decision()
         _last = run
-        return decision, run.how != "went on"
+        return decision, _PLAN[run.how], run.how != "went on"
     finally:
         _last_lock.release()
 
 
-__all__ = ["decide", "queue_order"]
+__all__ = ["PLANS", "decide", "decide_how", "queue_order"]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bridge.controller.cluster import ClusterState, Kind, State, is_gpu_node
-from bridge.controller.decide import decide
+from bridge.controller.decide import decide_how
 from bridge.controller.demand import Names
 from bridge.controller.metrics import ControllerMetrics
 from bridge.controller.model import Blocked, Decision, Memory, Policy
@@ -236,7 +236,9 @@ class Controller:
         state = self.build()
         now = self.clock()
         self.memory = self.memory.forget({v.name for v in state.views}, self.policy, now)
-        decision = decide(state.views, state.demand.pending, self.policy, self.memory, now)
+        planning = time.perf_counter()
+        decision, how = decide_how(state.views, state.demand.pending, self.policy, self.memory, now)
+        self.metrics.plan_seconds.labels(plan=how).observe(time.perf_counter() - planning)
         if state.demand.invalid:  # counted once as unschedulable demand, never planned with
             decision = replace(decision, blocked=decision.blocked + tuple(
                 Blocked(key, "legacy", 0, "invalid-count", f"not a valid GPU count: {why}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from bridge.controller.decide import PLANS
 from bridge.controller.model import APIS, BLOCK_REASONS, Decision
 
 NODE_STATES = ("managed", "pinned", "settling", "unknown")
@@ -26,8 +27,12 @@ class ControllerMetrics:
                                   registry=r)
         self.blocked_total = Counter(p + "blocked", "Pods that became blocked for a reason", ["reason"], registry=r)
         self.decisions = Counter(p + "decisions", "Decisions taken as leader", registry=r)
+        buckets = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
         self.decision_seconds = Histogram(p + "decision_seconds", "Time of one decision (state + core)",
-                                          buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+                                          buckets=buckets, registry=r)
+        self.plan_seconds = Histogram(p + "plan_seconds", "Time of the core's plan in a decision, by how it was "
+                                      "reached (went-on, step-3-again, from-scratch)", ["plan"], buckets=buckets,
+                                      registry=r)
         self.changes = Counter(p + "target_changes", "Split targets written or (dry-run) recorded", ["mode"],
                                registry=r)
         self.moves = Counter(p + "moves", "GPUs moved by the changes", ["direction", "mode"], registry=r)
@@ -47,6 +52,8 @@ class ControllerMetrics:
             self.blocked_pods.labels(reason=reason).set(0)
         for state in NODE_STATES:
             self.nodes.labels(state=state).set(0)
+        for plan in PLANS:
+            self.plan_seconds.labels(plan=plan)
 
     def observe(self, decision: Decision, node_states: dict[str, int]) -> None:
         for api in APIS:

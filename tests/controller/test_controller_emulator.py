@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bridge.controller.app import App, AppOptions, LeaseOptions
+from bridge.controller.decide import PLANS
 from bridge.controller.loop import ControllerOptions
 from bridge.controller.metrics import ControllerMetrics
 from bridge.controller.model import Policy, TargetChange
@@ -127,6 +128,13 @@ def test_pending_dra_pods_get_free_legacy_gpus_with_an_event_and_a_record(
     decisions = app.metrics.decisions._value.get()
     wait_until(lambda: app.metrics.decisions._value.get() >= decisions + 3, what="more decisions")
     assert len(events(api, "SplitTargetChanged")) == 1 and events(api, "GPUDemandBlocked") == []
+    # How each plan was reached: the first from scratch, and the one after the write's echo (gpu-node-4 settling at
+    # its new target); then, nothing changing, the decisions go on from the last plan.
+    taken = app.metrics.decisions._value.get()
+    plans = {p: app.metrics.registry.get_sample_value("dra_bridge_controller_plan_seconds_count", {"plan": p}) or 0
+             for p in PLANS}
+    assert plans["from-scratch"] >= 2 and plans["went-on"] >= 1, plans
+    assert sum(plans.values()) >= taken  # (each plan is timed before its decision is counted)
     # The daemon applies it; the pods are still pending (not yet bound): nothing more changes.
     act_as_daemon(api, "gpu-node-4", [L] * 2 + [D] * 6, held=[0, 1])
     decisions = app.metrics.decisions._value.get()

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bridge.controller.decide as core
-from bridge.controller.decide import decide
+from bridge.controller.decide import PLANS, decide, decide_how
 from bridge.controller.model import (Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Placement, Policy,
                                     PoolPolicy)
 from bridge.kvalues.placement import Constraints, Taint, Toleration
@@ -266,6 +266,25 @@ def test_a_new_pod_that_fits_on_a_node_step_3_moved_gpus_on_plans_step_3_again_f
     assert (before["ns/p0"], before["ns/p1"]) == ("node-000", "node-000")
     assert (after["ns/p0"], after["ns/p1"], after["ns/p29"]) == ("node-000", "node-001", "node-015")
     assert [(c.node, c.dra, c.pods) for c in got.changes][0] == ("node-000", 6, ("ns/p0",))
+
+
+def test_decide_how_says_how_each_plan_was_reached_and_decides_as_decide_does() -> None:
+    """What the controller counts and times apart (`dra_bridge_controller_plan_seconds`): the same inputs again go on,
+    a DRA pod that needs moves goes on, a legacy pod that takes GPUs step 3 moved plans step 3 again, another policy
+    plans from scratch, and so does `reuse=False`."""
+    nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
+    hows = []
+    for new, pol in ((None, policy), (PendingPod("ns/p30", "dra", 2, "ns", since=30.0), policy),
+                     (PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0), policy),
+                     (None, Policy(max_moves_per_minute=999))):
+        if new is not None:
+            pods = [*pods, new]
+        got, how = decide_how(nodes, pods, pol)
+        assert got == decide(nodes, pods, pol, reuse=False)
+        hows.append(how)
+    assert hows == ["went-on", "went-on", "step-3-again", "from-scratch"]
+    assert decide_how(nodes, pods, policy, reuse=False)[1] == "from-scratch"
+    assert set(hows) == set(PLANS)
 
 
 def test_step_3_planned_again_three_times_over_is_still_the_plan_from_scratch() -> None:
