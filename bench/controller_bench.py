@@ -80,7 +80,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge.controller.cluster import ClusterState, State, differences, rebuild_state  # noqa: E402
 import bridge.controller.decide as decide_module  # noqa: E402
-from bridge.controller.decide import decide  # noqa: E402
+from bridge.controller.decide import decide, decide_how  # noqa: E402
 from bridge.controller.model import (  # noqa: E402
     Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Policy, TargetChange)
 from bridge.controller.nodestatus import STATUS_KEY  # noqa: E402
@@ -473,22 +473,15 @@ def timed_decision(views: list[NodeView], pods: list[PendingPod], policy: Policy
                    hows: Counter[str], memory: Memory | None = None, now: float = 0.0) -> Decision:
     """A decision, its time added to `times` and how it was reached to `hows`."""
     t = time.perf_counter()
-    plan = decide_module._last
-    last = decide(views, pods, policy, memory, now)
+    last, how = decide_how(views, pods, policy, memory, now)
     times.append(time.perf_counter() - t)
-    hows[how_planned(plan)] += 1
+    hows[how] += 1
     return last
-
-
-def how_planned(plan: Any) -> str:
-    """How the decision just taken was reached, given the plan kept before it (`_Run.how`)."""
-    run = decide_module._last
-    return run.how if run is plan and run is not None else "from scratch"
 
 
 def ways(counts: Counter[str], events: int) -> str:
     """"went on + step 3 again / events"."""
-    return f"{counts['went on']}+{counts['step 3 again']}/{events}"
+    return f"{counts['went-on']}+{counts['step-3-again']}/{events}"
 
 
 def verdict(median: float, worst: float) -> str:

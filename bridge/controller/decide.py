@@ -992,12 +992,6 @@ def _collector_paused() -> Iterator[_Pause]:
                     gc.enable()
 
 
-# How a decision's plan was reached (`decide_how`): it went on from the last decision's plan, planned step 3 again
-# from where that plan's step 1 ended, or planned from scratch.
-PLANS = ("went-on", "step-3-again", "from-scratch")
-_PLAN = {"went on": "went-on", "step 3 again": "step-3-again", "from scratch": "from-scratch"}
-
-
 def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
            memory: Memory | None = None, now: float = 0.0, *, reuse: bool = True) -> Decision:
     """One decision (see the module docstring). Deterministic for equal inputs. Python's cyclic garbage collector is
@@ -1011,7 +1005,7 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
 
 def decide_how(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
                memory: Memory | None = None, now: float = 0.0, *, reuse: bool = True) -> tuple[Decision, str]:
-    """`decide`, and how its plan was reached, one of `PLANS` (the decision is the same whichever: the controller
+    """`decide`, and how its plan was reached, one of `model.PLANS` (the decision is the same whichever: the controller
     counts and times them apart, `dra_bridge_controller_plan_seconds`)."""
     with _collector_paused() as pause:
         decision, how, pause.planned = _decide(nodes, pending, policy, memory or Memory(), now, reuse)
@@ -1063,7 +1057,7 @@ class _Run:
         self.order: list[PendingPod] = []
         self.fitted: list[Placement] = []  # step 1's placements, in queue order
         self.by_moves: list[Placement] = []  # step 3's
-        self.how = "from scratch"  # how this plan reached its last decision (also "went on", "step 3 again")
+        self.how = "from-scratch"  # how this plan reached its last decision, one of `PLANS`
         self.blocked: list[Blocked] = []
         unplaced: list[PendingPod] = []
         for pod in order:
@@ -1124,7 +1118,7 @@ class _Run:
         k = len(self.order) - len(gone)
         planner.memory, planner.now = memory, now  # a diagnosis from here on reads this clock
         self.memory, self.now = memory, now
-        self.how = "went on"
+        self.how = "went-on"
         for pod in order[k:]:
             if self.fit1 is None:  # no pod needed moves yet: the plan is still where step 1 ended
                 placed = planner.fit(pod)
@@ -1237,7 +1231,7 @@ class _Run:
         self.by_moves, self.blocked = [], []
         for p in self.step3:
             self._by_moves(p)
-        self.how = "step 3 again"
+        self.how = "step-3-again"
 
     def _gone(self, order: list[PendingPod]) -> list[int] | None:
         """The places in the last queue of the pods that left it, when they are the first pods step 1 placed (the
@@ -1357,9 +1351,9 @@ def _decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Po
             run = _Run(nodes, order, policy, memory, now, run)
         decision = run.decision()
         _last = run
-        return decision, _PLAN[run.how], run.how != "went on"
+        return decision, run.how, run.how != "went-on"
     finally:
         _last_lock.release()
 
 
-__all__ = ["PLANS", "decide", "decide_how", "queue_order"]
+__all__ = ["decide", "decide_how", "queue_order"]

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bridge.controller.decide import PLANS
-from bridge.controller.model import APIS, BLOCK_REASONS, Decision
+from bridge.controller.model import APIS, BLOCK_REASONS, PLANS, Decision
 
 NODE_STATES = ("managed", "pinned", "settling", "unknown")
 

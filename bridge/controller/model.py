@@ -175,6 +175,10 @@ class Policy:
         return math.ceil(Fraction(self.share(pool)).limit_denominator(10**6) * total)
 
 
+# How a decision's plan was reached (bridge.controller.decide.decide_how): it went on from the last decision's plan,
+# planned step 3 again from where that plan's step 1 ended, or planned from scratch.
+PLANS = ("went-on", "step-3-again", "from-scratch")
+
 BlockReason = Literal["no-capacity", "no-matching-node", "min-legacy-share", "cooldown", "rate-limit", "frozen",
                       "invalid-count"]
 BLOCK_REASONS: tuple[BlockReason, ...] = (
@@ -283,6 +287,7 @@ __all__ = [
     "Frozen",
     "Memory",
     "NodeView",
+    "PLANS",
     "PendingPod",
     "Placement",
     "Policy",

@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from bridge.controller.app import App, AppOptions, LeaseOptions
-from bridge.controller.decide import PLANS
 from bridge.controller.loop import ControllerOptions
 from bridge.controller.metrics import ControllerMetrics
-from bridge.controller.model import Policy, TargetChange
+from bridge.controller.model import PLANS, Policy, TargetChange
 from bridge.controller.nodestatus import PIN_KEY, SPLIT_KEY, STATUS_KEY
 from bridge.controller.record import DECISION_KEY, decode
 from bridge.controller.writer import Writer

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bridge.controller.decide as core
-from bridge.controller.decide import PLANS, decide, decide_how
-from bridge.controller.model import (Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Placement, Policy,
-                                    PoolPolicy)
+from bridge.controller.decide import decide, decide_how
+from bridge.controller.model import (PLANS, Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Placement,
+                                    Policy, PoolPolicy)
 from bridge.kvalues.placement import Constraints, Taint, Toleration
 from tests.controller.test_decide_properties import clusters, pending
 
@@ -225,21 +225,13 @@ def thirty_dra_pods_waiting_for_moves() -> tuple[list[NodeView], list[PendingPod
 def with_new_pod(nodes: list[NodeView], pods: list[PendingPod], policy: Policy, new: PendingPod
                  ) -> tuple[Decision, str]:
     """Add `new` at the end of the queue after the last decision and decide again: the decision (checked equal to
-    the one planned from scratch) and how it was reached: "went on" from the last plan, "step 3 again" from where
-    its step 1 ended, or "from scratch"."""
-    kept = core._last
-    assert kept is not None
+    the one planned from scratch) and how it was reached: "went-on" from the last plan, "step-3-again" from where
+    its step 1 ended, or "from-scratch"."""
+    assert core._last is not None
     pods = [*pods, new]
-    got = decide(nodes, pods, policy)
+    got, how = decide_how(nodes, pods, policy)
     assert got == decide(nodes, pods, policy, reuse=False)
-    return got, how_planned(kept)
-
-
-def how_planned(kept: core._Run | None) -> str:
-    """How the last decision was reached, given the plan kept before it."""
-    run = core._last
-    assert run is not None
-    return run.how if run is kept else "from scratch"
+    return got, how
 
 
 def test_a_new_pod_at_the_end_of_the_queue_only_adds_its_step_to_the_last_plan() -> None:
@@ -260,7 +252,7 @@ def test_a_new_pod_that_fits_on_a_node_step_3_moved_gpus_on_plans_step_3_again_f
     nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
     before = {p.pod: p.node for p in decide(nodes, pods, policy).placements}
     got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
-    assert how == "step 3 again"
+    assert how == "step-3-again"
     assert got.placements[0] == Placement("ns/legacy", "node-000", 0)
     after = {p.pod: p.node for p in got.placements}
     assert (before["ns/p0"], before["ns/p1"]) == ("node-000", "node-000")
@@ -291,18 +283,17 @@ def test_step_3_planned_again_three_times_over_is_still_the_plan_from_scratch() 
     """Each new legacy pod fits on a node step 3 moved GPUs on; bound as planned in between, the plan goes on."""
     nodes, pods, policy = thirty_dra_pods_waiting_for_moves()
     last = decide(nodes, pods, policy)
-    kept = core._last
     hows = []
     for i in range(3):
         pods = [*pods, PendingPod(f"ns/legacy-{i}", "legacy", 1, "ns", since=100.0 + i)]
-        last = decide(nodes, pods, policy)
+        last, how = decide_how(nodes, pods, policy)
         assert last == decide(nodes, pods, policy, reuse=False)
-        hows.append(how_planned(kept))
+        hows.append(how)
         nodes, pods = bind(nodes, pods, last, 0, 0)  # the first legacy pod bound where step 1 placed it
-        last = decide(nodes, pods, policy)
+        last, how = decide_how(nodes, pods, policy)
         assert last == decide(nodes, pods, policy, reuse=False)
-        hows.append(how_planned(kept))
-    assert hows == ["step 3 again", "went on"] * 3
+        hows.append(how)
+    assert hows == ["step-3-again", "went-on"] * 3
 
 
 def test_a_node_step_3_moved_one_way_may_move_the_other_way_when_step_3_is_planned_again() -> None:
@@ -315,7 +306,7 @@ def test_a_node_step_3_moved_one_way_may_move_the_other_way_when_step_3_is_plann
     first = decide(nodes, pods, policy)
     assert [(p.pod, p.moves) for p in first.placements] == [("ns/dra", 1)]
     got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/new", "legacy", 2, "ns", since=2.0))
-    assert how == "step 3 again"
+    assert how == "step-3-again"
     assert [(p.pod, p.moves) for p in got.placements] == [("ns/new", 0), ("ns/legacy", 3)]
     assert [b.pod for b in got.blocked] == ["ns/dra"]
 
@@ -328,7 +319,7 @@ def test_a_new_pod_that_fits_where_no_step_of_step_3_could_look_goes_on_from_the
     policy = Policy(max_moves_per_minute=1000)
     decide(nodes, pods, policy)
     got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=99.0))
-    assert how == "went on"
+    assert how == "went-on"
     assert got.placements[0] == Placement("ns/legacy", "x", 0)
     assert len(got.placements) == 31 and got.blocked == ()
 
@@ -342,7 +333,7 @@ def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_plans_step
     (first,) = decide(nodes, pods, policy).blocked
     assert first.message.startswith("needs 1 GPUs moved on n1")
     got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/q", "legacy", 1, "ns", since=2.0))
-    assert how == "step 3 again"
+    assert how == "step-3-again"
     (blocked,) = got.blocked
     assert blocked.reason == "rate-limit" and blocked.message.startswith("needs 2 GPUs moved on n1")
 
@@ -357,7 +348,7 @@ def test_step_3_planned_again_keeps_the_change_of_a_node_whose_plan_is_the_same(
     first = decide(nodes, pods, policy)
     assert [(c.node, c.pods) for c in first.changes] == [("x", ("ns/a",)), ("y", ("ns/b",))]
     got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/c", "legacy", 3, "ns", since=2.0))
-    assert how == "step 3 again"
+    assert how == "step-3-again"
     assert got.changes == (first.changes[0],) and got.changes[0] is first.changes[0]
     assert [b.pod for b in got.blocked] == ["ns/b"]
 
@@ -387,7 +378,7 @@ def test_a_new_pod_that_takes_the_room_a_blocked_pod_was_diagnosed_on_plans_step
     (first,) = decide(nodes, pods, policy).blocked
     assert first.reason == "frozen"
     got, how = with_new_pod(nodes, pods, policy, PendingPod("ns/legacy", "legacy", 1, "ns", since=1.0))
-    assert how == "step 3 again"
+    assert how == "step-3-again"
     (blocked,) = got.blocked
     assert blocked.reason == "no-capacity" and "(the most is 2)" in blocked.message
 
