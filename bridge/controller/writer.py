@@ -10,12 +10,23 @@ Safety of a write:
   retrying with a fresh resourceVersion, which would write a target decided on stale facts.
 * Under `--dry-run` only the decision record is written (`dryRun: true`) and a `SplitTargetWouldChange` Event is
   recorded, each once per distinct would-be target; the split key is never touched.
+
+Speed: the Node patches go one after another in the decision thread, each after its leader check; a change's Event
+goes out on a thread of its own while the decision thread sends the next patch (`_Alongside`), and `apply` returns
+once every Event it started is sent or has failed (so it still returns with everything written). Against a real
+kube-apiserver each request takes 2-3 ms, so a decision's writes approach the time of its patches alone instead of
+its patches and Events in a row: 1.37x faster on the 2-core bench machine, where the API server, etcd and the
+controller share the cores (bench/real_controller_write_bench.py). Only the Events overlap: the patches stay in
+order, one in flight at a time, so a replica that stops leading stops between two patches as before, and the API
+server sees at most two requests of the controller's writes at once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import queue
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,6 +58,32 @@ def _now_rfc3339() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class _Alongside:
+    """Runs the calls it is given, in order, on a thread of its own, until `close`, which waits for all of them. A
+    call that raises is logged and the next one runs (an Event is best effort; `Writer._event` already logs the API's
+    refusals)."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="controller-events", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        self._calls.put((fn, args))
+
+    def close(self) -> None:
+        self._calls.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, args = call
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - one Event's bug must not stop the others
+                log.exception("an Event of the decision was not recorded")
+
+
 class Writer:
     def __init__(self, api: KubeAPI, *, identity: str, dry_run: bool, metrics: ControllerMetrics,
                  wall_clock: Callable[[], str] = _now_rfc3339) -> None:
@@ -75,23 +112,29 @@ class Writer:
 
     def apply(self, changes: Sequence[TargetChange], nodes: Mapping[str, Obj],
               is_leader: Callable[[], bool]) -> list[TargetChange]:
-        """Write the changes; returns those written (under dry-run: those recorded, or already recorded)."""
+        """Write the changes; returns those written (under dry-run: those recorded, or already recorded), once their
+        Events are sent too (each alongside the next patch: `_Alongside`)."""
         done: list[TargetChange] = []
-        for change in changes:
-            node = nodes.get(change.node)
-            if node is None:
-                continue
-            if self.dry_run and self._dry_recorded.get(change.node) == (change.previous_target, change.target):
-                done.append(change)
-                continue
-            if not is_leader():
-                log.warning("not the leader any more: %d target change(s) not written", len(changes) - len(done))
-                break
-            if self._write(change, node):
-                done.append(change)
+        events = _Alongside() if len(changes) > 1 else None
+        try:
+            for change in changes:
+                node = nodes.get(change.node)
+                if node is None:
+                    continue
+                if self.dry_run and self._dry_recorded.get(change.node) == (change.previous_target, change.target):
+                    done.append(change)
+                    continue
+                if not is_leader():
+                    log.warning("not the leader any more: %d target change(s) not written", len(changes) - len(done))
+                    break
+                if self._write(change, node, events):
+                    done.append(change)
+        finally:
+            if events is not None:
+                events.close()
         return done
 
-    def _write(self, change: TargetChange, node: Obj) -> bool:
+    def _write(self, change: TargetChange, node: Obj, events: _Alongside | None = None) -> bool:
         meta = node.get("metadata") or {}
         record = self.record_for(change)
         annotations: dict[str, Any] = {DECISION_KEY: record.encode()}
@@ -124,7 +167,10 @@ class Writer:
         message = (f"{'would set' if self.dry_run else 'set'} {SPLIT_KEY} {change.previous_target or '(none)'} -> "
                    f"{change.target} ({change.moves} GPU{'s' if change.moves != 1 else ''} {change.direction}): "
                    f"{change.reason}")
-        self._event(stored, reason, message, "Normal")
+        if events is None:
+            self._event(stored, reason, message, "Normal")
+        else:
+            events.submit(self._event, stored, reason, message, "Normal")
         return True
 
     def _event(self, involved: Obj, reason: str, message: str, kind: str) -> None:

@@ -5,10 +5,11 @@ The node daemons are played by the test: each Node carries the split-status anno
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -263,6 +264,90 @@ def test_a_node_that_changed_since_the_decision_is_left_alone(cluster: tuple[Api
     assert annotation(api, "n1", SPLIT_KEY) is None
     assert metrics.write_failures.labels(reason="conflict")._value.get() == 1
     assert writer.apply([change], {"n1": api.get(NODES, "n1")}, lambda: False) == [], "only the leader writes"
+
+
+class Spied:
+    """The client, with each Node patch and Event create timed (start, end), and Event creates that can be slowed down
+    or made to fail."""
+
+    def __init__(self, api: RestKube, event_delay: float = 0.0, failing_events: int = 0) -> None:
+        self.api, self.event_delay, self.failing_events = api, event_delay, failing_events
+        self.calls: list[tuple[str, str, float, float]] = []  # (verb, node, start, end)
+
+    def patch(self, res: Any, name: str, body: Any, *args: Any, **kw: Any) -> Any:
+        start = time.monotonic()
+        out = self.api.patch(res, name, body, *args, **kw)
+        self.calls.append(("patch", name, start, time.monotonic()))
+        return out
+
+    def create(self, res: Any, obj: Any, *args: Any, **kw: Any) -> Any:
+        start = time.monotonic()
+        time.sleep(self.event_delay)
+        node = obj["involvedObject"]["name"]
+        if self.failing_events > 0:
+            self.failing_events -= 1
+            self.calls.append(("event failed", node, start, time.monotonic()))
+            raise RuntimeError("a bug in the Event's path")
+        out = self.api.create(res, obj, *args, **kw)
+        self.calls.append(("event", node, start, time.monotonic()))
+        return out
+
+
+def five_nodes(api: RestKube) -> tuple[list[TargetChange], dict[str, Any]]:
+    for i in range(5):
+        add_node(api, f"n{i}", [L] * 8)
+    changes = [TargetChange(f"n{i}", 0, 2, "", f"pending DRA pod team-a/p{i} needs 2 GPUs") for i in range(5)]
+    return changes, {f"n{i}": api.get(NODES, f"n{i}") for i in range(5)}
+
+
+def test_a_decision_returns_with_every_change_and_its_event_written(
+        cluster: tuple[ApiServer, RestKube, Path]) -> None:
+    _, api, _ = cluster
+    changes, nodes = five_nodes(api)
+    writer = Writer(api, identity="ctl", dry_run=False, metrics=ControllerMetrics())
+    assert writer.apply(changes, nodes, lambda: True) == changes
+    assert [annotation(api, f"n{i}", SPLIT_KEY) for i in range(5)] == ["2"] * 5
+    assert sorted(e["involvedObject"]["name"] for e in events(api, "SplitTargetChanged")) == [f"n{i}" for i in range(5)]
+
+
+def test_a_change_s_event_is_sent_while_the_next_patch_is(cluster: tuple[ApiServer, RestKube, Path]) -> None:
+    """The patches go in order, one at a time; each Event overlaps the next patch instead of waiting before it."""
+    _, api, _ = cluster
+    changes, nodes = five_nodes(api)
+    spied = Spied(api, event_delay=0.2)
+    Writer(cast(Any, spied), identity="ctl", dry_run=False, metrics=ControllerMetrics()).apply(
+        changes, nodes, lambda: True)
+    patches = [c for c in spied.calls if c[0] == "patch"]
+    sent = {c[1]: c for c in spied.calls if c[0] == "event"}
+    assert [p[1] for p in patches] == [f"n{i}" for i in range(5)]
+    assert all(a[3] <= b[2] for a, b in zip(patches, patches[1:])), "one patch in flight at a time"
+    assert patches[1][2] < sent["n0"][3], "n1's patch went out while n0's Event was in flight"
+    assert all(sent[f"n{i}"][2] >= patches[i][3] for i in range(5)), "an Event follows its own patch"
+    assert set(sent) == {f"n{i}" for i in range(5)}, "every Event sent by the time apply returned"
+
+
+def test_a_replica_that_stops_leading_stops_between_two_patches_and_sends_their_events(
+        cluster: tuple[ApiServer, RestKube, Path]) -> None:
+    _, api, _ = cluster
+    changes, nodes = five_nodes(api)
+    checks = iter([True, True])
+    written = Writer(api, identity="ctl", dry_run=False, metrics=ControllerMetrics()).apply(
+        changes, nodes, lambda: next(checks, False))
+    assert written == changes[:2]
+    assert [annotation(api, f"n{i}", SPLIT_KEY) for i in range(5)] == ["2", "2", None, None, None]
+    assert sorted(e["involvedObject"]["name"] for e in events(api, "SplitTargetChanged")) == ["n0", "n1"]
+
+
+def test_an_event_that_fails_is_logged_and_loses_no_patch_and_no_other_event(
+        cluster: tuple[ApiServer, RestKube, Path], caplog: pytest.LogCaptureFixture) -> None:
+    _, api, _ = cluster
+    changes, nodes = five_nodes(api)
+    spied = Spied(api, failing_events=1)
+    assert Writer(cast(Any, spied), identity="ctl", dry_run=False, metrics=ControllerMetrics()).apply(
+        changes, nodes, lambda: True) == changes
+    assert [annotation(api, f"n{i}", SPLIT_KEY) for i in range(5)] == ["2"] * 5
+    assert sorted(e["involvedObject"]["name"] for e in events(api, "SplitTargetChanged")) == ["n1", "n2", "n3", "n4"]
+    assert "an Event of the decision was not recorded" in caplog.text and "a bug in the Event's path" in caplog.text
 
 
 def test_the_controller_keeps_of_each_watched_object_only_what_it_reads(
