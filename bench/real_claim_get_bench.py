@@ -28,19 +28,16 @@ import pstats
 import ssl
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.realbench import AdminHttps, hist_sum, load, parse_metrics, pct  # noqa: E402
+from bench.realbench import AdminHttps, api_server_alone, hist_sum, load, parse_metrics, pct  # noqa: E402
 from bridge.kube import connect  # noqa: E402
 from bridge.kube.api import NAMESPACES, Resource  # noqa: E402
 from bridge.kube.client import RestKube  # noqa: E402
-from bridge.sandbox.real.binaries import Binaries  # noqa: E402
-from bridge.sandbox.real.plane import ControlPlane, PlaneOptions  # noqa: E402
 from tests.dra.cluster import gpu, make_claim  # noqa: E402
 
 NS = "bench"
@@ -91,74 +88,70 @@ def main() -> int:
     args = ap.parse_args()
 
     print(f"load average before: {load()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-claim-get-") as work:
-        plane = ControlPlane(Path(work), Binaries("1.37"), PlaneOptions(managers=False)).start()
-        try:
-            admin = connect(plane.admin_kubeconfig)
-            token = reader_token(admin)
-            pod = {"metadata": {"name": "pod-0", "uid": "00000000-0000-4000-8000-000000000000"}}
-            claim = make_claim(admin, NS, "claim-0", pod, [gpu("gpu-0")])
-            claims = admin.resource_api().claims
-            path = claims.path(NS, "claim-0")
-            ours = connect(plane.kubeconfig_with_token("reader", token, NS))
-            assert plane.ca is not None
-            bare = BareHttps(plane.port, plane.ca.pair.cert, token)
-            assert json.loads(bare.get(path))["metadata"]["uid"] == claim["metadata"]["uid"]
-            assert ours.get(claims, "claim-0", NS)["metadata"]["uid"] == claim["metadata"]["uid"]
-            admin_https = AdminHttps(plane)  # /metrics as the admin (the reader may not read it)
+    with api_server_alone("bench-claim-get-") as plane:
+        admin = connect(plane.admin_kubeconfig)
+        token = reader_token(admin)
+        pod = {"metadata": {"name": "pod-0", "uid": "00000000-0000-4000-8000-000000000000"}}
+        claim = make_claim(admin, NS, "claim-0", pod, [gpu("gpu-0")])
+        claims = admin.resource_api().claims
+        path = claims.path(NS, "claim-0")
+        ours = connect(plane.kubeconfig_with_token("reader", token, NS))
+        assert plane.ca is not None
+        bare = BareHttps(plane.port, plane.ca.pair.cert, token)
+        assert json.loads(bare.get(path))["metadata"]["uid"] == claim["metadata"]["uid"]
+        assert ours.get(claims, "claim-0", NS)["metadata"]["uid"] == claim["metadata"]["uid"]
+        admin_https = AdminHttps(plane)  # /metrics as the admin (the reader may not read it)
 
-            def server_time() -> tuple[float, float]:
-                """(`_sum`, `_count`) of the API server's own GET resourceclaims histogram."""
-                return hist_sum(parse_metrics(admin_https.get("/metrics")), "apiserver_request_duration_seconds",
-                                verb="GET", resource="resourceclaims")
+        def server_time() -> tuple[float, float]:
+            """(`_sum`, `_count`) of the API server's own GET resourceclaims histogram."""
+            return hist_sum(parse_metrics(admin_https.get("/metrics")), "apiserver_request_duration_seconds",
+                            verb="GET", resource="resourceclaims")
 
-            def get_bare() -> object:
-                return bare.get(path)
+        def get_bare() -> object:
+            return bare.get(path)
 
-            def get_ours() -> object:
-                return ours.get(claims, "claim-0", NS)
+        def get_ours() -> object:
+            return ours.get(claims, "claim-0", NS)
 
-            size = len(bare.get(path))
-            print(f"claim body {size} bytes; {args.gets} GETs per client per round, interleaved", flush=True)
-            rows: dict[str, list[float]] = {k: [] for k in ("server", "bare p50", "bare p99", "ours p50", "ours p99",
-                                                            "ours-bare p50", "ours mean", "bare mean")}
-            for rnd in range(1, args.rounds + 1):
-                times: dict[Callable[[], object], list[float]] = {get_bare: [], get_ours: []}
-                s0, c0 = server_time()
-                for i in range(args.gets):
-                    for get in (get_bare, get_ours) if i % 2 else (get_ours, get_bare):  # each goes first half the time
-                        t = time.perf_counter()
-                        get()
-                        times[get].append(time.perf_counter() - t)
-                s1, c1 = server_time()
-                t_bare, t_ours = times[get_bare], times[get_ours]
-                server = (s1 - s0) / max(1.0, c1 - c0)
-                ms = 1000.0
-                vals = {"server": server * ms,
-                        "bare p50": pct(t_bare, 50) * ms, "bare p99": pct(t_bare, 99) * ms,
-                        "ours p50": pct(t_ours, 50) * ms, "ours p99": pct(t_ours, 99) * ms,
-                        "ours-bare p50": (pct(t_ours, 50) - pct(t_bare, 50)) * ms,
-                        "ours mean": statistics.fmean(t_ours) * ms, "bare mean": statistics.fmean(t_bare) * ms}
-                for k, v in vals.items():
-                    rows[k].append(v)
-                print(f"round {rnd}: " + ", ".join(f"{k} {v:.3f}" for k, v in vals.items()) + " ms", flush=True)
-            print("\nmedians over the rounds (ms per GET):")
-            med = {name: statistics.median(series) for name, series in rows.items()}
-            for name, value in med.items():
-                print(f"  {name:<14} {value:7.3f}")
-            print(f"  ours/bare p50  {med['ours p50'] / med['bare p50']:7.2f}x")
-            print(f"  server share of bare mean {med['server'] / med['bare mean']:.0%}")
-            if args.profile:
-                prof = cProfile.Profile()
-                prof.enable()
-                for _ in range(args.gets):
-                    get_ours()
-                prof.disable()
-                print(f"\ncProfile of {args.gets} GETs through RestKube (own time):")
-                pstats.Stats(prof).sort_stats("tottime").print_stats(15)
-            print(f"load average after: {load()}")
-        finally:
-            plane.stop()
+        size = len(bare.get(path))
+        print(f"claim body {size} bytes; {args.gets} GETs per client per round, interleaved", flush=True)
+        rows: dict[str, list[float]] = {k: [] for k in ("server", "bare p50", "bare p99", "ours p50", "ours p99",
+                                                        "ours-bare p50", "ours mean", "bare mean")}
+        for rnd in range(1, args.rounds + 1):
+            times: dict[Callable[[], object], list[float]] = {get_bare: [], get_ours: []}
+            s0, c0 = server_time()
+            for i in range(args.gets):
+                for get in (get_bare, get_ours) if i % 2 else (get_ours, get_bare):  # each goes first half the time
+                    t = time.perf_counter()
+                    get()
+                    times[get].append(time.perf_counter() - t)
+            s1, c1 = server_time()
+            t_bare, t_ours = times[get_bare], times[get_ours]
+            server = (s1 - s0) / max(1.0, c1 - c0)
+            ms = 1000.0
+            vals = {"server": server * ms,
+                    "bare p50": pct(t_bare, 50) * ms, "bare p99": pct(t_bare, 99) * ms,
+                    "ours p50": pct(t_ours, 50) * ms, "ours p99": pct(t_ours, 99) * ms,
+                    "ours-bare p50": (pct(t_ours, 50) - pct(t_bare, 50)) * ms,
+                    "ours mean": statistics.fmean(t_ours) * ms, "bare mean": statistics.fmean(t_bare) * ms}
+            for k, v in vals.items():
+                rows[k].append(v)
+            print(f"round {rnd}: " + ", ".join(f"{k} {v:.3f}" for k, v in vals.items()) + " ms", flush=True)
+        print("\nmedians over the rounds (ms per GET):")
+        med = {name: statistics.median(series) for name, series in rows.items()}
+        for name, value in med.items():
+            print(f"  {name:<14} {value:7.3f}")
+        print(f"  ours/bare p50  {med['ours p50'] / med['bare p50']:7.2f}x")
+        print(f"  server share of bare mean {med['server'] / med['bare mean']:.0%}")
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(args.gets):
+                get_ours()
+            prof.disable()
+            print(f"\ncProfile of {args.gets} GETs through RestKube (own time):")
+            pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+        print(f"load average after: {load()}")
     return 0
 
 

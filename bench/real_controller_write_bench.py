@@ -37,7 +37,6 @@ import json
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.controller_bench import POLICY, nodes_for, pods_for  # noqa: E402
-from bench.realbench import AdminHttps, hist_sum, load, parse_metrics, pct  # noqa: E402
+from bench.realbench import AdminHttps, api_server_alone, hist_sum, load, parse_metrics, pct  # noqa: E402
 from bridge.controller.decide import decide  # noqa: E402
 from bridge.controller.metrics import ControllerMetrics  # noqa: E402
 from bridge.controller.model import TargetChange  # noqa: E402
@@ -57,8 +56,6 @@ from bridge.controller.writer import Writer  # noqa: E402
 from bridge.kube import connect  # noqa: E402
 from bridge.kube.api import NODES, Obj  # noqa: E402
 from bridge.kube.events import build_event  # noqa: E402
-from bridge.sandbox.real.binaries import Binaries  # noqa: E402
-from bridge.sandbox.real.plane import ControlPlane, PlaneOptions  # noqa: E402
 
 DECISION_SIZES = (("moves* (default policy)", 16), ("scarce", 2444), ("moves", 3753))
 
@@ -112,88 +109,84 @@ def main() -> int:
 
     changes = core_changes(args.changes)
     print(f"load average before: {load()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="bench-controller-write-") as work:
-        plane = ControlPlane(Path(work), Binaries("1.37"), PlaneOptions(managers=False)).start()
-        try:
-            api = connect(plane.admin_kubeconfig)
-            raw = AdminHttps(plane)
-            sets = {"ours": "ours", "bare": "bare", "one at a time": "row", "decision": "apply",
-                    **{f"{t} threads": f"x{t}" for t in threads}}
-            for prefix in sets.values():
-                for c in changes:
-                    api.create(NODES, {"apiVersion": "v1", "kind": "Node",
-                                       "metadata": {"name": f"{prefix}-{c.node}", "labels": {"bench": prefix}}})
-            writer = Writer(api, identity="bench-controller", dry_run=False, metrics=ControllerMetrics())
-            bare = BareWriter(raw, writer)
+    with api_server_alone("bench-controller-write-") as plane:
+        api = connect(plane.admin_kubeconfig)
+        raw = AdminHttps(plane)
+        sets = {"ours": "ours", "bare": "bare", "one at a time": "row", "decision": "apply",
+                **{f"{t} threads": f"x{t}" for t in threads}}
+        for prefix in sets.values():
+            for c in changes:
+                api.create(NODES, {"apiVersion": "v1", "kind": "Node",
+                                   "metadata": {"name": f"{prefix}-{c.node}", "labels": {"bench": prefix}}})
+        writer = Writer(api, identity="bench-controller", dry_run=False, metrics=ControllerMetrics())
+        bare = BareWriter(raw, writer)
 
-            def nodes_of(prefix: str) -> dict[str, Obj]:
-                return {n["metadata"]["name"]: n for n in api.list(NODES, label_selector=f"bench={prefix}")["items"]}
+        def nodes_of(prefix: str) -> dict[str, Obj]:
+            return {n["metadata"]["name"]: n for n in api.list(NODES, label_selector=f"bench={prefix}")["items"]}
 
-            def server_time() -> tuple[float, float]:
-                samples = parse_metrics(raw.get("/metrics"))
-                s1, c1 = hist_sum(samples, "apiserver_request_duration_seconds", verb="PATCH", resource="nodes")
-                s2, c2 = hist_sum(samples, "apiserver_request_duration_seconds", verb="POST", resource="events")
-                return s1 + s2, c1 + c2
+        def server_time() -> tuple[float, float]:
+            samples = parse_metrics(raw.get("/metrics"))
+            s1, c1 = hist_sum(samples, "apiserver_request_duration_seconds", verb="PATCH", resource="nodes")
+            s2, c2 = hist_sum(samples, "apiserver_request_duration_seconds", verb="POST", resource="events")
+            return s1 + s2, c1 + c2
 
-            print(f"{len(changes)} changes per client per round (the core's, `moves` scenario); decision record "
-                  f"{len(writer.record_for(changes[0]).encode())} bytes", flush=True)
-            ms = 1000.0
-            rows: dict[str, list[float]] = {k: [] for k in ("server/request", "bare p50", "bare p99", "ours p50",
-                                                            "ours p99", "ours/bare p50", "ours cpu", "bare cpu")}
-            modes = ["one at a time", "decision", *(f"{t} threads" for t in threads)]
-            decision: dict[str, list[float]] = {m: [] for m in modes}
-            for rnd in range(1, args.rounds + 1):
-                mine, theirs = nodes_of("ours"), nodes_of("bare")
-                t_ours: list[float] = []
-                t_bare: list[float] = []
-                cpu = {"ours": 0.0, "bare": 0.0}
-                s0, c0 = server_time()
-                for i, c in enumerate(changes):
-                    ours_c, bare_c = on_node(c, f"ours-{c.node}"), on_node(c, f"bare-{c.node}")
-                    steps: list[tuple[str, Callable[[], Any]]] = [
-                        ("ours", lambda: writer.apply([ours_c], mine, lambda: True)),
-                        ("bare", lambda: bare.write(bare_c, theirs[bare_c.node]))]
-                    for who, step in steps if i % 2 else steps[::-1]:
-                        p, t = time.process_time(), time.perf_counter()
-                        out = step()
-                        (t_ours if who == "ours" else t_bare).append(time.perf_counter() - t)
-                        cpu[who] += time.process_time() - p
-                        if who == "ours" and len(out) != 1:
-                            raise RuntimeError(f"the Writer did not write {ours_c.node}")
-                s1, c1 = server_time()
-                vals = {"server/request": (s1 - s0) / max(1.0, c1 - c0) * ms,
-                        "bare p50": pct(t_bare, 50) * ms, "bare p99": pct(t_bare, 99) * ms,
-                        "ours p50": pct(t_ours, 50) * ms, "ours p99": pct(t_ours, 99) * ms,
-                        "ours/bare p50": pct(t_ours, 50) / pct(t_bare, 50),
-                        "ours cpu": cpu["ours"] / len(changes) * ms, "bare cpu": cpu["bare"] / len(changes) * ms}
-                for k, v in vals.items():
-                    rows[k].append(v)
-                print(f"round {rnd}, one change (ms, 2 requests): " + ", ".join(
-                    f"{k} {v:.2f}" for k, v in vals.items()), flush=True)
-                order = modes if rnd % 2 else modes[::-1]
-                for mode in order:
-                    prefix = sets[mode]
-                    decision[mode].append(write_decision(writer, changes, prefix, nodes_of(prefix), mode))
-                print(f"round {rnd}, a decision of {len(changes)} changes (ms per change): " + ", ".join(
-                    f"{m} {decision[m][-1] * ms:.2f}" for m in modes), flush=True)
-            print("\nmedians over the rounds, one change (ms: its Node patch and its Event):")
-            med = {name: statistics.median(series) for name, series in rows.items()}
-            for name, value in med.items():
-                print(f"  {name:<16} {value:7.2f}{'x' if '/' in name and 'server' not in name else ''}")
-            one = statistics.median(decision["one at a time"])
-            print(f"medians over the rounds, a decision of {len(changes)} changes (ms per change):")
-            print(f"  one at a time (before the Events went alongside) {one * ms:7.2f}")
-            for mode in modes[1:]:
-                per = statistics.median(decision[mode])
-                what = "Writer.apply, as the controller writes" if mode == "decision" else "bench only"
-                print(f"  {mode + ' (' + what + ')':<48} {per * ms:7.2f}   {one / per:.2f}x the speed of one at a time")
-            per = statistics.median(decision["decision"])
-            print("a whole decision at the medians (one at a time / Writer.apply):")
-            for name, size in DECISION_SIZES:
-                print(f"  {name:<24} {size:>5} changes: {size * one:8.2f} s / {size * per:8.2f} s")
-            print(f"load average after: {load()}")
-        finally:
-            plane.stop()
+        print(f"{len(changes)} changes per client per round (the core's, `moves` scenario); decision record "
+              f"{len(writer.record_for(changes[0]).encode())} bytes", flush=True)
+        ms = 1000.0
+        rows: dict[str, list[float]] = {k: [] for k in ("server/request", "bare p50", "bare p99", "ours p50",
+                                                        "ours p99", "ours/bare p50", "ours cpu", "bare cpu")}
+        modes = ["one at a time", "decision", *(f"{t} threads" for t in threads)]
+        decision: dict[str, list[float]] = {m: [] for m in modes}
+        for rnd in range(1, args.rounds + 1):
+            mine, theirs = nodes_of("ours"), nodes_of("bare")
+            t_ours: list[float] = []
+            t_bare: list[float] = []
+            cpu = {"ours": 0.0, "bare": 0.0}
+            s0, c0 = server_time()
+            for i, c in enumerate(changes):
+                ours_c, bare_c = on_node(c, f"ours-{c.node}"), on_node(c, f"bare-{c.node}")
+                steps: list[tuple[str, Callable[[], Any]]] = [
+                    ("ours", lambda: writer.apply([ours_c], mine, lambda: True)),
+                    ("bare", lambda: bare.write(bare_c, theirs[bare_c.node]))]
+                for who, step in steps if i % 2 else steps[::-1]:
+                    p, t = time.process_time(), time.perf_counter()
+                    out = step()
+                    (t_ours if who == "ours" else t_bare).append(time.perf_counter() - t)
+                    cpu[who] += time.process_time() - p
+                    if who == "ours" and len(out) != 1:
+                        raise RuntimeError(f"the Writer did not write {ours_c.node}")
+            s1, c1 = server_time()
+            vals = {"server/request": (s1 - s0) / max(1.0, c1 - c0) * ms,
+                    "bare p50": pct(t_bare, 50) * ms, "bare p99": pct(t_bare, 99) * ms,
+                    "ours p50": pct(t_ours, 50) * ms, "ours p99": pct(t_ours, 99) * ms,
+                    "ours/bare p50": pct(t_ours, 50) / pct(t_bare, 50),
+                    "ours cpu": cpu["ours"] / len(changes) * ms, "bare cpu": cpu["bare"] / len(changes) * ms}
+            for k, v in vals.items():
+                rows[k].append(v)
+            print(f"round {rnd}, one change (ms, 2 requests): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in vals.items()), flush=True)
+            order = modes if rnd % 2 else modes[::-1]
+            for mode in order:
+                prefix = sets[mode]
+                decision[mode].append(write_decision(writer, changes, prefix, nodes_of(prefix), mode))
+            print(f"round {rnd}, a decision of {len(changes)} changes (ms per change): " + ", ".join(
+                f"{m} {decision[m][-1] * ms:.2f}" for m in modes), flush=True)
+        print("\nmedians over the rounds, one change (ms: its Node patch and its Event):")
+        med = {name: statistics.median(series) for name, series in rows.items()}
+        for name, value in med.items():
+            print(f"  {name:<16} {value:7.2f}{'x' if '/' in name and 'server' not in name else ''}")
+        one = statistics.median(decision["one at a time"])
+        print(f"medians over the rounds, a decision of {len(changes)} changes (ms per change):")
+        print(f"  one at a time (before the Events went alongside) {one * ms:7.2f}")
+        for mode in modes[1:]:
+            per = statistics.median(decision[mode])
+            what = "Writer.apply, as the controller writes" if mode == "decision" else "bench only"
+            print(f"  {mode + ' (' + what + ')':<48} {per * ms:7.2f}   {one / per:.2f}x the speed of one at a time")
+        per = statistics.median(decision["decision"])
+        print("a whole decision at the medians (one at a time / Writer.apply):")
+        for name, size in DECISION_SIZES:
+            print(f"  {name:<24} {size:>5} changes: {size * one:8.2f} s / {size * per:8.2f} s")
+        print(f"load average after: {load()}")
     return 0
 
 

@@ -15,11 +15,14 @@ their buckets alone cannot tell 3 ms from 90 ms; the `_sum` difference of one ev
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import ssl
 import statistics
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,6 +32,21 @@ if TYPE_CHECKING:
     from bridge.sandbox.real.plane import ControlPlane
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@contextlib.contextmanager
+def api_server_alone(prefix: str) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver v1.37 only (no controller manager, no scheduler: nothing else talks to the server), in
+    a temporary directory named `prefix`...; stopped and removed on exit."""
+    from bridge.sandbox.real.binaries import Binaries
+    from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
+        plane = ControlPlane(Path(work), Binaries("1.37"), PlaneOptions(managers=False)).start()
+        try:
+            yield plane
+        finally:
+            plane.stop()
 
 
 class AdminHttps:
