@@ -256,10 +256,13 @@ class Controller:
             log.info("decision: %d pending pods (%d GPUs legacy, %d DRA), %d target changes (%d moves), %d blocked",
                      sum(decision.pending_pods.values()), decision.pending_gpus["legacy"],
                      decision.pending_gpus["dra"], len(decision.changes), decision.moves, len(decision.blocked))
+        writing = time.perf_counter()
         written = self.writer.apply(decision.changes, state.nodes, self.is_leader)
         self.writer.forget_dry_runs_except({c.node for c in decision.changes})
         self.writer.report_blocked(decision.blocked, state.pending_pods, self.is_leader)
         self.writer.report_unreadable(state.views, state.nodes, self.is_leader)
+        self.metrics.write_seconds.labels(changed="yes" if decision.changes else "no").observe(
+            time.perf_counter() - writing)
         if not self.options.dry_run:
             self.memory = self.memory.after(replace(decision, changes=tuple(written)), now)
         self.last_decision = decision

@@ -32,6 +32,9 @@ class ControllerMetrics:
         self.plan_seconds = Histogram(p + "plan_seconds", "Time of the core's plan in a decision, by how it was "
                                       "reached (went-on, step-3-again, from-scratch)", ["plan"], buckets=buckets,
                                       registry=r)
+        self.write_seconds = Histogram(p + "write_seconds", "Time a decision's writes took (target patches with "
+                                       "their Events, blocked-pod and unreadable-status Events), by whether it "
+                                       "changed targets", ["changed"], buckets=buckets, registry=r)
         self.changes = Counter(p + "target_changes", "Split targets written or (dry-run) recorded", ["mode"],
                                registry=r)
         self.moves = Counter(p + "moves", "GPUs moved by the changes", ["direction", "mode"], registry=r)
@@ -53,6 +56,8 @@ class ControllerMetrics:
             self.nodes.labels(state=state).set(0)
         for plan in PLANS:
             self.plan_seconds.labels(plan=plan)
+        for changed in ("yes", "no"):
+            self.write_seconds.labels(changed=changed)
 
     def observe(self, decision: Decision, node_states: dict[str, int]) -> None:
         for api in APIS:

@@ -135,6 +135,10 @@ def test_pending_dra_pods_get_free_legacy_gpus_with_an_event_and_a_record(
              for p in PLANS}
     assert plans["from-scratch"] >= 2 and plans["went-on"] >= 1, plans
     assert sum(plans.values()) >= taken  # (each plan is timed before its decision is counted)
+    # Each decision's writes are timed too: the one that changed gpu-node-4 (a patch and an Event), and the others.
+    assert app.metrics.registry.get_sample_value("dra_bridge_controller_write_seconds_count", {"changed": "yes"}) == 1
+    assert app.metrics.registry.get_sample_value("dra_bridge_controller_write_seconds_sum", {"changed": "yes"}) > 0
+    assert app.metrics.registry.get_sample_value("dra_bridge_controller_write_seconds_count", {"changed": "no"}) >= 2
     # The daemon applies it; the pods are still pending (not yet bound): nothing more changes.
     act_as_daemon(api, "gpu-node-4", [L] * 2 + [D] * 6, held=[0, 1])
     decisions = app.metrics.decisions._value.get()
