@@ -1,6 +1,6 @@
 """How long the controller takes to write a decision, against a real kube-apiserver: our Writer vs bare HTTPS.
 
-    .venv/bin/python bench/real_controller_write_bench.py [--changes 300] [--rounds 3] [--threads 4,8]
+    .venv/bin/python bench/real_controller_write_bench.py [--changes 300] [--rounds 3] [--threads 4]
 
 Only etcd and kube-apiserver v1.37.2 run (no controller manager, no scheduler): nothing else talks to the server.
 Issue 25 times the controller's core; the decision reaches the cluster only once written. The loop writes each
