@@ -15,7 +15,7 @@ Speed: the Node patches go one after another in the decision thread, each after 
 goes out on a thread of its own while the decision thread sends the next patch (`_Alongside`), and `apply` returns
 once every Event it started is sent or has failed (so it still returns with everything written). Against a real
 kube-apiserver each request takes 2-3 ms, so a decision's writes approach the time of its patches alone instead of
-its patches and Events in a row: 1.37x faster on the 2-core bench machine, where the API server, etcd and the
+its patches and Events in a row: 1.3-1.6x faster on the 2-core bench machine, where the API server, etcd and the
 controller share the cores (bench/real_controller_write_bench.py). Only the Events overlap: the patches stay in
 order, one in flight at a time, so a replica that stops leading stops between two patches as before, and the API
 server sees at most two requests of the controller's writes at once.
@@ -115,7 +115,7 @@ class Writer:
         """Write the changes; returns those written (under dry-run: those recorded, or already recorded), once their
         Events are sent too (each alongside the next patch: `_Alongside`)."""
         done: list[TargetChange] = []
-        events = _Alongside() if len(changes) > 1 else None
+        events: _Alongside | None = None  # started by the first write
         try:
             for change in changes:
                 node = nodes.get(change.node)
@@ -127,6 +127,7 @@ class Writer:
                 if not is_leader():
                     log.warning("not the leader any more: %d target change(s) not written", len(changes) - len(done))
                     break
+                events = events or _Alongside()
                 if self._write(change, node, events):
                     done.append(change)
         finally:
@@ -134,7 +135,8 @@ class Writer:
                 events.close()
         return done
 
-    def _write(self, change: TargetChange, node: Obj, events: _Alongside | None = None) -> bool:
+    def _write(self, change: TargetChange, node: Obj, events: _Alongside) -> bool:
+        """Patch the Node; on success, hand its Event to `events` and say True."""
         meta = node.get("metadata") or {}
         record = self.record_for(change)
         annotations: dict[str, Any] = {DECISION_KEY: record.encode()}
@@ -167,10 +169,7 @@ class Writer:
         message = (f"{'would set' if self.dry_run else 'set'} {SPLIT_KEY} {change.previous_target or '(none)'} -> "
                    f"{change.target} ({change.moves} GPU{'s' if change.moves != 1 else ''} {change.direction}): "
                    f"{change.reason}")
-        if events is None:
-            self._event(stored, reason, message, "Normal")
-        else:
-            events.submit(self._event, stored, reason, message, "Normal")
+        events.submit(self._event, stored, reason, message, "Normal")
         return True
 
     def _event(self, involved: Obj, reason: str, message: str, kind: str) -> None:
