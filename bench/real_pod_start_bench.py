@@ -1,6 +1,6 @@
 """Pod create -> Running on ONE real node, legacy vs DRA, in one run: what a user feels, and where the DRA path spends.
 
-    .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook]
+    .venv/bin/python bench/real_pod_start_bench.py [--pods 50] [--warmup 2] [--no-webhook] [--no-go-floor]
                                                    [--py-spy FILE [--py-spy-rate HZ]] [--node-arg ARG ...]
 
 Needs the real backend (`scripts/build_real.py`: kube-apiserver, controller manager, scheduler, kubelet v1.37.2,
@@ -8,14 +8,20 @@ etcd, containerd/runc/CNI). One node (`8xH100-80GB`, split 4: four GPUs to the d
 ResourceSlice) with a real kubelet and containerd, our `bridge node` inside it, the real control plane, and (unless
 `--no-webhook`) our webhook. Pods run the probe image (`imagePullPolicy: Never`).
 
-Three kinds of one-GPU pod, one pod at a time, the kinds' order rotated every round so the machine's load falls on
-each alike:
+Three kinds of one-GPU pod, and a fourth as the floor, one pod at a time, the kinds' order rotated every round so
+the machine's load falls on each alike:
   legacy   `nvidia.com/gpu: 1` (device plugin: the kubelet's Allocate)
   dra      a claim from a ResourceClaimTemplate of our DeviceClass (the claim controller creates it, the scheduler
            allocates it, the kubelet calls our NodePrepareResources)
   webhook  the legacy pod in a namespace our webhook translates (`dra-bridge.io/mode: dra`): a DRA pod to the rest;
            on 1.37 the webhook's `auto` target is `extended` (`deviceclass.resource.kubernetes.io/<class>`,
            KEP-5004), whose claim kube-scheduler makes (no claim controller, no template)
+  floor    a DRA pod like `dra`, of another driver on the same node: `bench/godra`, a kubelet plugin in Go on the
+           upstream helper (k8s.io/dynamic-resource-allocation/kubeletplugin v0.37.2, as NVIDIA's driver is), which
+           reads the claim from the API server as every driver on that helper does and then answers at once (no
+           checkpoint, no CDI spec, no checks). Its kubelet-measured prepare is what the kubelet, the API server and a
+           Go driver cost on this machine with no driver work: the floor under our prepare. Left out without a Go
+           toolchain or with `--no-go-floor`; built once under ~/.cache/dra-bridge/bench.
 Each round's pods are deleted and gone before the next round. Timestamps come from one watch on the pods
 (create request sent -> spec.nodeName seen -> phase Running seen).
 
@@ -63,7 +69,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.realbench import (  # noqa: E402
-    AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, ratio, summary, total)
+    AdminHttps, Samples, build_go, cpu_seconds, hist_sum, load, parse_metrics, pct, ratio, summary, total)
 from bridge.kube import EVENTS, PODS  # noqa: E402
 from bridge.kube.errors import KubeError, NotFound  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
@@ -71,8 +77,10 @@ from tests.real.realnodes import claim_template, ensure_namespace, probe_pod  # 
 
 NODE = "node-0"
 LABEL = "bench=real-pod-start"
-KINDS = ("legacy", "dra", "webhook")
-NAMESPACE = {"legacy": "bench-legacy", "dra": "bench-dra", "webhook": "bench-webhook"}
+KINDS = ("legacy", "dra", "webhook", "floor")
+NAMESPACE = {"legacy": "bench-legacy", "dra": "bench-dra", "webhook": "bench-webhook", "floor": "bench-floor"}
+FLOOR_DRIVER = "floor.bench.dra-bridge.io"  # bench/godra's driver and its DeviceClass
+FLOOR_DIR = Path(__file__).with_name("godra")
 PREPARE = "dra_operations_duration_seconds"
 GRPC = "dra_grpc_operations_duration_seconds"
 ALLOC = "kubelet_device_plugin_alloc_duration_seconds"
@@ -217,9 +225,46 @@ def _grpc(samples: Samples) -> tuple[float, float]:
 
 
 def pod(kind: str, name: str) -> dict[str, Any]:
-    p = probe_pod(name, gpus=0 if kind == "dra" else 1, claim_template="one-gpu" if kind == "dra" else None)
+    template = {"dra": "one-gpu", "floor": "one-floor"}.get(kind)
+    p = probe_pod(name, gpus=0 if template else 1, claim_template=template)
     p["metadata"]["labels"] = {"bench": "real-pod-start"}
     return p
+
+
+class GoFloor:
+    """bench/godra inside the node's mount namespace (the kubelet's plugin directories at their default paths), with
+    the credentials our daemon has here, its DeviceClass, and a claim template in its namespace."""
+
+    def __init__(self, cluster: SandboxCluster, binary: Path) -> None:
+        node = cluster.node(NODE)
+        assert node.real is not None
+        assert cluster.work_dir is not None
+        self.log = cluster.work_dir / "godra.log"
+        argv = [str(binary), "--node-name", NODE, "--kubeconfig", str(cluster.kubeconfig), "--driver", FLOOR_DRIVER,
+                "--devices", "4"]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(node.real.ns.enter(argv), stdout=out, stderr=subprocess.STDOUT)
+        rapi = cluster.api.resource_api()
+        cluster.api.create(rapi.device_classes, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": FLOOR_DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{FLOOR_DRIVER}'"}}]}})
+        ensure_namespace(cluster, NAMESPACE["floor"])
+        cluster.api.create(rapi.claim_templates, claim_template("one-floor", device_class=FLOOR_DRIVER),
+                           NAMESPACE["floor"])
+        deadline = time.monotonic() + 60
+        while not any((s.get("spec") or {}).get("driver") == FLOOR_DRIVER
+                      for s in cluster.api.list(rapi.slices)["items"]):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"bench/godra published no ResourceSlice: {self.log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def start_cluster(args: argparse.Namespace) -> SandboxCluster:
@@ -294,10 +339,10 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
     for k in KINDS:
         if tot[k]:
             print(f"  {k:<8} {summary(tot[k])}")
-    for k in ("dra", "webhook"):
+    for k in ("dra", "webhook", "floor"):
         if tot[k]:
             print(f"  {k}/legacy: p50 {ratio(tot[k], tot['legacy'], 50):.2f}x  p99 {ratio(tot[k], tot['legacy'], 99):.2f}x"
-                  f"   (goal <= 1.2x)")
+                  + ("   (goal <= 1.2x)" if k != "floor" else "   (the Go floor driver)"))
     print("\nwhere the time goes (p50 / mean, ms)")
     for k in KINDS:
         if not by[k]:
@@ -346,9 +391,14 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
     inside, count = first_bucket(final)
     print(f"\nkubelet {PREPARE}{{PrepareResources}}: {inside:.0f} of {count:.0f} in its first bucket (<= 100 ms; "
           f"every pod's, with claims or not; its buckets cannot resolve 10 ms: the per-pod figures above are exact)")
-    prep = [s.deltas["prepare"] for s in samples if s.kind != "legacy" and s.deltas.get("prepare_n") == 1]
+    prep = [s.deltas["prepare"] for s in samples if s.kind in ("dra", "webhook") and s.deltas.get("prepare_n") == 1]
+    floor = [s.deltas["prepare"] for s in by["floor"] if s.deltas.get("prepare_n") == 1]
     if prep:
-        print(f"kubelet-measured prepare p99 {pct(prep, 99) * 1000:.1f} ms (goal <= 10 ms)")
+        print(f"kubelet-measured prepare p99 {pct(prep, 99) * 1000:.1f} ms, p50 {pct(prep, 50) * 1000:.1f} ms "
+              "(ours: dra and webhook pods; goal p99 <= 10 ms)")
+    if floor:
+        print(f"  the floor, bench/godra (Go, the upstream helper, no driver work): p99 {pct(floor, 99) * 1000:.1f} ms, "
+              f"p50 {pct(floor, 50) * 1000:.1f} ms")
     print("\nCPU seconds over the measured rounds: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     if tot["dra"] and tot["legacy"]:
         gap = statistics.fmean(tot["dra"]) - statistics.fmean(tot["legacy"])
@@ -392,7 +442,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2, help="rounds not counted (default 2)")
     ap.add_argument("--gpus", default="8xH100-80GB")
     ap.add_argument("--split", default="4")
-    ap.add_argument("--no-webhook", action="store_true", help="legacy and dra pods only")
+    ap.add_argument("--no-webhook", action="store_true", help="no webhook pods (and no webhook)")
+    ap.add_argument("--no-go-floor", action="store_true", help="no floor pods (bench/godra, the Go driver)")
     ap.add_argument("--node-arg", action="append", default=[], metavar="ARG",
                     help="an extra `bridge node` argument, repeatable (a what-if: --node-arg=--state-dir=/run/x "
                          "puts the checkpoint on the node's tmpfs /run)")
@@ -401,13 +452,16 @@ def main() -> int:
                     help="py-spy samples per second (default 200; a prepare takes a few ms: 1000 resolves its phases)")
     args = ap.parse_args()
     started = time.monotonic()
+    binary = None if args.no_go_floor else build_go(FLOOR_DIR, "the floor (bench/godra)")
     cluster = start_cluster(args)
     print(f"cluster up in {time.monotonic() - started:.1f}s ({load()})", flush=True)
     spy: subprocess.Popen[bytes] | None = None
+    floor: GoFloor | None = None
     try:
+        floor = GoFloor(cluster, binary) if binary is not None else None
         watch = PodWatch(cluster).start()
         scraper = Scraper(cluster)
-        kinds = [k for k in KINDS if not (k == "webhook" and args.no_webhook)]
+        kinds = [k for k in KINDS if not (k == "webhook" and args.no_webhook) and not (k == "floor" and floor is None)]
         before = scraper.scrape()
         for i in range(args.warmup):
             _, before = run_round(cluster, watch, scraper, kinds, -1 - i, before)
@@ -433,6 +487,8 @@ def main() -> int:
         if spy is not None:
             spy.send_signal(2)
             spy.wait(30)
+        if floor is not None:
+            floor.stop()
         cluster.stop()
     return 0
 

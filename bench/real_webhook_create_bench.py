@@ -50,13 +50,11 @@ review time), both as means (`_sum`/`_count`; the API server's buckets start at 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import http.client
 import itertools
 import json
 import os
 import subprocess
-import shutil
 import ssl
 import statistics
 import tempfile
@@ -70,7 +68,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.realbench import (  # noqa: E402
-    AdminHttps, Samples, cpu_seconds, hist_sum, load, parse_metrics, pct, summary)
+    AdminHttps, Samples, build_go, cpu_seconds, hist_sum, load, parse_metrics, pct, summary)
 from bridge.kube import MUTATING_WEBHOOKS, PODS  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
 from bridge.webhook.registration import WEBHOOK_NAME  # noqa: E402
@@ -141,19 +139,7 @@ GO_ECHO_DIR = Path(__file__).with_name("goecho")
 
 def build_go_echo() -> Path | None:
     """`bench/goecho` built once per source under ~/.cache/dra-bridge/bench; None (with why) without a Go toolchain."""
-    go = shutil.which("go")
-    if go is None:
-        print("no `go` on PATH: the Go echo webhook is left out (scripts/build_real.py needs Go too)", flush=True)
-        return None
-    digest = hashlib.sha256(b"".join((GO_ECHO_DIR / f).read_bytes() for f in ("go.mod", "main.go"))).hexdigest()
-    out = Path.home() / ".cache" / "dra-bridge" / "bench" / f"goecho-{digest[:12]}"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
-        subprocess.run([go, "build", "-trimpath", "-o", str(tmp), "."], cwd=GO_ECHO_DIR, check=True,
-                       env=dict(os.environ, CGO_ENABLED="0", GOFLAGS="", GOTOOLCHAIN="local"))
-        tmp.rename(out)
-    return out
+    return build_go(GO_ECHO_DIR, "the Go echo webhook")
 
 
 class EchoWebhook:

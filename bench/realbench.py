@@ -16,10 +16,13 @@ their buckets alone cannot tell 3 ms from 90 ms; the `_sum` difference of one ev
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.client
 import os
+import shutil
 import ssl
 import statistics
+import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -32,6 +35,25 @@ if TYPE_CHECKING:
     from bridge.sandbox.real.plane import ControlPlane
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def build_go(source: Path, what: str) -> Path | None:
+    """The Go program in `source` (its go.mod, go.sum when there is one, and *.go) built once per content under
+    ~/.cache/dra-bridge/bench; None, saying so, without a Go toolchain (`what` names what is then left out)."""
+    go = shutil.which("go")
+    if go is None:
+        print(f"no `go` on PATH: {what} is left out (scripts/build_real.py needs Go too)", flush=True)
+        return None
+    files = sorted(f for f in source.iterdir() if f.name in ("go.mod", "go.sum") or f.suffix == ".go")
+    digest = hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()
+    out = Path.home() / ".cache" / "dra-bridge" / "bench" / f"{source.name}-{digest[:12]}"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+        subprocess.run([go, "build", "-trimpath", "-o", str(tmp), "."], cwd=source, check=True,
+                       env=dict(os.environ, CGO_ENABLED="0", GOFLAGS="", GOTOOLCHAIN="local"))
+        tmp.rename(out)
+    return out
 
 
 @contextlib.contextmanager
