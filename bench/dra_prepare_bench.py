@@ -1,7 +1,7 @@
 """NodePrepareResources latency against the local API emulator, with a bare echo RPC as the in-run baseline.
 
     .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--rounds 1] [--ab-sync 300] [--state-dir DIR]
-                                                [--cdi-dir DIR]
+                                                [--claims-dir DIR] [--cdi-dir DIR]
     BENCH_NO_LEDGER=1 ...   # without the ownership ledger's prepare guard (the node daemon always wires it)
 
 Three processes, as on a node: the API emulator (`python -m bridge sandbox apiserver`), the DRA daemon
@@ -10,11 +10,14 @@ Three processes, as on a node: the API emulator (`python -m bridge sandbox apise
 
 Each prepare is 1 claim with 1 GPU over a real unix socket (v1 DRAPlugin). What the kubelet waits for: the claim
 GET from the emulator through the official client (on the read pool, outside the node lock: every call reads the
-claim, `bridge/dra/claimreads.py`), the node lock, ownership/exclusivity checks, the PrepareStarted checkpoint
-write, the CDI spec write (on tmpfs like /var/run/cdi when the machine has /dev/shm), the PrepareCompleted
-checkpoint write. Both checkpoint writes are atomic renames without fsync; one fsync of the checkpoint file and
-its directory follows right after the call on a background thread (see bridge/dra/prepare.py for why the kubelet
-need not wait for it); the checkpoint stays on disk, under /tmp unless --state-dir says otherwise.
+claim, `bridge/dra/claimreads.py`), the node lock, ownership/exclusivity checks, the PrepareStarted record
+write, the CDI spec write, the PrepareCompleted record write. Both record writes are atomic renames without fsync of
+the claim records' file (claims.json); one fsync of it and its directory follows right after the call on a
+background thread (see bridge/dra/prepare.py for why the kubelet need not wait for it). Where the files live is the
+chart's layout: the claim records and the CDI specs on a tmpfs (its /var/run/dra-bridge and /var/run/cdi: here new
+dirs under /dev/shm when the machine has it, or --claims-dir / --cdi-dir), the ownership sides' checkpoint on disk
+(under /tmp unless --state-dir says otherwise; a prepare does not write it). `--claims-dir` pointed at the state
+dir gives the layout before the claim records had a file of their own.
 
 Two kinds of prepare, interleaved per iteration:
 * fresh: a new claim (unprepared afterwards, outside the timing), the full two-phase path;
@@ -23,9 +26,9 @@ Two kinds of prepare, interleaved per iteration:
 The baseline is a unary RPC on the same kind of socket, served by the same daemon process, whose handler does
 nothing (`pluginregistration.GetInfo`), run interleaved with the prepares. Attribution lines: the claim GET alone
 (this process -> emulator), the daemon's own view (its latency histogram: mean; its process CPU per iteration, less
-sensitive to the machine's load than the percentiles), the storage floor (two unsynced
-checkpoint-sized renames, what a fresh prepare writes in the call, and one file + directory fsync, what the
-background sync adds per call). The machine's load average is printed before and after: on a shared machine the
+sensitive to the machine's load than the percentiles), the storage floor in the claims dir (two unsynced
+renames of a claims.json-sized file, what a fresh prepare writes in the call, and one file + directory fsync, what
+the background sync adds per call). The machine's load average is printed before and after: on a shared machine the
 percentiles move with it. Targets: fresh prepare p99 <= 5 ms on a quiet machine (issue 25; <= 10 ms before it).
 `--rounds N` runs the claims N times over, one round after another in the same processes (each unprepared claim is
 fresh again), prints each round's p50/p99 and judges the target on the median of the rounds' p99: a single round's
@@ -59,7 +62,8 @@ from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as reg_pb
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as reg_grpc  # noqa: E402
 from bridge.atomicfile import fsync_dir  # noqa: E402
 from bridge.kube import connect  # noqa: E402
-from bridge.ledger.checkpoint import CHECKPOINT_NAME, _replace_unsynced  # noqa: E402
+from bridge.dra.stores import CLAIMS_NAME  # noqa: E402
+from bridge.ledger.checkpoint import _replace_unsynced  # noqa: E402
 from bench.realbench import pct  # noqa: E402
 from tests.dra.cluster import NODE, gpu, make_claim, make_pod  # noqa: E402
 
@@ -69,10 +73,10 @@ READY = "daemon ready"
 
 # -- the daemon process ------------------------------------------------------------------------------------------
 
-def run_daemon(kubeconfig: str, root: Path, cdi_root: Path, state_dir: Path) -> int:
+def run_daemon(kubeconfig: str, root: Path, cdi_root: Path, state_dir: Path, claims_dir: Path) -> int:
     from bridge.dra.component import DraConfig, DraNode
     from bridge.dra.plugin import PluginConfig
-    from bridge.dra.stores import CheckpointClaimStore
+    from bridge.dra.stores import CheckpointClaimStore, claims_checkpoint
     from bridge.inventory.simulated import devices_from_spec
     from bridge.ledger import Facts, Ledger, Side
     from bridge.ledger.checkpoint import Checkpoint
@@ -95,7 +99,9 @@ def run_daemon(kubeconfig: str, root: Path, cdi_root: Path, state_dir: Path) -> 
     node = DraNode(
         DraConfig(NODE, PluginConfig(kubelet_root=str(root / "kl"), health=False), cdi_root=cdi_root,
                   boot_id_path=root / "boot_id"),
-        connect(kubeconfig), devices, lambda _: Side.DRA, CheckpointClaimStore(checkpoint), ownership=split,
+        connect(kubeconfig), devices, lambda _: Side.DRA,
+        CheckpointClaimStore(claims_checkpoint(claims_dir, boot_id=lambda: BOOT_ID), lock_dir=state_dir),
+        ownership=split,
     )
     node.start()
     print(READY, node.config.plugin.dra_socket, node.config.plugin.registration_socket, flush=True)
@@ -233,21 +239,29 @@ def main() -> int:
                     help="rounds over the same claims, one after another; with more than one, the target is judged "
                          "on the median of the rounds' p99 (single rounds on a shared machine move +-30 %%)")
     ap.add_argument("--state-dir", type=Path, help="where the checkpoint lives (default: a new dir under /tmp)")
+    ap.add_argument("--claims-dir", type=Path,
+                    help="where the claim records (claims.json) live (default: a new dir under /dev/shm, as the "
+                         "chart's tmpfs /var/run/dra-bridge); the state dir: the layout before they had their own")
     ap.add_argument("--cdi-dir", type=Path, help="where CDI specs go (default: a new dir under /dev/shm)")
     ap.add_argument("--ab-sync", type=int, default=0, metavar="N",
                     help="also compare, in this process, N prepares that wait for the fsync with N that defer it")
-    ap.add_argument("--daemon", nargs=4, metavar=("KUBECONFIG", "ROOT", "CDI", "STATE"), help=argparse.SUPPRESS)
+    ap.add_argument("--daemon", nargs=5, metavar=("KUBECONFIG", "ROOT", "CDI", "STATE", "CLAIMS"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.daemon:
-        kc, root, cdi, state = args.daemon
-        return run_daemon(kc, Path(root), Path(cdi), Path(state))
+        kc, root, cdi, state, claims = args.daemon
+        return run_daemon(kc, Path(root), Path(cdi), Path(state), Path(claims))
 
     root = Path(tempfile.mkdtemp(prefix="br-bench-", dir="/tmp"))
-    # /var/run/cdi is a tmpfs on real nodes; use one here too when the machine has it (the checkpoint stays on disk).
+    # /var/run is a tmpfs on real nodes (CDI specs, the chart's claims dir); use one here too when the machine has it
+    # (the sides' checkpoint stays on disk).
     shm = Path("/dev/shm")
     cdi_root = args.cdi_dir or (Path(tempfile.mkdtemp(prefix="br-cdi-", dir=shm)) if shm.is_dir() else root / "cdi")
+    claims_dir = args.claims_dir or (Path(tempfile.mkdtemp(prefix="br-claims-", dir=shm)) if shm.is_dir()
+                                     else root / "claims")
     state_dir = args.state_dir or root / "st"
     state_dir.mkdir(parents=True, exist_ok=True)
+    claims_dir.mkdir(parents=True, exist_ok=True)
     kubeconfig = root / "kubeconfig"
     emulator = start_emulator(kubeconfig)
     daemon: subprocess.Popen[str] | None = None
@@ -256,7 +270,8 @@ def main() -> int:
         pod = make_pod(api, "bench", "p", ["gpu"])
         claims = [make_claim(api, "bench", f"c{i}", pod, [gpu(f"gpu-{i % 8}")]) for i in range(args.iterations)]
         daemon = subprocess.Popen(
-            [sys.executable, __file__, "--daemon", str(kubeconfig), str(root), str(cdi_root), str(state_dir)],
+            [sys.executable, __file__, "--daemon", str(kubeconfig), str(root), str(cdi_root), str(state_dir),
+             str(claims_dir)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert daemon.stdin is not None and daemon.stdout is not None
         ready = daemon.stdout.readline().split()
@@ -276,7 +291,7 @@ def main() -> int:
                 one_round(stub, reg, claims, prep, repeat, echo)
                 rounds.append((pct(prep[first:], 50), pct(prep[first:], 99), pct(echo[first:], 99), round_load))
         load_after = load()
-        checkpoint_size = (state_dir / CHECKPOINT_NAME).stat().st_size
+        checkpoint_size = (claims_dir / CLAIMS_NAME).stat().st_size
         daemon.stdin.close()
         daemon_view = daemon.stdout.read().strip()
         daemon.wait(30)
@@ -286,7 +301,7 @@ def main() -> int:
             t = time.perf_counter()
             api.get(api.resource_api().claims, c["metadata"]["name"], "bench")
             gets.append(time.perf_counter() - t)
-        floor_writes, floor_syncs = storage_floor(state_dir, checkpoint_size, 100)
+        floor_writes, floor_syncs = storage_floor(claims_dir, checkpoint_size, 100)
         ab = ab_sync(kubeconfig, root, cdi_root, args.ab_sync) if args.ab_sync else {}
     finally:
         if daemon is not None and daemon.poll() is None:
@@ -296,6 +311,8 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
         if args.cdi_dir is None:
             shutil.rmtree(cdi_root, ignore_errors=True)
+        if args.claims_dir is None:
+            shutil.rmtree(claims_dir, ignore_errors=True)
 
     ms = 1000.0
     p50, p99 = pct(prep, 50) * ms, pct(prep, 99) * ms
@@ -313,14 +330,14 @@ def main() -> int:
     print(f"claim GET alone (emulator, official client): p50 {pct(gets, 50) * ms:.2f} ms  "
           f"p99 {pct(gets, 99) * ms:.2f} ms")
     print(daemon_view)
-    print(f"storage floor in the state dir ({checkpoint_size}-byte file): 2 unsynced replaces (in the call) "
+    print(f"storage floor in the claims dir ({checkpoint_size}-byte file): 2 unsynced replaces (in the call) "
           f"p50 {pct(floor_writes, 50) * ms:.2f} ms  p99 {pct(floor_writes, 99) * ms:.2f} ms;  file + directory "
           f"fsync (after the call) p50 {pct(floor_syncs, 50) * ms:.2f} ms  p99 {pct(floor_syncs, 99) * ms:.2f} ms")
     for mode, values in ab.items():
         print(f"A/B in-process prepare core, fsync {mode:8s}: p50 {pct(values, 50) * ms:.2f} ms  "
               f"p90 {pct(values, 90) * ms:.2f} ms  p99 {pct(values, 99) * ms:.2f} ms  "
               f"mean {statistics.mean(values) * ms:.2f} ms  ({len(values)} calls, alternating)")
-    print(f"CDI dir: {cdi_root}; checkpoint dir: {state_dir}")
+    print(f"CDI dir: {cdi_root}; claims dir: {claims_dir}; state dir: {state_dir}")
     judged = p99
     if len(rounds) > 1:
         for k, (round_p50, round_p99, echo_p99, before) in enumerate(rounds, 1):

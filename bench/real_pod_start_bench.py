@@ -445,8 +445,10 @@ def main() -> int:
     ap.add_argument("--no-webhook", action="store_true", help="no webhook pods (and no webhook)")
     ap.add_argument("--no-go-floor", action="store_true", help="no floor pods (bench/godra, the Go driver)")
     ap.add_argument("--node-arg", action="append", default=[], metavar="ARG",
-                    help="an extra `bridge node` argument, repeatable (a what-if: --node-arg=--state-dir=/run/x "
-                         "puts the checkpoint on the node's tmpfs /run)")
+                    help="an extra `bridge node` argument, repeatable, after the sandbox's own (a what-if: "
+                         "--node-arg=--claims-dir=/var/lib/dra-bridge puts the claim records back on the node's "
+                         "disk, beside the sides' checkpoint, where they were before --claims-dir; the sandbox, as the "
+                         "chart, passes --claims-dir /var/run/dra-bridge, the node's tmpfs)")
     ap.add_argument("--py-spy", metavar="FILE", help="record the node daemon with py-spy into FILE (raw format)")
     ap.add_argument("--py-spy-rate", type=int, default=200, metavar="HZ",
                     help="py-spy samples per second (default 200; a prepare takes a few ms: 1000 resolves its phases)")

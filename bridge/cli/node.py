@@ -78,6 +78,12 @@ from bridge.logs import setup_logging
               help="Checkpoint and ledger directory. One daemon per directory: it is locked (node.lock), and a "
                    "second daemon on it exits with status 2 naming the holder's PID (see --pod-uid for rolling "
                    "updates).")
+@click.option("--claims-dir", show_envvar=True, envvar="BRIDGE_CLAIMS_DIR", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Directory of the prepared-claim records (claims.json), written twice in every "
+                   "NodePrepareResources. They are void after a reboot, so a tmpfs such as /var/run/dra-bridge "
+                   "(what the chart passes) keeps the kubelet's prepare off the disk. Default: the --state-dir. "
+                   "Records a daemon left in another directory are not read: change it on a drained node.")
 @click.option("--resource-name", show_envvar=True, envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
               help="Extended resource name served through the device-plugin API.")
 @click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
@@ -134,7 +140,7 @@ from bridge.logs import setup_logging
 def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: str, kubelet_root: Path,
          device_plugin_dir: Path, cdi_root: Path, driver_root: str | None, dev_root: str | None, host_root: Path,
          cdi_hook_path: str | None,
-         cdi_source: str, state_dir: Path, resource_name: str, device_list_strategy: str, http_address: str,
+         cdi_source: str, state_dir: Path, claims_dir: Path | None, resource_name: str, device_list_strategy: str, http_address: str,
          kubeconfig: str | None, kube_context: str | None, driver_name: str, dra_mode: str,
          dra_devices: str | None, slice_taints: str, pod_uid: str | None, split_grace: str,
          move_timeout: float, cleanup: bool, log_format: str, log_level: str) -> None:
@@ -237,7 +243,7 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
 
     setup_logging(log_format, log_level)
     config = NodeConfig(node_name=node_name, kubelet_root=kubelet_root, device_plugin_dir=device_plugin_dir,
-                        cdi_root=cdi_root, state_dir=state_dir,
+                        cdi_root=cdi_root, state_dir=state_dir, claims_dir=claims_dir,
                         resource_name=resource_name, device_list_strategy=strategies, http_address=address,
                         device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid), cdi=cdi)
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
@@ -273,6 +279,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     enable_stack_dumps()
     try:
         ensure_state_dir(state_dir)
+        if claims_dir is not None:
+            ensure_state_dir(claims_dir, option="--claims-dir")
         DualNode(config, source, opts).run(stop)
     except CheckpointError as err:
         click.echo(f"bridge node: {err}", err=True)

@@ -3,8 +3,8 @@
     python -m bridge.dra._crashharness --kubeconfig K --node node-a --kubelet-root R --state-dir S \
         --cdi-root C --boot-id-file B [--devices 4xH100-80GB] [--legacy 0,1]
 
-Simulated GPUs, the node checkpoint (`<state-dir>/checkpoint.json`, opened as `bridge node` opens it), the real
-plugin sockets. Combined with `BRIDGE_CRASH_AT` (see
+Simulated GPUs, the node's checkpoints (`<state-dir>/checkpoint.json` and the claim records' `claims.json` beside
+it, opened as `bridge node` opens them), the real plugin sockets. Combined with `BRIDGE_CRASH_AT` (see
 `crashpoints`) it dies with SIGKILL at a chosen step; tests restart it and let the kubelet simulator retry.
 Runs until SIGTERM/SIGINT, then removes its sockets. Not a user command: `bridge node` is.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bridge.dra.component import DraConfig, DraNode
 from bridge.dra.plugin import PluginConfig
-from bridge.dra.stores import CheckpointClaimStore, open_checkpoint
+from bridge.dra.stores import CheckpointClaimStore, claims_checkpoint, open_checkpoint
 from bridge.inventory.model import DeviceID
 from bridge.ledger.sides import Side
 from bridge.inventory.simulated import devices_from_spec
@@ -48,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     def side_of(uuid: DeviceID) -> Side:
         return Side.LEGACY if uuid in legacy else Side.DRA
 
-    checkpoint = Checkpoint(args.state_dir, boot_id=lambda: read_boot_id(args.boot_id_file))
-    opened = open_checkpoint(checkpoint)
-    store = CheckpointClaimStore(checkpoint)
+    def boot_id() -> str:
+        return read_boot_id(args.boot_id_file)
+
+    # as `bridge node` wires them (bridge.node.dual): the sides' checkpoint and the claim records' file, both in
+    # the state directory here (no --claims-dir)
+    checkpoint = Checkpoint(args.state_dir, boot_id=boot_id)
+    claims = claims_checkpoint(args.state_dir, boot_id=boot_id)
+    opened = open_checkpoint(checkpoint, claims)
+    store = CheckpointClaimStore(claims, lock_dir=args.state_dir)
     node = DraNode(
         DraConfig(node_name=args.node, plugin=PluginConfig(kubelet_root=args.kubelet_root),
                   cdi_root=Path(args.cdi_root), boot_id_path=Path(args.boot_id_file)),
@@ -60,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     node.start()
-    if opened.corrupt is not None:
-        print(f"CORRUPT-CHECKPOINT-MOVED-TO {opened.corrupt.moved_to}", flush=True)
+    for corrupt in (opened.corrupt, opened.claims_corrupt):
+        if corrupt is not None:
+            print(f"CORRUPT-CHECKPOINT-MOVED-TO {corrupt.moved_to}", flush=True)
     print("READY", flush=True)
     try:
         while not stop.wait(0.5):  # timed: a signal taken by a gRPC thread still reaches the handler

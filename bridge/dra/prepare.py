@@ -25,7 +25,9 @@ Invariants (the kubelet's DRA manager contract: prepare per claim, idempotent, o
   kubelet): the window ends when the sync does, milliseconds after the call, as it did when the call itself waited.
   The start-up sweep's writes stay durable. The claim's CDI spec is renamed into place without fsync and never
   synced (`bridge.cdi.writer`, `durable=False`): a reboot voids it, and the start-up sweep removes it. Cost in the
-  kubelet's path: three page-cache renames (two checkpoint versions, one spec), no fsync.
+  kubelet's path: three page-cache renames (two versions of the claim records' file, one spec), no fsync; on a
+  tmpfs (the chart's `--claims-dir /var/run/dra-bridge`, the CDI directory) none of them touches a disk
+  (`bridge.dra.stores` says why the claim records have a file of their own).
 * Trusts the API, not its memory: EVERY call reads each claim from the API (`bridge.dra.claimreads`: outside the
   node lock, concurrently, within one budget per call that leaves margin under the kubelet's 45 s), because a
   claim can be deallocated and re-allocated under the same UID (its pods gone while the kubelet was down, say), and

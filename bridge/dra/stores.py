@@ -1,9 +1,24 @@
 """Adapters from the prepare core's two seams (`ClaimStore`, `CdiStore`) to the project's ledger and CDI packages.
 
-`prepare.py` depends only on the Protocols; the concrete persistence lives in `bridge/ledger` (the node's ONE
-checkpoint file with its `update(mutate)` path, file locks, boot ID) and `bridge/cdi` (spec building, atomic
-writer). This module is the only glue. Invariant: prepared claims and ownership sides share one checkpoint file,
-so there is exactly one place (and one write path) for everything the node must remember across crashes.
+`prepare.py` depends only on the Protocols; the concrete persistence lives in `bridge/ledger` (the checkpoint with
+its `update(mutate)` path, file locks, boot ID) and `bridge/cdi` (spec building, atomic writer). This module is the
+only glue.
+
+Where the node's state lives: every change, of ownership sides or of prepared claims, goes through the one
+`Checkpoint.update(mutate)` path (versioned, checksummed, boot ID, atomic rename, a file lock). The daemon keeps
+two checkpoint files of that one format, because their contents live on different time scales:
+* `<--state-dir>/checkpoint.json`, the ownership sides (and moves under way): they must survive a reboot (the
+  kubelet's device assignments do), so they are on disk and every write is fsynced;
+* `<--claims-dir>/claims.json`, the prepared-claim records: void after a reboot (the boot ID says so; the CDI specs
+  they name live in tmpfs `/var/run/cdi`, and the kubelet prepares every claim again), written twice in every
+  NodePrepareResources (PrepareStarted, PrepareCompleted). The chart puts them on the node's tmpfs
+  (`/var/run/dra-bridge`), as the CDI specs are: on a real node a rename on the disk the kubelet, containerd and the
+  journald write to cost a prepare more than its claim GET (bench/real_pod_start_bench.py). Without
+  `--claims-dir` the file sits beside checkpoint.json.
+No write ever needs both files at once: a prepare that takes a GPU back from the device plugin writes the sides
+first (`SplitController.guard_prepare`, durably), then the claim's records. Claim records written by a version that
+kept them in checkpoint.json are moved at start (`open_checkpoint`). The node-wide Prepare/Unprepare lock
+(`pu.lock`) stays in the state directory, where every version of the daemon takes it.
 """
 
 from __future__ import annotations
@@ -68,26 +83,36 @@ class ClaimCdi:
         return set(self.writer.list())
 
 
+CLAIMS_NAME = "claims.json"  # the prepared-claim records' checkpoint file, in --claims-dir
+
+
+def claims_checkpoint(claims_dir: str | Path, *, boot_id: Callable[[], str]) -> Checkpoint:
+    """The checkpoint of prepared-claim records in `claims_dir` (see the module docstring)."""
+    return Checkpoint(claims_dir, boot_id=boot_id, name=CLAIMS_NAME)
+
+
 class CheckpointClaimStore:
-    """`ClaimStore` over the node's one checkpoint (`bridge.ledger.Checkpoint`): the prepared-claim records live in
-    the same file as the ownership sides, and every change goes through `Checkpoint.update(mutate)`.
+    """`ClaimStore` over a checkpoint (`bridge.ledger.Checkpoint`): the claims file (`claims_checkpoint`) in the daemon,
+    any checkpoint in tests; every change goes through `Checkpoint.update(mutate)`.
 
     Record mapping: `ClaimRecord` <-> `PreparedClaim`/`PreparedDevice`; a record's `boot_id` is the file's boot ID
     (the checkpoint stores one per file, and `open_checkpoint` drops an earlier boot's claims before anything is
-    written in this boot). `serialized()` takes the node-wide Prepare/Unprepare lock (`pu.lock`) and then re-reads
-    the checkpoint, since another instance (rolling update) may have changed it; `load()` answers from that
+    written in this boot). `serialized()` takes the node-wide Prepare/Unprepare lock (`pu.lock`, in `lock_dir`: the
+    state directory; default the checkpoint's own directory) and then re-reads the checkpoint, since another instance (rolling update) may have changed it; `load()` answers from that
     snapshot while the lock is held and reads the file otherwise. `commit(put, remove, durable=...)` is one
     `update`; `sync()` makes the file as it is durable (see `bridge.dra.prepare` for which writes are fsynced when,
     and why).
     """
 
-    def __init__(self, checkpoint: Checkpoint, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, checkpoint: Checkpoint, *, lock_dir: str | Path | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.checkpoint = checkpoint
+        self.lock_dir = Path(lock_dir) if lock_dir is not None else checkpoint.dir
         self._clock = clock
         self._held: dict[str, ClaimRecord] | None = None
 
     def serialized(self, timeout: float) -> AbstractContextManager[None]:
-        return _Serialized(self, serialize_lock(self.checkpoint.dir, timeout))
+        return _Serialized(self, serialize_lock(self.lock_dir, timeout))
 
     def load(self) -> dict[str, ClaimRecord]:
         if self._held is not None:
@@ -169,16 +194,25 @@ def _from_ledger(c: PreparedClaim, boot_id: str) -> ClaimRecord:
 
 @dataclass(frozen=True)
 class OpenedCheckpoint:
-    """What the daemon starts from: the stored state (empty on a fresh node or after a corrupt file)."""
+    """What the daemon starts from: the stored state (empty on a fresh node or after a corrupt file). `data`: the sides
+    from the node's checkpoint, the claims from the claims file when there is one (`open_checkpoint(..., claims)`)."""
 
     data: CheckpointData
     exists: bool
     corrupt: CheckpointCorrupt | None = None  # set when the file was unusable and has been moved aside
     discarded_claims: tuple[str, ...] = ()  # claim UIDs dropped because they were prepared in an earlier boot
+    claims_corrupt: CheckpointCorrupt | None = None  # the claims file was unusable and has been moved aside
+    moved_claims: tuple[str, ...] = ()  # claim UIDs moved from checkpoint.json into the claims file
+
+    @property
+    def claims_lost(self) -> bool:
+        """Claim records may be lost (a file that held them was corrupt): rebuild them from the kubelet."""
+        return self.corrupt is not None or self.claims_corrupt is not None
 
 
-def open_checkpoint(checkpoint: Checkpoint) -> OpenedCheckpoint:
-    """Read the checkpoint at start, before anything writes to it.
+def open_checkpoint(checkpoint: Checkpoint, claims: Checkpoint | None = None) -> OpenedCheckpoint:
+    """Read the checkpoint at start, before anything writes to it; with `claims`, the claims file too
+    (`_open_claims`).
 
     * a corrupt file: already moved aside by the checkpoint; logged at ERROR with where it went; the daemon goes on
       from an empty state and rebuilds from the API (split target) and the kubelet (PodResources): never silently;
@@ -188,6 +222,11 @@ def open_checkpoint(checkpoint: Checkpoint) -> OpenedCheckpoint:
     Temp files of writes a killed process never finished are removed first (`Checkpoint.sweep`).
     Raises CheckpointError when the file cannot be read or written at all (I/O error, lock timeout).
     """
+    opened = _open_one(checkpoint)
+    return opened if claims is None else _open_claims(checkpoint, opened, claims)
+
+
+def _open_one(checkpoint: Checkpoint) -> OpenedCheckpoint:
     swept = checkpoint.sweep()
     if swept:
         log.warning("removed %d temp file(s) of checkpoint writes that never finished", len(swept),
@@ -205,3 +244,23 @@ def open_checkpoint(checkpoint: Checkpoint) -> OpenedCheckpoint:
                     extra={"claims": ",".join(dropped)})
         return OpenedCheckpoint(data, exists=True, discarded_claims=dropped)
     return OpenedCheckpoint(result.data, exists=result.exists)
+
+
+def _open_claims(node: Checkpoint, opened: OpenedCheckpoint, claims: Checkpoint) -> OpenedCheckpoint:
+    """The claims file, opened as the node's checkpoint is (temp files swept; corrupt: moved aside, logged,
+    `claims_corrupt`; an earlier boot's records dropped). Records still in checkpoint.json (written by a version that
+    kept them there) are the newest there are: nothing after them was written anywhere, since this version moves
+    them before it serves. So they replace the claims file's content (one write), and only then leave
+    checkpoint.json (one durable write): a crash in between leaves them in both, and the next start does the same
+    again."""
+    found = _open_one(claims)
+    records = dict(found.data.claims)
+    moved = tuple(sorted(opened.data.claims))
+    if moved:
+        claims.update(lambda d: replace(d, claims=dict(opened.data.claims)), adopt_previous_boot=True)
+        node.update(lambda d: d.without_claims())
+        records = dict(opened.data.claims)
+        log.info("moved %d prepared claim record(s) from %s to %s", len(moved), node.path, claims.path,
+                 extra={"claims": ",".join(moved)})
+    return replace(opened, data=replace(opened.data, claims=records), claims_corrupt=found.corrupt,
+                   discarded_claims=(*opened.discarded_claims, *found.discarded_claims), moved_claims=moved)

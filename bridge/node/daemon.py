@@ -60,6 +60,7 @@ class NodeConfig:
     device_plugin_dir: Path | None = None  # None: <kubelet_root>/device-plugins (see PluginConfig.device_plugin_dir)
     cdi_root: Path = Path("/var/run/cdi")
     state_dir: Path = Path("/var/lib/dra-bridge")
+    claims_dir: Path | None = None  # the prepared-claim records (bridge.dra.stores); None: the state directory
     resource_name: str = "nvidia.com/gpu"
     device_list_strategy: frozenset[str] = frozenset({ENVVAR})
     http_address: tuple[str, int] | None = ("127.0.0.1", 8080)
@@ -70,6 +71,10 @@ class NodeConfig:
     # Driver root, dev root, host-root view, hook, --cdi-source. `check_device_nodes` (real GPUs) also leaves
     # control nodes the host lacks (/dev/nvidia-uvm before the module loads) out of Allocate's device specs.
     cdi: CdiOptions = CdiOptions()
+
+    @property
+    def claims_path(self) -> Path:
+        return self.claims_dir if self.claims_dir is not None else self.state_dir
 
     @property
     def device_plugin_path(self) -> Path:

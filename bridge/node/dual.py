@@ -57,7 +57,7 @@ from bridge.dra.metrics import SlicePublisherCollector
 from bridge.dra.plugin import PluginConfig as DraPluginConfig
 from bridge.dra.slicepublisher import SlicePublisher, TaintMode
 from bridge.dra.slices import DEFAULT_DRIVER
-from bridge.dra.stores import CheckpointClaimStore, ClaimCdi, OpenedCheckpoint, open_checkpoint
+from bridge.dra.stores import CheckpointClaimStore, ClaimCdi, OpenedCheckpoint, claims_checkpoint, open_checkpoint
 from bridge.inventory.model import DeviceID, DeviceSource, GpuDevice
 from bridge.kube.api import NODES, KubeAPI
 from bridge.kube.errors import KubeError
@@ -151,7 +151,10 @@ class DualNode:
         self.opts = dra
         self.dra_on, self.dra_reason = dra_wanted(dra, environ)
         self.devices: tuple[GpuDevice, ...] = ()
-        self.checkpoint = Checkpoint(config.state_dir, boot_id=cached_boot_id(dra.boot_id_path))
+        boot_id = cached_boot_id(dra.boot_id_path)
+        self.checkpoint = Checkpoint(config.state_dir, boot_id=boot_id)
+        # the prepared-claim records (bridge.dra.stores): on the node's tmpfs when --claims-dir says so (the chart)
+        self.claims = claims_checkpoint(config.claims_path, boot_id=boot_id)
         self.opened: OpenedCheckpoint | None = None
         self.kube: KubeAPI | None = None
         self.pods: NodePods | None = None
@@ -188,8 +191,8 @@ class DualNode:
                              self.config.adopt_timeout_s)
 
     def prepared(self) -> list[tuple[DeviceID, Holder]]:
-        """Our prepared-claim records as DRA holders (the checkpoint: every device this node prepared)."""
-        claims = self.checkpoint.read().data.claims.values()
+        """Our prepared-claim records as DRA holders (the claims file: every device this node prepared)."""
+        claims = self.claims.read().data.claims.values()
         return prepared_holders((c.namespace, c.name, c.state, [d.uuid for d in c.devices]) for c in claims)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -254,7 +257,7 @@ class DualNode:
         if ignored is not None:
             log.info("XIDs that do not mark a GPU unhealthy: %s", ",".join(str(x) for x in sorted(ignored)),
                      extra={"node": cfg.node_name})
-        self.opened = open_checkpoint(self.checkpoint)
+        self.opened = open_checkpoint(self.checkpoint, self.claims)
         initial = self._initial_ownership(self.opened)
         if not self.dra_on:
             self._static = initial
@@ -303,9 +306,9 @@ class DualNode:
             DraConfig(cfg.node_name, DraPluginConfig(driver=self.opts.driver, kubelet_root=str(cfg.kubelet_root),
                                                      pod_uid=self.opts.pod_uid),
                       cdi_root=cfg.cdi_root, boot_id_path=self.opts.boot_id_path),
-            self.kube, self.devices, split.side_of, CheckpointClaimStore(self.checkpoint),
+            self.kube, self.devices, split.side_of, CheckpointClaimStore(self.claims, lock_dir=cfg.state_dir),
             on_registered=lambda: publisher.republish("DRA plugin (re)registered"),
-            recover_claims=self._claims_in_use if self.opened.corrupt is not None else None,
+            recover_claims=self._claims_in_use if self.opened.claims_lost else None,
             on_released=lambda: split.kick("an unprepare freed devices"),
             ownership=split,
             cdi=node_cdi,

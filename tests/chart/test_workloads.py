@@ -106,7 +106,9 @@ def test_every_socket_and_directory_of_the_daemon_is_a_hostpath_at_the_same_path
         "PodResources socket": Path(kubelet_root) / PODRESOURCES_SOCKET,
         "CDI specs": Path(str(params["cdi_root"])) / "x.json",
         "checkpoint": Path(str(params["state_dir"])) / "checkpoint.json",
+        "claim records": Path(str(params["claims_dir"])) / "claims.json",
     }
+    assert str(params["claims_dir"]) == "/var/run/dra-bridge", "the claim records on the host's tmpfs, as CDI specs"
     for what, path in used.items():
         under = [m for m in mounts if Path(path).is_relative_to(m) and m != params["host_root"].as_posix()]
         assert under, f"{what} ({path}) is in no mounted host path"

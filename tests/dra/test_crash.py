@@ -67,8 +67,8 @@ class Daemon:
 
 
 def checkpoint_doc(cluster: Cluster) -> dict:
-    """The node checkpoint as stored (claims and ownership sides share this one file)."""
-    path = cluster.state_dir / "checkpoint.json"
+    """The claim records' checkpoint as stored (claims.json, beside the sides' checkpoint.json)."""
+    path = cluster.state_dir / "claims.json"
     return json.loads(path.read_text()) if path.exists() else {"data": {"preparedClaims": {}}}
 
 

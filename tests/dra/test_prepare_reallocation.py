@@ -68,8 +68,8 @@ def test_a_claim_reallocated_from_gpu_2_to_gpu_5_under_the_same_uid_is_prepared_
         spec = json.loads(cdi_files(env.cdi_root)[uid].read_text())
         assert [(d["name"], d["containerEdits"]["deviceNodes"]) for d in spec["devices"]] == \
             [(f"{uid}-gpu-5", [{"path": f"/dev/nvidia{GPUS[5].minor}"}])]
-        checkpoint = json.loads((env.root / "st" / "checkpoint.json").read_text())
-        assert [d["device"] for d in checkpoint["data"]["preparedClaims"][uid]["devices"]] == ["gpu-5"]
+        records = json.loads((env.root / "st" / "claims.json").read_text())  # the claim records' checkpoint
+        assert [d["device"] for d in records["data"]["preparedClaims"][uid]["devices"]] == ["gpu-5"]
         # Logged before the answer, but read from the daemon's output by the test's reader thread in its own time.
         wait_until(lambda: any("allocation changed since it was prepared" in line for line in proc.lines), 30,
                    "the daemon's log line about the changed allocation")

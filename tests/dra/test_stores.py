@@ -1,4 +1,5 @@
-"""The prepared-claim store over the node's one checkpoint: claims and ownership sides share the file."""
+"""The prepared-claim store over a checkpoint, and the daemon's two files: the sides' checkpoint.json (state
+directory, durable) and the claim records' claims.json (--claims-dir, a tmpfs in the chart)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from bridge.ledger import Side
 from bridge.dra.prepare import ClaimRecord, RecordedDevice
-from bridge.dra.stores import CheckpointClaimStore, open_checkpoint
+from bridge.dra.stores import CLAIMS_NAME, CheckpointClaimStore, claims_checkpoint, open_checkpoint
 from bridge.inventory.model import DeviceID
 from bridge.ledger.checkpoint import Checkpoint, CheckpointFromPreviousBoot
 from bridge.ledger.lock import LockTimeout
@@ -138,3 +139,77 @@ def test_prepare_and_unprepare_wait_for_another_process_holding_the_node_lock_th
         holder.wait(30)
     assert preparer.prepare([ref])["uid-1"].error == ""
     assert preparer.unprepare([ref]) == {"uid-1": ""}
+
+
+def two_files(root: Path, boot: Boot | None = None) -> tuple[Checkpoint, Checkpoint]:
+    """The daemon's layout: the sides' checkpoint in the state directory, the claim records in another one."""
+    boot_id = boot or (lambda: "boot-1")
+    return (Checkpoint(root / "state", boot_id=boot_id), claims_checkpoint(root / "run", boot_id=boot_id))
+
+
+def test_claim_records_go_to_the_claims_file_and_the_sides_checkpoint_is_not_written(short_tmp: Path) -> None:
+    node, claims = two_files(short_tmp)
+    node.update(lambda d: d.with_sides({UUID: "dra"}, split="1"))
+    sides_file = (short_tmp / "state" / "checkpoint.json").read_bytes()
+    store = CheckpointClaimStore(claims, lock_dir=short_tmp / "state")
+    store.commit(put=[record("u1")], durable=False)
+    store.commit(put=[record("u2")], remove=["u1"], durable=False)
+    assert (short_tmp / "state" / "checkpoint.json").read_bytes() == sides_file
+    doc = json.loads((short_tmp / "run" / CLAIMS_NAME).read_text())
+    assert set(doc["data"]["preparedClaims"]) == {"u2"} and doc["bootID"] == "boot-1"
+    assert store.load() == {"u2": record("u2")}
+    # the node-wide Prepare/Unprepare lock stays where every version of the daemon takes it: the state directory
+    with store.serialized(5):
+        with pytest.raises(LockTimeout):
+            with CheckpointClaimStore(Checkpoint(short_tmp / "state", boot_id=lambda: "boot-1")).serialized(0.2):
+                pass
+
+
+def test_records_an_older_version_kept_in_checkpoint_json_move_to_the_claims_file_at_start(short_tmp: Path) -> None:
+    node, claims = two_files(short_tmp)
+    node.update(lambda d: d.with_sides({UUID: "dra"}, split="1"))
+    CheckpointClaimStore(node).commit(put=[record("u1"), record("u2", "PrepareStarted")])  # the old layout
+    opened = open_checkpoint(node, claims)
+    assert opened.moved_claims == ("u1", "u2") and not opened.claims_lost
+    assert set(opened.data.claims) == {"u1", "u2"} and opened.data.sides == {UUID: "dra"}
+    assert node.read().data.claims == {} and node.read().data.sides == {UUID: "dra"}
+    assert CheckpointClaimStore(claims).load() == {"u1": record("u1"), "u2": record("u2", "PrepareStarted")}
+    again = open_checkpoint(node, claims)  # the next start: nothing left to move
+    assert again.moved_claims == () and set(again.data.claims) == {"u1", "u2"}
+
+
+def test_a_start_killed_between_the_moves_two_writes_moves_the_records_again(short_tmp: Path) -> None:
+    """Records still in checkpoint.json are the newest: this version writes claims.json only after the move, so
+    whatever claims.json holds then (the same records, or an older version's leftovers) is replaced."""
+    node, claims = two_files(short_tmp)
+    CheckpointClaimStore(claims).commit(put=[record("stale")])  # e.g. left from before a downgrade
+    CheckpointClaimStore(node).commit(put=[record("u1")])
+    opened = open_checkpoint(node, claims)
+    assert opened.moved_claims == ("u1",) and set(opened.data.claims) == {"u1"}
+    assert set(CheckpointClaimStore(claims).load()) == {"u1"} and node.read().data.claims == {}
+
+
+def test_a_corrupt_claims_file_is_moved_aside_the_sides_stay_and_the_records_are_to_be_rebuilt(
+        short_tmp: Path) -> None:
+    node, claims = two_files(short_tmp)
+    node.update(lambda d: d.with_sides({UUID: "dra"}, split="1"))
+    CheckpointClaimStore(claims).commit(put=[record("u1")])
+    path = short_tmp / "run" / CLAIMS_NAME
+    path.write_bytes(path.read_bytes()[:40])  # cut short
+    opened = open_checkpoint(node, claims)
+    assert opened.corrupt is None and opened.claims_corrupt is not None and opened.claims_lost
+    assert opened.claims_corrupt.moved_to.parent == short_tmp / "run" and not path.exists()
+    assert opened.data.sides == {UUID: "dra"} and opened.data.claims == {}
+    CheckpointClaimStore(claims).commit(put=[record("u2")])  # a fresh file from then on
+    assert set(CheckpointClaimStore(claims).load()) == {"u2"}
+
+
+def test_claim_records_of_an_earlier_boot_are_dropped_and_the_sides_kept(short_tmp: Path) -> None:
+    boot = Boot()
+    node, claims = two_files(short_tmp, boot)
+    node.update(lambda d: d.with_sides({UUID: "dra"}, split="1"))
+    CheckpointClaimStore(claims).commit(put=[record("u1")])
+    boot.value = "boot-2"  # a claims dir that is not a tmpfs survives the reboot; its records do not count
+    opened = open_checkpoint(node, claims)
+    assert opened.discarded_claims == ("u1",) and opened.data.claims == {} and opened.data.sides == {UUID: "dra"}
+    assert CheckpointClaimStore(claims).load() == {}

@@ -180,6 +180,22 @@ def test_an_unusable_state_dir_exits_2_naming_the_option_and_the_path(short_tmp:
     assert not (short_tmp / "kl" / "device-plugins").exists()  # nothing was served
 
 
+def test_an_unusable_claims_dir_exits_2_naming_the_option_and_the_path(short_tmp: Path) -> None:
+    blocker = short_tmp / "blocker"
+    blocker.write_text("not a directory")
+    claims = blocker / "claims"
+    r = subprocess.run([sys.executable, "-m", "bridge", "node", "--node-name", "n", "--devices", "simulated:1xL4",
+                        "--kubelet-root", str(short_tmp / "kl"),
+                        "--device-plugin-dir", str(short_tmp / "kl" / "device-plugins"), "--state-dir",
+                        str(short_tmp / "st"), "--claims-dir", str(claims), "--http-address", "off"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")})
+    assert r.returncode == 2, r.stderr
+    assert f"bridge node: claims directory {str(claims)!r} (--claims-dir) cannot be used: Not a directory" in r.stderr
+    assert blocker.read_text() == "not a directory"
+    assert not (short_tmp / "kl" / "device-plugins").exists()  # nothing was served
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--driver-root", "run/nvidia/driver"], "'run/nvidia/driver' is not an absolute host path"),
     (["--dev-root", "dev"], "'dev' is not an absolute host path"),

@@ -213,9 +213,10 @@ def test_the_dra_halfs_prepare_and_slice_metrics_are_on_the_daemons_metrics_endp
     assert "dra_bridge_deviceplugin_registered" in text  # the device-plugin half is still there
 
 
-def test_after_a_corrupt_checkpoint_claims_running_containers_use_are_rebuilt_and_their_gpu_stays_on_dra(
+def test_after_corrupt_checkpoints_claims_running_containers_use_are_rebuilt_and_their_gpu_stays_on_dra(
         world: World) -> None:
-    """The bad file is kept aside and the daemon starts from what the kubelet (PodResources: which containers use
+    """Both files bad (the sides' checkpoint.json and the claim records' claims.json, here both in the state
+    directory): each is kept aside and the daemon starts from what the kubelet (PodResources: which containers use
     which DRA devices) and the API (the claims) say, never from nothing: the running claim's record and CDI spec are
     rebuilt, and its GPU is not handed to the device plugin even though the Node now asks for split 0."""
     from tests.dra.cluster import cdi_files, gpu, make_claim, make_pod
@@ -230,17 +231,21 @@ def test_after_a_corrupt_checkpoint_claims_running_containers_use_are_rebuilt_an
     first.stop()
     world.nodes.remove(first)
 
-    checkpoint = world.root / "st" / "checkpoint.json"
+    checkpoint, claims = world.root / "st" / "checkpoint.json", world.root / "st" / "claims.json"
+    assert uid in json.loads(claims.read_text())["data"]["preparedClaims"]
     checkpoint.write_text("{ truncated")
+    claims.write_text("{ truncated too")
     node_obj = world.api.get(NODES, NODE)
     node_obj["metadata"]["annotations"][SPLIT_KEY] = "0"
     world.api.update(NODES, node_obj)
 
     second = world.start()
     assert second.opened is not None and second.opened.corrupt is not None
+    assert second.opened.claims_corrupt is not None
+    assert second.opened.claims_corrupt.moved_to.read_text() == "{ truncated too"
     assert second.dra is not None and second.dra.recovered == {uid: ""}
     assert set(cdi_files(world.root / "cdi")) == {uid}
-    doc = json.loads(checkpoint.read_text())
+    doc = json.loads(claims.read_text())
     assert doc["data"]["preparedClaims"][uid]["state"] == "PrepareCompleted"
     # gpu-6 (free) goes back to the device plugin; gpu-7 (held by the running container) stays on DRA.
     assert world.kubelet.devices.wait_for(lambda m: world.counts() == (7, 1), 30)
@@ -254,5 +259,5 @@ def test_after_a_corrupt_checkpoint_claims_running_containers_use_are_rebuilt_an
     wait_until(lambda: set(world.slice_devices()) == {"gpu-7"}, 30, "gpu-7 republished after the wipe")
     assert world.kubelet.devices.wait_for(lambda m: world.counts() == (7, 1), 30)
     assert len(world.kubelet.dra.prepare_calls) == calls
-    assert json.loads(checkpoint.read_text())["data"]["preparedClaims"][uid]["state"] == "PrepareCompleted"
+    assert json.loads(claims.read_text())["data"]["preparedClaims"][uid]["state"] == "PrepareCompleted"
     assert set(cdi_files(world.root / "cdi")) == {uid}

@@ -433,7 +433,8 @@ class SandboxCluster:
         if node.real is not None:
             # inside the node's mount namespace, at a GPU node's default paths (--kubelet-root /var/lib/kubelet,
             # --device-plugin-dir /var/lib/kubelet/device-plugins, --state-dir /var/lib/dra-bridge,
-            # --cdi-root /var/run/cdi: the node's own there), with the node's
+            # --cdi-root /var/run/cdi: the node's own there), the claim records on its tmpfs /run as the chart puts
+            # them (--claims-dir /var/run/dra-bridge), with the node's
             # fake GPU files, CDI names in the CRI field (containerd applies them), and /readyz to wait on
             from bridge.sandbox.real.process import free_port
 
@@ -442,7 +443,8 @@ class SandboxCluster:
                 del argv[i:i + 2]
             node.http_port = free_port()
             argv[argv.index("--http-address") + 1] = f"127.0.0.1:{node.http_port}"
-            argv += ["--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
+            argv += ["--claims-dir", "/var/run/dra-bridge",
+                     "--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
                      "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
             return node.real.ns.enter(argv + list(self.spec.node_args))
         return argv + list(self.spec.node_args)
