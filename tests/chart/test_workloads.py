@@ -288,3 +288,23 @@ def test_under_the_gpu_operator_driver_files_and_device_nodes_come_from_its_driv
                  if c["name"] == "node"]
     args = " ".join(daemon.get("args") or [])
     assert "--driver-root=/run/nvidia/driver" in args and "--dev-root=/run/nvidia/driver" in args
+
+
+def test_the_guides_daemonset_stand_in_gives_each_node_its_own_copy_of_every_directory_the_chart_passes(
+        installed: Any, tmp_path: Path) -> None:
+    """The guide tests run the chart's node pods as processes on one machine (tests/guides/standins.py): each
+    directory flag the chart passes must become that node's own, or the nodes share this machine's /var/run/... (as
+    `--claims-dir` first did: two nodes' claim records in one file)."""
+    from types import SimpleNamespace
+
+    from tests.guides.standins import Workloads
+
+    c = container(installed(), "DaemonSet", "dra-bridge-node")
+    root = tmp_path / "node-a"
+    node = SimpleNamespace(spec=SimpleNamespace(gpus="8xH100-80GB"), kubelet_root=root / "kl", cdi_root=root / "cdi",
+                           state_dir=root / "state", claims_dir=root / "run")
+    argv = Workloads._node_argv(Workloads.__new__(Workloads), c, node)  # type: ignore[arg-type]
+    params = parse(node_command, argv[argv.index("node") + 1:], {}, env={})
+    dirs = {k: v for k, v in params.items() if k.endswith(("_dir", "_root")) and k != "host_root" and v is not None}
+    assert {"kubelet_root", "device_plugin_dir", "cdi_root", "state_dir", "claims_dir"} <= set(dirs)
+    assert {k: Path(str(v)).is_relative_to(root) for k, v in dirs.items()} == {k: True for k in dirs}

@@ -407,7 +407,8 @@ class Workloads:
         for key, value in (("--kubelet-root", str(node.kubelet_root)),
                            ("--device-plugin-dir", str(node.kubelet_root / "device-plugins")),
                            ("--cdi-root", str(node.cdi_root)),
-                           ("--state-dir", str(node.state_dir)), ("--http-address", "off"),
+                           ("--state-dir", str(node.state_dir)), ("--claims-dir", str(node.claims_dir)),
+                           ("--http-address", "off"),
                            ("--split-grace", TEST_SPLIT_GRACE), ("--log-format", "json")):
             pairs = _set(pairs, key, value)
         return [sys.executable, "-m", "bridge", *container.get("command", ["bridge", "node"])[1:], *_argv(pairs)]

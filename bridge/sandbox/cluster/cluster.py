@@ -114,6 +114,12 @@ class SandboxNode:
     def cdi_root(self) -> Path:
         return self.real.cdi_root if self.real is not None else self.root / "cdi"
 
+    @property
+    def claims_dir(self) -> Path:
+        """The daemon's --claims-dir, one per node (the chart's /var/run/dra-bridge on each host), as this machine
+        sees it: never this machine's own /var/run/dra-bridge, which every node would share."""
+        return self.real.claims_dir if self.real is not None else self.root / "run"
+
 
 class SandboxCluster:
     def __init__(self, spec: ClusterSpec, *, work_dir: Path | None = None, kubeconfig_out: Path | None = None,
@@ -422,7 +428,8 @@ class SandboxCluster:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,
                 "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
                 "--device-plugin-dir", str(node.kubelet_root / "device-plugins"),
-                "--state-dir", str(node.state_dir), "--cdi-root", str(node.cdi_root),
+                "--state-dir", str(node.state_dir), "--claims-dir", str(node.claims_dir),
+                "--cdi-root", str(node.cdi_root),
                 "--kubeconfig", str(self._component_kubeconfig("node", node.name)), "--dra", "on",
                 "--http-address", "off",
                 "--log-format", "json"]
@@ -436,14 +443,15 @@ class SandboxCluster:
             # --cdi-root /var/run/cdi: the node's own there), the claim records on its tmpfs /run as the chart puts
             # them (--claims-dir /var/run/dra-bridge), with the node's
             # fake GPU files, CDI names in the CRI field (containerd applies them), and /readyz to wait on
+            from bridge.sandbox.real.node import CLAIMS_DIR
             from bridge.sandbox.real.process import free_port
 
-            for flag in ("--kubelet-root", "--device-plugin-dir", "--state-dir", "--cdi-root"):
+            for flag in ("--kubelet-root", "--device-plugin-dir", "--state-dir", "--claims-dir", "--cdi-root"):
                 i = argv.index(flag)
                 del argv[i:i + 2]
             node.http_port = free_port()
             argv[argv.index("--http-address") + 1] = f"127.0.0.1:{node.http_port}"
-            argv += ["--claims-dir", "/var/run/dra-bridge",
+            argv += ["--claims-dir", CLAIMS_DIR,
                      "--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
                      "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
             return node.real.ns.enter(argv + list(self.spec.node_args))

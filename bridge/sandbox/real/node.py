@@ -68,6 +68,9 @@ def pod_subnet(cluster_id: str, index: int) -> str:
     raise RuntimeError("no free /24 in 10.64.0.0/10 for a sandbox node's pods")
 
 
+CLAIMS_DIR = "/var/run/dra-bridge"  # the chart's node.claimsDir: where the daemon keeps its claim records
+
+
 class RealNode:
     def __init__(self, node_dir: Path, binaries: Binaries, plane: ControlPlane, *, name: str, index: int,
                  cluster_id: str, devices: Sequence[GpuDevice], labels: dict[str, str], images: list[Path],
@@ -102,6 +105,11 @@ class RealNode:
     def state_dir(self) -> Path:
         """The node daemon's default --state-dir, /var/lib/dra-bridge, as the host sees it."""
         return self.ns.host_path("/var/lib/dra-bridge")
+
+    @property
+    def claims_dir(self) -> Path:
+        """The chart's --claims-dir, /var/run/dra-bridge (on the node's tmpfs /run), as the host sees it."""
+        return self.ns.host_path(CLAIMS_DIR)
 
     GPU_ROOT = "/run/nvidia/driver"  # inside the node: the GPU Operator's driver root, which holds dev/ too
 
