@@ -165,6 +165,10 @@ class DualNode:
         self.daemon: NodeDaemon | None = None
         self._static: Ledger | None = None  # the ledger when DRA is off (never changes then)
         self.instance = InstanceLock(config.state_dir)
+        # A claims directory of its own is locked too, once the state directory's lock is held: two daemons with
+        # different state directories must not share one claims.json (bridge.dra.stores).
+        self.claims_instance = (InstanceLock(config.claims_path)
+                                if os.path.abspath(config.claims_path) != os.path.abspath(config.state_dir) else None)
         self.standby_http: HealthServer | None = None
         self._grace_stop = threading.Event()
         self._grace_thread: threading.Thread | None = None
@@ -214,6 +218,8 @@ class DualNode:
         try:
             if not self.instance.try_acquire(self.me()):
                 raise InstanceBusy(self.config.state_dir, self.instance.holder())
+            if self.claims_instance is not None and not self.claims_instance.try_acquire(self.me()):
+                raise InstanceBusy(self.config.claims_path, self.claims_instance.holder(), claims=True)
             self.instance.sweep_previous(self.own_sockets())
             self._start()
         except BaseException:
@@ -387,6 +393,8 @@ class DualNode:
                 self.sources.close()
             if self._grace_thread is not None:
                 self._grace_thread.join(5)
+            if self.claims_instance is not None:
+                self.claims_instance.release()  # before the state directory's: a successor takes that one first
             self.instance.release()
 
     def run(self, stop: threading.Event) -> None:

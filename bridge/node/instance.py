@@ -95,12 +95,19 @@ class Instance:
 
 
 class InstanceBusy(RuntimeError):
-    """Another daemon holds the state directory; the message names it and says what to do."""
+    """Another daemon holds the state directory (or the claims directory, `--claims-dir`); the message names it and
+    says what to do."""
 
-    def __init__(self, state_dir: Path, holder: Instance | None) -> None:
+    def __init__(self, state_dir: Path, holder: Instance | None, *, claims: bool = False) -> None:
         self.state_dir = state_dir
         self.holder = holder
         who = holder.describe() if holder is not None else "PID unknown: its record is not readable yet"
+        if claims:
+            super().__init__(
+                f"claims directory {str(state_dir)!r} (--claims-dir) is in use by another bridge node ({who}): each "
+                f"node daemon keeps its claim records in a directory of its own, as its state. Give this one "
+                f"another --claims-dir, or stop that one first.")
+            return
         super().__init__(
             f"state directory {str(state_dir)!r} is in use by another bridge node ({who}): one node daemon per "
             f"node and state directory. Stop that one first. In a rolling update every instance gets its own "

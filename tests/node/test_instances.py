@@ -189,6 +189,27 @@ def test_a_second_daemon_on_the_same_state_dir_is_refused_naming_the_holder_and_
     assert first.stop() == 0
 
 
+def test_a_second_daemon_sharing_the_first_ones_claims_dir_is_refused_naming_the_option_and_the_holder(
+        env: Env) -> None:
+    """Another state directory, the same --claims-dir: the two would keep their claim records in one claims.json
+    (each sweeping the other's half-finished prepares at start), so the second one is refused before it serves."""
+    claims = str(env.root / "run")
+    first = env.start("--claims-dir", claims)
+    wait_until(env.serving, 60, "the first daemon serving both APIs")
+    records = env.root / "run" / "claims.json"
+    before = records.read_bytes() if records.exists() else None
+
+    second = env.start("--state-dir", str(env.root / "st2"), "--claims-dir", claims)
+    rc = second.wait(60)
+    assert rc == 2, second.output()
+    assert f"claims directory {claims!r} (--claims-dir) is in use by another bridge node (PID {first.p.pid}" in \
+        second.output()
+    assert "Traceback" not in second.output()
+    assert (records.read_bytes() if records.exists() else None) == before  # nothing of the first one's touched
+    assert env.serving() and first.ready() and first.p.poll() is None
+    assert first.stop() == 0
+
+
 def test_each_of_our_sockets_deleted_under_a_running_daemon_is_re_created_and_registered_again_within_2s(
         env: Env) -> None:
     daemon = env.start()
