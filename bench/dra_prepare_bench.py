@@ -138,10 +138,10 @@ def start_emulator(kubeconfig: Path) -> subprocess.Popen[str]:
     return proc
 
 
-def storage_floor(state_dir: Path, size: int, n: int) -> tuple[list[float], list[float]]:
-    """(two unsynced replaces of a checkpoint-sized file: a fresh prepare's writes in the call,
-    one fsync of that file and of its directory: the background sync after it)."""
-    path = state_dir / "floor.json"
+def storage_floor(directory: Path, size: int, n: int) -> tuple[list[float], list[float]]:
+    """In `directory` (the claims dir): (two unsynced replaces of a claims.json-sized file: a fresh prepare's writes in
+    the call, one fsync of that file and of its directory: the background sync after it)."""
+    path = directory / "floor.json"
     data = b"x" * size
     writes, syncs = [], []
     for _ in range(n):
@@ -155,7 +155,7 @@ def storage_floor(state_dir: Path, size: int, n: int) -> tuple[list[float], list
             os.fsync(fd)
         finally:
             os.close(fd)
-        fsync_dir(state_dir)
+        fsync_dir(directory)
         syncs.append(time.perf_counter() - t)
     path.unlink(missing_ok=True)
     return writes, syncs

@@ -73,6 +73,7 @@ from bench.realbench import (  # noqa: E402
 from bridge.kube import EVENTS, PODS  # noqa: E402
 from bridge.kube.errors import KubeError, NotFound  # noqa: E402
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster  # noqa: E402
+from bridge.sandbox.cluster.processes import ChildProcess  # noqa: E402
 from tests.real.realnodes import claim_template, ensure_namespace, probe_pod  # noqa: E402
 
 NODE = "node-0"
@@ -239,32 +240,30 @@ class GoFloor:
         node = cluster.node(NODE)
         assert node.real is not None
         assert cluster.work_dir is not None
-        self.log = cluster.work_dir / "godra.log"
         argv = [str(binary), "--node-name", NODE, "--kubeconfig", str(cluster.kubeconfig), "--driver", FLOOR_DRIVER,
                 "--devices", "4"]
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(node.real.ns.enter(argv), stdout=out, stderr=subprocess.STDOUT)
-        rapi = cluster.api.resource_api()
-        cluster.api.create(rapi.device_classes, {
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": FLOOR_DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{FLOOR_DRIVER}'"}}]}})
-        ensure_namespace(cluster, NAMESPACE["floor"])
-        cluster.api.create(rapi.claim_templates, claim_template("one-floor", device_class=FLOOR_DRIVER),
-                           NAMESPACE["floor"])
-        deadline = time.monotonic() + 60
-        while not any((s.get("spec") or {}).get("driver") == FLOOR_DRIVER
-                      for s in cluster.api.list(rapi.slices)["items"]):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"bench/godra published no ResourceSlice: {self.log.read_text()[-2000:]}")
-            time.sleep(0.2)
+        # the sandbox's own child process: SIGTERM, then SIGKILL, at stop, and SIGTERM if this bench dies
+        self.proc = ChildProcess("bench/godra", node.real.ns.enter(argv), cluster.work_dir / "godra.log").start()
+        try:
+            rapi = cluster.api.resource_api()
+            cluster.api.create(rapi.device_classes, {
+                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": FLOOR_DRIVER},
+                "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{FLOOR_DRIVER}'"}}]}})
+            ensure_namespace(cluster, NAMESPACE["floor"])
+            cluster.api.create(rapi.claim_templates, claim_template("one-floor", device_class=FLOOR_DRIVER),
+                               NAMESPACE["floor"])
+            deadline = time.monotonic() + 60
+            while not any((s.get("spec") or {}).get("driver") == FLOOR_DRIVER
+                          for s in cluster.api.list(rapi.slices)["items"]):
+                if not self.proc.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"bench/godra published no ResourceSlice:\n{self.proc.log_tail()}")
+                time.sleep(0.2)
+        except BaseException:
+            self.proc.stop()
+            raise
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.proc.stop()
 
 
 def start_cluster(args: argparse.Namespace) -> SandboxCluster:
