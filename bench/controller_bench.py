@@ -84,7 +84,7 @@ from bridge.controller.decide import decide, decide_how  # noqa: E402
 from bridge.controller.model import (  # noqa: E402
     Api, Decision, FreeGroup, Memory, NodeView, PendingPod, Policy, TargetChange)
 from bridge.controller.nodestatus import STATUS_KEY  # noqa: E402
-from bridge.kvalues.placement import Constraints, Taint, Toleration  # noqa: E402
+from bridge.kvalues.placement import Constraints, Taint, Toleration, canonical  # noqa: E402
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
@@ -138,6 +138,7 @@ def pods_for(scenario: str, n: int, rng: random.Random) -> list[PendingPod]:
             product = PRODUCTS[i % len(PRODUCTS)]
             c = Constraints(node_selector=(("nvidia.com/gpu.product", product),),
                             tolerations=(Toleration("team", "Equal", f"t{i % 8}", "NoSchedule"),))
+        c = canonical(c)  # as the controller reads a pod's constraints (`constraints_of`)
         out.append(PendingPod(f"ns-{i % 50}/pod-{i}", api, gpus, f"ns-{i % 50}", since=float(i), constraints=c))
     return out
 

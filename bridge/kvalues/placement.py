@@ -186,6 +186,23 @@ class Constraints:
 
 NONE = Constraints()
 
+# One shared instance per distinct value (`canonical`): a dict lookup of a key that IS the stored key skips the
+# comparison, and the controller's decision looks pods' constraints up some 10^4 times (a dataclass comparison each
+# time with one instance per pod). Bounded: past the bound the table starts again (instances stay equal, only less
+# often the same object).
+_CANONICAL: dict[Constraints, Constraints] = {NONE: NONE}
+_CANONICAL_MAX = 4096
+
+
+def canonical(c: Constraints) -> Constraints:
+    """The one instance of `c`'s value (equal to `c`; the same object for equal values while the table holds it)."""
+    got = _CANONICAL.get(c)
+    if got is None:
+        if len(_CANONICAL) >= _CANONICAL_MAX:
+            _CANONICAL.clear()
+        got = _CANONICAL[c] = c
+    return got
+
 
 def _requirements(items: Any) -> tuple[Requirement, ...]:
     out = []
@@ -208,7 +225,7 @@ def constraints_of(spec: Mapping[str, Any]) -> Constraints:
     tolerations = tuple(Toleration(str(t.get("key") or ""), str(t.get("operator") or ""), str(t.get("value") or ""),
                                    str(t.get("effect") or ""))
                         for t in spec.get("tolerations") or () if isinstance(t, dict))
-    return Constraints(selector, terms, tolerations)
+    return canonical(Constraints(selector, terms, tolerations))
 
 
 def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
@@ -216,5 +233,5 @@ def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
                  for t in (node.get("spec") or {}).get("taints") or () if isinstance(t, dict))
 
 
-__all__ = ["BLOCKING_EFFECTS", "NONE", "Constraints", "Requirement", "Taint", "Term", "Toleration", "constraints_of",
-           "field_matches", "taints_of", "term_matches", "toleration_tolerates"]
+__all__ = ["BLOCKING_EFFECTS", "NONE", "Constraints", "Requirement", "Taint", "Term", "Toleration", "canonical",
+           "constraints_of", "field_matches", "taints_of", "term_matches", "toleration_tolerates"]
