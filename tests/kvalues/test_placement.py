@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from bridge.kvalues.placement import (Constraints, Taint, Toleration, constraints_of, taints_of, term_matches,
-                                      toleration_tolerates)
+import bridge.kvalues.placement as placement
+from bridge.kvalues.placement import (Constraints, Taint, Toleration, canonical, constraints_of, taints_of,
+                                      term_matches, toleration_tolerates)
 
 LABELS = {"kubernetes.io/hostname": "node-0", "zone": "z1", "gpus": "8"}
 
@@ -87,6 +88,26 @@ def test_equal_filters_compare_equal_so_they_are_evaluated_once() -> None:
     a = constraints_of({"nodeSelector": {"zone": "z1", "kubernetes.io/hostname": "node-0"}})
     b = constraints_of({"nodeSelector": {"kubernetes.io/hostname": "node-0", "zone": "z1"}})
     assert a == b and hash(a) == hash(b)
+
+
+def test_pods_with_equal_filters_share_one_instance_of_them() -> None:
+    a = constraints_of({"nodeSelector": {"zone": "z1"}, "tolerations": [{"key": "team", "operator": "Exists"}]})
+    b = constraints_of({"tolerations": [{"key": "team", "operator": "Exists"}], "nodeSelector": {"zone": "z1"}})
+    assert a is b
+    assert constraints_of({}) is constraints_of({"nodeSelector": {}}) == placement.NONE
+    assert constraints_of({"nodeSelector": {"zone": "z2"}}) is not a
+
+
+def test_the_shared_instances_are_bounded_and_stay_equal_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placement, "_CANONICAL", {})
+    monkeypatch.setattr(placement, "_CANONICAL_MAX", 3)
+    first = constraints_of({"nodeSelector": {"zone": "z0"}})
+    for i in range(1, 5):
+        constraints_of({"nodeSelector": {"zone": f"z{i}"}})
+    assert len(placement._CANONICAL) <= 3
+    again = constraints_of({"nodeSelector": {"zone": "z0"}})
+    assert again == first and hash(again) == hash(first)
+    assert canonical(Constraints(node_selector=(("zone", "z0"),))) is again
 
 
 def test_the_filters_in_words_name_the_selector_and_the_affinity() -> None:
