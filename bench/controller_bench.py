@@ -13,7 +13,9 @@ with --pending pending pods, per scenario (best of --repeat runs):
   constrained  pods spread over 40 node-selector/toleration shapes (40 eligibility indexes)
 Every node publishes its topology, as the daemons do: the HGX products (H100, A100, B200) are one NVLink island of
 --gpus, the PCIe ones (L40S, L4) two NUMA nodes, with the free GPUs of each side spread over them at random; the
-core prefers nodes where a pod's GPUs are one group. Baseline, same process: the same scenario at a tenth of the
+core prefers nodes where a pod's GPUs are one group. Every node carries a real Node's labels: its hostname (no two
+nodes alike in all their labels), arch, os, zone, GPU product and count, pool; the pods' constraints are one instance
+per value, as the controller reads them (`bridge.kvalues.placement.constraints_of`). Baseline, same process: the same scenario at a tenth of the
 nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the same full-size scenario with no
 topology published (every node one group), so the cost of the topology preference shows beside it. "writing it"
 is what the shell would send for that decision: per change one Node patch and one Event, plus at most 20 Warning
@@ -111,17 +113,22 @@ def with_topology(v: NodeView, product: str, rng: random.Random) -> NodeView:
 def nodes_for(scenario: str, n: int, gpus: int, rng: random.Random) -> list[NodeView]:
     out = []
     for i in range(n):
-        labels = {"nvidia.com/gpu.product": PRODUCTS[i % len(PRODUCTS)], "dra-bridge.io/pool": f"pool-{i % 10}"}
+        name = f"node-{i:05d}"
+        # As a real Node's labels: its own hostname (so no two nodes carry the same labels), and the kubelet's and
+        # GPU feature discovery's labels that many nodes share.
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                  "topology.kubernetes.io/zone": f"zone-{i % 3}", "nvidia.com/gpu.count": str(gpus),
+                  "nvidia.com/gpu.product": PRODUCTS[i % len(PRODUCTS)], "dra-bridge.io/pool": f"pool-{i % 10}"}
         taints = (Taint("team", f"t{i % 8}", "NoSchedule"),) if scenario == "constrained" else ()
         if scenario == "fits":
-            v = NodeView(f"node-{i:05d}", gpus, gpus // 2, dra_held=1, legacy_held=1, labels=labels)
+            v = NodeView(name, gpus, gpus // 2, dra_held=1, legacy_held=1, labels=labels)
         elif scenario == "moves":
-            v = NodeView(f"node-{i:05d}", gpus, 0, legacy_held=gpus // 2, labels=labels)  # half free, all legacy
+            v = NodeView(name, gpus, 0, legacy_held=gpus // 2, labels=labels)  # half free, all legacy
         elif scenario == "scarce":
-            v = NodeView(f"node-{i:05d}", gpus, gpus // 2, dra_held=gpus // 2 - 1, legacy_held=gpus // 2 - 1,
+            v = NodeView(name, gpus, gpus // 2, dra_held=gpus // 2 - 1, legacy_held=gpus // 2 - 1,
                          labels=labels)
         else:
-            v = NodeView(f"node-{i:05d}", gpus, rng.randint(0, gpus), labels=labels, taints=taints)
+            v = NodeView(name, gpus, rng.randint(0, gpus), labels=labels, taints=taints)
             v = NodeView(v.name, gpus, v.dra, dra_held=rng.randint(0, v.dra), legacy_held=rng.randint(0, gpus - v.dra),
                          labels=labels, taints=taints)
         out.append(with_topology(v, PRODUCTS[i % len(PRODUCTS)], rng))

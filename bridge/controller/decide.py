@@ -48,10 +48,13 @@ it), `cooldown`, `min-legacy-share`, `rate-limit`, else `no-capacity` (no node h
 
 Cost: pods are grouped by their node constraints; each group keeps its eligible nodes in buckets by free counts, so
 a pod is placed by looking at a few buckets, not at every node (bench/controller_bench.py: 5,000 nodes x 8 GPUs and
-10,000 pending pods). What planning a node starts from (free counts, fitted groups, shape) is derived once per
-`NodeView` object and reused while the next decision gets the same object (the controller's cluster state,
+10,000 pending pods). What planning a node starts from (free counts, fitted groups, taints and cordon) is derived
+once per `NodeView` object and reused while the next decision gets the same object (the controller's cluster state,
 bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one
-eligibility check per node shape; the move buckets are built when step 3 first needs them, and a pod placed by
+eligibility check per group of nodes alike in what its constraints read (the labels they name, taints, cordon: every
+Node has a label of its own, its hostname, so not all labels); its buckets are built by appending, nodes in name
+order; step 1 answers a pod of a kind that already fit nowhere without a lookup (free counts only fall in step 1);
+the move buckets are built when step 3 first needs them, and a pod placed by
 moves updates them once; a pod larger than every eligible node's free room is blocked without a search; a search,
 and a pod blocked, is remembered while no plan changes (the pods a rate limit blocks ask the same question again and
 again). Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler
@@ -78,6 +81,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import itertools
 import operator
 import threading
 from bisect import bisect_left, insort
@@ -102,7 +106,7 @@ from bridge.controller.model import (
     direction_to,
     other,
 )
-from bridge.kvalues.placement import Constraints
+from bridge.kvalues.placement import Constraints, Taint
 from bridge.ledger.choice import group_order
 
 _SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free legacy, free dra]
@@ -201,7 +205,7 @@ class _Node:
     """One node as the plan goes (a plain slotted class: a decision makes one per node)."""
 
     __slots__ = ("view", "free", "dra", "direction", "served", "reasons", "group_names", "groups", "order",
-                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig")
+                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig", "cordon")
 
     def __init__(self, view: NodeView, seed: _Seed, pos: int) -> None:
         self.view = view
@@ -222,6 +226,7 @@ class _Node:
         self.moved_from: dict[str, None] = {}  # the groups the planned moves take GPUs from
         self.pos = pos  # place in name order (an index lists its nodes in that order)
         self.sig = seed.sig
+        self.cordon = seed.cordon
 
     def measure(self) -> None:
         """Refresh `largest` and `sig` after the groups changed (the index reads them as bucket keys). `sig`: what
@@ -313,15 +318,15 @@ class _Node:
 @dataclass(frozen=True)
 class _Seed:
     """What planning a node starts from, a function of its view alone: its free counts, its topology groups fitted
-    to them (`_fit_groups`) in the daemon's order, and its shape (labels, taints, cordon: nodes alike answer every
-    constraint alike)."""
+    to them (`_fit_groups`) in the daemon's order, and its taints and cordon as a number (`_cordon_of`: nodes alike
+    in those and in the labels a pod's constraints read answer those constraints alike)."""
 
     free: tuple[int, int]  # legacy, dra
     group_names: tuple[str, ...]
     groups: tuple[tuple[int, int], ...]
     order: Mapping[Api, tuple[int, ...]]
     largest: tuple[int, int]
-    shape: object
+    cordon: int
     sig: tuple[object, ...]  # `_Node.sig` as the node starts
 
     @staticmethod
@@ -336,7 +341,25 @@ class _Seed:
             largest = (max(c[0] for c in counts), max(c[1] for c in counts))
             sig = (tuple(names), groups)
         return _Seed((free["legacy"], free["dra"]), tuple(names), groups, _orders(tuple(names)), largest,
-                     (tuple(sorted(view.labels.items())), view.taints, view.unschedulable), sig)
+                     _cordon_of(view.taints, view.unschedulable), sig)
+
+
+_CORDONS: dict[tuple[tuple[Taint, ...], bool], int] = {}  # (taints, unschedulable) -> its number (`_cordon_of`)
+_CORDONS_MAX = 4096
+_cordon_numbers = itertools.count()
+
+
+def _cordon_of(taints: tuple[Taint, ...], unschedulable: bool) -> int:
+    """A number per distinct (taints, unschedulable): equal for equal ones while the table holds them, never equal
+    for different ones (past the bound the table starts again with new numbers). A plan groups nodes by it, and a
+    number hashes at no cost where a tuple of taints hashes field by field."""
+    key = (taints, unschedulable)
+    got = _CORDONS.get(key)
+    if got is None:
+        if len(_CORDONS) >= _CORDONS_MAX:
+            _CORDONS.clear()
+        got = _CORDONS[key] = next(_cordon_numbers)
+    return got
 
 
 class _Seeds:
@@ -585,9 +608,11 @@ class _Planner:
         self.now = now
         self.budget = memory.budget(policy, now)
         self.nodes: dict[str, _Node] = {}
-        # Nodes alike in labels, taints and cordon answer every constraint alike: they are grouped by that shape,
-        # in name order, so an index is built from one check per shape.
-        self.by_shape: dict[object, list[_Node]] = {}
+        # Per set of label keys a pod's constraints read (`Constraints.label_keys`), the nodes grouped by what such
+        # constraints see of them (those labels, taints, cordon), each group in name order: an index is built from
+        # one check per group (`alike`). Every node has labels of its own (its hostname), so grouping by all of them
+        # would check every node.
+        self.groupings: dict[tuple[str, ...], dict[object, list[_Node]]] = {}
         known = sorted((v for v in nodes if v.frozen != "unknown"), key=lambda v: v.name)
         self.by_pos: list[_Node] = []  # the nodes in name order (an index's buckets list places in it)
         # Pools: totals and planned legacy counts over every known node (frozen ones count toward the share).
@@ -597,7 +622,6 @@ class _Planner:
         for pos, (v, seed) in enumerate(_SEEDS.of(known)):
             n = self.nodes[v.name] = _Node(v, seed, pos)
             self.by_pos.append(n)
-            self.by_shape.setdefault(seed.shape, []).append(n)
             self.pool_total[n.pool] += v.total
             self.pool_legacy[n.pool] += v.total - n.dra
             if v.total > self.top:
@@ -665,7 +689,7 @@ class _Planner:
                 eligible = [n for n in self.nodes.values()
                             if c.allows(n.view.name, n.view.labels, n.view.taints, n.view.unschedulable)]
             else:
-                for alike in self.by_shape.values():
+                for alike in self.alike(c.label_keys).values():
                     v = alike[0].view
                     if c.allows(v.name, v.labels, v.taints, v.unschedulable):
                         eligible += alike
@@ -675,6 +699,21 @@ class _Planner:
             for n in eligible:
                 self.members[n.name].append(idx)
         return idx
+
+    def alike(self, keys: tuple[str, ...]) -> dict[object, list[_Node]]:
+        """The nodes grouped by their labels of `keys`, their taints and their cordon, each group in name order (built
+        once per plan and set of keys; what the groups are read for never changes as a plan goes)."""
+        grouping = self.groupings.get(keys)
+        if grouping is None:
+            grouping = self.groupings[keys] = {}
+            if keys:
+                for n in self.by_pos:
+                    labels = n.view.labels
+                    grouping.setdefault((n.cordon, *[labels.get(k) for k in keys]), []).append(n)
+            else:
+                for n in self.by_pos:
+                    grouping.setdefault(n.cordon, []).append(n)
+        return grouping
 
     def _keep(self, n: _Node) -> None:
         """Keep what `n` has before step 3 first changes it (only after step 1 ended: `touched` is set)."""

@@ -157,6 +157,36 @@ def test_gpus_move_only_on_nodes_the_pod_may_run_on() -> None:
     assert [c.node for c in decide([tainted, plain], [tolerant], FREE).changes] == ["h100-tainted"]
 
 
+def test_nodes_that_differ_only_in_labels_no_pod_reads_are_checked_once_for_their_constraints(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every real Node has labels of its own (its hostname): a plan checks a pod's constraints once per group of nodes
+    alike in the labels those constraints name, their taints and their cordon, and still tells apart a node without
+    a label from one whose label is empty."""
+    nodes = [NodeView(f"n{i}", 8, 0, labels={"kubernetes.io/hostname": f"n{i}", "zone": "a" if i < 6 else "b"})
+             for i in range(10)]
+    nodes += [NodeView("n10", 8, 0, labels={"kubernetes.io/hostname": "n10", "zone": ""}),
+              NodeView("n11", 8, 0, labels={"kubernetes.io/hostname": "n11"}),
+              NodeView("n12", 8, 0, labels={"kubernetes.io/hostname": "n12", "zone": "a"}, unschedulable=True)]
+    checks: list[str] = []
+    allows = Constraints.allows
+
+    def counted(self: Constraints, name: str, *rest: object) -> bool:
+        checks.append(name)
+        return allows(self, name, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Constraints, "allows", counted)
+    in_b = Constraints(node_selector=(("zone", "b"),))
+    empty_zone = Constraints(node_selector=(("zone", ""),))
+    pods = [PendingPod("ml/b", "dra", 8, "ml", constraints=in_b),
+            PendingPod("ml/empty", "dra", 8, "ml", since=1.0, constraints=empty_zone),
+            PendingPod("ml/any", "dra", 8, "ml", since=2.0)]
+    d = decide(nodes, pods, FREE, reuse=False)
+    assert {p.pod: p.node for p in d.placements} == {"ml/b": "n6", "ml/empty": "n10", "ml/any": "n0"}
+    # zone a, zone b, zone "", no zone, and zone a cordoned: five groups for each of the two constraints that read
+    # the zone; two groups (cordoned or not) for the pod without constraints
+    assert len(checks) == 5 + 5 + 2
+
+
 def test_a_cordoned_node_gets_no_moves() -> None:
     nodes = [NodeView("cordoned", 8, 0, unschedulable=True), NodeView("open", 8, 0, legacy_held=7)]
     d = decide(nodes, dra_pods(1, 1), FREE)
