@@ -29,6 +29,7 @@ import yaml
 from click.testing import CliRunner
 
 from bridge.cli import main as cli
+from bridge.controller.nodestatus import node_view
 from bridge.kube.api import DEPLOYMENTS, LEASES, MUTATING_WEBHOOKS, NAMESPACES, NODES, PODS, KubeAPI, Obj
 from bridge.kube.errors import NotFound
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
@@ -395,6 +396,12 @@ def no_pods_left(api: KubeAPI) -> bool:
     return not [p for p in api.list(PODS)["items"] if p["metadata"]["namespace"] != "kube-system"]
 
 
+def idle(api: KubeAPI, node: str) -> bool:
+    """The node's daemon publishes its split as settled, with every GPU of both sides free."""
+    view = node_view(api.get(NODES, node))
+    return not view.frozen and view.dra_held == view.legacy_held == 0
+
+
 def decision(api: KubeAPI, node: str) -> Obj:
     return json.loads(api.get(NODES, node)["metadata"]["annotations"]["dra-bridge.io/split-decision"])
 
@@ -403,6 +410,10 @@ def test_two_controller_replicas_elect_one_leader_whose_node_writes_land_and_kil
         cluster: SandboxCluster, namespaces: Callable[..., str], audit_log: Path) -> None:
     api = cluster.api
     wait_until(lambda: no_pods_left(api), 120, "the other tests' pods to be gone", interval=0.5)
+    # A pod gone from the API may still hold its GPU on the node until the kubelet lets it go, and the controller
+    # rightly moves one more GPU for it: wait until each daemon publishes every GPU of its node free.
+    nodes = [node.name for node in cluster.nodes]
+    wait_until(lambda: all(idle(api, n) for n in nodes), 90, "every node's GPUs to be free", interval=0.5)
     ns = namespaces("demand")
     replicas = {r.identity: r for r in (Replica(cluster, "a"), Replica(cluster, "b"))}
     try:
@@ -412,7 +423,7 @@ def test_two_controller_replicas_elect_one_leader_whose_node_writes_land_and_kil
         # 6 legacy GPUs where each node has 4: the leader moves 2 of a node's free DRA GPUs to the device plugin
         api.create(PODS, gpu_pod("big-1", 6), ns)
         first = cluster.wait_pod_phase(ns, "big-1", "Running", 90)["spec"]["nodeName"]
-        assert api.get(NODES, first)["metadata"]["annotations"][SPLIT] == "2"
+        assert api.get(NODES, first)["metadata"]["annotations"][SPLIT] == "2", decision(api, first)
         assert decision(api, first)["controller"] == leader.identity
         assert ("patch", "nodes", first) in landed(audit_writes(audit_log, leader.user))
         assert landed(audit_writes(audit_log, follower.user)) == []  # the follower wrote nothing, not even a Lease
@@ -423,7 +434,8 @@ def test_two_controller_replicas_elect_one_leader_whose_node_writes_land_and_kil
         wait_until(lambda: lease_holder(api) == follower.identity, 30, "the follower to take the lease")
         api.create(PODS, gpu_pod("big-2", 6), ns)
         second = cluster.wait_pod_phase(ns, "big-2", "Running", 90)["spec"]["nodeName"]
-        assert second != first and api.get(NODES, second)["metadata"]["annotations"][SPLIT] == "2"
+        assert second != first
+        assert api.get(NODES, second)["metadata"]["annotations"][SPLIT] == "2", decision(api, second)
         assert decision(api, second)["controller"] == follower.identity
         writes = landed(audit_writes(audit_log, follower.user))
         assert ("update", "leases", "dra-bridge-controller") in writes and ("patch", "nodes", second) in writes
