@@ -215,15 +215,17 @@ class _Node:
         self.free: dict[Api, int] = {"legacy": seed.free[0], "dra": seed.free[1]}
         self.dra = view.dra
         self.direction: Direction | None = view.moving
-        self.served: list[PendingPod] = []  # pods this node serves through moves
-        self.reasons: list[str] = []  # floor restorations
+        # Tuples, not lists, where most nodes keep them empty: a plan makes one node per node, and each list or dict
+        # is one more object for the collector to walk after the plan (`_collector_paused`).
+        self.served: tuple[PendingPod, ...] = ()  # pods this node serves through moves (at most one per GPU)
+        self.reasons: tuple[str, ...] = ()  # floor restorations
         self.group_names = seed.group_names  # (read only)
         groups = seed.groups
         # free [legacy, dra] per group, kept equal to `free` (most nodes are one group: no comprehension for them)
         self.groups = [list(groups[0])] if len(groups) == 1 else [list(c) for c in groups]
         self.order = seed.order  # group indexes in the daemon's order
-        self.largest = list(seed.largest)  # free GPUs in the largest group, [legacy, dra] (index keys)
-        self.moved_from: dict[str, None] = {}  # the groups the planned moves take GPUs from
+        self.largest = seed.largest  # free GPUs in the largest group, (legacy, dra) (index keys)
+        self.moved_from: tuple[str, ...] = ()  # the groups the planned moves take GPUs from, in order
         self.pos = pos  # place in name order (an index lists its nodes in that order)
         self.sig = seed.sig
         self.cordon = seed.cordon
@@ -235,7 +237,7 @@ class _Node:
         groups = self.groups
         if len(groups) == 1:
             g = groups[0]
-            self.largest = [g[0], g[1]]
+            self.largest = (g[0], g[1])
             self.sig = ()
         else:
             legacy = dra = 0
@@ -244,7 +246,7 @@ class _Node:
                     legacy = c[0]
                 if c[1] > dra:
                     dra = c[1]
-            self.largest = [legacy, dra]
+            self.largest = (legacy, dra)
             self.sig = (self.group_names, tuple(map(tuple, groups)))
 
     def clone(self) -> _Node:
@@ -254,7 +256,6 @@ class _Node:
             setattr(c, slot, getattr(self, slot))
         c.free = dict(self.free)
         c.groups = [list(g) for g in self.groups]
-        c.largest = list(self.largest)
         return c
 
     def fit_key(self, api: Api, gpus: int) -> tuple[int, ...]:
@@ -310,7 +311,9 @@ class _Node:
             self.groups[group][b] -= count
             self.groups[group][a] += count
             if self.group_names[group]:
-                self.moved_from[self.group_names[group]] = None
+                name = self.group_names[group]
+                if name not in self.moved_from:
+                    self.moved_from += (name,)
         else:  # not from one group: the daemon picks by affinity (not modelled); counts only
             _drain(self.groups, b, count, into=a)
 
@@ -814,10 +817,10 @@ class _Planner:
                 legacy_before = self.pool_legacy[pool]
                 self.move(n, "legacy", k)
                 short -= k
-                n.reasons.append(
+                n.reasons += (
                     f"pool {pool or '(default)'} has {legacy_before} of {self.pool_total[pool]} GPUs on legacy, "
                     f"below its minimum legacy share {self.policy.share(pool):g} ({self.floor(pool)} GPUs); "
-                    f"{n.view.name} had {n.free['dra'] + k} free DRA GPUs")
+                    f"{n.view.name} had {n.free['dra'] + k} free DRA GPUs",)
 
     # ---- step 3: move ------------------------------------------------------------------------------------------
 
@@ -909,12 +912,12 @@ class _Planner:
                        f"{self.policy.max_moves_per_minute} moves per minute is reached")
             if self.budget > 0:  # spend what is left on the best node; the rest follows next minute
                 self.move(n, pod.api, self.budget, group)
-                n.served.append(pod)
+                n.served += (pod,)
             else:
                 self.held[kind] = (self.version, "rate-limit", message)
             return None, Blocked(pod.key, pod.api, pod.gpus, "rate-limit", message)
         self.move(n, pod.api, need, group, take=pod.gpus)
-        n.served.append(pod)
+        n.served += (pod,)
         return Placement(pod.key, n.view.name, need), None
 
     def _diagnose(self, idx: _Index, pod: PendingPod, seen: _Seen) -> tuple[BlockReason, str]:
@@ -980,7 +983,7 @@ class _Planner:
             else:
                 assert n.view.is_safe(n.dra), f"unsafe target {n.dra} for {n.view}"
                 change = TargetChange(n.view.name, n.view.dra, n.dra, n.view.target, self._reason(n),
-                                      tuple(p.key for p in n.served), tuple(n.moved_from))
+                                      tuple(p.key for p in n.served), n.moved_from)
             written[name] = change
             made[name] = (key, change)
         self.stale.clear()
@@ -992,7 +995,7 @@ class _Planner:
     @staticmethod
     def made_from(n: _Node) -> tuple[object, ...]:
         """Everything a node's `TargetChange` is made of: equal for two nodes, their changes are equal."""
-        return (n.view, n.dra, tuple(n.served), tuple(n.moved_from), tuple(n.reasons))
+        return (n.view, n.dra, n.served, n.moved_from, n.reasons)
 
     def _reason(self, n: _Node) -> str:
         parts = list(n.reasons)
@@ -1295,7 +1298,7 @@ class _Run:
                 idx._remove(n)  # (from the buckets of what it has now, before the directions it may take are back)
             n.free, n.groups = free, groups
             n.measure()
-            n.dra, n.direction, n.served, n.moved_from = n.view.dra, n.view.moving, [], {}
+            n.dra, n.direction, n.served, n.moved_from = n.view.dra, n.view.moving, (), ()
             planner.allow_moves(n)
             for idx in idxs:
                 idx._add(n)
