@@ -15,11 +15,11 @@ Every node publishes its topology, as the daemons do: the HGX products (H100, A1
 --gpus, the PCIe ones (L40S, L4) two NUMA nodes, with the free GPUs of each side spread over them at random; the
 core prefers nodes where a pod's GPUs are one group. Every node carries a real Node's labels: its hostname (no two
 nodes alike in all their labels), arch, os, zone, GPU product and count, pool; the pods' constraints are one instance
-per value, as the controller reads them (`bridge.kvalues.placement.constraints_of`). Baseline, same process: the same scenario at a tenth of the
-nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the same full-size scenario with no
-topology published (every node one group), so the cost of the topology preference shows beside it. "writing it"
-is what the shell would send for that decision: per change one Node patch and one Event, plus at most 20 Warning
-Events for pods newly blocked (bridge/controller/writer.py).
+per value, as the controller reads them (`bridge.kvalues.placement.constraints_of`). Baseline, same process: the same
+scenario at a tenth of the nodes and pods. The ratio shows how the cost scales (10.0 = linear). "flat": the same
+full-size scenario with no topology published (every node one group), so the cost of the topology preference shows
+beside it. "writing it" is what the shell would send for that decision: per change one Node patch and one Event, plus
+at most 20 Warning Events for pods newly blocked (bridge/controller/writer.py).
 --phases: one plan from scratch per scenario split into its phases (queue order, planner set-up, step 1, step 2,
 step 3, the changes written out, the rest), with the nodes' seeds reused as the controller's state reuses them (the
 cost of a decision after one that wrote, see --writes).

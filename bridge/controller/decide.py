@@ -205,7 +205,7 @@ class _Node:
     """One node as the plan goes (a plain slotted class: a decision makes one per node)."""
 
     __slots__ = ("view", "free", "dra", "direction", "served", "reasons", "group_names", "groups", "order",
-                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig", "cordon")
+                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig", "cordon", "pristine")
 
     def __init__(self, view: NodeView, seed: _Seed, pos: int) -> None:
         self.view = view
@@ -229,6 +229,10 @@ class _Node:
         self.pos = pos  # place in name order (an index lists its nodes in that order)
         self.sig = seed.sig
         self.cordon = seed.cordon
+        # Nothing changed it since it was made from its view and seed: the next plan may take it over as it is
+        # (`_Planner.__init__`) instead of making it again. `_Planner.take`, `_Planner._set` and a view replaced
+        # (`_Run._went_as_planned`) clear it.
+        self.pristine = True
 
     def measure(self) -> None:
         """Refresh `largest` and `sig` after the groups changed (the index reads them as bucket keys). `sig`: what
@@ -622,8 +626,14 @@ class _Planner:
         self.pool_total: dict[str, int] = defaultdict(int)
         self.pool_legacy: dict[str, int] = defaultdict(int)
         self.top = 0  # the most GPUs of a node
+        # The last plan's nodes that no step changed are what `_Node(view, seed, pos)` makes of the same view at the
+        # same place: taken over (most of them where a plan moves little: no node made, none for the collector).
+        last = before.nodes if before else {}
         for pos, (v, seed) in enumerate(_SEEDS.of(known)):
-            n = self.nodes[v.name] = _Node(v, seed, pos)
+            n = last.get(v.name)
+            if n is None or not n.pristine or n.view is not v or n.pos != pos:
+                n = _Node(v, seed, pos)
+            self.nodes[v.name] = n
             self.by_pos.append(n)
             self.pool_total[n.pool] += v.total
             self.pool_legacy[n.pool] += v.total - n.dra
@@ -726,6 +736,7 @@ class _Planner:
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
              direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
         self.version += 1
+        n.pristine = False
         if self.touched is not None:
             self.touched.add(n.name)
             self._keep(n)
@@ -765,6 +776,7 @@ class _Planner:
 
     def take(self, n: _Node, api: Api, gpus: int, in_step_1: bool = False) -> None:
         self.version += 1
+        n.pristine = False
         if self.touched is not None and not in_step_1:
             self.touched.add(n.name)
             self._keep(n)
@@ -1395,7 +1407,8 @@ class _Run:
                     or seed.groups != tuple((c[0], c[1]) for c in n.groups)):
                 return False
         for name, (last, new) in changed.items():
-            self.planner.nodes[name].view = new
+            node = self.planner.nodes[name]
+            node.view, node.pristine = new, False
             if name in self.planner.written:
                 self.planner.stale.add(name)  # its reason names the node's free GPUs
             for a in APIS:
