@@ -54,8 +54,8 @@ bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an
 eligibility check per group of nodes alike in what its constraints read (the labels they name, taints, cordon: every
 Node has a label of its own, its hostname, so not all labels); its buckets are built by appending, nodes in name
 order; step 1 answers a pod of a kind that already fit nowhere without a lookup (free counts only fall in step 1);
-the move buckets are built when step 3 first needs them, and a pod placed by
-moves updates them once; a pod larger than every eligible node's free room is blocked without a search; a search,
+the move buckets are built when step 3 first needs them, and a pod placed by moves updates them once; a plan from
+scratch takes over the last plan's nodes that no step changed (their views unchanged: `_Node.pristine`); a pod larger than every eligible node's free room is blocked without a search; a search,
 and a pod blocked, is remembered while no plan changes (the pods a rate limit blocks ask the same question again and
 again). Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler
 binding the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step
@@ -68,7 +68,8 @@ decision planned from scratch, over generated event sequences). That includes th
 bring: a Node carrying a new target its daemon has not acted on is planned with that target's split and frozen, then
 changeable again once the daemon has acted (each changes what step 1 finds free there), and the rate-limit budget
 has shrunk (a budget of its own is reason enough), so the decisions after one that wrote plan from scratch
-(bench/controller_bench.py --writes).
+(bench/controller_bench.py --writes, on a 2-core EPYC: 72-82 ms at that scale under the default policy, where one
+decision moves at most 32 GPUs; up to 146-253 ms where a decision moves thousands).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
 the caller's whole heap and took about half the time. A decision that made a new plan ends with one collection of
