@@ -50,26 +50,27 @@ Cost: pods are grouped by their node constraints; each group keeps its eligible 
 a pod is placed by looking at a few buckets, not at every node (bench/controller_bench.py: 5,000 nodes x 8 GPUs and
 10,000 pending pods). What planning a node starts from (free counts, fitted groups, taints and cordon) is derived
 once per `NodeView` object and reused while the next decision gets the same object (the controller's cluster state,
-bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one
-eligibility check per group of nodes alike in what its constraints read (the labels they name, taints, cordon: every
-Node has a label of its own, its hostname, so not all labels); its buckets are built by appending, nodes in name
-order; step 1 answers a pod of a kind that already fit nowhere without a lookup (free counts only fall in step 1);
-the move buckets are built when step 3 first needs them, and a pod placed by moves updates them once; a plan from
-scratch takes over the last plan's nodes that no step changed (their views unchanged: `_Node.pristine`); a pod larger than every eligible node's free room is blocked without a search; a search,
-and a pod blocked, is remembered while no plan changes (the pods a rate limit blocks ask the same question again and
-again). Between decisions the usual events are a new pending pod, which comes last in the queue, and the scheduler
-binding the first pod the last decision placed on free GPUs, which changes its node's view as that pod's step
-predicted: when nothing else changed, a decision goes on from the last decision's plan, adds only the new pod's step
-(also a pod that fits on free GPUs while others wait for moves, when its node changes none of their steps) and drops
-the bound pod's (`_Run`: a few ms at that scale instead of a whole plan); a new pod that fits on free GPUs of a
-node step 3 changed or chose plans step 3 again from where step 1 ended (`_Run._step_3_again`: step 1 is not planned
-again); anything else plans from scratch (tests/controller/test_decide_resume.py checks that each of these gives the
-decision planned from scratch, over generated event sequences). That includes the events a decision's own writes
-bring: a Node carrying a new target its daemon has not acted on is planned with that target's split and frozen, then
-changeable again once the daemon has acted (each changes what step 1 finds free there), and the rate-limit budget
-has shrunk (a budget of its own is reason enough), so the decisions after one that wrote plan from scratch
-(bench/controller_bench.py --writes, on a 2-core EPYC: 72-82 ms at that scale under the default policy, where one
-decision moves at most 32 GPUs; up to 146-253 ms where a decision moves thousands).
+bridge/controller/cluster.py, hands unchanged nodes' views over as they are); an index is built from one eligibility
+check per group of nodes alike in what its constraints read (the labels they name, taints, cordon: every Node has a
+label of its own, its hostname, so not all labels); its buckets are built by appending, nodes in name order; step 1
+answers a pod of a kind that already fit nowhere without a lookup (free counts only fall in step 1); the move
+buckets are built when step 3 first needs them, and a pod placed by moves updates them once; a plan from scratch
+takes over the last plan's nodes that no step changed (their views unchanged: `_Node.pristine`); a pod larger than
+every eligible node's free room is blocked without a search; a search, and a pod blocked, is remembered while no
+plan changes (the pods a rate limit blocks ask the same question again and again). Between decisions the usual
+events are a new pending pod, which comes last in the queue, and the scheduler binding the first pod the last
+decision placed on free GPUs, which changes its node's view as that pod's step predicted: when nothing else changed,
+a decision goes on from the last decision's plan, adds only the new pod's step (also a pod that fits on free GPUs
+while others wait for moves, when its node changes none of their steps) and drops the bound pod's (`_Run`: a few ms
+at that scale instead of a whole plan); a new pod that fits on free GPUs of a node step 3 changed or chose plans
+step 3 again from where step 1 ended (`_Run._step_3_again`: step 1 is not planned again); anything else plans from
+scratch (tests/controller/test_decide_resume.py checks that each of these gives the decision planned from scratch,
+over generated event sequences). That includes the events a decision's own writes bring: a Node carrying a new
+target its daemon has not acted on is planned with that target's split and frozen, then changeable again once the
+daemon has acted (each changes what step 1 finds free there), and the rate-limit budget has shrunk (a budget of its
+own is reason enough), so the decisions after one that wrote plan from scratch (bench/controller_bench.py --writes,
+on a 2-core EPYC: 72-82 ms at that scale under the default policy, where one decision moves at most 32 GPUs; up to
+146-253 ms where a decision moves thousands).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
 the caller's whole heap and took about half the time. A decision that made a new plan ends with one collection of
@@ -420,17 +421,21 @@ def _unfile(fit: Mapping[Api, Fit], pos: int, free: Mapping[Api, int], largest: 
 def _unlist(by_free: Fit, mine: int, size: int, theirs: int, pos: int) -> None:
     """`_unfile` on one API's buckets: `mine` free GPUs of it, `size` in the largest group, `theirs` of the other."""
     by_largest = by_free.get(mine)
-    by_other = by_largest.get(size) if by_largest else None
-    bucket = by_other.get(theirs) if by_other else None
+    if not by_largest:
+        return
+    by_other = by_largest.get(size)
+    if not by_other:
+        return
+    bucket = by_other.get(theirs)
     if bucket is None:
         return
     i = bisect_left(bucket, pos)
     if i < len(bucket) and bucket[i] == pos:
         del bucket[i]
     if not bucket:
-        del by_other[theirs]  # type: ignore[union-attr]  # (found above)
+        del by_other[theirs]
         if not by_other:
-            del by_largest[size]  # type: ignore[union-attr]
+            del by_largest[size]
 
 
 def _new_fit() -> dict[Api, Fit]:
