@@ -11,6 +11,7 @@ with --pending pending pods, per scenario (best of --repeat runs):
   scarce       demand far above capacity: most pods are blocked (the diagnosis path)
   moves*       the same under the default policy (32 moves per minute): what one real decision writes
   constrained  pods spread over 40 node-selector/toleration shapes (40 eligibility indexes)
+  constrained* the same under the default policy
 Every node publishes its topology, as the daemons do: the HGX products (H100, A100, B200) are one NVLink island of
 --gpus, the PCIe ones (L40S, L4) two NUMA nodes, with the free GPUs of each side spread over them at random; the
 core prefers nodes where a pod's GPUs are one group. Every node carries a real Node's labels: its hostname (no two
@@ -90,7 +91,8 @@ from bridge.kvalues.placement import Constraints, Taint, Toleration, canonical  
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
-SCENARIOS = (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY), ("constrained", POLICY))
+SCENARIOS = (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY), ("constrained", POLICY),
+             ("constrained*", Policy()))
 PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
 PCIE = ("L40S", "L4")
 LOOP_INTERVAL_S = 5.0  # bridge.controller.loop.ControllerOptions.interval_s
