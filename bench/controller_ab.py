@@ -1,0 +1,96 @@
+"""The controller's decision core against an earlier commit's, in one process, on the same inputs.
+
+    .venv/bin/python bench/controller_ab.py [--base HEAD] [--rounds 7] [--nodes 5000] [--gpus 8] [--pending 10000]
+                                            [scenario ...]   (default: every scenario of bench/controller_bench.py)
+
+The base is `bridge/controller/decide.py` as it was at --base (`git show`), loaded beside the working tree's as a
+module of its own; everything it imports comes from the working tree. Per scenario of bench/controller_bench.py (its
+nodes and pods: real Node labels, shared constraints), both cores plan from scratch (`reuse=False`), alternating,
+--rounds times each; printed: min and median in ms, and new/base of the mins. Before timing, the two decisions are
+compared: a change of the core that is meant to keep every decision must print "same decision", else the bench stops.
+
+Why in one process: on this shared machine a plan's time moves +-30 % between runs, more than most changes worth
+trying; alternating the two cores within one process on the same objects leaves the machine's swing in both columns
+alike. (Stop 41 tried two of the cuts that stop 44 kept, process against process, and could not see them.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import controller_bench as bench  # noqa: E402
+
+from bridge.controller import decide as new_core  # noqa: E402
+
+CORE = "bridge/controller/decide.py"
+
+
+def base_core(rev: str, where: Path) -> ModuleType:
+    """`decide.py` as it was at `rev`, loaded as the module `base_decide`."""
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{CORE}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"controller_ab: cannot read {CORE} at {rev}: {shown.stderr.strip()}")
+    path = where / "base_decide.py"
+    path.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location("base_decide", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["base_decide"] = module  # (its dataclasses look their module up by name)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    names = [s for s, _ in bench.SCENARIOS]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", default="HEAD", help="the commit whose core is the baseline (default: HEAD)")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--pending", type=int, default=10000)
+    ap.add_argument("scenarios", nargs="*", metavar="scenario", help=f"any of {', '.join(names)} (default: all)")
+    args = ap.parse_args()
+    unknown = [s for s in args.scenarios if s not in names]
+    if unknown:
+        ap.error(f"unknown scenario {', '.join(unknown)}: any of {', '.join(names)}")
+    policies = dict(bench.SCENARIOS)
+    with tempfile.TemporaryDirectory() as tmp:
+        base = base_core(args.base, Path(tmp))
+        print(f"controller core, working tree vs {args.base}: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} "
+              f"pending pods, plans from scratch alternating, {args.rounds} rounds each (ms)")
+        print(f"  {'scenario':<13} {'base min':>9} {'new min':>8} {'new/base':>9} {'base med':>9} {'new med':>8}")
+        for scenario in args.scenarios or names:
+            policy = policies[scenario]
+            rng = random.Random(1)
+            shape = scenario.rstrip("*")
+            nodes = bench.nodes_for(shape, args.nodes, args.gpus, rng)
+            pods = bench.pods_for(shape, args.pending, rng)
+            if base.decide(nodes, pods, policy, reuse=False) != new_core.decide(nodes, pods, policy, reuse=False):
+                raise SystemExit(f"controller_ab: {scenario}: the two cores decide differently")
+            times: dict[str, list[float]] = {"base": [], "new": []}
+            for _ in range(args.rounds):
+                for name, core in (("base", base), ("new", new_core)):
+                    start = time.perf_counter()
+                    core.decide(nodes, pods, policy, reuse=False)
+                    times[name].append(time.perf_counter() - start)
+            b, n = min(times["base"]), min(times["new"])
+            print(f"  {scenario:<13} {b * 1000:>9.1f} {n * 1000:>8.1f} {n / b:>9.2f} "
+                  f"{statistics.median(times['base']) * 1000:>9.1f} {statistics.median(times['new']) * 1000:>8.1f}"
+                  f"   same decision")
+
+
+if __name__ == "__main__":
+    main()
