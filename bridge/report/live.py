@@ -23,6 +23,7 @@ from typing import BinaryIO, TextIO
 
 import orjson
 
+from bridge.atomicfile import atomic_write_bytes, fsync_dir
 from bridge.kube.api import (
     CONFIG_MAPS,
     CRON_JOBS,
@@ -193,7 +194,9 @@ def _list_all(api: KubeAPI, data: ClusterData, resources: list[Resource], progre
 
 class _ListFile:
     """One kind's file of a snapshot (a JSON List), written item by item as the list's pages arrive (`ListSink`), under
-    a hidden name until `commit` gives it its own: an interrupted snapshot leaves no file that looks whole."""
+    a hidden name until `commit` gives it its own: an interrupted snapshot leaves no file that looks whole. `commit`
+    fsyncs the file before the rename and the directory after it, so a power cut leaves the old file or the whole new
+    one under the final name, never an empty one (a rename may reach the disk before the data it names)."""
 
     def __init__(self, path: Path, kind: str) -> None:
         self.path, self.kind = path, kind
@@ -220,14 +223,18 @@ class _ListFile:
         self._file.write(_LIST_HEAD)
         self.count = 0
 
-    def close(self) -> None:
+    def close(self, sync: bool = False) -> None:
         if not self._file.closed:
             self._file.write(b"]}")
+            if sync:
+                self._file.flush()
+                os.fsync(self._file.fileno())
             self._file.close()
 
     def commit(self) -> Path:
-        self.close()
+        self.close(sync=True)
         os.replace(self.partial, self.path)
+        fsync_dir(self.path.parent)
         return self.path
 
     def discard(self) -> None:
@@ -282,7 +289,7 @@ def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], No
     for kind in KINDS:
         items = data.of(kind)
         path = out / f"{PLURALS[kind]}.json"
-        path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, separators=(",", ":")))
+        _write(path, json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, separators=(",", ":")))
         written.append(path)
     written += _write_extras(data, out)
     for p in written:
@@ -291,18 +298,24 @@ def write_snapshot(data: ClusterData, out: Path, *, on_file: Callable[[Path], No
     return written
 
 
+def _write(path: Path, text: str) -> None:
+    """A snapshot file written whole or not at all, also across a power cut (`atomic_write_bytes`: a temp file,
+    fsynced, renamed over the file, the directory fsynced)."""
+    atomic_write_bytes(path, text.encode())
+
+
 def _write_extras(data: ClusterData, out: Path) -> list[Path]:
     """The snapshot's files besides the lists: the server's version, its API versions, what could not be read."""
     written = []
     if data.version.known:
         v = data.version
-        (out / VERSION_FILE).write_text(json.dumps(
+        _write(out / VERSION_FILE, json.dumps(
             {"serverVersion": {"gitVersion": v.git_version, "major": str(v.major), "minor": str(v.minor)}}, indent=2))
         written.append(out / VERSION_FILE)
     if data.api_versions is not None:
-        (out / API_VERSIONS_FILE).write_text("\n".join(sorted(data.api_versions)) + "\n")
+        _write(out / API_VERSIONS_FILE, "\n".join(sorted(data.api_versions)) + "\n")
         written.append(out / API_VERSIONS_FILE)
     if data.unreadable:
-        (out / UNREADABLE_FILE).write_text(json.dumps(dict(sorted(data.unreadable.items())), indent=2))
+        _write(out / UNREADABLE_FILE, json.dumps(dict(sorted(data.unreadable.items())), indent=2))
         written.append(out / UNREADABLE_FILE)
     return written

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,6 +138,39 @@ def test_a_live_snapshot_writes_what_the_server_sends_as_the_whole_scan_would(ku
     assert sorted(p.name for p in (tmp_path / "paged").iterdir()) == sorted(p.name for p in snap.files)
     assert snap.counts == {kind: len(whole.of(kind)) for kind in KINDS} and snap.counts["Pod"] > 7
     assert snap.unreadable == {} and "scanning pods" in progress_out.getvalue()
+
+
+def test_every_file_of_a_snapshot_reaches_the_disk_before_its_name_does(kubeconfig: Path, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file of a snapshot, live or written from data, is fsynced under its hidden name before it is renamed to
+    its own, and the directory after: a power cut leaves the older file or the whole new one, never an empty file
+    under the final name."""
+    from bridge.report.live import snapshot_live, write_snapshot
+
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def recorded_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def recorded_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        events.append(("rename", str(dst)))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+    monkeypatch.setattr(os, "replace", recorded_replace)
+    api = connect(kubeconfig)
+    for out, files in ((tmp_path / "live", lambda out: snapshot_live(api, out).files),
+                       (tmp_path / "data", lambda out: write_snapshot(load_live(api, whole=True), out))):
+        events.clear()
+        written = files(out)
+        assert len(written) > len(KINDS) - 1
+        for path in written:
+            at = events.index(("rename", str(path)))
+            assert any(kind == "fsync" and Path(what).parent == out and Path(what).name.startswith(f".{path.name}.")
+                       for kind, what in events[:at]), (path, events[:at])
+            assert ("fsync", str(out)) in events[at:], (path, events[at:])
 
 
 def test_a_snapshot_that_fails_midway_leaves_the_directory_as_it_was(server: ApiServer, kubeconfig: Path,
