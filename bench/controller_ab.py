@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import random
 import statistics
 import subprocess
 import sys
@@ -74,10 +73,7 @@ def main() -> None:
         print(f"  {'scenario':<13} {'base min':>9} {'new min':>8} {'new/base':>9} {'base med':>9} {'new med':>8}")
         for scenario in args.scenarios or names:
             policy = policies[scenario]
-            rng = random.Random(1)
-            shape = scenario.rstrip("*")
-            nodes = bench.nodes_for(shape, args.nodes, args.gpus, rng)
-            pods = bench.pods_for(shape, args.pending, rng)
+            nodes, pods = bench.scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
             if base.decide(nodes, pods, policy, reuse=False) != new_core.decide(nodes, pods, policy, reuse=False):
                 raise SystemExit(f"controller_ab: {scenario}: the two cores decide differently")
             times: dict[str, list[float]] = {"base": [], "new": []}

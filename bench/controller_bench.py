@@ -152,6 +152,14 @@ def pods_for(scenario: str, n: int, rng: random.Random) -> list[PendingPod]:
     return out
 
 
+def scenario_inputs(scenario: str, nodes: int, gpus: int, pending: int) -> tuple[list[NodeView], list[PendingPod]]:
+    """The nodes and pending pods of `scenario` (a name of `SCENARIOS`; `*` only changes the policy), the same in every
+    part and run: one seeded generator, the nodes drawn first."""
+    rng = random.Random(1)
+    shape = scenario.rstrip("*")
+    return nodes_for(shape, nodes, gpus, rng), pods_for(shape, pending, rng)
+
+
 def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
     best, result = float("inf"), None
     for _ in range(repeat):
@@ -177,9 +185,7 @@ def core(args: argparse.Namespace) -> None:
     print(f"core: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending pods (best of {args.repeat})")
     print(f"  {'scenario':<12} {'decision':>10} {'baseline':>10} {'ratio':>6} {'flat':>8}   outcome")
     for scenario, policy in SCENARIOS:
-        rng = random.Random(1)
-        shape = scenario.rstrip("*")
-        nodes, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
+        nodes, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
         small_n, small_p = nodes[: args.nodes // 10], pods[: args.pending // 10]
         flat_nodes = [replace(v, groups=()) for v in nodes]
         base, _ = best_of(args.repeat, lambda: decide(small_n, small_p, policy, reuse=False))
@@ -219,9 +225,7 @@ def phases(args: argparse.Namespace) -> None:
           f"{'changes':>8} {'rest':>6} {'total':>6}")
     try:
         for scenario, policy in SCENARIOS:
-            rng = random.Random(1)
-            shape = scenario.rstrip("*")
-            nodes, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending, rng)
+            nodes, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
             decide(nodes, pods, policy, reuse=False)  # (the seeds of these views, as the decision before left them)
             best: list[float] = []
             for _ in range(args.repeat):
@@ -328,9 +332,7 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
     reported_rows: list[tuple[str, list[float], Counter[str], list[float], Counter[str]]] = []
     writes_rows: list[tuple[str, list[float], Counter[str], list[float], Counter[str], list[int]]] = []
     for scenario, policy in SCENARIOS:
-        rng = random.Random(1)
-        shape = scenario.rstrip("*")
-        views, pods = nodes_for(shape, args.nodes, args.gpus, rng), pods_for(shape, args.pending + 3 * events, rng)
+        views, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending + 3 * events)
         # New pods, one slice per series: each series meets the same pods whichever flags ran the others.
         new_pods, for_bindings, for_writes = (pods[args.pending + k * events: args.pending + (k + 1) * events]
                                               for k in range(3))

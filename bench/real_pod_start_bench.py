@@ -396,8 +396,8 @@ def report(samples: list[Sample], final: Samples, cpu: dict[str, float], loads: 
         print(f"kubelet-measured prepare p99 {pct(prep, 99) * 1000:.1f} ms, p50 {pct(prep, 50) * 1000:.1f} ms "
               "(ours: dra and webhook pods; goal p99 <= 10 ms)")
     if floor:
-        print(f"  the floor, bench/godra (Go, the upstream helper, no driver work): p99 {pct(floor, 99) * 1000:.1f} ms, "
-              f"p50 {pct(floor, 50) * 1000:.1f} ms")
+        print(f"  the floor, bench/godra (Go, the upstream helper, no driver work): "
+              f"p99 {pct(floor, 99) * 1000:.1f} ms, p50 {pct(floor, 50) * 1000:.1f} ms")
     print("\nCPU seconds over the measured rounds: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     if tot["dra"] and tot["legacy"]:
         gap = statistics.fmean(tot["dra"]) - statistics.fmean(tot["legacy"])

@@ -140,7 +140,8 @@ from bridge.logs import setup_logging
 def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: str, kubelet_root: Path,
          device_plugin_dir: Path, cdi_root: Path, driver_root: str | None, dev_root: str | None, host_root: Path,
          cdi_hook_path: str | None,
-         cdi_source: str, state_dir: Path, claims_dir: Path | None, resource_name: str, device_list_strategy: str, http_address: str,
+         cdi_source: str, state_dir: Path, claims_dir: Path | None, resource_name: str, device_list_strategy: str,
+         http_address: str,
          kubeconfig: str | None, kube_context: str | None, driver_name: str, dra_mode: str,
          dra_devices: str | None, slice_taints: str, pod_uid: str | None, split_grace: str,
          move_timeout: float, cleanup: bool, log_format: str, log_level: str) -> None:

@@ -31,6 +31,7 @@ by `constraints_of`) that compare equal for equal filters, so callers can evalua
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,16 +139,17 @@ class Constraints:
     terms: tuple[Term, ...] = ()  # () = no required affinity
     tolerations: tuple[Toleration, ...] = ()
     _hash: int = field(init=False, repr=False, compare=False)
-    # The node labels `allows` reads (the selector's keys and the affinity expressions'), sorted: two nodes alike in
-    # these labels, their taints and their cordon answer these constraints alike (the name only counts for a term's
-    # matchFields).
-    label_keys: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Hashed once: the controller's decision looks pods' constraints up some 10^4 times per decision.
         object.__setattr__(self, "_hash", hash((self.node_selector, self.terms, self.tolerations)))
-        object.__setattr__(self, "label_keys", tuple(sorted({k for k, _ in self.node_selector}
-                                                            | {r.key for t in self.terms for r in t.expressions})))
+
+    @functools.cached_property
+    def label_keys(self) -> tuple[str, ...]:
+        """The node labels `allows` reads (the selector's keys and the affinity expressions'), sorted: two nodes alike
+        in these labels, their taints and their cordon answer these constraints alike (the name only counts for a
+        term's matchFields). Derived when first read (only the controller's index reads it, once per value)."""
+        return tuple(sorted({k for k, _ in self.node_selector} | {r.key for t in self.terms for r in t.expressions}))
 
     def __hash__(self) -> int:
         return self._hash

@@ -1,9 +1,9 @@
 """The daemon's state directory (`--state-dir`), and its claims directory (`--claims-dir`) when one is given: made
 and proven writable before anything is served.
 
-The checkpoints (device sides; prepared claims, bridge.dra.stores) live there; a daemon that cannot write it would serve devices and
-then lose what it promised on the first write. So start fails first, with the option, the path and the OS reason,
-instead of a bare `[Errno 20] Not a directory` from deep inside the checkpoint code.
+The checkpoints (device sides; prepared claims, bridge.dra.stores) live there; a daemon that cannot write them
+would serve devices and then lose what it promised on the first write. So start fails first, with the option, the
+path and the OS reason, instead of a bare `[Errno 20] Not a directory` from deep inside the checkpoint code.
 """
 
 from __future__ import annotations
