@@ -3,11 +3,14 @@
     .venv/bin/python bench/controller_ab.py [--base HEAD] [--rounds 7] [--nodes 5000] [--gpus 8] [--pending 10000]
                                             [scenario ...]   (default: every scenario of bench/controller_bench.py)
 
-The base is `bridge/controller/decide.py` as it was at --base (`git show`), loaded beside the working tree's as a
-module of its own; everything it imports comes from the working tree. Per scenario of bench/controller_bench.py (its
+The base is `bridge/controller/decide.py` and the value classes it builds (`bridge/controller/model.py`) as they were
+at --base (`git show`), loaded beside the working tree's as modules of their own (the base core imports the base
+model); everything else comes from the working tree. The inputs are the working tree's values: the base core reads
+them by their fields. Per scenario of bench/controller_bench.py (its
 nodes and pods: real Node labels, shared constraints), both cores plan from scratch (`reuse=False`), alternating,
 --rounds times each; printed: min and median in ms, and new/base of the mins. Before timing, the two decisions are
-compared: a change of the core that is meant to keep every decision must print "same decision", else the bench stops.
+compared, field by field (the two models' classes differ): a change of the core that is meant to keep every decision
+must print "same decision", else the bench stops.
 
 Why in one process: on this shared machine a plan's time moves +-30 % between runs, more than most changes worth
 trying; alternating the two cores within one process on the same objects leaves the machine's swing in both columns
@@ -17,6 +20,7 @@ alike. (Stop 41 tried two of the cuts that stop 44 kept, process against process
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import statistics
 import subprocess
@@ -35,21 +39,47 @@ import controller_bench as bench  # noqa: E402
 from bridge.controller import decide as new_core  # noqa: E402
 
 CORE = "bridge/controller/decide.py"
+MODEL = "bridge/controller/model.py"
+IMPORT_MODEL = "from bridge.controller.model import"
+
+
+def _load(name: str, source: str, where: Path) -> ModuleType:
+    path = where / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (its dataclasses look their module up by name)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shown(rev: str, path: str) -> str:
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"controller_ab: cannot read {path} at {rev}: {shown.stderr.strip()}")
+    return shown.stdout
 
 
 def base_core(rev: str, where: Path) -> ModuleType:
-    """`decide.py` as it was at `rev`, loaded as the module `base_decide`."""
-    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{CORE}"], capture_output=True, text=True)
-    if shown.returncode != 0:
-        raise SystemExit(f"controller_ab: cannot read {CORE} at {rev}: {shown.stderr.strip()}")
-    path = where / "base_decide.py"
-    path.write_text(shown.stdout)
-    spec = importlib.util.spec_from_file_location("base_decide", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["base_decide"] = module  # (its dataclasses look their module up by name)
-    spec.loader.exec_module(module)
-    return module
+    """`decide.py` as it was at `rev`, loaded as the module `base_decide`, importing `model.py` as it was at `rev`
+    (`base_model`)."""
+    _load("base_model", _shown(rev, MODEL), where)
+    source = _shown(rev, CORE)
+    if IMPORT_MODEL not in source:
+        raise SystemExit(f"controller_ab: {CORE} at {rev} does not import its model as this bench expects")
+    return _load("base_decide", source.replace(IMPORT_MODEL, "from base_model import"), where)
+
+
+def plain(value: object) -> object:
+    """A decision as nested tuples of field values: equal for equal decisions whatever classes hold them."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return tuple(plain(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, plain(v)) for k, v in value.items()))
+    return value
 
 
 def main() -> None:
@@ -74,7 +104,7 @@ def main() -> None:
         for scenario in args.scenarios or names:
             policy = policies[scenario]
             nodes, pods = bench.scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
-            if base.decide(nodes, pods, policy, reuse=False) != new_core.decide(nodes, pods, policy, reuse=False):
+            if plain(base.decide(nodes, pods, policy, reuse=False)) != plain(new_core.decide(nodes, pods, policy, reuse=False)):
                 raise SystemExit(f"controller_ab: {scenario}: the two cores decide differently")
             times: dict[str, list[float]] = {"base": [], "new": []}
             for _ in range(args.rounds):
