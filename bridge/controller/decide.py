@@ -73,9 +73,10 @@ on a 2-core EPYC: 64-113 ms at that scale under the default policy, where one de
 146-253 ms where a decision moves thousands).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
-the caller's whole heap and took about half the time. A decision that made a new plan ends with one collection of
-the young generations, so that the plan, which lives until the next one, is not walked by the collections of the
-next decisions (`_collector_paused`).
+the caller's whole heap and took about half the time. A decision that made a new plan ends with that plan out of the
+young generations, so that the plan, which lives until the next one, is not walked by the collections of the next
+decisions: one collection of them, or, in the controller, which settles its heap from time to time, frozen at no
+cost (`_collector_paused`).
 """
 
 from __future__ import annotations
@@ -1047,32 +1048,39 @@ def queue_order(pods: Iterable[PendingPod]) -> list[PendingPod]:
 _gc_lock = threading.Lock()
 _gc_pauses = 0
 _gc_was_enabled = False
-_gc_young_to_old = False
+_gc_new_plan: str | None = None  # how the outermost pause ends when a pause made a new plan: "collect", "freeze"
 
 
 class _Pause:
     """What a pause of the collector was used for (`_collector_paused`)."""
 
-    __slots__ = ("planned",)
+    __slots__ = ("planned", "freeze")
 
-    def __init__(self) -> None:
-        self.planned = False  # a new plan was made: its objects are collected once, as the pause ends
+    def __init__(self, freeze: bool) -> None:
+        self.planned = False  # a new plan was made: its objects leave the young generations as the pause ends
+        self.freeze = freeze  # ... frozen (`gc.freeze`), not collected
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[_Pause]:
+def _collector_paused(freeze: bool = False) -> Iterator[_Pause]:
     """Python's cyclic garbage collector off for the duration (nested and concurrent pauses count, the last one out
     restores it). A decision allocates some 10^5 short-lived objects without cycles (refcounting frees them); with
     the collector on they trigger collections that walk the caller's whole heap (the controller's informers hold
     every Node and Pod) again and again: about half a decision's time at 5,000 nodes (bench/controller_bench.py).
 
-    A pause that made a new plan (`_Pause.planned`: planned from scratch or step 3 again) ends with one collection
-    of the young generations (0 and 1), so the plan's objects, which live until the next plan, reach the oldest
-    generation at once. Left to the collector, they would be walked by the first young collections after the pause,
-    which land in the next decisions (at 5,000 nodes, 60-140 ms in a decision after one pod changed that takes
-    25 ms without them, bench/controller_bench.py `moves*`): the decision that made the plan pays for it instead."""
-    global _gc_pauses, _gc_was_enabled, _gc_young_to_old
-    pause = _Pause()
+    A pause that made a new plan (`_Pause.planned`: planned from scratch or step 3 again) ends with its objects out
+    of the young generations (0 and 1). Left there, they would be walked by the first young collections after the
+    pause, which land in the next decisions (at 5,000 nodes, 60-140 ms in a decision after one pod changed that takes
+    25 ms without them, bench/controller_bench.py `moves*`), and then by the full collections of the oldest
+    generation, which they join. By default the pause ends with one collection of the young generations, which the
+    decision that made the plan pays (about 10 ms at that scale). `freeze` (the controller's `freeze_heap`, on by
+    default): it ends with `gc.freeze()` instead, at no cost. A plan has no reference cycles
+    (tests/controller/test_decide.py), so reference counting frees it when the next plan replaces it, frozen or
+    not, and no collection ever walks it. What else is young then is frozen with it: the controller freezes its whole
+    heap at every state check anyway (`Controller.settle_heap`), and a cycle frozen so waits for the next one, which
+    unfreezes everything and collects it first. Where pauses overlap, one that asked for the collection gets it."""
+    global _gc_pauses, _gc_was_enabled, _gc_new_plan
+    pause = _Pause(freeze)
     with _gc_lock:
         if _gc_pauses == 0:
             _gc_was_enabled = gc.isenabled()
@@ -1083,11 +1091,15 @@ def _collector_paused() -> Iterator[_Pause]:
     finally:
         with _gc_lock:
             _gc_pauses -= 1
-            _gc_young_to_old = _gc_young_to_old or pause.planned
+            if pause.planned:
+                _gc_new_plan = "freeze" if pause.freeze and _gc_new_plan != "collect" else "collect"
             if _gc_pauses == 0:
-                if _gc_young_to_old and _gc_was_enabled:
-                    gc.collect(1)
-                _gc_young_to_old = False
+                if _gc_new_plan is not None and _gc_was_enabled:
+                    if _gc_new_plan == "freeze":
+                        gc.freeze()
+                    else:
+                        gc.collect(1)
+                _gc_new_plan = None
                 if _gc_was_enabled:
                     gc.enable()
 
@@ -1104,10 +1116,13 @@ def decide(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Pol
 
 
 def decide_how(nodes: Sequence[NodeView], pending: Sequence[PendingPod], policy: Policy,
-               memory: Memory | None = None, now: float = 0.0, *, reuse: bool = True) -> tuple[Decision, str]:
+               memory: Memory | None = None, now: float = 0.0, *, reuse: bool = True,
+               freeze: bool = False) -> tuple[Decision, str]:
     """`decide`, and how its plan was reached, one of `model.PLANS` (the decision is the same whichever: the controller
-    counts and times them apart, `dra_bridge_controller_plan_seconds`)."""
-    with _collector_paused() as pause:
+    counts and times them apart, `dra_bridge_controller_plan_seconds`). `freeze`: a new plan's objects end up frozen
+    (`gc.freeze`) instead of collected once (`_collector_paused`): only for a caller that settles its heap from time
+    to time, as the controller does (`Controller.settle_heap`)."""
+    with _collector_paused(freeze) as pause:
         decision, how, pause.planned = _decide(nodes, pending, policy, memory or Memory(), now, reuse)
         return decision, how
 

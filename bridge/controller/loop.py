@@ -59,7 +59,8 @@ class ControllerOptions:
     # How often the incremental state is checked against a full rebuild from the same objects (0: at the first
     # decision only); a difference is logged, counted and healed by the rebuild.
     state_check_s: float = 600.0
-    # At each state check, collect the whole heap once and freeze what survives (`Controller.settle_heap`).
+    # At each state check, collect the whole heap once and freeze what survives (`Controller.settle_heap`); a
+    # decision's new plan is frozen too, instead of collected (bridge.controller.decide._collector_paused).
     freeze_heap: bool = True
 
     def __post_init__(self) -> None:
@@ -237,7 +238,8 @@ class Controller:
         now = self.clock()
         self.memory = self.memory.forget({v.name for v in state.views}, self.policy, now)
         planning = time.perf_counter()
-        decision, how = decide_how(state.views, state.demand.pending, self.policy, self.memory, now)
+        decision, how = decide_how(state.views, state.demand.pending, self.policy, self.memory, now,
+                                   freeze=self.options.freeze_heap)  # (a new plan joins the frozen heap)
         self.metrics.plan_seconds.labels(plan=how).observe(time.perf_counter() - planning)
         if state.demand.invalid:  # counted once as unschedulable demand, never planned with
             decision = replace(decision, blocked=decision.blocked + tuple(

@@ -273,3 +273,58 @@ def test_the_young_objects_of_a_plan_stay_where_they_are_when_the_caller_paused_
         assert gc.get_count()[0] > 1000
     finally:
         gc.enable()
+
+
+def test_a_plan_has_no_reference_cycles_so_reference_counting_frees_it_when_the_next_one_replaces_it() -> None:
+    """What lets the controller freeze a new plan instead of collecting it (`decide_how(freeze=True)`): a frozen
+    object no collection walks is still freed by reference counting, unless it is in a cycle."""
+    import weakref
+
+    import bridge.controller.decide as core
+
+    nodes, pods = many_nodes_and_pods()
+    taints = [NodeView(v.name, 8, 0, legacy_held=2, taints=(Taint("pool", "x", "NoSchedule"),)) for v in nodes[:50]]
+    tolerating = Constraints(tolerations=(Toleration("pool", "Equal", "x", "NoSchedule"),))
+    shaped = [*pods, *(PendingPod(f"x/p-{i}", "dra", 3, "x", since=1e3 + i, constraints=tolerating)
+                       for i in range(80))]
+    decide([], [], FREE)
+    decide([*taints, *nodes[50:]], shaped, Policy(max_moves_per_minute=40))  # fits, moves, rate-limited, blocked
+    run = core._last
+    assert run is not None and run.planner.indexes and run.blocked and run.by_moves
+    alive = [weakref.ref(o) for o in (run, run.planner, *run.planner.indexes.values())]
+    del run
+    gc.disable()
+    try:
+        decide([], [], FREE)  # replaces it
+        assert [r() for r in alive] == [None] * len(alive), "freed without a collection"
+    finally:
+        gc.enable()
+
+
+def tracked(obj: object) -> bool:
+    """Whether the collector's passes walk `obj` (a frozen object is in no generation)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_a_new_plan_is_frozen_where_the_caller_settles_its_heap_and_collected_otherwise() -> None:
+    import bridge.controller.decide as core
+    from bridge.controller.decide import decide_how
+
+    nodes, pods = many_nodes_and_pods()
+    gc.unfreeze()
+    try:
+        decide([], [], FREE)
+        _, how = decide_how(nodes, pods, FREE, freeze=True)
+        assert how == "from-scratch"
+        assert core._last is not None and not tracked(core._last.planner), "frozen: no collection walks it"
+        frozen = gc.get_freeze_count()
+        assert frozen > 1000 and gc.get_count()[0] < 100
+        _, how = decide_how(nodes, [*pods, PendingPod("team-a/late", "dra", 1, "team-a", since=1e6)], FREE,
+                            freeze=True)
+        assert how == "went-on" and gc.get_freeze_count() <= frozen, "only a new plan is frozen"
+        decide([], [], FREE)
+        _, how = decide_how(nodes, pods, FREE)
+        assert how == "from-scratch" and tracked(core._last.planner), "collected once, as by default"
+        assert gc.get_count()[1] == 0
+    finally:
+        gc.unfreeze()  # the rest of the test session's heap is not this test's to freeze
