@@ -1,7 +1,7 @@
 """The controller's decision core against an earlier commit's, in one process, on the same inputs.
 
     .venv/bin/python bench/controller_ab.py [--base HEAD] [--rounds 7] [--nodes 5000] [--gpus 8] [--pending 10000]
-                                            [scenario ...]   (default: every scenario of bench/controller_bench.py)
+                                            [--writes] [scenario ...]   (default: every scenario of controller_bench)
 
 The base is `bridge/controller/decide.py` and the value classes it builds (`bridge/controller/model.py`) as they were
 at --base (`git show`), loaded beside the working tree's as modules of their own (the base core imports the base
@@ -11,6 +11,12 @@ nodes and pods: real Node labels, shared constraints), both cores plan from scra
 --rounds times each; printed: min and median in ms, and new/base of the mins. Before timing, the two decisions are
 compared, field by field (the two models' classes differ): a change of the core that is meant to keep every decision
 must print "same decision", else the bench stops.
+
+--writes: instead of plans from scratch, the two decisions after one that wrote, as bench/controller_bench.py --writes
+makes them (`writes_land`, one event: the changes come back as Nodes settling at their targets with a new pod, "echo",
+then the daemons act, "acted"; both plan anew), each core in turn with its memory and clock; printed per kind: min
+and median in ms, new/base of the mins, and the changes written (equal, else the bench stops). Each core is called as
+the controller calls it (a base without `decide_how(freeze=)` collects a new plan, as it did).
 
 Why in one process: on this shared machine a plan's time moves +-30 % between runs, more than most changes worth
 trying; alternating the two cores within one process on the same objects leaves the machine's swing in both columns
@@ -37,6 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import controller_bench as bench  # noqa: E402
 
 from bridge.controller import decide as new_core  # noqa: E402
+from bridge.controller.model import NodeView, PendingPod, Policy  # noqa: E402
 
 CORE = "bridge/controller/decide.py"
 MODEL = "bridge/controller/model.py"
@@ -82,6 +89,51 @@ def plain(value: object) -> object:
     return value
 
 
+def after_writes(core: ModuleType, nodes: list[NodeView], pods: list[PendingPod], arrivals: list[PendingPod],
+                 policy: Policy) -> tuple[float, float, list[int]]:
+    """`controller_bench.writes_land` with `core` as the bench's core, one event: the echo's and the acted decision's
+    times, and the changes each decision wrote."""
+    saved = bench.decide, bench.decide_how, bench.decide_module
+    takes_freeze = "freeze" in core.decide_how.__code__.co_varnames
+
+    def decide_how(*a: object, freeze: bool = False, **k: object) -> object:
+        return core.decide_how(*a, **k, **({"freeze": freeze} if takes_freeze else {}))
+
+    bench.decide, bench.decide_how, bench.decide_module = core.decide, decide_how, core
+    try:
+        echo, _, acted, _, written = bench.writes_land(nodes, pods, iter(arrivals), policy, 1)
+    finally:
+        bench.decide, bench.decide_how, bench.decide_module = saved
+    if not acted:
+        raise SystemExit("controller_ab: --writes: the first decision wrote nothing in this scenario")
+    return echo[0], acted[0], written
+
+
+def writes(base: ModuleType, args: argparse.Namespace, names: list[str]) -> None:
+    policies = dict(bench.SCENARIOS)
+    print(f"controller core after its own writes, working tree vs {args.base}: {args.nodes} nodes x {args.gpus} GPUs, "
+          f"{args.pending} pending pods, alternating, {args.rounds} rounds each (ms)")
+    print(f"  {'scenario':<13} {'kind':<6} {'base min':>9} {'new min':>8} {'new/base':>9} {'base med':>9} "
+          f"{'new med':>8}")
+    for scenario in args.scenarios or names:
+        nodes, pods = bench.scenario_inputs(scenario, args.nodes, args.gpus, args.pending + 1)
+        pods, arrivals = pods[: args.pending], pods[args.pending:]
+        times: dict[str, dict[str, list[float]]] = {"echo": {"base": [], "new": []}, "acted": {"base": [], "new": []}}
+        written: dict[str, list[int]] = {}
+        for _ in range(args.rounds):
+            for name, core in (("base", base), ("new", new_core)):
+                echo, acted, written[name] = after_writes(core, nodes, pods, arrivals, policies[scenario])
+                times["echo"][name].append(echo)
+                times["acted"][name].append(acted)
+        if written["base"] != written["new"]:
+            raise SystemExit(f"controller_ab: {scenario}: the two cores wrote differently: {written}")
+        for kind, t in times.items():
+            b, n = min(t["base"]), min(t["new"])
+            print(f"  {scenario:<13} {kind:<6} {b * 1000:>9.1f} {n * 1000:>8.1f} {n / b:>9.2f} "
+                  f"{statistics.median(t['base']) * 1000:>9.1f} {statistics.median(t['new']) * 1000:>8.1f}"
+                  f"   wrote {written['new']}")
+
+
 def main() -> None:
     names = [s for s, _ in bench.SCENARIOS]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -90,6 +142,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--pending", type=int, default=10000)
+    ap.add_argument("--writes", action="store_true", help="the decisions after one that wrote, not plans from scratch")
     ap.add_argument("scenarios", nargs="*", metavar="scenario", help=f"any of {', '.join(names)} (default: all)")
     args = ap.parse_args()
     unknown = [s for s in args.scenarios if s not in names]
@@ -98,6 +151,9 @@ def main() -> None:
     policies = dict(bench.SCENARIOS)
     with tempfile.TemporaryDirectory() as tmp:
         base = base_core(args.base, Path(tmp))
+        if args.writes:
+            writes(base, args, names)
+            return
         print(f"controller core, working tree vs {args.base}: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} "
               f"pending pods, plans from scratch alternating, {args.rounds} rounds each (ms)")
         print(f"  {'scenario':<13} {'base min':>9} {'new min':>8} {'new/base':>9} {'base med':>9} {'new med':>8}")

@@ -57,6 +57,9 @@ step 3 again), and the changes the decisions wrote. Under the default policy (`m
 moves a minute, the rest of the time nothing: the next echo is a new pod only. So the "new pod" and "bound+new"
 events above are what a decision meets after one that wrote nothing (or under --dry-run, where nothing is written);
 after one that wrote, the controller meets these.
+The decisions of part 1c and --writes are made as the controller makes them: a new plan ends frozen, not collected
+(`decide_how(freeze=True)`, the controller's `freeze_heap`, on by default; part 1 and --phases collect it, as `decide`
+does by default).
 
 Part 2, requests: the real shell (informers, state building, writer) against the API emulator with --api-nodes
 nodes and --api-pending pending DRA pods. Printed per decision: requests sent outside the watches, by verb, for the
@@ -483,9 +486,10 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
 
 def timed_decision(views: list[NodeView], pods: list[PendingPod], policy: Policy, times: list[float],
                    hows: Counter[str], memory: Memory | None = None, now: float = 0.0) -> Decision:
-    """A decision, its time added to `times` and how it was reached to `hows`."""
+    """A decision, its time added to `times` and how it was reached to `hows`. Made as the controller makes it: a
+    new plan is frozen, not collected (`decide_how(freeze=True)`, the controller's default `freeze_heap`)."""
     t = time.perf_counter()
-    last, how = decide_how(views, pods, policy, memory, now)
+    last, how = decide_how(views, pods, policy, memory, now, freeze=True)
     times.append(time.perf_counter() - t)
     hows[how] += 1
     return last
