@@ -55,7 +55,9 @@ check per group of nodes alike in what its constraints read (the labels they nam
 label of its own, its hostname, so not all labels); its buckets are built by appending, nodes in name order; step 1
 answers a pod of a kind that already fit nowhere without a lookup (free counts only fall in step 1); the move
 buckets are built when step 3 first needs them, and a pod placed by moves updates them once; a plan from scratch
-takes over the last plan's nodes that no step changed (their views unchanged: `_Node.pristine`); a pod larger than
+over the same nodes takes over the last plan's start (`_Start`): its nodes that no step changed (`_Planner.dirty`)
+with their views unchanged, its totals, and its indexes as they started (`_Begun`), patched for the views that
+changed (where few did; else derived anew); a pod larger than
 every eligible node's free room is blocked without a search; a search, and a pod blocked, is remembered while no
 plan changes (the pods a rate limit blocks ask the same question again and again). Between decisions the usual
 events are a new pending pod, which comes last in the queue, and the scheduler binding the first pod the last
@@ -116,6 +118,11 @@ _SIDE: dict[Api, int] = {"legacy": 0, "dra": 1}  # index into a group's [free le
 _NO_GROUP = (2, 0, -1)  # a move rank when no one group holds the GPUs to move
 _NONE: tuple[float] = (float("inf"),)  # ranks after every node's: a fit or search that found none
 _FOR_GOOD = -1  # a plan version no plan has: `_Planner.held` for a pod kind no node has room for
+# A plan from scratch takes the last plan's start over (`_Start`) where at most this share of the views changed, and
+# an index's start (`_Begun`) where at most this share of its nodes' views did; past them, deriving it all anew costs
+# less (measured on bench/controller_bench.py's scenarios: a patched node costs some four times a node derived).
+_PATCH_START = 1 / 8
+_PATCH_INDEX = 1 / 4
 
 
 class _Seen:
@@ -208,7 +215,7 @@ class _Node:
     """One node as the plan goes (a plain slotted class: a decision makes one per node)."""
 
     __slots__ = ("view", "free", "dra", "direction", "served", "reasons", "group_names", "groups", "order",
-                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig", "cordon", "pristine")
+                 "largest", "moved_from", "pos", "name", "pool", "changeable", "sig", "cordon")
 
     def __init__(self, view: NodeView, seed: _Seed, pos: int) -> None:
         self.view = view
@@ -232,10 +239,6 @@ class _Node:
         self.pos = pos  # place in name order (an index lists its nodes in that order)
         self.sig = seed.sig
         self.cordon = seed.cordon
-        # Nothing changed it since it was made from its view and seed: the next plan may take it over as it is
-        # (`_Planner.__init__`) instead of making it again. `_Planner.take`, `_Planner._set` and a view replaced
-        # (`_Run._went_as_planned`) clear it.
-        self.pristine = True
 
     def measure(self) -> None:
         """Refresh `largest` and `sig` after the groups changed (the index reads them as bucket keys). `sig`: what
@@ -400,11 +403,10 @@ Fit = dict[int, dict[int, dict[int, list[int]]]]
 Grid = dict[int, dict[int, dict[object, list[int]]]]
 
 
-def _file(fit: Mapping[Api, Fit], pos: int, free: Mapping[Api, int], largest: Sequence[int],
+def _file(fit: Mapping[Api, Fit], pos: int, legacy: int, dra: int, largest: Sequence[int],
           put: Callable[[list[int], int], None] = insort) -> None:
-    """List the node at `pos` in the fit buckets of its counts (`put`: `_append` where the nodes come in name order,
-    as an index is built)."""
-    legacy, dra = free["legacy"], free["dra"]
+    """List the node at `pos` in the fit buckets of its counts (`legacy`, `dra` free; `put`: `_append` where the nodes
+    come in name order, as an index starts)."""
     put(fit["legacy"][legacy][largest[0]].setdefault(dra, []), pos)
     put(fit["dra"][dra][largest[1]].setdefault(legacy, []), pos)
 
@@ -412,9 +414,8 @@ def _file(fit: Mapping[Api, Fit], pos: int, free: Mapping[Api, int], largest: Se
 _append: Callable[[list[int], int], None] = list.append  # `insort` where the places come in order
 
 
-def _unfile(fit: Mapping[Api, Fit], pos: int, free: Mapping[Api, int], largest: Sequence[int]) -> None:
+def _unfile(fit: Mapping[Api, Fit], pos: int, legacy: int, dra: int, largest: Sequence[int]) -> None:
     """Take the node at `pos` out of the fit buckets of its counts (emptied buckets are dropped)."""
-    legacy, dra = free["legacy"], free["dra"]
     _unlist(fit["legacy"], legacy, largest[0], dra, pos)
     _unlist(fit["dra"], dra, largest[1], legacy, pos)
 
@@ -479,6 +480,88 @@ def _best_fit(fit: Mapping[Api, Fit], api: Api, gpus: int, top: int) -> int | No
     return fallback
 
 
+def _differ(views: Sequence[NodeView], last: Sequence[NodeView]) -> list[int]:
+    """The places where `views` holds another object than `last` (as long: the same nodes in the same places)."""
+    return list(itertools.compress(range(len(views)), map(operator.is_not, views, last)))
+
+
+class _Begun:
+    """An index as a plan starts it: the places of its eligible nodes (name order) and the room and fit buckets of
+    their seeds' counts (`_Index.fit`, `_Index.room`), for the views `views` (a `_Start`'s). A plan keeps those of the
+    indexes it built (`_Start.begun`), and the next plan from scratch starts its index from a copy, once brought up
+    to its own views: only the nodes whose view changed are checked and filed again (`catch_up`). Building one anew
+    checks the constraints once per group of nodes alike (`_Planner.alike`) and files every eligible node: in the
+    controller bench's `constrained*` (40 indexes), 12 ms of a plan against 2 for the copies."""
+
+    __slots__ = ("views", "seeds", "places", "placed", "room", "fit")
+
+    def __init__(self, start: _Start, places: list[int]) -> None:
+        self.views, self.seeds = start.views, start.seeds
+        self.places = places  # (sorted)
+        self.placed = set(places)
+        self.room: dict[int, int] = defaultdict(int)
+        self.fit: dict[Api, Fit] = _new_fit()
+        for pos in places:  # (in name order: appending keeps every bucket sorted)
+            seed = start.seeds[pos]
+            self.room[seed.free[0] + seed.free[1]] += 1
+            _file(self.fit, pos, seed.free[0], seed.free[1], seed.largest, _append)
+
+    def catch_up(self, start: _Start, constraints: Constraints, since: tuple[Sequence[NodeView], list[int]]
+                 ) -> bool:
+        """Bring it to `start`'s views (the same nodes in the same places): each node whose view changed leaves the
+        buckets of its old seed and, when it still passes `constraints`, joins those of its new one. `since`: views
+        and the places where `start`'s differ from them (the last plan's, found once per plan). False, and nothing
+        done, where so many changed that filing every node anew costs less."""
+        if self.views is start.views:
+            return True
+        changed = since[1] if self.views is since[0] else _differ(start.views, self.views)
+        if len(changed) > _PATCH_INDEX * len(self.places):
+            return False
+        for pos in changed:
+            v, was, seed = start.views[pos], self.seeds[pos], start.seeds[pos]
+            if pos in self.placed:
+                self.room[was.free[0] + was.free[1]] -= 1
+                _unfile(self.fit, pos, was.free[0], was.free[1], was.largest)
+                self.placed.discard(pos)
+                del self.places[bisect_left(self.places, pos)]
+            if constraints.allows(v.name, v.labels, v.taints, v.unschedulable):
+                self.room[seed.free[0] + seed.free[1]] += 1
+                _file(self.fit, pos, seed.free[0], seed.free[1], seed.largest)
+                self.placed.add(pos)
+                insort(self.places, pos)
+        self.views, self.seeds = start.views, start.seeds
+        return True
+
+
+class _Start:
+    """What a plan starts from, a function of its nodes' views alone (known nodes in name order, their seeds, the
+    pools' totals and legacy counts, the largest node, the nodes that may change in each direction before cool-downs)
+    and the indexes it built as they started (`_Begun`). The next plan from scratch over the same nodes takes it over
+    (`_Planner.__init__`): it makes again only the nodes the last plan changed or whose view changed, and patches the
+    rest for the views that changed, instead of deriving it all from every view."""
+
+    __slots__ = ("names", "views", "seeds", "pool_total", "pool_legacy", "top", "ok", "begun")
+
+    def __init__(self, names: list[str], views: list[NodeView], seeds: list[_Seed]) -> None:
+        self.names, self.views, self.seeds = names, views, seeds
+        self.pool_total: dict[str, int] = defaultdict(int)
+        self.pool_legacy: dict[str, int] = defaultdict(int)  # total - dra (frozen nodes count toward the share)
+        self.top = 0
+        self.ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}  # changeable, not moving the other way
+        self.begun: dict[Constraints, _Begun] = {}
+
+    def count(self, v: NodeView, sign: int = 1) -> None:
+        """Add (or, `sign` -1, take away) `v`'s share of the totals; `ok` is set apart (`allow`)."""
+        self.pool_total[v.pool] += sign * v.total
+        self.pool_legacy[v.pool] += sign * (v.total - v.dra)
+
+    def allow(self, v: NodeView) -> None:
+        if v.frozen == "":
+            for d in ("to-dra", "to-legacy"):
+                if v.moving in (None, d):
+                    self.ok[d].add(v.name)
+
+
 class _Index:
     """The eligible nodes of one constraint group, bucketed by free counts.
 
@@ -498,22 +581,19 @@ class _Index:
     alone: built now, or built earlier and kept up to date as the plan went, it is the same index (`_Run.resume`
     relies on that when it goes on from a plan whose history differs from the one planning from scratch has)."""
 
-    def __init__(self, constraints: Constraints, nodes: Iterable[_Node], move_ok: Mapping[Direction, set[str]]
-                 ) -> None:
-        """`nodes`: the eligible nodes, in name order (`_Node.pos`)."""
+    def __init__(self, constraints: Constraints, begun: _Begun, by_pos: Sequence[_Node],
+                 move_ok: Mapping[Direction, set[str]]) -> None:
+        """Every eligible node as its seed starts it (`begun`, copied: the index then changes apart from it), nodes
+        in name order (`_Node.pos`, places in `by_pos`)."""
         self.constraints = constraints
-        self.room: dict[int, int] = defaultdict(int)
-        self.fit: dict[Api, Fit] = _new_fit()
-        self.nodes: list[_Node] = list(nodes)
+        self.room: dict[int, int] = defaultdict(int, begun.room)
+        self.fit: dict[Api, Fit] = _copy_fit(begun.fit)
+        self.nodes: list[_Node] = [by_pos[pos] for pos in begun.places]
         self.move: dict[Direction, dict[str, Grid]] = {"to-dra": defaultdict(dict), "to-legacy": defaultdict(dict)}
         self.move_ok = move_ok
         self._grids: dict[Direction, list[tuple[str, Grid]]] = {}
         self.moving = False  # move buckets built (step 3 searched this index): kept up to date from then on
         self.size = len(self.nodes)
-        room, fit = self.room, self.fit
-        for n in self.nodes:  # (in name order: appending keeps every bucket sorted)
-            room[n.free["legacy"] + n.free["dra"]] += 1
-            _file(fit, n.pos, n.free, n.largest, _append)
 
     def grids(self, d: Direction) -> list[tuple[str, Grid]]:
         """The move buckets of direction `d`, pool by pool in name order (every node was added when the index was
@@ -537,7 +617,7 @@ class _Index:
 
     def _add(self, n: _Node) -> None:
         self.room[n.free["legacy"] + n.free["dra"]] += 1
-        _file(self.fit, n.pos, n.free, n.largest)
+        _file(self.fit, n.pos, n.free["legacy"], n.free["dra"], n.largest)
         if self.moving:
             self._add_moving(n)
 
@@ -554,7 +634,7 @@ class _Index:
     def _remove(self, n: _Node) -> None:
         name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         self.room[legacy + dra] -= 1
-        _unfile(self.fit, pos, n.free, n.largest)
+        _unfile(self.fit, pos, legacy, dra, n.largest)
         if self.moving and n.changeable:
             sides_moving: tuple[tuple[Direction, int, int], ...] = (
                 ("to-legacy", legacy, dra), ("to-dra", dra, legacy))
@@ -590,8 +670,8 @@ def _taken(x: _Node, pod: PendingPod) -> _Node:
     return after
 
 
-def _position(n: _Node) -> int:
-    return n.pos
+def _name(v: NodeView) -> str:
+    return v.name
 
 
 def _cooling(nodes: Mapping[str, _Node], memory: Memory, policy: Policy, now: float) -> dict[Direction, set[str]]:
@@ -621,37 +701,34 @@ class _Planner:
         self.memory = memory
         self.now = now
         self.budget = memory.budget(policy, now)
-        self.nodes: dict[str, _Node] = {}
         # Per set of label keys a pod's constraints read (`Constraints.label_keys`), the nodes grouped by what such
         # constraints see of them (those labels, taints, cordon), each group in name order: an index is built from
         # one check per group (`alike`). Every node has labels of its own (its hostname), so grouping by all of them
         # would check every node.
         self.groupings: dict[tuple[str, ...], dict[object, list[_Node]]] = {}
-        known = sorted((v for v in nodes if v.frozen != "unknown"), key=lambda v: v.name)
-        self.by_pos: list[_Node] = []  # the nodes in name order (an index's buckets list places in it)
+        known = sorted((v for v in nodes if v.frozen != "unknown"), key=_name)
+        names = [v.name for v in known]
+        # The places of the nodes a step of this plan changed (the next plan makes them again; the others it takes
+        # over as they are, `_start_from`).
+        self.dirty: set[int] = set()
+        self.inherited: dict[Constraints, _Begun] = {}  # the indexes the last plan built, as they started
+        self.since: tuple[Sequence[NodeView], list[int]] = ((), [])  # the last plan's views, where these differ
+        last = before.start if before is not None else None
+        changed = _differ(known, last.views) if last is not None and names == last.names else None
+        if before is not None and last is not None and changed is not None and len(changed) <= _PATCH_START * len(known):
+            self._start_from(known, before, last, changed)
+        else:  # (patching many nodes costs more than deriving them all)
+            self._start_anew(names, known, before)
+        start = self.start
         # Pools: totals and planned legacy counts over every known node (frozen ones count toward the share).
-        self.pool_total: dict[str, int] = defaultdict(int)
-        self.pool_legacy: dict[str, int] = defaultdict(int)
-        self.top = 0  # the most GPUs of a node
-        # The last plan's nodes that no step changed are what `_Node(view, seed, pos)` makes of the same view at the
-        # same place: taken over (most of them where a plan moves little: no node made, none for the collector).
-        last = before.nodes if before else {}
-        for pos, (v, seed) in enumerate(_SEEDS.of(known)):
-            n = last.get(v.name)
-            if n is None or not n.pristine or n.view is not v or n.pos != pos:
-                n = _Node(v, seed, pos)
-            self.nodes[v.name] = n
-            self.by_pos.append(n)
-            self.pool_total[n.pool] += v.total
-            self.pool_legacy[n.pool] += v.total - n.dra
-            if v.total > self.top:
-                self.top = v.total
+        self.pool_total: dict[str, int] = defaultdict(int, start.pool_total)
+        self.pool_legacy: dict[str, int] = defaultdict(int, start.pool_legacy)
+        self.top = start.top  # the most GPUs of a node
         self.floors: dict[str, int] = {}
-        # Nodes that may change in each direction now (changeable, and no reversal inside the cool-down).
-        self.move_ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
+        # Nodes that may change in each direction now (changeable, not moving the other way, and no reversal inside
+        # the cool-down).
         self.cooling = _cooling(self.nodes, memory, policy, now)
-        for n in self.nodes.values():
-            self.allow_moves(n)
+        self.move_ok: dict[Direction, set[str]] = {d: start.ok[d] - self.cooling[d] for d in start.ok}
         self.indexes: dict[Constraints, _Index] = {}
         self.members: dict[str, list[_Index]] = defaultdict(list)
         self.diagnosis: dict[tuple[Constraints, Api, int], tuple[BlockReason, str]] = {}
@@ -684,6 +761,61 @@ class _Planner:
         # Step 1's memo of pods that fit nowhere (`fit`), per kind (constraints, API): the fewest GPUs that did not.
         self.unfit: dict[tuple[Constraints, Api], int] = {}
 
+    def _start_anew(self, names: list[str], known: list[NodeView], before: _Planner | None) -> None:
+        """Derive the start from every view. The last plan's nodes that no step changed, at the same places with the
+        same views, are what `_Node(view, seed, pos)` makes anew: taken over."""
+        self.start = start = _Start(names, known, [seed for _, seed in _SEEDS.of(known)])
+        last, dirty = (before.nodes, before.dirty) if before is not None else ({}, set())
+        self.by_pos: list[_Node] = []
+        self.nodes: dict[str, _Node] = {}
+        total, legacy, to_dra, to_legacy = start.pool_total, start.pool_legacy, start.ok["to-dra"], start.ok["to-legacy"]
+        for pos, (v, seed) in enumerate(zip(known, start.seeds)):  # (`_Start.count` and `allow` inline: per node)
+            n = last.get(v.name)
+            if n is None or n.view is not v or n.pos != pos or pos in dirty:
+                n = _Node(v, seed, pos)
+            self.by_pos.append(n)
+            self.nodes[v.name] = n
+            total[v.pool] += v.total
+            legacy[v.pool] += v.total - v.dra
+            if v.frozen == "":
+                if v.moving != "to-legacy":
+                    to_dra.add(v.name)
+                if v.moving != "to-dra":
+                    to_legacy.add(v.name)
+            if v.total > start.top:
+                start.top = v.total
+
+    def _start_from(self, known: list[NodeView], before: _Planner, last: _Start, changed: list[int]) -> None:
+        """Start as the last plan started (`last`, over the same nodes in the same places), brought up to these views:
+        the nodes the last plan changed or whose view changed are made again, the others taken over as they are
+        (what `_Node(view, seed, pos)` makes of the same view at the same place), and the totals and `ok` patched
+        for the changed views. The indexes the last plan built start from theirs (`index`)."""
+        self.since = (last.views, changed)
+        seeds = last.seeds
+        if changed:
+            seeds = list(seeds)
+            for pos in changed:
+                seeds[pos] = _Seed.of(known[pos])
+        self.start = start = _Start(last.names, known, seeds)
+        start.pool_total, start.pool_legacy = defaultdict(int, last.pool_total), defaultdict(int, last.pool_legacy)
+        start.ok = {d: set(names) for d, names in last.ok.items()}
+        start.top = last.top
+        self.inherited = last.begun  # (caught up to these views as each index is built; the rest is dropped)
+        for pos in changed:
+            was, v = last.views[pos], known[pos]
+            start.count(was, -1)
+            start.count(v)
+            for d in start.ok:
+                start.ok[d].discard(v.name)
+            start.allow(v)
+        if changed:
+            start.top = max(v.total for v in known)
+        self.by_pos = list(before.by_pos)
+        self.nodes = dict(before.nodes)
+        for pos in before.dirty.union(changed):
+            n = self.by_pos[pos] = _Node(known[pos], seeds[pos], pos)
+            self.nodes[n.name] = n
+
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
     def allow_moves(self, n: _Node) -> None:
@@ -704,21 +836,37 @@ class _Planner:
     def index(self, c: Constraints) -> _Index:
         idx = self.indexes.get(c)
         if idx is None:
-            eligible: list[_Node] = []
-            if any(t.fields for t in c.terms):  # a term names nodes: each node answers for itself
-                eligible = [n for n in self.nodes.values()
-                            if c.allows(n.view.name, n.view.labels, n.view.taints, n.view.unschedulable)]
-            else:
-                for alike in self.alike(c.label_keys).values():
-                    v = alike[0].view
-                    if c.allows(v.name, v.labels, v.taints, v.unschedulable):
-                        eligible += alike
-                eligible.sort(key=_position)  # name order, as every index lists its nodes
-            idx = _Index(c, eligible, self.move_ok)
+            start = self.start
+            begun = self.inherited.pop(c, None)
+            if begun is None or not begun.catch_up(start, c, self.since):
+                begun = _Begun(start, self._eligible(c))
+            start.begun[c] = begun
+            idx = _Index(c, begun, self.by_pos, self.move_ok)
+            # The nodes a step of this plan changed already (step 1's fits before this index was needed) leave the
+            # buckets of their seeds for those of their present counts.
+            for pos in self.dirty.intersection(begun.placed):
+                n, seed = self.by_pos[pos], start.seeds[pos]
+                idx.room[seed.free[0] + seed.free[1]] -= 1
+                _unfile(idx.fit, pos, seed.free[0], seed.free[1], seed.largest)
+                idx.room[n.free["legacy"] + n.free["dra"]] += 1
+                _file(idx.fit, pos, n.free["legacy"], n.free["dra"], n.largest)
             self.indexes[c] = idx
-            for n in eligible:
+            for n in idx.nodes:
                 self.members[n.name].append(idx)
         return idx
+
+    def _eligible(self, c: Constraints) -> list[int]:
+        """The places of the nodes that pass `c`, in name order."""
+        if any(t.fields for t in c.terms):  # a term names nodes: each node answers for itself
+            return [n.pos for n in self.by_pos
+                    if c.allows(n.view.name, n.view.labels, n.view.taints, n.view.unschedulable)]
+        eligible: list[int] = []
+        for alike in self.alike(c.label_keys).values():
+            v = alike[0].view
+            if c.allows(v.name, v.labels, v.taints, v.unschedulable):
+                eligible += [n.pos for n in alike]
+        eligible.sort()
+        return eligible
 
     def alike(self, keys: tuple[str, ...]) -> dict[object, list[_Node]]:
         """The nodes grouped by their labels of `keys`, their taints and their cordon, each group in name order (built
@@ -743,7 +891,7 @@ class _Planner:
     def _set(self, n: _Node, free: dict[Api, int], dra: int | None = None,
              direction: Direction | None = None, groups: Callable[[], None] | None = None) -> None:
         self.version += 1
-        n.pristine = False
+        self.dirty.add(n.pos)
         if self.touched is not None:
             self.touched.add(n.name)
             self._keep(n)
@@ -783,7 +931,7 @@ class _Planner:
 
     def take(self, n: _Node, api: Api, gpus: int, in_step_1: bool = False) -> None:
         self.version += 1
-        n.pristine = False
+        self.dirty.add(n.pos)
         if self.touched is not None and not in_step_1:
             self.touched.add(n.name)
             self._keep(n)
@@ -1153,7 +1301,7 @@ class _Run:
     moving a budget or cool-down, a new pod of constraints no pod had) plans from scratch. The plan kept costs
     memory between decisions: some 11 MB at 5,000 nodes and 10,000 pods (0.8 MB of it the fit buckets as step 1
     left them; `_Planner.kept`, what step 1 left each node step 3 changed, adds up to 2.7 MB in the bench's `moves`,
-    where step 3 changes 3,753 nodes)."""
+    where step 3 changes 3,753 nodes; the indexes as they started, `_Start.begun`, 0.8-1.3 MB)."""
 
     def __init__(self, nodes: Sequence[NodeView], order: list[PendingPod], policy: Policy, memory: Memory,
                  now: float, last: _Run | None = None) -> None:
@@ -1307,8 +1455,8 @@ class _Run:
         assert self.fit1 is not None  # (kept from the end of step 1 on)
         for idx in planner.members.get(x.name, ()):
             fit1 = self.fit1[idx.constraints]  # (every index exists by the end of step 1)
-            _unfile(fit1, x.pos, x.free, x.largest)
-            _file(fit1, x.pos, after.free, after.largest)
+            _unfile(fit1, x.pos, x.free["legacy"], x.free["dra"], x.largest)
+            _file(fit1, x.pos, after.free["legacy"], after.free["dra"], after.largest)
         planner.take(x, pod.api, pod.gpus, in_step_1=True)
         self.fitted.append(Placement(pod.key, x.name, 0))
 
@@ -1429,7 +1577,8 @@ class _Run:
                 return False
         for name, (last, new) in changed.items():
             node = self.planner.nodes[name]
-            node.view, node.pristine = new, False
+            node.view = new
+            self.planner.dirty.add(node.pos)
             if name in self.planner.written:
                 self.planner.stale.add(name)  # its reason names the node's free GPUs
             for a in APIS:

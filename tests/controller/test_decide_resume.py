@@ -8,6 +8,8 @@ scratch has a case of its own below, and so has each event a decision goes on fr
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -106,29 +108,66 @@ Event = tuple[str, Api, int, int, int, int, bool, float, int]
 EVENTS = st.lists(st.tuples(
     # half of them a new pod at the end of the queue, a fifth a placed pod bound: the events a decision may go on from
     st.sampled_from(["new", "new", "new", "new", "new", "early", "bound", "view", "clock", "again",
-                     "placed", "placed", "placed"]),
+                     "placed", "placed", "placed", "reshape"]),
     st.sampled_from(["legacy", "dra"]), st.integers(1, 6), st.integers(0, 3),  # a new pod's API, GPUs, shape
     st.sampled_from([0, 0, 0, 1]),  # its priority (1: ahead of the queue's end)
     st.integers(0, 20), st.booleans(),  # the pod bound or node replaced; a view replaced by an equal one or not
     st.sampled_from([0.0, 1.0, 30.0, 70.0]),  # the clock's step
-    st.integers(0, 8),  # how a placed pod's binding shows in the views (`bind`)
+    st.integers(0, 8),  # how a placed pod's binding shows in the views (`bind`), or a node is reshaped (`reshape`)
 ), min_size=1, max_size=12)
 
+# A plan from scratch takes the last plan's start over where few views changed (`_Start`, `_Begun`), else derives it
+# anew: each property runs as shipped and with every start taken over, however many views changed.
+PATCHING = pytest.mark.parametrize("patching", ["as shipped", "always"])
 
+
+def reshape(nodes: list[NodeView], which: int, how: int) -> list[NodeView]:
+    """Node `which` changes in what a plan's start reads besides its counts (`how`): 0 settling, 1 pinned, 2 no longer
+    frozen, 3 moves under way to DRA, 4 to legacy, 5 none, 6 the other zone, 7 tainted or not, 8 another pool."""
+    i = which % len(nodes)
+    v = nodes[i]
+    if v.frozen == "unknown":
+        return nodes
+    if how <= 2:
+        v = replace(v, frozen=("settling", "pinned", "")[how])
+    elif how <= 5:
+        v = replace(v, moving=("to-dra", "to-legacy", None)[how - 3])
+    elif how == 6:
+        v = replace(v, labels={ZONE: "z1" if v.labels.get(ZONE) == "z0" else "z0"})
+    elif how == 7:
+        v = replace(v, taints=() if v.taints else (Taint("dedicated", "ml", "NoSchedule"),))
+    else:
+        v = replace(v, pool="" if v.pool else "a")
+    return [*nodes[:i], v, *nodes[i + 1:]]
+
+
+@contextlib.contextmanager
+def patched(patching: str) -> Iterator[None]:
+    shares = core._PATCH_START, core._PATCH_INDEX
+    if patching == "always":
+        core._PATCH_START = core._PATCH_INDEX = 1.0
+    try:
+        yield
+    finally:
+        core._PATCH_START, core._PATCH_INDEX = shares
+
+
+@PATCHING
 @RESUME
 @given(clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.integers(0, 1), min_size=6, max_size=6),
        st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=10, max_gpus=6),
        st.lists(st.integers(0, 3), min_size=10, max_size=10), EVENTS, st.integers(0, 12), st.floats(0, 0.6),
        st.booleans())
 def test_every_decision_going_on_from_the_last_plan_is_the_decision_planned_from_scratch(
-        nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
+        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
         events: list[Event], budget: int, share: float, remembers: bool) -> None:
     nodes = shaped(nodes, zones, tainted)
     pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
     policy = Policy(pools={"a": PoolPolicy(share)}, max_moves_per_minute=budget, cooldown_s=50)
     memory = Memory({n.name: (float(i * 10), "to-dra" if i % 2 else "to-legacy") for i, n in enumerate(nodes)}
                     if remembers else {}, ((0.0, budget // 2),))  # type: ignore[arg-type]
-    each_decision_planned_from_scratch(nodes, pods, policy, memory, events)
+    with patched(patching):
+        each_decision_planned_from_scratch(nodes, pods, policy, memory, events)
 
 
 PLACED = st.lists(st.tuples(  # mostly placed pods bound (as planned or not), and new pods
@@ -138,17 +177,19 @@ PLACED = st.lists(st.tuples(  # mostly placed pods bound (as planned or not), an
 ), min_size=1, max_size=16)
 
 
+@PATCHING
 @RESUME
 @given(clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.integers(0, 1), min_size=6, max_size=6),
        st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=12, max_gpus=4),
        st.lists(st.integers(0, 3), min_size=12, max_size=12), PLACED, st.sampled_from([4, 100]))
 def test_every_decision_after_placed_pods_were_bound_is_the_decision_planned_from_scratch(
-        nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
+        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
         events: list[Event], budget: int) -> None:
     """The same with no cool-down or floor in the way, so that most bindings reach the check of the views."""
     nodes = shaped(nodes, zones, tainted)
     pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
-    each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
+    with patched(patching):
+        each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
 
 
 SMALL = st.lists(st.tuples(  # mostly new pods small enough to fit where step 1 ended, now and then a placed pod bound
@@ -158,18 +199,20 @@ SMALL = st.lists(st.tuples(  # mostly new pods small enough to fit where step 1 
 ), min_size=1, max_size=12)
 
 
+@PATCHING
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.integers(0, 1), min_size=6, max_size=6),
        st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=12, max_gpus=4),
        st.lists(st.integers(0, 3), min_size=12, max_size=12), SMALL, st.sampled_from([0, 1, 3, 100]))
 def test_every_decision_after_small_pods_that_fit_beside_moves_is_the_decision_planned_from_scratch(
-        nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
+        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
         events: list[Event], budget: int) -> None:
     """The same where new pods mostly fit on free GPUs while older ones wait for moves: they often fit on a node
     step 3 changed or chose, and step 3 is planned again from where step 1 ended (`_Run._step_3_again`)."""
     nodes = shaped(nodes, zones, tainted)
     pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
-    each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
+    with patched(patching):
+        each_decision_planned_from_scratch(nodes, pods, Policy(max_moves_per_minute=budget), Memory(), events)
 
 
 def each_decision_planned_from_scratch(nodes: list[NodeView], pods: list[PendingPod], policy: Policy,
@@ -205,6 +248,8 @@ def each_decision_planned_from_scratch(nodes: list[NodeView], pods: list[Pending
             nodes = [*nodes[:i], replace(v), *nodes[i + 1:]]
         elif kind == "clock":
             now += step
+        elif kind == "reshape":
+            nodes = reshape(nodes, which, how)
         last = check()
 
 
