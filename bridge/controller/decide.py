@@ -596,8 +596,8 @@ class _Index:
         self.size = len(self.nodes)
 
     def grids(self, d: Direction) -> list[tuple[str, Grid]]:
-        """The move buckets of direction `d`, pool by pool in name order (every node was added when the index was
-        built, so the pools and their grids stay the same objects)."""
+        """The move buckets of direction `d`, pool by pool in name order (listed again once a node joins a pool that
+        had no grid: `_add_moving`)."""
         out = self._grids.get(d)
         if out is None:
             if not self.moving:  # built from the nodes' present counts, as keeping them up to date would have
@@ -625,11 +625,18 @@ class _Index:
         name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]
         if n.changeable:
             if name in self.move_ok["to-legacy"]:
-                grid = self.move["to-legacy"][n.pool]
+                grid = self._pool_grid("to-legacy", n.pool)
                 put(grid.setdefault(legacy, {}).setdefault(dra, {}).setdefault(n.sig, []), pos)
             if name in self.move_ok["to-dra"]:
-                grid = self.move["to-dra"][n.pool]
+                grid = self._pool_grid("to-dra", n.pool)
                 put(grid.setdefault(dra, {}).setdefault(legacy, {}).setdefault(n.sig, []), pos)
+
+    def _pool_grid(self, d: Direction, pool: str) -> Grid:
+        grid = self.move[d].get(pool)
+        if grid is None:  # a pool none of whose nodes could move this way when `grids` listed them (step 3 planned
+            grid = self.move[d][pool] = {}  # again gives nodes their directions back): list them again
+            self._grids.pop(d, None)
+        return grid
 
     def _remove(self, n: _Node) -> None:
         name, pos, legacy, dra = n.name, n.pos, n.free["legacy"], n.free["dra"]

@@ -667,3 +667,21 @@ def test_a_pod_ahead_leaving_as_the_first_placed_pods_node_changes_as_planned_is
     got = decide(nodes, pods, policy)
     assert core._last is not kept
     assert got == decide(nodes, pods, policy, reuse=False)
+
+
+def test_an_index_lists_a_pools_move_buckets_again_once_a_node_of_it_may_move_that_way_again() -> None:
+    """Step 3 planned again gives the nodes it puts back their directions (`_Run._step_3_again`): a node whose pool had
+    no move buckets that way when the index listed its pools must be found by the next search, as it is in an index
+    built then. (Found by reading; 18,000 generated event sequences did not reach it.)"""
+    nodes = [NodeView("a-1", 8, 0, legacy_held=4, pool="a"), NodeView("b-1", 8, 0, legacy_held=2, pool="b")]
+    planner = core._Planner(nodes, Policy(max_moves_per_minute=100), Memory(), 0.0)
+    b1 = planner.nodes["b-1"]
+    planner.move_ok["to-dra"].discard("b-1")  # as a step moving it to legacy leaves it
+    idx = planner.index(Constraints())
+    assert [pool for pool, _ in idx.grids("to-dra")] == ["a"]
+    idx._remove(b1)
+    planner.allow_moves(b1)  # as step 3 planned again puts it back
+    idx._add(b1)
+    assert [pool for pool, _ in idx.grids("to-dra")] == ["a", "b"]
+    found = planner._search(idx, PendingPod("ns/p", "dra", 6, "ns"))
+    assert found is not None and found[0].name == "b-1", "six free legacy GPUs: the fewest moves"
