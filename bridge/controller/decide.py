@@ -535,15 +535,16 @@ class _Begun:
 
 class _Start:
     """What a plan starts from, a function of its nodes' views alone (known nodes in name order, their seeds, the
-    pools' totals and legacy counts, the largest node, the nodes that may change in each direction before cool-downs)
-    and the indexes it built as they started (`_Begun`). The next plan from scratch over the same nodes takes it over
+    free GPUs, the pools' totals and legacy counts, the largest node, the nodes that may change in each direction
+    before cool-downs) and the indexes it built as they started (`_Begun`). The next plan from scratch over the same nodes takes it over
     (`_Planner.__init__`): it makes again only the nodes the last plan changed or whose view changed, and patches the
     rest for the views that changed, instead of deriving it all from every view."""
 
-    __slots__ = ("names", "views", "seeds", "pool_total", "pool_legacy", "top", "ok", "begun")
+    __slots__ = ("names", "views", "seeds", "free", "pool_total", "pool_legacy", "top", "ok", "begun")
 
-    def __init__(self, names: list[str], views: list[NodeView], seeds: list[_Seed]) -> None:
+    def __init__(self, names: list[str], views: list[NodeView], seeds: list[_Seed], free: tuple[int, int]) -> None:
         self.names, self.views, self.seeds = names, views, seeds
+        self.free = free  # legacy, dra
         self.pool_total: dict[str, int] = defaultdict(int)
         self.pool_legacy: dict[str, int] = defaultdict(int)  # total - dra (frozen nodes count toward the share)
         self.top = 0
@@ -771,7 +772,9 @@ class _Planner:
     def _start_anew(self, names: list[str], known: list[NodeView], before: _Planner | None) -> None:
         """Derive the start from every view. The last plan's nodes that no step changed, at the same places with the
         same views, are what `_Node(view, seed, pos)` makes anew: taken over."""
-        self.start = start = _Start(names, known, [seed for _, seed in _SEEDS.of(known)])
+        seeds = [seed for _, seed in _SEEDS.of(known)]
+        self.start = start = _Start(names, known, seeds, (sum(seed.free[0] for seed in seeds),
+                                                          sum(seed.free[1] for seed in seeds)))
         last, dirty = (before.nodes, before.dirty) if before is not None else ({}, set())
         self.by_pos: list[_Node] = []
         self.nodes: dict[str, _Node] = {}
@@ -798,12 +801,15 @@ class _Planner:
         (what `_Node(view, seed, pos)` makes of the same view at the same place), and the totals and `ok` patched
         for the changed views. The indexes the last plan built start from theirs (`index`)."""
         self.since = (last.views, changed)
-        seeds = last.seeds
+        seeds, (legacy, dra) = last.seeds, last.free
         if changed:
             seeds = list(seeds)
             for pos in changed:
-                seeds[pos] = _Seed.of(known[pos])
-        self.start = start = _Start(last.names, known, seeds)
+                old = seeds[pos]
+                seed = seeds[pos] = _Seed.of(known[pos])
+                legacy += seed.free[0] - old.free[0]
+                dra += seed.free[1] - old.free[1]
+        self.start = start = _Start(last.names, known, seeds, (legacy, dra))
         start.pool_total, start.pool_legacy = defaultdict(int, last.pool_total), defaultdict(int, last.pool_legacy)
         start.ok = {d: set(names) for d, names in last.ok.items()}
         start.top = last.top
@@ -1321,7 +1327,7 @@ class _Run:
         planner = self.planner
         self.budget = planner.budget
         self.cooling = {d: set(names) for d, names in planner.cooling.items()}
-        self.free_before = {a: sum(n.free[a] for n in planner.nodes.values()) for a in APIS}  # Decision.free_gpus
+        self.free_before: dict[Api, int] = {"legacy": planner.start.free[0], "dra": planner.start.free[1]}
         self.pods: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.gpus: dict[Api, int] = {"legacy": 0, "dra": 0}
         self.order: list[PendingPod] = []
