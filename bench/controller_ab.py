@@ -162,7 +162,8 @@ def main() -> None:
         for scenario in args.scenarios or names:
             policy = policies[scenario]
             nodes, pods = bench.scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
-            if plain(base.decide(nodes, pods, policy, reuse=False)) != plain(new_core.decide(nodes, pods, policy, reuse=False)):
+            decisions = (core.decide(nodes, pods, policy, reuse=False) for core in (base, new_core))
+            if plain(next(decisions)) != plain(next(decisions)):
                 raise SystemExit(f"controller_ab: {scenario}: the two cores decide differently")
             times: dict[str, list[float]] = {"base": [], "new": []}
             for _ in range(args.rounds):

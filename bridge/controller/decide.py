@@ -536,9 +536,9 @@ class _Begun:
 class _Start:
     """What a plan starts from, a function of its nodes' views alone (known nodes in name order, their seeds, the
     free GPUs, the pools' totals and legacy counts, the largest node, the nodes that may change in each direction
-    before cool-downs) and the indexes it built as they started (`_Begun`). The next plan from scratch over the same nodes takes it over
-    (`_Planner.__init__`): it makes again only the nodes the last plan changed or whose view changed, and patches the
-    rest for the views that changed, instead of deriving it all from every view."""
+    before cool-downs) and the indexes it built as they started (`_Begun`). The next plan from scratch over the same
+    nodes takes it over (`_Planner.__init__`): it makes again only the nodes the last plan changed or whose view
+    changed, and patches the rest for the views that changed, instead of deriving it all from every view."""
 
     __slots__ = ("names", "views", "seeds", "free", "pool_total", "pool_legacy", "top", "ok", "begun")
 
@@ -548,7 +548,8 @@ class _Start:
         self.pool_total: dict[str, int] = defaultdict(int)
         self.pool_legacy: dict[str, int] = defaultdict(int)  # total - dra (frozen nodes count toward the share)
         self.top = 0
-        self.ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}  # changeable, not moving the other way
+        # Changeable and not moving the other way (cool-downs aside): the nodes that may change in each direction.
+        self.ok: dict[Direction, set[str]] = {"to-dra": set(), "to-legacy": set()}
         self.begun: dict[Constraints, _Begun] = {}
 
     def count(self, v: NodeView, sign: int = 1) -> None:
@@ -723,7 +724,8 @@ class _Planner:
         self.since: tuple[Sequence[NodeView], list[int]] = ((), [])  # the last plan's views, where these differ
         last = before.start if before is not None else None
         changed = _differ(known, last.views) if last is not None and names == last.names else None
-        if before is not None and last is not None and changed is not None and len(changed) <= _PATCH_START * len(known):
+        if before is not None and last is not None and changed is not None \
+                and len(changed) <= _PATCH_START * len(known):
             self._start_from(known, before, last, changed)
         else:  # (patching many nodes costs more than deriving them all)
             self._start_anew(names, known, before)
@@ -778,7 +780,8 @@ class _Planner:
         last, dirty = (before.nodes, before.dirty) if before is not None else ({}, set())
         self.by_pos: list[_Node] = []
         self.nodes: dict[str, _Node] = {}
-        total, legacy, to_dra, to_legacy = start.pool_total, start.pool_legacy, start.ok["to-dra"], start.ok["to-legacy"]
+        total, legacy = start.pool_total, start.pool_legacy
+        to_dra, to_legacy = start.ok["to-dra"], start.ok["to-legacy"]
         for pos, (v, seed) in enumerate(zip(known, start.seeds)):  # (`_Start.count` and `allow` inline: per node)
             n = last.get(v.name)
             if n is None or n.view is not v or n.pos != pos or pos in dirty:

@@ -159,8 +159,8 @@ def patched(patching: str) -> Iterator[None]:
        st.lists(st.integers(0, 3), min_size=10, max_size=10), EVENTS, st.integers(0, 12), st.floats(0, 0.6),
        st.booleans())
 def test_every_decision_going_on_from_the_last_plan_is_the_decision_planned_from_scratch(
-        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
-        events: list[Event], budget: int, share: float, remembers: bool) -> None:
+        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod],
+        shapes: list[int], events: list[Event], budget: int, share: float, remembers: bool) -> None:
     nodes = shaped(nodes, zones, tainted)
     pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
     policy = Policy(pools={"a": PoolPolicy(share)}, max_moves_per_minute=budget, cooldown_s=50)
@@ -183,8 +183,8 @@ PLACED = st.lists(st.tuples(  # mostly placed pods bound (as planned or not), an
        st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=12, max_gpus=4),
        st.lists(st.integers(0, 3), min_size=12, max_size=12), PLACED, st.sampled_from([4, 100]))
 def test_every_decision_after_placed_pods_were_bound_is_the_decision_planned_from_scratch(
-        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
-        events: list[Event], budget: int) -> None:
+        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod],
+        shapes: list[int], events: list[Event], budget: int) -> None:
     """The same with no cool-down or floor in the way, so that most bindings reach the check of the views."""
     nodes = shaped(nodes, zones, tainted)
     pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
@@ -205,8 +205,8 @@ SMALL = st.lists(st.tuples(  # mostly new pods small enough to fit where step 1 
        st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=12, max_gpus=4),
        st.lists(st.integers(0, 3), min_size=12, max_size=12), SMALL, st.sampled_from([0, 1, 3, 100]))
 def test_every_decision_after_small_pods_that_fit_beside_moves_is_the_decision_planned_from_scratch(
-        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod], shapes: list[int],
-        events: list[Event], budget: int) -> None:
+        patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod],
+        shapes: list[int], events: list[Event], budget: int) -> None:
     """The same where new pods mostly fit on free GPUs while older ones wait for moves: they often fit on a node
     step 3 changed or chose, and step 3 is planned again from where step 1 ended (`_Run._step_3_again`)."""
     nodes = shaped(nodes, zones, tainted)
