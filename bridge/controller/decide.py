@@ -592,7 +592,7 @@ class _Index:
         self.room: dict[int, int] = defaultdict(int, begun.room)
         self.fit: dict[Api, Fit] = _copy_fit(begun.fit)
         self.nodes: list[_Node] = [by_pos[pos] for pos in begun.places]
-        self.move: dict[Direction, dict[str, Grid]] = {"to-dra": defaultdict(dict), "to-legacy": defaultdict(dict)}
+        self.move: dict[Direction, dict[str, Grid]] = {"to-dra": {}, "to-legacy": {}}  # (a pool's grid: `_pool_grid`)
         self.move_ok = move_ok
         self._grids: dict[Direction, list[tuple[str, Grid]]] = {}
         self.moving = False  # move buckets built (step 3 searched this index): kept up to date from then on
@@ -650,11 +650,11 @@ class _Index:
                 ("to-legacy", legacy, dra), ("to-dra", dra, legacy))
             for d, have, give in sides_moving:
                 if name in self.move_ok[d]:
-                    grid = self.move[d][n.pool]
-                    row = grid.get(have)
+                    grid = self.move[d].get(n.pool)
+                    row = grid.get(have) if grid else None
                     by_sig = row.get(give) if row else None
                     bucket = by_sig.get(n.sig) if by_sig else None
-                    if row is None or by_sig is None or bucket is None:
+                    if grid is None or row is None or by_sig is None or bucket is None:
                         continue
                     i = bisect_left(bucket, pos)
                     if i < len(bucket) and bucket[i] == pos:
@@ -781,21 +781,14 @@ class _Planner:
         last, dirty = (before.nodes, before.dirty) if before is not None else ({}, set())
         self.by_pos: list[_Node] = []
         self.nodes: dict[str, _Node] = {}
-        total, legacy = start.pool_total, start.pool_legacy
-        to_dra, to_legacy = start.ok["to-dra"], start.ok["to-legacy"]
-        for pos, (v, seed) in enumerate(zip(known, start.seeds)):  # (`_Start.count` and `allow` inline: per node)
+        for pos, (v, seed) in enumerate(zip(known, start.seeds)):
             n = last.get(v.name)
             if n is None or n.view is not v or n.pos != pos or pos in dirty:
                 n = _Node(v, seed, pos)
             self.by_pos.append(n)
             self.nodes[v.name] = n
-            total[v.pool] += v.total
-            legacy[v.pool] += v.total - v.dra
-            if v.frozen == "":
-                if v.moving != "to-legacy":
-                    to_dra.add(v.name)
-                if v.moving != "to-dra":
-                    to_legacy.add(v.name)
+            start.count(v)
+            start.allow(v)
             if v.total > start.top:
                 start.top = v.total
 
@@ -836,12 +829,11 @@ class _Planner:
     # ---- bookkeeping -------------------------------------------------------------------------------------------
 
     def allow_moves(self, n: _Node) -> None:
-        """Let `n` change in each direction it may as the plan starts: changeable, no reversal inside the cool-down,
-        never against moves under way (only a step of the plan takes a direction away: `_set`)."""
-        if not n.changeable:
-            return
-        for d in ("to-dra", "to-legacy"):
-            if n.name not in self.cooling[d] and n.direction in (None, d):
+        """Let `n` change in each direction it may as the plan starts (`_Start.allow`: changeable, never against
+        moves under way), but not a reversal inside the cool-down (only a step of the plan takes a direction away:
+        `_set`)."""
+        for d, ok in self.start.ok.items():
+            if n.name in ok and n.name not in self.cooling[d]:
                 self.move_ok[d].add(n.name)
 
     def floor(self, pool: str) -> int:
