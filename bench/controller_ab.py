@@ -1,7 +1,8 @@
 """The controller's decision core against an earlier commit's, in one process, on the same inputs.
 
     .venv/bin/python bench/controller_ab.py [--base HEAD] [--rounds 7] [--nodes 5000] [--gpus 8] [--pending 10000]
-                                            [--writes] [scenario ...]   (default: every scenario of controller_bench)
+                                            [--writes] [--max-moves-per-decision 500]
+                                            [scenario ...]   (default: every scenario of controller_bench)
 
 The base is `bridge/controller/decide.py` and the value classes it builds (`bridge/controller/model.py`) as they were
 at --base (`git show`), loaded beside the working tree's as modules of their own (the base core imports the base
@@ -145,8 +146,11 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--pending", type=int, default=10000)
     ap.add_argument("--writes", action="store_true", help="the decisions after one that wrote, not plans from scratch")
+    ap.add_argument("--max-moves-per-decision", type=int, default=Policy().max_moves_per_decision,
+                    help="as bench/controller_bench.py's (a base before stop 46 has no such limit: give 1000000)")
     ap.add_argument("scenarios", nargs="*", metavar="scenario", help=f"any of {', '.join(names)} (default: all)")
     args = ap.parse_args()
+    bench.SCENARIOS = bench.with_moves_per_decision(args.max_moves_per_decision)
     unknown = [s for s in args.scenarios if s not in names]
     if unknown:
         ap.error(f"unknown scenario {', '.join(unknown)}: any of {', '.join(names)}")

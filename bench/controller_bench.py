@@ -3,6 +3,7 @@
     .venv/bin/python bench/controller_bench.py [--nodes 5000] [--gpus 8] [--pending 10000] [--repeat 3]
                                                [--api-nodes 100] [--api-pending 200]   (--api-nodes 0: no part 2)
                                                [--reported] [--writes] [--phases]
+                                               [--max-moves-per-decision 500]
 
 Part 1, the pure core (`bridge.controller.decide.decide`, planning from scratch: `reuse=False`), on --nodes x --gpus
 with --pending pending pods, per scenario (best of --repeat runs):
@@ -12,6 +13,10 @@ with --pending pending pods, per scenario (best of --repeat runs):
   moves*       the same under the default policy (32 moves per minute): what one real decision writes
   constrained  pods spread over 40 node-selector/toleration shapes (40 eligibility indexes)
   constrained* the same under the default policy
+The scenarios without * lift the rate limit (a million moves a minute); one decision then moves at most 500 GPUs,
+the default `--max-moves-per-decision` of `bridge controller`, and the next decision goes on
+(--max-moves-per-decision N sets it for them: 1000000 plans every move the pods need in one decision, as every
+decision did before stop 46).
 Every node publishes its topology, as the daemons do: the HGX products (H100, A100, B200) are one NVLink island of
 --gpus, the PCIe ones (L40S, L4) two NUMA nodes, with the free GPUs of each side spread over them at random; the
 core prefers nodes where a pod's GPUs are one group. Every node carries a real Node's labels: its hostname (no two
@@ -93,9 +98,17 @@ from bridge.controller.nodestatus import STATUS_KEY  # noqa: E402
 from bridge.kvalues.placement import Constraints, Taint, Toleration, canonical  # noqa: E402
 from bridge.controller.record import MAX_BLOCKED_EVENTS  # noqa: E402
 
+# The rate limit lifted; one decision still moves at most the default `max_moves_per_decision` (500) unless
+# --max-moves-per-decision says otherwise (`with_moves_per_decision`).
 POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
+UNCAPPED = replace(POLICY, max_moves_per_decision=1_000_000)  # one decision plans every move its pods need
 SCENARIOS = (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY), ("constrained", POLICY),
              ("constrained*", Policy()))
+
+
+def with_moves_per_decision(count: int) -> tuple[tuple[str, Policy], ...]:
+    """`SCENARIOS` with the rate limit lifted in the scenarios without `*`, one decision moving at most `count`."""
+    return tuple((s, p if s.endswith("*") else replace(p, max_moves_per_decision=count)) for s, p in SCENARIOS)
 PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
 PCIE = ("L40S", "L4")
 LOOP_INTERVAL_S = 5.0  # bridge.controller.loop.ControllerOptions.interval_s
@@ -585,7 +598,12 @@ def main() -> None:
                     help="part 1 again, split into the plan's phases (seeds reused, as after a decision that wrote)")
     ap.add_argument("--writes", action="store_true",
                     help="part 1c again with every decision's writes coming back as Node events (echo, daemon acted)")
+    ap.add_argument("--max-moves-per-decision", type=int, default=Policy().max_moves_per_decision,
+                    help="the moves one decision makes at most in the scenarios without * (the rate limit lifted)")
     args = ap.parse_args()
+    global SCENARIOS
+    SCENARIOS = with_moves_per_decision(args.max_moves_per_decision)
+    print(f"scenarios without *: no rate limit, at most {args.max_moves_per_decision} moves per decision")
     core(args)
     if args.phases:
         phases(args)

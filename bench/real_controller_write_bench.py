@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.controller_bench import POLICY, nodes_for, pods_for  # noqa: E402
+from bench.controller_bench import UNCAPPED, nodes_for, pods_for  # noqa: E402
 from bench.realbench import AdminHttps, api_server_alone, hist_sum, load, parse_metrics, pct  # noqa: E402
 from bridge.controller.decide import decide  # noqa: E402
 from bridge.controller.metrics import ControllerMetrics  # noqa: E402
@@ -64,7 +64,7 @@ def core_changes(count: int) -> list[TargetChange]:
     """The first `count` target changes the core decides in the `moves` scenario on twice as many nodes."""
     rng = random.Random(1)
     nodes = nodes_for("moves", 2 * count, 8, rng)
-    changes = list(decide(nodes, pods_for("moves", 4 * count, rng), POLICY, reuse=False).changes)
+    changes = list(decide(nodes, pods_for("moves", 4 * count, rng), UNCAPPED, reuse=False).changes)
     if len(changes) < count:
         raise SystemExit(f"the core made {len(changes)} changes, fewer than --changes {count}")
     return changes[:count]

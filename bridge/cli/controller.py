@@ -52,11 +52,18 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--max-moves-per-minute", show_envvar=True, envvar=_E + "MAX_MOVES_PER_MINUTE", default=32,
               show_default=True, type=click.IntRange(0, 100_000),
               help="GPUs moved (both directions, cluster-wide) in any 60 s; 0 pauses all moves.")
+@click.option("--max-moves-per-decision", show_envvar=True, envvar=_E + "MAX_MOVES_PER_DECISION", default=500,
+              show_default=True, type=click.IntRange(1, 100_000),
+              help="GPUs one decision moves at most; the pods past it wait for the next decision (at most --interval "
+                   "later, so at most 60 s / --interval times this a minute). Binds only where --max-moves-per-minute "
+                   "allows more: it keeps one decision's writes (one per node changed, a few ms each) inside the "
+                   "interval.")
 @click.option("--cooldown", show_envvar=True, envvar=_E + "COOLDOWN", default="2m", show_default=True,
               callback=_seconds, help="A node that changed one way does not change back before this (120, 90s, 2m).")
 @click.option("--policy-configmap", show_envvar=True, envvar=_E + "POLICY_CONFIGMAP", default=None,
               metavar="NAMESPACE/NAME", help="Watched ConfigMap whose key policy.yaml overrides the policy flags "
-                                             "(minLegacyShare, pools, maxMovesPerMinute, cooldownSeconds).")
+                                             "(minLegacyShare, pools, maxMovesPerMinute, maxMovesPerDecision, "
+                                             "cooldownSeconds).")
 @click.option("--interval", show_envvar=True, envvar=_E + "INTERVAL", default="5s", show_default=True,
               callback=_seconds, help="At most one decision per interval (changes in between are batched).")
 @click.option("--resync", show_envvar=True, envvar=_E + "RESYNC", default="30s", show_default=True,
@@ -84,7 +91,8 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False))
 def controller(kubeconfig: str | None, kube_context: str | None, dry_run: bool, resource_name: str,
                device_class: str, driver_name: str, pool_label: str, min_legacy_share: str,
-               pool_min_legacy_share: tuple[str, ...], max_moves_per_minute: int, cooldown: float,
+               pool_min_legacy_share: tuple[str, ...], max_moves_per_minute: int,
+               max_moves_per_decision: int, cooldown: float,
                policy_configmap: str | None, interval: float, resync: float, leader_elect: bool,
                lease_namespace: str, lease_name: str, lease_duration: float, renew_deadline: float,
                retry_period: float, identity: str, http_address: str, log_format: str, log_level: str) -> None:
@@ -153,7 +161,7 @@ def controller(kubeconfig: str | None, kube_context: str | None, dry_run: bool, 
 
     setup_logging(log_format, log_level)
     policy = Policy(min_legacy_share=share, pools=pools, max_moves_per_minute=max_moves_per_minute,
-                    cooldown_s=cooldown)
+                    max_moves_per_decision=max_moves_per_decision, cooldown_s=cooldown)
     options = AppOptions(
         controller=ControllerOptions(names=Names(resource_name, device_class, driver_name), pool_label=pool_label,
                                      policy=policy, policy_configmap=cm, dry_run=dry_run, interval_s=interval,

@@ -22,8 +22,9 @@ Four steps, each over whole-GPU counts (bridge.controller.model):
 4. **Limits.** A node an operator pinned, one still settling its previous target and one whose state is unknown
    are never changed; a node with moves under way changes further only in their direction; a reversal on a node
    (to DRA, then back to legacy) waits for the cool-down; a pool never goes
-   below its minimum legacy share; the moves of the last 60 s never exceed `max_moves_per_minute` (a pod that needs
-   more moves than the budget left gets what is left now, the rest in the next minutes).
+   below its minimum legacy share; the moves of the last 60 s never exceed `max_moves_per_minute`, and one
+   decision's never exceed `max_moves_per_decision` (a pod that needs more moves than the budget left gets what is
+   left now, the rest in the next decisions).
 
 Hysteresis (no flapping): GPUs move only for a pending pod that fits nowhere as things are (never to "balance"),
 moves already under way count as supply (the node's `dra` includes them), a node changed in one direction does not
@@ -698,6 +699,16 @@ def _cooling(nodes: Mapping[str, _Node], memory: Memory, policy: Policy, now: fl
     return out
 
 
+def _limit(policy: Policy, memory: Memory, now: float) -> tuple[int, str]:
+    """The GPUs a decision may move (`Memory.budget`), and the words a pod blocked by that limit gets: the limit per
+    decision where it is the lower one, else the rate limit."""
+    left = memory.window_left(policy, now)
+    if policy.max_moves_per_decision < left:
+        return policy.max_moves_per_decision, (f"the limit of {policy.max_moves_per_decision} moves per decision is "
+                                               f"reached (the next decision goes on)")
+    return left, f"the limit of {policy.max_moves_per_minute} moves per minute is reached"
+
+
 def _fewest_other(by_largest: Mapping[int, Mapping[int, Sequence[int]]], sizes: Sequence[int]) -> int:
     """The first node with the fewest free GPUs of the other API among the buckets of `sizes` (in that order)."""
     o, size = min((min(by_largest[size]), size) for size in sizes)
@@ -710,7 +721,7 @@ class _Planner:
         self.policy = policy
         self.memory = memory
         self.now = now
-        self.budget = memory.budget(policy, now)
+        self.budget, self.limit = _limit(policy, memory, now)
         # Per set of label keys a pod's constraints read (`Constraints.label_keys`), the nodes grouped by what such
         # constraints see of them (those labels, taints, cordon), each group in name order: an index is built from
         # one check per group (`alike`). Every node has labels of its own (its hostname), so grouping by all of them
@@ -1084,9 +1095,8 @@ class _Planner:
         if self.touched is not None:  # chosen, even where the budget lets nothing move
             self.touched.add(n.name)
         if need > self.budget:
-            message = (f"needs {need} GPUs moved on {n.view.name}; the limit of "
-                       f"{self.policy.max_moves_per_minute} moves per minute is reached")
-            if self.budget > 0:  # spend what is left on the best node; the rest follows next minute
+            message = f"needs {need} GPUs moved on {n.view.name}; {self.limit}"
+            if self.budget > 0:  # spend what is left on the best node; the rest follows
                 self.move(n, pod.api, self.budget, group)
                 n.served += (pod,)
             else:
@@ -1321,7 +1331,7 @@ class _Run:
         before: _Planner | None = last.planner if last else None
         self.planner: _Planner = _Planner(nodes, policy, memory, now, before)
         planner = self.planner
-        self.budget = planner.budget
+        self.budget, self.limit = planner.budget, planner.limit
         self.cooling = {d: set(names) for d, names in planner.cooling.items()}
         self.free_before: dict[Api, int] = {"legacy": planner.start.free[0], "dra": planner.start.free[1]}
         self.pods: dict[Api, int] = {"legacy": 0, "dra": 0}
@@ -1380,7 +1390,7 @@ class _Run:
         """
         planner = self.planner
         if (self.floor_short or policy != self.policy or len(nodes) != len(self.views)
-                or memory.budget(policy, now) != self.budget
+                or _limit(policy, memory, now) != (self.budget, self.limit)
                 or _cooling(planner.nodes, memory, policy, now) != self.cooling
                 or (planner.read_clock and (now != self.now or memory != self.memory))):
             return False

@@ -164,6 +164,13 @@ class Policy:
     pools: Mapping[str, PoolPolicy] = field(default_factory=dict)
     max_moves_per_minute: int = 32
     cooldown_s: float = 120.0
+    # GPUs one decision moves at most; the rest waits for the next decision (so at most 12 times this a minute at
+    # the loop's 5 s interval). Binds only where the rate limit allows more. It bounds what one decision writes: a
+    # change per node, 3.5 ms each against a kube-apiserver on the same host (bench/real_controller_write_bench.py),
+    # so 500 take under 2 s, inside the interval with room for a control plane across a network; and what it plans:
+    # step 3 of a decision that plans thousands of moves is planned again for a new pod in 100-200 ms at 5,000 nodes
+    # (bench/controller_bench.py).
+    max_moves_per_decision: int = 500
 
     def share(self, pool: str) -> float:
         p = self.pools.get(pool)
@@ -254,6 +261,12 @@ class Memory:
     recent_moves: tuple[tuple[float, int], ...] = ()
 
     def budget(self, policy: Policy, now: float) -> int:
+        """GPUs a decision at `now` may move: what the last 60 s left of the rate limit, at most the limit per
+        decision."""
+        return min(self.window_left(policy, now), policy.max_moves_per_decision)
+
+    def window_left(self, policy: Policy, now: float) -> int:
+        """What the moves of the last 60 s left of `max_moves_per_minute`."""
         used = sum(n for t, n in self.recent_moves if now - t < 60.0)
         return max(0, policy.max_moves_per_minute - used)
 

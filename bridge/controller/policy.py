@@ -4,6 +4,7 @@ Flags (each also an environment variable, see `bridge controller --help`):
     --min-legacy-share 0.25            every pool keeps at least 25 % of its GPUs on the legacy side
     --pool-min-legacy-share training=0 --pool-min-legacy-share inference=0.5
     --max-moves-per-minute 32          GPUs moved (both directions) in any 60 s window; 0 pauses all moves
+    --max-moves-per-decision 500       GPUs one decision moves at most; the rest waits for the next decision
     --cooldown 2m                      a node that changed one way does not change back before this
 
 ConfigMap (`--policy-configmap NAMESPACE/NAME`, key `policy.yaml`), watched: a change applies at the next decision,
@@ -14,6 +15,7 @@ every key optional, a key it leaves out keeps the flag's value::
       training: {minLegacyShare: 0}
       inference: {minLegacyShare: 0.5}
     maxMovesPerMinute: 32
+    maxMovesPerDecision: 500
     cooldownSeconds: 120
 
 A document that does not validate is refused as a whole with a message naming the field; the controller keeps the
@@ -38,7 +40,7 @@ from bridge.humantext import clip
 from bridge.kvalues.documents import CONFIGMAP_BYTES, DocumentError, load_yaml
 
 POLICY_KEY = "policy.yaml"
-_DOC_KEYS = ("minLegacyShare", "pools", "maxMovesPerMinute", "cooldownSeconds")
+_DOC_KEYS = ("minLegacyShare", "pools", "maxMovesPerMinute", "maxMovesPerDecision", "cooldownSeconds")
 _POOL_KEYS = ("minLegacyShare",)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -130,6 +132,11 @@ def parse_document(text: str, base: Policy, where: str = POLICY_KEY) -> Policy:
         policy = replace(policy, pools=pools)
     if "maxMovesPerMinute" in doc:
         policy = replace(policy, max_moves_per_minute=_count(doc["maxMovesPerMinute"], f"{where}: maxMovesPerMinute"))
+    if "maxMovesPerDecision" in doc:
+        key = f"{where}: maxMovesPerDecision"
+        if _count(doc["maxMovesPerDecision"], key) == 0:
+            raise PolicyError(f"{key}: expected a whole number >= 1, got 0 (maxMovesPerMinute: 0 pauses all moves)")
+        policy = replace(policy, max_moves_per_decision=doc["maxMovesPerDecision"])
     if "cooldownSeconds" in doc:
         policy = replace(policy, cooldown_s=_seconds(doc["cooldownSeconds"], f"{where}: cooldownSeconds"))
     return policy
@@ -147,7 +154,8 @@ def policy_from_configmap(cm: Mapping[str, Any], base: Policy) -> Policy:
 def describe(policy: Policy) -> str:
     pools = ", ".join(f"{p or '(default)'}={v.min_legacy_share:g}" for p, v in sorted(policy.pools.items()))
     return (f"min legacy share {policy.min_legacy_share:g}" + (f" (pools: {pools})" if pools else "")
-            + f", at most {policy.max_moves_per_minute} moves per minute, cool-down {policy.cooldown_s:g}s")
+            + f", at most {policy.max_moves_per_minute} moves per minute and {policy.max_moves_per_decision} per "
+              f"decision, cool-down {policy.cooldown_s:g}s")
 
 
 __all__ = [

@@ -208,8 +208,8 @@ def _flags(args: Sequence[str]) -> dict[str, list[str]]:
     i = 0
     valued = {"min-legacy-share", "pool-min-legacy-share", "pool-label", "policy-configmap", "lease-name",
               "lease-namespace", "identity", "kubeconfig", "context", "resource-name", "device-class", "driver-name",
-              "max-moves-per-minute", "cooldown", "interval", "resync", "lease-duration", "renew-deadline",
-              "retry-period", "http-address", "log-format", "log-level"}
+              "max-moves-per-minute", "max-moves-per-decision", "cooldown", "interval", "resync", "lease-duration",
+              "renew-deadline", "retry-period", "http-address", "log-format", "log-level"}
     while i < len(args):
         token = args[i]
         i += 1

@@ -160,7 +160,8 @@ def build_supply(model: ClusterModel, controller: SplitController,
     demand = pending_demand(unbound, {_key(c): c for c in claims},
                             {_key(t): t for t in data.of("ResourceClaimTemplate")}) if unbound else None
     pending = {p.key: p for p in demand.pending} if demand is not None else {}
-    unlimited = Policy(policy.min_legacy_share, policy.pools, max_moves_per_minute=NO_RATE_LIMIT, cooldown_s=0.0)
+    unlimited = Policy(policy.min_legacy_share, policy.pools, max_moves_per_minute=NO_RATE_LIMIT, cooldown_s=0.0,
+                       max_moves_per_decision=NO_RATE_LIMIT)
     decision = decide(list(views.values()), list(pending.values()), unlimited)
     reserved: dict[str, int] = defaultdict(int)
     for placed in decision.placements:

@@ -121,6 +121,7 @@ SCHEMA_REFUSES = {
     "no-such-strategy": ({"node": {"updateStrategy": {"type": "Recreate"}}}, "type"),
     "misspelt-key": ({"webhook": {"replica": 3}}, "replica"),
     "no-templates": ({"webhook": {"maxTemplatesPerNamespace": 0}}, "maxTemplatesPerNamespace"),
+    "no-moves-per-decision": ({"controller": {"maxMovesPerDecision": 0}}, "maxMovesPerDecision"),
     "address-not-cidr": ({"webhook": {"networkPolicy": {"enabled": True, "apiServerCIDRs": ["10.0.0.10"]}}},
                          "apiServerCIDRs"),
     "names-in-one-string": ({"webhook": {"clientAuth": {"caConfigMap": "ca", "names": ["a,b"]}}}, "names"),

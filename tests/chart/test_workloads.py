@@ -174,6 +174,7 @@ def test_the_controller_accepts_every_argument_the_chart_passes(installed: Any) 
     params = parse(controller_command, c["args"], {}, env={"POD_NAMESPACE": "dra-bridge", "POD_NAME": "c-0"})
     assert params["dry_run"] is True and params["leader_elect"] is True
     assert params["policy_configmap"] == "dra-bridge/split-policy"
+    assert (params["max_moves_per_minute"], params["max_moves_per_decision"]) == (32, 500)
     assert "POD_NAMESPACE" in envvars(controller_command)
 
 

@@ -19,6 +19,7 @@ from bridge.cli import main
     (["--lease-duration", "10s", "--renew-deadline", "10s"], "must be greater than the renew deadline"),
     (["--http-address", "nowhere"], "use HOST:PORT, :PORT or 'off'"),
     (["--max-moves-per-minute", "-1"], "-1 is not in the range"),
+    (["--max-moves-per-decision", "0"], "0 is not in the range 1<=x<=100000"),
 ])
 def test_bad_options_exit_2_naming_the_problem(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["controller", *args])

@@ -177,6 +177,27 @@ def test_a_pinned_node_is_never_written_and_the_blocked_pod_is_told_why(
     assert annotation(api, "pinned", SPLIT_KEY) is None and annotation(api, "full", SPLIT_KEY) is None
 
 
+def test_moves_past_the_limit_per_decision_wait_for_the_next_decision_and_the_pod_is_told_so(
+        cluster: tuple[ApiServer, RestKube, Path], start_app: Callable[..., App]) -> None:
+    _, api, _ = cluster
+    add_node(api, "n1", [L] * 8)
+    add_node(api, "n2", [L] * 8)
+    add_dra_pod(api, "train-0", 4)
+    add_dra_pod(api, "train-1", 4)
+    start_app(policy=Policy(max_moves_per_minute=100, max_moves_per_decision=4, cooldown_s=60))
+    def targets() -> dict[str, str]:
+        return {n: t for n in ("n1", "n2") if (t := annotation(api, n, SPLIT_KEY))}
+
+    ((node, target),) = wait_until(targets, what="the first decision's target").items()
+    assert target == "4"  # 4 moves for train-0; train-1's wait for the next decision
+    (warning,) = wait_until(lambda: events(api, "GPUDemandBlocked"), what="the blocked-pod Event")
+    assert warning["involvedObject"]["name"] == "train-1" and "(rate-limit)" in warning["message"]
+    assert "the limit of 4 moves per decision is reached (the next decision goes on)" in warning["message"]
+    act_as_daemon(api, node, [D] * 4 + [L] * 4, held=[])  # the daemon moved them; train-0 is not bound yet
+    wait_until(lambda: annotation(api, node, SPLIT_KEY) == "8", what="the next decision's 4 moves")
+    assert annotation(api, "n2" if node == "n1" else "n1", SPLIT_KEY) is None
+
+
 def test_two_replicas_one_writes_and_the_other_takes_over_when_it_stops(
         cluster: tuple[ApiServer, RestKube, Path], start_app: Callable[..., App]) -> None:
     _, api, _ = cluster

@@ -138,6 +138,32 @@ def test_the_rate_limit_caps_moves_and_spends_what_is_left_on_the_best_node() ->
     assert d2.blocked == ()
 
 
+def test_one_decision_moves_at_most_its_limit_and_the_next_decision_goes_on() -> None:
+    policy = Policy(max_moves_per_minute=1000, max_moves_per_decision=6)
+    nodes = [NodeView("a", 8, 0), NodeView("b", 8, 0), NodeView("c", 8, 0)]
+    d = decide(nodes, dra_pods(3, 4), policy)
+    assert d.moves == 6
+    assert [p.pod for p in d.placements] == ["team-a/train-0"]  # 4 moved for it, 2 more towards the next pod
+    assert [(b.pod, b.reason) for b in d.blocked] == [("team-a/train-1", "rate-limit"),
+                                                      ("team-a/train-2", "rate-limit")]
+    assert d.blocked[0].message.endswith("the limit of 6 moves per decision is reached (the next decision goes on)")
+    # The next decision, 5 s later, has 6 of its own (the minute's window has 994 left): the first pod bound where
+    # its 4 moved, the second pod gets its last 2 there and the third pod 4 on another node.
+    (change,) = d.changes
+    after = [NodeView(n.name, 8, change.dra, dra_held=4) if n.name == change.node else n for n in nodes]
+    d2 = decide(after, dra_pods(3, 4)[1:], policy, Memory().after(d, 0.0), now=5.0)
+    assert d2.moves == 6 and d2.blocked == ()
+    assert [p.moves for p in d2.placements] == [2, 4]
+
+
+def test_the_rate_limit_names_itself_where_it_is_lower_than_the_limit_per_decision() -> None:
+    policy = Policy(max_moves_per_minute=10, max_moves_per_decision=6)
+    memory = Memory(recent_moves=((0.0, 8),))  # 2 left this minute, 6 per decision
+    d = decide([NodeView("a", 8, 0)], dra_pods(1, 4), policy, memory, now=30.0)
+    assert d.moves == 2
+    assert d.blocked[0].message.endswith("the limit of 10 moves per minute is reached")
+
+
 def test_zero_moves_per_minute_pauses_every_move() -> None:
     d = decide([NodeView("a", 8, 0)], dra_pods(1, 1), Policy(max_moves_per_minute=0))
     assert d.changes == () and d.blocked[0].reason == "rate-limit"

@@ -157,13 +157,17 @@ def patched(patching: str) -> Iterator[None]:
 @given(clusters(max_nodes=6, max_gpus=8, frozen=True), st.lists(st.integers(0, 1), min_size=6, max_size=6),
        st.lists(st.booleans(), min_size=6, max_size=6), pending(max_pods=10, max_gpus=6),
        st.lists(st.integers(0, 3), min_size=10, max_size=10), EVENTS, st.integers(0, 12), st.floats(0, 0.6),
-       st.booleans())
+       st.booleans(), st.sampled_from([2, 3, 6, 1000]))
 def test_every_decision_going_on_from_the_last_plan_is_the_decision_planned_from_scratch(
         patching: str, nodes: list[NodeView], zones: list[int], tainted: list[bool], pods: list[PendingPod],
-        shapes: list[int], events: list[Event], budget: int, share: float, remembers: bool) -> None:
+        shapes: list[int], events: list[Event], budget: int, share: float, remembers: bool, per_decision: int
+) -> None:
+    """`per_decision`: the moves one decision may make, at times lower than what the rate limit leaves, at times not
+    (the clock's steps make the window's moves run out), so the limit a blocked pod is told of changes too."""
     nodes = shaped(nodes, zones, tainted)
     pods = [replace(p, constraints=SHAPES[s]) for p, s in zip(pods, shapes)]
-    policy = Policy(pools={"a": PoolPolicy(share)}, max_moves_per_minute=budget, cooldown_s=50)
+    policy = Policy(pools={"a": PoolPolicy(share)}, max_moves_per_minute=budget, cooldown_s=50,
+                    max_moves_per_decision=per_decision)
     memory = Memory({n.name: (float(i * 10), "to-dra" if i % 2 else "to-legacy") for i, n in enumerate(nodes)}
                     if remembers else {}, ((0.0, budget // 2),))  # type: ignore[arg-type]
     with patched(patching):
@@ -381,6 +385,21 @@ def test_a_new_pod_that_fits_on_the_node_a_rate_limited_pod_waits_for_plans_step
     assert how == "step-3-again"
     (blocked,) = got.blocked
     assert blocked.reason == "rate-limit" and blocked.message.startswith("needs 2 GPUs moved on n1")
+
+
+def test_a_rate_limited_pod_is_told_of_the_limit_per_decision_once_the_minutes_moves_run_out() -> None:
+    """The same budget of 6 both times, from two limits: at 20 s the minute's 12 less the 6 moved at 0 s (a tie, the
+    rate limit is named), at 70 s the 6 per decision. The plan at 20 s cannot be gone on with: its pod was told of
+    the other limit."""
+    nodes = [NodeView("a", 8, 0), NodeView("b", 8, 0)]
+    pods = [PendingPod(f"ns/p{i}", "dra", 4, "ns", since=float(i)) for i in range(3)]
+    policy, memory = Policy(max_moves_per_minute=12, max_moves_per_decision=6), Memory(recent_moves=((0.0, 6),))
+    first = decide(nodes, pods, policy, memory, 20.0)
+    assert first.moves == 6 and first.blocked[0].message.endswith("the limit of 12 moves per minute is reached")
+    got, how = decide_how(nodes, pods, policy, memory, 70.0)
+    assert how == "from-scratch" and got == decide(nodes, pods, policy, memory, 70.0, reuse=False)
+    assert got.moves == 6 and got.blocked[0].message.endswith("the limit of 6 moves per decision is reached (the next "
+                                                              "decision goes on)")
 
 
 def test_step_3_planned_again_keeps_the_change_of_a_node_whose_plan_is_the_same() -> None:

@@ -8,6 +8,7 @@ from bridge.controller.model import Policy, PoolPolicy
 from bridge.controller.nodestatus import SPLIT_KEY
 from bridge.controller.policy import (
     PolicyError,
+    describe,
     parse_document,
     parse_duration,
     parse_pool_shares,
@@ -26,6 +27,12 @@ def test_a_full_document_overrides_the_flags() -> None:
     assert p.share("inference") == 0.5 and p.share("other") == 0.25
 
 
+def test_the_document_sets_the_moves_per_decision_and_the_description_names_both_limits() -> None:
+    p = parse_document("maxMovesPerDecision: 200", BASE)
+    assert (p.max_moves_per_minute, p.max_moves_per_decision) == (32, 200)
+    assert "at most 32 moves per minute and 200 per decision" in describe(p)
+
+
 def test_keys_left_out_keep_the_flags_and_an_empty_document_is_the_flags() -> None:
     assert parse_document("maxMovesPerMinute: 4", BASE) == Policy(0.1, {}, 4, 120.0)
     assert parse_document("", BASE) == BASE
@@ -37,6 +44,9 @@ def test_keys_left_out_keep_the_flags_and_an_empty_document_is_the_flags() -> No
     ("minLegacyShare: yes", "minLegacyShare: expected a number between 0 and 1, got True"),
     ("maxMovesPerMinute: -1", "maxMovesPerMinute: expected a whole number >= 0"),
     ("maxMovesPerMinute: 2.5", "maxMovesPerMinute: expected a whole number >= 0"),
+    ("maxMovesPerDecision: 0", "maxMovesPerDecision: expected a whole number >= 1, got 0 (maxMovesPerMinute: 0 "
+                               "pauses all moves)"),
+    ("maxMovesPerDecision: -5", "maxMovesPerDecision: expected a whole number >= 0, got -5"),
     ("cooldownSeconds: forever", "cooldownSeconds: expected a number of seconds >= 0"),
     ("pools: [a, b]", "pools: expected a mapping from pool name to settings"),
     ("pools: {a: 0.5}", "pools.a: expected a mapping such as {minLegacyShare: 0.25}"),
