@@ -195,15 +195,16 @@ def test_moves_are_minimal_by_brute_force_on_small_clusters(nodes: list[NodeView
 
 @PROPS
 @given(clusters(max_nodes=6, max_gpus=8), pending(max_pods=10, max_gpus=6), st.integers(0, 30),
-       st.floats(0, 1), st.floats(0, 1), st.integers(0, 150))
+       st.floats(0, 1), st.floats(0, 1), st.integers(0, 150), st.integers(1, 40))
 def test_cool_down_rate_limit_and_legacy_floor_hold(nodes: list[NodeView], pods: list[PendingPod], budget: int,
-                                                    share_a: float, share_b: float, now: int) -> None:
+                                                    share_a: float, share_b: float, now: int, per_decision: int
+                                                    ) -> None:
     policy = Policy(pools={"a": PoolPolicy(share_a), "b": PoolPolicy(share_b)}, max_moves_per_minute=budget,
-                    cooldown_s=100)
+                    cooldown_s=100, max_moves_per_decision=per_decision)
     last = {n.name: (float(i * 20), "to-dra" if i % 2 else "to-legacy") for i, n in enumerate(nodes)}
     memory = Memory(last_change=last, recent_moves=((float(now) - 30, budget // 3),))  # type: ignore[arg-type]
     d = decide(nodes, pods, policy, memory, now=float(now))
-    assert d.moves <= memory.budget(policy, float(now))
+    assert d.moves <= budget - budget // 3 and d.moves <= per_decision
     for c in d.changes:
         t, direction = last[c.node]
         assert direction == c.direction or now - t >= policy.cooldown_s, f"reversal inside the cool-down: {c}"
