@@ -483,6 +483,11 @@ def _best_fit(fit: Mapping[Api, Fit], api: Api, gpus: int, top: int) -> int | No
     return fallback
 
 
+# The last plan's views, the places where a plan's views differ from them, and those of these places whose view
+# differs in what a node's eligibility reads (labels, taints, cordon: `_Planner._start_from`).
+_Since = tuple[Sequence[NodeView], list[int], list[int]]
+
+
 def _differ(views: Sequence[NodeView], last: Sequence[NodeView]) -> list[int]:
     """The places where `views` holds another object than `last` (as long: the same nodes in the same places)."""
     return list(itertools.compress(range(len(views)), map(operator.is_not, views, last)))
@@ -509,18 +514,28 @@ class _Begun:
             self.room[seed.free[0] + seed.free[1]] += 1
             _file(self.fit, pos, seed.free[0], seed.free[1], seed.largest, _append)
 
-    def catch_up(self, start: _Start, constraints: Constraints, since: tuple[Sequence[NodeView], list[int]]
-                 ) -> bool:
-        """Bring it to `start`'s views (the same nodes in the same places): each node whose view changed leaves the
-        buckets of its old seed and, when it still passes `constraints`, joins those of its new one. `since`: views
-        and the places where `start`'s differ from them (the last plan's, found once per plan). False, and nothing
-        done, where so many changed that filing every node anew costs less."""
+    def catch_up(self, start: _Start, constraints: Constraints, since: _Since) -> bool:
+        """Bring it to `start`'s views (the same nodes in the same places): each of its nodes whose view changed
+        leaves the buckets of its old seed for those of its new one, and each node whose view changed in what
+        `constraints` read is checked again (it leaves, joins or stays). `since`: the last plan's views, the places
+        where `start`'s differ from them, and those of them that changed in labels, taints or cordon (found once per
+        plan). False, and nothing done, where so many changed that filing every node anew costs less."""
         if self.views is start.views:
             return True
-        changed = since[1] if self.views is since[0] else _differ(start.views, self.views)
-        if len(changed) > _PATCH_INDEX * len(self.places):
+        if self.views is since[0]:
+            changed, reshaped = since[1], since[2]
+        else:
+            changed = reshaped = _differ(start.views, self.views)
+        moved = self.placed.intersection(changed)
+        if len(moved) + len(reshaped) > _PATCH_INDEX * len(self.places):
             return False
-        for pos in changed:
+        for pos in moved.difference(reshaped):  # (still eligible: what `constraints` read is the same)
+            was, seed = self.seeds[pos], start.seeds[pos]
+            self.room[was.free[0] + was.free[1]] -= 1
+            _unfile(self.fit, pos, was.free[0], was.free[1], was.largest)
+            self.room[seed.free[0] + seed.free[1]] += 1
+            _file(self.fit, pos, seed.free[0], seed.free[1], seed.largest)
+        for pos in reshaped:
             v, was, seed = start.views[pos], self.seeds[pos], start.seeds[pos]
             if pos in self.placed:
                 self.room[was.free[0] + was.free[1]] -= 1
@@ -734,7 +749,7 @@ class _Planner:
         # over as they are, `_start_from`).
         self.dirty: set[int] = set()
         self.inherited: dict[Constraints, _Begun] = {}  # the indexes the last plan built, as they started
-        self.since: tuple[Sequence[NodeView], list[int]] = ((), [])  # the last plan's views, where these differ
+        self.since: _Since = ((), [], [])  # the last plan's views, where these differ
         last = before.start if before is not None else None
         changed = _differ(known, last.views) if last is not None and names == last.names else None
         if before is not None and last is not None and changed is not None \
@@ -809,8 +824,8 @@ class _Planner:
         the nodes the last plan changed or whose view changed are made again, the others taken over as they are
         (what `_Node(view, seed, pos)` makes of the same view at the same place), and the totals and `ok` patched
         for the changed views. The indexes the last plan built start from theirs (`index`)."""
-        self.since = (last.views, changed)
         seeds, (legacy, dra) = last.seeds, last.free
+        reshaped: list[int] = []  # (what eligibility reads: the name is the same, the same nodes in the same places)
         if changed:
             seeds = list(seeds)
             for pos in changed:
@@ -818,6 +833,10 @@ class _Planner:
                 seed = seeds[pos] = _Seed.of(known[pos])
                 legacy += seed.free[0] - old.free[0]
                 dra += seed.free[1] - old.free[1]
+                labels, had = known[pos].labels, last.views[pos].labels
+                if seed.cordon != old.cordon or (labels is not had and labels != had):
+                    reshaped.append(pos)
+        self.since = (last.views, changed, reshaped)
         self.start = start = _Start(last.names, known, seeds, (legacy, dra))
         start.pool_total, start.pool_legacy = defaultdict(int, last.pool_total), defaultdict(int, last.pool_legacy)
         start.ok = {d: set(names) for d, names in last.ok.items()}
