@@ -632,6 +632,10 @@ class _Index:
         """Whether some node has `gpus` free GPUs on both sides together."""
         return any(t >= gpus for t, count in self.room.items() if count)
 
+    def most(self) -> int:
+        """The most free GPUs on both sides together that a node has (0 where none has any, or no node)."""
+        return max((t for t, count in self.room.items() if count), default=0)
+
     def roomy(self, gpus: int) -> int:
         """How many nodes have `gpus` free GPUs on both sides together."""
         return sum(count for t, count in self.room.items() if t >= gpus)
@@ -1132,7 +1136,7 @@ class _Planner:
         cached = self.diagnosis.get(key)
         if cached is not None:
             return cached
-        seen.most = max((n.free["legacy"] + n.free["dra"] for n in idx.nodes), default=0)
+        seen.most = idx.most()
         out = self._diagnose_uncached(idx, pod)
         self.diagnosis[key] = out
         return out
@@ -1143,12 +1147,10 @@ class _Planner:
             return "no-matching-node", (f"needs {want}; no GPU node with a known split passes its node selector, "
                                         f"affinity and taints")
         d = direction_to(pod.api)
-        eligible = idx.nodes
-        roomy = [n for n in eligible if n.free["legacy"] + n.free["dra"] >= pod.gpus]
-        if not roomy:
-            most = max((n.free["legacy"] + n.free["dra"] for n in eligible), default=0)
+        if not idx.has_room(pod.gpus):
             return "no-capacity", (f"needs {want}; no eligible node has that many free GPUs on either side "
-                                   f"(the most is {most})")
+                                   f"(the most is {idx.most()})")
+        roomy = [n for n in idx.nodes if n.free["legacy"] + n.free["dra"] >= pod.gpus]
         if all(not n.changeable for n in roomy):
             kinds = sorted({n.view.frozen for n in roomy})
             first = roomy[0]
