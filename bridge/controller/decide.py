@@ -723,11 +723,10 @@ def _cooling(nodes: Mapping[str, _Node], memory: Memory, policy: Policy, now: fl
 def _limit(policy: Policy, memory: Memory, now: float) -> tuple[int, str]:
     """The GPUs a decision may move (`Memory.budget`), and the words a pod blocked by that limit gets: the limit per
     decision where it is the lower one, else the rate limit."""
-    left = memory.window_left(policy, now)
-    if policy.max_moves_per_decision < left:
-        return policy.max_moves_per_decision, (f"the limit of {policy.max_moves_per_decision} moves per decision is "
-                                               f"reached (the next decision goes on)")
-    return left, f"the limit of {policy.max_moves_per_minute} moves per minute is reached"
+    budget = memory.budget(policy, now)
+    if budget < memory.window_left(policy, now):
+        return budget, f"the limit of {budget} moves per decision is reached (the next decision goes on)"
+    return budget, f"the limit of {policy.max_moves_per_minute} moves per minute is reached"
 
 
 def _fewest_other(by_largest: Mapping[int, Mapping[int, Sequence[int]]], sizes: Sequence[int]) -> int:
