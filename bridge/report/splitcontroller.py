@@ -202,14 +202,19 @@ def controller_args(container: Mapping[str, Any]) -> list[str] | None:
     return component_args(container, "controller")
 
 
+# The options of `bridge controller` that take a value (`--name value` as well as `--name=value`).
+VALUED_OPTIONS = frozenset({
+    "min-legacy-share", "pool-min-legacy-share", "pool-label", "policy-configmap", "lease-name", "lease-namespace",
+    "identity", "kubeconfig", "context", "resource-name", "device-class", "driver-name", "max-moves-per-minute",
+    "max-moves-per-decision", "cooldown", "interval", "resync", "lease-duration", "renew-deadline", "retry-period",
+    "http-address", "log-format", "log-level"})
+
+
 def _flags(args: Sequence[str]) -> dict[str, list[str]]:
     """`--name value` / `--name=value` / bare `--flag` -> {name: [values]} ("" for a bare flag), in order."""
     out: dict[str, list[str]] = {}
     i = 0
-    valued = {"min-legacy-share", "pool-min-legacy-share", "pool-label", "policy-configmap", "lease-name",
-              "lease-namespace", "identity", "kubeconfig", "context", "resource-name", "device-class", "driver-name",
-              "max-moves-per-minute", "max-moves-per-decision", "cooldown", "interval", "resync", "lease-duration",
-              "renew-deadline", "retry-period", "http-address", "log-format", "log-level"}
+    valued = VALUED_OPTIONS
     while i < len(args):
         token = args[i]
         i += 1

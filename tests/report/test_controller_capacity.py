@@ -11,7 +11,8 @@ import jsonschema
 
 from bridge.controller.app import DEFAULT_LEASE as APP_LEASE
 from bridge.report import run_report
-from bridge.report.splitcontroller import DEFAULT_LEASE, controller_args, detect, reference_time
+from bridge.cli.controller import controller as controller_command
+from bridge.report.splitcontroller import DEFAULT_LEASE, VALUED_OPTIONS, controller_args, detect, reference_time
 from bridge.report.sources import ClusterData
 from tests.controller.status_docs import gpu_node
 from tests.report.conftest import (
@@ -405,3 +406,10 @@ def test_a_controller_that_may_change_no_node_says_which_it_may_not() -> None:
     assert "bridge controller runs (" in f.message
     assert "no bridge node it may change has free legacy GPUs these pods match and can run on (it may not change 2 bridge nodes" \
         in f.message
+
+
+def test_the_report_reads_every_option_of_bridge_controller_that_takes_a_value_with_its_value() -> None:
+    """`--name value` must not be read as a bare flag followed by a stray word: the report knows each such option."""
+    takes_value = {opt[2:] for p in controller_command.params if not getattr(p, "is_flag", False)
+                   for opt in p.opts if opt.startswith("--")}
+    assert VALUED_OPTIONS == takes_value
