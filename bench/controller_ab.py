@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from types import ModuleType
 
@@ -92,19 +93,15 @@ def plain(value: object) -> object:
 
 def after_writes(core: ModuleType, nodes: list[NodeView], pods: list[PendingPod], arrivals: list[PendingPod],
                  policy: Policy) -> tuple[float, float | None, list[int]]:
-    """`controller_bench.writes_land` with `core` as the bench's core, one event: the echo's and the acted decision's
-    times (None: no daemon had anything to act on), and the changes each decision wrote."""
-    saved = bench.decide, bench.decide_how, bench.decide_module
+    """`controller_bench.writes_land` with `core` as its core, one event: the echo's and the acted decision's times
+    (None: no daemon had anything to act on), and the changes each decision wrote."""
     takes_freeze = "freeze" in core.decide_how.__code__.co_varnames
 
     def decide_how(*a: object, freeze: bool = False, **k: object) -> object:
         return core.decide_how(*a, **k, **({"freeze": freeze} if takes_freeze else {}))
 
-    bench.decide, bench.decide_how, bench.decide_module = core.decide, decide_how, core
-    try:
-        echo, _, acted, _, written = bench.writes_land(nodes, pods, iter(arrivals), policy, 1)
-    finally:
-        bench.decide, bench.decide_how, bench.decide_module = saved
+    calls = types.SimpleNamespace(decide=core.decide, decide_how=decide_how, _Node=core._Node, _Seed=core._Seed)
+    echo, _, acted, _, written = bench.writes_land(nodes, pods, iter(arrivals), policy, 1, calls)
     return echo[0], acted[0] if acted else None, written
 
 

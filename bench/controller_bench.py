@@ -452,15 +452,18 @@ def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, 
 
 
 def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterator[PendingPod], policy: Policy,
-                events: int) -> tuple[list[float], Counter[str], list[float], Counter[str], list[int]]:
+                events: int, core: Any = decide_module
+                ) -> tuple[list[float], Counter[str], list[float], Counter[str], list[int]]:
     """`events` times: the changes written since the last echo come back (each Node settling at its new target) and a
     new pod arrives, a decision ("echo"); then, when some node was settling, every settling node's daemon acts, a
     decision ("acted"). Every decision's changes are written and remembered (`Memory.after`); the clock moves 5 s per
-    decision. The times and how each decision was reached, per kind, and the changes each decision wrote."""
+    decision. The times and how each decision was reached, per kind, and the changes each decision wrote. `core`:
+    the decision core, a module or any object with its `decide`, `decide_how`, `_Node` and `_Seed`
+    (bench/controller_ab.py passes an earlier commit's)."""
     at = {v.name: i for i, v in enumerate(views)}
     views = list(views)
     memory, now = Memory(), 0.0
-    last = decide(views, pods, policy, memory, now)
+    last = core.decide(views, pods, policy, memory, now)
     written: list[int] = [len(last.changes)]
     unseen = list(last.changes)  # written, not come back yet
     memory = memory.after(last, now)
@@ -477,20 +480,20 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
                                frozen_reason=f"the node daemon has not acted on {c.target} yet")
         now += LOOP_INTERVAL_S
         pods = [*pods, next(arrivals)]
-        last = timed_decision(views, pods, policy, echo, echo_hows, memory, now)
+        last = timed_decision(views, pods, policy, echo, echo_hows, memory, now, core)
         written.append(len(last.changes))
         unseen = list(last.changes)
         memory = memory.after(last, now)
         if not settling:
             continue
         for i, before, c in settling:  # the daemon moved free GPUs from the groups the change named
-            n = decide_module._Node(before, decide_module._Seed.of(before), 0)
+            n = core._Node(before, core._Seed.of(before), 0)
             to: Api = "dra" if c.direction == "to-dra" else "legacy"
             n.move_groups(to, c.moves, n.group_names.index(c.groups[0]) if c.groups else -1)
             views[i] = replace(before, dra=c.dra, target=c.target, moving=c.direction, unreported=(), groups=tuple(
                 FreeGroup(name, g[0], g[1]) for name, g in zip(n.group_names, n.groups) if name))
         now += LOOP_INTERVAL_S
-        last = timed_decision(views, pods, policy, acted, acted_hows, memory, now)
+        last = timed_decision(views, pods, policy, acted, acted_hows, memory, now, core)
         written.append(len(last.changes))
         unseen += last.changes
         memory = memory.after(last, now)
@@ -498,11 +501,12 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
 
 
 def timed_decision(views: list[NodeView], pods: list[PendingPod], policy: Policy, times: list[float],
-                   hows: Counter[str], memory: Memory | None = None, now: float = 0.0) -> Decision:
+                   hows: Counter[str], memory: Memory | None = None, now: float = 0.0, core: Any = decide_module
+                   ) -> Decision:
     """A decision, its time added to `times` and how it was reached to `hows`. Made as the controller makes it: a
     new plan is frozen, not collected (`decide_how(freeze=True)`, the controller's default `freeze_heap`)."""
     t = time.perf_counter()
-    last, how = decide_how(views, pods, policy, memory, now, freeze=True)
+    last, how = core.decide_how(views, pods, policy, memory, now, freeze=True)
     times.append(time.perf_counter() - t)
     hows[how] += 1
     return last
