@@ -106,7 +106,7 @@ def after_writes(core: ModuleType, nodes: list[NodeView], pods: list[PendingPod]
 
 
 def writes(base: ModuleType, args: argparse.Namespace, names: list[str]) -> None:
-    policies = dict(bench.SCENARIOS)
+    policies = dict(bench.with_moves_per_decision(args.max_moves_per_decision))
     print(f"controller core after its own writes, working tree vs {args.base}: {args.nodes} nodes x {args.gpus} GPUs, "
           f"{args.pending} pending pods, alternating, {args.rounds} rounds each (ms)")
     print(f"  {'scenario':<13} {'kind':<6} {'base min':>9} {'new min':>8} {'new/base':>9} {'base med':>9} "
@@ -147,11 +147,10 @@ def main() -> None:
                     help="as bench/controller_bench.py's (a base before stop 46 has no such limit: give 1000000)")
     ap.add_argument("scenarios", nargs="*", metavar="scenario", help=f"any of {', '.join(names)} (default: all)")
     args = ap.parse_args()
-    bench.SCENARIOS = bench.with_moves_per_decision(args.max_moves_per_decision)
     unknown = [s for s in args.scenarios if s not in names]
     if unknown:
         ap.error(f"unknown scenario {', '.join(unknown)}: any of {', '.join(names)}")
-    policies = dict(bench.SCENARIOS)
+    policies = dict(bench.with_moves_per_decision(args.max_moves_per_decision))
     with tempfile.TemporaryDirectory() as tmp:
         base = base_core(args.base, Path(tmp))
         if args.writes:

@@ -200,7 +200,7 @@ def summary(d: Decision) -> str:
 def core(args: argparse.Namespace) -> None:
     print(f"core: {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending pods (best of {args.repeat})")
     print(f"  {'scenario':<12} {'decision':>10} {'baseline':>10} {'ratio':>6} {'flat':>8}   outcome")
-    for scenario, policy in SCENARIOS:
+    for scenario, policy in args.scenarios:
         nodes, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
         small_n, small_p = nodes[: args.nodes // 10], pods[: args.pending // 10]
         flat_nodes = [replace(v, groups=()) for v in nodes]
@@ -240,7 +240,7 @@ def phases(args: argparse.Namespace) -> None:
     print(f"  {'scenario':<12} {'queue order':>12} {'planner':>8} {'step 1':>7} {'step 2':>7} {'step 3':>7} "
           f"{'changes':>8} {'rest':>6} {'total':>6}")
     try:
-        for scenario, policy in SCENARIOS:
+        for scenario, policy in args.scenarios:
             nodes, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending)
             decide(nodes, pods, policy, reuse=False)  # (the seeds of these views, as the decision before left them)
             best: list[float] = []
@@ -347,7 +347,7 @@ def decision_after_one_pod(args: argparse.Namespace) -> None:
           f"{'(max)':>7} {'on+again':>9} {'ratio':>6}   target <= 100ms, every event")
     reported_rows: list[tuple[str, list[float], Counter[str], list[float], Counter[str]]] = []
     writes_rows: list[tuple[str, list[float], Counter[str], list[float], Counter[str], list[int]]] = []
-    for scenario, policy in SCENARIOS:
+    for scenario, policy in args.scenarios:
         views, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending + 3 * events)
         # New pods, one slice per series: each series meets the same pods whichever flags ran the others.
         new_pods, for_bindings, for_writes = (pods[args.pending + k * events: args.pending + (k + 1) * events]
@@ -605,8 +605,7 @@ def main() -> None:
     ap.add_argument("--max-moves-per-decision", type=int, default=Policy().max_moves_per_decision,
                     help="the moves one decision makes at most in the scenarios without * (the rate limit lifted)")
     args = ap.parse_args()
-    global SCENARIOS
-    SCENARIOS = with_moves_per_decision(args.max_moves_per_decision)
+    args.scenarios = with_moves_per_decision(args.max_moves_per_decision)
     print(f"scenarios without *: no rate limit, at most {args.max_moves_per_decision} moves per decision")
     core(args)
     if args.phases:
