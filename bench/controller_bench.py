@@ -57,7 +57,9 @@ the controller remembers them (`Memory.after`), and they come back as Node event
 decision: "echo", each Node carries its new target that its daemon has not acted on yet (`settling`, planned with
 the DRA count the target gives, as bridge/controller/nodestatus.py views it), and a new pod arrives; "acted", every
 settling node's daemon has moved the free GPUs (the moves under way count as landed, `NodeView.moving`; the moved GPUs
-join the DRA side of the groups the change named). Times per kind of event (median, max, how many went on + planned
+join the DRA side of the groups the change named) and the echo's own changes have come back, settling in turn (until
+stop 46 they had not: the acted decision planned again the moves the echo had just written, and a node changed by
+both stayed settling). Times per kind of event (median, max, how many went on + planned
 step 3 again), and the changes the decisions wrote. Under the default policy (`moves*`) a decision writes at most 32
 moves a minute, the rest of the time nothing: the next echo is a new pod only. So the "new pod" and "bound+new"
 events above are what a decision meets after one that wrote nothing (or under --dry-run, where nothing is written);
@@ -82,7 +84,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -454,48 +456,54 @@ def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, 
 def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterator[PendingPod], policy: Policy,
                 events: int, core: Any = decide_module
                 ) -> tuple[list[float], Counter[str], list[float], Counter[str], list[int]]:
-    """`events` times: the changes written since the last echo come back (each Node settling at its new target) and a
-    new pod arrives, a decision ("echo"); then, when some node was settling, every settling node's daemon acts, a
-    decision ("acted"). Every decision's changes are written and remembered (`Memory.after`); the clock moves 5 s per
-    decision. The times and how each decision was reached, per kind, and the changes each decision wrote. `core`:
-    the decision core, a module or any object with its `decide`, `decide_how`, `_Node` and `_Seed`
-    (bench/controller_ab.py passes an earlier commit's)."""
+    """`events` times: the changes the last decision wrote come back (each Node settling at its new target) and a new
+    pod arrives, a decision ("echo"); then, when some node is settling, every settling node's daemon acts and the
+    echo's own changes come back, settling in turn, a decision ("acted"). Every decision's changes are written and
+    remembered (`Memory.after`) and come back before the next decision, as the controller's watch brings its own
+    writes; the clock moves 5 s per decision. The times and how each decision was reached, per kind, and the changes
+    each decision wrote. `core`: the decision core, a module or any object with its `decide`, `decide_how`, `_Node`
+    and `_Seed` (bench/controller_ab.py passes an earlier commit's)."""
     at = {v.name: i for i, v in enumerate(views)}
     views = list(views)
+    settling: dict[int, tuple[NodeView, TargetChange]] = {}  # come back, the daemon not acted yet: the view before
+
+    def land(changes: Sequence[TargetChange]) -> None:
+        """As node_view reads a Node whose target its daemon has not acted on yet (frozen: no decision changes it
+        again before the daemon acts)."""
+        for c in changes:
+            i = at[c.node]
+            settling[i] = (views[i], c)
+            views[i] = replace(views[i], dra=c.dra, target=c.target, frozen="settling",
+                               frozen_reason=f"the node daemon has not acted on {c.target} yet")
+
     memory, now = Memory(), 0.0
     last = core.decide(views, pods, policy, memory, now)
     written: list[int] = [len(last.changes)]
-    unseen = list(last.changes)  # written, not come back yet
     memory = memory.after(last, now)
     echo: list[float] = []
     acted: list[float] = []
     echo_hows: Counter[str] = Counter()
     acted_hows: Counter[str] = Counter()
     for _ in range(events):
-        settling: list[tuple[int, NodeView, TargetChange]] = []
-        for c in unseen:  # as node_view reads a Node whose target its daemon has not acted on yet
-            i = at[c.node]
-            settling.append((i, views[i], c))
-            views[i] = replace(views[i], dra=c.dra, target=c.target, frozen="settling",
-                               frozen_reason=f"the node daemon has not acted on {c.target} yet")
+        land(last.changes)
         now += LOOP_INTERVAL_S
         pods = [*pods, next(arrivals)]
         last = timed_decision(views, pods, policy, echo, echo_hows, memory, now, core)
         written.append(len(last.changes))
-        unseen = list(last.changes)
         memory = memory.after(last, now)
         if not settling:
             continue
-        for i, before, c in settling:  # the daemon moved free GPUs from the groups the change named
+        for i, (before, c) in settling.items():  # the daemon moved free GPUs from the groups the change named
             n = core._Node(before, core._Seed.of(before), 0)
             to: Api = "dra" if c.direction == "to-dra" else "legacy"
             n.move_groups(to, c.moves, n.group_names.index(c.groups[0]) if c.groups else -1)
             views[i] = replace(before, dra=c.dra, target=c.target, moving=c.direction, unreported=(), groups=tuple(
                 FreeGroup(name, g[0], g[1]) for name, g in zip(n.group_names, n.groups) if name))
+        settling.clear()
+        land(last.changes)
         now += LOOP_INTERVAL_S
         last = timed_decision(views, pods, policy, acted, acted_hows, memory, now, core)
         written.append(len(last.changes))
-        unseen += last.changes
         memory = memory.after(last, now)
     return echo, echo_hows, acted, acted_hows, written
 
