@@ -72,8 +72,8 @@ over generated event sequences). That includes the events a decision's own write
 target its daemon has not acted on is planned with that target's split and frozen, then changeable again once the
 daemon has acted (each changes what step 1 finds free there), and the rate-limit budget has shrunk (a budget of its
 own is reason enough), so the decisions after one that wrote plan from scratch, taking the last plan's start over
-(bench/controller_bench.py --writes, on a 2-core EPYC: 38-91 ms at that scale under the default policy, where one
-decision moves at most 32 GPUs; 58-132 ms with the rate limit lifted, where one decision moves at most 500, the
+(bench/controller_bench.py --writes, on a 2-core EPYC: 40-113 ms at that scale under the default policy, where one
+decision moves at most 32 GPUs; 76-199 ms with the rate limit lifted, where one decision moves at most 500, the
 default `max_moves_per_decision`).
 None of this changes a decision: the same inputs give the same decision, memo or not. Python's cyclic garbage
 collector is paused during a decision: its collections, triggered by the decision's own short-lived objects, walked
