@@ -3,7 +3,7 @@
     .venv/bin/python bench/controller_bench.py [--nodes 5000] [--gpus 8] [--pending 10000] [--repeat 3]
                                                [--api-nodes 100] [--api-pending 200]   (--api-nodes 0: no part 2)
                                                [--reported] [--writes] [--phases]
-                                               [--max-moves-per-decision 500]
+                                               [--max-moves-per-decision 500] [--converge]
 
 Part 1, the pure core (`bridge.controller.decide.decide`, planning from scratch: `reuse=False`), on --nodes x --gpus
 with --pending pending pods, per scenario (best of --repeat runs):
@@ -64,6 +64,10 @@ step 3 again), and the changes the decisions wrote. Under the default policy (`m
 moves a minute, the rest of the time nothing: the next echo is a new pod only. So the "new pod" and "bound+new"
 events above are what a decision meets after one that wrote nothing (or under --dry-run, where nothing is written);
 after one that wrote, the controller meets these.
+--converge: with the rate limit lifted, how many decisions the limit per decision takes to serve each scenario's
+backlog (the --writes model over 40 events, each decision's changes come back), the changes and GPUs moved in all,
+the last decision that wrote, and the last decision's pods placed and blocked; beside one decision that plans every
+move (--max-moves-per-decision 1000000).
 The decisions of part 1c and --writes are made as the controller makes them: a new plan ends frozen, not collected
 (`decide_how(freeze=True)`, the controller's `freeze_heap`, on by default; part 1 and --phases collect it, as `decide`
 does by default).
@@ -454,7 +458,7 @@ def bound_events(views: list[NodeView], pods: list[PendingPod], last: Decision, 
 
 
 def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterator[PendingPod], policy: Policy,
-                events: int, core: Any = decide_module
+                events: int, core: Any = decide_module, made: list[Decision] | None = None
                 ) -> tuple[list[float], Counter[str], list[float], Counter[str], list[int]]:
     """`events` times: the changes the last decision wrote come back (each Node settling at its new target) and a new
     pod arrives, a decision ("echo"); then, when some node is settling, every settling node's daemon acts and the
@@ -462,7 +466,7 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
     remembered (`Memory.after`) and come back before the next decision, as the controller's watch brings its own
     writes; the clock moves 5 s per decision. The times and how each decision was reached, per kind, and the changes
     each decision wrote. `core`: the decision core, a module or any object with its `decide`, `decide_how`, `_Node`
-    and `_Seed` (bench/controller_ab.py passes an earlier commit's)."""
+    and `_Seed` (bench/controller_ab.py passes an earlier commit's). `made`: every decision is appended to it."""
     at = {v.name: i for i, v in enumerate(views)}
     views = list(views)
     settling: dict[int, tuple[NodeView, TargetChange]] = {}  # come back, the daemon not acted yet: the view before
@@ -480,6 +484,8 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
     last = core.decide(views, pods, policy, memory, now)
     written: list[int] = [len(last.changes)]
     memory = memory.after(last, now)
+    made = made if made is not None else []
+    made.append(last)
     echo: list[float] = []
     acted: list[float] = []
     echo_hows: Counter[str] = Counter()
@@ -490,6 +496,7 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
         pods = [*pods, next(arrivals)]
         last = timed_decision(views, pods, policy, echo, echo_hows, memory, now, core)
         written.append(len(last.changes))
+        made.append(last)
         memory = memory.after(last, now)
         if not settling:
             continue
@@ -504,8 +511,32 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
         now += LOOP_INTERVAL_S
         last = timed_decision(views, pods, policy, acted, acted_hows, memory, now, core)
         written.append(len(last.changes))
+        made.append(last)
         memory = memory.after(last, now)
     return echo, echo_hows, acted, acted_hows, written
+
+
+def converge(args: argparse.Namespace) -> None:
+    """--converge: how many decisions the limit per decision takes to serve each backlog with the rate limit lifted,
+    against one decision that plans every move (the `--writes` model, 40 events, a new pod each)."""
+    events = 40
+    print(f"converging, {args.nodes} nodes x {args.gpus} GPUs, {args.pending} pending, rate limit lifted, the "
+          f"--writes model over {events} events (2 decisions each, 5 s apart)")
+    print(f"  {'scenario':<12} {'limit':>8} {'wrote':>6} {'changes':>8} {'GPUs':>7} {'last wrote':>10}   the last "
+          f"decision's pods placed, blocked")
+    for scenario, policy in args.scenarios:
+        if scenario.endswith("*"):
+            continue
+        for limit in (policy.max_moves_per_decision, 1_000_000):
+            views, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending + events)
+            made: list[Decision] = []
+            writes_land(views, pods[: args.pending], iter(pods[args.pending:]), replace(
+                policy, max_moves_per_decision=limit), events, made=made)
+            wrote = [i for i, d in enumerate(made) if d.changes]
+            last = made[-1]
+            print(f"  {scenario:<12} {limit:>8} {len(wrote):>6} {sum(len(d.changes) for d in made):>8} "
+                  f"{sum(d.moves for d in made):>7} {wrote[-1] if wrote else '-':>10}   {len(last.placements)}, "
+                  f"{dict(Counter(b.reason for b in last.blocked))}")
 
 
 def timed_decision(views: list[NodeView], pods: list[PendingPod], policy: Policy, times: list[float],
@@ -610,6 +641,8 @@ def main() -> None:
                     help="part 1 again, split into the plan's phases (seeds reused, as after a decision that wrote)")
     ap.add_argument("--writes", action="store_true",
                     help="part 1c again with every decision's writes coming back as Node events (echo, daemon acted)")
+    ap.add_argument("--converge", action="store_true",
+                    help="how many decisions the limit per decision takes to serve each backlog (rate limit lifted)")
     ap.add_argument("--max-moves-per-decision", type=int, default=Policy().max_moves_per_decision,
                     help="the moves one decision makes at most in the scenarios without * (the rate limit lifted)")
     args = ap.parse_args()
@@ -620,6 +653,8 @@ def main() -> None:
         phases(args)
     state(args)
     decision_after_one_pod(args)
+    if args.converge:
+        converge(args)
     if args.api_nodes:
         requests(args)
 
