@@ -110,14 +110,14 @@ POLICY = Policy(max_moves_per_minute=1_000_000, cooldown_s=120)
 UNCAPPED = replace(POLICY, max_moves_per_decision=1_000_000)  # one decision plans every move its pods need
 SCENARIOS = (("fits", POLICY), ("moves", POLICY), ("moves*", Policy()), ("scarce", POLICY), ("constrained", POLICY),
              ("constrained*", Policy()))
+PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
+PCIE = ("L40S", "L4")
+LOOP_INTERVAL_S = 5.0  # bridge.controller.loop.ControllerOptions.interval_s
 
 
 def with_moves_per_decision(count: int) -> tuple[tuple[str, Policy], ...]:
     """`SCENARIOS` with the rate limit lifted in the scenarios without `*`, one decision moving at most `count`."""
     return tuple((s, p if s.endswith("*") else replace(p, max_moves_per_decision=count)) for s, p in SCENARIOS)
-PRODUCTS = ("H100", "A100", "L40S", "L4", "B200")
-PCIE = ("L40S", "L4")
-LOOP_INTERVAL_S = 5.0  # bridge.controller.loop.ControllerOptions.interval_s
 
 
 def group_names(product: str, gpus: int) -> list[str]:
@@ -482,7 +482,6 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
 
     memory, now = Memory(), 0.0
     last = core.decide(views, pods, policy, memory, now)
-    written: list[int] = [len(last.changes)]
     memory = memory.after(last, now)
     made = made if made is not None else []
     made.append(last)
@@ -495,7 +494,6 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
         now += LOOP_INTERVAL_S
         pods = [*pods, next(arrivals)]
         last = timed_decision(views, pods, policy, echo, echo_hows, memory, now, core)
-        written.append(len(last.changes))
         made.append(last)
         memory = memory.after(last, now)
         if not settling:
@@ -510,10 +508,9 @@ def writes_land(views: list[NodeView], pods: list[PendingPod], arrivals: Iterato
         land(last.changes)
         now += LOOP_INTERVAL_S
         last = timed_decision(views, pods, policy, acted, acted_hows, memory, now, core)
-        written.append(len(last.changes))
         made.append(last)
         memory = memory.after(last, now)
-    return echo, echo_hows, acted, acted_hows, written
+    return echo, echo_hows, acted, acted_hows, [len(d.changes) for d in made]
 
 
 def converge(args: argparse.Namespace) -> None:
@@ -527,7 +524,7 @@ def converge(args: argparse.Namespace) -> None:
     for scenario, policy in args.scenarios:
         if scenario.endswith("*"):
             continue
-        for limit in (policy.max_moves_per_decision, 1_000_000):
+        for limit in (policy.max_moves_per_decision, UNCAPPED.max_moves_per_decision):
             views, pods = scenario_inputs(scenario, args.nodes, args.gpus, args.pending + events)
             made: list[Decision] = []
             writes_land(views, pods[: args.pending], iter(pods[args.pending:]), replace(

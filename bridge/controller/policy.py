@@ -134,9 +134,10 @@ def parse_document(text: str, base: Policy, where: str = POLICY_KEY) -> Policy:
         policy = replace(policy, max_moves_per_minute=_count(doc["maxMovesPerMinute"], f"{where}: maxMovesPerMinute"))
     if "maxMovesPerDecision" in doc:
         key = f"{where}: maxMovesPerDecision"
-        if _count(doc["maxMovesPerDecision"], key) == 0:
+        per_decision = _count(doc["maxMovesPerDecision"], key)
+        if per_decision == 0:
             raise PolicyError(f"{key}: expected a whole number >= 1, got 0 (maxMovesPerMinute: 0 pauses all moves)")
-        policy = replace(policy, max_moves_per_decision=doc["maxMovesPerDecision"])
+        policy = replace(policy, max_moves_per_decision=per_decision)
     if "cooldownSeconds" in doc:
         policy = replace(policy, cooldown_s=_seconds(doc["cooldownSeconds"], f"{where}: cooldownSeconds"))
     return policy
