@@ -1,7 +1,7 @@
 """Device-plugin benchmark: latency of the kubelet-facing paths, measured over real unix sockets.
 
-Run:  .venv/bin/python bench/deviceplugin_bench.py [--calls 2000] [--rounds 5] [--updates 100] [--restarts 20]
-                                                  [--starts 3]
+Run:  .venv/bin/python bench/deviceplugin_bench.py [--calls 2000] [--rounds 5] [--spacing MS] [--updates 100]
+                                                  [--restarts 20] [--starts 3]
 
 What it measures (targets from issues 2 and 25, for a 2-core machine):
 * Allocate p50/p99 (1 GPU per call) of three servers on the same kind of unix socket in the same process, called
@@ -113,9 +113,9 @@ def ledger_seams(source: SimulatedSource) -> dict[str, object]:
 
 
 def allocate_rounds(stubs: dict[str, pb_grpc.DevicePluginStub], req: pb.AllocateRequest, calls: int,
-                    rounds: int) -> list[dict[str, list[float]]]:
+                    rounds: int, spacing: float = 0.0) -> list[dict[str, list[float]]]:
     """`rounds` rounds of `calls` Allocates per server, interleaved call by call (the order rotating), so machine
-    noise hits every server alike within a round."""
+    noise hits every server alike within a round; `spacing` seconds of pause before each timed call."""
     names = list(stubs)
     for stub in stubs.values():
         time_calls(lambda: stub.Allocate(req), 200)  # warm up
@@ -126,6 +126,7 @@ def allocate_rounds(stubs: dict[str, pb_grpc.DevicePluginStub], req: pb.Allocate
             for k in range(len(names)):
                 name = names[(i + k) % len(names)]
                 stub = stubs[name]
+                time.sleep(spacing)
                 t = time.perf_counter()
                 stub.Allocate(req)
                 times[name].append(time.perf_counter() - t)
@@ -183,10 +184,11 @@ class AllocateServers:
         self.sim.stop()
 
 
-def bench_allocate_and_stream(tmp: Path, calls: int, updates: int, rounds: int) -> dict[str, Any]:
+def bench_allocate_and_stream(tmp: Path, calls: int, updates: int, rounds: int,
+                              spacing: float = 0.0) -> dict[str, Any]:
     results: dict[str, Any] = {}
     servers = AllocateServers(tmp)
-    results["rounds"] = allocate_rounds(servers.stubs, servers.request, calls, rounds)
+    results["rounds"] = allocate_rounds(servers.stubs, servers.request, calls, rounds, spacing)
     servers.stop_bare()
     ours, base, echo, daemon = servers.stubs["ours"], servers.stubs["echo"], servers.echo, servers.daemon
     source, gpu = servers.source, servers.gpu
@@ -276,6 +278,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=2000, help="Allocate calls per server and round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--spacing", type=float, default=0.0, metavar="MS",
+                    help="pause MS milliseconds before each timed Allocate (default 0: back to back); a kubelet "
+                         "allocates once per container start, so on a node each call finds the server's threads "
+                         "asleep (try --spacing 20 --calls 300)")
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--restarts", type=int, default=20)
     ap.add_argument("--starts", type=int, default=3)
@@ -283,15 +289,16 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the daemon logs every injected XID; keep the output to the numbers
     with tempfile.TemporaryDirectory(prefix="brb-", dir="/tmp") as d:
         tmp = Path(d)
-        r = bench_allocate_and_stream(tmp, args.calls, args.updates, args.rounds)
+        r = bench_allocate_and_stream(tmp, args.calls, args.updates, args.rounds, args.spacing / 1000)
         restarts = bench_restarts(tmp, args.restarts)
         starts, rss = bench_process(tmp, args.starts)
 
     def line(label: str, value: str, target: str, ok: bool) -> None:
         print(f"{label:<48} {value:>22}   target {target:<12} {'ok' if ok else 'MISSED'}")
 
+    spaced = f"{args.spacing:g} ms apart" if args.spacing else "back to back"
     print(f"device-plugin bench ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {args.rounds} rounds of "
-          f"{args.calls} Allocate calls per server, {args.updates} updates)")
+          f"{args.calls} Allocate calls per server, {spaced}, {args.updates} updates)")
     print("Allocate, per round: p50 / p99 of ours (ledger on), no-ledger, echo; ratios to echo")
     ratios: dict[str, list[float]] = {"ours p99": [], "no-ledger p99": [], "ours p50": [], "no-ledger p50": []}
     guard: list[float] = []
