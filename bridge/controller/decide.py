@@ -722,9 +722,13 @@ def _cooling(nodes: Mapping[str, _Node], memory: Memory, policy: Policy, now: fl
 
 def _limit(policy: Policy, memory: Memory, now: float) -> tuple[int, str]:
     """The GPUs a decision may move (`Memory.budget`), and the words a pod blocked by that limit gets: the limit per
-    decision where it is the lower one, else the rate limit."""
+    decision where it is the lower one, else the rate limit. Under a dry run no decision goes further than the first
+    (nothing is written or remembered, every decision plans the same moves), and the words say so."""
     budget = memory.budget(policy, now)
     if budget < memory.window_left(policy, now):
+        if memory.dry_run:
+            return budget, (f"the limit of {budget} moves per decision is reached (a dry run writes nothing: "
+                            f"every decision plans the same first {budget})")
         return budget, f"the limit of {budget} moves per decision is reached (the next decision goes on)"
     return budget, f"the limit of {policy.max_moves_per_minute} moves per minute is reached"
 

@@ -81,7 +81,7 @@ class Controller:
         self.is_leader = is_leader
         self.clock = clock
         self.writer = Writer(api, identity=identity, dry_run=options.dry_run, metrics=metrics)
-        self.memory = Memory()
+        self.memory = Memory(dry_run=options.dry_run)
         self.policy = options.policy
         self._policy_rv: str | None = None
         self._dirty = threading.Event()

@@ -255,10 +255,13 @@ class Decision:
 @dataclass(frozen=True)
 class Memory:
     """What the core remembers between decisions (pure; the shell keeps the latest one): the last change per node
-    (time, direction) for the cool-down, and the recent moves for the rate limit."""
+    (time, direction) for the cool-down, and the recent moves for the rate limit. `dry_run`: the shell writes and
+    remembers nothing (`bridge controller --dry-run`), so every decision plans from where this one does; the core only
+    words what it tells blocked pods accordingly."""
 
     last_change: Mapping[str, tuple[float, Direction]] = field(default_factory=dict)
     recent_moves: tuple[tuple[float, int], ...] = ()
+    dry_run: bool = False
 
     def budget(self, policy: Policy, now: float) -> int:
         """GPUs a decision at `now` may move: what the last 60 s left of the rate limit, at most the limit per
@@ -284,12 +287,12 @@ class Memory:
         recent = tuple((t, n) for t, n in self.recent_moves if now - t < 60.0)
         if decision.moves:
             recent += ((now, decision.moves),)
-        return Memory(changes, recent)
+        return Memory(changes, recent, self.dry_run)
 
     def forget(self, nodes: set[str], policy: Policy, now: float) -> Memory:
         """Drop nodes that are gone and cool-downs that have run out (keeps the memory small)."""
         kept = {n: v for n, v in self.last_change.items() if n in nodes and now - v[0] < policy.cooldown_s}
-        return Memory(kept, tuple((t, n) for t, n in self.recent_moves if now - t < 60.0))
+        return Memory(kept, tuple((t, n) for t, n in self.recent_moves if now - t < 60.0), self.dry_run)
 
 
 __all__ = [

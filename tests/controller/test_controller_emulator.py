@@ -198,6 +198,24 @@ def test_moves_past_the_limit_per_decision_wait_for_the_next_decision_and_the_po
     assert annotation(api, "n2" if node == "n1" else "n1", SPLIT_KEY) is None
 
 
+def test_a_dry_run_tells_the_pods_past_the_limit_per_decision_that_no_decision_goes_further(
+        cluster: tuple[ApiServer, RestKube, Path], start_app: Callable[..., App]) -> None:
+    _, api, _ = cluster
+    add_node(api, "n1", [L] * 8)
+    add_dra_pod(api, "train-0", 4)
+    add_dra_pod(api, "train-1", 4)
+    app = start_app(dry_run=True, policy=Policy(max_moves_per_minute=100, max_moves_per_decision=4, cooldown_s=60))
+    (warning,) = wait_until(lambda: events(api, "GPUDemandBlocked"), what="the blocked-pod Event")
+    assert warning["involvedObject"]["name"] == "train-1" and "(rate-limit)" in warning["message"]
+    assert warning["message"].endswith("the limit of 4 moves per decision is reached (a dry run writes nothing: "
+                                       "every decision plans the same first 4)")
+    decisions = app.metrics.decisions._value.get()
+    wait_until(lambda: app.metrics.decisions._value.get() >= decisions + 3, what="more decisions")
+    record = decode(wait_until(lambda: annotation(api, "n1", DECISION_KEY), what="the dry-run record"))
+    assert record.dry_run and record.target == "4"  # the same first 4 moves, decision after decision
+    assert annotation(api, "n1", SPLIT_KEY) is None and len(events(api, "GPUDemandBlocked")) == 1
+
+
 def test_two_replicas_one_writes_and_the_other_takes_over_when_it_stops(
         cluster: tuple[ApiServer, RestKube, Path], start_app: Callable[..., App]) -> None:
     _, api, _ = cluster

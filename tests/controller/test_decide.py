@@ -156,6 +156,24 @@ def test_one_decision_moves_at_most_its_limit_and_the_next_decision_goes_on() ->
     assert [p.moves for p in d2.placements] == [2, 4]
 
 
+def test_under_a_dry_run_the_limit_per_decision_says_every_decision_plans_the_same_moves() -> None:
+    # Nothing a dry run plans is written or remembered, so no decision goes further than this one: the pods past the
+    # limit are not told that the next decision goes on. The moves are the same as in a real run.
+    policy = Policy(max_moves_per_minute=1000, max_moves_per_decision=6)
+    nodes = [NodeView("a", 8, 0), NodeView("b", 8, 0), NodeView("c", 8, 0)]
+    real = decide(nodes, dra_pods(3, 4), policy)
+    dry = decide(nodes, dra_pods(3, 4), policy, Memory(dry_run=True))
+    assert dry.changes == real.changes and [b.pod for b in dry.blocked] == [b.pod for b in real.blocked]
+    words = "the limit of 6 moves per decision is reached"
+    assert [b.message for b in real.blocked] == [f"needs 4 GPUs moved on a; {words} (the next decision goes on)",
+                                                 f"needs 2 GPUs moved on a; {words} (the next decision goes on)"]
+    assert [b.message for b in dry.blocked] == [
+        f"needs 4 GPUs moved on a; {words} (a dry run writes nothing: every decision plans the same first 6)",
+        f"needs 2 GPUs moved on a; {words} (a dry run writes nothing: every decision plans the same first 6)"]
+    # The flag outlives the memory's own upkeep, as the loop keeps it.
+    assert Memory(dry_run=True).forget({"a"}, policy, 10.0).after(real, 10.0).dry_run
+
+
 def test_the_rate_limit_names_itself_where_it_is_lower_than_the_limit_per_decision() -> None:
     policy = Policy(max_moves_per_minute=10, max_moves_per_decision=6)
     memory = Memory(recent_moves=((0.0, 8),))  # 2 left this minute, 6 per decision
