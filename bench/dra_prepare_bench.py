@@ -1,7 +1,7 @@
 """NodePrepareResources latency against the local API emulator, with a bare echo RPC as the in-run baseline.
 
-    .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--rounds 1] [--spacing MS] [--ab-sync 300]
-                                                [--state-dir DIR] [--claims-dir DIR] [--cdi-dir DIR]
+    .venv/bin/python bench/dra_prepare_bench.py [--iterations 300] [--rounds 1] [--spacing MS] [--go-floor]
+                                                [--ab-sync 300] [--state-dir DIR] [--claims-dir DIR] [--cdi-dir DIR]
     BENCH_NO_LEDGER=1 ...   # without the ownership ledger's prepare guard (the node daemon always wires it)
 
 Three processes, as on a node: the API emulator (`python -m bridge sandbox apiserver`), the DRA daemon
@@ -41,6 +41,12 @@ daemon's CPU time per iteration (3.8 -> 8.3 ms) and nearly triples the echo's la
 figure is the one a node sees (stop 47, --rounds 3: fresh p50 4.49, median p99 6.33 ms against 1.97 / 2.77 back to
 back).
 
+`--go-floor` also sends each fresh claim, after our two prepares, to bench/godra: a DRA plugin in Go on the upstream
+kubelet-plugin helper, whose prepare is the helper's claim GET (client-go, against the same emulator) and checks with
+no driver work: what the same call costs when its gRPC server and GET are compiled code. Its process and calls load
+the machine too, so ours reads slower beside it than without it (stop 47, --rounds 3: ours fresh p50 3.30, floor 1.54
+ms back to back; 4.74 and 2.27 with --spacing 20: 2.0-2.2x the floor either way).
+
 `--ab-sync N` adds an in-process comparison of the prepare core (no gRPC) with the fsync in the call (the policy
 before `bridge/dra/deferredsync.py`) and deferred after it, alternating call by call against the same emulator.
 """
@@ -71,11 +77,12 @@ from bridge.atomicfile import fsync_dir  # noqa: E402
 from bridge.kube import connect  # noqa: E402
 from bridge.dra.stores import CLAIMS_NAME  # noqa: E402
 from bridge.ledger.checkpoint import _replace_unsynced  # noqa: E402
-from bench.realbench import pct  # noqa: E402
+from bench.realbench import build_go, pct  # noqa: E402
 from tests.dra.cluster import NODE, gpu, make_claim, make_pod  # noqa: E402
 
 BOOT_ID = "bench"
 READY = "daemon ready"
+GO_FLOOR = Path(__file__).resolve().parent / "godra"
 
 
 # -- the daemon process ------------------------------------------------------------------------------------------
@@ -215,9 +222,11 @@ def ab_sync(kubeconfig: Path, root: Path, cdi_root: Path, n: int) -> dict[str, l
 
 
 def one_round(stub: pb_grpc.DRAPluginStub, reg: reg_grpc.RegistrationStub, claims: list[dict],
-              prep: list[float], repeat: list[float], echo: list[float], spacing: float = 0.0) -> None:
-    """Per claim: the echo, a fresh prepare, the same prepare again, the unprepare (untimed); `spacing` seconds of
-    pause before each timed call (0: back to back)."""
+              prep: list[float], repeat: list[float], echo: list[float], spacing: float = 0.0,
+              floor: tuple[pb_grpc.DRAPluginStub, list[float]] | None = None) -> None:
+    """Per claim: the echo, a fresh prepare, the same prepare again, the Go floor's prepare of it (with `floor`: its
+    stub and timings), the unprepare (untimed); `spacing` seconds of pause before each timed call (0: back to
+    back)."""
     for c in claims:
         ref = pb.Claim(namespace="bench", name=c["metadata"]["name"], uid=c["metadata"]["uid"])
         time.sleep(spacing)
@@ -235,8 +244,31 @@ def one_round(stub: pb_grpc.DRAPluginStub, reg: reg_grpc.RegistrationStub, claim
         again = stub.NodePrepareResources(request, timeout=45)
         repeat.append(time.perf_counter() - t)
         assert again == resp, (again, resp)
+        if floor is not None:
+            time.sleep(spacing)
+            t = time.perf_counter()
+            theirs = floor[0].NodePrepareResources(request, timeout=45)
+            floor[1].append(time.perf_counter() - t)
+            assert not theirs.claims[ref.uid].error, theirs.claims[ref.uid].error
         un = stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=[ref]), timeout=45)
         assert not un.claims[ref.uid].error, un.claims[ref.uid].error
+
+
+def start_go_floor(binary: Path, kubeconfig: Path, root: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/godra for this node's claims, its sockets under `root` (it publishes no slice: the daemon's is the
+    node's); the process and its DRA socket once it listens."""
+    plugin_dir = root / "godra"
+    proc = subprocess.Popen([str(binary), "--driver", "gpu.dra-bridge.io", "--node-name", NODE,
+                             "--kubeconfig", str(kubeconfig), "--publish=false", "--plugin-dir", str(plugin_dir),
+                             "--registrar-dir", str(root / "godra-registry")], stdout=subprocess.DEVNULL)
+    socket = plugin_dir / "dra.sock"
+    deadline = time.monotonic() + 30
+    while not socket.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"bench/godra did not listen on {socket} (exit {proc.poll()})")
+        time.sleep(0.05)
+    return proc, str(socket)
 
 
 def load() -> str:
@@ -253,6 +285,9 @@ def main() -> int:
                     help="pause MS milliseconds before each timed call (default 0: back to back, as the issue's "
                          "figures were taken); a kubelet prepares one pod's claims at a time, its calls seconds "
                          "apart, so on a node every call meets a daemon whose threads slept (20 is enough for that)")
+    ap.add_argument("--go-floor", action="store_true",
+                    help="also prepare each claim through bench/godra, a DRA plugin in Go on the upstream kubelet-"
+                         "plugin helper that GETs the claim and answers with no driver work (built once; needs Go)")
     ap.add_argument("--state-dir", type=Path, help="where the checkpoint lives (default: a new dir under /tmp)")
     ap.add_argument("--claims-dir", type=Path,
                     help="where the claim records (claims.json) live (default: a new dir under /dev/shm, as the "
@@ -280,6 +315,7 @@ def main() -> int:
     kubeconfig = root / "kubeconfig"
     emulator = start_emulator(kubeconfig)
     daemon: subprocess.Popen[str] | None = None
+    godra: subprocess.Popen[bytes] | None = None
     try:
         api = connect(str(kubeconfig))
         pod = make_pod(api, "bench", "p", ["gpu"])
@@ -294,16 +330,24 @@ def main() -> int:
             raise SystemExit(f"the daemon did not start: {ready}")
         dra_socket, reg_socket = ready[2], ready[3]
 
+        floor_socket = None
+        binary = build_go(GO_FLOOR, "the Go floor (--go-floor)") if args.go_floor else None
+        if binary is not None:
+            godra, floor_socket = start_go_floor(binary, kubeconfig, root)
         prep: list[float] = []
         repeat: list[float] = []
         echo: list[float] = []
+        floor: list[float] = []
         rounds: list[tuple[float, float, float, str]] = []  # per round: fresh p50, fresh p99, echo p99, load before
         load_before = load()
-        with grpc.insecure_channel("unix://" + dra_socket) as ch, grpc.insecure_channel("unix://" + reg_socket) as rch:
+        with grpc.insecure_channel("unix://" + dra_socket) as ch, \
+                grpc.insecure_channel("unix://" + reg_socket) as rch, \
+                grpc.insecure_channel("unix://" + (floor_socket or dra_socket)) as fch:  # (unused without a floor)
             stub, reg = pb_grpc.DRAPluginStub(ch), reg_grpc.RegistrationStub(rch)
+            theirs = (pb_grpc.DRAPluginStub(fch), floor) if floor_socket else None
             for _ in range(args.rounds):  # unprepared at the end of each iteration, a claim is fresh again next round
                 first, round_load = len(prep), load()
-                one_round(stub, reg, claims, prep, repeat, echo, args.spacing / 1000)
+                one_round(stub, reg, claims, prep, repeat, echo, args.spacing / 1000, theirs)
                 rounds.append((pct(prep[first:], 50), pct(prep[first:], 99), pct(echo[first:], 99), round_load))
         load_after = load()
         checkpoint_size = (claims_dir / CLAIMS_NAME).stat().st_size
@@ -320,6 +364,9 @@ def main() -> int:
         floor_writes, floor_syncs = storage_floor(claims_dir, checkpoint_size, 100)
         ab = ab_sync(kubeconfig, root, cdi_root, args.ab_sync) if args.ab_sync else {}
     finally:
+        if godra is not None:
+            godra.terminate()
+            godra.wait(30)
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
         emulator.send_signal(signal.SIGTERM)
@@ -343,6 +390,10 @@ def main() -> int:
     print(f"NodePrepareResources repeat (prepared claim): p50 {r50:.2f} ms  p99 {r99:.2f} ms  "
           f"mean {statistics.mean(repeat) * ms:.2f} ms")
     print(f"echo RPC (GetInfo, same socket kind):  p50 {e50:.3f} ms  p99 {e99:.3f} ms")
+    if floor:
+        f50, f99 = pct(floor, 50) * ms, pct(floor, 99) * ms
+        print(f"Go floor (bench/godra: the helper's claim GET and checks, no driver work): p50 {f50:.2f} ms  "
+              f"p99 {f99:.2f} ms;  fresh prepare/floor: p50 {p50 / f50:.1f}x  p99 {p99 / f99:.1f}x")
     print(f"ratio fresh prepare/echo: p50 {p50 / e50:.1f}x  p99 {p99 / e99:.1f}x;  "
           f"repeat/echo: p50 {r50 / e50:.1f}x  p99 {r99 / e99:.1f}x")
     print(f"claim GET alone (emulator, official client): p50 {pct(gets, 50) * ms:.2f} ms  "

@@ -71,6 +71,9 @@ func main() {
 	node := flag.String("node-name", "", "this node's name")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig with the node's credentials")
 	devices := flag.Int("devices", 4, "devices published in the node's slice")
+	publish := flag.Bool("publish", true, "publish the node's ResourceSlice (false: another driver process owns it)")
+	pluginDir := flag.String("plugin-dir", "", "where the DRA socket goes (default: the kubelet's plugins dir/<driver>)")
+	registrarDir := flag.String("registrar-dir", "", "where the registration socket goes (default: the kubelet's)")
 	flag.Parse()
 	if *node == "" || *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "godra: --node-name and --kubeconfig are required")
@@ -81,23 +84,44 @@ func main() {
 		fmt.Fprintf(os.Stderr, "godra: %v\n", err)
 		os.Exit(1)
 	}
+	// No client-side rate limit: client-go's default (5 requests a second, bursts of 10) would make calls back to back
+	// wait for it, which is not what the floor measures.
+	cfg.QPS = -1
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "godra: %v\n", err)
 		os.Exit(1)
 	}
+	if *pluginDir == "" {
+		*pluginDir = filepath.Join(kubeletplugin.KubeletPluginsDir, *name)
+	}
 	// The helper listens in the plugin's data directory but does not make it (a DaemonSet's hostPath usually does).
-	if err := os.MkdirAll(filepath.Join(kubeletplugin.KubeletPluginsDir, *name), 0o750); err != nil {
+	if err := os.MkdirAll(*pluginDir, 0o750); err != nil {
 		fmt.Fprintf(os.Stderr, "godra: %v\n", err)
 		os.Exit(1)
 	}
+	opts := []kubeletplugin.Option{kubeletplugin.KubeClient(client), kubeletplugin.NodeName(*node),
+		kubeletplugin.DriverName(*name), kubeletplugin.HealthService(false),
+		kubeletplugin.PluginDataDirectoryPath(*pluginDir)}
+	if *registrarDir != "" {
+		if err := os.MkdirAll(*registrarDir, 0o750); err != nil {
+			fmt.Fprintf(os.Stderr, "godra: %v\n", err)
+			os.Exit(1)
+		}
+		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(*registrarDir))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	helper, err := kubeletplugin.Start(ctx, &driver{name: *name}, kubeletplugin.KubeClient(client),
-		kubeletplugin.NodeName(*node), kubeletplugin.DriverName(*name), kubeletplugin.HealthService(false))
+	helper, err := kubeletplugin.Start(ctx, &driver{name: *name}, opts...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "godra: start: %v\n", err)
 		os.Exit(1)
+	}
+	if !*publish {
+		fmt.Println("godra: serving", *name, "on", *node, "(no slice)")
+		<-ctx.Done()
+		helper.Stop()
+		return
 	}
 	devs := make([]resourceapi.Device, *devices)
 	for i := range devs {
