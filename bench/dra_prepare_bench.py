@@ -350,6 +350,10 @@ def main() -> int:
                 one_round(stub, reg, claims, prep, repeat, echo, args.spacing / 1000, theirs)
                 rounds.append((pct(prep[first:], 50), pct(prep[first:], 99), pct(echo[first:], 99), round_load))
         load_after = load()
+        if godra is not None:  # (not beside the attribution below)
+            godra.terminate()
+            godra.wait(30)
+            godra = None
         checkpoint_size = (claims_dir / CLAIMS_NAME).stat().st_size
         daemon.stdin.close()
         daemon_view = daemon.stdout.read().strip()
