@@ -54,6 +54,7 @@ before `bridge/dra/deferredsync.py`) and deferred after it, alternating call by 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -271,6 +272,11 @@ def start_go_floor(binary: Path, kubeconfig: Path, root: Path) -> tuple[subproce
     return proc, str(socket)
 
 
+def stop_go_floor(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    proc.wait(30)
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -341,18 +347,19 @@ def main() -> int:
         rounds: list[tuple[float, float, float, str]] = []  # per round: fresh p50, fresh p99, echo p99, load before
         load_before = load()
         with grpc.insecure_channel("unix://" + dra_socket) as ch, \
-                grpc.insecure_channel("unix://" + reg_socket) as rch, \
-                grpc.insecure_channel("unix://" + (floor_socket or dra_socket)) as fch:  # (unused without a floor)
+                grpc.insecure_channel("unix://" + reg_socket) as rch, contextlib.ExitStack() as more:
             stub, reg = pb_grpc.DRAPluginStub(ch), reg_grpc.RegistrationStub(rch)
-            theirs = (pb_grpc.DRAPluginStub(fch), floor) if floor_socket else None
+            theirs = None
+            if floor_socket is not None:
+                fch = more.enter_context(grpc.insecure_channel("unix://" + floor_socket))
+                theirs = (pb_grpc.DRAPluginStub(fch), floor)
             for _ in range(args.rounds):  # unprepared at the end of each iteration, a claim is fresh again next round
                 first, round_load = len(prep), load()
                 one_round(stub, reg, claims, prep, repeat, echo, args.spacing / 1000, theirs)
                 rounds.append((pct(prep[first:], 50), pct(prep[first:], 99), pct(echo[first:], 99), round_load))
         load_after = load()
         if godra is not None:  # (not beside the attribution below)
-            godra.terminate()
-            godra.wait(30)
+            stop_go_floor(godra)
             godra = None
         checkpoint_size = (claims_dir / CLAIMS_NAME).stat().st_size
         daemon.stdin.close()
@@ -369,8 +376,7 @@ def main() -> int:
         ab = ab_sync(kubeconfig, root, cdi_root, args.ab_sync) if args.ab_sync else {}
     finally:
         if godra is not None:
-            godra.terminate()
-            godra.wait(30)
+            stop_go_floor(godra)
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
         emulator.send_signal(signal.SIGTERM)

@@ -80,60 +80,47 @@ func main() {
 		os.Exit(2)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "godra: %v\n", err)
-		os.Exit(1)
-	}
+	failIf(err, "")
 	// No client-side rate limit: client-go's default (5 requests a second, bursts of 10) would make calls back to back
 	// wait for it, which is not what the floor measures.
 	cfg.QPS = -1
 	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "godra: %v\n", err)
-		os.Exit(1)
-	}
+	failIf(err, "")
 	if *pluginDir == "" {
 		*pluginDir = filepath.Join(kubeletplugin.KubeletPluginsDir, *name)
 	}
 	// The helper listens in the plugin's data directory but does not make it (a DaemonSet's hostPath usually does).
-	if err := os.MkdirAll(*pluginDir, 0o750); err != nil {
-		fmt.Fprintf(os.Stderr, "godra: %v\n", err)
-		os.Exit(1)
-	}
+	failIf(os.MkdirAll(*pluginDir, 0o750), "")
 	opts := []kubeletplugin.Option{kubeletplugin.KubeClient(client), kubeletplugin.NodeName(*node),
 		kubeletplugin.DriverName(*name), kubeletplugin.HealthService(false),
 		kubeletplugin.PluginDataDirectoryPath(*pluginDir)}
 	if *registrarDir != "" {
-		if err := os.MkdirAll(*registrarDir, 0o750); err != nil {
-			fmt.Fprintf(os.Stderr, "godra: %v\n", err)
-			os.Exit(1)
-		}
+		failIf(os.MkdirAll(*registrarDir, 0o750), "")
 		opts = append(opts, kubeletplugin.RegistrarDirectoryPath(*registrarDir))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	helper, err := kubeletplugin.Start(ctx, &driver{name: *name}, opts...)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "godra: start: %v\n", err)
-		os.Exit(1)
+	failIf(err, "start: ")
+	what := "(no slice)"
+	if *publish {
+		devs := make([]resourceapi.Device, *devices)
+		for i := range devs {
+			devs[i] = resourceapi.Device{Name: fmt.Sprintf("dev-%d", i)}
+		}
+		failIf(helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+			*node: {Slices: []resourceslice.Slice{{Devices: devs}}}}}), "publish: ")
+		what = fmt.Sprintf("(%d devices published)", *devices)
 	}
-	if !*publish {
-		fmt.Println("godra: serving", *name, "on", *node, "(no slice)")
-		<-ctx.Done()
-		helper.Stop()
-		return
-	}
-	devs := make([]resourceapi.Device, *devices)
-	for i := range devs {
-		devs[i] = resourceapi.Device{Name: fmt.Sprintf("dev-%d", i)}
-	}
-	err = helper.PublishResources(ctx, resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		*node: {Slices: []resourceslice.Slice{{Devices: devs}}}}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "godra: publish: %v\n", err)
-		os.Exit(1)
-	}
-	fmt.Println("godra: serving", *name, "on", *node)
+	fmt.Println("godra: serving", *name, "on", *node, what)
 	<-ctx.Done()
 	helper.Stop()
+}
+
+// failIf ends the process with status 1 when err is set, the message prefixed with `what`.
+func failIf(err error, what string) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "godra: %s%v\n", what, err)
+		os.Exit(1)
+	}
 }
