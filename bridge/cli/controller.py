@@ -14,6 +14,7 @@ import threading
 import click
 
 from bridge.cli.exits import EXIT_CONFIG, listen_error
+from bridge.controller.limits import MOST_MOVES
 from bridge.logs import setup_logging
 
 _E = "BRIDGE_CONTROLLER_"
@@ -50,10 +51,10 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
 @click.option("--pool-min-legacy-share", show_envvar=True, envvar=_E + "POOL_MIN_LEGACY_SHARE", multiple=True,
               metavar="POOL=SHARE", help="Per-pool override, repeatable (env: space-separated), e.g. training=0.")
 @click.option("--max-moves-per-minute", show_envvar=True, envvar=_E + "MAX_MOVES_PER_MINUTE", default=32,
-              show_default=True, type=click.IntRange(0, 100_000),
+              show_default=True, type=click.IntRange(0, MOST_MOVES),
               help="GPUs moved (both directions, cluster-wide) in any 60 s; 0 pauses all moves.")
 @click.option("--max-moves-per-decision", show_envvar=True, envvar=_E + "MAX_MOVES_PER_DECISION", default=500,
-              show_default=True, type=click.IntRange(1, 100_000),
+              show_default=True, type=click.IntRange(1, MOST_MOVES),
               help="GPUs one decision moves at most; the pods past it wait for the next decision (at most --interval "
                    "later, so at most 60 s / --interval times this a minute). Binds only where --max-moves-per-minute "
                    "allows more: it keeps one decision's writes (one per node changed, a few ms each) inside the "

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from bridge.controller.limits import MOST_MOVES
 from bridge.controller.model import Policy, PoolPolicy
 from bridge.humantext import clip
 from bridge.kvalues.documents import CONFIGMAP_BYTES, DocumentError, load_yaml
@@ -83,9 +84,10 @@ def parse_pool_shares(items: Iterable[str], where: str = "--pool-min-legacy-shar
     return out
 
 
-def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PolicyError(f"{where}: expected a whole number >= 0, got {clip(value)}")
+def _moves(value: Any, where: str, least: int = 0, hint: str = "") -> int:
+    """A limit on moves: a whole number from `least` to `MOST_MOVES` (the flags' range); `hint` follows the error."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MOST_MOVES:
+        raise PolicyError(f"{where}: expected a whole number from {least} to {MOST_MOVES}, got {clip(value)}{hint}")
     return value
 
 
@@ -131,13 +133,10 @@ def parse_document(text: str, base: Policy, where: str = POLICY_KEY) -> Policy:
             pools[name if isinstance(name, str) else clip(name)] = PoolPolicy(parse_share(settings["minLegacyShare"], f"{at}.minLegacyShare"))
         policy = replace(policy, pools=pools)
     if "maxMovesPerMinute" in doc:
-        policy = replace(policy, max_moves_per_minute=_count(doc["maxMovesPerMinute"], f"{where}: maxMovesPerMinute"))
+        policy = replace(policy, max_moves_per_minute=_moves(doc["maxMovesPerMinute"], f"{where}: maxMovesPerMinute"))
     if "maxMovesPerDecision" in doc:
-        key = f"{where}: maxMovesPerDecision"
-        per_decision = _count(doc["maxMovesPerDecision"], key)
-        if per_decision == 0:
-            raise PolicyError(f"{key}: expected a whole number >= 1, got 0 (maxMovesPerMinute: 0 pauses all moves)")
-        policy = replace(policy, max_moves_per_decision=per_decision)
+        policy = replace(policy, max_moves_per_decision=_moves(
+            doc["maxMovesPerDecision"], f"{where}: maxMovesPerDecision", 1, " (maxMovesPerMinute: 0 pauses all moves)"))
     if "cooldownSeconds" in doc:
         policy = replace(policy, cooldown_s=_seconds(doc["cooldownSeconds"], f"{where}: cooldownSeconds"))
     return policy

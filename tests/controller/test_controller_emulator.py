@@ -283,7 +283,7 @@ def test_an_invalid_policy_configmap_is_refused_loudly_and_a_valid_one_applies(
     add_node(api, "n1", [L] * 8)
     app = start_app(configmap=("dra-bridge", "policy"))
     (warning,) = wait_until(lambda: events(api, "InvalidPolicy"), what="the InvalidPolicy Event")
-    assert "maxMovesPerMinute: expected a whole number >= 0, got 'lots'" in warning["message"]
+    assert "maxMovesPerMinute: expected a whole number from 0 to 100000, got 'lots'" in warning["message"]
     assert warning["involvedObject"]["kind"] == "ConfigMap"
     assert app.metrics.policy_errors._value.get() == 1
     api.patch(CONFIG_MAPS, "policy", {"data": {"policy.yaml": "maxMovesPerMinute: 0\n"}}, "dra-bridge")

@@ -42,11 +42,13 @@ def test_keys_left_out_keep_the_flags_and_an_empty_document_is_the_flags() -> No
     ("minLegacyshare: 0.2", "unknown key minLegacyshare; accepted: minLegacyShare, pools, maxMovesPerMinute"),
     ("minLegacyShare: 1.5", "minLegacyShare: expected a number between 0 and 1"),
     ("minLegacyShare: yes", "minLegacyShare: expected a number between 0 and 1, got True"),
-    ("maxMovesPerMinute: -1", "maxMovesPerMinute: expected a whole number >= 0"),
-    ("maxMovesPerMinute: 2.5", "maxMovesPerMinute: expected a whole number >= 0"),
-    ("maxMovesPerDecision: 0", "maxMovesPerDecision: expected a whole number >= 1, got 0 (maxMovesPerMinute: 0 "
-                               "pauses all moves)"),
-    ("maxMovesPerDecision: -5", "maxMovesPerDecision: expected a whole number >= 0, got -5"),
+    ("maxMovesPerMinute: -1", "maxMovesPerMinute: expected a whole number from 0 to 100000"),
+    ("maxMovesPerMinute: 2.5", "maxMovesPerMinute: expected a whole number from 0 to 100000"),
+    ("maxMovesPerMinute: 100001", "maxMovesPerMinute: expected a whole number from 0 to 100000, got 100001"),
+    ("maxMovesPerDecision: 0", "maxMovesPerDecision: expected a whole number from 1 to 100000, got 0 "
+                               "(maxMovesPerMinute: 0 pauses all moves)"),
+    ("maxMovesPerDecision: -5", "maxMovesPerDecision: expected a whole number from 1 to 100000, got -5"),
+    ("maxMovesPerDecision: 1000000", "maxMovesPerDecision: expected a whole number from 1 to 100000, got 1000000"),
     ("cooldownSeconds: forever", "cooldownSeconds: expected a number of seconds >= 0"),
     ("pools: [a, b]", "pools: expected a mapping from pool name to settings"),
     ("pools: {a: 0.5}", "pools.a: expected a mapping such as {minLegacyShare: 0.25}"),
@@ -115,3 +117,22 @@ def test_the_controller_writes_the_key_the_node_daemon_reads() -> None:
     from bridge.ledger.target import SPLIT_KEY as daemon_key
 
     assert SPLIT_KEY == daemon_key == "dra-bridge.io/dra-devices"
+
+
+def test_the_flags_the_configmap_and_the_chart_take_the_same_largest_limits_on_moves() -> None:
+    # `bridge controller --max-moves-per-...` (click's ranges), the ConfigMap (above) and the chart's schema.
+    import json
+    from pathlib import Path
+
+    import click
+
+    from bridge.cli.controller import controller
+    from bridge.controller.limits import MOST_MOVES
+
+    ranges = {p.name: p.type for p in controller.params if p.name in ("max_moves_per_minute", "max_moves_per_decision")}
+    assert all(isinstance(t, click.IntRange) and t.max == MOST_MOVES for t in ranges.values()) and len(ranges) == 2
+    assert parse_document(f"maxMovesPerMinute: {MOST_MOVES}\nmaxMovesPerDecision: {MOST_MOVES}", BASE) == Policy(
+        0.1, {}, MOST_MOVES, 120, max_moves_per_decision=MOST_MOVES)
+    schema = json.loads((Path(__file__).parents[2] / "charts/dra-bridge/values.schema.json").read_text())
+    controller_values = schema["properties"]["controller"]["properties"]
+    assert [controller_values[k]["maximum"] for k in ("maxMovesPerMinute", "maxMovesPerDecision")] == [MOST_MOVES] * 2
