@@ -42,6 +42,7 @@ import pytest
 from bridge.kube.api import EVENTS, NODES, PODS, WatchEvent
 from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.kubelet import STOP_SECONDS_ANNOTATION
 from bridge.sandbox.real.binaries import NODE
 from tests.real.conftest import CONTROL_PLANE, require_binaries
 from tests.real.grpcrecord import ENV as RECORD_ENV
@@ -56,20 +57,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 REAL, SIM = "real", "sim"
 NODE_SPECS = (NodeSpec(REAL, "8xH100-80GB", split="4"), NodeSpec(SIM, "8xH100-80GB", split="4"))
 GRACE = 3  # the pods' terminationGracePeriodSeconds: long enough to tell "after the grace period" from "at once"
+# The probe is PID 1 without a SIGTERM handler: the kernel does not deliver the runtime's SIGTERM, so it runs until
+# the SIGKILL at the end of the grace period. The simulator plays the same program (it "needs an hour" to stop).
+IGNORES_SIGTERM = {STOP_SECONDS_ANNOTATION: "3600"}
 PROMPT = 5.0  # seconds: a call this soon after its trigger is "prompt"; later ones "late" (a retry, a resync)
 STEPS = ("legacy", "dra", "init", "delete-legacy", "delete-dra", "delete-init")
 
 # The differences that remain, as seen in the real run (kubelet v1.37.2, containerd 2.x) against the simulator.
 KNOWN = {
-    "graceful-deletion": "the real kubelet stops a deleted pod's containers within its terminationGracePeriodSeconds "
-                         "(the probe, PID 1 without a SIGTERM handler, is killed at the end of it) and only then "
-                         "unprepares its claims and writes the terminal status; the simulator does both at once. "
-                         "Being fixed on another branch (graceful deletion).",
     "transient-statuses": "the real kubelet writes statuses the simulator skips: the sandbox ready while the "
                           "containers are created, an init container running; the simulator starts a pod's "
                           "containers in one step, so its states are a subsequence of the real ones",
-    "killed-exit-code": "a killed container's exit code is the container's own: the probe ignores SIGTERM and ends "
-                        "with SIGKILL (137); the simulator plays an ordinary program that exits on SIGTERM (143)",
     "status-fields": "fields of container and pod status the simulator does not write: the in-place resize "
                      "bookkeeping (`resources`, `allocatedResources`: cgroup readbacks), the container's `user` "
                      "(from the image), and `allocatedResourcesStatus` (ResourceHealthStatus: device health from "
@@ -158,8 +156,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             for name, kwargs in pods.items():
                 out.marks[name] = time.time()
                 for node in (REAL, SIM):
-                    create_pod(cluster, node, probe_pod(name, node=node, extra={"terminationGracePeriodSeconds": GRACE},
-                                                        **kwargs))
+                    pod = probe_pod(name, node=node, extra={"terminationGracePeriodSeconds": GRACE}, **kwargs)
+                    pod["metadata"]["annotations"] = dict(IGNORES_SIGTERM)
+                    create_pod(cluster, node, pod)
                 for node in (REAL, SIM):
                     cluster.wait_pod_phase(node, name, "Running", timeout=120)
                 time.sleep(1.0)  # calls that come late would land in this step, and be seen
@@ -375,14 +374,13 @@ def test_each_pod_deletion_makes_the_same_calls(run: Run, step: str) -> None:
     assert [c[0].rsplit("/", 1)[-1] for c in real] == (["NodeUnprepareResources"] if step == "delete-dra" else [])
 
 
-def test_known_the_real_kubelet_unprepares_after_the_grace_period_the_simulator_at_once(run: Run) -> None:
-    """KNOWN["graceful-deletion"]: when this fails because the simulator waits too, the difference is gone: fold
-    the timing into the comparison above and drop the entry."""
+def test_a_deleted_pods_claim_is_unprepared_only_after_its_grace_period_on_both(run: Run) -> None:
+    """The probe ignores SIGTERM: both kubelets kill it at the end of its grace period (3 s) and only then call
+    NodeUnprepareResources; until then the claim's GPU is the pod's (the simulator once did both at once)."""
     delay = {node: next(c["t"] for c in run.window(node, "delete-dra")
                         if c["method"].endswith("/NodeUnprepareResources")) - run.marks["delete-dra"]
              for node in (REAL, SIM)}
-    assert delay[REAL] >= GRACE, (KNOWN["graceful-deletion"], delay)
-    assert delay[SIM] < GRACE, (KNOWN["graceful-deletion"], delay)
+    assert all(d >= GRACE for d in delay.values()), delay
 
 
 @pytest.mark.parametrize("pod", ["legacy", "dra", "init"])
@@ -419,11 +417,10 @@ def test_known_the_simulator_skips_transient_statuses(run: Run, pod: str) -> Non
     assert phases[REAL] == phases[SIM] == ["Pending", "Running", "Failed"]
 
 
-def test_known_a_killed_containers_exit_code_is_the_containers_own(run: Run) -> None:
-    """KNOWN["killed-exit-code"]."""
+def test_a_container_still_running_at_the_end_of_its_grace_period_is_killed_with_137_on_both(run: Run) -> None:
     codes = {node: {c[4] for c in containers(kubelet_statuses(run, node, "legacy")[-1][2]["status"])}
              for node in (REAL, SIM)}
-    assert codes == {REAL: {137}, SIM: {143}}, KNOWN["killed-exit-code"]
+    assert codes == {REAL: {137}, SIM: {137}}
 
 
 def test_known_status_fields_the_simulator_does_not_write(run: Run) -> None:

@@ -22,7 +22,8 @@ from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from bridge.dra.health import HealthBoard
 from bridge.kube import EVENTS, NODES, PODS, KubeAPI, NotFound, connect
 from bridge.sandbox.apiserver import ApiServer
-from bridge.sandbox.kubelet import RUN_SECONDS_ANNOTATION, KubeletConfig, KubeletSimulator
+from bridge.sandbox.kubelet import RUN_SECONDS_ANNOTATION, STOP_SECONDS_ANNOTATION, KubeletConfig, KubeletSimulator
+from bridge.sandbox.kubelet.pods import effective_grace
 from tests.dra.cluster import ensure_namespace, gpu, make_claim
 from tests.polling import wait_until
 from tests.sandbox.draplugins import DRIVER, Script, ScriptedPlugin
@@ -41,7 +42,8 @@ class World:
 
     def pod(self, name: str, *, widgets: int = 0, cpu: str | None = None, claims: list[str] = (),  # type: ignore[assignment]
             annotations: dict[str, str] | None = None, restart: str = "Always",
-            init: list[dict[str, Any]] | None = None, bound: bool = True, **status: Any) -> dict[str, Any]:
+            init: list[dict[str, Any]] | None = None, bound: bool = True, grace: int | None = None,
+            finalizers: list[str] = (), **status: Any) -> dict[str, Any]:  # type: ignore[assignment]
         resources: dict[str, Any] = {}
         if widgets:
             resources["limits"] = {RES: str(widgets)}
@@ -57,8 +59,11 @@ class World:
             spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
         if init:
             spec["initContainers"] = init
+        if grace is not None:
+            spec["terminationGracePeriodSeconds"] = grace
         obj = {"apiVersion": "v1", "kind": "Pod", "spec": spec,
-               "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}}}
+               "metadata": {"name": name, "namespace": NS, "annotations": annotations or {},
+                            "finalizers": list(finalizers)}}
         return self.api.create(PODS, obj, NS)
 
     def get(self, name: str) -> dict[str, Any]:
@@ -221,6 +226,75 @@ def test_a_dra_pod_is_prepared_before_it_runs_and_unprepared_when_deleted(world:
     world.api.delete(PODS, "infer", NS)  # graceful: the kubelet finishes the pod and deletes it
     wait_until(lambda: world.phase("infer") == "gone", 30, "the pod to be deleted for good")
     assert ("unprepare", (uid,)) in world.dra.calls
+
+
+KEEP = "tests.dra-bridge.io/keep"  # a finalizer: the pod stays readable, with its last status, after the kubelet
+
+
+def stopped(world: World, name: str) -> tuple[float, dict[str, Any]]:
+    """Wait for the kubelet to have stopped the deleted pod `name` (its terminal status written); the time that took
+    from now and its app container's terminated state."""
+    began = time.monotonic()
+    wait_until(lambda: world.phase(name) in ("Failed", "Succeeded"), 60, f"{name}'s terminal status")
+    took = time.monotonic() - began
+    (main,) = world.get(name)["status"]["containerStatuses"]
+    world.api.patch(PODS, name, {"metadata": {"finalizers": []}}, NS)
+    return took, main["state"]["terminated"]
+
+
+def test_a_deleted_pod_keeps_its_devices_and_claims_until_its_containers_have_stopped(world: World) -> None:
+    """The real kubelet lists a pod whose termination was requested among its active pods, and unprepares its claims
+    and returns its devices only once its containers have exited: a GPU is busy for that whole time."""
+    world.pod("legacy", widgets=2, annotations={STOP_SECONDS_ANNOTATION: "1.5"}, finalizers=[KEEP])
+    _, uid = world.dra_pod("infer", "gpu", "gpu-0")
+    world.api.patch(PODS, "infer", {"metadata": {"annotations": {STOP_SECONDS_ANNOTATION: "1.5"},
+                                                 "finalizers": [KEEP]}}, NS)
+    wait_until(lambda: world.phase("legacy") == world.phase("infer") == "Running", 30, "both pods to run")
+    devices = world.listed()["legacy"]
+    world.api.delete(PODS, "legacy", NS)
+    world.api.delete(PODS, "infer", NS)
+    wait_until(lambda: len(world.events("Killing")) == 2, 10, "the kubelet to send SIGTERM to both")
+    time.sleep(0.5)
+    assert world.listed() == {"legacy": devices, "infer": set()}  # still active: PodResources lists both
+    assert ("unprepare", (uid,)) not in world.dra.calls
+    assert world.phase("legacy") == world.phase("infer") == "Running"
+    took, state = stopped(world, "legacy")
+    assert state["exitCode"] == 143  # exited by itself on SIGTERM, within the grace period (30 s)
+    assert ("unprepare", (uid,)) in world.dra.calls
+    wait_until(lambda: world.listed() == {}, 10, "PodResources to forget both")
+    world.pod("next", widgets=4)  # all four widgets are free again
+    wait_until(lambda: world.phase("next") == "Running", 30, "the next pod to get all four widgets")
+
+
+def test_containers_still_running_at_the_end_of_the_grace_period_are_killed_with_137(world: World) -> None:
+    world.pod("stubborn", widgets=1, grace=3, annotations={STOP_SECONDS_ANNOTATION: "3600"}, finalizers=[KEEP])
+    wait_until(lambda: world.phase("stubborn") == "Running", 30, "the pod to run")
+    world.api.delete(PODS, "stubborn", NS)
+    took, state = stopped(world, "stubborn")
+    assert state["exitCode"] == 137 and 2.5 < took < 10, (took, state)
+
+
+def test_a_second_delete_with_a_shorter_grace_period_kills_sooner_but_never_under_2_s(world: World) -> None:
+    world.pod("slow", widgets=1, grace=30, annotations={STOP_SECONDS_ANNOTATION: "3600"}, finalizers=[KEEP])
+    wait_until(lambda: world.phase("slow") == "Running", 30, "the pod to run")
+    world.api.delete(PODS, "slow", NS)
+    wait_until(lambda: bool(world.events("Killing")), 10, "the kubelet to send SIGTERM")
+    world.api.delete(PODS, "slow", NS, grace_period_seconds=1)  # the kubelet's kill takes at least 2 s
+    took, state = stopped(world, "slow")
+    assert state["exitCode"] == 137 and 1.5 < took < 10, (took, state)
+
+
+@pytest.mark.parametrize(("meta", "spec", "current", "expected"), [
+    ({}, {"terminationGracePeriodSeconds": 30}, 0, 30),  # not marked yet (an outright removal): the spec's
+    ({"deletionGracePeriodSeconds": 10}, {"terminationGracePeriodSeconds": 30}, 0, 10),  # the API server's
+    ({"deletionGracePeriodSeconds": 5}, {"terminationGracePeriodSeconds": 30}, 10, 5),  # shortened
+    ({"deletionGracePeriodSeconds": 20}, {"terminationGracePeriodSeconds": 30}, 10, 10),  # never longer again
+    ({"deletionGracePeriodSeconds": 0}, {"terminationGracePeriodSeconds": 30}, 0, 1),  # force deletion: 1 s
+    ({}, {}, 0, 1),  # nothing says: 1 s
+])
+def test_the_grace_period_is_the_pod_workers_effective_one(meta: dict[str, Any], spec: dict[str, Any], current: int,
+                                                            expected: int) -> None:
+    assert effective_grace({"metadata": meta, "spec": spec}, current) == expected
 
 
 def test_a_failing_prepare_keeps_the_pod_pending_with_an_event(world: World) -> None:

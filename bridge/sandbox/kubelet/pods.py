@@ -28,8 +28,9 @@ reproduces:
 * Finish: a pod annotated `sandbox.dra-bridge.io/run-seconds: "N"` has its containers exit after N seconds with
   `sandbox.dra-bridge.io/exit-code` (default 0). restartPolicy Never ends the pod, OnFailure ends it on exit 0,
   otherwise the container restarts after the kubelet's crash-loop backoff (10 s doubling to 5 min).
-* Termination (the pod finished, or it was deleted: `deletionTimestamp` set, or the object gone): containers are
-  stopped (a killed container exits 143), then the DRA claims are unprepared (a failure is a sync error, retried
+* Termination (the pod finished, or it was deleted: `deletionTimestamp` set, or the object gone): the running
+  containers are sent SIGTERM (a `Killing` event each) and stopped within the pod's grace period, then the DRA
+  claims are unprepared (a failure is a sync error, retried
   after the worker's `backOffPeriod`, 10 s jittered by 0.5: resources must be unprepared after the containers
   stopped and before the status changes), the device-plugin devices go back (`UpdateAllocatedDevices`), the
   terminal status is written, and a pod being deleted is deleted for good: with `gracePeriodSeconds: 0` and the
@@ -37,6 +38,19 @@ reproduces:
   deletion is under way (a plain DELETE of a pod with a deletionTimestamp changes nothing: k8s.io/apiserver
   pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real kube-apiserver v1.37.2 until this
   was so).
+* Stopping takes time, and the pod keeps its devices all that time: PodResources still lists it (the kubelet's active
+  pods include a pod whose termination was requested, kubelet_pods.go `filterOutInactivePods`), its claims stay
+  prepared and its device-plugin devices allocated. The containers exit `sandbox.dra-bridge.io/stop-seconds` after
+  SIGTERM (default 0: at once, exit code 143, an ordinary process without a handler); if that is longer than the kill
+  grace they are killed at its end (SIGKILL, exit code 137: a container whose PID 1 has no SIGTERM handler, which
+  the kernel then does not deliver, or a program busy saving its work). The kill grace is the pod worker's effective
+  grace period (pod_workers.go `calculateEffectiveGracePeriod`: the API server's `deletionGracePeriodSeconds`, else
+  `spec.terminationGracePeriodSeconds`, at least 1 s, and it only ever shrinks) but at least 2 s
+  (kuberuntime_container.go `killContainer`, `minimumGracePeriodInSeconds`). A second DELETE with a shorter grace
+  period is a semantic update: the worker cancels the kill and kills again with the shorter grace, so the SIGKILL
+  comes at the earlier of the old deadline and the update's time plus the new grace. A pod deleted outright (the
+  object gone) is stopped with the grace of its last version. Neither preStop hooks nor sidecar ordering are
+  modelled.
 * A kubelet restart (`resync`): the new kubelet syncs every pod at once, but a pod whose sandbox exists (a
   running pod) is NOT prepared again: NodePrepareResources is called only on the way to creating a sandbox
   (kuberuntime_manager.go `SyncPod`). The DRA manager forgets its "prepared" flags (`DraManager.restart`), so a pod
@@ -87,7 +101,10 @@ JITTER_FACTOR = 0.5  # workerResyncIntervalJitterFactor, workerBackOffPeriodJitt
 RECONCILE_PERIOD_S = 60.0  # cm/dra/manager.go defaultReconcilePeriod
 RESTART_BACKOFF_S = 10.0
 RESTART_BACKOFF_MAX_S = 300.0
+STOP_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/stop-seconds"
 KILLED_EXIT_CODE = 143  # 128 + SIGTERM
+SIGKILLED_EXIT_CODE = 137  # 128 + SIGKILL: still running at the end of the grace period
+MINIMUM_KILL_GRACE_S = 2  # kuberuntime_manager.go minimumGracePeriodInSeconds
 
 
 def _now() -> str:
@@ -99,6 +116,35 @@ def semantic_key(pod: Obj) -> str:
     meta = pod.get("metadata") or {}
     return json.dumps([pod.get("spec"), meta.get("labels") or {}, meta.get("annotations") or {},
                        meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")], sort_keys=True)
+
+
+def effective_grace(pod: Obj, current: int) -> int:
+    """The pod worker's grace period for a pod being terminated (pod_workers.go `calculateEffectiveGracePeriod`, no
+    eviction override): `current` is the worker's value so far (0 before termination began); the API server's
+    `deletionGracePeriodSeconds` replaces it when shorter; without either, the spec's
+    `terminationGracePeriodSeconds`; never below 1."""
+    grace, overridden = current, False
+    override = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    if override is not None and (grace == 0 or int(override) < grace):
+        grace, overridden = int(override), True
+    spec_grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    if not overridden and grace == 0 and spec_grace is not None:
+        grace = int(spec_grace)
+    return max(grace, 1)
+
+
+def _seconds_annotation(pod: Obj, name: str) -> float | None:
+    """A duration the pod's annotation `name` sets (a quantity of seconds, at least 0); None when absent or
+    unreadable (logged)."""
+    meta = pod.get("metadata") or {}
+    value = (meta.get("annotations") or {}).get(name)
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(parse_quantity(value)))
+    except (QuantityError, ValueError):
+        log.warning("ignoring an unreadable %s annotation", name, extra={"pod": meta.get("name"), "value": value})
+        return None
 
 
 @dataclass(frozen=True)
@@ -129,6 +175,9 @@ class PodRecord:
     last_warning: str = ""
     wake: threading.Event = field(default_factory=threading.Event)
     running_since: float | None = None  # monotonic, when the containers started (benchmarks)
+    grace: int = 0  # the worker's effective grace period once the containers were sent SIGTERM (it only shrinks)
+    sigterm_at: float | None = None  # monotonic: when the running containers were sent SIGTERM; None: not stopping
+    kill_at: float = 0.0  # monotonic: when the containers still running get SIGKILL
     created_seen: float = field(default_factory=time.monotonic)
 
 
@@ -384,15 +433,8 @@ class PodRunner:
 
     @staticmethod
     def _finish_time(pod: Obj) -> float | None:
-        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
-        if value is None:
-            return None
-        try:
-            return time.monotonic() + max(0.0, float(parse_quantity(value)))
-        except (QuantityError, ValueError):
-            log.warning("ignoring an unreadable %s annotation", RUN_SECONDS_ANNOTATION,
-                        extra={"pod": (pod.get("metadata") or {}).get("name"), "value": value})
-            return None
+        seconds = _seconds_annotation(pod, RUN_SECONDS_ANNOTATION)
+        return None if seconds is None else time.monotonic() + seconds
 
     def _run(self, rec: PodRecord) -> float | None:
         assert rec.run is not None
@@ -435,10 +477,17 @@ class PodRunner:
         if rec.state != "terminating":
             rec.state = "terminating"
             if killed:
-                if rec.run.started_at is not None:
-                    self._container_events(rec, kill_events(rec.obj))
                 rec.run.exit_codes = {c["name"]: KILLED_EXIT_CODE
                                       for c in (rec.obj.get("spec") or {}).get("containers") or []}
+                if rec.run.started_at is not None:  # running containers: SIGTERM now, SIGKILL at the grace's end
+                    self._container_events(rec, kill_events(rec.obj))
+                    rec.sigterm_at = time.monotonic()
+                    rec.grace = effective_grace(rec.obj, 0)
+                    rec.kill_at = rec.sigterm_at + max(rec.grace, MINIMUM_KILL_GRACE_S)
+        if rec.sigterm_at is not None:
+            left = self._stopping(rec)
+            if left > 0:
+                return left
         if self.dra is not None and self.dra.has_pod_reference(rec.uid):
             try:
                 self.dra.unprepare_pod(rec.obj)
@@ -465,6 +514,22 @@ class PodRunner:
                 log.warning("deleting the terminated pod failed", extra={"pod": f"{rec.namespace}/{rec.name}",
                                                                          "error": str(err)})
         return None
+
+    def _stopping(self, rec: PodRecord) -> float:
+        """Seconds until the containers sent SIGTERM have stopped (0: stopped now, with their exit codes)."""
+        assert rec.run is not None and rec.sigterm_at is not None
+        now = time.monotonic()
+        grace = effective_grace(rec.obj, rec.grace)
+        if grace != rec.grace:  # a shorter grace period: the worker cancels the kill and kills again with it
+            rec.grace = grace
+            rec.kill_at = min(rec.kill_at, now + max(grace, MINIMUM_KILL_GRACE_S))
+        exits_at = rec.sigterm_at + (_seconds_annotation(rec.obj, STOP_SECONDS_ANNOTATION) or 0.0)
+        if now < min(exits_at, rec.kill_at):
+            return min(exits_at, rec.kill_at) - now
+        code = KILLED_EXIT_CODE if exits_at <= rec.kill_at else SIGKILLED_EXIT_CODE
+        rec.run.exit_codes = {c["name"]: code for c in (rec.obj.get("spec") or {}).get("containers") or []}
+        rec.sigterm_at = None
+        return 0.0
 
     # -- API writes -------------------------------------------------------------------------------------------------
 
