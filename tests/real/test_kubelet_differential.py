@@ -69,13 +69,12 @@ KNOWN = {
                           "containers are created, an init container running; the simulator starts a pod's "
                           "containers in one step, so its states are a subsequence of the real ones",
     "status-fields": "fields of container and pod status the simulator does not write: the in-place resize "
-                     "bookkeeping (`resources`, `allocatedResources`: cgroup readbacks), the container's `user` "
-                     "(from the image), and `allocatedResourcesStatus` (ResourceHealthStatus: device health from "
-                     "ListAndWatch and NodeWatchResources, updated on each health change: not modelled yet)",
+                     "bookkeeping (`resources`, `allocatedResources`: cgroup readbacks) and the container's `user` "
+                     "(from the image)",
     "missing-cluster-dns": "a Warning `MissingClusterDNS` from the real kubelet: the sandbox's real kubelets have no "
                            "clusterDNS configured; nothing the simulator should copy",
 }
-REAL_ONLY_CONTAINER_FIELDS = {"resources", "allocatedResources", "user", "allocatedResourcesStatus"}
+REAL_ONLY_CONTAINER_FIELDS = {"resources", "allocatedResources", "user"}
 REAL_ONLY_POD_FIELDS = {"resources", "allocatedResources"}
 
 
@@ -246,10 +245,24 @@ def containers(status: Obj, *, exit_codes: bool = True) -> list[tuple[Any, ...]]
             (state, detail), = (c.get("state") or {"unknown": {}}).items()
             code = detail.get("exitCode") if exit_codes else None
             out.append((kind, c["name"], state, detail.get("reason"), code, c.get("ready"), c.get("started"),
-                        c.get("restartCount"), sorted(set(c) - REAL_ONLY_CONTAINER_FIELDS),
+                        c.get("restartCount"), sorted(set(c) - REAL_ONLY_CONTAINER_FIELDS), health(c),
                         [(m["name"].rsplit("-", 1)[0], m["mountPath"], m.get("readOnly"), m.get("recursiveReadOnly"))
                          for m in c.get("volumeMounts") or []]))
     return out
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def health(container: Obj) -> list[tuple[Any, ...]]:
+    """`allocatedResourcesStatus` without what differs by node: the GPUs' UUIDs (device-plugin IDs), the claim's UID
+    and which GPU it got (in the CDI device ID of a DRA device: `k8s.gpu.dra-bridge.io/claim=<uid>-gpu-<n>`)."""
+    out = []
+    for entry in container.get("allocatedResourcesStatus") or []:
+        resources = sorted((re.sub(r"-gpu-\d+$", "-gpu-<n>", _UUID.sub("<uuid>", r["resourceID"])), r["health"],
+                            r.get("message")) for r in entry.get("resources") or [])
+        out.append((entry["name"], resources))
+    return sorted(out)
 
 
 def view(status: Obj, *, exit_codes: bool = True) -> Obj:
@@ -263,6 +276,12 @@ def kubelet_statuses(run: Run, node: str, pod: str) -> list[tuple[float, str, Ob
     """The versions of the pod the kubelet wrote (the scheduler's PodScheduled alone before that left out)."""
     return [(t, kind, obj) for t, kind, obj in run.pods[(node, pod)]
             if len((obj.get("status") or {}).get("conditions") or []) > 1]
+
+
+def first_running(run: Run, node: str, pod: str) -> Obj:
+    """The first Running status the kubelet wrote for the pod."""
+    return next(obj["status"] for _, _, obj in kubelet_statuses(run, node, pod)
+                if obj["status"].get("phase") == "Running")
 
 
 def _no_sandbox(status: Obj) -> bool:
@@ -423,22 +442,29 @@ def test_a_container_still_running_at_the_end_of_its_grace_period_is_killed_with
     assert codes == {REAL: {137}, SIM: {137}}
 
 
-def test_known_status_fields_the_simulator_does_not_write(run: Run) -> None:
-    """KNOWN["status-fields"], as the real kubelet writes them for a running legacy pod and a running DRA pod: the
-    device health of both APIs (`nvidia.com/gpu` with the device's ID, `claim:gpu` with the claim's device)."""
-    def running(node: str, pod: str) -> Obj:
-        return next(obj["status"] for _, _, obj in kubelet_statuses(run, node, pod)
-                    if obj["status"].get("phase") == "Running")
+def test_device_health_in_container_status_is_the_same_through_both_apis(run: Run) -> None:
+    """ResourceHealthStatus (beta, on in 1.37): each running app container lists the health of what it holds, the
+    device plugin's GPU by its ID (`GPU-<uuid>`), the DRA claim's device by the CDI device ID our NodePrepareResources
+    answered (`k8s.gpu.dra-bridge.io/claim=<uid>-gpu-<n>`); the init container never. The milestone comparison
+    covers the rest (none in the DRA pod's status before its prepare or after its unprepare)."""
+    for pod, resource, rid in (("legacy", "nvidia.com/gpu", "GPU-<uuid>"), ("init", "nvidia.com/gpu", "GPU-<uuid>"),
+                               ("dra", "claim:gpu", "k8s.gpu.dra-bridge.io/claim=<uuid>-gpu-<n>")):
+        real, sim = first_running(run, REAL, pod), first_running(run, SIM, pod)
+        assert health(real["containerStatuses"][0]) == health(sim["containerStatuses"][0]) == \
+            [(resource, [(rid, "Healthy", None)])]
+        assert not any("allocatedResourcesStatus" in c for c in real.get("initContainerStatuses") or [])
+        assert not any("allocatedResourcesStatus" in c for c in sim.get("initContainerStatuses") or [])
 
-    for pod, resource in (("legacy", "nvidia.com/gpu"), ("dra", "claim:gpu")):
-        real, sim = running(REAL, pod)["containerStatuses"][0], running(SIM, pod)["containerStatuses"][0]
-        health = real.get("allocatedResourcesStatus") or []
-        assert [h["name"] for h in health] == [resource], health
-        assert [r["health"] for r in health[0]["resources"]] == ["Healthy"]
+
+def test_known_status_fields_the_simulator_does_not_write(run: Run) -> None:
+    """KNOWN["status-fields"], as the real kubelet writes them for a running legacy pod and a running DRA pod."""
+    for pod in ("legacy", "dra"):
+        real = first_running(run, REAL, pod)["containerStatuses"][0]
+        sim = first_running(run, SIM, pod)["containerStatuses"][0]
         assert "user" in real and "resources" in real
         assert not (set(sim) & REAL_ONLY_CONTAINER_FIELDS), KNOWN["status-fields"]
-    assert "allocatedResources" in running(REAL, "legacy")
-    assert not (set(running(SIM, "legacy")) & REAL_ONLY_POD_FIELDS), KNOWN["status-fields"]
+    assert "allocatedResources" in first_running(run, REAL, "legacy")
+    assert not (set(first_running(run, SIM, "legacy")) & REAL_ONLY_POD_FIELDS), KNOWN["status-fields"]
 
 
 def test_the_events_are_the_same(run: Run) -> None:

@@ -105,6 +105,23 @@ def test_capacity_and_allocatable_follow_listandwatch_and_drop_to_zero_when_the_
     assert state.capacity == 3 and state.allocatable == 0
 
 
+def test_a_containers_device_health_is_as_the_plugin_reported_it_even_after_its_endpoint_went_away(
+        kubelet: KubeletSimulator, served: list[Served]) -> None:
+    """`allocatedResourcesStatus` reads `allDevices[...].Health`; a disconnected endpoint empties the healthy set
+    (`markResourceUnhealthy`: nothing more is allocated) but leaves that, so running pods still show Healthy."""
+    plugin = start_plugin(kubelet, served, ["w0", "w1"])
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 2, 20)
+    kubelet.devices.allocate("uid-1", "main", RES, 2)
+    plugin.set("w1", "Unhealthy")
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 1, 20)
+    assert sorted(kubelet.devices.container_health("uid-1", "main")[RES]) == [("w0", True), ("w1", False)]
+    served[0].stop()
+    assert kubelet.devices.wait_for(lambda m: not m.resource(RES).connected, 20)
+    assert kubelet.devices.resource(RES).allocatable == 0
+    assert sorted(kubelet.devices.container_health("uid-1", "main")[RES]) == [("w0", True), ("w1", False)]
+    assert kubelet.devices.container_health("uid-2", "main") == {}
+
+
 def test_allocate_uses_the_preferred_hint_and_one_container_request(kubelet: KubeletSimulator,
                                                                     served: list[Served]) -> None:
     plugin = start_plugin(kubelet, served, ["w0", "w1", "w2", "w3"], preferred=["w3", "w1"])

@@ -350,6 +350,50 @@ def test_on_a_1_36_kubelet_a_health_change_of_the_refused_device_syncs_the_pod_a
     wait_until(lambda: world.phase("waiting") == "Running", 30, "the pod to start without waiting for the resync")
 
 
+def health_of(world: World, name: str) -> list[dict[str, Any]] | None:
+    (main,) = world.get(name)["status"]["containerStatuses"]
+    return main.get("allocatedResourcesStatus")
+
+
+def test_on_a_1_36_kubelet_a_legacy_pods_status_shows_its_devices_health_as_the_plugin_reports_it(env: Env) -> None:
+    world = env.start("1.36")
+    world.pod("train", widgets=2)
+    wait_until(lambda: world.phase("train") == "Running", 30, "the pod to run")
+    held = sorted(world.widgets.allocations[0])
+    assert health_of(world, "train") == [
+        {"name": RES, "resources": [{"resourceID": i, "health": "Healthy"} for i in held]}]
+    world.widgets.set(held[1], "Unhealthy")  # the plugin's next ListAndWatch: the kubelet syncs the pod at once
+    expected = [{"resourceID": held[0], "health": "Healthy"}, {"resourceID": held[1], "health": "Unhealthy"}]
+    wait_until(lambda: health_of(world, "train") == [{"name": RES, "resources": expected}], 30,
+               "the unhealthy device in the pod's status")
+
+
+def test_on_a_1_36_kubelet_a_dra_pods_status_shows_its_claims_devices_by_cdi_id_while_prepared(env: Env) -> None:
+    board = HealthBoard(NODE, {"GPU-0": "gpu-0"})
+    world = env.start("1.36", board=board)
+    _, uid = world.dra_pod("infer", "gpu", "gpu-0")
+    world.api.patch(PODS, "infer", {"metadata": {"finalizers": [KEEP]}}, NS)
+    wait_until(lambda: world.phase("infer") == "Running", 30, "the DRA pod to run")
+    cdi_id = f"k8s.{DRIVER}/claim={uid}-gpu-0"  # the first CDI device ID of the plugin's answer
+    assert health_of(world, "infer") == [{"name": "claim:gpu", "resources": [{"resourceID": cdi_id,
+                                                                              "health": "Healthy"}]}]
+    board.set("gpu-0", "Unhealthy", "XID 79: GPU has fallen off the bus")
+    wait_until(lambda: health_of(world, "infer") == [{"name": "claim:gpu", "resources": [
+        {"resourceID": cdi_id, "health": "Unhealthy", "message": "XID 79: GPU has fallen off the bus"}]}], 30,
+        "the unhealthy device, with the plugin's message, in the pod's status")
+    world.api.delete(PODS, "infer", NS)
+    wait_until(lambda: world.phase("infer") == "Failed", 30, "the terminal status")
+    assert ("unprepare", (uid,)) in world.dra.calls
+    assert health_of(world, "infer") is None  # unprepared before the terminal status: no longer cached
+    world.api.patch(PODS, "infer", {"metadata": {"finalizers": []}}, NS)
+
+
+def test_a_1_34_kubelet_writes_no_device_health_into_pod_status(world: World) -> None:
+    world.pod("train", widgets=1)
+    wait_until(lambda: world.phase("train") == "Running", 30, "the pod to run")
+    assert health_of(world, "train") is None
+
+
 def test_podresources_lists_active_pods_even_without_devices_and_forgets_deleted_ones(world: World) -> None:
     world.pod("plain")
     wait_until(lambda: world.phase("plain") == "Running", 30, "the pod to run")

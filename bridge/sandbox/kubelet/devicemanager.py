@@ -87,8 +87,11 @@ class AllocationFailed(RuntimeError):
 @dataclass(frozen=True)
 class DeviceInfo:
     id: str
-    healthy: bool
+    healthy: bool  # in `healthyDevices`: what allocation and the node's allocatable count
     numa_nodes: tuple[int, ...]
+    # `allDevices[...].Health`: as the plugin last reported it. A disconnected endpoint makes its devices unhealthy
+    # for allocation (`markResourceUnhealthy`) but leaves this, which the pods' allocatedResourcesStatus shows.
+    reported_healthy: bool = True
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,8 @@ class DeviceManager:
         self._pool: ThreadPoolExecutor | None = None
         self._orphans: list[_Client] = []  # disconnected clients whose reader threads are joined at stop
         self.register_errors: list[str] = []
+        # The sync loop's `containerManager.Updates()` consumer: pod UIDs to sync now (set by the pod runner).
+        self.on_pod_updates: Callable[[list[str]], None] | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -426,17 +431,29 @@ class DeviceManager:
                 self._clients.pop(resource, None)
 
     def _on_list(self, client: _Client, msg: pb.ListAndWatchResponse) -> None:
+        pods: list[str] = []
         with self._lock:
             if client.closed:
                 return
             state = self._resources.setdefault(client.resource, ResourceState())
+            old = state.devices
             state.devices = {
-                d.ID: DeviceInfo(d.ID, d.health == "Healthy", tuple(n.ID for n in d.topology.nodes))
+                d.ID: DeviceInfo(d.ID, d.health == "Healthy", tuple(n.ID for n in d.topology.nodes),
+                                 d.health == "Healthy")
                 for d in msg.devices
             }
             state.updates += 1
+            # With ResourceHealthStatus, the pods holding a device whose reported health changed (or that is listed
+            # again after it was gone) are synced, so their allocatedResourcesStatus follows.
+            changed = {i for i, d in state.devices.items()
+                       if i not in old or old[i].reported_healthy != d.reported_healthy}
+            pods = sorted(uid for uid, pod in self._pods.items()
+                          if any(changed.intersection(by_res.get(client.resource, ()))
+                                 for by_res in pod.containers.values()))
             self._write_checkpoint()  # genericDeviceUpdateCallback
             self._changed.notify_all()
+        if pods and self.version.resource_health_status and self.on_pod_updates is not None:
+            self.on_pod_updates(pods)
 
     def _on_stream_end(self, ended: _Client) -> None:
         """`runClient` after `Run` returned: which client is disconnected is the release's rule."""
@@ -467,7 +484,8 @@ class DeviceManager:
                     self._changed.notify_all()
                     return
             # markResourceUnhealthy + setStopTime on the resource's endpoint.
-            state.devices = {k: DeviceInfo(v.id, False, v.numa_nodes) for k, v in state.devices.items()}
+            state.devices = {k: DeviceInfo(v.id, False, v.numa_nodes, v.reported_healthy)
+                             for k, v in state.devices.items()}
             state.connected = False
             state.stopped_at = self.clock()
             log.info("device plugin endpoint became unhealthy", extra={"resource": client.resource,
@@ -543,6 +561,18 @@ class DeviceManager:
         with self._lock:
             pod = self._pods.get(pod_uid)
             return dict(pod.containers.get(container, {})) if pod is not None else {}
+
+    def container_health(self, pod_uid: str, container: str) -> dict[str, list[tuple[str, bool]]]:
+        """Per resource, the container's devices with their health as their plugin last reported it (a device it
+        no longer lists counts as healthy): the device-plugin part of `allocatedResourcesStatus`."""
+        with self._lock:
+            pod = self._pods.get(pod_uid)
+            held = pod.containers.get(container, {}) if pod is not None else {}
+            out: dict[str, list[tuple[str, bool]]] = {}
+            for resource, ids in held.items():
+                known = self._resources.get(resource, ResourceState()).devices
+                out[resource] = [(i, known[i].reported_healthy if i in known else True) for i in ids]
+            return out
 
     def has_pod(self, pod_uid: str) -> bool:
         with self._lock:

@@ -25,7 +25,9 @@ Written from kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go @001332b0 (`pre
   in-memory "prepared" flags lost (so Prepare is called again), the claim->pod references kept (they are in the
   kubelet's checkpoint), and all ResourceSlices of the node wiped again in the background.
 * the health stream: one `NodeWatchResources` per registered plugin, reconnected every 5 s when it fails; the
-  latest status per (driver, pool, device) is kept for tests to read. With ResourceHealthStatus on (1.36+), a
+  latest status per (driver, pool, device) is kept (for tests to read, and for the pods' `allocatedResourcesStatus`,
+  `claim_status_entries`) until the stream ends, which clears the driver's entries (`clearDriver`; a kubelet
+  restart keeps them: the new process reads them back from its checkpoint). With ResourceHealthStatus on (1.36+), a
   device whose health changed (or is reported for the first time) makes the pods of every cached claim allocated
   to it sync at once (`on_pod_updates`): the claim's cache entry, with the devices of its allocation, is written in
   the prepare's validation pass BEFORE NodePrepareResources is called, so this reaches a pod whose prepare the
@@ -69,6 +71,13 @@ from bridge.sandbox.kubelet.podclaims import (
     reserved_for_pod,
 )
 from bridge.sandbox.kubelet.podresources import DynamicAssignment
+from bridge.sandbox.kubelet.resourcestatus import (
+    ClaimDevice,
+    actual_claim_name,
+    claim_resource_name,
+    claim_resources,
+    device_health,
+)
 from bridge.sandbox.kubelet.slicewipe import BACKOFF_INITIAL_S, WIPING_DELAY_S, SliceWiper
 from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
@@ -224,12 +233,17 @@ class DraManager:
             th.join(timeout=10)
 
     def restart(self) -> None:
-        """A kubelet restart: registrations and prepared flags are lost, claim references survive."""
+        """A kubelet restart: registrations and prepared flags are lost, claim references survive, and so does the
+        device health (the new process reads the health cache's checkpoint, healthinfo.go `loadFromCheckpoint`;
+        the old one was killed, so no stream's end cleared it)."""
+        with self._lock:
+            health = dict(self._health)
         self.stop()
         with self._lock:
             for record in self._claims.values():
                 record.prepared.clear()
                 record.is_prepared = False
+            self._health = health
         self.start()
 
     def wipe_node_slices(self) -> None:
@@ -560,6 +574,33 @@ class DraManager:
                                        for d in devices)
         return out
 
+    # -- allocatedResourcesStatus ------------------------------------------------------------------------------------
+
+    def claim_status_entries(self, pod: Obj, container: Obj) -> dict[str, list[Obj]]:
+        """The `claim:` entries of an app container's `allocatedResourcesStatus` (`resourcestatus`): one per claim
+        the container uses that the claim cache holds, with each device's health as the health stream said."""
+        namespace = (pod.get("metadata") or {}).get("namespace", "")
+        now = time.time()  # `DeviceHealthSeen.received_at`'s clock
+        with_message = self.version.resource_health_status  # ResourceHealthStatusMessage: beta with it, in 1.36
+        out: dict[str, list[Obj]] = {}
+        with self._lock:
+            cached = {(r.namespace, r.name): r for r in self._claims.values()}
+            for ref in (container.get("resources") or {}).get("claims") or []:
+                name = actual_claim_name(pod, str(ref.get("name", "")))
+                record = cached.get((namespace, name)) if name else None
+                if record is None:
+                    continue
+                if record.known_devices:  # the plugin's answer: CDI IDs and request names
+                    devices = [ClaimDevice(driver, d.pool, d.device, d.cdi_ids, d.request_names)
+                               for driver, ds in sorted(record.known_devices.items()) for d in ds]
+                else:  # cached from the allocation in the validation pass, not prepared (yet)
+                    devices = [ClaimDevice(*key) for key in sorted(record.allocated)]
+                out[claim_resource_name(ref)] = claim_resources(
+                    devices, ref.get("request"),
+                    lambda d: device_health(self._health.get((d.driver, d.pool, d.device)), now,
+                                            with_message=with_message))
+        return out
+
     # -- health -----------------------------------------------------------------------------------------------------
 
     def _watch_health(self, conn: PluginConn) -> None:
@@ -592,6 +633,7 @@ class DraManager:
                     if pods and self.on_pod_updates is not None and self.version.resource_health_status:
                         self.on_pod_updates(pods)
             except grpc.RpcError as err:
+                self._forget_health(conn.driver)
                 if conn.stop.is_set():
                     return
                 if err.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -599,8 +641,18 @@ class DraManager:
                     return
                 log.info("health stream ended; reconnecting", extra={"driver": conn.driver})
             except ValueError:  # channel closed under us on deregistration
+                self._forget_health(conn.driver)
                 return
+            else:
+                self._forget_health(conn.driver)
             conn.stop.wait(self.health_retry)
+
+    def _forget_health(self, driver: str) -> None:
+        """The stream ended: the kubelet clears the driver's health cache (`clearDriver`), so its devices read
+        Unknown until the next stream reports them."""
+        with self._lock:
+            for key in [k for k in self._health if k[0] == driver]:
+                del self._health[key]
 
 
 def _accepts(path: str) -> bool:

@@ -89,6 +89,7 @@ from bridge.sandbox.kubelet.nodestatus import MachineInfo, initial_node, node_st
 from bridge.sandbox.kubelet.podclaims import ClaimNotReady, pod_claims
 from bridge.sandbox.kubelet.podevents import ContainerEvent, kill_events, start_events
 from bridge.sandbox.kubelet.podstatus import RunState, build_status
+from bridge.sandbox.kubelet.resourcestatus import container_status
 from bridge.sandbox.kubelet.version import KubeletVersion
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ class PodRecord:
     grace: int = 0  # the worker's effective grace period once the containers were sent SIGTERM (it only shrinks)
     sigterm_at: float | None = None  # monotonic: when the running containers were sent SIGTERM; None: not stopping
     kill_at: float = 0.0  # monotonic: when the containers still running get SIGKILL
+    health_written: dict[str, list[Obj]] = field(default_factory=dict)  # the allocatedResourcesStatus last written
     created_seen: float = field(default_factory=time.monotonic)
 
 
@@ -213,6 +215,7 @@ class PodRunner:
         self._stop.clear()
         if self.dra is not None:
             self.dra.on_pod_updates = self._sync_pods
+        self.devices.on_pod_updates = self._sync_pods
         self._informer = Informer(self.kube, PODS, field_selector=f"spec.nodeName={self.node_name}",
                                   on_event=self._on_event)
         self._informer_thread = self._informer.start(self._stop)
@@ -402,6 +405,7 @@ class PodRunner:
     def _start(self, rec: PodRecord) -> float | None:
         """SyncPod on the way to creating the sandbox: prepare the pod's claims, then start its containers."""
         assert rec.run is not None
+        self._refresh_health(rec)  # SyncPod writes the pod's status first: a retry shows the claims cached since
         if self.dra is not None and self._has_claims(rec.obj):
             try:
                 self.dra.prepare_pod(rec.obj)
@@ -438,6 +442,7 @@ class PodRunner:
 
     def _run(self, rec: PodRecord) -> float | None:
         assert rec.run is not None
+        self._refresh_health(rec)
         now = time.monotonic()
         if rec.restart_at is not None:
             if now < rec.restart_at:
@@ -535,8 +540,29 @@ class PodRunner:
 
     def _write_status(self, rec: PodRecord) -> None:
         assert rec.run is not None
+        rec.health_written = self._resources_status(rec.obj)
         self._patch_status(rec, build_status(rec.obj, rec.run, host_ip=self.machine.address,
-                                             pod_ip=self.machine.address, now=_now(), version=self.version))
+                                             pod_ip=self.machine.address, now=_now(), version=self.version,
+                                             resources_status=rec.health_written))
+
+    def _resources_status(self, pod: Obj) -> dict[str, list[Obj]]:
+        """Each app container's `allocatedResourcesStatus` now (`resourcestatus`; ResourceHealthStatus, 1.36+)."""
+        if not self.version.resource_health_status:
+            return {}
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        out: dict[str, list[Obj]] = {}
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            claims = self.dra.claim_status_entries(pod, c) if self.dra is not None else {}
+            entries = container_status(self.devices.container_health(uid, c["name"]), claims)
+            if entries:
+                out[c["name"]] = entries
+        return out
+
+    def _refresh_health(self, rec: PodRecord) -> None:
+        """A sync of a pod that writes nothing else: its status again when its devices' health changed (the status
+        manager writes only a status that differs)."""
+        if self.version.resource_health_status and self._resources_status(rec.obj) != rec.health_written:
+            self._write_status(rec)
 
     def _patch_status(self, rec: PodRecord, status: Obj) -> None:
         try:

@@ -20,7 +20,9 @@ pkg/kubelet/status/generate.go (`GeneratePodReadyToStartContainersCondition`, `G
   `ready`/`started` true, then terminated with the exit code and `Completed` (0) or `Error`; restarts count up
   with the previous termination in `lastState`; ordinary init containers are terminated `Completed` before the app
   containers start, and ready once they exited 0 (prober/prober_manager.go `UpdatePodStatus`), sidecars run beside
-  them; each lists the container's `volumeMounts`; `hostIP`, `podIP`, `startTime` and `qosClass` are set.
+  them; each lists the container's `volumeMounts`; `hostIP`, `podIP`, `startTime` and `qosClass` are set;
+* with ResourceHealthStatus (1.36+), app containers carry `allocatedResourcesStatus`, the health of the devices
+  they hold through either API (`bridge.sandbox.kubelet.resourcestatus`).
 
 Each of these was seen on a real kubelet v1.37.2 (tests/real/test_kubelet_differential.py compares the two).
 """
@@ -28,6 +30,7 @@ Each of these was seen on a real kubelet v1.37.2 (tests/real/test_kubelet_differ
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,9 +93,11 @@ def _volume_mounts(container: Obj) -> list[Obj]:
 
 
 def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str,
-                 version: KubeletVersion | None = None) -> Obj:
+                 version: KubeletVersion | None = None,
+                 resources_status: Mapping[str, list[Obj]] | None = None) -> Obj:
     """`version`: the kubelet release whose status shape to write (None: the oldest simulated, without the fields
-    later releases added)."""
+    later releases added). `resources_status`: app container name -> its `allocatedResourcesStatus`
+    (`bridge.sandbox.kubelet.resourcestatus`; none given: the field is not written)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     minor = version.minor if version is not None else 0
     generation = meta.get("generation") if minor >= 34 and isinstance(meta.get("generation"), int) else None
@@ -148,6 +153,9 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
                       ready=True)
         init_statuses.append(cs)
     statuses = [app_status(c, run.restart_count, run.started_at) for c in containers]
+    for cs in statuses:
+        if (resources_status or {}).get(cs["name"]):
+            cs["allocatedResourcesStatus"] = (resources_status or {})[cs["name"]]
 
     if finished:
         phase = "Succeeded" if all(run.exit_codes.get(c["name"], 0) == 0 for c in containers) else "Failed"

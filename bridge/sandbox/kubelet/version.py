@@ -12,7 +12,10 @@ Only what changes the contract a node daemon sees is modelled here (each rule ci
   1.36; kubernetes/kubernetes pkg/kubelet/cm/container_manager_linux.go forwards the DRA manager's health updates
   to the sync loop only with it on): a health change of a device that a claim in the DRA manager's cache uses makes
   the kubelet sync that claim's pods at once (pkg/kubelet/cm/dra/manager.go `HandleWatchResourcesStream`,
-  pkg/kubelet/kubelet.go `syncLoopIteration`: `HandlePodSyncs`).
+  pkg/kubelet/kubelet.go `syncLoopIteration`: `HandlePodSyncs`), as does a device plugin's health change for the
+  pods holding the device (devicemanager/manager.go `genericDeviceUpdateCallback`); app containers' statuses carry
+  `allocatedResourcesStatus` (kubelet_pods.go `generateAPIPodStatus`), with the health messages of
+  ResourceHealthStatusMessage (beta, on from 1.36).
 * `dra_extended_resource` (1.36+): the DRAExtendedResource gate (alpha 1.34 off by default, beta on in 1.36, GA in
   1.37; kubernetes/kubernetes pkg/features/kube_features.go): the kubelet prepares the claim named in
   `pod.status.extendedResourceClaimStatus` and admission ignores extended resources that DRA backs
