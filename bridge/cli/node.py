@@ -36,6 +36,12 @@ from bridge.logs import setup_logging
               help="Where GPUs come from: 'nvml' (the node's GPUs), or simulated ones: 'simulated:8xH100-80GB', a mix "
                    "'simulated:4xA100-40GB,2xL4' (models: " + ", ".join(model_names()) + "), or "
                    "'simulated:/path/devices.yaml'.")
+@click.option("--simulated-faults", show_envvar=True, envvar="BRIDGE_SIMULATED_FAULTS", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="With simulated GPUs: a file of health faults to play, one JSON object per line, e.g. "
+                   "{\"gpu\": 3, \"xid\": 79} or {\"gpu\": \"GPU-...\", \"healthy\": false, \"reason\": \"...\"} "
+                   "(bridge/inventory/faults.py). Read from its start and every 100 ms for new lines; a missing file "
+                   "is no fault. How `bridge sandbox cluster` and tests make a simulated GPU fail.")
 @click.option("--ignore-xids", show_envvar=True, envvar="BRIDGE_IGNORE_XIDS", default="",
               help="XIDs that do NOT mark a GPU unhealthy, in addition to NVIDIA's defaults 13,31,43,45,68,109 "
                    "(comma-separated, e.g. '48,79'; as the NVIDIA DRA driver's additionalXidsToIgnore).")
@@ -137,9 +143,9 @@ from bridge.logs import setup_logging
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Least severe log level written.")
 @click.pass_context
-def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: str, kubelet_root: Path,
-         device_plugin_dir: Path, cdi_root: Path, driver_root: str | None, dev_root: str | None, host_root: Path,
-         cdi_hook_path: str | None,
+def node(ctx: click.Context, node_name: str | None, devices: str, simulated_faults: Path | None, ignore_xids: str,
+         kubelet_root: Path, device_plugin_dir: Path, cdi_root: Path, driver_root: str | None, dev_root: str | None,
+         host_root: Path, cdi_hook_path: str | None,
          cdi_source: str, state_dir: Path, claims_dir: Path | None, resource_name: str, device_list_strategy: str,
          http_address: str,
          kubeconfig: str | None, kube_context: str | None, driver_name: str, dra_mode: str,
@@ -229,9 +235,11 @@ def node(ctx: click.Context, node_name: str | None, devices: str, ignore_xids: s
     except InventoryError as err:
         raise click.BadParameter(str(err), param_hint="--ignore-xids") from err
     try:
-        source = parse_devices_option(devices, node_name, additional_ignored_xids=extra_ignored)
+        source = parse_devices_option(devices, node_name, additional_ignored_xids=extra_ignored,
+                                      faults=simulated_faults)
     except InventoryError as err:
-        raise click.BadParameter(str(err), param_hint="--devices") from err
+        hint = "--simulated-faults" if "--simulated-faults" in str(err) else "--devices"
+        raise click.BadParameter(str(err), param_hint=hint) from err
 
     for value, hint in ((driver_root, "--driver-root"), (dev_root, "--dev-root"), (cdi_hook_path, "--cdi-hook-path")):
         if value is not None and not value.startswith("/"):

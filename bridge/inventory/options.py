@@ -7,6 +7,7 @@ option is reported before any driver call, and `--help` never touches a GPU.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from bridge.inventory.model import DeviceSource, InventoryError
 from bridge.inventory.simulated import SPEC_EXAMPLE, SimulatedSource
@@ -14,10 +15,14 @@ from bridge.inventory.simulated import SPEC_EXAMPLE, SimulatedSource
 DEVICES_EXAMPLES = f"'nvml', 'simulated:{SPEC_EXAMPLE.split(' or ')[0]}', 'simulated:/etc/bridge/devices.yaml'"
 
 
-def parse_devices_option(value: str, node_name: str, *,
-                         additional_ignored_xids: Iterable[int] = ()) -> DeviceSource:
+def parse_devices_option(value: str, node_name: str, *, additional_ignored_xids: Iterable[int] = (),
+                         faults: Path | None = None) -> DeviceSource:
+    """`faults`: the simulated GPUs' faults file (`bridge.inventory.faults`); refused with real GPUs."""
     text = value.strip()
     if text == "nvml":
+        if faults is not None:
+            raise InventoryError("--simulated-faults needs simulated GPUs (--devices simulated:...): a real GPU's "
+                                 "faults come from NVML")
         from bridge.inventory.nvml import NvmlSource  # deferred: keeps pynvml out of simulated-only processes
 
         return NvmlSource(additional_ignored_xids=additional_ignored_xids)
@@ -31,5 +36,5 @@ def parse_devices_option(value: str, node_name: str, *,
         from bridge.inventory.simulated_yaml import load_yaml_devices
 
         return SimulatedSource(load_yaml_devices(rest, node_name), name=f"simulated:{rest}",
-                               additional_ignored_xids=additional_ignored_xids)
-    return SimulatedSource.from_spec(rest, node_name, additional_ignored_xids=additional_ignored_xids)
+                               additional_ignored_xids=additional_ignored_xids, faults=faults)
+    return SimulatedSource.from_spec(rest, node_name, additional_ignored_xids=additional_ignored_xids, faults=faults)

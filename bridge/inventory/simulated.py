@@ -15,7 +15,9 @@ Layout rules for specs (`8xH100-80GB`, `4xA100-40GB,2xL4`):
   PCIe models have no NVLink.
 
 Health: `inject_xid` applies NVIDIA's ignore list (an ignored XID is only logged), `set_unhealthy`/`set_healthy`
-flip a device directly. Events queue up until the single consumer of `health_events` takes them.
+flip a device directly. Events queue up until the single consumer of `health_events` takes them. Another process
+injects them through a faults file (`faults`, `bridge node --simulated-faults`; `bridge.inventory.faults`), which
+`health_events` reads every 100 ms.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ import threading
 import uuid as uuidlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bridge.inventory.catalog import GpuModel, group_links, lookup, model_names
+from bridge.inventory.faults import FaultsFile
 from bridge.inventory.model import DeviceID, GpuDevice, HealthEvent, InventoryError
 from bridge.inventory.xid import describe, ignored_xids, is_critical
 
@@ -147,9 +151,10 @@ class SimulatedSource:
     """A `DeviceSource` over a fixed device list, with injectable health faults (thread-safe)."""
 
     def __init__(self, devices: Sequence[GpuDevice], *, name: str = "simulated",
-                 additional_ignored_xids: Iterable[int] = ()) -> None:
+                 additional_ignored_xids: Iterable[int] = (), faults: Path | None = None) -> None:
         if not devices:
             raise InventoryError("a simulated source needs at least one device")
+        self._faults = FaultsFile(faults) if faults is not None else None
         self.name = name
         self._devices = tuple(devices)
         self._by_uuid = {d.uuid: d for d in self._devices}
@@ -162,9 +167,10 @@ class SimulatedSource:
         self._closed = False
 
     @classmethod
-    def from_spec(cls, spec: str, node_name: str, *, additional_ignored_xids: Iterable[int] = ()) -> SimulatedSource:
+    def from_spec(cls, spec: str, node_name: str, *, additional_ignored_xids: Iterable[int] = (),
+                  faults: Path | None = None) -> SimulatedSource:
         return cls(devices_from_spec(spec, node_name), name=f"simulated:{spec}",
-                   additional_ignored_xids=additional_ignored_xids)
+                   additional_ignored_xids=additional_ignored_xids, faults=faults)
 
     @property
     def ignored_xids(self) -> frozenset[int]:
@@ -195,13 +201,39 @@ class SimulatedSource:
         self._set(self._require(uuid).uuid, True, reason, None)
 
     def health_events(self, stop: threading.Event) -> Iterator[HealthEvent]:
-        """Yield queued events until `stop` is set (checked every 100 ms). Single consumer."""
+        """Yield queued events until `stop` is set (checked every 100 ms, when the faults file is read too).
+        Single consumer."""
         while not stop.is_set():
+            self._apply_faults()
             try:
                 event = self._events.get(timeout=0.1)
             except queue.Empty:
                 continue
             yield event
+
+    def _apply_faults(self) -> None:
+        if self._faults is None:
+            return
+        for fault in self._faults.read():
+            try:
+                dev = self._resolve(fault.gpu)
+                if fault.xid is not None:
+                    self.inject_xid(dev.uuid, fault.xid)
+                elif fault.healthy:
+                    self.set_healthy(dev.uuid, fault.reason or "marked healthy in the simulated faults file")
+                else:
+                    self.set_unhealthy(dev.uuid, fault.reason or "marked unhealthy in the simulated faults file")
+            except InventoryError as err:
+                log.warning("simulated faults file %s line %d: %s; skipped", self._faults.path, fault.line, err)
+
+    def _resolve(self, gpu: str | int) -> GpuDevice:
+        """A GPU by UUID or minor number."""
+        if isinstance(gpu, int):
+            dev = next((d for d in self._devices if d.minor == gpu), None)
+            if dev is None:
+                raise InventoryError(f"no simulated GPU with minor number {gpu} (0 to {len(self._devices) - 1})")
+            return dev
+        return self._require(gpu)
 
     def close(self) -> None:
         self._closed = True

@@ -85,3 +85,21 @@ def test_a_pod_uid_puts_every_socket_name_per_instance_for_rolling_updates(
     assert dra.registration_socket.name == "gpu.dra-bridge.io-0b1c-77-reg.sock"
     assert dra.dra_socket.name == "dra-0b1c-77.sock"
     assert invoke(short_tmp)[0] == 0 and captured[1].config.device_plugin_socket_name is None  # default names
+
+
+def test_simulated_faults_reach_the_simulated_source(short_tmp: Path, captured: list[dual.DualNode]) -> None:
+    faults = short_tmp / "faults.jsonl"
+    faults.write_text('{"gpu": 1, "xid": 79}\n')
+    code, out = invoke(short_tmp, "--simulated-faults", str(faults))
+    assert code == 0, out
+    source = captured[0].source
+    stop = threading.Event()
+    event = next(iter(source.health_events(stop)))  # type: ignore[attr-defined]
+    assert event.uuid == source.devices()[1].uuid and event.xid == 79 and not event.healthy
+
+
+def test_simulated_faults_with_real_gpus_is_refused_before_anything_starts(short_tmp: Path) -> None:
+    result = CliRunner().invoke(node, ["--node-name", "node-x", "--devices", "nvml", "--simulated-faults",
+                                       str(short_tmp / "faults.jsonl")])
+    assert result.exit_code == 2
+    assert "Invalid value for --simulated-faults: --simulated-faults needs simulated GPUs" in result.output

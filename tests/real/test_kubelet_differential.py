@@ -61,7 +61,8 @@ GRACE = 3  # the pods' terminationGracePeriodSeconds: long enough to tell "after
 # the SIGKILL at the end of the grace period. The simulator plays the same program (it "needs an hour" to stop).
 IGNORES_SIGTERM = {STOP_SECONDS_ANNOTATION: "3600"}
 PROMPT = 5.0  # seconds: a call this soon after its trigger is "prompt"; later ones "late" (a retry, a resync)
-STEPS = ("legacy", "dra", "init", "delete-legacy", "delete-dra", "delete-init")
+STEPS = ("legacy", "dra", "init", "health", "delete-legacy", "delete-dra", "delete-init")
+XID = 79  # "GPU has fallen off the bus": not in NVIDIA's ignore list, so the daemon marks the GPU unhealthy
 
 # The differences that remain, as seen in the real run (kubelet v1.37.2, containerd 2.x) against the simulator.
 KNOWN = {
@@ -128,6 +129,26 @@ def _wait_offered(cluster: SandboxCluster) -> None:
     time.sleep(0.5)  # the scheduler's informers are a moment behind the API
 
 
+def _held_gpus(cluster: SandboxCluster, node: str) -> list[str | int]:
+    """The GPUs the running legacy pod (its device ID, a UUID) and DRA pod (its claim's device `gpu-<minor>`) hold."""
+    legacy = cluster.pod(node, "legacy") or {}
+    (entry,) = legacy["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+    dra = cluster.pod(node, "dra") or {}
+    claim = cluster.api.get(cluster.api.resource_api().claims,
+                            dra["status"]["resourceClaimStatuses"][0]["resourceClaimName"], node)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    return [entry["resources"][0]["resourceID"], int(result["device"].rsplit("-", 1)[1])]
+
+
+def _all_unhealthy(cluster: SandboxCluster, node: str) -> bool:
+    for name in ("legacy", "dra"):
+        statuses = ((cluster.pod(node, name) or {}).get("status") or {}).get("containerStatuses") or [{}]
+        healths = [r["health"] for e in statuses[0].get("allocatedResourcesStatus") or [] for r in e["resources"]]
+        if healths != ["Unhealthy"]:
+            return False
+    return True
+
+
 def _wait_gone(cluster: SandboxCluster, name: str) -> None:
     for node in (REAL, SIM):
         cluster.wait_pod_phase(node, name, "Gone", timeout=120)
@@ -161,6 +182,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 for node in (REAL, SIM):
                     cluster.wait_pod_phase(node, name, "Running", timeout=120)
                 time.sleep(1.0)  # calls that come late would land in this step, and be seen
+            out.marks["health"] = time.time()  # an XID on the GPUs of the legacy and the DRA pod
+            for node in (REAL, SIM):
+                for gpu in _held_gpus(cluster, node):
+                    cluster.gpu_fault(node, gpu, xid=XID)
+            for node in (REAL, SIM):
+                wait_until(lambda: _all_unhealthy(cluster, node), 60, f"both pods on {node} to show the fault")
+            time.sleep(1.0)
             for name in pods:
                 out.marks[f"delete-{name}"] = time.time()
                 for node in (REAL, SIM):
@@ -260,7 +288,8 @@ def health(container: Obj) -> list[tuple[Any, ...]]:
     out = []
     for entry in container.get("allocatedResourcesStatus") or []:
         resources = sorted((re.sub(r"-gpu-\d+$", "-gpu-<n>", _UUID.sub("<uuid>", r["resourceID"])), r["health"],
-                            r.get("message")) for r in entry.get("resources") or [])
+                            _UUID.sub("<uuid>", r["message"]) if "message" in r else None)
+                           for r in entry.get("resources") or [])
         out.append((entry["name"], resources))
     return sorted(out)
 
@@ -454,6 +483,23 @@ def test_device_health_in_container_status_is_the_same_through_both_apis(run: Ru
             [(resource, [(rid, "Healthy", None)])]
         assert not any("allocatedResourcesStatus" in c for c in real.get("initContainerStatuses") or [])
         assert not any("allocatedResourcesStatus" in c for c in sim.get("initContainerStatuses") or [])
+
+
+def test_a_gpu_fault_reaches_the_pods_status_the_same_way_through_both_apis(run: Run) -> None:
+    """XID 79 on the GPU of each: the daemon's ListAndWatch update and NodeWatchResources message make each
+    kubelet sync the pod and write the device Unhealthy; the DRA device with our message (the XID's description),
+    the device-plugin one without (the device-plugin API carries none). No kubelet call is made for it."""
+    def last_running(node: str, pod: str) -> Obj:
+        return [obj["status"] for _, _, obj in kubelet_statuses(run, node, pod)
+                if obj["status"].get("phase") == "Running"][-1]
+
+    for pod in ("legacy", "dra"):
+        real, sim = (health(last_running(node, pod)["containerStatuses"][0]) for node in (REAL, SIM))
+        assert real == sim, pod
+        ((_, [(_, state, message)]),) = real
+        assert state == "Unhealthy"
+        assert (message is None) == (pod == "legacy"), message
+    assert transcript(run, REAL, "health") == transcript(run, SIM, "health") == []
 
 
 def test_known_status_fields_the_simulator_does_not_write(run: Run) -> None:

@@ -37,6 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from bridge.inventory.faults import append_fault
 from bridge.inventory.simulated import devices_from_spec
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj
 from bridge.kube.errors import KubeError, NotFound
@@ -81,6 +82,9 @@ def device_class(api_version: str, driver: str = DRIVER) -> Obj:
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}
 
 
+FAULTS_FILE = "simulated-faults.jsonl"  # in each node daemon's state dir: `SandboxCluster.gpu_fault` appends to it
+
+
 @dataclass
 class SandboxNode:
     spec: NodeSpec
@@ -113,6 +117,11 @@ class SandboxNode:
     @property
     def cdi_root(self) -> Path:
         return self.real.cdi_root if self.real is not None else self.root / "cdi"
+
+    @property
+    def faults_file(self) -> Path:
+        """The daemon's --simulated-faults file (in its state dir), as this machine sees it."""
+        return self.state_dir / FAULTS_FILE
 
     @property
     def claims_dir(self) -> Path:
@@ -429,7 +438,7 @@ class SandboxCluster:
                 "--devices", f"simulated:{node.spec.gpus}", "--kubelet-root", str(node.kubelet_root),
                 "--device-plugin-dir", str(node.kubelet_root / "device-plugins"),
                 "--state-dir", str(node.state_dir), "--claims-dir", str(node.claims_dir),
-                "--cdi-root", str(node.cdi_root),
+                "--cdi-root", str(node.cdi_root), "--simulated-faults", str(node.faults_file),
                 "--kubeconfig", str(self._component_kubeconfig("node", node.name)), "--dra", "on",
                 "--http-address", "off",
                 "--log-format", "json"]
@@ -446,12 +455,13 @@ class SandboxCluster:
             from bridge.sandbox.real.node import CLAIMS_DIR
             from bridge.sandbox.real.process import free_port
 
-            for flag in ("--kubelet-root", "--device-plugin-dir", "--state-dir", "--claims-dir", "--cdi-root"):
+            for flag in ("--kubelet-root", "--device-plugin-dir", "--state-dir", "--claims-dir", "--cdi-root",
+                         "--simulated-faults"):
                 i = argv.index(flag)
                 del argv[i:i + 2]
             node.http_port = free_port()
             argv[argv.index("--http-address") + 1] = f"127.0.0.1:{node.http_port}"
-            argv += ["--claims-dir", CLAIMS_DIR,
+            argv += ["--claims-dir", CLAIMS_DIR, "--simulated-faults", f"/var/lib/dra-bridge/{FAULTS_FILE}",
                      "--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
                      "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
             return node.real.ns.enter(argv + list(self.spec.node_args))
@@ -564,6 +574,7 @@ class SandboxCluster:
                 lines.append(f"node {n.name}: {n.spec.gpus}, kubelet simulator under {n.kubelet_root}")
             if n.daemon is not None:
                 lines.append(f"  bridge node pid {n.daemon.pid}, log {n.daemon.log_path}")
+                lines.append(f"  GPU faults: append {{\"gpu\": 0, \"xid\": 79}} to {n.faults_file}")
         if self.webhook is not None and self.webhook.process is not None:
             lines.append(f"webhook       {self.webhook.url} pid {self.webhook.process.pid}, log "
                          f"{self.webhook.process.log_path}")
@@ -581,6 +592,15 @@ class SandboxCluster:
         only: a real kubelet reports them as the pod's `FailedPrepareDynamicResources` Events."""
         return [f for node in self.nodes if node.kubelet is not None and node.kubelet.pods is not None
                 for f in node.kubelet.pods.prepare_failures]
+
+    def gpu_fault(self, node: str, gpu: int | str, *, xid: int | None = None, healthy: bool | None = None,
+                  reason: str = "") -> None:
+        """Make a simulated GPU of `node` fail (an XID, or unhealthy) or recover, as NVML would tell its daemon:
+        `gpu` is its UUID or minor number (`bridge.inventory.faults`; the daemon reads it within 100 ms)."""
+        target = next((n for n in self.nodes if n.name == node), None)
+        if target is None:
+            raise KeyError(f"no node {node!r} in this sandbox cluster")
+        append_fault(target.faults_file, gpu, xid=xid, healthy=healthy, reason=reason)
 
     def pod(self, namespace: str, name: str) -> Obj | None:
         try:

@@ -1,0 +1,68 @@
+"""A GPU fault on a sandbox cluster reaches the pods that hold the GPU, through either API, as on a real 1.37 node.
+
+`SandboxCluster.gpu_fault` writes the node daemon's `--simulated-faults` file; the real `bridge node` reads it as
+it reads NVML's XID events, marks the GPU unhealthy in its ListAndWatch update and its NodeWatchResources stream,
+and the kubelet (simulator, ResourceHealthStatus on from 1.36) writes it into each holder's
+`allocatedResourcesStatus`. tests/real/test_kubelet_differential.py runs the same fault on a real kubelet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.kube import NAMESPACES, PODS
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from tests.polling import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+NODE = "n1"
+CLASS = "gpu.dra-bridge.io"
+
+
+def _health(cluster: SandboxCluster, name: str) -> list[tuple[str, str, str]]:
+    pod = cluster.pod("team", name) or {}
+    (main,) = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return [(e["name"], r["health"], r.get("message", "")) for e in main.get("allocatedResourcesStatus") or []
+            for r in e["resources"]]
+
+
+def test_an_xid_on_the_gpus_of_a_legacy_and_a_dra_pod_shows_unhealthy_in_both_pods_status(
+        sandbox_cluster: Any) -> None:
+    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
+                                              bridge=True)
+    api = cluster.api
+    cluster.wait_daemons_settled(60)
+    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
+    rapi = api.resource_api()
+    api.create(rapi.claim_templates, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": "team"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}}}},
+        "team")
+    api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "legacy", "namespace": "team"},
+                      "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "team")
+    api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra", "namespace": "team"},
+                      "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+                               "containers": [{"name": "main", "image": "cuda:12",
+                                               "resources": {"claims": [{"name": "gpu"}]}}]}}, "team")
+    for name in ("legacy", "dra"):
+        cluster.wait_pod_phase("team", name, "Running", 60)
+    assert _health(cluster, "legacy") == [("nvidia.com/gpu", "Healthy", "")]
+    assert _health(cluster, "dra") == [("claim:gpu", "Healthy", "")]
+
+    for minor in (0, 1):  # the node's two GPUs: one on each side
+        cluster.gpu_fault(NODE, minor, xid=79)
+    wait_until(lambda: _health(cluster, "legacy") == [("nvidia.com/gpu", "Unhealthy", "")], 30,
+               "the legacy pod's GPU unhealthy in its status")
+    ((name, health, message),) = wait_until(
+        lambda: (h := _health(cluster, "dra"))[0][1] == "Unhealthy" and h, 30, "the DRA pod's GPU unhealthy")
+    assert name == "claim:gpu" and health == "Unhealthy" and "XID 79" in message, message
+
+    cluster.gpu_fault(NODE, 1, healthy=True, reason="replaced")
+    cluster.gpu_fault(NODE, 0, healthy=True, reason="replaced")
+    wait_until(lambda: _health(cluster, "legacy") == [("nvidia.com/gpu", "Healthy", "")]
+               and [h[1] for h in _health(cluster, "dra")] == ["Healthy"], 30, "both GPUs healthy again")
