@@ -30,7 +30,10 @@ from typing import Any
 
 import pytest
 
+from bridge.kube import NAMESPACES, KubeAPI, Obj
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster, nodes_from_count
+
+GPU_CLASS = "gpu.dra-bridge.io"  # the DeviceClass the sandbox's daemons serve
 
 TEST_DEFAULTS: dict[str, Any] = {"node_status_frequency": 0.5, "sync_retry": 0.5}
 
@@ -47,6 +50,38 @@ def spec_for_tests(nodes: int | tuple[NodeSpec, ...] = 2, gpus: str = "8xH100-80
     return ClusterSpec(nodes=node_specs, kubernetes_version=version, **values)
 
 
+
+
+def create_namespaces(api: KubeAPI, *names: str) -> None:
+    for name in names:
+        api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def create_gpu_template(api: KubeAPI, namespace: str, name: str = "one-gpu") -> None:
+    """A ResourceClaimTemplate asking one GPU of the bridge's DeviceClass."""
+    rapi = api.resource_api()
+    api.create(rapi.claim_templates, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": GPU_CLASS}}]}}}},
+        namespace)
+
+
+def legacy_gpu_pod(name: str, namespace: str, annotations: dict[str, str] | None = None) -> Obj:
+    """A pod asking `nvidia.com/gpu: 1`."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def dra_gpu_pod(name: str, namespace: str, annotations: dict[str, str] | None = None,
+                template: str = "one-gpu") -> Obj:
+    """A pod with one claim from `template` (`create_gpu_template`), used by its container."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+                     "containers": [{"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}]}}
 
 
 def _alive(pid: int) -> bool:

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import NAMESPACES, PODS
+from bridge.kube import PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
+from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, legacy_gpu_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 NODE = "n1"
-CLASS = "gpu.dra-bridge.io"
 
 
 def _health(cluster: SandboxCluster, name: str) -> list[tuple[str, str, str]]:
@@ -35,20 +35,10 @@ def test_an_xid_on_the_gpus_of_a_legacy_and_a_dra_pod_shows_unhealthy_in_both_po
                                               bridge=True)
     api = cluster.api
     cluster.wait_daemons_settled(60)
-    api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
-    rapi = api.resource_api()
-    api.create(rapi.claim_templates, {
-        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": "team"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}}}},
-        "team")
-    api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "legacy", "namespace": "team"},
-                      "spec": {"containers": [{"name": "main", "image": "cuda:12",
-                                               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "team")
-    api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dra", "namespace": "team"},
-                      "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                               "containers": [{"name": "main", "image": "cuda:12",
-                                               "resources": {"claims": [{"name": "gpu"}]}}]}}, "team")
+    create_namespaces(api, "team")
+    create_gpu_template(api, "team")
+    api.create(PODS, legacy_gpu_pod("legacy", "team"), "team")
+    api.create(PODS, dra_gpu_pod("dra", "team"), "team")
     for name in ("legacy", "dra"):
         cluster.wait_pod_phase("team", name, "Running", 60)
     assert _health(cluster, "legacy") == [("nvidia.com/gpu", "Healthy", "")]

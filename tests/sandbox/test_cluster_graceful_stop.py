@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import EVENTS, NAMESPACES, NODES, PODS
+from bridge.kube import EVENTS, NODES, PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch
 from bridge.sandbox.kubelet import STOP_SECONDS_ANNOTATION
 from tests.polling import wait_until
+from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, legacy_gpu_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 NODE = "n1"
-CLASS = "gpu.dra-bridge.io"
 STOP_S = 4.0  # the legacy job's time to exit after SIGTERM, well inside its 30 s grace period
 
 
@@ -43,19 +43,9 @@ def test_a_gpu_moves_to_dra_only_after_the_deleted_legacy_pods_container_has_sto
     cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "1xH100-80GB", split="0"),), bridge=True)
     api = cluster.api
     cluster.wait_daemons_settled(60)
-    for ns in ("dra", "legacy"):
-        api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    rapi = api.resource_api()
-    api.create(rapi.claim_templates, {
-        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": "dra"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}}}},
-        "dra")
-    api.create(PODS, {"apiVersion": "v1", "kind": "Pod",
-                      "metadata": {"name": "job", "namespace": "legacy",
-                                   "annotations": {STOP_SECONDS_ANNOTATION: str(STOP_S)}},
-                      "spec": {"containers": [{"name": "main", "image": "cuda:12",
-                                               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "legacy")
+    create_namespaces(api, "dra", "legacy")
+    create_gpu_template(api, "dra")
+    api.create(PODS, legacy_gpu_pod("job", "legacy", {STOP_SECONDS_ANNOTATION: str(STOP_S)}), "legacy")
     cluster.wait_pod_phase("legacy", "job", "Running", 30)
 
     both, stop = [], threading.Event()
@@ -69,10 +59,7 @@ def test_a_gpu_moves_to_dra_only_after_the_deleted_legacy_pods_container_has_sto
     with SideWatch(cluster) as watch:
         sampler.start()
         api.patch(NODES, NODE, {"metadata": {"annotations": {"dra-bridge.io/dra-devices": "1"}}})
-        api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": "dra"},
-                          "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                                   "containers": [{"name": "main", "image": "cuda:12",
-                                                   "resources": {"claims": [{"name": "gpu"}]}}]}}, "dra")
+        api.create(PODS, dra_gpu_pod("trainer", "dra"), "dra")
         time.sleep(2)
         assert _phase(cluster, "dra", "trainer") == "Pending"  # the GPU is the running job's
         deleted = time.monotonic()

@@ -28,41 +28,29 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import EVENTS, NAMESPACES, NODES, PODS, KubeAPI
+from bridge.kube import EVENTS, NODES, PODS, KubeAPI
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch
 from bridge.sandbox.scheduler import Scheduler
 from bridge.sandbox.scheduler.scheduler import PREBIND_SECONDS_ANNOTATION
 from tests.polling import wait_until
+from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, legacy_gpu_pod
 
 ROOT = Path(__file__).resolve().parents[2]
-CLASS = "gpu.dra-bridge.io"
 NODE = "n1"
 
 
 def _setup(api: KubeAPI) -> None:
-    for ns in ("dra", "legacy"):
-        api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    rapi = api.resource_api()
-    api.create(rapi.claim_templates, {
-        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "one-gpu", "namespace": "dra"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS}}]}}}},
-        "dra")
+    create_namespaces(api, "dra", "legacy")
+    create_gpu_template(api, "dra")
 
 
 def _dra_pod(prebind_seconds: float) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "trainer", "namespace": "dra",
-                         "annotations": {PREBIND_SECONDS_ANNOTATION: str(prebind_seconds)}},
-            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-                     "containers": [{"name": "main", "image": "cuda:12", "resources": {"claims": [{"name": "gpu"}]}}]}}
+    return dra_gpu_pod("trainer", "dra", {PREBIND_SECONDS_ANNOTATION: str(prebind_seconds)})
 
 
 def _legacy_pod() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "old-job", "namespace": "legacy"},
-            "spec": {"containers": [{"name": "main", "image": "cuda:12",
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    return legacy_gpu_pod("old-job", "legacy")
 
 
 def _scheduler(cluster: SandboxCluster) -> Scheduler:
