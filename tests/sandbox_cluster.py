@@ -34,6 +34,15 @@ from bridge.kube import NAMESPACES, KubeAPI, Obj
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster, nodes_from_count
 
 GPU_CLASS = "gpu.dra-bridge.io"  # the DeviceClass the sandbox's daemons serve
+# What kube-scheduler v1.37.2 wrote into PodScheduled (reason Unschedulable) for a pod asking one GPU of the only
+# node, whose GPUs had all failed (tests/real/test_real_gpu_health.py); the scheduler stand-in must say the same
+# (tests/sandbox/test_cluster_gpu_fault.py).
+NO_HEALTHY_GPU_1_37 = {
+    "legacy": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are available: 1 "
+              "Preemption is not helpful for scheduling.",
+    "dra": "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are available: 1 "
+           "Preemption is not helpful for scheduling.",
+}
 
 TEST_DEFAULTS: dict[str, Any] = {"node_status_frequency": 0.5, "sync_retry": 0.5}
 

@@ -12,10 +12,16 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import PODS
+from bridge.kube import NODES, PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
-from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, legacy_gpu_pod
+from tests.sandbox_cluster import (
+    NO_HEALTHY_GPU_1_37,
+    create_gpu_template,
+    create_namespaces,
+    dra_gpu_pod,
+    legacy_gpu_pod,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -56,3 +62,38 @@ def test_an_xid_on_the_gpus_of_a_legacy_and_a_dra_pod_shows_unhealthy_in_both_po
     cluster.gpu_fault(NODE, 0, healthy=True, reason="replaced")
     wait_until(lambda: _health(cluster, "legacy") == [("nvidia.com/gpu", "Healthy", "")]
                and [h[1] for h in _health(cluster, "dra")] == ["Healthy"], 30, "both GPUs healthy again")
+
+
+def test_with_every_gpu_failed_the_scheduler_stand_in_refuses_both_pods_in_the_real_schedulers_words(
+        sandbox_cluster: Any) -> None:
+    """tests/real/test_real_gpu_health.py on the stand-ins: the same refusals, word for word, as kube-scheduler
+    v1.37.2 wrote them (a request over the node's whole allocatable is unresolvable; DynamicResources' PostFilter
+    gives no reason in 1.37), and both pods run once the GPUs recover."""
+    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
+                                              bridge=True)
+    api = cluster.api
+    cluster.wait_daemons_settled(60)
+    create_namespaces(api, "team")
+    create_gpu_template(api, "team")
+    for minor in (0, 1):
+        cluster.gpu_fault(NODE, minor, xid=79)
+
+    def offered() -> tuple[str, list[bool]]:
+        allocatable = (api.get(NODES, NODE).get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", "")
+        slices = api.list(api.resource_api().slices, field_selector=f"spec.nodeName={NODE}")["items"]
+        return allocatable, [bool(d.get("taints")) for s in slices for d in s["spec"].get("devices") or []]
+
+    wait_until(lambda: offered() == ("0", [True]), 30, "allocatable 0 and the DRA GPU tainted")
+    api.create(PODS, legacy_gpu_pod("legacy", "team"), "team")
+    api.create(PODS, dra_gpu_pod("dra", "team"), "team")
+    for name in ("legacy", "dra"):
+        def refused() -> str | None:
+            conditions = ((cluster.pod("team", name) or {}).get("status") or {}).get("conditions") or []
+            return next((c.get("message") for c in conditions
+                         if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"), None)
+
+        assert wait_until(refused, 30, f"the {name} pod refused") == NO_HEALTHY_GPU_1_37[name]
+    for minor in (0, 1):
+        cluster.gpu_fault(NODE, minor, healthy=True, reason="replaced")
+    for name in ("legacy", "dra"):
+        cluster.wait_pod_phase("team", name, "Running", 60)

@@ -158,7 +158,7 @@ def test_a_claim_matching_nothing_stays_pending_with_a_failed_scheduling_event_u
     c.template("b200", f'device.attributes["{DRIVER}"].productName == "B200"')
     c.dra_pod("waits", "b200")
     (event,) = wait_until(lambda: c.events("waits", "FailedScheduling"), what="FailedScheduling")
-    assert event["message"] == ("0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, "
+    assert event["message"] == ("0/1 nodes are available: 1 cannot allocate all claims. "  # 1.37: no PostFilter reason
                                 "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
     assert event["reportingComponent"] == "default-scheduler" and event["type"] == "Warning"
     cond = wait_until(lambda: [x for x in c.pod("waits")["status"].get("conditions") or []

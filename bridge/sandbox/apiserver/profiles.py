@@ -38,6 +38,15 @@ Messages that changed between minors are recorded here too, so stand-ins do not 
 `node(s) had untolerated taint(s)` in newer releases (observed in 1.34+ events; the exact release of the change is
 inferred, not read). `device_taint_effect_none` — the `None` device-taint effect
 (pkg/apis/resource/validation/validation.go `validDeviceTaintEffects`) arrived with DeviceTaintRules in 1.35.
+`unresolvable_fit` — from 1.34 NodeResourcesFit marks a node UnschedulableAndUnresolvable when a request exceeds the
+node's whole allocatable, not only what is free (`InsufficientResource.Unresolvable`,
+pkg/scheduler/framework/plugins/noderesources/fit.go, read at v1.33.0 (absent), v1.34.0, v1.35.4, v1.36.0, v1.37.2),
+so preemption reports "Preemption is not helpful for scheduling" for it (seen on kube-scheduler v1.37.2 for a node
+whose only legacy GPU was unhealthy: allocatable `nvidia.com/gpu` 0). `dra_postfilter_reasons` — through 1.36 the
+DynamicResources PostFilter says "no new claims to deallocate" or "still not schedulable" when it does nothing; from
+1.37 it returns Unschedulable without a reason (dynamicresources.go `PostFilter`, read at v1.32.0, v1.35.4,
+v1.36.0 and v1.37.2; seen on kube-scheduler v1.37.2: "0/1 nodes are available: 1 cannot allocate all claims.
+preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.").
 """
 
 from __future__ import annotations
@@ -141,6 +150,14 @@ class KubernetesProfile:
     @property
     def detailed_taint_reason(self) -> bool:
         return self.minor <= 33
+
+    @property
+    def unresolvable_fit(self) -> bool:
+        return self.minor >= 34
+
+    @property
+    def dra_postfilter_reasons(self) -> bool:
+        return self.minor <= 36
 
     @property
     def slice_pool_field_selector(self) -> bool:

@@ -19,9 +19,12 @@ extendeddynamicresources.go:
 * PostFilter (DynamicResources, then DefaultPreemption): without claims "no new claims to deallocate"; with an
   unavailable allocated claim reserved by nobody or only this pod, it is deallocated ("deallocation of
   ResourceClaim completed"); a stale extended-resource claim is deleted ("deletion of ResourceClaim completed");
-  otherwise "still not schedulable". Preemption: this stand-in never evicts, so it answers as the real one does when
-  there are no lower-priority victims: per node "Preemption is not helpful for scheduling" for unresolvable
-  reasons, else "No preemption victims found for incoming pod"; `preemptionPolicy: Never` -> "not eligible".
+  otherwise "still not schedulable" (from 1.37 neither of the two "nothing done" reasons is given:
+  `Profile.dra_postfilter_reasons`). Preemption: this stand-in never evicts, so it answers as the real one does
+  when there are no lower-priority victims: per node "Preemption is not helpful for scheduling" for unresolvable
+  reasons (the node-only filters, DRA's, and from 1.34 NodeResourcesFit when a request exceeds the node's whole
+  allocatable, `Profile.unresolvable_fit`), else "No preemption victims found for incoming pod";
+  `preemptionPolicy: Never` -> "not eligible".
 * The message (framework/types.go `FitError.Error`): "0/N nodes are available: <PreFilter message>." or
   "0/N nodes are available: <count reason, ...>." (sorted), then " <PostFilter messages joined by ', '>." — e.g.
   "0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are
@@ -42,6 +45,7 @@ from typing import Any
 from . import extended as ext
 from .allocator import AllocatedState, AllocatorError, Features, MatchCache, allocate
 from .nodefilters import (
+    beyond_allocatable,
     fits,
     least_allocated_score,
     node_affinity,
@@ -117,6 +121,8 @@ class Profile:
     features: Features
     extended_resources: bool
     detailed_taint_reason: bool
+    unresolvable_fit: bool = True  # 1.34+: a request over the node's whole allocatable is unresolvable
+    dra_postfilter_reasons: bool = False  # through 1.36: "no new claims to deallocate" / "still not schedulable"
 
 
 @dataclass
@@ -337,7 +343,8 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
         left_to_dra = {r for r in dra.ext_requests if alloc.get(r, 0) == 0}
         fit = fits(requests, alloc, usage.requested, usage.pods, left_to_dra=left_to_dra)
         if fit:
-            reasons[name], unresolvable[name] = fit, False
+            reasons[name] = fit
+            unresolvable[name] = profile.unresolvable_fit and beyond_allocatable(requests, alloc, left_to_dra)
             continue
         try:
             result = _filter_dra(pod, node, alloc, dra, snap, profile, cache, unavailable)
@@ -348,8 +355,8 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
             continue
         feasible.append((node, *result))
     if not feasible:
-        post = [_dra_postfilter(pod, dra, unavailable), _preemption(pod, total, unresolvable)]
-        out = Unschedulable(_fit_error(total, reasons, "", post))
+        post = [_dra_postfilter(pod, dra, unavailable, profile), _preemption(pod, total, unresolvable)]
+        out = Unschedulable(_fit_error(total, reasons, "", [m for m in post if m]))
         if post[0] == "deallocation of ResourceClaim completed":
             out.deallocate = _deallocatable(pod, dra, unavailable)
         elif post[0] == "deletion of ResourceClaim completed":
@@ -423,14 +430,15 @@ def _deallocatable(pod: Obj, dra: _DraState, unavailable: Iterable[int]) -> Obj 
     return None
 
 
-def _dra_postfilter(pod: Obj, dra: _DraState, unavailable: set[int]) -> str:
+def _dra_postfilter(pod: Obj, dra: _DraState, unavailable: set[int], profile: Profile) -> str:
+    """The DynamicResources PostFilter's reason ("": none, as from 1.37 when it does nothing)."""
     if dra.empty:
-        return "no new claims to deallocate"
+        return "no new claims to deallocate" if profile.dra_postfilter_reasons else ""
     if _deallocatable(pod, dra, unavailable) is not None:
         return "deallocation of ResourceClaim completed"
     if dra.extended is not None and _meta(dra.extended).get("name"):
         return "deletion of ResourceClaim completed"
-    return "still not schedulable"
+    return "still not schedulable" if profile.dra_postfilter_reasons else ""
 
 
 def _plans(pod: Obj, dra: _DraState, allocations: list[Obj] | None, node_ext: Obj | None,

@@ -117,6 +117,14 @@ def fits(requests: Mapping[str, int], allocatable: Mapping[str, int], used: Mapp
     return reasons
 
 
+def beyond_allocatable(requests: Mapping[str, int], allocatable: Mapping[str, int],
+                       left_to_dra: Collection[str] = ()) -> bool:
+    """fitsRequest's `Unresolvable` (1.34+): some requested resource exceeds the node's whole allocatable, so no
+    preemption could make room (cpu, memory, ephemeral-storage and extended resources; "Too many pods" never)."""
+    return any(want > 0 and name != "pods" and name not in left_to_dra and want > allocatable.get(name, 0)
+               for name, want in requests.items())
+
+
 # -- scoring ---------------------------------------------------------------------------------------------------------
 # pkg/scheduler/util/pod_resources.go: requests of 0 count as 100m CPU / 200Mi memory for scoring only.
 DEFAULT_MILLI_CPU = 100

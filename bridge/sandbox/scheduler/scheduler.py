@@ -175,6 +175,8 @@ def profile_of(profile: KubernetesProfile) -> Profile:
         ),
         extended_resources=profile.enabled("DRAExtendedResource"),
         detailed_taint_reason=profile.detailed_taint_reason,
+        unresolvable_fit=profile.unresolvable_fit,
+        dra_postfilter_reasons=profile.dra_postfilter_reasons,
     )
 
 
