@@ -1,0 +1,112 @@
+"""The scheduler stand-in against kube-scheduler v1.37.2: the same refusals, word for word.
+
+One scenario runs twice, on the API emulator with the scheduler and claim-controller stand-ins, and on a real
+control plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2); both with kubelet simulators and
+the real `bridge node` on one node of 2 GPUs, one per side. Two pods take the GPUs (one per API), then pods that
+cannot fit arrive, each refused for another reason; the message each scheduler writes into the pod's PodScheduled
+condition (reason Unschedulable) must be the same:
+
+* a legacy pod asking 2 GPUs where the node has 1 (unresolvable: preemption "not helpful");
+* a legacy pod asking 1 GPU, taken by a pod of the same priority (resolvable, but "No preemption victims");
+* a DRA pod when the one DRA GPU is allocated ("cannot allocate all claims");
+* a DRA pod whose CEL selector matches no device;
+* a pod whose nodeSelector matches no node.
+
+A difference fails with both texts side by side: fix the stand-in (`bridge/sandbox/scheduler/cycle.py`), the real
+one is right. About 40 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bridge.kube import PODS
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from tests.polling import wait_until
+from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.sandbox_cluster import (
+    GPU_CLASS,
+    create_gpu_template,
+    create_namespaces,
+    dra_gpu_pod,
+    legacy_gpu_pod,
+    spec_for_tests,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+NODE = "n1"
+NS = "team"
+Obj = dict[str, Any]
+
+
+def _two_gpus(pod: Obj) -> Obj:
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    return pod
+
+
+def _nowhere(pod: Obj) -> Obj:
+    pod["spec"]["nodeSelector"] = {"pool": "does-not-exist"}
+    return pod
+
+
+REFUSED: dict[str, Callable[[], Obj]] = {
+    "legacy-two": lambda: _two_gpus(legacy_gpu_pod("legacy-two", NS)),
+    "legacy-taken": lambda: legacy_gpu_pod("legacy-taken", NS),
+    "dra-taken": lambda: dra_gpu_pod("dra-taken", NS),
+    "dra-b200": lambda: dra_gpu_pod("dra-b200", NS, template="b200"),
+    "nowhere": lambda: _nowhere(legacy_gpu_pod("nowhere", NS)),
+}
+
+
+def _refusal(cluster: SandboxCluster, name: str) -> str | None:
+    conditions = ((cluster.pod(NS, name) or {}).get("status") or {}).get("conditions") or []
+    return next((c.get("message") for c in conditions
+                 if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"), None)
+
+
+def _run(cluster: SandboxCluster) -> dict[str, str]:
+    api = cluster.api
+    cluster.wait_daemons_settled(90)
+    create_namespaces(api, NS)
+    if cluster.plane is not None:  # a real API server refuses pods until the ServiceAccount controller made it
+        wait_until(lambda: _has_service_account(cluster), 60, "the namespace's default ServiceAccount")
+    create_gpu_template(api, NS)
+    rapi = api.resource_api()
+    api.create(rapi.claim_templates, {
+        "apiVersion": f"resource.k8s.io/{rapi.version}", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "b200", "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": GPU_CLASS,
+            "selectors": [{"cel": {"expression": f'device.attributes["{GPU_CLASS}"].productName == "B200"'}}]}}]}}}},
+        NS)
+    for pod in (legacy_gpu_pod("holder-legacy", NS), dra_gpu_pod("holder-dra", NS)):
+        api.create(PODS, pod, NS)
+    for name in ("holder-legacy", "holder-dra"):
+        cluster.wait_pod_phase(NS, name, "Running", 90)
+    for make in REFUSED.values():
+        api.create(PODS, make(), NS)
+    return {name: wait_until(lambda: _refusal(cluster, name), 90, f"{name} refused") for name in REFUSED}
+
+
+def _has_service_account(cluster: SandboxCluster) -> bool:
+    from bridge.kube.api import Resource
+
+    accounts = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
+    return any(a["metadata"]["name"] == "default" for a in cluster.api.list(accounts, NS)["items"])
+
+
+def test_the_stand_in_refuses_each_pod_in_the_real_schedulers_words() -> None:
+    require_binaries("1.37", CONTROL_PLANE)
+    nodes = (NodeSpec(NODE, "2xH100-80GB", split="1"),)
+    with SandboxCluster(spec_for_tests(nodes, version="1.37", bridge=True)) as emulated:
+        stand_in = _run(emulated)
+    with SandboxCluster(spec_for_tests(nodes, backend="real", version="1.37", bridge=True)) as real:
+        kube_scheduler = _run(real)
+    differences = {name: (stand_in[name], kube_scheduler[name]) for name in REFUSED
+                   if stand_in[name] != kube_scheduler[name]}
+    assert not differences, "\n".join(f"{name}:\n  stand-in:       {ours}\n  kube-scheduler: {theirs}"
+                                      for name, (ours, theirs) in differences.items())
