@@ -27,8 +27,9 @@ extendeddynamicresources.go:
   `preemptionPolicy: Never` -> "not eligible".
 * The message (framework/types.go `FitError.Error`): "0/N nodes are available: <PreFilter message>." or
   "0/N nodes are available: <count reason, ...>." (sorted), then " <PostFilter messages joined by ', '>." — e.g.
-  "0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are
-  available: 2 Preemption is not helpful for scheduling."
+  on 1.36 "0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are
+  available: 2 Preemption is not helpful for scheduling.", on 1.37 the same without "still not schedulable, "
+  (tests/real/test_scheduler_differential.py compares the stand-in's words with kube-scheduler v1.37.2's)."
 * Score: NodeResourcesFit LeastAllocated on cpu/memory (requests of 0 count as 100m / 200Mi) plus preferred node
   affinity weights; the highest score wins, ties at random (selectHost). The real default profile also scores
   BalancedAllocation, ImageLocality, PodTopologySpread and InterPodAffinity, which have no inputs in the sandbox.
