@@ -2,11 +2,12 @@
 
 One scenario runs twice, on the API emulator with the scheduler and claim-controller stand-ins, and on a real
 control plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2); both with kubelet simulators and
-the real `bridge node` on one node of 2 GPUs, one per side. Two pods take the GPUs (one per API), then pods that
-cannot fit arrive, each refused for another reason; the message each scheduler writes into the pod's PodScheduled
+the real `bridge node` on two nodes: `n1` with 2 GPUs, one per side, and `n2` with 1 legacy GPU and a NoSchedule
+taint no pod tolerates. Two pods take n1's GPUs (one per API), then pods that cannot fit arrive, each refused for
+another reason on n1 and for the taint on n2; the message each scheduler writes into the pod's PodScheduled
 condition (reason Unschedulable) must be the same:
 
-* a legacy pod asking 2 GPUs where the node has 1 (unresolvable: preemption "not helpful");
+* a legacy pod asking 2 GPUs where n1 has 1 (unresolvable: preemption "not helpful");
 * a legacy pod asking 1 GPU, taken by a pod of the same priority (resolvable, but "No preemption victims");
 * a DRA pod when the one DRA GPU is allocated ("cannot allocate all claims");
 * a DRA pod whose CEL selector matches no device;
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import PODS
+from bridge.kube import NODES, PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, require_binaries
@@ -38,7 +39,7 @@ from tests.sandbox_cluster import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-NODE = "n1"
+NODE, TAINTED = "n1", "n2"
 NS = "team"
 Obj = dict[str, Any]
 
@@ -71,6 +72,7 @@ def _refusal(cluster: SandboxCluster, name: str) -> str | None:
 def _run(cluster: SandboxCluster) -> dict[str, str]:
     api = cluster.api
     cluster.wait_daemons_settled(90)
+    api.patch(NODES, TAINTED, {"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}})
     create_namespaces(api, NS)
     if cluster.plane is not None:  # a real API server refuses pods until the ServiceAccount controller made it
         wait_until(lambda: _has_service_account(cluster), 60, "the namespace's default ServiceAccount")
@@ -101,7 +103,7 @@ def _has_service_account(cluster: SandboxCluster) -> bool:
 
 def test_the_stand_in_refuses_each_pod_in_the_real_schedulers_words() -> None:
     require_binaries("1.37", CONTROL_PLANE)
-    nodes = (NodeSpec(NODE, "2xH100-80GB", split="1"),)
+    nodes = (NodeSpec(NODE, "2xH100-80GB", split="1"), NodeSpec(TAINTED, "1xH100-80GB", split="0"))
     with SandboxCluster(spec_for_tests(nodes, version="1.37", bridge=True)) as emulated:
         stand_in = _run(emulated)
     with SandboxCluster(spec_for_tests(nodes, backend="real", version="1.37", bridge=True)) as real:
