@@ -28,6 +28,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 NODE = "n1"
 
 
+def _one_node(sandbox_cluster: Any) -> SandboxCluster:
+    """A 1.37 cluster of one node with 2 GPUs, one per side, and the namespace `team` with a one-GPU template."""
+    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
+                                              bridge=True)
+    cluster.wait_daemons_settled(60)
+    create_namespaces(cluster.api, "team")
+    create_gpu_template(cluster.api, "team")
+    return cluster
+
+
 def _health(cluster: SandboxCluster, name: str) -> list[tuple[str, str, str]]:
     pod = cluster.pod("team", name) or {}
     (main,) = (pod.get("status") or {}).get("containerStatuses") or [{}]
@@ -37,12 +47,8 @@ def _health(cluster: SandboxCluster, name: str) -> list[tuple[str, str, str]]:
 
 def test_an_xid_on_the_gpus_of_a_legacy_and_a_dra_pod_shows_unhealthy_in_both_pods_status(
         sandbox_cluster: Any) -> None:
-    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
-                                              bridge=True)
+    cluster = _one_node(sandbox_cluster)
     api = cluster.api
-    cluster.wait_daemons_settled(60)
-    create_namespaces(api, "team")
-    create_gpu_template(api, "team")
     api.create(PODS, legacy_gpu_pod("legacy", "team"), "team")
     api.create(PODS, dra_gpu_pod("dra", "team"), "team")
     for name in ("legacy", "dra"):
@@ -69,12 +75,8 @@ def test_with_every_gpu_failed_the_scheduler_stand_in_refuses_both_pods_in_the_r
     """tests/real/test_real_gpu_health.py on the stand-ins: the same refusals, word for word, as kube-scheduler
     v1.37.2 wrote them (a request over the node's whole allocatable is unresolvable; DynamicResources' PostFilter
     gives no reason in 1.37), and both pods run once the GPUs recover."""
-    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
-                                              bridge=True)
+    cluster = _one_node(sandbox_cluster)
     api = cluster.api
-    cluster.wait_daemons_settled(60)
-    create_namespaces(api, "team")
-    create_gpu_template(api, "team")
     for minor in (0, 1):
         cluster.gpu_fault(NODE, minor, xid=79)
 
