@@ -13,7 +13,7 @@ from bridge.sandbox.apiserver import profile_for
 from bridge.sandbox.scheduler import AllocatedState, AllocatorError, Features, allocate, schedule
 from bridge.sandbox.scheduler.cycle import NodeUsage, Scheduled, Snapshot, Unschedulable
 from bridge.sandbox.scheduler.extended import class_mapping, node_decision, requests_and_mappings
-from bridge.sandbox.scheduler.nodefilters import fits, node_affinity, taint_toleration
+from bridge.sandbox.scheduler.nodefilters import insufficient, node_affinity, taint_toleration
 from bridge.sandbox.scheduler.podresources import pod_requests
 from bridge.sandbox.scheduler.scheduler import profile_of
 
@@ -111,10 +111,11 @@ def test_a_limit_without_a_request_counts_as_the_request_and_overhead_is_added()
 
 # -- node filters -------------------------------------------------------------------------------------------------
 
-def test_node_resources_fit_lists_every_insufficient_resource():
-    reasons = fits({"cpu": 9000, "nvidia.com/gpu": 2}, {"cpu": 8000, "nvidia.com/gpu": 4, "pods": 1},
-                   {"nvidia.com/gpu": 3}, pods_on_node=1)
-    assert reasons == ["Too many pods", "Insufficient cpu", "Insufficient nvidia.com/gpu"]
+def test_node_resources_fit_lists_every_insufficient_resource_and_whether_preemption_could_help():
+    short = insufficient({"cpu": 9000, "nvidia.com/gpu": 2}, {"cpu": 8000, "nvidia.com/gpu": 4, "pods": 1},
+                         {"nvidia.com/gpu": 3}, pods_on_node=1)
+    # cpu: more than the node has at all (unresolvable); GPUs: 4 on the node, 3 taken (a victim could free one)
+    assert short == [("Too many pods", False), ("Insufficient cpu", True), ("Insufficient nvidia.com/gpu", False)]
 
 
 def test_taint_reason_depends_on_the_release():

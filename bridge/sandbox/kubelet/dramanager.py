@@ -410,8 +410,7 @@ class DraManager:
         to_prepare: list[ClaimRecord] = []
         with self._lock:
             for pc, uid, drivers, allocated in checked:
-                record = next((r for r in self._claims.values()
-                               if r.namespace == namespace and r.name == pc.name), None)
+                record = self._cached(namespace, pc.name)
                 if record is not None and record.uid != uid:
                     raise PodPrepareError(f"old ResourceClaim with same name {pc.name} and different UID "
                                           f"{record.uid} still exists (previous pod force-deleted?!)")
@@ -584,10 +583,9 @@ class DraManager:
         with_message = self.version.resource_health_status  # ResourceHealthStatusMessage: beta with it, in 1.36
         out: dict[str, list[Obj]] = {}
         with self._lock:
-            cached = {(r.namespace, r.name): r for r in self._claims.values()}
             for ref in (container.get("resources") or {}).get("claims") or []:
                 name = actual_claim_name(pod, str(ref.get("name", "")))
-                record = cached.get((namespace, name)) if name else None
+                record = self._cached(namespace, name) if name else None
                 if record is None:
                     continue
                 if record.known_devices:  # the plugin's answer: CDI IDs and request names
@@ -633,7 +631,6 @@ class DraManager:
                     if pods and self.on_pod_updates is not None and self.version.resource_health_status:
                         self.on_pod_updates(pods)
             except grpc.RpcError as err:
-                self._forget_health(conn.driver)
                 if conn.stop.is_set():
                     return
                 if err.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -641,11 +638,14 @@ class DraManager:
                     return
                 log.info("health stream ended; reconnecting", extra={"driver": conn.driver})
             except ValueError:  # channel closed under us on deregistration
-                self._forget_health(conn.driver)
                 return
-            else:
+            finally:  # however the stream ended
                 self._forget_health(conn.driver)
             conn.stop.wait(self.health_retry)
+
+    def _cached(self, namespace: str, name: str) -> ClaimRecord | None:
+        """The claim cache's entry for a claim by name (lock held), as the kubelet's `cache.get(name, namespace)`."""
+        return next((r for r in self._claims.values() if r.namespace == namespace and r.name == name), None)
 
     def _forget_health(self, driver: str) -> None:
         """The stream ended: the kubelet clears the driver's health cache (`clearDriver`), so its devices read

@@ -538,9 +538,10 @@ class PodRunner:
 
     # -- API writes -------------------------------------------------------------------------------------------------
 
-    def _write_status(self, rec: PodRecord) -> None:
+    def _write_status(self, rec: PodRecord, health: dict[str, list[Obj]] | None = None) -> None:
+        """`health`: the pod's `_resources_status`, when the caller has it already."""
         assert rec.run is not None
-        rec.health_written = self._resources_status(rec.obj)
+        rec.health_written = self._resources_status(rec.obj) if health is None else health
         self._patch_status(rec, build_status(rec.obj, rec.run, host_ip=self.machine.address,
                                              pod_ip=self.machine.address, now=_now(), version=self.version,
                                              resources_status=rec.health_written))
@@ -561,8 +562,11 @@ class PodRunner:
     def _refresh_health(self, rec: PodRecord) -> None:
         """A sync of a pod that writes nothing else: its status again when its devices' health changed (the status
         manager writes only a status that differs)."""
-        if self.version.resource_health_status and self._resources_status(rec.obj) != rec.health_written:
-            self._write_status(rec)
+        if not self.version.resource_health_status:
+            return
+        health = self._resources_status(rec.obj)
+        if health != rec.health_written:
+            self._write_status(rec, health)
 
     def _patch_status(self, rec: PodRecord, status: Obj) -> None:
         try:

@@ -46,8 +46,7 @@ from typing import Any
 from . import extended as ext
 from .allocator import AllocatedState, AllocatorError, Features, MatchCache, allocate
 from .nodefilters import (
-    beyond_allocatable,
-    fits,
+    insufficient,
     least_allocated_score,
     node_affinity,
     node_selector_matches,
@@ -342,10 +341,10 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
             continue
         alloc = snap.node_allocatable(node)
         left_to_dra = {r for r in dra.ext_requests if alloc.get(r, 0) == 0}
-        fit = fits(requests, alloc, usage.requested, usage.pods, left_to_dra=left_to_dra)
-        if fit:
-            reasons[name] = fit
-            unresolvable[name] = profile.unresolvable_fit and beyond_allocatable(requests, alloc, left_to_dra)
+        short = insufficient(requests, alloc, usage.requested, usage.pods, left_to_dra=left_to_dra)
+        if short:
+            reasons[name] = [reason for reason, _ in short]
+            unresolvable[name] = profile.unresolvable_fit and any(bad for _, bad in short)
             continue
         try:
             result = _filter_dra(pod, node, alloc, dra, snap, profile, cache, unavailable)

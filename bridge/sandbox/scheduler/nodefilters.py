@@ -94,35 +94,22 @@ def node_affinity(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None
     return None
 
 
-def fits(requests: Mapping[str, int], allocatable: Mapping[str, int], used: Mapping[str, int], pods_on_node: int,
-         *, left_to_dra: Collection[str] = ()) -> list[str]:
+def insufficient(requests: Mapping[str, int], allocatable: Mapping[str, int], used: Mapping[str, int],
+                 pods_on_node: int, *, left_to_dra: Collection[str] = ()) -> list[tuple[str, bool]]:
     """noderesources fitsRequest: every insufficient resource, in the plugin's order (pods, cpu, memory,
-    ephemeral-storage, then the others). `left_to_dra`: extended resources the DynamicResources plugin serves on this
-    node (DRA-backed, node allocatable 0): not checked here."""
-    reasons: list[str] = []
+    ephemeral-storage, then the others), each with its `Unresolvable` (1.34+: the request exceeds the node's whole
+    allocatable, so no preemption could make room; never for "Too many pods"). `left_to_dra`: extended resources the
+    DynamicResources plugin serves on this node (DRA-backed, node allocatable 0): not checked here."""
+    out: list[tuple[str, bool]] = []
     if pods_on_node + 1 > allocatable.get("pods", 0):
-        reasons.append(TOO_MANY_PODS)
-    for name in ("cpu", "memory", "ephemeral-storage"):
+        out.append((TOO_MANY_PODS, False))
+    standard = ("cpu", "memory", "ephemeral-storage")
+    others = sorted(n for n in requests if n not in standard and n != "pods" and n not in left_to_dra)
+    for name in (*standard, *others):
         want = requests.get(name, 0)
         if want > 0 and want > allocatable.get(name, 0) - used.get(name, 0):
-            reasons.append(f"Insufficient {name}")
-    for name in sorted(requests):
-        if name in ("cpu", "memory", "ephemeral-storage", "pods"):
-            continue
-        want = requests[name]
-        if want == 0 or name in left_to_dra:
-            continue
-        if want > allocatable.get(name, 0) - used.get(name, 0):
-            reasons.append(f"Insufficient {name}")
-    return reasons
-
-
-def beyond_allocatable(requests: Mapping[str, int], allocatable: Mapping[str, int],
-                       left_to_dra: Collection[str] = ()) -> bool:
-    """fitsRequest's `Unresolvable` (1.34+): some requested resource exceeds the node's whole allocatable, so no
-    preemption could make room (cpu, memory, ephemeral-storage and extended resources; "Too many pods" never)."""
-    return any(want > 0 and name != "pods" and name not in left_to_dra and want > allocatable.get(name, 0)
-               for name, want in requests.items())
+            out.append((f"Insufficient {name}", want > allocatable.get(name, 0)))
+    return out
 
 
 # -- scoring ---------------------------------------------------------------------------------------------------------
