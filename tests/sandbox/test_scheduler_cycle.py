@@ -320,12 +320,18 @@ def test_a_pod_waiting_for_its_template_claim_is_gated_without_a_message_event()
     assert out.message == 'pod "default/p": ResourceClaim not created yet'
 
 
-def test_a_missing_device_class_is_a_prefilter_failure_for_every_node():
+@pytest.mark.parametrize(("version", "postfilter"), [("1.37", ""), ("1.36", "no new claims to deallocate, ")])
+def test_a_missing_device_class_is_a_prefilter_failure_for_every_node(version: str, postfilter: str) -> None:
+    """DynamicResources' PreFilter rejects before it records the claims, so its PostFilter finds none: "no new claims
+    to deallocate" through 1.36, no reason from 1.37 (dynamicresources.go PreFilter / PostFilter)."""
     c = claim("c", {"name": "gpu", "exactly": {"deviceClassName": "nope", "allocationMode": "ExactCount", "count": 1}})
-    out = cycle(pod(claims=[{"name": "gpu", "resourceClaimName": "c"}]), snapshot([node("a"), node("b")], claims=[c]))
+    out = cycle(pod(claims=[{"name": "gpu", "resourceClaimName": "c"}]), snapshot([node("a"), node("b")], claims=[c]),
+                version)
     assert isinstance(out, Unschedulable)
-    assert out.message == ("0/2 nodes are available: request gpu: device class nope does not exist. no new claims to "
-                           "deallocate, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+    assert out.message == (f"0/2 nodes are available: request gpu: device class nope does not exist. {postfilter}"
+                           "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+
+
 
 
 def test_a_cel_error_aborts_the_cycle_as_an_error():

@@ -319,8 +319,10 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
             return Unschedulable(rej.message, gated=True)
         if total == 0:
             return Unschedulable(NO_NODES)
-        post = ["no new claims to deallocate", _preemption(pod, total, {n["metadata"]["name"]: True for n in snap.nodes})]
-        return Unschedulable(_fit_error(total, {}, rej.message, post))
+        # DynamicResources' PostFilter finds no claims in its state yet (PreFilter rejected before recording them).
+        post = ["no new claims to deallocate" if profile.dra_postfilter_reasons else "",
+                _preemption(pod, total, {n["metadata"]["name"]: True for n in snap.nodes})]
+        return Unschedulable(_fit_error(total, {}, rej.message, [m for m in post if m]))
     except AllocatorError as err:
         return Unschedulable(f'running PreFilter plugin "DynamicResources": {err}', error=True)
     if total == 0:
