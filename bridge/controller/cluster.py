@@ -8,8 +8,8 @@ second); a decision after one pod changed should cost O(change). So `ClusterStat
 one object) and remembers what each object contributed last time, so an update or a delete takes exactly that back:
 
 * a **Node**: its view is marked stale;
-* a **Pod** bound to a node and not finished: its `nvidia.com/gpu` request, added to that node's requested count
-  (the node's view is marked stale); an unbound pod: its object (Warning Events name it); a pending pod
+* a **Pod** bound to a node and not finished, or pending and nominated to a node (`legacy_holder_node`): its
+  `nvidia.com/gpu` request, added to that node's requested count (the node's view is marked stale); an unbound pod: its object (Warning Events name it); a pending pod
   (`is_pending`): its demand, marked stale, and the claims and templates it reads (a reverse index, so a claim or
   template event marks exactly its readers stale) with its queue rank, which decides which pod a shared claim is
   counted for (`claim_owners`);
@@ -40,9 +40,9 @@ from bridge.controller.demand import (
     Names,
     allocated_by_node,
     claim_owners,
-    is_bound_and_running,
     is_pending,
     legacy_bound_by_node,
+    legacy_holder_node,
     pending_demand,
     pod_claims,
     pod_demand,
@@ -120,7 +120,7 @@ class ClusterState:
 
     def _derive_nothing(self) -> None:
         # What each object contributes.
-        self._bound: dict[str, str] = {}  # pod -> its node, while bound, not finished and holding legacy GPUs
+        self._bound: dict[str, str] = {}  # pod -> the node whose legacy GPUs it holds (bound there or nominated)
         self._bound_on: dict[str, dict[str, tuple[tuple[int, float, str], int]]] = {}  # node -> pod -> (rank, GPUs)
         self._claim_devices: dict[str, tuple[tuple[str, str], ...]] = {}  # claim -> (pool, device) it allocates
         self._allocated: dict[str, Counter[str]] = {}  # node (pool) -> device -> claims naming it
@@ -178,10 +178,10 @@ class ClusterState:
             return
         self._pods[key] = obj
         spec = obj.get("spec") or {}
-        if is_bound_and_running(obj):
+        node = legacy_holder_node(obj)
+        if node:
             n = pod_requests(spec, self.names.resource)
             if n:
-                node = str(spec["nodeName"])
                 self._bound[key] = node
                 self._bound_on.setdefault(node, {})[key] = (pod_rank(obj), n)
                 self._stale_nodes.add(node)

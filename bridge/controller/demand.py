@@ -20,6 +20,18 @@ What a pending pod asks for:
   parser refuses it without computing it) makes the pod **invalid** demand: never planned with, reported once as
   blocked (`invalid-count`, a `GPUDemandBlocked` Event), and every other pod is decided as usual.
 
+A pod kube-scheduler has **nominated** to a node (`status.nominatedNodeName` on a pending pod) already has its place
+there: the scheduler keeps that node's room for it against pods of lower or equal priority (pkg/scheduler/framework/
+runtime/framework.go `addGENominatedPods`, v1.37.2) and tries that node first at the pod's next cycle
+(schedule_one.go `evaluateNominatedNode`). Nominations come from preemption (the victims are terminating there:
+DefaultPreemption, framework/preemption/preemption.go "found a potential placement for pod on node ..., preempting
+N victims") and, from 1.35, from binding cycles that wait (KEP-5278). So such a pod is not demand to move GPUs for:
+its `nvidia.com/gpu` counts as held on the nominated node (`legacy_holder_node`; a preemptor's victims hold the
+same GPUs until they stop, so the node reads fuller than it is until then, never emptier), and its DRA claims not
+allocated yet are demand on that node only (`on_node`). A pod whose nomination the scheduler clears is demand again.
+Before this, a preemption made the controller move a second GPU for the preemptor, which the victim's GPU then left
+idle (seen with kube-scheduler v1.37.2, tests/real/test_real_preemption.py).
+
 A pod asking through both APIs yields one demand per API (keys `ns/name#legacy`, `ns/name#dra`); the core places
 them independently, which can over-ask but never moves a held GPU.
 
@@ -40,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.controller.model import PendingPod
-from bridge.kvalues.placement import constraints_of
+from bridge.kvalues.placement import constraints_of, on_node
 from bridge.kvalues.podgpu import count_problems, pod_devices
 
 Obj = dict[str, Any]
@@ -91,6 +103,22 @@ def is_pending(pod: Mapping[str, Any]) -> bool:
 def is_bound_and_running(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and (
         (pod.get("status") or {}).get("phase") not in _FINISHED)
+
+
+def nominated_node(pod: Mapping[str, Any]) -> str:
+    """The node kube-scheduler nominated a pending pod to (`status.nominatedNodeName`); "" for none."""
+    if not is_pending(pod):
+        return ""
+    value = (pod.get("status") or {}).get("nominatedNodeName")
+    return value if isinstance(value, str) else ""
+
+
+def legacy_holder_node(pod: Mapping[str, Any]) -> str:
+    """The node whose legacy GPUs the pod's `nvidia.com/gpu` request holds: where it is bound and not finished, or
+    where a pending pod is nominated (see the module docstring); "" for none."""
+    if is_bound_and_running(pod):
+        return str((pod.get("spec") or {})["nodeName"])
+    return nominated_node(pod)
 
 
 def _timestamp(value: Any) -> float:
@@ -202,7 +230,8 @@ def pod_demand(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]],
     problems = count_problems(spec, names.resource) + count_problems(spec, names.extended)
     if problems:
         return Demand((), (), ((key, "; ".join(problems)),))
-    legacy = pod_requests(spec, names.resource)
+    nominated = nominated_node(pod)
+    legacy = 0 if nominated else pod_requests(spec, names.resource)  # held on the nominated node instead
     dra = pod_requests(spec, names.extended)
     counted: set[str] = set()
     for ref in pod_claims(pod):
@@ -233,7 +262,7 @@ def pod_demand(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]],
         "namespace": str(meta.get("namespace", "")),
         "priority": int(spec.get("priority") or 0),
         "since": _timestamp(meta.get("creationTimestamp")),
-        "constraints": constraints_of(spec),
+        "constraints": on_node(constraints_of(spec), nominated) if nominated else constraints_of(spec),
     }
     both = legacy > 0 and dra > 0
     out: list[PendingPod] = []
@@ -261,19 +290,21 @@ def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mappi
 
 
 def legacy_requested_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, int]:
-    """`nvidia.com/gpu` requested by the pods bound to each node and not finished."""
+    """`nvidia.com/gpu` requested by the pods bound to each node and not finished, and by those nominated to it."""
     return {node: sum(gpus) for node, gpus in legacy_bound_by_node(pods, names).items()}
 
 
 def legacy_bound_by_node(pods: Iterable[Mapping[str, Any]], names: Names = Names()) -> dict[str, tuple[int, ...]]:
-    """The `nvidia.com/gpu` of each pod bound to each node and not finished, in the scheduler's queue order
-    (`pod_rank`): the order the kubelet admits them in, about (`bridge.controller.nodestatus`, unreported bindings)."""
+    """The `nvidia.com/gpu` of each pod holding GPUs of each node (`legacy_holder_node`: bound and not finished, or
+    nominated there), in the scheduler's queue order (`pod_rank`): the order the kubelet admits them in, about
+    (`bridge.controller.nodestatus`, unreported bindings)."""
     out: dict[str, list[tuple[tuple[int, float, str], int]]] = defaultdict(list)
     for pod in pods:
-        if is_bound_and_running(pod):
+        node = legacy_holder_node(pod)
+        if node:
             n = pod_requests(pod.get("spec") or {}, names.resource)
             if n:
-                out[str((pod.get("spec") or {})["nodeName"])].append((pod_rank(pod), n))
+                out[node].append((pod_rank(pod), n))
     return {node: tuple(n for _, n in sorted(ranked)) for node, ranked in out.items()}
 
 
@@ -300,7 +331,9 @@ __all__ = [
     "claim_spec_count",
     "is_pending",
     "legacy_bound_by_node",
+    "legacy_holder_node",
     "legacy_requested_by_node",
+    "nominated_node",
     "pending_demand",
     "pod_claims",
     "pod_demand",

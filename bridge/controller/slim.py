@@ -12,8 +12,8 @@ list never holds more than one page of whole objects):
 * every object keeps `apiVersion`, `kind` (Warning Events name the object by them) and its `metadata` except
   `managedFields` (what the server keeps for server-side apply; nothing here reads it);
 * a **Pod** keeps of its metadata only the name, namespace, uid, resourceVersion, creationTimestamp and
-  deletionTimestamp (labels, annotations and owners are never read), and of its status the phase and
-  `resourceClaimStatuses`;
+  deletionTimestamp (labels, annotations and owners are never read), and of its status the phase,
+  `resourceClaimStatuses` and `nominatedNodeName`;
   * a pod that **asks for GPUs of the bridge's** (`asks_for_gpus`: a `spec.resourceClaims` entry, or a container or
     init container naming the legacy resource or the DeviceClass's extended resource in its limits or requests,
     whatever the value, so a count that is not valid is still reported) keeps of its spec what the demand and the
@@ -48,7 +48,7 @@ Obj = dict[str, Any]
 _POD_META = ("creationTimestamp", "deletionTimestamp")  # besides the identity (`kept_metadata`)
 _ANY_POD_SPEC = ("nodeName", "schedulingGates", "priority")
 _GPU_POD_SPEC = _ANY_POD_SPEC + ("nodeSelector", "affinity", "tolerations", "resourceClaims")
-_POD_STATUS = ("phase", "resourceClaimStatuses")
+_POD_STATUS = ("phase", "resourceClaimStatuses", "nominatedNodeName")
 _CONTAINER = ("name", "resources")
 _INIT_CONTAINER = ("name", "resources", "restartPolicy")
 _NODE_STATUS = ("capacity", "allocatable")

@@ -236,10 +236,20 @@ def constraints_of(spec: Mapping[str, Any]) -> Constraints:
     return canonical(Constraints(selector, terms, tolerations))
 
 
+def on_node(c: Constraints, name: str) -> Constraints:
+    """`c` narrowed to the one node `name` (a `metadata.name In (name)` field requirement added to each required
+    term, or the only term; a term that matches nothing stays so): what a pod kube-scheduler nominated to that node
+    may still land on."""
+    here = Requirement(NAME_FIELD, "In", (name,))
+    terms = tuple(Term(t.expressions, t.fields + (here,)) if t.expressions or t.fields else t for t in c.terms) \
+        if c.terms else (Term((), (here,)),)
+    return canonical(Constraints(c.node_selector, terms, c.tolerations))
+
+
 def taints_of(node: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect") or ""))
                  for t in (node.get("spec") or {}).get("taints") or () if isinstance(t, dict))
 
 
 __all__ = ["BLOCKING_EFFECTS", "NONE", "Constraints", "Requirement", "Taint", "Term", "Toleration", "canonical",
-           "constraints_of", "field_matches", "taints_of", "term_matches", "toleration_tolerates"]
+           "constraints_of", "field_matches", "on_node", "taints_of", "term_matches", "toleration_tolerates"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.controller.decide import decide
-from bridge.controller.demand import allocated_by_node, pending_demand
+from bridge.controller.demand import allocated_by_node, nominated_node, pending_demand
 from bridge.controller.model import Decision, NodeView, PendingPod, Policy
 from bridge.controller.nodestatus import node_view
 from bridge.report.features import GPU, SYSTEM_NAMESPACES
@@ -140,6 +140,13 @@ def build_supply(model: ClusterModel, controller: SplitController,
         for p in pods:
             requested[node_name] += p.gpus
             held[p.namespace][node_name] += p.gpus
+    for pod in unbound:  # nominated to a node: its GPUs are held there, not demand (bridge.controller.demand)
+        node_name = nominated_node(pod)
+        if node_name in bridge:
+            n = model.legacy_gpus(pod.get("spec") or {})
+            if n:
+                requested[node_name] += n
+                held[str((pod.get("metadata") or {}).get("namespace", ""))][node_name] += n
     claims = data.of("ResourceClaim") if bridge else []
     allocated = allocated_by_node(claims)
     views: dict[str, NodeView] = {}

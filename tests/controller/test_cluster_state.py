@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from bridge.controller.cluster import ClusterState, differences, rebuild_state
+from bridge.controller.decide import decide
+from bridge.controller.model import Policy
 from bridge.controller.nodestatus import PIN_KEY, POOL_LABEL
 from tests.controller.status_docs import gpu_node
 
@@ -72,7 +74,7 @@ def container(gpus: int = 0, claim: bool = False) -> dict[str, Any]:
 
 def pod_variant(name: str, v: int) -> dict[str, Any]:
     """Pods: pending legacy or DRA (a shared claim, a template with or without its generated claim yet, both APIs,
-    a node selector, a priority), bound and running or finished, gated, being deleted."""
+    a node selector, a priority), bound and running or finished, gated, being deleted, nominated to a node."""
     ns = "team-a" if v % 2 else "team-b"
     meta: dict[str, Any] = {"name": name, "namespace": ns, "creationTimestamp": f"2025-06-01T12:0{v}:00Z"}
     spec: dict[str, Any] = {"containers": [container(1 + v % 3)]}
@@ -100,6 +102,13 @@ def pod_variant(name: str, v: int) -> dict[str, Any]:
         spec["schedulingGates"] = [{"name": "wait"}]
     elif v == 11:
         meta["deletionTimestamp"] = "2025-06-01T13:00:00Z"
+    elif v == 12:  # a preemptor kube-scheduler nominated: its victims terminate there
+        spec["priority"] = 1000
+        status["nominatedNodeName"] = NODES[v % len(NODES)]
+    elif v == 13:  # a DRA pod in a binding cycle that waits (KEP-5278), to a node that may not exist
+        spec = {"containers": [container(1, claim=True)], "resourceClaims": [templ]}
+        status["nominatedNodeName"] = NODES[v % len(NODES)]
+        meta["namespace"] = "team-a"
     return {"metadata": meta, "spec": spec, "status": status}
 
 
@@ -123,7 +132,7 @@ def template_variant(name: str, v: int) -> dict[str, Any]:
         {"name": "g", "exactly": {"deviceClassName": CLASS, "count": 1 + v}}]}}}}
 
 
-VARIANTS = {"node": (NODES, node_variant, 8), "pod": (PODS, pod_variant, 12), "claim": (CLAIMS, claim_variant, 8),
+VARIANTS = {"node": (NODES, node_variant, 8), "pod": (PODS, pod_variant, 14), "claim": (CLAIMS, claim_variant, 8),
             "template": (TEMPLATES, template_variant, 3)}
 STATS: collections.Counter[str] = collections.Counter()
 
@@ -317,3 +326,35 @@ def test_the_check_finds_a_wrong_state_and_a_reload_heals_it() -> None:
     state.reload()
     assert state.check() == []
     assert state.state().views[0].legacy_held == 1
+
+
+def test_a_preemptor_waiting_for_its_victim_moves_no_gpu_and_keeps_the_victims_gpu() -> None:
+    # As kube-scheduler v1.37.2 does it (tests/real/test_real_preemption.py): `low` (priority 0) holds n1's legacy
+    # GPU; `high` (priority 1000) preempted it and waits, nominated to n1, while `low` stops. n1's DRA GPU is free.
+    node = gpu_node("n1", ["legacy", "dra"], held=[0])
+    low = pod_variant("low", 7)
+    low["spec"]["nodeName"] = "n1"
+    low["metadata"]["deletionTimestamp"] = "2025-06-01T13:00:00Z"
+    high = pod_variant("high", 0)
+    high["spec"]["priority"] = 1000
+    state = ClusterState()
+    for kind, obj in (("node", node), ("pod", low), ("pod", high)):
+        state.apply(kind, "ADDED", obj)
+    # Not nominated yet: a pending legacy pod, and the free DRA GPU moves for it.
+    (change,) = decide(list(state.state().views), list(state.state().demand.pending), Policy()).changes
+    assert (change.node, change.dra) == ("n1", 0)
+    high["status"]["nominatedNodeName"] = "n1"
+    state.apply("pod", "MODIFIED", high)
+    s = state.state()
+    assert s.demand.pending == () and [(v.legacy_held, v.dra_held) for v in s.views] == [(1, 0)]
+    assert decide(list(s.views), list(s.demand.pending), Policy()).changes == ()
+    # The victim gone, its GPU stays held for the preemptor: a DRA pod asking 2 GPUs does not get it moved.
+    state.apply("pod", "DELETED", low)
+    state.apply("template", "ADDED", template_variant("t0", 1))
+    state.apply("pod", "ADDED", pod_variant("dra", 4))
+    s = state.state()
+    assert [(v.legacy_held, v.legacy, v.dra) for v in s.views] == [(1, 1, 1)]
+    assert [(p.key, p.gpus) for p in s.demand.pending] == [("team-a/dra", 2)]
+    d = decide(list(s.views), list(s.demand.pending), Policy())
+    assert d.changes == () and [b.pod for b in d.blocked] == ["team-a/dra"]
+    assert state.check() == []

@@ -182,3 +182,39 @@ def test_held_gpus_per_node_from_bound_pods_and_allocated_claims() -> None:
     other = claim("o", allocated_on="n1", devices=("gpu-1",))
     other["status"]["allocation"]["devices"]["results"][0]["driver"] = "other.example.com"
     assert allocated_by_node(claims + [other]) == {"n1": {"gpu-6", "gpu-7"}, "n2": {"gpu-0"}}
+
+
+def nominated(p: dict[str, Any], node: str) -> dict[str, Any]:
+    p["status"]["nominatedNodeName"] = node
+    return p
+
+
+def test_a_legacy_pod_nominated_to_a_node_holds_its_gpus_there_and_is_not_demand() -> None:
+    # kube-scheduler v1.37.2 after preempting: the preemptor waits, nominated, for its victim to stop.
+    victim = pod("low", node="n1", phase="Running")
+    victim["metadata"]["deletionTimestamp"] = "2025-06-01T12:01:00Z"
+    preemptor = nominated(pod("high", priority=1000), "n1")
+    assert pending_demand([victim, preemptor], {}, {}).pending == ()
+    # The node reads fuller than it is until the victim stops (2 on 1 GPU), never emptier.
+    assert legacy_requested_by_node([victim, preemptor]) == {"n1": 2}
+
+
+def test_a_nominated_dra_pod_is_demand_on_its_nominated_node_only() -> None:
+    p = nominated(pod("dra", containers=[container("m", claims=["c"])],
+                      claims=[{"name": "c", "resourceClaimName": "x"}], nodeSelector={"gpu": "h100"}), "n1")
+    (d,) = pending_demand([p], keyed(claim("x")), {}).pending
+    assert (d.api, d.gpus) == ("dra", 1)
+    assert d.constraints.allows("n1", {"gpu": "h100"})
+    assert not d.constraints.allows("n2", {"gpu": "h100"})
+    assert not d.constraints.allows("n1", {"gpu": "l4"})  # its own selector still holds
+    assert legacy_requested_by_node([p]) == {}
+
+
+def test_a_pod_whose_nomination_is_cleared_or_that_is_being_deleted_holds_nothing() -> None:
+    cleared = nominated(pod("again", priority=1000), "")
+    (d,) = pending_demand([cleared], {}, {}).pending
+    assert (d.key, d.api, d.gpus) == ("team-a/again", "legacy", 1)
+    assert d.constraints.allows("n2", {})
+    gone = nominated(pod("gone", priority=1000), "n1")
+    gone["metadata"]["deletionTimestamp"] = "2025-06-01T12:01:00Z"
+    assert pending_demand([gone], {}, {}).pending == () and legacy_requested_by_node([gone]) == {}

@@ -165,10 +165,14 @@ def gpu_container(resource: str, count: str, **extra: Any) -> dict[str, Any]:
     return {"name": "g", "image": "x", "resources": {"limits": {resource: count}}, **extra}
 
 
+BASE_PODS = base.VARIANTS["pod"][2]
+
+
 def more_pod_variant(name: str, v: int) -> dict[str, Any]:
-    """The incremental-state test's pods (v < 12), and shapes that matter to the cut."""
-    if v < 12:
+    """The incremental-state test's pods (v < BASE_PODS), and shapes that matter to the cut (12-19 here)."""
+    if v < BASE_PODS:
         return base.pod_variant(name, v)
+    v += 12 - BASE_PODS
     meta: dict[str, Any] = {"name": name, "namespace": "team-a", "creationTimestamp": f"2025-06-01T13:0{v - 12}:00Z"}
     spec: dict[str, Any] = {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}
     status: dict[str, Any] = {"phase": "Pending"}
@@ -200,7 +204,7 @@ SEEN: collections.Counter[str] = collections.Counter()
 
 
 class CutEvents(base.Events):
-    variants = {**base.VARIANTS, "pod": (base.PODS, more_pod_variant, 20)}
+    variants = {**base.VARIANTS, "pod": (base.PODS, more_pod_variant, BASE_PODS + 8)}
 
     def made(self, kind: str, name: str, v: int) -> dict[str, Any]:
         return dressed(kind, super().made(kind, name, v))
@@ -227,6 +231,8 @@ class CutEvents(base.Events):
                 build_event(truth.pending_pods[key], "R", "m", now="t", host="h")
         SEEN.update({"compared": 1, "pending demand": len(mine.demand.pending), "invalid": len(mine.demand.invalid),
                      "held legacy": sum(v.legacy_held for v in mine.views),
+                     "nominated": sum(1 for p in mine.pending_pods.values()
+                                      if (p.get("status") or {}).get("nominatedNodeName")),
                      "unbound pods asking nothing": sum(1 for p in mine.pending_pods.values()
                                                         if not asks_for_gpus(p["spec"], Names()))})
 
@@ -237,8 +243,10 @@ def test_the_state_fed_cut_objects_equals_the_rebuild_from_whole_objects_after_a
     run_state_machine_as_test(CutEvents, settings=settings(
         max_examples=EXAMPLES, stateful_step_count=50, deadline=None, database=None, derandomize=True,
         suppress_health_check=[HealthCheck.too_slow]))
-    # Not a vacuous pass: demand, invalid counts, held GPUs and pods that ask nothing were all compared.
-    assert SEEN["pending demand"] > 10 * EXAMPLES and SEEN["invalid"] > EXAMPLES, SEEN
+    # Not a vacuous pass: demand, invalid counts, held GPUs, nominated pods and pods that ask nothing were all
+    # compared.
+    assert SEEN["pending demand"] > 10 * EXAMPLES and SEEN["invalid"] > EXAMPLES // 2, SEEN
+    assert SEEN["nominated"] > EXAMPLES, SEEN  # kept by the cut: else the views above would differ
     assert SEEN["held legacy"] > 2 * EXAMPLES and SEEN["unbound pods asking nothing"] > EXAMPLES, SEEN
 
 

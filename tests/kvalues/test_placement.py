@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import bridge.kvalues.placement as placement
-from bridge.kvalues.placement import (Constraints, Taint, Toleration, canonical, constraints_of, taints_of,
+from bridge.kvalues.placement import (Constraints, Taint, Toleration, canonical, constraints_of, on_node, taints_of,
                                       term_matches, toleration_tolerates)
 
 LABELS = {"kubernetes.io/hostname": "node-0", "zone": "z1", "gpus": "8"}
@@ -123,3 +123,16 @@ def test_equal_constraints_built_apart_are_one_key_also_after_a_pickle_round_tri
     copied = pickle.loads(pickle.dumps(made[0]))
     assert {made[0]: "seen"}[made[1]] == "seen" and {made[0]: "seen"}[copied] == "seen"
     assert made[0] != Constraints(node_selector=(("zone", "b"),)) and "_hash" not in repr(made[0])
+
+
+def test_on_node_narrows_a_pods_filters_to_one_node_and_keeps_the_rest() -> None:
+    either = constraints_of({**required({"matchExpressions": [expr("zone", "In", "z1")]},
+                                        {"matchExpressions": [expr("gpus", "Exists")]}),
+                             "nodeSelector": {"gpus": "8"}})
+    narrowed = on_node(either, "node-0")
+    assert narrowed.allows("node-0", LABELS) and not narrowed.allows("node-1", LABELS)
+    assert not narrowed.allows("node-0", {**LABELS, "gpus": "4"})  # the selector still applies
+    assert on_node(constraints_of({}), "node-0").allows("node-0", {})
+    assert not on_node(constraints_of({}), "node-0").allows("node-1", {})
+    # An empty nodeSelectorTerms list matches no node; narrowing it does not make it match one.
+    assert not on_node(constraints_of(required()), "node-0").allows("node-0", LABELS)

@@ -369,6 +369,14 @@ def test_legacy_pods_waiting_for_gpus_on_the_dra_side_get_the_lower_split_comman
     assert f.details["commands"] == ["kubectl annotate node c dra-bridge.io/dra-devices=2 --overwrite"]
 
 
+def test_a_legacy_pod_nominated_to_a_node_waits_for_its_preemption_victims_and_gets_no_split_command() -> None:
+    # kube-scheduler preempted c's legacy pods for it: their GPUs are its own once they stop (the controller does
+    # not move GPUs for it either, bridge.controller.demand).
+    preemptor = pending("sweep-0", 2)
+    preemptor["status"]["nominatedNodeName"] = "c"
+    assert findings(cluster(namespace("team-b"), *dra_heavy_node(), preemptor), "DRB037") == []
+
+
 def test_with_the_controller_acting_they_are_an_info() -> None:
     (f,) = findings(cluster(namespace("team-b"), *dra_heavy_node(), pending("sweep-0", 2), lease(),
                             controller_deployment()), "DRB037")
