@@ -19,6 +19,7 @@ kubelet simulators. About 20 s.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ import pytest
 
 from bridge.kube import NODES, PODS
 from bridge.kube.api import Resource
+from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, require_binaries
@@ -39,6 +41,7 @@ PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "Prior
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 EVENTS = Resource("", "v1", "events", "Event", True)
 STOP_SECONDS = 6
+Obj = dict[str, Any]
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Seen:
     message: str = ""  # high's PodScheduled message while it waited
     nominated: str = ""  # high's status.nominatedNodeName while it waited
     victim_condition: tuple[str, str, str] = ("", "", "")  # low's DisruptionTarget (status, reason, message)
+    victim_conditions: tuple[str, ...] = ()  # the condition types of low's last version, in order
     victim_event: str = ""  # low's Preempted event, the preemptor's UID as <uid>
     splits: tuple[tuple[str, tuple[str, ...]], ...] = ()  # each distinct (allocatable, DRA devices) seen
     both_running: bool = False  # low and high Running at once (each holds a GPU)
@@ -78,6 +82,10 @@ def _run(cluster: SandboxCluster) -> Seen:
     wait_until(lambda: _split(cluster) == ("1", ("gpu-1",)), 30, "1 GPU per side")
     seen = Seen()
     splits = [_split(cluster)]
+    victim: list[Obj] = []  # every version of `low` from here on
+    stop = threading.Event()
+    Informer(api, PODS, namespace=NS, field_selector="metadata.name=low",
+             on_event=lambda ev: victim.append(ev.object)).start(stop)
     high = legacy_gpu_pod("high", NS)
     high["spec"]["priorityClassName"] = "high"
     uid = api.create(PODS, high, NS)["metadata"]["uid"]
@@ -90,17 +98,20 @@ def _run(cluster: SandboxCluster) -> Seen:
             seen.message = next((c.get("message", "") for c in status.get("conditions") or ()
                                  if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"), "")
         low = cluster.pod(NS, "low")
-        if low is not None:
-            seen.victim_condition = next(((c.get("status", ""), c.get("reason", ""), c.get("message", ""))
-                                          for c in (low.get("status") or {}).get("conditions") or ()
-                                          if c.get("type") == "DisruptionTarget"), seen.victim_condition)
         seen.both_running |= _phase(cluster, "low") == "Running" and status.get("phase") == "Running"
         if _split(cluster) != splits[-1]:
             splits.append(_split(cluster))
         if status.get("phase") == "Running" and low is None:
             break
         time.sleep(0.1)
+    stop.set()
     seen.splits = tuple(splits)
+    # The victim's conditions as its last version (the one deleted) has them: the kubelet's writes must keep the
+    # scheduler's.
+    conditions = (victim[-1].get("status") or {}).get("conditions") or () if victim else ()
+    seen.victim_conditions = tuple(c.get("type", "") for c in conditions)
+    seen.victim_condition = next(((c.get("status", ""), c.get("reason", ""), c.get("message", ""))
+                                  for c in conditions if c.get("type") == "DisruptionTarget"), ("", "", ""))
     seen.victim_event = next((e.get("message", "").replace(uid, "<uid>") for e in api.list(EVENTS, NS)["items"]
                               if e.get("reason") == "Preempted" and e["involvedObject"].get("name") == "low"), "")
     api.create(PODS, dra_gpu_pod("after", NS), NS)
@@ -114,6 +125,9 @@ PREEMPTED = Seen(
     nominated=NODE,
     victim_condition=("True", "PreemptionByScheduler",
                       "default-scheduler: preempting to accommodate a higher priority pod"),
+    # first: the kubelet keeps the conditions it does not own before its own (status_manager.go `mergePodStatus`)
+    victim_conditions=("DisruptionTarget", "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                       "PodScheduled"),
     victim_event="Preempted by pod <uid> on node n1",
     splits=(("1", ("gpu-1",)),),  # never changed: no GPU moved for the preemptor
     both_running=False,

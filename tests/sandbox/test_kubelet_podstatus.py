@@ -59,6 +59,23 @@ def test_a_killed_pod_failed_its_sandbox_is_not_ready_and_initialized_keeps_no_r
     assert c["Initialized"] == ("True", None, None, 2)
 
 
+def test_conditions_the_kubelet_does_not_own_are_kept_first_as_the_pod_has_them() -> None:
+    # A victim of preemption: kube-scheduler wrote DisruptionTarget before deleting it (status_manager.go
+    # `mergePodStatus` keeps it through the kubelet's writes; the real kubelet v1.37.2 lists it first).
+    victim = pod()
+    preempted = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                 "message": "default-scheduler: preempting to accommodate a higher priority pod",
+                 "lastTransitionTime": "2025-12-31T23:59:00Z"}
+    stale_ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2025-12-31T23:00:00Z"}
+    victim["status"] = {"conditions": [stale_ready, preempted]}
+    run = RunState(start_time=NOW, started_at=NOW, finished_at=NOW, exit_codes={"probe": 137})
+    status = build_status(victim, run, host_ip="h", pod_ip="p", now=NOW, version=V137)
+    assert [c["type"] for c in status["conditions"]] == ["DisruptionTarget", "PodReadyToStartContainers",
+                                                          "Initialized", "Ready", "ContainersReady", "PodScheduled"]
+    assert status["conditions"][0] == preempted
+    assert conds(status)["Ready"][:2] == ("False", "PodFailed")  # the kubelet's own are its own
+
+
 def test_a_pod_that_succeeded_is_completed() -> None:
     run = RunState(start_time=NOW, started_at=NOW, finished_at=NOW, exit_codes={"probe": 0})
     status = build_status(pod(), run, host_ip="h", pod_ip="p", now=NOW, version=V137)

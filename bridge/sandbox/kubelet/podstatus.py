@@ -13,6 +13,11 @@ pkg/kubelet/status/generate.go (`GeneratePodReadyToStartContainersCondition`, `G
   `PodCompleted` for a Succeeded pod, with or without init containers), Ready and ContainersReady
   (`ContainersNotReady`; once the pod finished `PodCompleted` when it Succeeded, `PodFailed` when it Failed:
   `generate*ConditionForTerminalPhase`), PodScheduled True;
+* conditions the kubelet does not own (`DisruptionTarget` from a preempting scheduler or an eviction, a readiness
+  gate's) are kept as the pod has them, before the kubelet's own: pkg/kubelet/status/status_manager.go
+  `mergePodStatus` (v1.37.2) copies the old status's conditions not `PodConditionByKubelet` first, then appends the
+  kubelet's (`KUBELET_CONDITIONS`); the real kubelet sends a strategic merge patch, this one a merge patch of the whole
+  list, so the list it writes must carry them;
 * from 1.34 (PodObservedGenerationTracking, beta on; GA 1.35) `status.observedGeneration` and each condition's
   `observedGeneration` are the pod's `metadata.generation` (`podutil.CalculatePod*ObservedGeneration`);
 * container statuses: waiting `ContainerCreating` (`PodInitializing`, for init and app containers alike, in a pod
@@ -38,6 +43,10 @@ from bridge.sandbox.kubelet.admission import qos_class
 from bridge.sandbox.kubelet.version import KubeletVersion
 
 Obj = dict[str, Any]
+# pkg/kubelet/types/pod_status.go `PodConditionsByKubelet` (v1.37.2), plus PodReadyToStartContainers (its gate is on
+# in every release simulated); AllContainersRestarting's gate is off by default.
+KUBELET_CONDITIONS = frozenset({"PodScheduled", "Ready", "Initialized", "ContainersReady", "PodResizeInProgress",
+                                "PodResizePending", "PodReadyToStartContainers"})
 
 
 @dataclass
@@ -175,7 +184,7 @@ def build_status(pod: Obj, run: RunState, *, host_ip: str, pod_ip: str, now: str
     if not sandbox and minor >= 37:
         sandbox_reason = "PodSandboxNotReady"
         sandbox_msg = "pod sandbox is not ready" if finished else "no pod sandbox exists"
-    conditions = [
+    conditions = [c for t, c in old.items() if t not in KUBELET_CONDITIONS] + [
         _cond("PodReadyToStartContainers", sandbox, now, sandbox_reason, sandbox_msg, old, generation),
         _cond("Initialized", not pending_inits, now,
               "ContainersNotInitialized" if pending_inits else ("PodCompleted" if phase == "Succeeded" else ""),
