@@ -353,3 +353,27 @@ def test_a_node_that_appears_while_the_pod_is_in_its_scheduling_cycle_gets_it_re
     assert c.bound("early") == "late"
     assert [e["message"] for e in c.events("early", "FailedScheduling")] == \
         ["no nodes available to schedule pods"]
+
+
+def test_a_kubelet_heartbeat_retries_no_waiting_pod_but_a_change_scheduling_reads_does(cluster):
+    """updateNodeInCache / NodeSchedulingPropertiesChange: a Node update that changes only condition times (what a
+    kubelet writes every few seconds) moves no pod; a new label (or allocatable, taints, ...) does."""
+    c = cluster()
+    c.add_node("n1")
+
+    def heartbeat(second: int) -> None:
+        c.api.patch(NODES, "n1", {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                                             "lastHeartbeatTime": f"2026-01-01T00:00:0{second}Z"}]}},
+                    subresource="status")
+
+    heartbeat(0)  # Ready appears: a condition's status changed, which counts
+    c.legacy_pod("waits", 1)
+    wait_until(lambda: c.events("waits", "FailedScheduling"), what="waits refused")
+    time.sleep(0.5)  # past the backoff (0.05-0.2 s here): the pod now waits for an event
+    before = c.scheduler.attempts
+    for second in range(1, 4):
+        heartbeat(second)
+        time.sleep(0.3)
+    assert c.scheduler.attempts == before
+    c.api.patch(NODES, "n1", {"metadata": {"labels": {"gpu": "none"}}})
+    wait_until(lambda: c.scheduler.attempts > before, what="the pod retried on the label")

@@ -39,9 +39,15 @@ Written from kubernetes/kubernetes pkg/scheduler:
   its backoff (1 s doubling to 10 s per attempt); errors go to backoff directly; every unschedulable pod is retried
   after 5 minutes regardless. An event that arrives while the pod is in its scheduling cycle (its snapshot is
   older) and would have retried it sends it to backoff instead of waiting (`determineSchedulingHintForInFlightPod`);
-  without that a Node made ready a moment after the pod was picked left the pod waiting for minutes. Queueing hints: only DynamicResources' claim hint is modelled (a claim change retries
-  the pods using that claim; a deallocation retries every waiting pod); every other cluster event retries every
-  waiting pod. A gated pod is held before any snapshot is taken (PreEnqueue).
+  without that a Node made ready a moment after the pod was picked left the pod waiting for minutes. A Node update
+  counts only when it changes allocatable, labels or taints or lifts `spec.unschedulable` (eventhandlers.go
+  `updateNodeInCache`, framework/events.go `NodeSchedulingPropertiesChange`, and the Node events the default
+  plugins register: none registers condition or annotation changes), so neither a kubelet's heartbeat nor the
+  bridge's split-status annotation retries anything. The pod's own status writes never retry it, also when one
+  comes back while its failure is still being handled (before, that re-queued it at once). Queueing hints: only
+  DynamicResources' claim hint is modelled (a claim change retries the pods using that claim; a deallocation
+  retries every waiting pod); every other cluster event retries every waiting pod. A gated pod is held before any
+  snapshot is taken (PreEnqueue).
 Assigned pods count against their node until they are deleted or reach Succeeded/Failed.
 """
 
@@ -157,6 +163,18 @@ def _flight_key(pod: Obj, claim: Obj) -> str:
     return _key(claim) if meta.get("name") else f"{(pod.get('metadata') or {}).get('uid')}/<extended-resources>"
 
 
+def _node_properties(node: Obj) -> tuple[str, bool]:
+    """What a Node update must change to retry waiting pods: allocatable, labels, taints (UpdateNodeAllocatable,
+    UpdateNodeLabel, UpdateNodeTaint of framework/events.go `NodeSchedulingPropertiesChange`, the Node events the
+    default plugins register: noderesources/fit.go, tainttoleration, nodeaffinity, nodeunschedulable,
+    dynamicresources `EventsToRegister`) and spec.unschedulable, which counts only when it is lifted. Its
+    UpdateNodeCondition and UpdateNodeAnnotation are registered by no default plugin, so they move no pod."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    return (json.dumps([status.get("allocatable"), meta.get("labels") or {}, spec.get("taints") or []],
+                       sort_keys=True, default=str),
+            bool(spec.get("unschedulable")))
+
+
 def _terminal(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
@@ -232,6 +250,7 @@ class Scheduler:
         self._fingerprints: dict[str, str] = {}
         self._pod_claims: dict[str, set[str]] = {}  # waiting pod -> "ns/claim" keys it uses
         self._claim_allocated: dict[str, bool] = {}
+        self._node_properties: dict[str, tuple[str, bool]] = {}  # node -> what scheduling reads of it
         # The pod in its scheduling cycle, and whether a cluster event that retries it arrived meanwhile
         # (determineSchedulingHintForInFlightPod: it then goes to backoff instead of waiting for the next event).
         self._cycle_key: str | None = None
@@ -282,11 +301,12 @@ class Scheduler:
             with self._cond:
                 if kind == "pods":
                     self._pod_event(ev)
+                elif kind == "claims":
+                    self._claim_event(ev)
+                elif kind == "nodes":
+                    self._node_event(ev)
                 else:
-                    if kind == "claims":
-                        self._claim_event(ev)
-                    else:
-                        self._cluster_event()
+                    self._cluster_event()
                 self._cond.notify_all()
         return handle
 
@@ -313,11 +333,11 @@ class Scheduler:
         fingerprint = _pod_fingerprint(pod)
         changed = self._fingerprints.get(key) != fingerprint
         self._fingerprints[key] = fingerprint
-        if key in self._waiting or key in self._gated:
+        if key in self._waiting or key in self._gated or key == self._cycle_key:
             if changed:  # isPodUpdated: the scheduler's own status writes do not count
                 self._gated.discard(key)
                 self._retry(key)
-            return
+            return  # (the pod in its cycle included: its failure handler's own status write came back early)
         self._push(pod)
 
     def _push(self, pod: Obj) -> None:
@@ -343,6 +363,21 @@ class Scheduler:
             self._retry(key)
         if self._cycle_key is not None and (only is None or only(self._cycle_key)):
             self._cycle_missed = True  # the pod in its cycle saw a snapshot from before this event
+
+    def _node_event(self, ev: WatchEvent) -> None:
+        """updateNodeInCache: a Node update retries the waiting pods only when it changed what the default plugins
+        wait for (`_node_properties`); a kubelet's heartbeat or a daemon's annotation retries none. An added or
+        deleted Node always does."""
+        name = str((ev.object.get("metadata") or {}).get("name"))
+        if ev.type == "DELETED":
+            self._node_properties.pop(name, None)
+            self._cluster_event()
+            return
+        now = _node_properties(ev.object)
+        before = self._node_properties.get(name)
+        self._node_properties[name] = now
+        if before is None or before[0] != now[0] or (before[1] and not now[1]):
+            self._cluster_event()
 
     def _claim_event(self, ev: WatchEvent) -> None:
         """The DynamicResources queueing hint (isSchedulableAfterClaimChange): a deallocated claim may help any
