@@ -377,3 +377,47 @@ def test_a_kubelet_heartbeat_retries_no_waiting_pod_but_a_change_scheduling_read
     assert c.scheduler.attempts == before
     c.api.patch(NODES, "n1", {"metadata": {"labels": {"gpu": "none"}}})
     wait_until(lambda: c.scheduler.attempts > before, what="the pod retried on the label")
+
+
+def _prio_pod(c: Cluster, name: str, priority: int) -> Obj:
+    container = {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    return c.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                               "spec": {"priority": priority, "containers": [container]}}, "default")
+
+
+def _condition(pod: Obj, kind: str) -> Obj:
+    return next(x for x in pod["status"].get("conditions") or [] if x["type"] == kind)
+
+
+def test_a_higher_preemptor_takes_over_the_nomination_and_the_terminating_victim_of_a_lower_one(cluster):
+    """`low` (0) holds the only GPU; `mid` (500) preempts it and is nominated to n1. No kubelet runs here, so `low`
+    stays terminating. `high` (1000) arrives: `mid`'s nomination does not count against it (lower priority), `low`
+    is again the victim, but being deleted already it gets no second DELETE or Event; `mid`'s nomination is cleared
+    (executor.go clearNominatedNodeName) and `high` is nominated. When `low` is gone, `high` binds; `mid` waits."""
+    c = cluster()
+    c.add_node("n1", gpus=1)
+    _prio_pod(c, "low", 0)
+    assert c.bound("low") == "n1"
+    mid = _prio_pod(c, "mid", 500)
+    wait_until(lambda: c.pod("mid")["status"].get("nominatedNodeName") == "n1", what="mid nominated")
+    victim = wait_until(lambda: (p := c.pod("low"))["metadata"].get("deletionTimestamp") and p, what="low deleted")
+    target = _condition(victim, "DisruptionTarget")
+    assert (target["status"], target["reason"], target["message"]) == (
+        "True", "PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod")
+    (event,) = wait_until(lambda: c.events("low", "Preempted"), what="low's Preempted Event")
+    assert event["message"] == f"Preempted by pod {mid['metadata']['uid']} on node n1" and event["type"] == "Normal"
+    assert event["related"]["name"] == "mid" and event["action"] == "Preempting"
+
+    high = _prio_pod(c, "high", 1000)
+    wait_until(lambda: c.pod("high")["status"].get("nominatedNodeName") == "n1", what="high nominated")
+    assert _condition(c.pod("high"), "PodScheduled")["message"] == (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: found a potential placement for pod on "
+        "node n1, preempting 1 victims")
+    wait_until(lambda: not c.pod("mid")["status"].get("nominatedNodeName"), what="mid's nomination cleared")
+    assert len(c.events("low", "Preempted")) == 1  # low was being deleted: no second DELETE, no second Event
+    assert c.pod("low")["metadata"]["deletionTimestamp"] == victim["metadata"]["deletionTimestamp"]
+
+    c.api.delete(PODS, "low", "default", grace_period_seconds=0)  # its kubelet would end it now
+    assert c.bound("high") == "n1"
+    assert high["metadata"]["uid"] == c.pod("high")["metadata"]["uid"]
+    assert not c.pod("mid")["spec"].get("nodeName")

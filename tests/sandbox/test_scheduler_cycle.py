@@ -11,10 +11,11 @@ import pytest
 from bridge.kvalues.celcheck import compile_selector
 from bridge.sandbox.apiserver import profile_for
 from bridge.sandbox.scheduler import AllocatedState, AllocatorError, Features, allocate, schedule
-from bridge.sandbox.scheduler.cycle import NodeUsage, Scheduled, Snapshot, Unschedulable
+from bridge.sandbox.scheduler.cycle import NodeUsage, PlacedPod, Scheduled, Snapshot, Unschedulable
 from bridge.sandbox.scheduler.extended import class_mapping, node_decision, requests_and_mappings
 from bridge.sandbox.scheduler.nodefilters import insufficient, node_affinity, taint_toleration
 from bridge.sandbox.scheduler.podresources import pod_requests
+from bridge.sandbox.scheduler.preemption import pick_node
 from bridge.sandbox.scheduler.scheduler import profile_of
 
 Obj = dict[str, Any]
@@ -266,12 +267,22 @@ def test_extended_requests_let_init_containers_reuse_later_requests_and_keep_onl
 # -- whole cycles and their messages -----------------------------------------------------------------------------------
 
 def snapshot(nodes: list[Obj], slices: list[Obj] | None = None, claims: list[Obj] | None = None,
-             classes: list[Obj] | None = None, usage: dict[str, NodeUsage] | None = None) -> Snapshot:
+             classes: list[Obj] | None = None, usage: dict[str, NodeUsage] | None = None,
+             on: dict[str, list[Obj]] | None = None, nominated: dict[str, list[Obj]] | None = None) -> Snapshot:
+    """`on`: the pods running on each node (their requests make up the usage); `nominated`: the nominator."""
     allocated = AllocatedState()
     for c in claims or []:
         allocated.add_claim(c)
-    return Snapshot(nodes, usage or {}, {("default", c["metadata"]["name"]): c for c in claims or []},
-                    {c["metadata"]["name"]: c for c in classes or [CLASS]}, slices or [], allocated)
+    usage = dict(usage or {})
+    placed: dict[str, list[PlacedPod]] = {}
+    for name, pods in (on or {}).items():
+        for p in pods:
+            usage.setdefault(name, NodeUsage()).add(pod_requests(p))
+            placed.setdefault(name, []).append(PlacedPod(p, pod_requests(p)))
+    return Snapshot(nodes, usage, {("default", c["metadata"]["name"]): c for c in claims or []},
+                    {c["metadata"]["name"]: c for c in classes or [CLASS]}, slices or [], allocated,
+                    pods=placed, nominated={n: [PlacedPod(p, pod_requests(p)) for p in ps]
+                                            for n, ps in (nominated or {}).items()})
 
 
 def cycle(p: Obj, snap: Snapshot, version: str = "1.37") -> Scheduled | Unschedulable:
@@ -332,8 +343,6 @@ def test_a_missing_device_class_is_a_prefilter_failure_for_every_node(version: s
                            "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
 
 
-
-
 def test_a_cel_error_aborts_the_cycle_as_an_error():
     c = claim("c", req(selector='device.attributes["gpu.dra-bridge.io"].nope == 1'))
     out = cycle(pod(claims=[{"name": "gpu", "resourceClaimName": "c"}]), snapshot([node("a")], [gpu_slice("a", [device(0)])], [c]))
@@ -380,3 +389,194 @@ def test_no_nodes_at_all_has_its_own_message():
 
 def test_cel_compile_results_for_typical_selectors_are_cheap():
     assert compile_selector(f'device.driver == "{DRIVER}"').max_cost < 100
+
+
+# -- DefaultPreemption -------------------------------------------------------------------------------------------------
+
+def gpu_pod(name: str, prio: int = 0, gpus: int = 1, started: str | None = None, **spec: Any) -> Obj:
+    """A legacy pod asking `gpus` nvidia.com/gpu with `spec.priority` (what the Priority admission plugin writes)."""
+    p = pod(name, containers=[ctr(**{"nvidia.com/gpu": str(gpus)})], priority=prio, **spec)
+    if started:
+        p["status"]["startTime"] = started
+    return p
+
+
+def names(pods: list[Obj]) -> list[str]:
+    return [p["metadata"]["name"] for p in pods]
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    # kube-scheduler v1.37.2 on a real control plane, word for word (no period after "victims")
+    ("1.37", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: found a potential placement for pod "
+             "on node n1, preempting 1 victims"),
+    # through 1.36 a successful preemption has no message, and the DynamicResources reason is dropped with it
+    ("1.36", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."),
+])
+def test_a_higher_priority_pod_evicts_the_lower_priority_holder_of_the_gpu_and_is_nominated(
+        version: str, expected: str) -> None:
+    low, high = gpu_pod("low", 0), gpu_pod("high", 1000)
+    out = cycle(high, snapshot([node("n1", gpus=1)], on={"n1": [low]}), version)
+    assert isinstance(out, Unschedulable) and not out.error
+    assert out.message == expected
+    assert out.nominate == "n1" and names(out.victims) == ["low"]
+
+
+def test_a_pod_of_equal_priority_is_never_a_victim_and_the_nomination_is_cleared() -> None:
+    out = cycle(gpu_pod("second", 1000), snapshot([node("n1", gpus=1)], on={"n1": [gpu_pod("first", 1000)]}))
+    assert isinstance(out, Unschedulable) and out.victims == []
+    assert out.message == ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
+                           "available: 1 No preemption victims found for incoming pod.")
+    assert out.nominate == ""  # the PostFilter result clears a nomination when no node is a candidate
+
+
+def test_only_as_many_victims_as_needed_lowest_priority_and_newest_first() -> None:
+    """Four pods of one GPU each on a 4-GPU node; the pod asks 2: all lower ones are removed, then put back most
+    important first (priority, then the older) while the pod still fits: the two least important are evicted."""
+    on = [gpu_pod("keep-500", 500), gpu_pod("old-10", 10, started="2026-01-01T00:00:00Z"),
+          gpu_pod("new-10", 10, started="2026-01-02T00:00:00Z"), gpu_pod("zero", 0)]
+    out = cycle(gpu_pod("big", 1000, gpus=2), snapshot([node("n1", gpus=4)], on={"n1": on}))
+    assert isinstance(out, Unschedulable)
+    assert names(out.victims) == ["new-10", "zero"]  # most important first, as the real victims list
+    assert out.message.endswith("preempting 2 victims")
+
+
+def test_a_higher_priority_pod_is_reprieved_even_when_evicting_it_alone_would_do() -> None:
+    """Reprieve order is importance, not size: the 2-GPU pod of priority 500 is put back first and stays, so both
+    1-GPU pods of priority 0 go, although evicting the bigger one alone would have freed as much."""
+    on = [gpu_pod("big-500", 500, gpus=2), gpu_pod("a", 0), gpu_pod("b", 0)]
+    out = cycle(gpu_pod("p", 1000, gpus=2), snapshot([node("n1", gpus=4)], on={"n1": on}))
+    assert isinstance(out, Unschedulable) and sorted(names(out.victims)) == ["a", "b"]
+
+
+def test_preemption_policy_never_keeps_the_pod_waiting_without_victims_or_a_new_nomination() -> None:
+    p = gpu_pod("polite", 1000, preemptionPolicy="Never")
+    out = cycle(p, snapshot([node("n1", gpus=1)], on={"n1": [gpu_pod("low", 0)]}))
+    assert isinstance(out, Unschedulable) and out.victims == []
+    assert out.message == ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: not eligible due to "
+                           "preemptionPolicy=Never.")
+    assert out.nominate is None
+
+
+@pytest.mark.parametrize(("version", "answer"), [
+    # 1.34+: asking more than the node's whole allocatable is unresolvable, the node is no candidate
+    ("1.37", "1 Preemption is not helpful for scheduling"),
+    # 1.33: the node is tried; even without its lower-priority pod the GPUs do not fit: the filter's reason
+    ("1.33", "1 Insufficient nvidia.com/gpu"),
+])
+def test_a_node_that_no_eviction_can_make_fit_is_not_a_candidate(version: str, answer: str) -> None:
+    out = cycle(gpu_pod("p", 1000, gpus=2), snapshot([node("n1", gpus=1)], on={"n1": [gpu_pod("low", 0)]}), version)
+    assert isinstance(out, Unschedulable) and out.victims == [] and out.nominate == ""
+    assert out.message.endswith(f"preemption: 0/1 nodes are available: {answer}.")
+
+
+def test_evicting_every_lower_priority_pod_is_not_enough_the_node_answers_with_its_filter_reason() -> None:
+    on = {"n1": [gpu_pod("vip", 2000), gpu_pod("low", 0)]}
+    out = cycle(gpu_pod("p", 1000, gpus=2), snapshot([node("n1", gpus=2)], on=on))
+    assert isinstance(out, Unschedulable) and out.victims == []
+    assert out.message == ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
+                           "available: 1 Insufficient nvidia.com/gpu.")
+
+
+def test_a_dra_pod_does_not_preempt_for_a_device_held_by_a_lower_priority_claim() -> None:
+    """DynamicResources has no PreFilterExtensions: evicting the holder would not free its device in the simulation,
+    so its "cannot allocate all claims" is unresolvable and no pod is evicted (kube-scheduler v1.37.2 does the same)."""
+    alloc = {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}
+    held = claim("held", allocation=alloc, reservedFor=[{"resource": "pods", "name": "low", "uid": "uid-low"}])
+    low = pod("low", claims=[{"name": "gpu", "resourceClaimName": "held"}], priority=0)
+    high = pod("high", claims=[{"name": "gpu", "resourceClaimName": "want"}], priority=1000)
+    snap = snapshot([node("n1")], [gpu_slice("n1", [device(0)])], [held, claim("want")], on={"n1": [low]})
+    out = cycle(high, snap)
+    assert isinstance(out, Unschedulable) and out.victims == []
+    assert out.message == ("0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are "
+                           "available: 1 Preemption is not helpful for scheduling.")
+
+
+def test_a_dra_pod_short_of_cpu_preempts_when_its_device_is_free() -> None:
+    """The reverse: the claim can be allocated, only cpu is short; the lower-priority cpu user is evicted."""
+    hog = pod("hog", containers=[ctr(cpu="8")], priority=0)
+    high = pod("high", containers=[ctr(cpu="1")], claims=[{"name": "gpu", "resourceClaimName": "want"}], priority=9)
+    snap = snapshot([node("n1")], [gpu_slice("n1", [device(0)])], [claim("want")], on={"n1": [hog]})
+    out = cycle(high, snap)
+    assert isinstance(out, Unschedulable) and names(out.victims) == ["hog"] and out.nominate == "n1"
+    assert out.message == ("0/1 nodes are available: 1 Insufficient cpu. preemption: found a potential placement for "
+                           "pod on node n1, preempting 1 victims")
+
+
+def test_the_node_with_the_least_important_victims_is_chosen() -> None:
+    """pickOneNodeForPreemption: a's victim has priority 50, b's and c's top out at 10 (a is out); c's victims sum
+    to 10, b's to 20: c."""
+    nodes = [node("a", gpus=2), node("b", gpus=2), node("c", gpus=2)]
+    on = {"a": [gpu_pod("a-50", 50, gpus=2)], "b": [gpu_pod("b-10", 10), gpu_pod("b-10b", 10)],
+          "c": [gpu_pod("c-10", 10), gpu_pod("c-0", 0)]}
+    out = cycle(gpu_pod("p", 1000, gpus=2), snapshot(nodes, on=on))
+    assert isinstance(out, Unschedulable) and out.nominate == "c" and names(out.victims) == ["c-10", "c-0"]
+
+
+def test_node_choice_ties_go_to_fewer_victims_then_to_the_most_recently_started() -> None:
+    def placed(name: str, prio: int, started: str | None = None) -> PlacedPod:
+        return PlacedPod(gpu_pod(name, prio, started=started))
+    rng = random.Random(0)
+    # equal highest priority and equal sums (each victim counts prio + 2^31): fewer victims first
+    assert pick_node({"two": [placed("x", 0), placed("y", 0)], "one": [placed("z", 0)]}, rng) == "one"
+    # same in all of that: the node whose highest-priority victims started latest (a pod not started yet counts
+    # as started now)
+    old, new = "2026-01-01T00:00:00Z", "2026-03-01T00:00:00Z"
+    assert pick_node({"old": [placed("o", 5, old)], "new": [placed("n", 5, new)]}, rng) == "new"
+    assert pick_node({"old": [placed("o", 5, old)], "pending": [placed("p", 5)]}, rng) == "pending"
+
+
+def test_a_pod_nominated_to_a_node_keeps_its_room_from_pods_of_lower_or_equal_priority_only() -> None:
+    """addGENominatedPods: pods nominated with at least the incoming pod's priority count as running there."""
+    high = gpu_pod("high", 1000)
+    high["status"]["nominatedNodeName"] = "n1"
+    snap = snapshot([node("n1", gpus=1)], nominated={"n1": [high]})
+    low = cycle(gpu_pod("late-low", 0), snap)
+    assert isinstance(low, Unschedulable)
+    assert low.message == ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are "
+                           "available: 1 No preemption victims found for incoming pod.")
+    assert isinstance(cycle(gpu_pod("peer", 1000), snap), Unschedulable)  # equal priority yields too
+    higher = cycle(gpu_pod("higher", 2000), snap)
+    assert isinstance(higher, Scheduled) and higher.node == "n1"  # the room was kept against lower pods only
+    itself = cycle(high, snap)  # the nominated pod does not count against itself
+    assert isinstance(itself, Scheduled) and itself.node == "n1"
+
+
+def test_the_nominated_node_is_tried_first_and_taken_when_it_fits() -> None:
+    p = gpu_pod("p", 1000)
+    p["status"]["nominatedNodeName"] = "busy"
+    nodes = [node("busy", gpus=2), node("idle", gpus=2)]
+    on = {"busy": [pod("web", containers=[ctr(cpu="6")])]}  # scoring (LeastAllocated) would prefer "idle"
+    out = cycle(p, snapshot(nodes, on=on))
+    assert isinstance(out, Scheduled) and out.node == "busy"
+    del p["status"]["nominatedNodeName"]
+    assert cycle(p, snapshot(nodes, on=on)).node == "idle"  # type: ignore[union-attr]
+
+
+def test_while_its_victim_terminates_the_preemptor_waits_keeping_its_nomination() -> None:
+    victim = gpu_pod("low", 0)
+    victim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    victim["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True",
+                                       "reason": "PreemptionByScheduler", "message": "default-scheduler: ..."}]
+    high = gpu_pod("high", 1000)
+    high["status"]["nominatedNodeName"] = "n1"
+    out = cycle(high, snapshot([node("n1", gpus=1)], on={"n1": [victim]}))
+    assert isinstance(out, Unschedulable) and out.victims == [] and out.nominate is None
+    assert out.message == ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: not eligible due to "
+                           "a terminating pod on the nominated node.")
+    # Another pod, not nominated there, may pick the terminating pod as its victim again (no second DELETE is sent
+    # for it: the scheduler skips victims being deleted)
+    other = cycle(gpu_pod("other", 1000), snapshot([node("n1", gpus=1)], on={"n1": [victim]}))
+    assert isinstance(other, Unschedulable) and names(other.victims) == ["low"]
+
+
+def test_a_filter_error_met_only_while_simulating_an_eviction_ends_the_message_and_keeps_the_nomination() -> None:
+    """The main pass stops at NodeResourcesFit (cpu), so DynamicResources' CEL error shows only in the dry run:
+    DryRunPreemption keeps the error, Preempt returns it with no candidate, and the pod stays Unschedulable (not a
+    SchedulerError) with it after "preemption: "; the PostFilter result is nil, so the nomination is left."""
+    hog = pod("hog", containers=[ctr(cpu="8")], priority=0)
+    bad = claim("c", req(selector='device.attributes["gpu.dra-bridge.io"].nope == 1'))
+    p = pod("p", containers=[ctr(cpu="1")], claims=[{"name": "gpu", "resourceClaimName": "c"}], priority=9)
+    out = cycle(p, snapshot([node("n1")], [gpu_slice("n1", [device(0)])], [bad], on={"n1": [hog]}))
+    assert isinstance(out, Unschedulable) and not out.error and out.victims == [] and out.nominate is None
+    assert out.message.startswith('0/1 nodes are available: 1 Insufficient cpu. preemption: running "DynamicResources" '
+                                  'filter plugin: claim default/c: selector #0: CEL runtime error')

@@ -46,7 +46,10 @@ whose only legacy GPU was unhealthy: allocatable `nvidia.com/gpu` 0). `dra_postf
 DynamicResources PostFilter says "no new claims to deallocate" or "still not schedulable" when it does nothing; from
 1.37 it returns Unschedulable without a reason (dynamicresources.go `PostFilter`, read at v1.32.0, v1.35.4,
 v1.36.0 and v1.37.2; seen on kube-scheduler v1.37.2: "0/1 nodes are available: 1 cannot allocate all claims.
-preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.").
+preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."). `preemption_placement_message`
+— from 1.37 a successful DefaultPreemption says "preemption: found a potential placement for pod on node N,
+preempting K victims" (framework/preemption/preemption.go `Preempt`, read at v1.32.0, v1.33.0, v1.34.0, v1.35.4,
+v1.36.0 (Success without a message) and v1.37.2; seen on kube-scheduler v1.37.2).
 """
 
 from __future__ import annotations
@@ -158,6 +161,10 @@ class KubernetesProfile:
     @property
     def dra_postfilter_reasons(self) -> bool:
         return self.minor <= 36
+
+    @property
+    def preemption_placement_message(self) -> bool:
+        return self.minor >= 37
 
     @property
     def slice_pool_field_selector(self) -> bool:

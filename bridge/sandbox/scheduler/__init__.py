@@ -7,9 +7,9 @@ ResourceSlices as the real DynamicResources plugin and structured allocator do.
     sched.stop()
 
 Layout: `podresources` (what a pod requests), `nodefilters` (NodeUnschedulable, TaintToleration, NodeAffinity,
-NodeResourcesFit), `allocator` (structured parameters), `extended` (KEP-5004), `cycle` (one pure scheduling
-cycle and its messages), `recorder` (events.k8s.io Events), `scheduler` (the I/O shell). A stand-in: production
-code never imports it (import-linter contract "sandbox-not-in-production").
+NodeResourcesFit), `allocator` (structured parameters), `extended` (KEP-5004), `preemption` (DefaultPreemption),
+`cycle` (one pure scheduling cycle and its messages), `recorder` (events.k8s.io Events), `scheduler` (the I/O
+shell). A stand-in: production code never imports it (import-linter contract "sandbox-not-in-production").
 """
 
 from .allocator import AllocatedState, AllocatorError, Features, MatchCache, allocate

@@ -20,16 +20,27 @@ extendeddynamicresources.go:
   unavailable allocated claim reserved by nobody or only this pod, it is deallocated ("deallocation of
   ResourceClaim completed"); a stale extended-resource claim is deleted ("deletion of ResourceClaim completed");
   otherwise "still not schedulable" (from 1.37 neither of the two "nothing done" reasons is given:
-  `Profile.dra_postfilter_reasons`). Preemption: this stand-in never evicts, so it answers as the real one does
-  when there are no lower-priority victims: per node "Preemption is not helpful for scheduling" for unresolvable
-  reasons (the node-only filters, DRA's, and from 1.34 NodeResourcesFit when a request exceeds the node's whole
-  allocatable, `Profile.unresolvable_fit`), else "No preemption victims found for incoming pod";
-  `preemptionPolicy: Never` -> "not eligible".
+  `Profile.dra_postfilter_reasons`). Then DefaultPreemption (preemption.py: eligibility, victims per node, the
+  node): the nodes whose filters failed resolvably are tried (unresolvable: the node-only filters, DRA's, and from
+  1.34 NodeResourcesFit when a request exceeds the node's whole allocatable, `Profile.unresolvable_fit`); the
+  lower-priority pods on a node are evicted in the simulation, as few as needed. DRA devices are never freed by it
+  (DynamicResources has no PreFilterExtensions), so a DRA pod preempts only for what NodeResourcesFit counts (cpu,
+  memory, pods, legacy extended resources). With a candidate the pod is nominated to its node (`nominate`) and its
+  victims are returned for the scheduler to evict (`victims`); without one each node answers "Preemption is not
+  helpful for scheduling", "No preemption victims found for incoming pod" or the filters' reasons with its
+  victims gone, and the nomination is cleared; `preemptionPolicy: Never` or a victim still terminating on the
+  nominated node -> "not eligible ..." and the nomination stays.
+* Filters count the pods nominated to a node with at least the incoming pod's priority as running there, the pod
+  itself excepted (framework/runtime/framework.go `addGENominatedPods`), and a pod's own nominated node is tried
+  first and taken when it fits (schedule_one.go `evaluateNominatedNode`).
 * The message (framework/types.go `FitError.Error`): "0/N nodes are available: <PreFilter message>." or
-  "0/N nodes are available: <count reason, ...>." (sorted), then " <PostFilter messages joined by ', '>." — e.g.
-  on 1.36 "0/2 nodes are available: 2 cannot allocate all claims. still not schedulable, preemption: 0/2 nodes are
-  available: 2 Preemption is not helpful for scheduling.", on 1.37 the same without "still not schedulable, "
-  (tests/real/test_scheduler_differential.py compares the stand-in's words with kube-scheduler v1.37.2's)."
+  "0/N nodes are available: <count reason, ...>." (sorted), then " <PostFilter messages joined by ', '>" as they
+  are (no period added) — e.g. on 1.36 "0/2 nodes are available: 2 cannot allocate all claims. still not
+  schedulable, preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.", on 1.37 the same
+  without "still not schedulable, "; a successful preemption's status is the only PostFilter message kept: on 1.37
+  "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: found a potential placement for pod on node
+  n1, preempting 1 victims" (no period), through 1.36 nothing after the filters' reasons
+  (tests/real/test_scheduler_differential.py compares the stand-in's words with kube-scheduler v1.37.2's).
 * Score: NodeResourcesFit LeastAllocated on cpu/memory (requests of 0 count as 100m / 200Mi) plus preferred node
   affinity weights; the highest score wins, ties at random (selectHost). The real default profile also scores
   BalancedAllocation, ImageLocality, PodTopologySpread and InterPodAffinity, which have no inputs in the sandbox.
@@ -39,11 +50,12 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import extended as ext
+from . import preemption
 from .allocator import AllocatedState, AllocatorError, Features, MatchCache, allocate
 from .nodefilters import (
     insufficient,
@@ -55,12 +67,11 @@ from .nodefilters import (
     taint_toleration,
 )
 from .podresources import allocatable, pod_requests
+from .preemption import NO_VICTIMS, NOT_HELPFUL, PlacedPod
 
 Obj = dict[str, Any]
 RESERVED_FOR_MAX = 256  # ResourceClaimReservedForMaxSize
 FINALIZER = "resource.kubernetes.io/delete-protection"
-NOT_HELPFUL = "Preemption is not helpful for scheduling"
-NO_VICTIMS = "No preemption victims found for incoming pod"
 NO_NODES = "no nodes available to schedule pods"
 
 
@@ -77,6 +88,9 @@ class NodeUsage:
             self.nonzero[name] = self.nonzero.get(name, 0) + sign * (requests.get(name, 0) or default)
         self.pods += sign
 
+    def copy(self) -> NodeUsage:
+        return NodeUsage(dict(self.requested), dict(self.nonzero), self.pods)
+
 
 @dataclass
 class Snapshot:
@@ -89,6 +103,10 @@ class Snapshot:
     pending_allocation: set[str] = field(default_factory=set)  # claim uids with an allocation in flight
     # Parsed node allocatable by node name (optional: computed from the nodes when absent).
     allocatable: dict[str, dict[str, int]] = field(default_factory=dict)
+    # What `usage` adds up, pod by pod (bound or assumed, not finished): DefaultPreemption's victims come from here.
+    pods: dict[str, list[PlacedPod]] = field(default_factory=dict)
+    # The scheduler's nominator: pods nominated to each node, neither bound nor assumed.
+    nominated: dict[str, list[PlacedPod]] = field(default_factory=dict)
 
     def slices_for(self, node_name: str) -> list[Obj]:
         """The slices that can serve a node: its own (spec.nodeName) and every slice not bound to one node; the
@@ -123,6 +141,7 @@ class Profile:
     detailed_taint_reason: bool
     unresolvable_fit: bool = True  # 1.34+: a request over the node's whole allocatable is unresolvable
     dra_postfilter_reasons: bool = False  # through 1.36: "no new claims to deallocate" / "still not schedulable"
+    preemption_placement_message: bool = True  # 1.37+: "preemption: found a potential placement for pod on ..."
 
 
 @dataclass
@@ -146,6 +165,10 @@ class Unschedulable:
     gated: bool = False  # rejected before scheduling (PreEnqueue): no event, no condition
     deallocate: Obj | None = None  # PostFilter: the claim to deallocate
     delete_claim: Obj | None = None  # PostFilter: the stale extended-resource claim to delete
+    # The nominating info written with the condition: a node to nominate, "" to clear status.nominatedNodeName (what
+    # the scheduler does on most failures), None to leave it (preemption not eligible).
+    nominate: str | None = ""
+    victims: list[Obj] = field(default_factory=list)  # DefaultPreemption: the pods to evict for `nominate`
 
 
 class Reject(Exception):
@@ -249,22 +272,10 @@ def _fit_error(total: int, reasons: Mapping[str, list[str]], prefilter: str, pos
         if hist:
             msg += f" {', '.join(hist)}."
     if postfilter:
-        # DefaultPreemption's message is itself a FitError text ending in "."; the outer message does not add a
-        # second one (current releases; some older ones printed "..").
-        joined = ", ".join(postfilter)
-        msg += f" {joined}" if joined.endswith(".") else f" {joined}."
+        # As it is: DefaultPreemption's refusals are FitError texts ending in "." themselves, its success message
+        # ("... preempting 1 victims") has no period, and FitError.Error adds none.
+        msg += f" {', '.join(postfilter)}"
     return msg
-
-
-def _preemption(pod: Mapping[str, Any], total: int, unresolvable: Mapping[str, bool]) -> str:
-    if (pod.get("spec") or {}).get("preemptionPolicy") == "Never":
-        return "preemption: not eligible due to preemptionPolicy=Never."
-    counts: dict[str, int] = {}
-    for bad in unresolvable.values():
-        key = NOT_HELPFUL if bad else NO_VICTIMS
-        counts[key] = counts.get(key, 0) + 1
-    hist = ", ".join(sorted(f"{n} {r}" for r, n in counts.items()))
-    return f"preemption: 0/{total} nodes are available: {hist}." if hist else f"preemption: 0/{total} nodes are available."
 
 
 @dataclass
@@ -307,11 +318,96 @@ def _prefilter(pod: Obj, snap: Snapshot, profile: Profile, requests: Mapping[str
     return _DraState(claims, extended, ext_reqs, mapping, to_allocate)
 
 
+_Feasible = tuple[list[Obj] | None, Obj | None, list[Obj]]  # the DRA filter's allocations, extended claim, mappings
+
+
+@dataclass
+class _Refused:
+    reasons: list[str]
+    unresolvable: bool
+
+
+def _node_filters(pod: Obj, node: Obj, profile: Profile) -> str | None:
+    return (node_unschedulable(pod, node) or taint_toleration(pod, node, detailed=profile.detailed_taint_reason)
+            or node_affinity(pod, node))
+
+
+def _fit(requests: Mapping[str, int], alloc: Mapping[str, int], usage: NodeUsage, dra: _DraState,
+         profile: Profile) -> _Refused | None:
+    left_to_dra = {r for r in dra.ext_requests if alloc.get(r, 0) == 0}
+    short = insufficient(requests, alloc, usage.requested, usage.pods, left_to_dra=left_to_dra)
+    if not short:
+        return None
+    return _Refused([reason for reason, _ in short], profile.unresolvable_fit and any(bad for _, bad in short))
+
+
+def _with_nominated(pod: Obj, snap: Snapshot, name: str) -> NodeUsage:
+    """addGENominatedPods: the node's usage plus every pod nominated to it with at least this pod's priority, other
+    than the pod itself (they are treated as running there, so this pod does not take the room kept for them)."""
+    usage = snap.usage.get(name) or NodeUsage()
+    own, uid = preemption.priority(pod), str(_meta(pod).get("uid"))
+    extra = [p for p in snap.nominated.get(name, ()) if p.priority >= own and p.uid != uid]
+    if not extra:
+        return usage
+    usage = usage.copy()
+    for p in extra:
+        usage.add(p.requests)
+    return usage
+
+
+def _filter(pod: Obj, node: Obj, requests: Mapping[str, int], dra: _DraState, snap: Snapshot, profile: Profile,
+            cache: MatchCache | None, unavailable: set[int]) -> _Refused | _Feasible:
+    """The Filter plugins on one node, in order, stopping at the first that refuses (RunFilterPluginsWithNominatedPods;
+    the second pass without the nominated pods cannot change a resource verdict). AllocatorError propagates."""
+    reason = _node_filters(pod, node, profile)
+    if reason:
+        return _Refused([reason], True)
+    alloc = snap.node_allocatable(node)
+    refused = _fit(requests, alloc, _with_nominated(pod, snap, str(node["metadata"]["name"])), dra, profile)
+    if refused is not None:
+        return refused
+    result = _filter_dra(pod, node, alloc, dra, snap, profile, cache, unavailable)
+    return _Refused([result], True) if isinstance(result, str) else result
+
+
+def _fit_check(pod: Obj, node: Obj, requests: Mapping[str, int], dra: _DraState, snap: Snapshot, profile: Profile,
+               cache: MatchCache | None) -> preemption.FitCheck:
+    """The filters of a preemption simulation on `node`, given the pods that stay on it (the others are removed from
+    its usage). DynamicResources' verdict does not depend on them (no PreFilterExtensions): computed once."""
+    name = str(node["metadata"]["name"])
+    on_node = snap.pods.get(name, [])
+    alloc = snap.node_allocatable(node)
+    dra_verdict: list[str] = []
+
+    def check(staying: Sequence[preemption.PlacedPod]) -> list[str]:
+        reason = _node_filters(pod, node, profile)
+        if reason:
+            return [reason]
+        kept = {p.uid for p in staying}
+        usage = _with_nominated(pod, snap, name).copy()
+        for p in on_node:
+            if p.uid not in kept:
+                usage.add(p.requests, -1)
+        refused = _fit(requests, alloc, usage, dra, profile)
+        if refused is not None:
+            return refused.reasons
+        if not dra_verdict:
+            try:
+                result = _filter_dra(pod, node, alloc, dra, snap, profile, cache, set())
+            except AllocatorError as err:
+                raise preemption.FilterError(f'running "DynamicResources" filter plugin: {err}') from err
+            dra_verdict.append(result if isinstance(result, str) else "")
+        return [dra_verdict[0]] if dra_verdict[0] else []
+
+    return check
+
+
 def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | None = None,
              rng: random.Random | None = None) -> Scheduled | Unschedulable:
     rng = rng or random.Random()
     total = len(snap.nodes)
     requests = pod_requests(pod)
+    names = [str(n["metadata"]["name"]) for n in snap.nodes]
     try:
         dra = _prefilter(pod, snap, profile, requests)
     except Reject as rej:
@@ -319,51 +415,37 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
             return Unschedulable(rej.message, gated=True)
         if total == 0:
             return Unschedulable(NO_NODES)
-        # DynamicResources' PostFilter finds no claims in its state yet (PreFilter rejected before recording them).
-        post = ["no new claims to deallocate" if profile.dra_postfilter_reasons else "",
-                _preemption(pod, total, {n["metadata"]["name"]: True for n in snap.nodes})]
-        return Unschedulable(_fit_error(total, {}, rej.message, [m for m in post if m]))
+        # Every node gets the PreFilter status (unresolvable): no preemption candidate; the PostFilter of
+        # DynamicResources finds no claims in its state yet.
+        outcome = preemption.preempt(pod, names, {}, snap.pods, lambda _: lambda _: [],
+                                     placement_message=profile.preemption_placement_message, rng=rng)
+        post = ["no new claims to deallocate" if profile.dra_postfilter_reasons else "", outcome.message]
+        return Unschedulable(_fit_error(total, {}, rej.message, [m for m in post if m]), nominate=outcome.nominate)
     except AllocatorError as err:
         return Unschedulable(f'running PreFilter plugin "DynamicResources": {err}', error=True)
     if total == 0:
         return Unschedulable(NO_NODES)
 
-    reasons: dict[str, list[str]] = {}
-    unresolvable: dict[str, bool] = {}
-    feasible: list[tuple[Obj, list[Obj] | None, Obj | None, list[Obj]]] = []
+    by_name = dict(zip(names, snap.nodes, strict=True))
     unavailable: set[int] = set()
-    for node in snap.nodes:
-        name = str(node["metadata"]["name"])
-        usage = snap.usage.get(name) or NodeUsage()
-        reason = (node_unschedulable(pod, node)
-                  or taint_toleration(pod, node, detailed=profile.detailed_taint_reason)
-                  or node_affinity(pod, node))
-        if reason:
-            reasons[name], unresolvable[name] = [reason], True
-            continue
-        alloc = snap.node_allocatable(node)
-        left_to_dra = {r for r in dra.ext_requests if alloc.get(r, 0) == 0}
-        short = insufficient(requests, alloc, usage.requested, usage.pods, left_to_dra=left_to_dra)
-        if short:
-            reasons[name] = [reason for reason, _ in short]
-            unresolvable[name] = profile.unresolvable_fit and any(bad for _, bad in short)
-            continue
-        try:
-            result = _filter_dra(pod, node, alloc, dra, snap, profile, cache, unavailable)
-        except AllocatorError as err:
-            return Unschedulable(f'running "DynamicResources" filter plugin: {err}', error=True)
-        if isinstance(result, str):
-            reasons[name], unresolvable[name] = [result], True
-            continue
-        feasible.append((node, *result))
+    nominated = by_name.get(str((pod.get("status") or {}).get("nominatedNodeName") or ""))
+    try:
+        if nominated is not None:  # evaluateNominatedNode: tried first, taken when it fits
+            first = _filter(pod, nominated, requests, dra, snap, profile, cache, unavailable)
+            if not isinstance(first, _Refused):
+                return Scheduled(str(nominated["metadata"]["name"]), _plans(pod, dra, *first))
+        refusals: dict[str, _Refused] = {}
+        feasible: list[tuple[Obj, list[Obj] | None, Obj | None, list[Obj]]] = []
+        for name, node in by_name.items():
+            result = _filter(pod, node, requests, dra, snap, profile, cache, unavailable)
+            if isinstance(result, _Refused):
+                refusals[name] = result
+            else:
+                feasible.append((node, *result))
+    except AllocatorError as err:
+        return Unschedulable(f'running "DynamicResources" filter plugin: {err}', error=True)
     if not feasible:
-        post = [_dra_postfilter(pod, dra, unavailable, profile), _preemption(pod, total, unresolvable)]
-        out = Unschedulable(_fit_error(total, reasons, "", [m for m in post if m]))
-        if post[0] == "deallocation of ResourceClaim completed":
-            out.deallocate = _deallocatable(pod, dra, unavailable)
-        elif post[0] == "deletion of ResourceClaim completed":
-            out.delete_claim = dra.extended
-        return out
+        return _post_filter(pod, snap, profile, requests, dra, refusals, unavailable, cache, rng)
     scored = []
     for node, allocations, node_ext, mappings in feasible:
         name = str(node["metadata"]["name"])
@@ -373,6 +455,29 @@ def schedule(pod: Obj, snap: Snapshot, profile: Profile, *, cache: MatchCache | 
     best = max(s[0] for s in scored)
     _, node, allocations, node_ext, mappings = rng.choice([s for s in scored if s[0] == best])
     return Scheduled(str(node["metadata"]["name"]), _plans(pod, dra, allocations, node_ext, mappings))
+
+
+def _post_filter(pod: Obj, snap: Snapshot, profile: Profile, requests: Mapping[str, int], dra: _DraState,
+                 refusals: Mapping[str, _Refused], unavailable: set[int], cache: MatchCache | None,
+                 rng: random.Random) -> Unschedulable:
+    """RunPostFilterPlugins: DynamicResources, then DefaultPreemption; a successful preemption's status is the
+    only one kept (the plugins' reasons are joined only when none succeeds)."""
+    total = len(snap.nodes)
+    reasons = {name: r.reasons for name, r in refusals.items()}
+    dra_reason = _dra_postfilter(pod, dra, unavailable, profile)
+    by_name = {str(n["metadata"]["name"]): n for n in snap.nodes}
+    outcome = preemption.preempt(
+        pod, list(by_name), {name: r.unresolvable for name, r in refusals.items()}, snap.pods,
+        lambda name: _fit_check(pod, by_name[name], requests, dra, snap, profile, cache),
+        placement_message=profile.preemption_placement_message, rng=rng)
+    post = [outcome.message] if outcome.victims or outcome.error else [dra_reason, outcome.message]
+    out = Unschedulable(_fit_error(total, reasons, "", [m for m in post if m]), nominate=outcome.nominate,
+                        victims=outcome.victims)
+    if dra_reason == "deallocation of ResourceClaim completed":
+        out.deallocate = _deallocatable(pod, dra, unavailable)
+    elif dra_reason == "deletion of ResourceClaim completed":
+        out.delete_claim = dra.extended
+    return out
 
 
 def _filter_dra(pod: Obj, node: Obj, alloc: Mapping[str, int], dra: _DraState, snap: Snapshot, profile: Profile,
@@ -461,6 +566,6 @@ def _plans(pod: Obj, dra: _DraState, allocations: list[Obj] | None, node_ext: Ob
 
 
 __all__ = [
-    "ClaimPlan", "FINALIZER", "Reject", "NodeUsage", "Profile", "Scheduled", "Snapshot", "Unschedulable", "can_be_reserved",
-    "is_reserved_for", "pod_claims", "schedule",
+    "NO_VICTIMS", "NOT_HELPFUL", "ClaimPlan", "FINALIZER", "Reject", "NodeUsage", "PlacedPod", "Profile", "Scheduled",
+    "Snapshot", "Unschedulable", "can_be_reserved", "is_reserved_for", "pod_claims", "schedule",
 ]

@@ -4,7 +4,8 @@ Written from k8s.io/client-go tools/events (event_recorder.go `makeEvent`, event
 which kube-scheduler uses (pkg/scheduler/scheduler.go: `events.NewEventBroadcasterAdapter`):
 * an Event is named `<regarding name>.<event time in hex nanoseconds>`, lives in the regarding object's namespace,
   carries `eventTime` (RFC 3339 with microseconds), `reportingController` (the scheduler name),
-  `reportingInstance` (`<scheduler name>-<hostname>`), `action`, `reason`, `type`, `note` and `regarding`;
+  `reportingInstance` (`<scheduler name>-<hostname>`), `action`, `reason`, `type`, `note`, `regarding` and, when
+  given, `related` (a preemption's Event names the preemptor there);
 * an isomorphic event (same regarding object, reason, action, type, note and reporter) within 6 minutes becomes a
   series: the second occurrence updates the stored Event with `series: {count: 2, lastObservedTime}`; further
   occurrences only count in memory (the real broadcaster writes them every 30 minutes, which no test waits for).
@@ -54,12 +55,14 @@ class EventRecorder:
         self._lock = threading.Lock()
         self.written = 0
 
-    def event(self, regarding: Obj, type_: Literal["Normal", "Warning"], reason: str, action: str, note: str) -> None:
+    def event(self, regarding: Obj, type_: Literal["Normal", "Warning"], reason: str, action: str, note: str, *,
+              related: Obj | None = None) -> None:
         meta = regarding.get("metadata") or {}
         ns = str(meta.get("namespace") or "default")
         if len(note) > NOTE_MAX:
             note = note[: NOTE_MAX - 3] + "..."
-        key = (str(meta.get("uid")), reason, action, type_, note)
+        related_uid = str(((related or {}).get("metadata") or {}).get("uid"))
+        key = (str(meta.get("uid")), reason, action, type_, note, related_uid)
         now = self.clock()
         with self._lock:
             seen = self._seen.get(key)
@@ -80,16 +83,16 @@ class EventRecorder:
             if patch is not None:
                 self.api.patch(EVENTS_V1, name, patch, namespace)
             else:
-                ref = {"apiVersion": regarding.get("apiVersion", "v1"), "kind": regarding.get("kind", "Pod"),
-                       "namespace": ns, "name": meta.get("name"), "uid": meta.get("uid"),
-                       "resourceVersion": meta.get("resourceVersion")}
-                self.api.create(EVENTS_V1, {
+                body = {
                     "apiVersion": "events.k8s.io/v1", "kind": "Event",
                     "metadata": {"name": name, "namespace": ns},
                     "eventTime": micro_time(now), "reportingController": self.controller,
                     "reportingInstance": self.instance, "action": action, "reason": reason, "type": type_,
-                    "note": note, "regarding": {k: v for k, v in ref.items() if v},
-                }, ns)
+                    "note": note, "regarding": _reference(regarding),
+                }
+                if related is not None:
+                    body["related"] = _reference(related)
+                self.api.create(EVENTS_V1, body, ns)
             self.written += 1
         except KubeError as err:
             log.warning("could not record event %s for %s/%s: %s", reason, ns, meta.get("name"), err.message)
@@ -97,6 +100,15 @@ class EventRecorder:
     def _prune(self, now: float) -> None:
         if len(self._seen) > 4096:
             self._seen = {k: v for k, v in self._seen.items() if now - v.last < SERIES_WINDOW}
+
+
+def _reference(obj: Obj) -> Obj:
+    """reference.GetReference: the object's kind, name, namespace, uid and resourceVersion."""
+    meta = obj.get("metadata") or {}
+    ref = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
+           "namespace": str(meta.get("namespace") or "default"), "name": meta.get("name"), "uid": meta.get("uid"),
+           "resourceVersion": meta.get("resourceVersion")}
+    return {k: v for k, v in ref.items() if v}
 
 
 __all__ = ["EVENTS_V1", "EventRecorder", "micro_time"]

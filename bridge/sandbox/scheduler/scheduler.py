@@ -33,7 +33,14 @@ Written from kubernetes/kubernetes pkg/scheduler:
   `reservedFor` with a strategic-merge patch, delete a claim created in this cycle) and is reported like an error.
 * handleSchedulingFailure: an Event `FailedScheduling` (Warning, action Scheduling) with the FitError message, and
   the pod condition `PodScheduled=False` with reason `Unschedulable` (or `SchedulerError` for errors) and the same
-  message, patched only when it changes. PostFilter's deallocation / deletion of claims is carried out.
+  message, patched only when it changes, in one patch with the nominating info (`updatePod`): DefaultPreemption's
+  node sets `status.nominatedNodeName`, a failure without candidates or with an error clears it, an ineligible
+  preemptor keeps it (`Unschedulable.nominate`). PostFilter's deallocation / deletion of claims is carried out, and
+  a preemption's victims are evicted first (`_preempt`: see there and preemption.py).
+* The nominator (backend/queue/nominator.go): the node each waiting pod is nominated to, from its
+  `status.nominatedNodeName` or from this scheduler's decision before the status write comes back; dropped when the
+  pod is assumed, bound or deleted. The cycle counts nominated pods of at least the incoming pod's priority on their
+  node (cycle.py), and tries a pod's own nominated node first.
 * scheduling_queue.go: an unschedulable pod waits until a cluster event (node, ResourceSlice, ResourceClaim,
   DeviceClass change; an assigned pod deleted or finished; the pod itself updated) may help, then retries after
   its backoff (1 s doubling to 10 s per attempt); errors go to backoff directly; every unschedulable pod is retried
@@ -44,7 +51,8 @@ Written from kubernetes/kubernetes pkg/scheduler:
   `updateNodeInCache`, framework/events.go `NodeSchedulingPropertiesChange`, and the Node events the default
   plugins register: none registers condition or annotation changes), so neither a kubelet's heartbeat nor the
   bridge's split-status annotation retries anything. The pod's own status writes never retry it, also when one
-  comes back while its failure is still being handled (before, that re-queued it at once). Queueing hints: only
+  comes back while its failure is still being handled (before, that re-queued it at once). So a preemptor waits
+  for its victim's deletion with its first message, as with kube-scheduler v1.37.2. Queueing hints: only
   DynamicResources' claim hint is modelled (a claim change retries the pods using that claim; a deallocation
   retries every waiting pod); every other cluster event retries every waiting pod. A gated pod is held before any
   snapshot is taken (PreEnqueue).
@@ -74,6 +82,7 @@ from .allocator import AllocatedState, Features, MatchCache
 from .cycle import (
     FINALIZER,
     NodeUsage,
+    PlacedPod,
     Profile,
     Reject,
     Scheduled,
@@ -84,6 +93,7 @@ from .cycle import (
     schedule,
 )
 from .podresources import allocatable, pod_requests
+from .preemption import priority
 from .recorder import EventRecorder
 
 log = logging.getLogger("bridge.sandbox.scheduler")
@@ -195,6 +205,7 @@ def profile_of(profile: KubernetesProfile) -> Profile:
         detailed_taint_reason=profile.detailed_taint_reason,
         unresolvable_fit=profile.unresolvable_fit,
         dra_postfilter_reasons=profile.dra_postfilter_reasons,
+        preemption_placement_message=profile.preemption_placement_message,
     )
 
 
@@ -250,6 +261,10 @@ class Scheduler:
         self._fingerprints: dict[str, str] = {}
         self._pod_claims: dict[str, set[str]] = {}  # waiting pod -> "ns/claim" keys it uses
         self._claim_allocated: dict[str, bool] = {}
+        # The nominator (backend/queue/nominator.go): pod key -> the node it is nominated to, from its
+        # status.nominatedNodeName or this scheduler's last decision for it; and the value last read from the API.
+        self._nominated: dict[str, str] = {}
+        self._api_nominated: dict[str, str] = {}
         self._node_properties: dict[str, tuple[str, bool]] = {}  # node -> what scheduling reads of it
         # The pod in its scheduling cycle, and whether a cluster event that retries it arrived meanwhile
         # (determineSchedulingHintForInFlightPod: it then goes to backoff instead of waiting for the next event).
@@ -324,12 +339,15 @@ class Scheduler:
             self._gated.discard(key)
             self._fingerprints.pop(key, None)
             self._pod_claims.pop(key, None)
+            self._nominated.pop(key, None)
+            self._api_nominated.pop(key, None)
             if ev.type == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
                 self._assumed_pods.pop(key, None)
             if ev.type == "DELETED" and (pod.get("spec") or {}).get("nodeName") or _terminal(pod):
                 self._cluster_event()  # resources were freed
             return
         self._pod_claims[key] = _claim_keys(pod)
+        self._update_nominated(key, pod)
         fingerprint = _pod_fingerprint(pod)
         changed = self._fingerprints.get(key) != fingerprint
         self._fingerprints[key] = fingerprint
@@ -339,6 +357,17 @@ class Scheduler:
                 self._retry(key)
             return  # (the pod in its cycle included: its failure handler's own status write came back early)
         self._push(pod)
+
+    def _update_nominated(self, key: str, pod: Obj) -> None:
+        """nominator.UpdateNominatedPod (lock held): the API's nominatedNodeName wins, except that an update with none
+        before and none now keeps a nomination made in memory (the status write has not come back yet)."""
+        now = str((pod.get("status") or {}).get("nominatedNodeName") or "")
+        before = self._api_nominated.get(key, "")
+        self._api_nominated[key] = now
+        if now:
+            self._nominated[key] = now
+        elif before:
+            self._nominated.pop(key, None)
 
     def _push(self, pod: Obj) -> None:
         key = _key(pod)
@@ -455,12 +484,22 @@ class Scheduler:
             classes = {str(c["metadata"]["name"]): c for c in self._informers["classes"].snapshot().values()}
             slices = list(self._informers["slices"].snapshot().values())
             assumed_pods = dict(self._assumed_pods)
+            nominated_to = dict(self._nominated)
         usage: dict[str, NodeUsage] = {}
+        placed: dict[str, list[PlacedPod]] = {}
         for key, pod in pods.items():
             node = (pod.get("spec") or {}).get("nodeName") or assumed_pods.get(key)
             if not node or _terminal(pod):
                 continue
-            usage.setdefault(node, NodeUsage()).add(self._pod_requests(pod))
+            requests = self._pod_requests(pod)
+            usage.setdefault(node, NodeUsage()).add(requests)
+            placed.setdefault(node, []).append(PlacedPod(pod, requests))
+        nominated: dict[str, list[PlacedPod]] = {}
+        for key, node in nominated_to.items():
+            waiting = pods.get(key)
+            if waiting is None or (waiting.get("spec") or {}).get("nodeName") or key in assumed_pods:
+                continue  # assumed or bound pods count on their node already (assume drops the nomination)
+            nominated.setdefault(node, []).append(PlacedPod(waiting, self._pod_requests(waiting)))
         allocated = AllocatedState()
         by_key: dict[tuple[str, str], Obj] = {}
         for claim in claims.values():
@@ -479,7 +518,7 @@ class Scheduler:
         alloc: dict[str, dict[str, int]] = {}
         for node in nodes:
             alloc[str((node.get("metadata") or {}).get("name"))] = _memo(self._allocatable, node, allocatable)
-        return Snapshot(nodes, usage, by_key, classes, slices, allocated, pending, alloc)
+        return Snapshot(nodes, usage, by_key, classes, slices, allocated, pending, alloc, placed, nominated)
 
     def _pod_requests(self, pod: Obj) -> dict[str, int]:
         return _memo(self._requests, pod, pod_requests)
@@ -511,6 +550,7 @@ class Scheduler:
             # (the binding cycle runs in parallel with the next scheduling cycles, as in kube-scheduler).
             with self._cond:
                 self._assumed_pods[key] = decision.node
+                self._nominated.pop(key, None)  # assume: DeleteNominatedPodIfExists
                 for plan in decision.claims:
                     if plan.allocation is not None:
                         assumed = copy.deepcopy(plan.claim)
@@ -556,28 +596,96 @@ class Scheduler:
             self._deallocate(why.deallocate)
         if why.delete_claim is not None:
             self._delete_claim(why.delete_claim)
+        if why.victims and why.nominate:
+            self._preempt(pod, why.nominate, why.victims)
+        with self._cond:  # AddNominatedPod: override with the decision, or (None) keep what the pod says
+            node = why.nominate if why.nominate is not None else (pod.get("status") or {}).get("nominatedNodeName")
+            if node:
+                self._nominated[key] = str(node)
+            else:
+                self._nominated.pop(key, None)
         self.recorder.event(pod, "Warning", "FailedScheduling", "Scheduling", why.message)
-        self._set_condition(pod, "SchedulerError" if why.error else "Unschedulable", why.message)
+        self._set_condition(pod, "SchedulerError" if why.error else "Unschedulable", why.message, why.nominate)
         with self._cond:
             self._backoff(key, unschedulable=not why.error)
 
-    def _set_condition(self, pod: Obj, reason: str, message: str) -> None:
+    def _set_condition(self, pod: Obj, reason: str, message: str, nominate: str | None = None) -> None:
+        """updatePod: the PodScheduled condition and, unless `nominate` is None, status.nominatedNodeName ("" clears
+        it), in one patch of what changed."""
         key = _key(pod)
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
-                    and cond.get("reason") == reason and cond.get("message") == message):
-                return
-        if self._conditions.get(key) == (reason, message):
+        status: Obj = {}
+        same = any(cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                   and cond.get("reason") == reason and cond.get("message") == message
+                   for cond in (pod.get("status") or {}).get("conditions") or [])
+        if not same and self._conditions.get(key) != (reason, message):
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+                                     "lastProbeTime": None, "lastTransitionTime": now}]
+        if nominate is not None and nominate != ((pod.get("status") or {}).get("nominatedNodeName") or ""):
+            status["nominatedNodeName"] = nominate or None
+        if not status:
             return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        patch = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": reason,
-                                            "message": message, "lastProbeTime": None, "lastTransitionTime": now}]}}
         try:
-            self.api.patch(PODS, str(pod["metadata"]["name"]), patch, str(pod["metadata"]["namespace"]),
+            self.api.patch(PODS, str(pod["metadata"]["name"]), {"status": status}, str(pod["metadata"]["namespace"]),
                            patch_type="strategic", subresource="status")
-            self._conditions[key] = (reason, message)
+            if "conditions" in status:
+                self._conditions[key] = (reason, message)
         except KubeError as err:
-            log.warning("could not update the condition of pod %s: %s", key, err.message)
+            log.warning("could not update the status of pod %s: %s", key, err.message)
+
+    # -- preemption ------------------------------------------------------------------------------------------------
+    def _preempt(self, preemptor: Obj, node: str, victims: list[Obj]) -> None:
+        """The preemption executor (framework/preemption/executor.go `prepareCandidateAsync` and `PreemptPod`): clear
+        the nominations of lower-priority pods nominated to the node; then, for each victim not being deleted yet,
+        the condition DisruptionTarget=True (reason PreemptionByScheduler), a plain DELETE (the victim's own grace
+        period applies) and a Normal Event "Preempted" on it. A victim already gone is skipped without an Event.
+        The real scheduler makes these calls in a goroutine and keeps the preemptor out of its queue until they are
+        made (DefaultPreemption's PreEnqueue); here they are made before the failure is handled, which looks the same
+        from outside. (Victims in their binding cycle are deleted too; from 1.36 the real one cancels their PreBind
+        instead, in memory.)"""
+        own = priority(preemptor)
+        with self._cond:
+            lower = [k for k, n in self._nominated.items() if n == node
+                     and (p := self._informers["pods"].store.get(k)) is not None and priority(p) < own]
+            for k in lower:
+                self._nominated.pop(k, None)
+            clear = [k for k in lower if self._api_nominated.get(k)]
+        for k in clear:
+            ns, _, name = k.partition("/")
+            try:
+                self.api.patch(PODS, name, {"status": {"nominatedNodeName": None}}, ns, patch_type="strategic",
+                               subresource="status")
+            except KubeError as err:
+                log.warning("could not clear the nominated node of pod %s: %s", k, err.message)
+        scheduler = (preemptor.get("spec") or {}).get("schedulerName") or self.scheduler_name
+        uid = (preemptor.get("metadata") or {}).get("uid")
+        for victim in victims:
+            if (victim.get("metadata") or {}).get("deletionTimestamp"):
+                continue  # graceful deletion under way already
+            name, ns = str(victim["metadata"]["name"]), str(victim["metadata"]["namespace"])
+            message = f"{scheduler}: preempting to accommodate a higher priority pod"
+            current = next((c for c in (victim.get("status") or {}).get("conditions") or []
+                            if c.get("type") == "DisruptionTarget"), None)
+            try:
+                if current is None or (current.get("status"), current.get("reason"), current.get("message")) != (
+                        "True", "PreemptionByScheduler", message):
+                    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                    since = now if current is None or current.get("status") != "True" else current.get(
+                        "lastTransitionTime")
+                    self.api.patch(PODS, name, {"status": {"conditions": [{
+                        "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                        "message": message, "lastProbeTime": None, "lastTransitionTime": since}]}}, ns,
+                        patch_type="strategic", subresource="status")
+                self.api.delete(PODS, name, ns)
+            except NotFound:
+                log.info("victim %s/%s of %s is gone already", ns, name, _key(preemptor))
+                continue
+            except KubeError as err:
+                log.warning("could not preempt %s/%s for %s: %s", ns, name, _key(preemptor), err.message)
+                continue
+            log.info("pod %s preempted %s/%s on %s", _key(preemptor), ns, name, node)
+            self.recorder.event(victim, "Normal", "Preempted", "Preempting", f"Preempted by pod {uid} on node {node}",
+                                related=preemptor)
 
     def _deallocate(self, claim: Obj) -> None:
         rapi = self.api.resource_api()
@@ -674,7 +782,7 @@ class Scheduler:
             with self._cond:
                 self._forget(pod, decision)
             self._unreserve(pod, reserved, created)
-            if nominated:
+            if nominated or (pod.get("status") or {}).get("nominatedNodeName"):
                 self._nominate(pod, None)  # the failure handler's clearNominatedNode
             self.recorder.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
             self._set_condition(pod, "SchedulerError", message)
