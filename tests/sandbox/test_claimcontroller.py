@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from bridge.sandbox.claimcontroller.controller import ClaimCache
 from bridge.sandbox.claimcontroller.logic import (
     FINALIZER,
     POD_CLAIM_ANNOTATION,
@@ -38,7 +39,10 @@ def test_a_claim_from_a_template_is_owned_by_the_pod_and_names_its_pod_claim():
     assert meta["generateName"] == "train-gpu-" and meta["namespace"] == "ml" and meta["labels"] == {"team": "ml"}
     assert meta["annotations"] == {"a": "b", POD_CLAIM_ANNOTATION: "gpu"}
     assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "train", "uid": "u1",
-                                        "controller": True, "blockOwnerDeletion": True}]
+                                        "controller": True}]
+    # Up to 1.34 the controller also set blockOwnerDeletion.
+    (ref,) = claim_from_template(pod(), {"name": "gpu"}, template, minor=34)["metadata"]["ownerReferences"]
+    assert ref["blockOwnerDeletion"] is True
     assert claim["spec"] == {"devices": {"requests": [{"name": "gpu"}]}}
 
 
@@ -100,3 +104,31 @@ def test_the_work_queue_never_hands_one_key_to_two_workers_and_reprocesses_keys_
     assert q.get() == "b"  # after its backoff
     q.shutdown()
     assert q.get() is None
+
+
+def claim_obj(name: str, rv: int) -> dict:
+    return {"metadata": {"name": name, "namespace": "ml", "resourceVersion": str(rv)}}
+
+
+def test_the_claim_cache_answers_a_created_claim_until_the_informer_has_it_as_new_and_after_it_is_deleted():
+    now = [0.0]
+    cache = ClaimCache(clock=lambda: now[0])
+    created = claim_obj("train-gpu-x", 10)
+    cache.mutation(created)
+    assert cache.get("ml/train-gpu-x", None) is created  # not seen by the informer yet
+    assert cache.get("ml/train-gpu-x", claim_obj("train-gpu-x", 9)) is created  # the informer's copy is older
+    newer = claim_obj("train-gpu-x", 12)
+    assert cache.get("ml/train-gpu-x", newer) is newer
+    assert cache.get("ml/train-gpu-x", None) is None  # the lookup above dropped the cached copy
+
+
+def test_a_created_claim_the_controller_deleted_still_exists_for_it_for_an_hour():
+    # The controller never tells its mutation cache of a deletion (client-go IncludeAdds): the claim it deleted for a
+    # done pod, never looked up while the informer had it, still answers, so it is not created again.
+    now = [0.0]
+    cache = ClaimCache(clock=lambda: now[0])
+    cache.mutation(claim_obj("train-gpu-x", 10))
+    now[0] = 3599.0
+    assert cache.get("ml/train-gpu-x", None) is not None and len(cache.values()) == 1
+    now[0] = 3600.0
+    assert cache.get("ml/train-gpu-x", None) is None and cache.values() == []

@@ -17,6 +17,15 @@ real controller through client-go. Written from kubernetes/kubernetes pkg/contro
   the informer has not seen yet is never dropped.
 Events go through core/v1 with source component `resource_claim`, as the controller's event recorder does,
 repeated ones counted on the first (the EventCorrelator).
+
+Which claims each step sees, as in the real controller: `podNeedsWork`, `syncPod`'s reservations and `syncClaim`
+read the claim informer (`claimLister`); whether a pod's claim exists (`claimExists`) and the orphan search read
+client-go's mutation cache over it (`ClaimCache`: the claims this controller created, kept for an hour while newer
+than the informer's copy, also after the informer dropped them; client-go tools/cache/mutation_cache.go,
+`IncludeAdds`, TTL 1 h, 1,000 entries), then a GET. The controller never tells that cache of a deletion, so a
+generated claim it deleted for a done pod still "exists" for `claimExists` and is not created again; the stand-in
+forgot its entry at the claim's first event and re-created such a claim, deleted it, re-created it, without end
+(found by tests/real/test_claim_differential.py against kube-controller-manager v1.37.2).
 """
 
 from __future__ import annotations
@@ -65,6 +74,54 @@ class _UIDCache:
             return uid in self._items
 
 
+def _rv(obj: Obj) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class ClaimCache:
+    """client-go's `mutationCache` as the resource claim controller configures it (`IncludeAdds`, TTL 1 h, an LRU of
+    1,000): `mutation(claim)` after a create; `get(key, stored)` returns the informer's copy, unless the cached one
+    is newer (a higher resourceVersion), or the cached one when the informer has none (a claim not seen yet, or
+    deleted since: a deletion is never told to the cache). A lookup that finds the informer's copy as new as the
+    cached one drops the cached one (`newerObject`)."""
+
+    TTL_S = 3600.0
+    SIZE = 1000
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, Obj]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def mutation(self, obj: Obj) -> None:
+        with self._lock:
+            self._items[_key(obj)] = (self._clock() + self.TTL_S, obj)
+            self._items.move_to_end(_key(obj))
+            while len(self._items) > self.SIZE:
+                self._items.popitem(last=False)
+
+    def get(self, key: str, stored: Obj | None) -> Obj | None:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and hit[0] <= self._clock():
+                del self._items[key]
+                hit = None
+            if hit is None:
+                return stored
+            if stored is not None and _rv(stored) >= _rv(hit[1]):
+                del self._items[key]
+                return stored
+            return hit[1]
+
+    def values(self) -> list[Obj]:
+        now = self._clock()
+        with self._lock:
+            return [obj for expiry, obj in self._items.values() if expiry > now]
+
+
 class ClaimController:
     """`ClaimController(api, profile=profile_for("1.37")).start()`; `stop()` ends every thread it started."""
 
@@ -77,8 +134,7 @@ class ClaimController:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._informers: dict[str, Informer] = {}
-        # Claims this controller created, until the informer shows them (client-go's mutation cache).
-        self._created: dict[str, Obj] = {}
+        self._created = ClaimCache()  # the claims this controller created (client-go's mutation cache)
         # The pod index by claim (podResourceClaimIndex): "ns/claim" -> pod keys, and each pod's entries.
         self._pods_by_claim: dict[str, set[str]] = {}
         self._claims_of_pod: dict[str, list[str]] = {}
@@ -146,10 +202,17 @@ class ClaimController:
             self.queue.add(f"pod:{_key(pod)}")
 
     def _claim(self, ns: str, name: str) -> Obj | None:
-        claim = self._informers["claims"].store.get(f"{ns}/{name}")
+        """The informer's copy (`claimLister`)."""
+        return self._informers["claims"].store.get(f"{ns}/{name}")
+
+    def _claim_exists_copy(self, ns: str, name: str) -> Obj | None:
+        """`claimExists`: the mutation cache over the informer, then a GET."""
+        claim = self._created.get(f"{ns}/{name}", self._claim(ns, name))
         if claim is None:
-            with self._lock:
-                claim = self._created.get(f"{ns}/{name}")
+            try:
+                claim = self.api.get(self.api.resource_api().claims, name, ns)
+            except NotFound:
+                return None
         return claim
 
     def _pod_needs_work(self, pod: Obj) -> bool:
@@ -191,8 +254,6 @@ class ClaimController:
     def _claim_event(self, ev: WatchEvent) -> None:
         claim = ev.object
         key = _key(claim)
-        with self._lock:
-            self._created.pop(key, None)
         if ev.type != "DELETED":
             self.queue.add(f"claim:{key}")
         with self._lock:
@@ -268,13 +329,10 @@ class ClaimController:
             recorded = statuses[pc.get("name")].get("resourceClaimName")
             if not recorded:
                 return None
-            claim = self._claim(ns, str(recorded))
+            claim = self._claim_exists_copy(ns, str(recorded))
             if claim is not None and logic.owning_pod(claim) == (pod["metadata"]["name"], pod["metadata"]["uid"]):
                 return None  # already created
-        owned = [c for c in self._informers["claims"].snapshot().values()]
-        with self._lock:
-            owned += list(self._created.values())
-        claim = logic.find_pod_claim(pod, pc, owned)
+        claim = logic.find_pod_claim(pod, pc, self._owned_by(pod))
         if claim is None:
             template = self._informers["templates"].store.get(f"{ns}/{template_name}")
             if template is None:
@@ -282,15 +340,28 @@ class ClaimController:
                                   f'"{template_name}" not found')
             if logic.needs_admin_access(template) and not self.profile.enabled("DRAAdminAccess"):
                 raise _ClaimError("admin access is requested, but the feature is disabled")
-            body = logic.claim_from_template(pod, pc, template)
+            body = logic.claim_from_template(pod, pc, template, self.profile.minor)
             try:
                 claim = self.api.create(self.api.resource_api().claims, body, ns)
             except KubeError as err:
                 raise _ClaimError(f"create ResourceClaim {body['metadata'].get('name', '')}: {err.message}") from err
-            with self._lock:
-                self._created[_key(claim)] = claim
+            self._created.mutation(claim)
             self.created += 1
         return str(claim["metadata"]["name"])
+
+    def _owned_by(self, pod: Obj) -> list[Obj]:
+        """`claimCache.ByIndex(claimPodOwnerIndex, ns/uid)`: the claims whose controller is the pod, each the newer of
+        the informer's and the mutation cache's copy, and those only the mutation cache has. Only these are looked
+        up: a lookup drops a cached copy the informer has caught up with (`newerObject`)."""
+        ns, uid = pod["metadata"].get("namespace"), str(pod["metadata"].get("uid"))
+
+        def mine(claim: Obj) -> bool:
+            owner = logic.owning_pod(claim)
+            return owner is not None and owner[1] == uid and (claim.get("metadata") or {}).get("namespace") == ns
+
+        stored = {k: c for k, c in self._informers["claims"].snapshot().items() if mine(c)}
+        owned = [self._created.get(k, c) or c for k, c in stored.items()]
+        return owned + [c for c in self._created.values() if _key(c) not in stored and mine(c)]
 
     def _pod_gone(self, ns: str, name: str, uid: str) -> bool:
         """Whether the pod reserving a claim is certainly gone, replaced or done."""

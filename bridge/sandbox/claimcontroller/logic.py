@@ -4,7 +4,7 @@ when to deallocate and when to delete.
 Written from kubernetes/kubernetes pkg/controller/resourceclaim/controller.go:
 * A claim from a template (`handleClaim`): `generateName: <pod>-<pod claim>-` (when that is longer than 57
   characters both parts are cut proportionally and joined by "-", without a trailing "-": the real controller's
-  choice), the pod as controller owner with `blockOwnerDeletion`, the template's labels, its annotations plus
+  choice), the pod as controller owner (with `blockOwnerDeletion` up to 1.34), the template's labels, its annotations plus
   `resource.kubernetes.io/pod-claim-name: <pod claim>`, and the template's `spec.spec`. An orphan from an earlier
   attempt (owned by the pod, with that annotation, or named `<pod>-<claim>` by Kubernetes <= 1.27) is reused
   instead (`findPodResourceClaim`). Admin-access requests with DRAAdminAccess off fail ("admin access is
@@ -102,7 +102,11 @@ def needs_admin_access(template: Mapping[str, Any]) -> bool:
     return False
 
 
-def claim_from_template(pod: Mapping[str, Any], pod_claim: Mapping[str, Any], template: Mapping[str, Any]) -> Obj:
+def claim_from_template(pod: Mapping[str, Any], pod_claim: Mapping[str, Any], template: Mapping[str, Any],
+                        minor: int = 37) -> Obj:
+    """The claim `handleClaim` creates for a pod claim from its template, as release 1.`minor` writes it: up to 1.34
+    the owner reference sets `blockOwnerDeletion`, from 1.35 it does not (read at v1.32.0, v1.34.0, v1.35.4, v1.37.2;
+    kube-controller-manager v1.37.2 seen creating it without, tests/real/test_claim_differential.py)."""
     pmeta = _meta(pod)
     tmeta = ((template.get("spec") or {}).get("metadata") or {})
     annotations = dict(tmeta.get("annotations") or {})
@@ -111,7 +115,7 @@ def claim_from_template(pod: Mapping[str, Any], pod_claim: Mapping[str, Any], te
         "generateName": generate_name(str(pmeta.get("name")), str(pod_claim.get("name"))),
         "namespace": pmeta.get("namespace"),
         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pmeta.get("name"), "uid": pmeta.get("uid"),
-                             "controller": True, "blockOwnerDeletion": True}],
+                             "controller": True, **({"blockOwnerDeletion": True} if minor <= 34 else {})}],
         "annotations": annotations,
     }
     if tmeta.get("labels"):
