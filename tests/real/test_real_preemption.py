@@ -12,8 +12,9 @@ demand and moved n1's free DRA GPU to the legacy side 1.7 s after the preemption
 anyway, and its GPU then sat idle on the legacy side while the DRA side had none. Here the split must not change
 from the preemption to `high` running, and a DRA pod created afterwards runs on the DRA GPU that stayed.
 
-The scenario runs on the real control plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2) with
-kubelet simulators. About 20 s.
+The scenario runs on the real control plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2) and on
+the API emulator with the scheduler stand-in, both with kubelet simulators; both must show exactly `PREEMPTED`.
+About 40 s.
 """
 
 from __future__ import annotations
@@ -144,3 +145,10 @@ def test_kube_scheduler_preempts_for_a_legacy_pod_and_the_controller_moves_no_gp
     require_binaries("1.37", CONTROL_PLANE)
     with _cluster("real") as real:
         assert _run(real) == PREEMPTED
+
+
+def test_the_stand_ins_preempt_as_kube_scheduler_does_and_the_controller_moves_no_gpu_either() -> None:
+    # The same scenario on the API emulator with its Priority admission and the scheduler stand-in's DefaultPreemption
+    # (bridge/sandbox/scheduler/preemption.py): what a user sees must equal what kube-scheduler v1.37.2 showed above.
+    with _cluster("standin") as emulated:
+        assert _run(emulated) == PREEMPTED

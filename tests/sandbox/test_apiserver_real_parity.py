@@ -106,6 +106,33 @@ def test_a_pod_naming_a_missing_service_account_is_forbidden(server) -> None:  #
     assert call(server, "POST", "/api/v1/namespaces/default/pods", default)[0] == 201
 
 
+def test_the_priority_admission_sets_a_pods_priority_from_its_class_or_the_global_default(server) -> None:  # type: ignore[no-untyped-def]
+    pods, classes = "/api/v1/namespaces/default/pods", "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+    def pod(name: str, **spec: Any) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i"}], **spec}}
+
+    code, _, plain = call(server, "POST", pods, pod("plain"))
+    assert code == 201 and (plain["spec"]["priority"], plain["spec"]["preemptionPolicy"]) == (0, "PreemptLowerPriority")
+    assert "priorityClassName" not in plain["spec"]
+    call(server, "POST", classes, {"metadata": {"name": "high"}, "value": 1000})
+    call(server, "POST", classes, {"metadata": {"name": "batch"}, "value": 10, "globalDefault": True,
+                                   "preemptionPolicy": "Never"})
+    _, _, high = call(server, "POST", pods, pod("high", priorityClassName="high"))
+    assert (high["spec"]["priority"], high["spec"]["preemptionPolicy"]) == (1000, "PreemptLowerPriority")
+    _, _, default = call(server, "POST", pods, pod("default"))
+    assert (default["spec"]["priorityClassName"], default["spec"]["priority"], default["spec"]["preemptionPolicy"]) \
+        == ("batch", 10, "Never")
+    code, _, status = call(server, "POST", pods, pod("typo", priorityClassName="hihg"))
+    assert (code, status["message"]) == (403, 'pods "typo" is forbidden: no PriorityClass with name hihg was found')
+    code, _, status = call(server, "POST", pods, pod("own", priorityClassName="high", priority=5))
+    assert (code, status["message"]) == (403, 'pods "own" is forbidden: the integer value of priority (5) must not '
+                                              "be provided in pod spec; priority admission controller computed 1000 "
+                                              "from the given PriorityClass name")
+    code, _, _ = call(server, "POST", pods, pod("same", priorityClassName="high", priority=1000))
+    assert code == 201
+
+
 def test_resourceslices_are_selectable_by_pool_from_1_37(make_server) -> None:  # type: ignore[no-untyped-def]
     path = "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.pool.name%3Dp"
     assert call(make_server(version="1.37.2"), "GET", path)[0] == 200

@@ -10,8 +10,8 @@ Normal Event "Preempted" ("Preempted by pod <high's uid> on node n1"); `high` bi
 Here on a sandbox cluster with the stand-ins, the kubelet simulator and the real `bridge node`: the victim takes
 `STOP_S` to stop after SIGTERM (`sandbox.dra-bridge.io/stop-seconds`), so the test also sees the window in which
 the GPU still belongs to the terminating victim: a lower-priority pod created then does not take the room kept for
-the nominated pod, and the preemptor never runs beside its victim. The API emulator has no Priority admission
-plugin, so the pods carry the `spec.priority` it would have written (the same values are accepted by a real one).
+the nominated pod, and the preemptor never runs beside its victim. The pods name their PriorityClass only: the API
+emulator's Priority admission writes `spec.priority`, as kube-apiserver's does.
 """
 
 from __future__ import annotations
@@ -39,9 +39,8 @@ KEPT_FOR_HIGH = ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemp
                  "preemption victims found for incoming pod.")
 
 
-def _pod(name: str, priority: int, priority_class: str | None = None, annotations: dict[str, str] | None = None) -> Obj:
+def _pod(name: str, priority_class: str | None = None, annotations: dict[str, str] | None = None) -> Obj:
     body = legacy_gpu_pod(name, NS, annotations)
-    body["spec"]["priority"] = priority
     if priority_class:
         body["spec"]["priorityClassName"] = priority_class
     return body
@@ -64,7 +63,7 @@ def test_a_higher_priority_pod_preempts_the_gpu_holder_and_runs_once_it_has_stop
     create_namespaces(api, NS)
     api.create(PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                   "metadata": {"name": "high"}, "value": 1000})
-    api.create(PODS, _pod("low", 0, annotations={STOP_SECONDS_ANNOTATION: str(STOP_S)}), NS)
+    api.create(PODS, _pod("low", annotations={STOP_SECONDS_ANNOTATION: str(STOP_S)}), NS)
     cluster.wait_pod_phase(NS, "low", "Running", 60)
 
     both, stop = [], threading.Event()
@@ -78,7 +77,7 @@ def test_a_higher_priority_pod_preempts_the_gpu_holder_and_runs_once_it_has_stop
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     created = time.monotonic()
-    high = api.create(PODS, _pod("high", 1000, "high"), NS)
+    high = api.create(PODS, _pod("high", "high"), NS)
 
     nominated = wait_until(lambda: (p := cluster.pod(NS, "high")) and p["status"].get("nominatedNodeName") and p,
                            30, "high nominated")
@@ -104,7 +103,7 @@ def test_a_higher_priority_pod_preempts_the_gpu_holder_and_runs_once_it_has_stop
     assert terminating["metadata"]["deletionGracePeriodSeconds"] == 30  # a plain DELETE: the pod's own grace
 
     # While the victim stops, a pod of lower priority finds the GPU kept for the nominated one and evicts nothing.
-    api.create(PODS, _pod("late", 0), NS)
+    api.create(PODS, _pod("late"), NS)
     refused = wait_until(lambda: (c := _condition(cluster.pod(NS, "late"), "PodScheduled")) and c["message"], 10,
                          "late refused")
     assert refused == KEPT_FOR_HIGH

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import EVENTS, NODES, PODS, KubeAPI, NotFound, connect
+from bridge.kube import EVENTS, NODES, PODS, PRIORITY_CLASSES, AlreadyExists, KubeAPI, NotFound, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.claimcontroller import ClaimController
 from bridge.sandbox.scheduler import Scheduler
@@ -380,9 +380,16 @@ def test_a_kubelet_heartbeat_retries_no_waiting_pod_but_a_change_scheduling_read
 
 
 def _prio_pod(c: Cluster, name: str, priority: int) -> Obj:
+    """A one-GPU pod of PriorityClass `p<priority>` (made when missing); the emulator's Priority admission sets
+    `spec.priority` from it."""
+    try:
+        c.api.create(PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                        "metadata": {"name": f"p{priority}"}, "value": priority})
+    except AlreadyExists:
+        pass
     container = {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     return c.api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-                               "spec": {"priority": priority, "containers": [container]}}, "default")
+                               "spec": {"priorityClassName": f"p{priority}", "containers": [container]}}, "default")
 
 
 def _condition(pod: Obj, kind: str) -> Obj:

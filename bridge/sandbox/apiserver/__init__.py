@@ -25,11 +25,12 @@ what is compared). Deliberately not modelled, with the reason:
   Terminating namespace either way), and the ServiceAccount admission takes `default` to exist (rest.py).
 * Pod defaulting and the admission plugins that rewrite a pod (`SetDefaults_Pod`/`_Container`: dnsPolicy,
   restartPolicy, schedulerName, terminationGracePeriodSeconds, imagePullPolicy, ...; ServiceAccount's token volume
-  and mounts; DefaultTolerationSeconds' not-ready/unreachable tolerations; Priority's `priority` and
-  `preemptionPolicy`; `status.qosClass`). No client of ours branches on them (the webhook reads `schedulerName` with
-  kube-scheduler's default as its fallback), and every stored pod of the suite would change shape. The emulator
-  does default what the bridge reads: container requests from limits, resource.k8s.io and admission registration
-  defaults (strategy.py).
+  and mounts; DefaultTolerationSeconds' not-ready/unreachable tolerations; `status.qosClass`). No client of ours
+  branches on them (the webhook reads `schedulerName` with kube-scheduler's default as its fallback), and every
+  stored pod of the suite would change shape. The emulator does default what the bridge reads: container requests
+  from limits, resource.k8s.io and admission registration defaults (strategy.py), and the Priority admission's
+  `priority` and `preemptionPolicy` (rest.py `_admit_priority`: `bridge controller` and the scheduler stand-in
+  order and preempt by them).
 * A Node's `node.kubernetes.io/not-ready` taint (the TaintNodesByCondition admission plugin) and the TTL
   controller's `node.alpha.kubernetes.io/ttl` annotation: the taint pairs with the node lifecycle controller that
   removes it once the node is Ready, which the emulator does not run; without it every node would stay tainted.

@@ -46,6 +46,7 @@ from .strategy import apply_defaults, drop_disabled_fields
 
 Obj = dict[str, Any]
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"  # their storage key
 _MAX_GENERATED_BASE = 58
 _SERVER_META = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
 # Resources whose status is reset by the server on create (their status is owned by controllers).
@@ -290,6 +291,7 @@ class Rest:
         self._prepare_create(rt, obj, system)
         if not system and rt.plural == "pods" and rt.group == "":
             self._check_service_account(obj)
+            self._admit_priority(obj)
         obj = apply_defaults(rt, obj, self.profile)  # decoding defaults: what mutating webhooks see
         warnings: list[str] = []
         if self.admitter is not None and not system:
@@ -376,6 +378,44 @@ class Rest:
         if not exists:
             raise forbidden("pods", "", str(meta.get("name") or ""),
                             f'error looking up service account {ns}/{account}: serviceaccount "{account}" not found')
+
+    def _admit_priority(self, pod: Obj) -> None:
+        """The Priority admission plugin on a pod CREATE (kubernetes plugin/pkg/admission/priority/admission.go
+        `admitPod`, v1.37.2; it runs before the mutating webhooks): `spec.priority` and `spec.preemptionPolicy` from
+        the pod's `priorityClassName`, or from the globalDefault class (the lowest one if several; its name is
+        written too), else 0 and PreemptLowerPriority. A class that does not exist: 403 "no PriorityClass with name
+        <n> was found"; a `priority` or `preemptionPolicy` in the spec that differs from the class's: 403. The
+        scheduler stand-in and `bridge controller` order pods by `spec.priority`, as the real ones do; without
+        this a pod naming a class had priority 0 in the sandbox."""
+        meta, spec = _meta(pod), pod.get("spec")
+        if not isinstance(spec, dict):
+            return
+        name = str(meta.get("name") or "")
+        wanted = spec.get("priorityClassName") or ""
+        with self.store.lock:
+            classes = [c for c in self.store.scan(PRIORITY_CLASSES) if not _meta(c).get("deletionTimestamp")]
+        if wanted:
+            found = next((c for c in classes if _meta(c).get("name") == wanted), None)
+            if found is None:
+                raise forbidden("pods", "", name, f"no PriorityClass with name {wanted} was found")
+        else:
+            defaults = [c for c in classes if c.get("globalDefault") is True]
+            found = min(defaults, key=lambda c: int(c.get("value") or 0)) if defaults else None
+        value = int(found.get("value") or 0) if found is not None else 0
+        policy = (found.get("preemptionPolicy") if found is not None else None) or "PreemptLowerPriority"
+        given = spec.get("priority")
+        if given is not None and given != value:
+            raise forbidden("pods", "", name, f"the integer value of priority ({given}) must not be provided in pod "
+                                              f"spec; priority admission controller computed {value} from the given "
+                                              "PriorityClass name")
+        if spec.get("preemptionPolicy") is not None and spec["preemptionPolicy"] != policy:
+            raise forbidden("pods", "", name, f"the string value of PreemptionPolicy ({spec['preemptionPolicy']}) "
+                                              "must not be provided in pod spec; priority admission controller "
+                                              f"computed {policy} from the given PriorityClass name")
+        if found is not None:
+            spec["priorityClassName"] = _meta(found).get("name")
+        spec["priority"] = value
+        spec["preemptionPolicy"] = policy
 
     def _fix_invariants(self, rt: ResourceType, obj: Obj) -> None:
         if rt.plural == "namespaces" and rt.group == "":
