@@ -408,7 +408,8 @@ def test_the_controller_keeps_of_each_watched_object_only_what_it_reads(
     pods = app.controller.pods.snapshot()
     web, train = pods["team-b/web"], pods["team-b/train"]
     assert (web["apiVersion"], web["kind"], web["metadata"]["name"]) == ("v1", "Pod", "web")
-    assert "labels" not in web["metadata"] and web["spec"] == {}, "a pod asking for no GPU keeps no spec"
+    # what ranks it in the queue (the Priority admission's 0, as a real API server writes it) and nothing else
+    assert "labels" not in web["metadata"] and web["spec"] == {"priority": 0}, "a pod asking for no GPU keeps no spec"
     assert train["spec"]["containers"] == [{"name": "main", "resources": {
         "requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}}]
     node = app.controller.nodes.snapshot()["gpu-node-1"]

@@ -123,6 +123,9 @@ def test_the_priority_admission_sets_a_pods_priority_from_its_class_or_the_globa
     _, _, default = call(server, "POST", pods, pod("default"))
     assert (default["spec"]["priorityClassName"], default["spec"]["priority"], default["spec"]["preemptionPolicy"]) \
         == ("batch", 10, "Never")
+    # The classes kube-apiserver creates at start are there (a DaemonSet's pods name system-node-critical).
+    _, _, critical = call(server, "POST", pods, pod("node-agent", priorityClassName="system-node-critical"))
+    assert critical["spec"]["priority"] == 2000001000
     code, _, status = call(server, "POST", pods, pod("typo", priorityClassName="hihg"))
     assert (code, status["message"]) == (403, 'pods "typo" is forbidden: no PriorityClass with name hihg was found')
     code, _, status = call(server, "POST", pods, pod("own", priorityClassName="high", priority=5))

@@ -13,6 +13,7 @@ every open connection, wakes every watch and joins all threads.
 from __future__ import annotations
 
 import base64
+import copy
 import logging
 import shutil
 import socket
@@ -49,6 +50,20 @@ from .webhookauth import load_admission_config
 log = logging.getLogger("bridge.sandbox.apiserver")
 Obj = dict[str, Any]
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The PriorityClasses kube-apiserver creates at start (its post-start hook from pkg/registry/scheduling/rest; the
+# objects of pkg/apis/scheduling/v1/helpers.go `systemPriorityClasses`, v1.37.2): pods of DaemonSets such as ours
+# name system-node-critical, and the Priority admission refuses a pod naming a class that does not exist.
+SYSTEM_PRIORITY_CLASSES: tuple[Obj, ...] = (
+    {"metadata": {"name": "system-node-critical"}, "value": 2000001000,
+     "description": "Used for system critical pods that must not be moved from their current node."},
+    {"metadata": {"name": "system-cluster-critical"}, "value": 2000000000,
+     "description": "Used for system critical pods that must run in the cluster, but can be moved to another node if "
+                    "necessary."},
+)
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
 
 
 class _HTTPServer(HTTPServer):
@@ -128,6 +143,11 @@ class ApiServer:
         for ns in self._default_namespaces:
             self.rest.create(self.registry.get("", "v1", "namespaces"), None,  # type: ignore[arg-type]
                              {"metadata": {"name": ns}}, {}, {}, system=True)
+        classes = self.registry.get("scheduling.k8s.io", "v1", "priorityclasses")
+        assert classes is not None
+        for pc in SYSTEM_PRIORITY_CLASSES:
+            self.rest.create(classes, None, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                             **copy.deepcopy(pc)}, {}, {}, system=True)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def start(self) -> ApiServer:
@@ -349,6 +369,9 @@ class ApiServer:
                                 annotations=obj["metadata"].get("annotations", {}))
                     self.rest.update(ns_rt, None, name, dict(current, metadata=meta), None, {}, {})
                     count += 1
+                    continue
+                if rt.plural == "priorityclasses" and name in {_name(pc) for pc in SYSTEM_PRIORITY_CLASSES}:
+                    count += 1  # a snapshot of a real cluster carries them too: the same objects
                     continue
                 if rt.namespaced and self.store.get("namespaces", ("", ns or "")) is None:
                     self.rest.create(ns_rt, None, {"metadata": {"name": ns}}, {}, {}, system=True)
