@@ -449,11 +449,18 @@ class Story:
             del self.old[key]
         recreated = {"train-a": 2, "infer-a": 1}
         since = time.time()
-        create_all(self.api, [gpu_pod(MIGRATING, n, g) for n, g in recreated.items()])
+        # One at a time, the larger first, each once the scheduler placed the one before. The scheduler does not know
+        # which pod the controller moved GPUs for: created together, infer-a may take one of the 2 GPUs moved to DRA
+        # on train-a's node, and then no node has 2 free for train-a (seen with the scheduler stand-in that retries
+        # pods only on the events kube-scheduler retries them on).
+        for name, gpus in recreated.items():
+            create_all(self.api, [gpu_pod(MIGRATING, name, gpus)])
+            self.wait(f"{name} to be scheduled", lambda n=name: ((self._pod(MIGRATING, n) or {}).get("spec") or {})
+                      .get("nodeName"))
         self.n.label("What happened", f"Running pods are never changed by a flip, so {MIGRATING}'s first pods "
                      "(train-a, infer-a) kept their device-plugin GPUs until now. A rollout replaced them (deleted "
-                     "and created again, as a Deployment does): the new ones were translated, the GPUs the old ones "
-                     "freed moved to DRA, and they run on DRA devices:")
+                     "and created again, one at a time, as a Deployment does): the new ones were translated, the "
+                     "GPUs the old ones freed moved to DRA, and they run on DRA devices:")
         watch = self.run_pods(MIGRATING, list(recreated))
         self.n.table(["POD", "NODE", "API", "DEVICE (pool/device)"],
                      [[f"{MIGRATING}/{n}", watch.nodes[n], "DRA",
