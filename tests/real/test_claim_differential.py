@@ -8,7 +8,9 @@ plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2), both wi
   for its claims, runs 2 s and succeeds (a generated name that must be cut, a done pod's claim);
 * `reader-1`, `reader-2`: two pods sharing the claim `shared` by name (one device, reserved for both); deleted one
   after the other;
-* `server`: a template pod, deleted while it runs.
+* `server`: a template pod, deleted while it runs;
+* `stuck`: a template pod whose claim's CEL selector matches no device, deleted while it is Pending (its claim was
+  never allocated).
 
 What a user and our node daemon see of each claim is recorded from every version an informer delivers (both
 sides' watches deliver every write): per claim, the distinct states in order, a state being (allocated or not,
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.kubelet.pods import RUN_SECONDS_ANNOTATION
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.test_real_preemption import SERVICE_ACCOUNTS
 from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -82,10 +84,6 @@ def _states(versions: list[tuple[str, Obj]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def _owner(pod_name: str) -> Callable[[str], bool]:
-    return lambda claim_name: claim_name.startswith(pod_name[:20])
-
-
 def _metadata(claim: Obj) -> Obj:
     meta = claim["metadata"]
     return {"generateName": meta.get("generateName"), "labels": meta.get("labels"),
@@ -99,7 +97,6 @@ def _run(cluster: SandboxCluster) -> Obj:
     cluster.wait_daemons_settled(90)
     create_namespaces(api, NS)
     if cluster.plane is not None:
-        from tests.real.test_real_preemption import SERVICE_ACCOUNTS
         wait_until(lambda: any(a["metadata"]["name"] == "default"
                                for a in api.list(SERVICE_ACCOUNTS, NS)["items"]), 60, "the default ServiceAccount")
     create_gpu_template(api, NS)
@@ -107,6 +104,11 @@ def _run(cluster: SandboxCluster) -> Obj:
     labelled["metadata"] = {"name": "labelled", "namespace": NS}
     labelled["spec"]["metadata"] = {"labels": {"team": "vision"}, "annotations": {"cost-center": "42"}}
     api.create(rapi.claim_templates, labelled, NS)
+    nowhere = api.get(rapi.claim_templates, "one-gpu", NS)
+    nowhere["metadata"] = {"name": "nowhere", "namespace": NS}
+    nowhere["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": 'device.attributes["gpu.dra-bridge.io"].productName == "B200"'}}]
+    api.create(rapi.claim_templates, nowhere, NS)
     rec = Recorder()
     stop = threading.Event()
     Informer(api, rapi.claims, namespace=NS, on_event=rec.claim).start(stop)
@@ -123,7 +125,12 @@ def _run(cluster: SandboxCluster) -> Obj:
     for name in ("reader-1", "server"):
         cluster.wait_pod_phase(NS, name, "Running", 90)
     api.create(PODS, _shared_claim_pod("reader-2"), NS)
+    api.create(PODS, dra_gpu_pod("stuck", NS, template="nowhere"), NS)
     cluster.wait_pod_phase(NS, "reader-2", "Running", 90)
+    wait_until(lambda: any(c.get("reason") == "Unschedulable" for c in
+                           ((cluster.pod(NS, "stuck") or {}).get("status") or {}).get("conditions") or ()), 60,
+               "the stuck pod refused")
+    api.delete(PODS, "stuck", NS)
     cluster.wait_pod_phase(NS, LONG, "Succeeded", 90)
     for name in ("reader-1", "reader-2", "server"):
         api.delete(PODS, name, NS)
@@ -137,7 +144,7 @@ def _run(cluster: SandboxCluster) -> Obj:
     stop.set()
     with rec.lock:
         out: Obj = {}
-        for pod_name in (LONG, "server"):
+        for pod_name in (LONG, "server", "stuck"):
             (claim_name,) = [n for n in rec.claims if n != "shared" and n.startswith(pod_name[:20])]
             versions = rec.claims[claim_name]
             out[f"{pod_name} claim states"] = _states(versions)
