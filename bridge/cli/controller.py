@@ -65,6 +65,11 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
               metavar="NAMESPACE/NAME", help="Watched ConfigMap whose key policy.yaml overrides the policy flags "
                                              "(minLegacyShare, pools, maxMovesPerMinute, maxMovesPerDecision, "
                                              "cooldownSeconds).")
+@click.option("--wait-for-scheduler/--no-wait-for-scheduler", show_envvar=True, envvar=_E + "WAIT_FOR_SCHEDULER",
+              default=True, show_default=True,
+              help="Count a pending pod as demand only once kube-scheduler marked it Unschedulable (PodScheduled "
+                   "False), as cluster-autoscaler does: a new pod may fit as things are, or be given room by "
+                   "preemption. Off: every pending pod counts at once.")
 @click.option("--interval", show_envvar=True, envvar=_E + "INTERVAL", default="5s", show_default=True,
               callback=_seconds, help="At most one decision per interval (changes in between are batched).")
 @click.option("--resync", show_envvar=True, envvar=_E + "RESYNC", default="30s", show_default=True,
@@ -94,7 +99,8 @@ def controller(kubeconfig: str | None, kube_context: str | None, dry_run: bool, 
                device_class: str, driver_name: str, pool_label: str, min_legacy_share: str,
                pool_min_legacy_share: tuple[str, ...], max_moves_per_minute: int,
                max_moves_per_decision: int, cooldown: float,
-               policy_configmap: str | None, interval: float, resync: float, leader_elect: bool,
+               policy_configmap: str | None, wait_for_scheduler: bool, interval: float, resync: float,
+               leader_elect: bool,
                lease_namespace: str, lease_name: str, lease_duration: float, renew_deadline: float,
                retry_period: float, identity: str, http_address: str, log_format: str, log_level: str) -> None:
     """Set each GPU node's split (dra-bridge.io/dra-devices) from pending GPU demand.
@@ -166,7 +172,7 @@ def controller(kubeconfig: str | None, kube_context: str | None, dry_run: bool, 
     options = AppOptions(
         controller=ControllerOptions(names=Names(resource_name, device_class, driver_name), pool_label=pool_label,
                                      policy=policy, policy_configmap=cm, dry_run=dry_run, interval_s=interval,
-                                     resync_s=resync),
+                                     resync_s=resync, wait_for_scheduler=wait_for_scheduler),
         lease=LeaseOptions(enabled=leader_elect, namespace=lease_namespace, name=lease_name,
                            lease_duration=lease_duration, renew_deadline=renew_deadline, retry_period=retry_period),
         identity=identity, http_address=address)

@@ -86,7 +86,7 @@ def object_name(obj: Mapping[str, Any]) -> str:
 
 def rebuild_state(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
                   claims: Mapping[str, Mapping[str, Any]], templates: Mapping[str, Mapping[str, Any]],
-                  names: Names = Names(), pool_label: str = POOL_LABEL) -> State:
+                  names: Names = Names(), pool_label: str = POOL_LABEL, tried_only: bool = False) -> State:
     """The whole state computed from every object (claims and templates keyed "ns/name")."""
     by_name = {object_name(n): dict(n) for n in nodes}
     pods = list(pods)
@@ -95,7 +95,7 @@ def rebuild_state(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
     views = tuple(node_view(obj, allocated=allocated.get(name, set()), legacy_bound=bound.get(name, ()),
                             pool_label=pool_label)
                   for name, obj in sorted(by_name.items()) if is_gpu_node(obj, names))
-    demand = pending_demand(pods, claims, templates, names)
+    demand = pending_demand(pods, claims, templates, names, tried_only)
     pending = {pod_key(p): dict(p) for p in pods if not (p.get("spec") or {}).get("nodeName")}
     return State(views, demand, by_name, pending)
 
@@ -106,9 +106,10 @@ def _claim_devices(claim: Mapping[str, Any], names: Names) -> tuple[tuple[str, s
 
 
 class ClusterState:
-    def __init__(self, names: Names = Names(), pool_label: str = POOL_LABEL) -> None:
+    def __init__(self, names: Names = Names(), pool_label: str = POOL_LABEL, tried_only: bool = False) -> None:
         self.names = names
         self.pool_label = pool_label
+        self.tried_only = tried_only  # pods are demand only once kube-scheduler refused them (demand.py)
         self._lock = threading.Lock()
         # Objects, as the watches last reported them.
         self._nodes: dict[str, Obj] = {}
@@ -294,7 +295,7 @@ class ClusterState:
         for key in self._stale_demand:
             self._forget_demand(key)
             d = self._demand[key] = pod_demand(self._pods[key], self._claims, self._templates, self._owners,
-                                               self.names)
+                                               self.names, self.tried_only)
             for p in d.pending:
                 self._pending[p.key] = p
             if d.skipped:
@@ -348,7 +349,8 @@ class ClusterState:
             mine = self._state()
             nodes, pods = list(self._nodes.values()), list(self._pods.values())
             claims, templates = dict(self._claims), dict(self._templates)
-        return differences(mine, rebuild_state(nodes, pods, claims, templates, self.names, self.pool_label))
+        return differences(mine, rebuild_state(nodes, pods, claims, templates, self.names, self.pool_label,
+                                               self.tried_only))
 
 
 def differences(mine: State, truth: State, limit: int = 5) -> list[str]:

@@ -32,6 +32,14 @@ allocated yet are demand on that node only (`on_node`). A pod whose nomination t
 Before this, a preemption made the controller move a second GPU for the preemptor, which the victim's GPU then left
 idle (seen with kube-scheduler v1.37.2, tests/real/test_real_preemption.py).
 
+With `tried_only` (what `bridge controller` runs with, `--wait-for-scheduler`), a pending pod is demand only once
+kube-scheduler has tried it and could not place it: its `PodScheduled` condition is False with reason
+`Unschedulable` (what it writes in `handleSchedulingFailure`, together with any nomination), as cluster-autoscaler
+counts "unschedulable pods". A pod just created is the scheduler's first: it may fit as things are, or the scheduler
+may preempt for it, nominating it in the same write that marks it Unschedulable. Without this rule a decision that
+ran between a pod's creation and its first scheduling cycle moved a GPU for a preemptor (seen on the sandbox under
+load, tests/real/test_real_preemption.py).
+
 A pod asking through both APIs yields one demand per API (keys `ns/name#legacy`, `ns/name#dra`); the core places
 them independently, which can over-ask but never moves a held GPU.
 
@@ -103,6 +111,12 @@ def is_pending(pod: Mapping[str, Any]) -> bool:
 def is_bound_and_running(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and (
         (pod.get("status") or {}).get("phase") not in _FINISHED)
+
+
+def scheduler_refused(pod: Mapping[str, Any]) -> bool:
+    """kube-scheduler tried the pod and could not place it: `PodScheduled` False, reason `Unschedulable`."""
+    return any(isinstance(c, dict) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+               and c.get("reason") == "Unschedulable" for c in (pod.get("status") or {}).get("conditions") or ())
 
 
 def nominated_node(pod: Mapping[str, Any]) -> str:
@@ -221,8 +235,11 @@ def claim_owners(pending: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 def pod_demand(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]],
                templates: Mapping[str, Mapping[str, Any]], owners: Mapping[str, str],
-               names: Names = Names()) -> Demand:
-    """The demand of one pending pod (`is_pending`); `owners` from `claim_owners` over all pending pods."""
+               names: Names = Names(), tried_only: bool = False) -> Demand:
+    """The demand of one pending pod (`is_pending`); `owners` from `claim_owners` over all pending pods; with
+    `tried_only`, none before kube-scheduler refused it (see the module docstring)."""
+    if tried_only and not scheduler_refused(pod):
+        return Demand((), ())
     spec = pod.get("spec") or {}
     meta = _meta(pod)
     key = pod_key(pod)
@@ -274,7 +291,8 @@ def pod_demand(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]],
 
 
 def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mapping[str, Any]],
-                   templates: Mapping[str, Mapping[str, Any]], names: Names = Names()) -> Demand:
+                   templates: Mapping[str, Mapping[str, Any]], names: Names = Names(),
+                   tried_only: bool = False) -> Demand:
     """Pending GPU demand. `claims` and `templates` are keyed `namespace/name`."""
     pending = [pod for pod in pods if is_pending(pod)]
     owners = claim_owners(pending)
@@ -282,7 +300,7 @@ def pending_demand(pods: Iterable[Mapping[str, Any]], claims: Mapping[str, Mappi
     skipped: list[str] = []
     invalid: list[tuple[str, str]] = []
     for pod in pending:
-        d = pod_demand(pod, claims, templates, owners, names)
+        d = pod_demand(pod, claims, templates, owners, names, tried_only)
         out += d.pending
         skipped += d.skipped
         invalid += d.invalid
@@ -341,4 +359,5 @@ __all__ = [
     "pod_rank",
     "pod_requests",
     "request_count",
+    "scheduler_refused",
 ]

@@ -54,6 +54,9 @@ class ControllerOptions:
     policy: Policy = field(default_factory=Policy)
     policy_configmap: tuple[str, str] | None = None  # (namespace, name)
     dry_run: bool = False
+    # Pods are demand only once kube-scheduler marked them Unschedulable (bridge.controller.demand); `bridge
+    # controller` runs with it, tests that drive the loop without a scheduler leave it off.
+    wait_for_scheduler: bool = False
     interval_s: float = 5.0
     resync_s: float = 30.0
     # How often the incremental state is checked against a full rebuild from the same objects (0: at the first
@@ -89,7 +92,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self.last_loop = clock()
         self.last_decision: Decision | None = None
-        self.cluster = ClusterState(options.names, options.pool_label)
+        self.cluster = ClusterState(options.names, options.pool_label, options.wait_for_scheduler)
         self._checked_at: float | None = None
         self._settle_due = False  # a state check ran: settle the heap once the decision is written
         # Each object is cut to what the state and the writer read as it arrives (bridge.controller.slim).

@@ -13,7 +13,8 @@ list never holds more than one page of whole objects):
   `managedFields` (what the server keeps for server-side apply; nothing here reads it);
 * a **Pod** keeps of its metadata only the name, namespace, uid, resourceVersion, creationTimestamp and
   deletionTimestamp (labels, annotations and owners are never read), and of its status the phase,
-  `resourceClaimStatuses` and `nominatedNodeName`;
+  `resourceClaimStatuses`, `nominatedNodeName` and a `PodScheduled` condition that is False (its type, status and
+  reason: whether kube-scheduler refused the pod; a bound pod's True one is not kept);
   * a pod that **asks for GPUs of the bridge's** (`asks_for_gpus`: a `spec.resourceClaims` entry, or a container or
     init container naming the legacy resource or the DeviceClass's extended resource in its limits or requests,
     whatever the value, so a count that is not valid is still reported) keeps of its spec what the demand and the
@@ -49,6 +50,7 @@ _POD_META = ("creationTimestamp", "deletionTimestamp")  # besides the identity (
 _ANY_POD_SPEC = ("nodeName", "schedulingGates", "priority")
 _GPU_POD_SPEC = _ANY_POD_SPEC + ("nodeSelector", "affinity", "tolerations", "resourceClaims")
 _POD_STATUS = ("phase", "resourceClaimStatuses", "nominatedNodeName")
+_CONDITION = ("type", "status", "reason")
 _CONTAINER = ("name", "resources")
 _INIT_CONTAINER = ("name", "resources", "restartPolicy")
 _NODE_STATUS = ("capacity", "allocatable")
@@ -116,6 +118,12 @@ def slim_pod(names: Names) -> Callable[[Obj], Obj]:
         out["spec"] = kept
         if status is not None:
             out["status"] = _pick(status, _POD_STATUS)
+            conditions = status.get("conditions")
+            refusals = [_pick(c, _CONDITION) for c in conditions if isinstance(c, dict)
+                        and c.get("type") == "PodScheduled" and c.get("status") == "False"] \
+                if isinstance(conditions, list) else []
+            if refusals:
+                out["status"]["conditions"] = refusals
         return out
 
     return slim

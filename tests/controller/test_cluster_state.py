@@ -358,3 +358,14 @@ def test_a_preemptor_waiting_for_its_victim_moves_no_gpu_and_keeps_the_victims_g
     d = decide(list(s.views), list(s.demand.pending), Policy())
     assert d.changes == () and [b.pod for b in d.blocked] == ["team-a/dra"]
     assert state.check() == []
+
+
+def test_waiting_for_the_scheduler_a_pods_refusal_makes_it_demand_and_the_rebuild_agrees() -> None:
+    state = ClusterState(tried_only=True)
+    state.apply("node", "ADDED", gpu_node("n1", ["legacy", "dra"]))
+    p = pod_variant("p", 0)
+    state.apply("pod", "ADDED", p)
+    assert state.state().demand.pending == () and state.check() == []
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    state.apply("pod", "MODIFIED", p)
+    assert [d.key for d in state.state().demand.pending] == ["team-b/p"] and state.check() == []

@@ -218,3 +218,26 @@ def test_a_pod_whose_nomination_is_cleared_or_that_is_being_deleted_holds_nothin
     gone = nominated(pod("gone", priority=1000), "n1")
     gone["metadata"]["deletionTimestamp"] = "2025-06-01T12:01:00Z"
     assert pending_demand([gone], {}, {}).pending == () and legacy_requested_by_node([gone]) == {}
+
+
+def refused(p: dict[str, Any]) -> dict[str, Any]:
+    """As kube-scheduler marks a pod it could not place (handleSchedulingFailure)."""
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                  "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]
+    return p
+
+
+def test_waiting_for_the_scheduler_a_pod_is_demand_only_once_it_was_refused() -> None:
+    fresh = pod("fresh")  # just created: the scheduler may place it as things are, or preempt for it
+    gated = pod("gated")
+    gated["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
+    errored = pod("errored")
+    errored["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]
+    waiting = refused(pod("waiting"))
+    assert [d.key for d in pending_demand([fresh, gated, errored, waiting], {}, {}, tried_only=True).pending] == \
+        ["team-a/waiting"]
+    assert len(pending_demand([fresh, gated, errored, waiting], {}, {}).pending) == 4  # without: every pending pod
+    # A preemptor is refused and nominated in one write: held on its node, not demand, either way.
+    preemptor = nominated(refused(pod("high", priority=1000)), "n1")
+    assert pending_demand([preemptor], {}, {}, tried_only=True).pending == ()
+    assert legacy_requested_by_node([preemptor]) == {"n1": 1}

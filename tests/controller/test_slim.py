@@ -260,3 +260,13 @@ def test_the_state_reads_the_same_cluster_from_cut_objects_as_from_whole_ones_fo
     # 4 of 8 on DRA as the daemon published; 2 legacy GPUs held: the Deployment's two pods, as the daemon's status
     # says (this pod's own request is one of them).
     assert (view.name, view.total, view.dra, view.legacy_held) == ("node-0", 8, 4, 2)
+
+
+def test_a_pods_cut_keeps_only_whether_the_scheduler_refused_it() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": []}, "status": {
+        "phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/2 nodes ..."},
+            {"type": "DisruptionTarget", "status": "True"}]}}
+    assert SLIM(pod)["status"]["conditions"] == [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    pod["status"]["conditions"][0].update(status="True", reason=None)  # bound: nothing to keep
+    assert "conditions" not in SLIM(pod)["status"]
