@@ -31,9 +31,12 @@ from typing import Any
 import pytest
 
 from bridge.kube import NAMESPACES, KubeAPI, Obj
+from bridge.kube.api import Resource
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster, nodes_from_count
+from tests.polling import wait_until
 
 GPU_CLASS = "gpu.dra-bridge.io"  # the DeviceClass the sandbox's daemons serve
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 # What kube-scheduler v1.37.2 wrote into PodScheduled (reason Unschedulable) for a pod asking one GPU of the only
 # node, whose GPUs had all failed (tests/real/test_real_gpu_health.py); the scheduler stand-in must say the same
 # (tests/sandbox/test_cluster_gpu_fault.py).
@@ -64,6 +67,18 @@ def spec_for_tests(nodes: int | tuple[NodeSpec, ...] = 2, gpus: str = "8xH100-80
 def create_namespaces(api: KubeAPI, *names: str) -> None:
     for name in names:
         api.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def create_pod_namespaces(cluster: SandboxCluster, *names: str) -> None:
+    """`create_namespaces`, and on a real control plane wait for each one's `default` ServiceAccount: a real API
+    server refuses pods until kube-controller-manager made it (the emulator takes it to exist)."""
+    create_namespaces(cluster.api, *names)
+    if cluster.plane is None:
+        return
+    for name in names:
+        wait_until(lambda n=name: any(a["metadata"]["name"] == "default"
+                                      for a in cluster.api.list(SERVICE_ACCOUNTS, n)["items"]),
+                   60, f"the default ServiceAccount of {name}")
 
 
 def create_gpu_template(api: KubeAPI, namespace: str, name: str = "one-gpu") -> None:

@@ -9,10 +9,10 @@ one object) and remembers what each object contributed last time, so an update o
 
 * a **Node**: its view is marked stale;
 * a **Pod** bound to a node and not finished, or pending and nominated to a node (`legacy_holder_node`): its
-  `nvidia.com/gpu` request, added to that node's requested count (the node's view is marked stale); an unbound pod: its object (Warning Events name it); a pending pod
-  (`is_pending`): its demand, marked stale, and the claims and templates it reads (a reverse index, so a claim or
-  template event marks exactly its readers stale) with its queue rank, which decides which pod a shared claim is
-  counted for (`claim_owners`);
+  `nvidia.com/gpu` request, added to that node's requested count (the node's view is marked stale); an unbound
+  pod: its object (Warning Events name it); a pending pod (`is_pending`): its demand, marked stale, and the claims
+  and templates it reads (a reverse index, so a claim or template event marks exactly its readers stale) with its
+  queue rank, which decides which pod a shared claim is counted for (`claim_owners`);
 * a **ResourceClaim**: the (pool, device) pairs its allocation names, counted per node (the node's view is marked
   stale), and its readers' demand marked stale;
 * a **ResourceClaimTemplate**: its readers' demand marked stale.

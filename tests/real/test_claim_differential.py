@@ -35,8 +35,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.kubelet.pods import RUN_SECONDS_ANNOTATION
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, require_binaries
-from tests.real.test_real_preemption import SERVICE_ACCOUNTS
-from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, spec_for_tests
+from tests.sandbox_cluster import create_gpu_template, create_pod_namespaces, dra_gpu_pod, spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -95,10 +94,7 @@ def _run(cluster: SandboxCluster) -> Obj:
     api = cluster.api
     rapi = api.resource_api()
     cluster.wait_daemons_settled(90)
-    create_namespaces(api, NS)
-    if cluster.plane is not None:
-        wait_until(lambda: any(a["metadata"]["name"] == "default"
-                               for a in api.list(SERVICE_ACCOUNTS, NS)["items"]), 60, "the default ServiceAccount")
+    create_pod_namespaces(cluster, NS)
     create_gpu_template(api, NS)
     labelled = api.get(rapi.claim_templates, "one-gpu", NS)
     labelled["metadata"] = {"name": "labelled", "namespace": NS}

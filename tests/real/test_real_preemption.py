@@ -27,20 +27,22 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import NODES, PODS
-from bridge.kube.api import Resource
+from bridge.kube import EVENTS, NODES, PODS, PRIORITY_CLASSES
 from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, require_binaries
-from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, legacy_gpu_pod, spec_for_tests
+from tests.sandbox_cluster import (
+    create_gpu_template,
+    create_pod_namespaces,
+    dra_gpu_pod,
+    legacy_gpu_pod,
+    spec_for_tests,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 NODE, NS = "n1", "team"
-PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
-EVENTS = Resource("", "v1", "events", "Event", True)
 STOP_SECONDS = 6
 Obj = dict[str, Any]
 
@@ -71,10 +73,7 @@ def _phase(cluster: SandboxCluster, name: str) -> str:
 def _run(cluster: SandboxCluster) -> Seen:
     api = cluster.api
     cluster.wait_daemons_settled(90)
-    create_namespaces(api, NS)
-    if cluster.plane is not None:  # a real API server refuses pods until the ServiceAccount controller made it
-        wait_until(lambda: any(a["metadata"]["name"] == "default"
-                               for a in api.list(SERVICE_ACCOUNTS, NS)["items"]), 60, "the default ServiceAccount")
+    create_pod_namespaces(cluster, NS)
     create_gpu_template(api, NS)
     api.create(PRIORITY_CLASSES, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                   "metadata": {"name": "high"}, "value": 1000})

@@ -31,7 +31,7 @@ from tests.real.conftest import CONTROL_PLANE, require_binaries
 from tests.sandbox_cluster import (
     GPU_CLASS,
     create_gpu_template,
-    create_namespaces,
+    create_pod_namespaces,
     dra_gpu_pod,
     legacy_gpu_pod,
     spec_for_tests,
@@ -73,9 +73,7 @@ def _run(cluster: SandboxCluster) -> dict[str, str]:
     api = cluster.api
     cluster.wait_daemons_settled(90)
     api.patch(NODES, TAINTED, {"spec": {"taints": [{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]}})
-    create_namespaces(api, NS)
-    if cluster.plane is not None:  # a real API server refuses pods until the ServiceAccount controller made it
-        wait_until(lambda: _has_service_account(cluster), 60, "the namespace's default ServiceAccount")
+    create_pod_namespaces(cluster, NS)
     create_gpu_template(api, NS)
     rapi = api.resource_api()
     api.create(rapi.claim_templates, {
@@ -92,13 +90,6 @@ def _run(cluster: SandboxCluster) -> dict[str, str]:
     for make in REFUSED.values():
         api.create(PODS, make(), NS)
     return {name: wait_until(lambda: _refusal(cluster, name), 90, f"{name} refused") for name in REFUSED}
-
-
-def _has_service_account(cluster: SandboxCluster) -> bool:
-    from bridge.kube.api import Resource
-
-    accounts = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
-    return any(a["metadata"]["name"] == "default" for a in cluster.api.list(accounts, NS)["items"])
 
 
 def test_the_stand_in_refuses_each_pod_in_the_real_schedulers_words() -> None:

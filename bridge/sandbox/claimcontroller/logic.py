@@ -4,10 +4,10 @@ when to deallocate and when to delete.
 Written from kubernetes/kubernetes pkg/controller/resourceclaim/controller.go:
 * A claim from a template (`handleClaim`): `generateName: <pod>-<pod claim>-` (when that is longer than 57
   characters both parts are cut proportionally and joined by "-", without a trailing "-": the real controller's
-  choice), the pod as controller owner (with `blockOwnerDeletion` up to 1.34), the template's labels, its annotations plus
-  `resource.kubernetes.io/pod-claim-name: <pod claim>`, and the template's `spec.spec`. An orphan from an earlier
-  attempt (owned by the pod, with that annotation, or named `<pod>-<claim>` by Kubernetes <= 1.27) is reused
-  instead (`findPodResourceClaim`). Admin-access requests with DRAAdminAccess off fail ("admin access is
+  choice), the pod as controller owner (with `blockOwnerDeletion` up to 1.34), the template's labels, its
+  annotations plus `resource.kubernetes.io/pod-claim-name: <pod claim>`, and the template's `spec.spec`. An orphan
+  from an earlier attempt (owned by the pod, with that annotation, or named `<pod>-<claim>` by Kubernetes <= 1.27)
+  is reused instead (`findPodResourceClaim`). Admin-access requests with DRAAdminAccess off fail ("admin access is
   requested, but the feature is disabled").
 * The pod's `status.resourceClaimStatuses` gets `{name, resourceClaimName}` for every claim it created.
 * Reservations (`syncClaim`): a pod entry in `reservedFor` stays while the pod exists with that uid and is not done
