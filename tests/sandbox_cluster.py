@@ -31,12 +31,10 @@ from typing import Any
 import pytest
 
 from bridge.kube import NAMESPACES, KubeAPI, Obj
-from bridge.kube.api import Resource
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SandboxCluster, nodes_from_count
-from tests.polling import wait_until
+from tests.real.realnodes import ensure_namespace
 
 GPU_CLASS = "gpu.dra-bridge.io"  # the DeviceClass the sandbox's daemons serve
-SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
 # What kube-scheduler v1.37.2 wrote into PodScheduled (reason Unschedulable) for a pod asking one GPU of the only
 # node, whose GPUs had all failed (tests/real/test_real_gpu_health.py); the scheduler stand-in must say the same
 # (tests/sandbox/test_cluster_gpu_fault.py).
@@ -70,15 +68,13 @@ def create_namespaces(api: KubeAPI, *names: str) -> None:
 
 
 def create_pod_namespaces(cluster: SandboxCluster, *names: str) -> None:
-    """`create_namespaces`, and on a real control plane wait for each one's `default` ServiceAccount: a real API
-    server refuses pods until kube-controller-manager made it (the emulator takes it to exist)."""
-    create_namespaces(cluster.api, *names)
+    """Namespaces pods can be created in at once, on either backend: on a real control plane each one waits for its
+    `default` ServiceAccount (`tests.real.realnodes.ensure_namespace`); the emulator takes it to exist."""
     if cluster.plane is None:
+        create_namespaces(cluster.api, *names)
         return
     for name in names:
-        wait_until(lambda n=name: any(a["metadata"]["name"] == "default"
-                                      for a in cluster.api.list(SERVICE_ACCOUNTS, n)["items"]),
-                   60, f"the default ServiceAccount of {name}")
+        ensure_namespace(cluster, name)
 
 
 def create_gpu_template(api: KubeAPI, namespace: str, name: str = "one-gpu") -> None:
