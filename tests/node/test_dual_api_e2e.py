@@ -69,9 +69,9 @@ class Env:
         return self.api.list(self.api.resource_api().slices, field_selector=f"spec.nodeName={NODE}")["items"]
 
     def set_split(self, value: str) -> None:
-        node = self.api.get(NODES, NODE)
-        node["metadata"].setdefault("annotations", {})[SPLIT_KEY] = value
-        self.api.update(NODES, node)
+        # A merge patch, as an operator's `kubectl annotate` sends: a GET + PUT raced the kubelet's and the daemon's
+        # own Node writes (409 Conflict, seen once in a full run).
+        self.api.patch(NODES, NODE, {"metadata": {"annotations": {SPLIT_KEY: value}}})
 
     def our_sockets(self) -> list[Path]:
         kubelet_own = {self.kubelet.kubelet_socket, self.kubelet.podresources_socket}
