@@ -44,7 +44,7 @@ from tests.guides import markdown
 from tests.guides.markdown import REPO, Block
 from tests.guides.world import PLACEHOLDERS, BlockFailed, Ran
 from tests.imagebuilt import build
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.sandbox_cluster import spec_for_tests
 
 HERE = Path(__file__).resolve().parent
@@ -190,11 +190,11 @@ def chart_repository(charts: list[Path], helm: Path, work: Path) -> Iterator[str
 @contextmanager
 def real_world(built: build.BuildResult) -> Iterator[RealGuideWorld]:
     """The cluster of the module docstring, with NVIDIA's (stand-in) chart installed and running on gpu-a."""
-    binaries = require_binaries("1.37", PROGRAMS)
+    binaries = require_binaries(REAL_LINE, PROGRAMS)
     kubectl, helm = binaries.path("kubectl"), binaries.path("helm")
     home = Path(tempfile.mkdtemp(prefix="guides-real-", dir="/tmp" if Path("/tmp").is_dir() else None))
     try:
-        spec = spec_for_tests((NodeSpec(NODE, GPUS),), backend="real", version="1.37", real_kubelets=True,
+        spec = spec_for_tests((NodeSpec(NODE, GPUS),), backend="real", version=REAL_LINE, real_kubelets=True,
                               services=True, node_status_frequency=2.0)
         with SandboxCluster(spec).start(timeout=300) as cluster, \
                 chart_repository([STANDIN_CHART], helm, home) as repository:

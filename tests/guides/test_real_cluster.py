@@ -30,7 +30,7 @@ from tests.guides.checks import eventually
 from tests.guides.realworld import NODE, PROGRAMS, RealGuideWorld, bridge_values, real_world
 from tests.guides.world import STANDALONE_VALUES, Ran
 from tests.imagebuilt import build
-from tests.real.conftest import require_binaries
+from tests.real.conftest import REAL_LINE, require_binaries
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
 NS = "team-a"
@@ -41,7 +41,7 @@ REVIEWS = "dra_bridge_webhook_reviews_total"
 
 @pytest.fixture(scope="module")
 def real(request: pytest.FixtureRequest) -> Iterator[RealGuideWorld]:
-    require_binaries("1.37", PROGRAMS)  # before the image is built for nothing
+    require_binaries(REAL_LINE, PROGRAMS)  # before the image is built for nothing
     built: build.BuildResult = request.getfixturevalue("built")
     with real_world(built) as w:
         try:

@@ -15,7 +15,11 @@ from typing import Any
 
 import pytest
 
+from bridge.sandbox.real.binaries import LINES
+from tests.real.conftest import REAL_LINE
 from tests.real.wire import Answer, Backend
+
+REAL_VERSION = LINES[REAL_LINE]
 
 Obj = dict[str, Any]
 
@@ -100,7 +104,8 @@ def same(both: tuple[Backend, Backend], script: Callable[[Backend, Normaliser], 
     out = {b.name: script(b, Normaliser()) for b in both}
     texts = {k: json.dumps(v, indent=1, sort_keys=True, default=str).splitlines() for k, v in out.items()}
     if texts["emulator"] != texts["real"]:
-        diff = "\n".join(difflib.unified_diff(texts["emulator"], texts["real"], "emulator", "kube-apiserver v1.37.2",
+        diff = "\n".join(difflib.unified_diff(texts["emulator"], texts["real"], "emulator",
+                                              f"kube-apiserver {REAL_VERSION}",
                                               lineterm="", n=4))
         pytest.fail(f"the emulator answers differently from the real server:\n{diff}", pytrace=False)
     return out["real"]

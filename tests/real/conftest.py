@@ -2,7 +2,12 @@
 
 Without the binaries these tests skip with the command that builds them; `.ci/run` builds them first and sets
 `BRIDGE_REQUIRE_REAL=1`, which turns a missing binary into a failure (a CI machine with Go must run them, never
-skip them). `BRIDGE_REAL_LINES` (default "1.37") names the lines to run where a test is parametrised by line.
+skip them).
+
+`BRIDGE_REAL_LINES` names the Kubernetes lines the tests run on, comma-separated, newest first (default "1.37,1.35";
+each must be a line `scripts/build_real.py` pins). A test of one line runs on the first (`REAL_LINE`), against the
+stand-ins of the same minor where it compares them; a test parametrised by line runs on each. So
+`BRIDGE_REAL_LINES=1.38 pytest tests/real` runs the whole real tier on the 1.38 binaries alone.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import pytest
 from bridge.kube.api import NAMESPACES, KubeAPI, Resource
 from bridge.kube.errors import NotFound
 from bridge.sandbox.cluster import SandboxCluster
-from bridge.sandbox.real.binaries import Binaries
+from bridge.sandbox.real.binaries import Binaries, line_of
 from tests.polling import wait_until
 
 REQUIRE = os.environ.get("BRIDGE_REQUIRE_REAL") == "1"
+REAL_LINES = tuple(line_of(v) for v in os.environ.get("BRIDGE_REAL_LINES", "1.37,1.35").split(",") if v.strip())
+REAL_LINE = REAL_LINES[0]
 
 
 def require_binaries(line: str, programs: tuple[str, ...]) -> Binaries:
@@ -38,8 +45,8 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 
 
 @pytest.fixture(scope="session")
-def real_137() -> Iterator[Binaries]:
-    yield require_binaries("1.37", CONTROL_PLANE)
+def real_line() -> Iterator[Binaries]:
+    yield require_binaries(REAL_LINE, CONTROL_PLANE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

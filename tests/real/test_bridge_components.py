@@ -35,13 +35,13 @@ from bridge.kube.errors import NotFound
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.processes import ChildProcess
 from bridge.sandbox.cluster.webhook import WEBHOOK_NAMESPACE, free_port
-from bridge.sandbox.real.binaries import Binaries
+from bridge.sandbox.real.binaries import LINES, Binaries
 from bridge.sandbox.real.kubeconfig import write_kubeconfig
 from bridge.sandbox.real.pki import TinyCA
 from bridge.webhook.modeprobe import wait_applied
 from bridge.webhook.policy import Mode
 from tests.polling import wait_until
-from tests.real.conftest import create_namespace, kubectl
+from tests.real.conftest import REAL_LINE, create_namespace, kubectl
 from tests.real.labeller import Labeller
 from tests.sandbox_cluster import spec_for_tests
 
@@ -63,11 +63,11 @@ def audit_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(real_137: Binaries, audit_log: Path) -> Iterator[SandboxCluster]:
+def cluster(real_line: Binaries, audit_log: Path) -> Iterator[SandboxCluster]:
     policy = audit_log.with_name("policy.yaml")
     policy.write_text(yaml.safe_dump(AUDIT_POLICY))
     nodes = (NodeSpec("node-0", split="4"), NodeSpec("node-1", split="4"))
-    spec = spec_for_tests(nodes, backend="real", version="1.37", bridge=True, webhook=True,
+    spec = spec_for_tests(nodes, backend="real", version=REAL_LINE, bridge=True, webhook=True,
                           apiserver_args=(f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"))
     with SandboxCluster(spec) as c:
         c.wait_daemons_settled(90)
@@ -462,7 +462,7 @@ def test_migrate_report_scans_the_live_cluster_and_a_blocker_makes_it_exit_1(
         cluster: SandboxCluster, namespaces: Callable[..., str]) -> None:
     code, doc = report(cluster)
     assert code == 0, doc
-    assert (doc["kubernetesVersion"], doc["resourceApiVersions"][0]) == ("v1.37.2", "v1")
+    assert (doc["kubernetesVersion"], doc["resourceApiVersions"][0]) == (LINES[REAL_LINE], "v1")
     assert {n["name"]: (n["backends"], n["gpus"], n["draDevices"]) for n in doc["nodes"]} == {
         "node-0": (["bridge"], 8, 4), "node-1": (["bridge"], 8, 4)}
     ns = namespaces("mig-team")

@@ -26,7 +26,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, offered_twice, shared
 from bridge.sandbox.real.binaries import NODE
 from tests.imagebuilt import build
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, kubectl, probe_log, probe_pod
 from tests.sandbox_cluster import spec_for_tests
 
@@ -61,9 +61,9 @@ def helm(cluster: SandboxCluster, *args: str, timeout: float = 300) -> subproces
 
 @pytest.fixture(scope="module")
 def cluster(built: build.BuildResult) -> Iterator[SandboxCluster]:
-    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl", "helm", "kube-proxy"))
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet", "kubectl", "helm", "kube-proxy"))
     nodes = tuple(NodeSpec(f"node-{i}", "4xH100-80GB", labels=HANDED_OVER) for i in range(2))
-    spec = spec_for_tests(nodes, backend="real", version="1.37", real_kubelets=True, services=True,
+    spec = spec_for_tests(nodes, backend="real", version=REAL_LINE, real_kubelets=True, services=True,
                           node_status_frequency=2.0)
     with SandboxCluster(spec).start(timeout=300) as c:
         for node in c.nodes:

@@ -18,7 +18,7 @@ from bridge.kube import connect
 from bridge.kube.api import NODES, PODS, KubeAPI
 from bridge.kube.errors import Forbidden, Invalid
 from bridge.sandbox.cluster import SandboxCluster
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import claim_template, ensure_namespace
 from tests.sandbox_cluster import spec_for_tests
 
@@ -32,8 +32,8 @@ REFUSAL = re.compile(r"(?<![\d.:])403(?![\dZ])|[Ff]orbidden")  # a 403 in a log 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    require_binaries("1.37", CONTROL_PLANE + ("kubectl", "helm"))
-    spec = spec_for_tests(2, backend="real", version="1.37", bridge=True, webhook=True, controller=True,
+    require_binaries(REAL_LINE, CONTROL_PLANE + ("kubectl", "helm"))
+    spec = spec_for_tests(2, backend="real", version=REAL_LINE, bridge=True, webhook=True, controller=True,
                           split="2", chart_rbac=str(CHART))
     with SandboxCluster(spec).start(timeout=300) as c:
         yield c

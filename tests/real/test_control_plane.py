@@ -17,7 +17,7 @@ from bridge.kube.api import NODES, PODS
 from bridge.kube.errors import Forbidden
 from bridge.sandbox.cluster import SandboxCluster
 from bridge.sandbox.real.binaries import LINES, Binaries
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, REAL_LINES, require_binaries
 from tests.sandbox_cluster import spec_for_tests
 
 
@@ -29,7 +29,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module", params=["1.37", "1.35"])
+@pytest.fixture(scope="module", params=REAL_LINES)
 def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
     require_binaries(request.param, CONTROL_PLANE)
     with SandboxCluster(spec_for_tests(2, backend="real", version=request.param)).start(timeout=300) as c:
@@ -89,8 +89,8 @@ def test_an_anonymous_client_is_refused(cluster: SandboxCluster, tmp_path: Path)
     assert "system:anonymous" in err.value.read().decode()
 
 
-def test_stopping_leaves_no_process_and_no_file(real_137: Binaries) -> None:
-    cluster = SandboxCluster(spec_for_tests(1, backend="real", version="1.37")).start()
+def test_stopping_leaves_no_process_and_no_file(real_line: Binaries) -> None:
+    cluster = SandboxCluster(spec_for_tests(1, backend="real", version=REAL_LINE)).start()
     assert cluster.plane is not None
     pids = [c.pid for c in cluster.plane.components]
     work = cluster.work_dir
@@ -101,14 +101,14 @@ def test_stopping_leaves_no_process_and_no_file(real_137: Binaries) -> None:
 
 
 def test_a_plane_without_the_managers_serves_the_api_from_etcd_and_kube_apiserver_alone(
-        real_137: Binaries, tmp_path: Path) -> None:
+        real_line: Binaries, tmp_path: Path) -> None:
     """`PlaneOptions(managers=False)` (bench/real_claim_get_bench.py: the API server measured without the managers'
     traffic): only etcd and kube-apiserver run, the API answers, and nothing reconciles what is written."""
     from bridge.kube.api import NAMESPACES
     from bridge.sandbox.real.chartrbac import SERVICE_ACCOUNTS
     from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
 
-    plane = ControlPlane(tmp_path / "plane", real_137, PlaneOptions(managers=False)).start()
+    plane = ControlPlane(tmp_path / "plane", real_line, PlaneOptions(managers=False)).start()
     try:
         # (a try that lost its port race stays listed, exited: names, not a count)
         assert {c.name for c in plane.components} == {"etcd", "kube-apiserver"}

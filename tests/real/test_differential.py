@@ -31,7 +31,7 @@ import pytest
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.real.binaries import Binaries
 from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.compare import (
     PROJECTIONS,
     Normaliser,
@@ -58,7 +58,7 @@ def real() -> Iterator[Backend]:
     if running:
         yield Backend.from_kubeconfig("real", Path(running))
         return
-    binaries: Binaries = require_binaries("1.37", CONTROL_PLANE)
+    binaries: Binaries = require_binaries(REAL_LINE, CONTROL_PLANE)
     with tempfile.TemporaryDirectory(prefix="diff-") as work:
         options = PlaneOptions(apiserver_args=(f"--etcd-compaction-interval={COMPACTION}s",))
         plane = ControlPlane(Path(work), binaries, options).start()
@@ -70,7 +70,7 @@ def real() -> Iterator[Backend]:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Backend]:
-    with ApiServer(version="1.37.2", history_limit=HISTORY) as srv, \
+    with ApiServer(version=Binaries(REAL_LINE).version, history_limit=HISTORY) as srv, \
             tempfile.TemporaryDirectory(prefix="diff-") as work:
         kubeconfig = Path(work) / "kubeconfig"
         srv.write_kubeconfig(kubeconfig)

@@ -44,7 +44,7 @@ from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.kubelet import STOP_SECONDS_ANNOTATION
 from bridge.sandbox.real.binaries import NODE
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.grpcrecord import ENV as RECORD_ENV
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_pod
 from tests.polling import wait_until
@@ -156,9 +156,9 @@ def _wait_gone(cluster: SandboxCluster, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
     record = tmp_path_factory.mktemp("grpc")
-    spec = spec_for_tests(NODE_SPECS, backend="real", version="1.37", real_kubelets=True, simulated_nodes=(SIM,),
+    spec = spec_for_tests(NODE_SPECS, backend="real", version=REAL_LINE, real_kubelets=True, simulated_nodes=(SIM,),
                           bridge=True, node_status_frequency=2.0, sync_retry=10.0)
     before = os.environ.get(RECORD_ENV)
     os.environ[RECORD_ENV] = str(record)

@@ -20,7 +20,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch
 from bridge.sandbox.real.binaries import NODE
 from tests.polling import wait_until
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_pod
 from tests.sandbox_cluster import NO_HEALTHY_GPU_1_37, spec_for_tests
 
@@ -32,8 +32,8 @@ XID = 79  # "GPU has fallen off the bus": not in NVIDIA's ignore list
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
-    spec = spec_for_tests((NodeSpec(NAME, "2xH100-80GB", split="1"),), backend="real", version="1.37",
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    spec = spec_for_tests((NodeSpec(NAME, "2xH100-80GB", split="1"),), backend="real", version=REAL_LINE,
                           real_kubelets=True, bridge=True, node_status_frequency=2.0)
     with SandboxCluster(spec).start(timeout=300) as c:
         ensure_namespace(c, "team")

@@ -39,7 +39,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch
 from bridge.sandbox.real.binaries import NODE
 from tests.polling import wait_until
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
 from tests.real.provisioner import PVCS, PVS, STORAGE_CLASSES, LateProvisioner, claim, storage_class
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
 from tests.sandbox_cluster import spec_for_tests
@@ -54,7 +54,7 @@ GRACE_S = 5.0  # `--split-grace auto` from 1.35 (bridge.node.bindinggrace)
 DELAY_S = GRACE_S + 10.0
 
 
-@pytest.fixture(scope="module", params=["1.37", "1.35"])
+@pytest.fixture(scope="module", params=REAL_LINES)
 def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
     line = request.param
     require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))

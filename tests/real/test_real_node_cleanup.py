@@ -13,7 +13,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.real.binaries import NODE
 from bridge.sandbox.real.kubelet import v1_hierarchies
 from bridge.sandbox.real.namespace import process_alive
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import create_pod, ensure_namespace, probe_pod
 from tests.sandbox_cluster import spec_for_tests
 
@@ -33,8 +33,8 @@ def _pids_with(needle: str) -> list[int]:
 
 
 def test_stopping_a_real_node_cluster_with_a_running_gpu_pod_leaves_nothing() -> None:
-    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet",))
-    spec = spec_for_tests((NodeSpec("lone", "2xH100-80GB", split="1"),), backend="real", version="1.37",
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet",))
+    spec = spec_for_tests((NodeSpec("lone", "2xH100-80GB", split="1"),), backend="real", version=REAL_LINE,
                           real_kubelets=True, bridge=True, node_status_frequency=2.0)
     cluster = SandboxCluster(spec).start(timeout=300)
     work = cluster.work_dir

@@ -16,7 +16,7 @@ from bridge.kube.api import NODES
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import NODE
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
 from tests.sandbox_cluster import spec_for_tests
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 NAME = "gpu-node"
 
 
-@pytest.fixture(scope="module", params=["1.37", "1.35"])
+@pytest.fixture(scope="module", params=REAL_LINES)
 def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
     """On both built lines: v1.35's device manager still has the old disconnect rule (an old instance's stream
     ending disconnects the current endpoint: kubernetes `pkg/kubelet/cm/devicemanager/endpoint.go` of that

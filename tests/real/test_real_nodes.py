@@ -16,7 +16,7 @@ from bridge.kube.api import NODES, PODS, Resource
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import offered_twice, shared
 from bridge.sandbox.real.binaries import NODE, Binaries
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
 from tests.sandbox_cluster import spec_for_tests
 
@@ -31,8 +31,8 @@ CLASS = "gpu.dra-bridge.io"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SandboxCluster]:
-    require_binaries("1.37", CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
-    spec = spec_for_tests(NODES_SPEC, backend="real", version="1.37", real_kubelets=True, bridge=True,
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    spec = spec_for_tests(NODES_SPEC, backend="real", version=REAL_LINE, real_kubelets=True, bridge=True,
                           webhook=True, node_status_frequency=2.0)
     with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
         ensure_namespace(c, "legacy")

@@ -31,7 +31,7 @@ from bridge.kube import EVENTS, NODES, PODS, PRIORITY_CLASSES
 from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.sandbox_cluster import (
     create_gpu_template,
     create_pod_namespaces,
@@ -137,11 +137,11 @@ PREEMPTED = Seen(
 
 def _cluster(backend: str) -> SandboxCluster:
     nodes = (NodeSpec(NODE, "2xH100-80GB", split="1"),)
-    return SandboxCluster(spec_for_tests(nodes, backend=backend, version="1.37", bridge=True, controller=True))
+    return SandboxCluster(spec_for_tests(nodes, backend=backend, version=REAL_LINE, bridge=True, controller=True))
 
 
 def test_kube_scheduler_preempts_for_a_legacy_pod_and_the_controller_moves_no_gpu_for_it() -> None:
-    require_binaries("1.37", CONTROL_PLANE)
+    require_binaries(REAL_LINE, CONTROL_PLANE)
     with _cluster("real") as real:
         assert _run(real) == PREEMPTED
 

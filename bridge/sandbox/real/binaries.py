@@ -5,7 +5,8 @@ Lookup, first match wins:
 
 1. `BRIDGE_REAL_BIN_DIR`: directories (`:`-separated) searched for every program, for binaries built elsewhere;
 2. the build script's manifest `$DRA_BRIDGE_CACHE/real/sets.json` (default `~/.cache/dra-bridge`), which names the
-   bin directory of each set it built: `kubernetes-v1.37`, `kubernetes-v1.35`, `etcd`, `node`, `helm`.
+   bin directory of each set it built: `kubernetes-v1.38`, `kubernetes-v1.37`, `kubernetes-v1.35`, `etcd`, `node`,
+   `helm`.
 
 Nothing here builds: a missing program is a `BinariesMissing` whose message is the command that builds it.
 """
@@ -20,8 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The Kubernetes lines the build script pins (scripts/build_real.py KUBERNETES_LINES), by minor.
-LINES = {"1.37": "v1.37.2", "1.35": "v1.35.4"}
+LINES = {"1.38": "v1.38.0-beta.0", "1.37": "v1.37.2", "1.35": "v1.35.4"}
 DEFAULT_LINE = "1.37"
+
+# (line, program) -> the line whose build of the program this line runs: the 1.38 line builds no kube-proxy (it
+# needs sigs.k8s.io/iptables-wrappers, which the module proxy here does not serve: scripts/build_real.py
+# KUBERNETES_LEFT_OUT), and the Kubernetes version skew policy lets kube-proxy be up to three minors older than the
+# API server.
+_BORROWED = {("1.38", "kube-proxy"): "1.37"}
 
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kube-proxy")
 KUBELET = ("kubelet",)
@@ -44,7 +51,7 @@ def cache_root() -> Path:
 
 def line_of(version: str) -> str:
     """'1.37', 'v1.37.2', '1.37.2' -> '1.37'; ValueError for a line the build does not pin."""
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?", version.strip())
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+(?:-[0-9A-Za-z.]+)?)?", version.strip())
     line = f"{m.group(1)}.{m.group(2)}" if m else ""
     if line not in LINES:
         raise ValueError(f"Kubernetes {version!r}: the real backend builds {', '.join(sorted(LINES))} "
@@ -72,7 +79,8 @@ class Binaries:
 
     def _set_dir(self, program: str) -> Path | None:
         set_name = _SET_OF[program]
-        key = f"kubernetes-v{self.line}" if set_name == "kubernetes" else set_name
+        line = _BORROWED.get((self.line, program), self.line)
+        key = f"kubernetes-v{line}" if set_name == "kubernetes" else set_name
         where = _manifest().get(key)
         return Path(where) if where else None
 
