@@ -57,6 +57,21 @@ DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 SOCKET_MODE = 0o660
 
 
+def check_plain_endpoint(endpoint: str) -> None:
+    """The DRA socket path we advertise must be what the kubelet dials. The kubelet dials `"unix:" + endpoint`, which
+    gRPC reads as a URL: a path starting with `//` names a host, `?` and `#` end the path, `%xx` is decoded. So such
+    a path was never dialled as written, and from 1.38 the kubelet refuses it at registration ("must be a plain
+    path", or "must be an absolute path": kubernetes pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go
+    `validateEndpoint`, v1.38.0-beta.0), leaving the node without DRA. Refused here, at start-up, naming the path."""
+    if not endpoint.startswith("/"):
+        raise SocketPathError(f"DRA socket path {endpoint!r} must be absolute (check --kubelet-root)")
+    odd = [c for c in ("?", "#", "%") if c in endpoint]
+    if endpoint.startswith("//") or odd:
+        what = f"contains {' and '.join(repr(c) for c in odd)}" if odd else "starts with '//'"
+        raise SocketPathError(f"DRA socket path {endpoint!r} {what}: the kubelet dials it as a unix: URL, which "
+                              f"would name another path, and kubelets from 1.38 refuse it; check --kubelet-root")
+
+
 @dataclass(frozen=True)
 class PluginConfig:
     driver: str = DEFAULT_DRIVER
@@ -98,6 +113,7 @@ class PluginConfig:
             raise SocketPathError(str(err)) from err
         check_socket_path(self.registration_socket)
         check_socket_path(self.dra_socket)
+        check_plain_endpoint(str(self.dra_socket))
         if self.pod_uid is not None and ("/" in self.pod_uid or not self.pod_uid):
             raise SocketPathError(f"pod UID {self.pod_uid!r} cannot be part of a socket name")
 

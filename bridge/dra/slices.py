@@ -98,12 +98,23 @@ def validate_node_name(node: str) -> str:
     return node
 
 
+# kube-apiserver 1.38 refuses a version attribute with a number of more than 18 digits ("must be a string compatible
+# with semver.org spec 2.0.0, with at most 18 digits in numbers": pkg/apis/resource/validation/validation.go
+# `numericIdentifier` `(0|[1-9]\d{0,17})`, v1.38.0-beta.0; 1.37 had no limit), and one bad attribute refuses the
+# whole slice: such a version is left out instead, as a non-numeric one is.
+MAX_VERSION_DIGITS = 18
+
+
 def semver(raw: str) -> str | None:
-    """"9.0" -> "9.0.0", "535.104" -> "535.104.0", "535.104.05" -> "535.104.5"; None when not numeric."""
+    """"9.0" -> "9.0.0", "535.104" -> "535.104.0", "535.104.05" -> "535.104.5"; None when not numeric or when a
+    number has more than 18 digits."""
     m = _VERSION.match(raw or "")
     if m is None:
         return None
-    return ".".join(str(int(part)) if part is not None else "0" for part in m.groups())
+    parts = [str(int(part)) if part is not None else "0" for part in m.groups()]
+    if any(len(part) > MAX_VERSION_DIGITS for part in parts):
+        return None
+    return ".".join(parts)
 
 
 def quantity_bytes(n: int) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import os
 import socket
 import stat
@@ -204,6 +206,21 @@ def test_a_too_long_socket_path_is_refused_with_the_path_and_its_length(short_tm
     root = short_tmp / ("x" * 90)
     with pytest.raises(SocketPathError, match=r"bytes long; the limit is 107"):
         DraPlugin(PluginConfig(kubelet_root=str(root)), EchoCore())
+
+
+@pytest.mark.parametrize(("root", "says"), [
+    ("//var/lib/kubelet", "starts with '//'"),  # a unix: URL's host: the kubelet would dial another path
+    ("/var/lib/kube%41let", "contains '%'"),  # decoded by the kubelet's dial
+    ("/var/lib/kubelet?x", "contains '?'"),
+    ("/var/lib/kubelet#1", "contains '#'"),
+    ("var/lib/kubelet", "must be absolute"),
+])
+def test_a_kubelet_root_the_kubelet_would_not_dial_as_written_is_refused_at_start(root: str, says: str) -> None:
+    """kubelet 1.38 refuses such an endpoint at registration (dra_plugin_manager.go `validateEndpoint`); the
+    daemon says so at start-up instead of serving a node without DRA."""
+    with pytest.raises(SocketPathError, match=re.escape(says)) as err:
+        PluginConfig(kubelet_root=root).check()
+    assert "--kubelet-root" in str(err.value)
 
 
 def test_an_invalid_driver_name_is_refused(short_tmp: Path) -> None:

@@ -116,6 +116,15 @@ def test_semver_normalization(raw, want):
     assert semver(raw) == want
 
 
+def test_a_version_with_a_number_of_more_than_18_digits_is_left_out_as_kube_apiserver_138_refuses_it():
+    assert semver("123456789012345678.0.1") == "123456789012345678.0.1"
+    assert semver("1234567890123456789.0.0") is None
+    assert semver("535.0000000000000000000104") == "535.104.0"  # leading zeros are dropped before counting
+    dev = replace(devices_from_spec("1xA100-40GB", NODE.name)[0], driver_version="1.2.99999999999999999999")
+    attrs = desired_slices(inputs((dev,)))[0]["spec"]["devices"][0]["attributes"]
+    assert "driverVersion" not in attrs
+
+
 @pytest.mark.parametrize(("n", "want"), [(80 * 2**30, "80Gi"), (81559 * 2**20, "81559Mi"), (1000, "1000"),
                                          (0, "0"), (3 * 2**40, "3Ti")])
 def test_memory_is_written_as_a_canonical_quantity(n, want):
