@@ -162,7 +162,7 @@ def _labels(ctx: click.Context, param: click.Parameter, values: tuple[str, ...])
                    "side (claims, ResourceSlice wipes). Without it, device plugins and PodResources only.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_KUBERNETES_VERSION",
-              help="Kubelet release to play (1.32-1.37): decides e.g. the device-plugin disconnect rule (1.37 "
+              help="Kubelet release to play (1.32-1.38): decides e.g. the device-plugin disconnect rule (1.37 "
                    "disconnects only the plugin instance whose stream ended) and DRA extended resources (1.36+).")
 @click.option("--node-status-frequency", type=click.FloatRange(min=0.05), default=10.0, show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_KUBELET_NODE_STATUS_FREQUENCY",
@@ -242,9 +242,9 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
                    "simulates them.")
 @click.option("--kubernetes-version", "version", default="1.34", show_default=True, callback=_kubelet_version,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_KUBERNETES_VERSION",
-              help="Kubernetes release (1.32-1.37) of the API emulator and the kubelets: the served resource.k8s.io "
+              help="Kubernetes release (1.32-1.38) of the API emulator and the kubelets: the served resource.k8s.io "
                    "versions and the DRA features follow it. With --backend real: the built line, 1.37 (v1.37.2, "
-                   "the default there) or 1.35 (v1.35.4).")
+                   "the default there), 1.35 (v1.35.4) or 1.38 (v1.38.0-beta.0).")
 @click.option("--nodes", "node_count", type=click.IntRange(1, 64), default=2, show_default=True, show_envvar=True,
               envvar="BRIDGE_SANDBOX_CLUSTER_NODES", help="Number of nodes (node-0, node-1, ...).")
 @click.option("--gpus", default="8xH100-80GB", show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_GPUS",

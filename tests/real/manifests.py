@@ -136,4 +136,11 @@ def invalid_slices(sfx: str) -> dict[str, Obj]:
         "bad device name": spec(devices=[{"name": "GPU 0"}]),
         "too many devices": spec(devices=[{"name": f"gpu-{i}"} for i in range(129)]),
         "attribute with two values": spec(devices=[{"name": "gpu-0", "attributes": {"a": {"int": 1, "bool": True}}}]),
+        # valid through 1.37; from 1.38 a number may have at most 18 digits
+        "version with a 19-digit number": spec(devices=[{"name": "gpu-0", "attributes": {
+            "driverVersion": {"version": "1234567890123456789.0.0"}}}]),
+        "version with a 19-digit pre-release": spec(devices=[{"name": "gpu-0", "attributes": {
+            "driverVersion": {"version": "1.0.0-1234567890123456789"}}}]),
+        "attribute name with two slashes": spec(devices=[{"name": "gpu-0", "attributes": {
+            "example.com/a/b": {"int": 1}}}]),
     }

@@ -191,6 +191,42 @@ def test_the_none_taint_effect_arrived_with_1_35(kube):
     assert 'Unsupported value: "None": supported values: "NoExecute", "NoSchedule"' in err.message
 
 
+def test_a_version_attribute_number_of_19_digits_is_refused_from_1_38_with_its_message(kube):
+    """pkg/apis/resource/validation/validation.go `numericIdentifier`: unbounded through 1.37, 18 digits from 1.38."""
+    attrs = {"attributes": {"driverVersion": {"version": "1234567890123456789.0.0"}}}
+    _, api37 = kube("1.37.2")
+    assert api37.create(api37.resource_api().slices, slice_obj(**attrs))["metadata"]["name"] == "s"
+    _, api38 = kube("1.38.0-beta.0")
+    err = invalid(lambda: api38.create(api38.resource_api().slices, slice_obj(**attrs)))
+    assert ('spec.devices[0].attributes[driverVersion].version: Invalid value: "1234567890123456789.0.0": must be a '
+            'string compatible with semver.org spec 2.0.0, with at most 18 digits in numbers') in err.message
+
+
+def test_an_attribute_name_with_two_slashes_is_stored_until_1_37_and_refused_from_1_38(kube):
+    """Seen on kube-apiserver v1.37.2 (tests/real/test_differential.py): `strings.Split` gives three parts, which
+    `validateQualifiedName`'s switch has no case for. 1.38 adds one. A key's error names the map."""
+    attrs = {"attributes": {"example.com/a/b": {"int": 1}}}
+    _, api37 = kube("1.37.2")
+    api37.create(api37.resource_api().slices, slice_obj(**attrs))
+    _, api38 = kube("1.38.0-beta.0")
+    err = invalid(lambda: api38.create(api38.resource_api().slices, slice_obj(**attrs)))
+    assert 'spec.devices[0].attributes: Invalid value: "example.com/a/b": must not contain more than one slash' in (
+        err.message)
+
+
+def test_from_1_38_a_forbidden_pod_update_lists_what_a_gated_pod_may_change(kube):
+    """pkg/apis/core/validation/validation.go `updatablePodSpecFields`: three entries more in v1.38.0-beta.0."""
+    gated = "`spec.schedulingGates` (only deletions of existing scheduling gates)"
+    for version, listed in (("1.37.2", False), ("1.38.0-beta.0", True)):
+        _, api = kube(version)
+        api.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                          "spec": {"containers": [{"name": "c", "image": "x"}]}}, "default")
+        err = invalid(lambda: api.patch(PODS, "p", {"spec": {"restartPolicy": "Never"}}, "default"))
+        assert "pod updates may not change fields other than `spec.containers[*].image`" in err.message
+        assert (gated in err.message) is listed
+        assert err.message.endswith("(only while the pod has scheduling gates)") is listed
+
+
 def test_tolerations_are_validated_and_default_to_the_equal_operator(kube):
     _, api = kube("1.37.0")
     rapi = api.resource_api()

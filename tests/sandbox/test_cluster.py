@@ -224,7 +224,7 @@ def _zombie(pid: int) -> bool:
     (["--split", "2"], "add --bridge"),
     (["--gpus", "8xNOPE"], "8xNOPE"),
     (["--nodes-file", __file__, "--nodes", "3"], "do not combine it with --nodes"),
-    (["--kubernetes-version", "1.30"], "supported are 1.32 to 1.37"),
+    (["--kubernetes-version", "1.30"], "supported are 1.32 to 1.38"),
     (["--bridge", "--split", "gpu-x"], "--split"),
     (["--controller"], "add --bridge"),
     (["--bridge", "--controller-args", "--cooldown 5s"], "add --controller"),

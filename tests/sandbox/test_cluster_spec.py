@@ -60,7 +60,7 @@ def test_a_bad_nodes_file_is_refused_naming_the_problem(text: str, message: str)
     (ClusterSpec(nodes=(NodeSpec("Node_A"),)), "not a lower-case DNS name"),
     (ClusterSpec(nodes=(NodeSpec("a"), NodeSpec("a"))), "used twice"),
     (ClusterSpec(nodes=(NodeSpec("a", "8xNOPE"),)), "node a: gpus '8xNOPE'"),
-    (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.31"), "supported are 1.32 to 1.37"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.31"), "supported are 1.32 to 1.38"),
     (ClusterSpec(nodes=()), "at least one node"),
     (ClusterSpec(nodes=(NodeSpec("a"),), webhook=True), "needs the bridge nodes"),
     (ClusterSpec(nodes=(NodeSpec("a"),), controller=True), "the controller sets the split"),

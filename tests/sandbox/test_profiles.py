@@ -12,6 +12,7 @@ from bridge.sandbox.apiserver import ApiServer, profile_for
     ("1.33.4", ("v1beta2", "v1beta1")),
     ("v1.34.0", ("v1",)),  # the betas are disabled by default in every release (pkg/controlplane/instance.go)
     ("1.37", ("v1",)),
+    ("v1.38.0-beta.0", ("v1",)),  # a pre-release plays its minor
 ])
 def test_each_minor_serves_the_resource_versions_of_its_release(version, served):
     assert profile_for(version).resource_versions == served
@@ -20,6 +21,13 @@ def test_each_minor_serves_the_resource_versions_of_its_release(version, served)
 def test_an_administrator_can_serve_the_betas_beside_v1():
     assert profile_for("1.36").with_resource_versions(("v1", "v1beta2")).resource_versions == ("v1", "v1beta2")
     assert profile_for("1.36").with_resource_versions(None).resource_versions == ("v1",)
+
+
+def test_from_138_asking_for_v1beta1_serves_nothing_of_it_as_kube_apiserver_does():
+    """v1beta1's APILifecycleRemoved is 1.38: kube-apiserver accepts the --runtime-config and leaves the version out."""
+    assert profile_for("1.37").with_resource_versions(("v1", "v1beta1")).resource_versions == ("v1", "v1beta1")
+    assert profile_for("1.38").with_resource_versions(("v1", "v1beta2", "v1beta1")).resource_versions == (
+        "v1", "v1beta2")
 
 
 @pytest.mark.parametrize(("gate", "off_in", "on_in"), [
@@ -65,6 +73,32 @@ def test_message_variants_follow_the_release():
     assert profile_for("1.33").detailed_taint_reason and not profile_for("1.34").detailed_taint_reason
     assert "None" not in profile_for("1.34").device_taint_effects
     assert "None" in profile_for("1.35").device_taint_effects
+
+
+@pytest.mark.parametrize(("gate", "locked_in"), [
+    ("DRAAdminAccess", "1.36"),
+    ("DRAPrioritizedList", "1.37"),
+    ("DRAResourceClaimDeviceStatus", "1.37"),
+    ("DRAExtendedResource", "1.37"),
+    ("DRADeviceTaints", "1.38"),
+    ("DRADeviceTaintRules", "1.38"),
+    ("DRAPartitionableDevices", "1.38"),
+    ("DRADeviceBindingConditions", "1.38"),
+])
+def test_a_gate_locked_to_its_default_cannot_be_turned_off_from_that_release(gate, locked_in):
+    before = f"1.{int(locked_in.split('.')[1]) - 1}"
+    assert not profile_for(before).with_gates({gate: False}).enabled(gate)
+    with pytest.raises(ValueError, match=f"locked to its default in Kubernetes {locked_in}"):
+        profile_for(locked_in).with_gates({gate: False})
+
+
+def test_in_138_dra_is_always_on_and_its_removed_gate_cannot_be_named():
+    p = profile_for("1.38")
+    assert p.enabled("DynamicResourceAllocation")
+    for value in (True, False):
+        with pytest.raises(ValueError, match="removed in Kubernetes 1.38"):
+            p.with_gates({"DynamicResourceAllocation": value})
+    assert profile_for("1.38").with_gates({"DRAConsumableCapacity": False}).enabled("DRAConsumableCapacity") is False
 
 
 def test_dra_can_be_switched_off_until_it_is_locked_in_135() -> None:

@@ -19,7 +19,7 @@ Obj = dict[str, Any]
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
-    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)", version.strip())
+    m = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:-[0-9A-Za-z.]+)?", version.strip())
     if not m:
         raise ValueError(f"version must look like MAJOR.MINOR.PATCH (e.g. 1.34.2), got {version!r}")
     return int(m.group(1)), int(m.group(2)), int(m.group(3))
@@ -34,7 +34,7 @@ def version_doc(version: str) -> Obj:
         "emulationMinor": str(minor),
         "minCompatibilityMajor": str(major),
         "minCompatibilityMinor": str(max(0, minor - 1)),
-        "gitVersion": f"v{major}.{minor}.{patch}",
+        "gitVersion": "v" + version.strip().removeprefix("v"),  # with its pre-release (v1.38.0-beta.0), as released
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": "2025-01-01T00:00:00Z",

@@ -72,11 +72,14 @@ class _Ctx:
 
     consumable_capacity: bool
     taint_effects: tuple[str, ...]
+    semver_18_digits: bool = False  # 1.38+: version attributes' numbers have at most 18 digits
+    one_slash: bool = False  # 1.38+: a qualified name with more than one slash is refused (accepted before)
 
 
 def _ctx(profile: KubernetesProfile | None) -> _Ctx:
     p = profile or _DEFAULT_PROFILE
-    return _Ctx(p.enabled("DRAConsumableCapacity"), p.device_taint_effects)
+    return _Ctx(p.enabled("DRAConsumableCapacity"), p.device_taint_effects, p.semver_18_digits,
+                p.qualified_names_one_slash)
 
 
 def validate(kind: str, obj: Obj, old: Obj | None, profile: KubernetesProfile | None = None) -> list[FieldError]:
@@ -184,11 +187,12 @@ def device(path: str, dev: Obj, per_device_nodes: bool, ctx: _Ctx | None = None)
         errs.append(too_many(path, len(attrs) + len(caps), MAX_ATTRS_AND_CAPACITIES))
     for name, attr in attrs.items():
         apath = f"{path}.attributes[{name}]"
-        errs += names.qualified_device_name(apath, name)
-        errs += attribute(apath, attr)
+        # a key's errors name the map, not the entry (validation.go `validateMap`: `validateKey(key, fldPath)`)
+        errs += names.qualified_device_name(f"{path}.attributes", name, one_slash=ctx.one_slash)
+        errs += attribute(apath, attr, ctx)
     for name, cap in caps.items():
         cpath = f"{path}.capacity[{name}]"
-        errs += names.qualified_device_name(cpath, name)
+        errs += names.qualified_device_name(f"{path}.capacity", name, one_slash=ctx.one_slash)
         if not isinstance(cap, dict) or cap.get("value") in (None, ""):
             errs.append(FieldError(f"{cpath}.value", "Required value"))
     taints = dev.get("taints") or []
@@ -204,7 +208,7 @@ def device(path: str, dev: Obj, per_device_nodes: bool, ctx: _Ctx | None = None)
     return errs
 
 
-def attribute(path: str, attr: Any) -> list[FieldError]:
+def attribute(path: str, attr: Any, ctx: _Ctx | None = None) -> list[FieldError]:
     if not isinstance(attr, dict):
         return [FieldError(path, "Invalid value", attr, "must be an object")]
     present = [k for k in ("int", "bool", "string", "version") if attr.get(k) is not None]
@@ -215,8 +219,12 @@ def attribute(path: str, attr: Any) -> list[FieldError]:
     errs: list[FieldError] = []
     if kind in ("string", "version") and isinstance(value, str) and len(value) > MAX_VALUE_LEN:
         errs.append(FieldError(f"{path}.{kind}", "Too long", detail=f"may not be more than {MAX_VALUE_LEN} bytes"))
-    if kind == "version" and not (isinstance(value, str) and names.SEMVER_RE.match(value)):
-        errs.append(FieldError(f"{path}.version", "Invalid value", value, "must be a string compatible with semver.org spec 2.0.0"))
+    if kind == "version":
+        short = ctx is not None and ctx.semver_18_digits
+        if not (isinstance(value, str) and (names.SEMVER_18_RE if short else names.SEMVER_RE).match(value)):
+            errs.append(FieldError(f"{path}.version", "Invalid value", value,
+                                   "must be a string compatible with semver.org spec 2.0.0"
+                                   + (", with at most 18 digits in numbers" if short else "")))
     return errs
 
 
@@ -370,7 +378,8 @@ def claim_spec(path: str, spec: Obj, ctx: _Ctx | None = None) -> list[FieldError
     for i, c in enumerate(constraints):
         attr = (c or {}).get("matchAttribute")
         if attr:
-            errs += names.qualified_device_name(f"{path}.devices.constraints[{i}].matchAttribute", attr)
+            errs += names.qualified_device_name(f"{path}.devices.constraints[{i}].matchAttribute", attr,
+                                                one_slash=ctx.one_slash)
     errs += configs(f"{path}.devices.config", devices.get("config"))
     return errs
 

@@ -18,10 +18,18 @@ DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 C_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME_PART_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-SEMVER_RE = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
-    r"(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
+
+
+def _semver_re(number: str) -> re.Pattern[str]:
+    pre = rf"(?:{number}|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+    build = r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?"
+    return re.compile(rf"^{number}\.{number}\.{number}(?:-({pre}(?:\.{pre})*))?{build}$")
+
+
+# A version attribute (pkg/apis/resource/validation/validation.go `semverRe`). Through 1.37 a number is
+# `(0|[1-9]\d*)`; from 1.38 `(0|[1-9]\d{0,17})`, numeric pre-release identifiers included (so it fits an int64).
+SEMVER_RE = _semver_re(r"(?:0|[1-9]\d*)")
+SEMVER_18_RE = _semver_re(r"(?:0|[1-9]\d{0,17})")
 
 DNS1035_MSG = (
     "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, "
@@ -99,22 +107,28 @@ def label_value(path: str, value: str) -> list[FieldError]:
     return errs
 
 
-def qualified_device_name(path: str, name: str) -> list[FieldError]:
-    """Attribute/capacity names: C identifier of at most 32 characters, optionally `domain/` (DNS subdomain <= 63)."""
+def qualified_device_name(path: str, name: str, *, one_slash: bool = False) -> list[FieldError]:
+    """Attribute/capacity names: C identifier of at most 32 characters, optionally `domain/` (DNS subdomain <= 63)
+    (pkg/apis/resource/validation/validation.go `validateQualifiedName`). A name with more than one slash: through
+    1.37 the real function's `strings.Split` gives three parts, which no case of its switch handles, so the name is
+    accepted (seen on kube-apiserver v1.37.2: `example.com/a/b` is stored); from 1.38 (`one_slash`) it is refused
+    (`SplitN(name, "/", 3)` and a default case)."""
+    if name.count("/") > 1:
+        return [FieldError(path, "Invalid value", name, "must not contain more than one slash")] if one_slash else []
     domain, sep, ident = name.partition("/")
     if not sep:
         domain, ident = "", name
     errs = []
     if sep:
         if not domain:
-            errs.append(FieldError(path, "Required value", detail="the domain must not be empty"))
+            errs.append(FieldError(path, "Invalid value", "", "the domain must not be empty"))
         else:
             if len(domain) > 63:
                 errs.append(FieldError(path, "Too long", detail="may not be more than 63 bytes"))
             if not DNS_SUBDOMAIN_RE.match(domain):
                 errs.append(FieldError(path, "Invalid value", domain, DNS_SUBDOMAIN_MSG))
-    if not ident:
-        errs.append(FieldError(path, "Required value", detail="name required"))
+    if sep and not ident:
+        errs.append(FieldError(path, "Invalid value", "", "the name must not be empty"))
         return errs
     if len(ident) > 32:
         errs.append(FieldError(path, "Too long", detail="may not be more than 32 bytes"))

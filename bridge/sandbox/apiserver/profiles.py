@@ -32,6 +32,11 @@ resource.k8s.io/v1beta2=true`), which `ApiServer(resource_versions=...)` and `wi
 gate above, a cluster whose administrator enabled DRA: it serves v1beta1 (v1beta2 and v1beta1). The alpha v1alpha3
 of 1.31-1.33 is not emulated.
 
+1.38 (read at v1.38.0-beta.0; the whole real tier passes on it): `DynamicResourceAllocation` is gone from the gate
+table (DRA is always on; naming the gate stops a component from starting), DRADeviceTaints, DRADeviceTaintRules,
+DRAPartitionableDevices and DRADeviceBindingConditions are locked on, and `resource.k8s.io/v1beta1` cannot be served
+any more (`with_resource_versions` leaves it out, as kube-apiserver does).
+
 Messages that changed between minors are recorded here too, so stand-ins do not hard-code one release:
 `detailed_taint_reason` — kube-scheduler's TaintToleration Filter reason was `node(s) had untolerated taint {k: v}`
 (pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go as read for 1.30-1.33) and is
@@ -59,7 +64,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-SUPPORTED_MINORS = (32, 33, 34, 35, 36, 37)
+SUPPORTED_MINORS = (32, 33, 34, 35, 36, 37, 38)
 
 # gate -> (first minor where it exists, first minor where it is on by default, or None if never on by default yet).
 # Beta-on minors are where the gate went beta (on by default) or GA.
@@ -81,8 +86,26 @@ _GATES: dict[str, tuple[int, int | None]] = {
     "ClearingNominatedNodeNameAfterBinding": (34, 35),
 }
 KNOWN_GATES = frozenset(_GATES)
-# gate -> first minor where it is GA and locked to its default (`LockToDefault: true`): it can no longer be turned off.
-_LOCKED: dict[str, int] = {"DynamicResourceAllocation": 35}
+# gate -> first minor where it is GA and locked to its default (`LockToDefault: true`): it can no longer be turned off
+# (kube_features.go, read at v1.35.4, v1.36.0, v1.37.2 and v1.38.0-beta.0).
+_LOCKED: dict[str, int] = {
+    "DynamicResourceAllocation": 35,
+    "DRAAdminAccess": 36,
+    "DRAPrioritizedList": 37,
+    "DRAResourceClaimDeviceStatus": 37,
+    "DRAExtendedResource": 37,
+    "DRADeviceBindingConditions": 38,
+    "DRADeviceTaints": 38,
+    "DRADeviceTaintRules": 38,
+    "DRAPartitionableDevices": 38,
+}
+# gate -> first minor that no longer has it: what it guarded is always on, and naming it stops a component from
+# starting (`unrecognized feature gate`). DynamicResourceAllocation is gone from kube_features.go in v1.38.0-beta.0.
+_REMOVED: dict[str, int] = {"DynamicResourceAllocation": 38}
+
+
+# resource.k8s.io version -> first minor that serves it no longer, whatever --runtime-config says
+_REMOVED_VERSIONS = {"v1beta1": 38, "v1beta2": 39}
 
 
 def _served(minor: int) -> tuple[str, ...]:
@@ -96,7 +119,7 @@ def _served(minor: int) -> tuple[str, ...]:
 
 def parse_minor(version: str) -> int:
     """"1.37", "1.37.2", "v1.37.0" -> 37. Raises ValueError for anything else or an unsupported minor."""
-    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", version.strip())
+    m = re.fullmatch(r"v?1\.(\d+)(?:\.\d+(?:-[0-9A-Za-z.]+)?)?", version.strip())
     if not m:
         raise ValueError(f"Kubernetes version must look like 1.MINOR or 1.MINOR.PATCH (e.g. 1.37 or 1.37.2), got {version!r}")
     minor = int(m.group(1))
@@ -138,6 +161,10 @@ class KubernetesProfile:
             if _GATES[name][0] > self.minor:
                 raise ValueError(f"feature gate {name!r} does not exist in Kubernetes 1.{self.minor} "
                                  f"(added in 1.{_GATES[name][0]})")
+            removed = _REMOVED.get(name)
+            if removed is not None and self.minor >= removed:
+                raise ValueError(f"feature gate {name!r} was removed in Kubernetes 1.{removed} (what it guarded is "
+                                 f"always on): a component given it does not start")
             locked = _LOCKED.get(name)
             if locked is not None and self.minor >= locked and bool(value) != gates.get(name, False):
                 raise ValueError(f"feature gate {name!r} is locked to its default in Kubernetes 1.{locked} and later")
@@ -146,8 +173,13 @@ class KubernetesProfile:
 
     def with_resource_versions(self, versions: tuple[str, ...] | None) -> KubernetesProfile:
         """A copy serving these resource.k8s.io versions (an administrator's `--runtime-config`); None keeps the
-        release's default."""
-        return self if versions is None else replace(self, resource_versions=tuple(versions))
+        release's default. A version removed in this minor is left out, as kube-apiserver leaves it out: it accepts
+        `--runtime-config=resource.k8s.io/v1beta1=true` from 1.38 on and serves nothing of it (k8s.io/api
+        resource/v1beta1 `APILifecycleRemoved` 1.38; k8s.io/apiserver pkg/server/deleted_kinds.go
+        `ShouldServeForVersion`; v1beta2 goes in 1.39)."""
+        if versions is None:
+            return self
+        return replace(self, resource_versions=tuple(v for v in versions if _REMOVED_VERSIONS.get(v, 99) > self.minor))
 
     # -- messages that differ between minors (see the module docstring) ------------------------------------------
     @property
@@ -170,6 +202,18 @@ class KubernetesProfile:
     def slice_pool_field_selector(self) -> bool:
         """ResourceSlices are selectable by `spec.pool.name` from 1.37 (registry.py)."""
         return self.minor >= 37
+
+    @property
+    def semver_18_digits(self) -> bool:
+        """Version attributes' numbers have at most 18 digits, and the message says so, from 1.38
+        (pkg/apis/resource/validation/validation.go `numericIdentifier`, read at v1.37.2 and v1.38.0-beta.0)."""
+        return self.minor >= 38
+
+    @property
+    def qualified_names_one_slash(self) -> bool:
+        """An attribute or capacity name with two slashes is refused from 1.38 ("must not contain more than one
+        slash"); through 1.37 it is stored (validation.go `validateQualifiedName`, names.qualified_device_name)."""
+        return self.minor >= 38
 
     @property
     def device_taint_effects(self) -> tuple[str, ...]:

@@ -37,6 +37,12 @@ _POD_FORBIDDEN = (
     "`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),"
     "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
 )
+# From 1.38 the message also names what a gated pod may change (pkg/apis/core/validation/validation.go
+# `updatablePodSpecFields`, v1.38.0-beta.0; the rules themselves are older)
+_POD_FORBIDDEN_138 = _POD_FORBIDDEN + (
+    ",`spec.schedulingGates` (only deletions of existing scheduling gates),`spec.nodeSelector` (only additions, and "
+    "only while the pod has scheduling gates),`spec.affinity.nodeAffinity` (only while the pod has scheduling gates)"
+)
 
 
 def _schema_root() -> Any:
@@ -138,7 +144,7 @@ class SchemaValidator:
         if rt.group == "" and rt.plural == "pods":
             errs += pod_rules.validate_pod(stored)
             if old_stored is not None:
-                errs += pod_update_errors(stored, old_stored)
+                errs += pod_update_errors(stored, old_stored, gated_fields_listed=self.profile.minor >= 38)
         return errs
 
 
@@ -190,7 +196,7 @@ def metadata_errors(rt: ResourceType, obj: Obj) -> list[FieldError]:
     return errs
 
 
-def pod_update_errors(new: Obj, old: Obj) -> list[FieldError]:
+def pod_update_errors(new: Obj, old: Obj, *, gated_fields_listed: bool = False) -> list[FieldError]:
     def comparable(spec: Obj) -> Obj:
         spec = {k: v for k, v in spec.items() if k not in _POD_MUTABLE}
         for field in ("containers", "initContainers"):
@@ -198,5 +204,5 @@ def pod_update_errors(new: Obj, old: Obj) -> list[FieldError]:
         return spec
 
     if comparable(new.get("spec") or {}) != comparable(old.get("spec") or {}):
-        return [FieldError("spec", "Forbidden", detail=_POD_FORBIDDEN)]
+        return [FieldError("spec", "Forbidden", detail=_POD_FORBIDDEN_138 if gated_fields_listed else _POD_FORBIDDEN)]
     return []

@@ -20,6 +20,13 @@ Only what changes the contract a node daemon sees is modelled here (each rule ci
   1.37; kubernetes/kubernetes pkg/features/kube_features.go): the kubelet prepares the claim named in
   `pod.status.extendedResourceClaimStatus` and admission ignores extended resources that DRA backs
   (pkg/kubelet/lifecycle/predicate.go `removeMissingExtendedResources`).
+* `validates_dra_registration` (1.38+): the DRA plugin manager checks a plugin's driver name (as a CSI driver name)
+  and its endpoint (absolute, < 108 bytes, a plain path for gRPC's `unix:` URL) before its services, in both
+  `ValidatePlugin` and `RegisterPlugin` (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go `validateDriverName`,
+  `validateEndpoint`, new in v1.38.0-beta.0; 1.37.2 checks the services only).
+* `sorts_claim_resource_status` (1.38+): `allocatedResourcesStatus` lists each claim's devices sorted by
+  `resourceID` (pkg/kubelet/cm/dra/manager.go `UpdateAllocatedResourcesStatus`, v1.38.0-beta.0: `slices.SortFunc`
+  on ResourceID, then the entries by name); 1.37.2 keeps the order the drivers' prepare answers gave.
 """
 
 from __future__ import annotations
@@ -27,10 +34,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-SUPPORTED_MINORS = range(32, 38)  # 1.32 .. 1.37, the releases the API emulator's profiles cover
+SUPPORTED_MINORS = range(32, 39)  # 1.32 .. 1.38, the releases the API emulator's profiles cover
 DEFAULT_VERSION = "1.34"
 
-_VERSION = re.compile(r"^v?1\.(\d+)(?:\.(\d+))?$")
+_VERSION = re.compile(r"^v?1\.(\d+)(?:\.(\d+)(?:-[0-9A-Za-z.]+)?)?$")  # a pre-release (v1.38.0-beta.0) plays its minor
 
 
 class VersionError(ValueError):
@@ -56,6 +63,14 @@ class KubeletVersion:
     @property
     def git_version(self) -> str:
         return f"v1.{self.minor}.{self.patch}"
+
+    @property
+    def validates_dra_registration(self) -> bool:
+        return self.minor >= 38
+
+    @property
+    def sorts_claim_resource_status(self) -> bool:
+        return self.minor >= 38
 
     @property
     def per_instance_device_plugin_clients(self) -> bool:
