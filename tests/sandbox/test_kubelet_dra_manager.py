@@ -10,6 +10,7 @@ what a real kubelet would catch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from bridge.kube import KubeAPI, connect
 from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.kubelet import dramanager
 from bridge.sandbox.kubelet.dramanager import DraManager, PodPrepareError, PodUnprepareError
+from bridge.sandbox.kubelet.pluginwatcher import PluginRejected
+from bridge.sandbox.kubelet.version import KubeletVersion
 from tests.dra.cluster import NODE, gpu, make_claim, make_pod, wait_until
 from tests.sandbox.draplugins import DRIVER, OTHER, Script, ScriptedPlugin
 
@@ -179,3 +182,26 @@ def test_a_getinfo_slower_than_one_second_is_not_registered_until_it_answers_in_
     assert env.kubelet.plugin(DRIVER) is None
     env.plugins[0].registration.get_info_delay_s = 0.0
     registered(env, DRIVER)  # the watcher retries from scratch with backoff
+
+
+@pytest.mark.parametrize(("name", "endpoint", "refusal"), [
+    ("Bad_Name", "/var/lib/kubelet/plugins/x/dra.sock",
+     'invalid DRA driver name: driverName: Invalid value: "Bad_Name"'),
+    ("", "/var/lib/kubelet/plugins/x/dra.sock", "invalid DRA driver name: driverName: Required value"),
+    (DRIVER, "//var/lib/kubelet/plugins/x/dra.sock", "must be a plain path"),  # a unix: URL's host
+    (DRIVER, "/var/lib/kubelet/plugins/x%41/dra.sock", "must be a plain path"),  # decoded when dialled
+    (DRIVER, "dra.sock", 'DRA plugin endpoint "dra.sock" must be an absolute path'),
+    (DRIVER, "/" + "x" * 107, "must not be longer than 108 bytes"),
+])
+def test_from_1_38_the_kubelet_refuses_a_bad_driver_name_or_endpoint_at_registration(
+        env: Env, name: str, endpoint: str, refusal: str) -> None:
+    """dra_plugin_manager.go `ValidatePlugin` (v1.38.0-beta.0): the name, then the endpoint, then the services;
+    1.37.2 checked the services only (and the simulator of 1.37 an empty name)."""
+    versions = ["v1.DRAPlugin"]
+    kubelet_138 = DraManager(env.api, NODE, str(env.root / "r138"), version=KubeletVersion.parse("v1.38.0-beta.0"))
+    with pytest.raises(PluginRejected, match=re.escape(refusal)):
+        kubelet_138.validate_plugin(name, endpoint, versions)
+    kubelet_137 = DraManager(env.api, NODE, str(env.root / "r137"), version=KubeletVersion.parse("1.37.2"))
+    if name:
+        kubelet_137.validate_plugin(name, endpoint, versions)
+    kubelet_138.validate_plugin(DRIVER, "/var/lib/kubelet/plugins/x y/dra.sock", versions)  # a space is plain

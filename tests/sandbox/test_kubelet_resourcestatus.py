@@ -42,6 +42,15 @@ def test_a_claim_device_is_named_by_its_first_cdi_id_else_by_driver_pool_and_dev
         {"resourceID": "gpu.dra-bridge.io/node-a/gpu-1", "health": "Healthy"}]
 
 
+def test_from_1_38_a_claims_devices_are_listed_by_resource_id_and_before_in_the_order_prepare_gave() -> None:
+    """pkg/kubelet/cm/dra/manager.go `UpdateAllocatedResourcesStatus`: v1.38.0-beta.0 sorts by ResourceID."""
+    devices = [ClaimDevice("d", "p", "gpu-5"), ClaimDevice("d", "p", "gpu-10"), ClaimDevice("d", "p", "gpu-1")]
+    as_prepared = [r["resourceID"] for r in claim_resources(devices, None, lambda d: ("Healthy", ""))]
+    assert as_prepared == ["d/p/gpu-5", "d/p/gpu-10", "d/p/gpu-1"]
+    by_id = [r["resourceID"] for r in claim_resources(devices, None, lambda d: ("Healthy", ""), by_id=True)]
+    assert by_id == ["d/p/gpu-1", "d/p/gpu-10", "d/p/gpu-5"]  # strings, not numbers
+
+
 def test_a_container_naming_a_request_reports_only_that_requests_devices_under_claim_name_slash_request() -> None:
     devices = [ClaimDevice("d", "p", "gpu-0", request_names=("big",)), ClaimDevice("d", "p", "gpu-1",
                                                                                   request_names=("small",)),

@@ -39,6 +39,7 @@ Written from kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go @001332b0 (`pre
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -60,6 +61,7 @@ from bridge._proto.drahealth.v1alpha1 import drahealth_pb2 as health_v1alpha1
 from bridge._proto.drahealth.v1alpha1 import drahealth_pb2_grpc as health_v1alpha1_grpc
 from bridge.kube.api import KubeAPI, Obj
 from bridge.kube.errors import KubeError
+from bridge.kvalues.names import DNS_SUBDOMAIN_MSG, DNS_SUBDOMAIN_RE
 from bridge.sandbox.kubelet.pluginwatcher import PluginRejected, PluginWatcher
 from bridge.sandbox.kubelet.podclaims import (
     ClaimNotReady,
@@ -116,6 +118,40 @@ def choose_service(plugin_versions: list[str]) -> str:
         f"none of the versions supported by the plugin ({plugin_versions}) is supported by this kubelet "
         f"({list(SERVICES_SUPPORTED_BY_KUBELET)})"
     )
+
+
+UNIX_PATH_MAX = 108
+
+
+def driver_name_problem(name: str) -> str | None:
+    """1.38+ `validateDriverName` (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go): the name as a CSI driver name
+    (pkg/apis/core/validation `ValidateCSIDriverName`: required, at most 63 bytes, a DNS subdomain once lower-cased)."""
+    if not name:
+        errors = ["driverName: Required value"]
+    else:
+        errors = ["driverName: Too long: may not be more than 63 bytes"] if len(name.encode()) > 63 else []
+        if not DNS_SUBDOMAIN_RE.match(name.lower()) or len(name) > 253:
+            errors.append(f"driverName: Invalid value: {json.dumps(name)}: {DNS_SUBDOMAIN_MSG}")
+    if not errors:
+        return None
+    return "invalid DRA driver name: " + (errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """1.38+ `validateEndpoint` (dra_plugin_manager.go): absolute, shorter than a unix socket path's 108 bytes, and
+    what gRPC dials when it parses `"unix:" + endpoint` as a URL (Go's url.Parse: `//` starts a host, `?` a query,
+    `#` a fragment, `%xx` is decoded, a control character is an error)."""
+    quoted = json.dumps(endpoint, ensure_ascii=False)
+    if not endpoint:
+        return "empty DRA plugin endpoint"
+    if not endpoint.startswith("/"):
+        return f"DRA plugin endpoint {quoted} must be an absolute path"
+    if len(endpoint.encode()) >= UNIX_PATH_MAX:
+        return f"DRA plugin endpoint {quoted} must not be longer than {UNIX_PATH_MAX} bytes"
+    if endpoint.startswith("//") or any(c in endpoint for c in "?#%") or any(ord(c) < 0x20 or ord(c) == 0x7f
+                                                                             for c in endpoint):
+        return f"DRA plugin endpoint {quoted} must be a plain path"
+    return None
 
 
 def choose_health_service(plugin_versions: list[str]) -> str | None:
@@ -253,7 +289,11 @@ class DraManager:
     # -- PluginHandler ----------------------------------------------------------------------------------------------
 
     def validate_plugin(self, name: str, endpoint: str, versions: list[str]) -> None:
-        if not name:
+        if self.version.validates_dra_registration:
+            problem = driver_name_problem(name) or endpoint_problem(endpoint)
+            if problem:
+                raise PluginRejected(problem)
+        elif not name:
             raise PluginRejected("DRA driver name is empty")
         choose_service(versions)
 
@@ -596,7 +636,8 @@ class DraManager:
                 out[claim_resource_name(ref)] = claim_resources(
                     devices, ref.get("request"),
                     lambda d: device_health(self._health.get((d.driver, d.pool, d.device)), now,
-                                            with_message=with_message))
+                                            with_message=with_message),
+                    by_id=self.version.sorts_claim_resource_status)
         return out
 
     # -- health -----------------------------------------------------------------------------------------------------

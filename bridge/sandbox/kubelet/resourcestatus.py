@@ -93,9 +93,11 @@ def device_health(seen: ReportedHealth | None, now: float, *, with_message: bool
 
 
 def claim_resources(devices: Iterable[ClaimDevice], request: str | None,
-                    health_of: Callable[[ClaimDevice], tuple[str, str]]) -> list[Obj]:
+                    health_of: Callable[[ClaimDevice], tuple[str, str]], *, by_id: bool = False) -> list[Obj]:
     """The `resources` of one `claim:` entry: the claim's devices (those of `request`, when the container names one
-    and the device says which requests it serves), each once by resource ID."""
+    and the device says which requests it serves), each once by resource ID, in the order given (through 1.37:
+    drivers by name, each driver's devices as its prepare answered) or, with `by_id` (1.38+,
+    `KubeletVersion.sorts_claim_resource_status`), sorted by resource ID in byte order (Go's `cmp.Compare`)."""
     base = request.split("/", 1)[0] if request else None  # a subrequest reports under its request
     out: list[Obj] = []
     seen: set[str] = set()
@@ -111,6 +113,8 @@ def claim_resources(devices: Iterable[ClaimDevice], request: str | None,
         if message:
             entry["message"] = message
         out.append(entry)
+    if by_id:
+        out.sort(key=lambda r: str(r["resourceID"]).encode())
     return out
 
 
