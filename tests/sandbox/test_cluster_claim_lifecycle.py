@@ -50,3 +50,33 @@ def test_a_finished_pods_generated_claim_is_deleted_once_and_never_created_again
         assert statuses == [{"name": "gpu", "resourceClaimName": added[0]}]  # still names the claim it had
     finally:
         stop.set()
+
+
+@pytest.mark.parametrize(("version", "claims_made"), [("1.37", True), ("1.38", False)])
+def test_from_1_38_a_terminal_pod_gets_no_claim_from_its_template(sandbox_cluster: Any, version: str,
+                                                                  claims_made: bool) -> None:
+    """kube-controller-manager 1.38 ignores Succeeded and Failed pods (podNeedsWork, syncPod: `IsPodTerminal`);
+    1.37 still made a failed pod's claim once its template appeared (then deleted it: its pod is done) and recorded
+    it in the pod's status."""
+    cluster = sandbox_cluster((NodeSpec("n1", "1xH100-80GB", split="1"),), version=version)
+    api = cluster.api
+    create_namespaces(api, "team")
+    added: list[str] = []
+    stop = threading.Event()
+    Informer(api, api.resource_api().claims, namespace="team",
+             on_event=lambda ev: added.append(ev.object["metadata"]["name"]) if ev.type == "ADDED" else None
+             ).start(stop)
+    try:
+        api.create(PODS, dra_gpu_pod("failed", "team", template="late"), "team")  # its template does not exist yet
+        api.patch(PODS, "failed", {"status": {"phase": "Failed"}}, "team", subresource="status")
+        create_gpu_template(api, "team", "late")
+        if claims_made:
+            wait_until(lambda: added, 30, "the failed pod's claim made")
+            wait_until(lambda: (cluster.pod("team", "failed") or {})["status"].get("resourceClaimStatuses"), 30,
+                       "the claim recorded in the pod's status")
+        else:
+            time.sleep(2)  # the 1.37 controller makes the claim within milliseconds of its retry finding the template
+            assert added == []
+            assert "resourceClaimStatuses" not in (cluster.pod("team", "failed") or {})["status"]
+    finally:
+        stop.set()

@@ -215,9 +215,18 @@ class ClaimController:
                 return None
         return claim
 
+    def _ignores(self, pod: Obj) -> bool:
+        """A pod being deleted, or from 1.38 a terminal one (Succeeded or Failed): podNeedsWork and syncPod do nothing
+        for it (pkg/controller/resourceclaim/controller.go, v1.38.0-beta.0: `podutil.IsPodTerminal`, "A terminal Pod
+        must not reserve an allocated claim again after syncClaim removed its stale reservation"; through 1.37 a
+        terminal pod still got claims from templates and, when bound, its reservation back)."""
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return True
+        return self.profile.minor >= 38 and (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
     def _pod_needs_work(self, pod: Obj) -> bool:
         """podNeedsWork."""
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if self._ignores(pod):
             return False
         ns = str(pod["metadata"]["namespace"])
         statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
@@ -292,7 +301,7 @@ class ClaimController:
 
     def _sync_pod(self, ns: str, name: str) -> None:
         pod = self._informers["pods"].store.get(f"{ns}/{name}")
-        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if pod is None or self._ignores(pod):
             return
         new_statuses: list[Obj] = []
         for pc in (pod.get("spec") or {}).get("resourceClaims") or []:
