@@ -11,7 +11,10 @@ condition (reason Unschedulable) must be the same:
 * a legacy pod asking 1 GPU, taken by a pod of the same priority (resolvable, but "No preemption victims");
 * a DRA pod when the one DRA GPU is allocated ("cannot allocate all claims");
 * a DRA pod whose CEL selector matches no device;
-* a pod whose nodeSelector matches no node.
+* a pod whose nodeSelector matches no node;
+* a DRA pod asking all devices of a driver whose pool on n1 is being updated (one of its two slices published):
+  through 1.37 an error for the pod (reason SchedulerError), from 1.38 n1's reason (the allocator's
+  ErrFailedAllocationOnNode).
 
 A difference fails with both texts side by side: fix the stand-in (`bridge/sandbox/scheduler/cycle.py`), the real
 one is right. About 40 s.
@@ -19,6 +22,7 @@ one is right. About 40 s.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +31,7 @@ import pytest
 from bridge.kube import NODES, PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from tests.polling import wait_until
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.sandbox_cluster import (
     GPU_CLASS,
     create_gpu_template,
@@ -60,13 +64,32 @@ REFUSED: dict[str, Callable[[], Obj]] = {
     "dra-taken": lambda: dra_gpu_pod("dra-taken", NS),
     "dra-b200": lambda: dra_gpu_pod("dra-b200", NS, template="b200"),
     "nowhere": lambda: _nowhere(legacy_gpu_pod("nowhere", NS)),
+    "dra-all-updating": lambda: dra_gpu_pod("dra-all-updating", NS, template="all-updating"),
 }
+UPDATING = "updating.example.com"  # a driver with a pool of two slices on n1, one of them published
 
 
 def _refusal(cluster: SandboxCluster, name: str) -> str | None:
     conditions = ((cluster.pod(NS, name) or {}).get("status") or {}).get("conditions") or []
-    return next((c.get("message") for c in conditions
-                 if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"), None)
+    found = next((f'{c.get("reason")}: {c.get("message")}' for c in conditions
+                  if c.get("type") == "PodScheduled" and c.get("reason") in ("Unschedulable", "SchedulerError")), None)
+    return found and re.sub(rf"(claim {NS}/[-a-z0-9]+-)[a-z0-9]{{5}}\b", r"\1<suffix>", found)  # generated names
+
+
+def _updating_pool(cluster: SandboxCluster) -> None:
+    """A DeviceClass of the UPDATING driver, the first of its pool's two slices on n1, and a template asking all."""
+    api, rapi = cluster.api, cluster.api.resource_api()
+    version = f"resource.k8s.io/{rapi.version}"
+    only_updating = [{"cel": {"expression": f'device.driver == "{UPDATING}"'}}]
+    api.create(rapi.device_classes, {"apiVersion": version, "kind": "DeviceClass", "metadata": {"name": UPDATING},
+                                     "spec": {"selectors": only_updating}})
+    api.create(rapi.slices, {"apiVersion": version, "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-updating"},
+                             "spec": {"driver": UPDATING, "nodeName": NODE, "devices": [{"name": "dev-0"}],
+                                      "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 2}}})
+    api.create(rapi.claim_templates, {
+        "apiVersion": version, "kind": "ResourceClaimTemplate", "metadata": {"name": "all-updating", "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "all", "exactly": {
+            "deviceClassName": UPDATING, "allocationMode": "All"}}]}}}}, NS)
 
 
 def _run(cluster: SandboxCluster) -> dict[str, str]:
@@ -83,6 +106,7 @@ def _run(cluster: SandboxCluster) -> dict[str, str]:
             "deviceClassName": GPU_CLASS,
             "selectors": [{"cel": {"expression": f'device.attributes["{GPU_CLASS}"].productName == "B200"'}}]}}]}}}},
         NS)
+    _updating_pool(cluster)
     for pod in (legacy_gpu_pod("holder-legacy", NS), dra_gpu_pod("holder-dra", NS)):
         api.create(PODS, pod, NS)
     for name in ("holder-legacy", "holder-dra"):
@@ -93,11 +117,11 @@ def _run(cluster: SandboxCluster) -> dict[str, str]:
 
 
 def test_the_stand_in_refuses_each_pod_in_the_real_schedulers_words() -> None:
-    require_binaries("1.37", CONTROL_PLANE)
+    require_binaries(REAL_LINE, CONTROL_PLANE)
     nodes = (NodeSpec(NODE, "2xH100-80GB", split="1"), NodeSpec(TAINTED, "1xH100-80GB", split="0"))
-    with SandboxCluster(spec_for_tests(nodes, version="1.37", bridge=True)) as emulated:
+    with SandboxCluster(spec_for_tests(nodes, version=REAL_LINE, bridge=True)) as emulated:
         stand_in = _run(emulated)
-    with SandboxCluster(spec_for_tests(nodes, backend="real", version="1.37", bridge=True)) as real:
+    with SandboxCluster(spec_for_tests(nodes, backend="real", version=REAL_LINE, bridge=True)) as real:
         kube_scheduler = _run(real)
     differences = {name: (stand_in[name], kube_scheduler[name]) for name in REFUSED
                    if stand_in[name] != kube_scheduler[name]}

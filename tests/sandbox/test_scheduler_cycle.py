@@ -11,6 +11,7 @@ import pytest
 from bridge.kvalues.celcheck import compile_selector
 from bridge.sandbox.apiserver import profile_for
 from bridge.sandbox.scheduler import AllocatedState, AllocatorError, Features, allocate, schedule
+from bridge.sandbox.scheduler.allocator import NodeAllocationError
 from bridge.sandbox.scheduler.cycle import NodeUsage, PlacedPod, Scheduled, Snapshot, Unschedulable
 from bridge.sandbox.scheduler.extended import class_mapping, node_decision, requests_and_mappings
 from bridge.sandbox.scheduler.nodefilters import insufficient, node_affinity, taint_toleration
@@ -164,6 +165,40 @@ def test_all_mode_takes_every_matching_device_and_fails_on_a_pool_being_updated(
     slices[0]["spec"]["pool"]["resourceSliceCount"] = 2
     with pytest.raises(AllocatorError, match="asks for all devices, but resource pool gpu.dra-bridge.io/n1 is currently being updated"):
         run([claim("c", req(allocationMode="All"))], slices)
+
+
+def test_the_search_takes_no_device_from_an_incomplete_or_invalid_pool():
+    """allocateDevice skips both (every allocator variant: `if pool.IsIncomplete || pool.IsInvalid { continue }`);
+    when nothing fits and a pool was invalid, the node is refused with why (ErrFailedAllocationOnNode)."""
+    incomplete = gpu_slice("n1", [device(0)])
+    incomplete["spec"]["pool"]["resourceSliceCount"] = 2
+    assert run([claim("c")], [incomplete]) is None
+    invalid = gpu_slice("n1", [device(0), device(0)])
+    with pytest.raises(NodeAllocationError, match="^invalid resource pools were encountered$"):
+        run([claim("c")], [invalid])
+    other = gpu_slice("n1", [device(1)])
+    other["metadata"]["name"], other["spec"]["pool"]["name"] = "other", "other"
+    assert devices_of(run([claim("c")], [invalid, other])) == [["gpu-1"]]
+
+
+@pytest.mark.parametrize(("version", "per_node"), [("1.37", False), ("1.38", True)])
+def test_an_all_request_over_a_pool_being_updated_refuses_only_that_node_from_1_38(version: str,
+                                                                                  per_node: bool) -> None:
+    """1.38 wraps the error in ErrFailedAllocationOnNode (allocator_stable.go validateDeviceRequest): the node's
+    reason, not an error for the pod (SchedulerError) as in 1.37."""
+    updating = gpu_slice("a", [device(0)])
+    updating["spec"]["pool"]["resourceSliceCount"] = 2
+    c = claim("c", req(allocationMode="All", count=None))
+    p = pod(claims=[{"name": "gpu", "resourceClaimName": "c"}])
+    out = cycle(p, snapshot([node("a")], [updating], [c]), version)
+    assert isinstance(out, Unschedulable) and out.error is not per_node
+    why = ("claim default/c, request gpu: asks for all devices, but resource pool gpu.dra-bridge.io/a is currently "
+           "being updated")
+    if per_node:
+        assert out.message == (f"0/1 nodes are available: 1 {why}. preemption: 0/1 nodes are available: 1 Preemption "
+                               "is not helpful for scheduling.")
+    else:
+        assert out.message == f'running "DynamicResources" filter plugin: {why}'
 
 
 def test_a_cel_runtime_error_is_an_error_for_the_pod_not_a_non_matching_device():

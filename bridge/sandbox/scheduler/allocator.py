@@ -6,8 +6,10 @@ consumable_capacity.go):
 * Pools (`GatherPools`): slices whose `nodeName` is the node, `allNodes`, or whose `nodeSelector` matches it
   (per-device node selection with DRAPartitionableDevices); per pool only the slices of the newest
   `pool.generation` count; a pool is *incomplete* when it has fewer slices than `resourceSliceCount` and *invalid*
-  when a device name repeats. Allocating from an invalid pool is an error; an "All" request over an incomplete pool
-  is an error ("asks for all devices, but resource pool ... is currently being updated").
+  when a device name repeats. Neither is allocated from (the search skips them); when nothing fits and a pool was
+  invalid, the node is refused with "invalid resource pools were encountered". An "All" request over an incomplete
+  or invalid pool is an error for the pod through 1.37 and refuses only this node from 1.38 ("asks for all devices,
+  but resource pool ... is currently being updated"): `NodeAllocationError`.
 * Requests: `exactly` (`ExactCount` with `count`, or `All` matching devices, at least one) or, with
   DRAPrioritizedList, `firstAvailable` sub-requests tried in order (result names `<request>/<sub-request>`).
   A request with sub-requests while the gate is off, or with admin access while DRAAdminAccess is off, is an error.
@@ -54,6 +56,12 @@ class AllocatorError(Exception):
     backoff, as the scheduler's statusError."""
 
 
+class NodeAllocationError(AllocatorError):
+    """Allocation failed on this node for a reason that leaves other nodes possible: the real allocator's errors that
+    wrap ErrFailedAllocationOnNode, which the DynamicResources Filter turns into this node's
+    UnschedulableAndUnresolvable reason (its message, whole) instead of an error for the pod."""
+
+
 @dataclass(frozen=True)
 class Features:
     admin_access: bool = False
@@ -62,6 +70,10 @@ class Features:
     device_taints: bool = False
     consumable_capacity: bool = False
     device_binding: bool = False
+    # 1.38+: an "All" request over an incomplete or invalid pool refuses this node only (the allocator wraps
+    # ErrFailedAllocationOnNode: structured/internal/stable/allocator_stable.go, v0.38.0-beta.0); through 1.37 it
+    # is an error that aborts the pod's scheduling cycle (incubating/allocator_incubating.go, v0.37.2)
+    all_mode_pool_errors_per_node: bool = False
 
 
 @dataclass
@@ -337,12 +349,11 @@ class _Search:
             req.count = int(spec.get("count") or 1)
         elif mode == "All":
             for pool in self.pools:
-                if pool.incomplete:
-                    raise AllocatorError(f"claim {_kobj(claim)}, request {name}: asks for all devices, but resource "
-                                         f"pool {pool.driver}/{pool.name} is currently being updated")
-                if pool.invalid:
-                    raise AllocatorError(f"claim {_kobj(claim)}, request {name}: asks for all devices, but resource "
-                                         f"pool {pool.driver}/{pool.name} is currently invalid")
+                state = "being updated" if pool.incomplete else "invalid" if pool.invalid else ""
+                if state:
+                    error = NodeAllocationError if self.features.all_mode_pool_errors_per_node else AllocatorError
+                    raise error(f"claim {_kobj(claim)}, request {name}: asks for all devices, but resource pool "
+                                f"{pool.driver}/{pool.name} is currently {state}")
                 for s in pool.slices:
                     for dev in (s.get("spec") or {}).get("devices") or []:
                         if self._selectable(req, _Candidate(pool, s, dev)):
@@ -482,8 +493,11 @@ class _Search:
             undo()
             return False
         for pool in self.pools:
-            if pool.invalid:
-                raise AllocatorError(f"pool {pool.driver}/{pool.name} is invalid: {pool.invalid}")
+            if pool.invalid or pool.incomplete:
+                # skipped, not an error: another pool may have the devices (every allocator variant's
+                # allocateDevice: `if pool.IsIncomplete || pool.IsInvalid { continue }`, read at v0.35.4, v0.37.2 and
+                # v0.38.0-beta.0)
+                continue
             for s in pool.slices:
                 for dev in (s.get("spec") or {}).get("devices") or []:
                     if not isinstance(dev, dict):
@@ -646,6 +660,10 @@ def allocate(
     search = _Search(node, claims, classes, pools, allocated, features, cache or MatchCache())
     search.prepare()
     if not search.run():
+        if any(pool.invalid for pool in pools):
+            # Allocate (allocator_incubating.go v0.35.4/v0.37.2, allocator_stable.go v0.38.0-beta.0): nothing fit
+            # and some pool was invalid, which may be why; not fatal, other nodes may have the devices
+            raise NodeAllocationError("invalid resource pools were encountered")
         return None
     out: list[Obj] = []
     for ci, claim in enumerate(claims):

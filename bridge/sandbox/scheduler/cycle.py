@@ -56,7 +56,7 @@ from typing import Any
 
 from . import extended as ext
 from . import preemption
-from .allocator import AllocatedState, AllocatorError, Features, MatchCache, allocate
+from .allocator import AllocatedState, AllocatorError, Features, MatchCache, NodeAllocationError, allocate
 from .nodefilters import (
     insufficient,
     least_allocated_score,
@@ -514,9 +514,12 @@ def _filter_dra(pod: Obj, node: Obj, alloc: Mapping[str, int], dra: _DraState, s
         to_allocate.append(claim)
     allocations = None
     if to_allocate:
-        allocations = allocate(node, to_allocate, classes=snap.classes,
-                               slices=snap.slices_for(str(node["metadata"]["name"])), allocated=snap.allocated,
-                               features=profile.features, cache=cache)
+        try:
+            allocations = allocate(node, to_allocate, classes=snap.classes,
+                                   slices=snap.slices_for(str(node["metadata"]["name"])), allocated=snap.allocated,
+                                   features=profile.features, cache=cache)
+        except NodeAllocationError as err:  # dynamicresources.go Filter: ErrFailedAllocationOnNode, this node only
+            return str(err)
         if allocations is None or len(allocations) != len(to_allocate):
             return "cannot allocate all claims"
     if node_unavailable:

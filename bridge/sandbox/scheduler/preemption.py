@@ -97,9 +97,11 @@ class PlacedPod:
         return str((self.pod.get("metadata") or {}).get("uid"))
 
 
-def _importance(p: PlacedPod) -> tuple[int, float]:
-    """Sort key, most important first: MoreImportantVictim for single pods (higher priority, then older)."""
-    return (-p.priority, start_time(p.pod))
+def _importance(p: PlacedPod) -> tuple[int, float, str]:
+    """Sort key, most important first: MoreImportantVictim for single pods (higher priority, then older, then the
+    smaller UID). The UID tie-break is 1.38's (framework/preemption/util.go `podIdentityLess`, v1.38.0-beta.0);
+    through 1.37 equal start times left the order to Go's unstable sort, so any order was right."""
+    return (-p.priority, start_time(p.pod), str((p.pod.get("metadata") or {}).get("uid") or ""))
 
 
 # Why the preemptor does not fit the node when the given pods stay on it ([] when it fits); raises FilterError.

@@ -200,6 +200,7 @@ def profile_of(profile: KubernetesProfile) -> Profile:
             consumable_capacity=profile.enabled("DRAConsumableCapacity"),
             device_binding=profile.enabled("DRADeviceBindingConditions")
             and profile.enabled("DRAResourceClaimDeviceStatus"),
+            all_mode_pool_errors_per_node=profile.minor >= 38,
         ),
         extended_resources=profile.enabled("DRAExtendedResource"),
         detailed_taint_reason=profile.detailed_taint_reason,
@@ -235,6 +236,8 @@ class Scheduler:
     ) -> None:
         self.api = api
         self.profile = profile
+        self._stamps_allocation = (profile.enabled("DRADeviceBindingConditions")
+                                   and profile.enabled("DRAResourceClaimDeviceStatus"))
         self.cycle_profile = profile_of(profile)
         self.scheduler_name = scheduler_name
         self.rng = rng or random.Random()
@@ -840,6 +843,14 @@ class Scheduler:
                 status["reservedFor"] = [*(status.get("reservedFor") or []),
                                          {"resource": "pods", "name": pod["metadata"]["name"],
                                           "uid": pod["metadata"]["uid"]}]
+                if self._stamps_allocation:
+                    # bindClaim with DRADeviceBindingConditions and DRAResourceClaimDeviceStatus on (1.36+ defaults,
+                    # always from 1.38): the allocation's time, once (dynamicresources.go, read at v1.37.2 and
+                    # v1.38.0-beta.0)
+                    if not status.get("allocation"):
+                        raise _BindError(f"claim {ns}/{name} got deallocated elsewhere in the meantime")
+                    status["allocation"].setdefault(
+                        "allocationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                 return self.api.update(rapi.claims, new, ns, subresource="status")
             except Conflict as err:
                 last = err
