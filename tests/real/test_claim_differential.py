@@ -10,7 +10,9 @@ plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2), both wi
   after the other;
 * `server`: a template pod, deleted while it runs;
 * `stuck`: a template pod whose claim's CEL selector matches no device, deleted while it is Pending (its claim was
-  never allocated).
+  never allocated);
+* `failed`: a pod whose template does not exist yet, marked Failed, then its template created: through 1.37 the
+  controller still makes its claim (and deletes it, its pod being done); from 1.38 it leaves terminal pods alone.
 
 What a user and our node daemon see of each claim is recorded from every version an informer delivers (both
 sides' watches deliver every write): per claim, the distinct states in order, a state being (allocated or not,
@@ -31,10 +33,11 @@ import pytest
 from bridge.kube import PODS
 from bridge.kube.api import WatchEvent
 from bridge.kube.watch import Informer
+from bridge.sandbox.apiserver.profiles import parse_minor
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.kubelet.pods import RUN_SECONDS_ANNOTATION
 from tests.polling import wait_until
-from tests.real.conftest import CONTROL_PLANE, require_binaries
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.sandbox_cluster import create_gpu_template, create_pod_namespaces, dra_gpu_pod, spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -69,7 +72,10 @@ class Recorder:
 
 def _state(event: str, claim: Obj) -> tuple[Any, ...]:
     status, meta = claim.get("status") or {}, claim["metadata"]
-    return ("gone" if event == "DELETED" else "allocated" if status.get("allocation") else "unallocated",
+    allocation = status.get("allocation") or {}
+    # kube-scheduler stamps the allocation's time once it reserves the claim (bindClaim, 1.36+)
+    allocated = "allocated, stamped" if allocation.get("allocationTimestamp") else "allocated"
+    return ("gone" if event == "DELETED" else allocated if allocation else "unallocated",
             tuple(sorted(r.get("name", "") for r in status.get("reservedFor") or ())),
             tuple(meta.get("finalizers") or ()), "deleting" if meta.get("deletionTimestamp") else "")
 
@@ -118,6 +124,9 @@ def _run(cluster: SandboxCluster) -> Obj:
     api.create(PODS, job, NS)
     api.create(PODS, _shared_claim_pod("reader-1"), NS)
     api.create(PODS, dra_gpu_pod("server", NS), NS)
+    api.create(PODS, dra_gpu_pod("failed", NS, template="late"), NS)
+    api.patch(PODS, "failed", {"status": {"phase": "Failed"}}, NS, subresource="status")
+    create_gpu_template(api, NS, "late")
     for name in ("reader-1", "server"):
         cluster.wait_pod_phase(NS, name, "Running", 90)
     api.create(PODS, _shared_claim_pod("reader-2"), NS)
@@ -151,43 +160,63 @@ def _run(cluster: SandboxCluster) -> Obj:
                 {**s, "resourceClaimName": "<its claim>" if s.get("resourceClaimName") == claim_name else "?"}
                 for s in last]
         out["shared claim states"] = _states(rec.claims["shared"])
+        # whether, not how many: kube-controller-manager 1.37 made two once (its flap with a terminal pod, which
+        # 1.38 ends), the stand-in makes one
+        out["failed pod: a claim made"] = any(n.startswith("failed-") for n in rec.claims)
+        out["failed pod: resourceClaimStatuses"] = [s.get("name") for s in (
+            rec.pods["failed"][-1].get("status") or {}).get("resourceClaimStatuses") or ()]
     return out
 
 
-# Differences that remain, each with its reason; the test fails when one goes away too, so this list stays true.
+# Differences that may remain, each with its reason (a race on the real side: it does not show in every run).
 KNOWN = {
     "server claim states": "a running pod deleted: the API emulator collects a removed object's dependents in the "
                            "same step (bridge/sandbox/apiserver/rest.py `_remove`), so the pod's claim is marked "
                            "for deletion while it still has its finalizer, and the claim controller then drops the "
                            "finalizer ('deleting', then gone); kube-controller-manager's garbage collector works "
-                           "from its own watch and came after the resourceclaim controller, which dropped the "
-                           "finalizer and deleted the claim itself (no 'deleting' state). Both deallocate before "
+                           "from its own watch and mostly comes after the resourceclaim controller, which drops the "
+                           "finalizer and deletes the claim itself (no 'deleting' state), but not always. Both deallocate before "
                            "the claim goes, and our code reads no claim's deletionTimestamp (bridge/node)",
 }
 
 
 def _cluster(backend: str) -> SandboxCluster:
     nodes = (NodeSpec(NODE, "3xH100-80GB", split="3"),)
-    return SandboxCluster(spec_for_tests(nodes, backend=backend, version="1.37", bridge=True))
+    return SandboxCluster(spec_for_tests(nodes, backend=backend, version=REAL_LINE, bridge=True))
 
 
 def test_the_stand_in_gives_each_claim_the_life_kube_controller_manager_gives_it() -> None:
-    require_binaries("1.37", CONTROL_PLANE)
+    require_binaries(REAL_LINE, CONTROL_PLANE)
     with _cluster("standin") as emulated:
         stand_in = _run(emulated)
     with _cluster("real") as real:
         kcm = _run(real)
+    # what the failed pod shows is the release's: a claim made (and deleted) through 1.37, none from 1.38
+    made = parse_minor(REAL_LINE) < 38
+    assert (kcm["failed pod: a claim made"], kcm["failed pod: resourceClaimStatuses"]) == (made, ["gpu"] * made)
     differences = {k: (stand_in.get(k), kcm.get(k)) for k in sorted(set(stand_in) | set(kcm))
                    if stand_in.get(k) != kcm.get(k)}
-    assert differences.keys() == KNOWN.keys(), "\n".join(
+    assert differences.keys() <= KNOWN.keys(), "\n".join(
         f"{k}:\n  stand-in:                {a}\n  kube-controller-manager: {b}" for k, (a, b) in differences.items())
-    # The known one is exactly that: the same life with the deletion marked early (once the pod is removed, sooner or
-    # later against the claim controller's writes) instead of the finalizer dropped before the deletion.
+    # The known one is exactly that: the same life (allocation and reservations, in order) with the deletion marked
+    # before the finalizer goes. On the real cluster the order is a race between kube-controller-manager's garbage
+    # collector and its resourceclaim controller: mostly the controller first (finalizer dropped, no 'deleting'),
+    # sometimes the collector (seen once on v1.38.0-beta.0: marked 'deleting' with the finalizer still on, as here).
+    if "server claim states" not in differences:
+        return  # the real collector came first this time (seen on v1.37.2 and v1.38.0-beta.0): the same life as ours
     ours, theirs = differences["server claim states"]
-    unmarked = [state for i, state in enumerate(x[:3] for x in ours) if i == 0 or state != ours[i - 1][:3]]
     assert "deleting" in {x[3] for x in ours} and ours[-1] == ("gone", (), (), "deleting"), ours
-    assert theirs[-2:] == [("unallocated", (), (), ""), ("gone", (), (), "")], theirs
-    assert unmarked == [x[:3] for x in theirs[:-2] + theirs[-1:]], (ours, theirs)
+    assert theirs[-1][0] == "gone", theirs
+    assert _life(ours) == _life(theirs), (ours, theirs)
+
+
+def _life(states: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A claim's states without its finalizers and deletion mark, repeats dropped: allocation and reservations."""
+    out: list[tuple[Any, ...]] = []
+    for state in states:
+        if not out or out[-1] != state[:2]:
+            out.append(state[:2])
+    return out
 
 
 if __name__ == "__main__":  # explore one side: python -m tests.real.test_claim_differential real|standin
