@@ -11,10 +11,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from bridge.dra import registration
+from bridge.dra.registration import RegistrationServicer
+from bridge.grpcserver import GrpcServer
 from bridge.inventory.simulated import simulated_uuid
 from bridge.kube.api import NODES, PODS, Resource
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.apiserver.profiles import parse_minor
 from bridge.sandbox.cluster.inspect import offered_twice, shared
+from bridge.sandbox.kubelet.dramanager import DraManager
+from bridge.sandbox.kubelet.pluginwatcher import PluginRejected
+from bridge.sandbox.kubelet.version import KubeletVersion
 from bridge.sandbox.real.binaries import NODE, Binaries
 from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
@@ -197,3 +204,38 @@ def test_no_gpu_is_in_two_pods_containers_and_none_is_offered_twice(cluster: San
     assert len(seen) >= 9
     assert shared(cluster) == {}
     assert offered_twice(cluster) == set()
+
+
+@pytest.mark.parametrize(("driver", "endpoint"), [
+    ("Bad_Name", "/var/lib/kubelet/plugins/bad/dra.sock"),  # not a DNS subdomain (the kubelet lower-cases first)
+    ("probe.example.com", "//var/lib/kubelet/plugins/probe.example.com/dra.sock"),  # a unix: URL's host
+])
+def test_the_real_kubelet_checks_a_dra_plugins_name_and_endpoint_as_the_simulator_of_its_release_does(
+        cluster: SandboxCluster, driver: str, endpoint: str) -> None:
+    """From 1.38 the kubelet refuses such a registration (dra_plugin_manager.go validateDriverName and
+    validateEndpoint); 1.37 checks only the services. A registration socket of ours in the real node's
+    plugins_registry advertises it; the kubelet's answer must be what the simulator of the same release decides."""
+    node = cluster.nodes[0].real
+    assert node is not None
+    socket_path = node.kubelet_root / "plugins_registry" / "probe-reg.sock"
+    servicer = RegistrationServicer(driver, endpoint, ("v1.DRAPlugin",))
+    server = GrpcServer("probe-reg", workers=2)
+    registration.add_to_server(servicer, server.server)
+    server.serve_unix(str(socket_path), 0o660)
+    try:
+        status = servicer.wait_for_status(60)
+    finally:
+        server.stop(grace=1.0)
+        socket_path.unlink(missing_ok=True)
+    assert status is not None, "the kubelet never answered the registration"
+    simulator = DraManager(cluster.api, "node-0", str(node.kubelet_root / "unused"),
+                           version=KubeletVersion.parse(Binaries(REAL_LINE).version))
+    try:
+        simulator.validate_plugin(driver, endpoint, ["v1.DRAPlugin"])
+        refusal = None
+    except PluginRejected as err:
+        refusal = str(err)
+    assert status.registered == (refusal is None), (status, refusal)
+    if refusal is not None:
+        assert status.error == f"RegisterPlugin error -- plugin validation failed with err: {refusal}"
+    assert status.registered is (parse_minor(REAL_LINE) < 38)
