@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bridge.kube import PODS
+from bridge.kube import PODS, KubeAPI
 from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec
 from bridge.sandbox.kubelet.pods import RUN_SECONDS_ANNOTATION
@@ -25,17 +25,23 @@ from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gp
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
+def _claims_added(api: KubeAPI, namespace: str, stop: threading.Event) -> list[str]:
+    """The name of every claim created in the namespace from now until `stop`, in order."""
+    added: list[str] = []
+    Informer(api, api.resource_api().claims, namespace=namespace,
+             on_event=lambda ev: added.append(ev.object["metadata"]["name"]) if ev.type == "ADDED" else None
+             ).start(stop)
+    return added
+
+
 def test_a_finished_pods_generated_claim_is_deleted_once_and_never_created_again(sandbox_cluster: Any) -> None:
     cluster = sandbox_cluster((NodeSpec("n1", "1xH100-80GB", split="1"),), version="1.37", bridge=True)
     cluster.wait_daemons_settled(60)
     api = cluster.api
     create_namespaces(api, "team")
     create_gpu_template(api, "team")
-    added: list[str] = []
     stop = threading.Event()
-    Informer(api, api.resource_api().claims, namespace="team",
-             on_event=lambda ev: added.append(ev.object["metadata"]["name"]) if ev.type == "ADDED" else None
-             ).start(stop)
+    added = _claims_added(api, "team", stop)
     try:
         job = dra_gpu_pod("job", "team", {RUN_SECONDS_ANNOTATION: "1"})
         job["spec"]["restartPolicy"] = "Never"
@@ -61,11 +67,8 @@ def test_from_1_38_a_terminal_pod_gets_no_claim_from_its_template(sandbox_cluste
     cluster = sandbox_cluster((NodeSpec("n1", "1xH100-80GB", split="1"),), version=version)
     api = cluster.api
     create_namespaces(api, "team")
-    added: list[str] = []
     stop = threading.Event()
-    Informer(api, api.resource_api().claims, namespace="team",
-             on_event=lambda ev: added.append(ev.object["metadata"]["name"]) if ev.type == "ADDED" else None
-             ).start(stop)
+    added = _claims_added(api, "team", stop)
     try:
         api.create(PODS, dra_gpu_pod("failed", "team", template="late"), "team")  # its template does not exist yet
         api.patch(PODS, "failed", {"status": {"phase": "Failed"}}, "team", subresource="status")
