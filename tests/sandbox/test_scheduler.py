@@ -3,6 +3,8 @@ user of the sandbox sees (pods bound, claims created, reserved and released, Eve
 
 from __future__ import annotations
 
+import re
+
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -143,6 +145,8 @@ def test_legacy_and_dra_pods_all_run_and_no_gpu_is_given_twice(cluster):
         held.add((node, result["device"]))
         assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": f"dra-{i}",
                                                    "uid": c.pod(f"dra-{i}")["metadata"]["uid"]}]
+        # bindClaim stamps the allocation once it reserves the claim (1.36+ defaults; seen on kube-scheduler v1.37.2)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", claim["status"]["allocation"]["allocationTimestamp"])
         assert claim["metadata"]["generateName"] == f"dra-{i}-gpu-"
         assert claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpu"
         assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]

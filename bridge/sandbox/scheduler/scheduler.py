@@ -236,8 +236,6 @@ class Scheduler:
     ) -> None:
         self.api = api
         self.profile = profile
-        self._stamps_allocation = (profile.enabled("DRADeviceBindingConditions")
-                                   and profile.enabled("DRAResourceClaimDeviceStatus"))
         self.cycle_profile = profile_of(profile)
         self.scheduler_name = scheduler_name
         self.rng = rng or random.Random()
@@ -843,7 +841,7 @@ class Scheduler:
                 status["reservedFor"] = [*(status.get("reservedFor") or []),
                                          {"resource": "pods", "name": pod["metadata"]["name"],
                                           "uid": pod["metadata"]["uid"]}]
-                if self._stamps_allocation:
+                if self.cycle_profile.features.device_binding:
                     # bindClaim with DRADeviceBindingConditions and DRAResourceClaimDeviceStatus on (1.36+ defaults,
                     # always from 1.38): the allocation's time, once (dynamicresources.go, read at v1.37.2 and
                     # v1.38.0-beta.0)
