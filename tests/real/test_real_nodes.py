@@ -9,8 +9,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.dra import registration
 from bridge.dra.registration import RegistrationServicer
 from bridge.grpcserver import GrpcServer
@@ -23,8 +26,10 @@ from bridge.sandbox.kubelet.dramanager import DraManager
 from bridge.sandbox.kubelet.pluginwatcher import PluginRejected
 from bridge.sandbox.kubelet.version import KubeletVersion
 from bridge.sandbox.real.binaries import NODE, Binaries
+from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
 from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.sandbox.plugins import FakePlugin, Served
 from tests.sandbox_cluster import spec_for_tests
 
 START_TIMEOUT = 300.0  # a loaded 2-core CI machine starts two kubelets, two containerds and two daemons slowly
@@ -239,3 +244,39 @@ def test_the_real_kubelet_checks_a_dra_plugins_name_and_endpoint_as_the_simulato
     if refusal is not None:
         assert status.error == f"RegisterPlugin error -- plugin validation failed with err: {refusal}"
     assert status.registered is (parse_minor(REAL_LINE) < 38)
+
+
+def test_the_real_kubelet_refuses_a_second_registration_on_a_connected_socket_as_the_simulator_does(
+        cluster: SandboxCluster) -> None:
+    """kubelet 1.37+ (manager.go PluginConnected): "device plugin already connected: <path>", after it dialled the
+    socket and asked its options; the refusal drops the connected client of that path too, so when that plugin
+    stops, nothing is disconnected: the node keeps advertising its devices. A plugin of ours for a resource of its
+    own (`example.com/probe`, so the bridge's GPUs are not touched) on node-1."""
+    node = cluster.nodes[1].real
+    assert node is not None
+    plugin_dir = node.kubelet_root / "device-plugins"
+    plugin = FakePlugin(["p0", "p1"])
+    served = Served(plugin_dir / "probe.sock", plugin)
+    resource = "example.com/probe"
+
+    def register() -> None:
+        with grpc.insecure_channel(f"unix://{plugin_dir / 'kubelet.sock'}") as channel:
+            dp_grpc.RegistrationStub(channel).Register(dp_pb.RegisterRequest(
+                version="v1beta1", endpoint="probe.sock", resource_name=resource), timeout=15)
+
+    def allocatable() -> str:
+        return (cluster.api.get(NODES, "node-1").get("status") or {}).get("allocatable", {}).get(resource, "")
+
+    try:
+        register()
+        wait_until(lambda: allocatable() == "2", 60, "the probe's devices on node-1")
+        asked = plugin.options_calls
+        with pytest.raises(grpc.RpcError) as err:
+            register()
+        in_node = "/var/lib/kubelet/device-plugins/probe.sock"
+        assert err.value.details() == f"device plugin already connected: {in_node}"
+        assert plugin.options_calls == asked + 1
+    finally:
+        served.stop()
+    time.sleep(6)  # node status every 2 s here: a disconnect would have shown allocatable 0 by now
+    assert allocatable() == "2"

@@ -29,6 +29,7 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
         self.version = 0
         self.closed = threading.Event()
         self.streams_open = 0  # ListAndWatch streams currently open (the kubelet's connection to us)
+        self.options_calls = 0
 
     def set(self, device: str, health: str) -> None:
         with self.cond:
@@ -37,6 +38,7 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
             self.cond.notify_all()
 
     def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]
+        self.options_calls += 1
         return pb.DevicePluginOptions(get_preferred_allocation_available=self.preferred is not None)
 
     def ListAndWatch(self, request, context):  # type: ignore[no-untyped-def]

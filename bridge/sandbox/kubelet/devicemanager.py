@@ -24,8 +24,11 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
   - from 1.37 (handler.go @00ca7a18, PR #135437): clients are kept per socket path and only the instance whose
     stream ended is disconnected; while another instance of the resource is connected it stays the resource's
     endpoint and nothing is marked unhealthy. A second registration on a socket path that is already connected is
-    refused (the duplicate check PR #139338 describes). The manager side of that PR was not readable here; what
-    is modelled is the PR's stated intent: one instance's lifecycle does not touch another's.
+    refused after the kubelet dialled it and asked its options ("device plugin already connected: <path>",
+    manager.go PluginConnected, read at v1.37.2 and v1.38.0-beta.0), and the refusal drops the connected client
+    of that path too (handler.go connectClient -> deregisterClient by path): when that connection's stream ends
+    later, nothing is disconnected and the endpoint stays, so a plugin that keeps retrying on the same path is
+    refused for good (v1.38's handler.go says to retry on another socket).
 * `capacity()` is `GetCapacity`: a resource whose endpoint stopped more than `endpointStopGracePeriod` (5 min)
   ago is dropped and reported as removed (the node status then writes capacity 0 for it: nodestatus/setters.go).
   Re-registering within the grace period restores it.
@@ -260,6 +263,8 @@ class DeviceManager:
         self._resources: dict[str, ResourceState] = {}
         self._clients: dict[str, list[_Client]] = {}  # handler.go `clients` (one per resource through 1.36)
         self._endpoints: dict[str, _Client] = {}  # manager.go `endpoints`: the resource's current endpoint
+        # 1.37+ manager.go `endpointStore`: the socket paths with a connected endpoint, per resource
+        self._endpoint_sockets: dict[str, set[str]] = {}
         self._pods: dict[str, _PodDevices] = {}
         self._server: grpc.Server | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -300,6 +305,7 @@ class DeviceManager:
             clients += self._orphans
             self._clients.clear()
             self._endpoints.clear()
+            self._endpoint_sockets.clear()
             self._orphans = []
             for state in self._resources.values():
                 state.connected = False
@@ -395,9 +401,6 @@ class DeviceManager:
         client = _Client(self, resource, socket)
         with self._lock:
             if self.version.per_instance_device_plugin_clients:
-                if any(c.socket == socket for c in self._clients.get(resource, [])):
-                    client.channel.close()
-                    reject(f"device plugin endpoint {socket} is already registered for resource {resource}")
                 self._clients.setdefault(resource, []).append(client)
             else:
                 self._clients[resource] = [client]  # registerClient overwrites; the old client keeps running
@@ -408,6 +411,18 @@ class DeviceManager:
             client.close()
             reject(str(err))
         with self._lock:
+            if self.version.per_instance_device_plugin_clients and socket in self._endpoint_sockets.get(resource, ()):
+                # PluginConnected refuses a second endpoint on a socket path after dialling it and asking its
+                # options (manager.go, v1.37.2 and v1.38.0-beta.0), and connectClient's deregisterClient then
+                # drops every client on that path: the connected one's too, so its stream's end later finds no
+                # client and disconnects nothing (runClient: getClient(name, socketPath) is nil). v1.38's
+                # handler.go tells plugins to retry on another socket.
+                self._clients[resource] = [c for c in self._clients.get(resource, []) if c.socket != socket]
+                if not self._clients[resource]:
+                    del self._clients[resource]
+                client.close()
+                reject(f"device plugin already connected: {socket}")
+            self._endpoint_sockets.setdefault(resource, set()).add(socket)
             state = self._resources.setdefault(resource, ResourceState())
             state.registrations += 1
             state.options = opts
@@ -473,6 +488,7 @@ class DeviceManager:
 
     def _plugin_disconnected(self, client: _Client) -> None:
         with self._lock:
+            self._endpoint_sockets.get(client.resource, set()).discard(client.socket)
             state = self._resources.get(client.resource)
             if state is None or client.resource not in self._endpoints:
                 return
