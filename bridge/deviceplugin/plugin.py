@@ -67,6 +67,8 @@ from bridge.unixsock import (
 
 log = logging.getLogger("bridge.deviceplugin")
 
+# The kubelet's refusal of a second endpoint on one socket path (manager.go PluginConnected, 1.37+).
+ALREADY_CONNECTED = "device plugin already connected"
 # Only the kubelet (root) dials the device-plugin socket.
 SOCKET_MODE = 0o600
 # Serving again at once after the socket vanished while being created (then the supervisor's next poll).
@@ -216,6 +218,7 @@ class DevicePlugin:
         self._waiting_logged = False
         self.registrations = 0
         self.disconnects = 0  # times the kubelet dropped us while we kept serving
+        self.rotations = 0  # times we moved to a fresh socket because the kubelet held our path (_rotate_socket)
         self._last_error: str | None = None
         self._log = ContextLogger(log, {"resource": config.resource_name})
 
@@ -368,6 +371,22 @@ class DevicePlugin:
                           "one): re-registering with the full device list", dropped,
                           extra={"count": self.disconnects})
 
+    def _rotate_socket(self, why: str) -> None:
+        """The kubelet (1.37+) still holds an endpoint on our socket path: a Register of ours that it completed
+        after we gave up on it (our timeout), or one we repeated while it kept our stream. It refuses every new
+        registration on that path ("device plugin already connected"), and the refusal also dropped its client of
+        the path, so that endpoint is never disconnected either (kubernetes pkg/kubelet/cm/devicemanager manager.go
+        PluginConnected and plugin/v1beta1/handler.go connectClient, v1.37.2 and v1.38.0-beta.0, whose comment tells
+        plugins to restart their server on another socket). Retrying on the same path would fail for the life of
+        the kubelet: serve on a fresh socket name and register that one."""
+        base = self.config.socket_path
+        self.rotations += 1
+        self.socket_path = check_socket_path(base.with_name(f"{base.stem}-r{self.rotations}{base.suffix}"))
+        self._log.warning("the kubelet holds our socket path and refuses it (%s): serving on %s and registering "
+                          "that instead", why, os.path.basename(self.socket_path), extra={"count": self.rotations})
+        self._start_server()
+        self._retry.reset()
+
     def _set_unregistered(self) -> None:
         self._registered.clear()
         self._registration = None
@@ -387,6 +406,9 @@ class DevicePlugin:
         except RegistrationError as err:
             self._last_error = str(err)
             self.metrics.registrations.labels(self.config.resource_name, "error").inc()
+            if ALREADY_CONNECTED in str(err):
+                self._rotate_socket(str(err))
+                return True  # not a failure to back off from: register the new socket at the next poll
             self._log.warning("registration failed, will retry: %s", err)
             return False
         self._registration = _Registration(kubelet, server.servicer, opened_before, refused_before, time.monotonic())

@@ -201,3 +201,27 @@ def test_a_registration_whose_stream_never_opens_is_retried(
         assert plugin.disconnects >= 1
     finally:
         plugin.stop()
+
+
+def test_when_the_kubelet_holds_our_socket_path_we_register_again_on_a_fresh_socket(
+        kubelet_at: Callable[[str], KubeletSimulator], instance: Callable[[str], NodeDaemon]) -> None:
+    """A copy of our Register that the kubelet completed after we had given up on it (our 15 s timeout) leaves a
+    1.37+ kubelet holding an endpoint on our path whose client it dropped (the simulator plays it, as the real
+    kubelets v1.37.2 and v1.38.0-beta.0 do: tests/real/test_real_nodes.py). Every later Register on that path is
+    refused for good ("device plugin already connected"): after our socket is re-created we must move to a fresh
+    one, or the node keeps a device list nobody updates."""
+    kubelet = kubelet_at("1.37")
+    daemon = instance("a")
+    plugin = daemon.plugin
+    assert plugin is not None
+    first = Path(plugin.socket_path)
+    with grpc.insecure_channel(f"unix://{kubelet.kubelet_socket}") as ch, pytest.raises(grpc.RpcError) as late:
+        pb_grpc.RegistrationStub(ch).Register(pb.RegisterRequest(
+            version="v1beta1", endpoint=first.name, resource_name=RESOURCE), timeout=15)
+    assert "device plugin already connected" in (late.value.details() or "")
+    first.unlink()  # our socket is deleted: the daemon serves again and registers again, on the same path first
+    assert wait_until(lambda: plugin.registrations == 2, 20), plugin.readiness()
+    assert plugin.rotations == 1 and plugin.socket_path == str(first.with_name(f"{first.stem}-r1.sock"))
+    assert kubelet.devices.endpoint(RESOURCE) == plugin.socket_path
+    assert kubelet.devices.wait_for(lambda m: allocatable(kubelet) == GPUS and m.resource(RESOURCE).connected, 20)
+    kubelet.devices.allocate("pod-1", "main", RESOURCE, 2)  # through the new endpoint

@@ -10,9 +10,13 @@ import sys
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.kube.api import NODES
+from bridge.sandbox.apiserver.profiles import parse_minor
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import NODE
@@ -191,3 +195,42 @@ def test_a_kubelet_restart_does_not_prepare_running_pods_again(cluster: SandboxC
     time.sleep(5)
     assert running_gpus(cluster) == before
     assert node.daemon.log_path.read_text().count('"msg": "NodePrepareResources"') == prepares
+
+
+def test_when_the_kubelet_holds_our_socket_path_the_daemon_moves_to_a_fresh_socket(cluster: SandboxCluster,
+                                                                                   watch: SideWatch) -> None:
+    """A late copy of the daemon's own Register (what a kubelet that completes it after our 15 s timeout leaves):
+    from 1.37 the kubelet refuses it ("device plugin already connected") and drops its client of our path, so it
+    refuses that path for good. When our socket is re-created, the daemon must register on a fresh one; through 1.36
+    the kubelet takes the copy and nothing needs to move."""
+    node = cluster.node(NAME)
+    assert node.real is not None and node.daemon is not None
+    plugin_dir = node.real.kubelet_root / "device-plugins"
+    (ours,) = [p for p in plugin_dir.glob("dra-bridge-nvidia.com-gpu*.sock")]
+    before = running_gpus(cluster)
+    with grpc.insecure_channel(f"unix://{plugin_dir / 'kubelet.sock'}") as channel:
+        try:
+            dp_grpc.RegistrationStub(channel).Register(dp_pb.RegisterRequest(
+                version="v1beta1", endpoint=ours.name, resource_name="nvidia.com/gpu"), timeout=15)
+            refused = ""
+        except grpc.RpcError as err:
+            refused = err.details() or ""
+    assert cluster.plane is not None
+    if parse_minor(cluster.plane.bin.line) < 37:
+        assert refused == ""
+        return
+    assert refused == f"device plugin already connected: /var/lib/kubelet/device-plugins/{ours.name}"
+    ours.unlink()  # the daemon re-serves and registers again: refused on its old path, it moves
+    rotated = plugin_dir / f"{ours.stem}-r1.sock"
+    deadline = time.monotonic() + 30
+    while not (rotated.exists() and "registered with the kubelet" in node.daemon.log_path.read_text().split(
+            rotated.name, 1)[-1]):
+        assert time.monotonic() < deadline, "the daemon did not register on a fresh socket"
+        time.sleep(0.2)
+    wait_registration_held(cluster)
+    wait_split(cluster, 2, 2, timeout=60)
+    assert running_gpus(cluster) == before
+    create_pod(cluster, "legacy", probe_pod("after-rotation", gpus=1))  # allocated through the new endpoint
+    cluster.wait_pod_phase("legacy", "after-rotation", "Running", timeout=120)
+    assert len(probe_log(cluster, "legacy", "after-rotation").gpus) == 1
+    _delete_pod(cluster, "legacy", "after-rotation")
