@@ -118,6 +118,10 @@ def invalid_claims() -> dict[str, Obj]:
             "name": "gpu", "exactly": {"deviceClassName": "c"}, "firstAvailable": [{"name": "a", "deviceClassName": "c"}]}]}},
         "duplicate request names": {"devices": {"requests": [
             {"name": "gpu", "exactly": {"deviceClassName": "c"}}, {"name": "gpu", "exactly": {"deviceClassName": "c"}}]}},
+        # valid through 1.37 (capacity requests were not validated); refused from 1.38
+        "negative capacity request": with_request(capacity={"requests": {"memory": "-1"}}),
+        "33 capacity requests": with_request(capacity={"requests": {f"c{i}": "1" for i in range(33)}}),
+        "capacity request name with two slashes": with_request(capacity={"requests": {"a.example.com/b/c": "1"}}),
     }
 
 

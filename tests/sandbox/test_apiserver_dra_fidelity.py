@@ -227,6 +227,23 @@ def test_from_1_38_a_forbidden_pod_update_lists_what_a_gated_pod_may_change(kube
         assert err.message.endswith("(only while the pod has scheduling gates)") is listed
 
 
+def test_capacity_requests_are_validated_from_1_38_and_not_before(kube):
+    """v1.38.0-beta.0: key names (validateCapacityNames), at most 32 entries and values >= 0 (declarative);
+    1.37.2 stores anything (both seen by tests/real/test_differential.py)."""
+    negative = template("neg", exact(capacity={"requests": {"memory": "-1"}}))
+    many = template("many", exact(capacity={"requests": {f"c{i}": "1" for i in range(33)}}))
+    _, api37 = kube("1.37.2")
+    for body in (negative, many):
+        api37.create(api37.resource_api().claim_templates, body, "default")
+    _, api38 = kube("1.38.0-beta.0")
+    err = invalid(lambda: api38.create(api38.resource_api().claim_templates, negative, "default"))
+    assert ('spec.spec.devices.requests[0].exactly.capacity.requests[memory]: Invalid value: "-1": must be greater '
+            'than or equal to 0') in err.message
+    err = invalid(lambda: api38.create(api38.resource_api().claim_templates, many, "default"))
+    assert "spec.spec.devices.requests[0].exactly.capacity.requests: Too many: 33: must have at most 32 items" in (
+        err.message)
+
+
 def test_tolerations_are_validated_and_default_to_the_equal_operator(kube):
     _, api = kube("1.37.0")
     rapi = api.resource_api()

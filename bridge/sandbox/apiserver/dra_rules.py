@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.kvalues.celcheck import MAX_COST, compile_selector
+from bridge.kvalues.quantity import QuantityError, parse_quantity
 
 from . import names
 from .profiles import KubernetesProfile, profile_for
@@ -74,12 +75,13 @@ class _Ctx:
     taint_effects: tuple[str, ...]
     semver_18_digits: bool = False  # 1.38+: version attributes' numbers have at most 18 digits
     one_slash: bool = False  # 1.38+: a qualified name with more than one slash is refused (accepted before)
+    capacity_requests: bool = False  # 1.38+: a request's capacity.requests are validated (not at all before)
 
 
 def _ctx(profile: KubernetesProfile | None) -> _Ctx:
     p = profile or _DEFAULT_PROFILE
     return _Ctx(p.enabled("DRAConsumableCapacity"), p.device_taint_effects, p.semver_18_digits,
-                p.qualified_names_one_slash)
+                p.qualified_names_one_slash, p.minor >= 38)
 
 
 def validate(kind: str, obj: Obj, old: Obj | None, profile: KubernetesProfile | None = None) -> list[FieldError]:
@@ -329,11 +331,37 @@ def _exact(path: str, req: Obj, ctx: _Ctx) -> list[FieldError]:
     if mode == "All" and count not in (None, 0):
         errs.append(FieldError(f"{path}.count", "Invalid value", count, "must not be specified when allocationMode is 'All'"))
     errs += selectors(f"{path}.selectors", req.get("selectors"), ctx)
+    if ctx.capacity_requests:
+        errs += _capacity_requests(f"{path}.capacity.requests", ((req.get("capacity") or {}).get("requests")) or {})
     tolerations = req.get("tolerations") or []
     if len(tolerations) > MAX_TOLERATIONS:
         errs.append(too_many(f"{path}.tolerations", len(tolerations), MAX_TOLERATIONS))
     for j, tol in enumerate(tolerations):
         errs += device_toleration(f"{path}.tolerations[{j}]", tol if isinstance(tol, dict) else {}, ctx.taint_effects)
+    return errs
+
+
+MAX_CAPACITY_REQUESTS = 32
+
+
+def _capacity_requests(path: str, requests: Any) -> list[FieldError]:
+    """1.38 (v1.38.0-beta.0): the keys as qualified names, naming the map (validation.go validateCapacityNames);
+    at most 32 entries, then each value >= 0, declaratively (v1/zz_generated.validations.go
+    Validate_CapacityRequirements: MaxProperties short-circuits the values' MinimumQuantity). 1.37 checked none."""
+    if not isinstance(requests, dict):
+        return []
+    errs: list[FieldError] = []
+    for key in requests:
+        errs += names.qualified_device_name(path, str(key), one_slash=True)
+    if len(requests) > MAX_CAPACITY_REQUESTS:
+        return [*errs, too_many(path, len(requests), MAX_CAPACITY_REQUESTS)]
+    for key, value in requests.items():
+        try:
+            negative = parse_quantity(value) < 0
+        except QuantityError:
+            continue  # the schema's quantity format reports it
+        if negative:
+            errs.append(FieldError(f"{path}[{key}]", "Invalid value", value, "must be greater than or equal to 0"))
     return errs
 
 
