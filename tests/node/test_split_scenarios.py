@@ -283,7 +283,10 @@ def test_free_gpus_a_bound_legacy_pod_will_be_admitted_with_stay_legacy_until_th
     status = wait_until(lambda: (s := node.split_status()) and s.requested == "all"
                         and sum("kept on legacy for pod team/late" in p.reason for p in s.pending) == 2 and s,
                         30, "two free GPUs kept for the pod waiting for admission")
-    assert len(node.published()) == 1 and node.published() <= {"gpu-5", "gpu-6", "gpu-7"}
+    # The third free GPU moves; its ResourceSlice comes after the status that says what stays (the move protocol
+    # publishes once the kubelet shows the smaller allocatable), so wait for it rather than read it at once.
+    wait_until(lambda: len(node.published()) == 1, 30, "the third free GPU published")
+    assert node.published() <= {"gpu-5", "gpu-6", "gpu-7"}
     kept = {p.device for p in status.pending if "kept on legacy" in p.reason}
     assert kept == {"gpu-5", "gpu-6", "gpu-7"} - node.published()
     # The kubelet admits it: the device manager gives it the two healthy free GPUs.

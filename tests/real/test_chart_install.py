@@ -38,7 +38,7 @@ IMAGE = "ghcr.io/dra-bridge/dra-bridge"
 HANDED_OVER = {"dra-bridge.io/node": "true", "nvidia.com/gpu.deploy.device-plugin": "false"}
 DAEMONSETS = Resource("apps", "v1", "daemonsets", "DaemonSet", True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", True)
-REFUSAL = re.compile(r"(?<![\d.:])403(?![\dZ])|[Ff]orbidden")
+REFUSAL = re.compile(r"(?<![\w.:-])403(?!\w)|[Ff]orbidden")  # 403 as a word: not inside a UID (-403e-)
 
 # The chart's documented values for a GPU Operator node (examples/gpu-operator.yaml), and what this machine lacks:
 # cert-manager (auto picks the chart's own certificate), the operator's nvidia RuntimeClass (no NVML here:

@@ -94,16 +94,32 @@ def test_from_1_37_only_the_instance_whose_stream_ended_is_disconnected(
     assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 3, 20)
 
 
-def test_from_1_37_a_second_registration_on_a_connected_socket_is_refused(
+def test_from_1_37_a_second_registration_on_a_connected_socket_is_refused_and_orphans_the_first(
         make_kubelet: Callable[..., KubeletSimulator], served: list[Served]) -> None:
+    """manager.go PluginConnected (v1.37.2, v1.38.0-beta.0): the kubelet dials the socket and asks its options, then
+    refuses ("device plugin already connected: <path>"); handler.go's deregisterClient then drops every client on
+    that path, the connected one's too. So when that plugin's stream ends, nothing is disconnected: the resource
+    keeps its devices healthy, and the same path is refused again for good (seen on real kubelets:
+    tests/real/test_real_nodes.py)."""
     from tests.sandbox.plugins import register
 
     kubelet = make_kubelet("1.37")
-    start_plugin(kubelet, served, IDS, name="a.sock")
+    plugin = start_plugin(kubelet, served, IDS, name="a.sock")
+    asked = plugin.options_calls
+    socket_path = kubelet.device_plugin_dir / "a.sock"
     with pytest.raises(grpc.RpcError) as err:
         register(kubelet, "a.sock")
-    assert "already registered" in err.value.details()
-    assert kubelet.devices.resource(RES).allocatable == 4
+    assert err.value.details() == f"device plugin already connected: {socket_path}"
+    assert plugin.options_calls == asked + 1  # dialled and asked before it refused
+    assert kubelet.devices.clients(RES) == []
+    served[0].stop()  # the plugin goes away: its stream ends, and no client of the path is left to disconnect
+    time.sleep(1.0)
+    state = kubelet.devices.resource(RES)
+    assert state.connected and state.allocatable == len(IDS)
+    served.append(Served(socket_path, FakePlugin(IDS)))
+    with pytest.raises(grpc.RpcError) as again:
+        register(kubelet, "a.sock")  # a plugin that retries on the same path is refused for good
+    assert "device plugin already connected" in (again.value.details() or "")
 
 
 def test_a_re_registration_does_not_stop_the_old_instance_whose_stream_keeps_feeding_the_resource(

@@ -19,7 +19,7 @@ from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from bridge._proto.podresources.v1 import podresources_pb2 as prpb
 from bridge._proto.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from bridge.deviceplugin.registration import is_extended_resource_name
-from bridge.sandbox.kubelet import AllocationFailed, Assignment, DynamicAssignment, KubeletConfig, KubeletSimulator
+from bridge.sandbox.kubelet import AllocationFailed, Assignment, DynamicAssignment, KubeletSimulator
 from tests.sandbox.plugins import RES, FakePlugin, Served, register, served, start_plugin  # noqa: F401 (fixture)
 
 
@@ -201,34 +201,3 @@ def test_the_simulator_refuses_a_root_too_long_for_unix_sockets(short_tmp: Path)
     with pytest.raises(SocketPathError, match="bytes long; the limit is 107 bytes"):
         KubeletSimulator(short_tmp / ("x" * 100)).start()
 
-
-def test_from_1_37_a_second_registration_on_a_connected_socket_is_refused_and_orphans_the_first(
-        short_tmp: Path) -> None:
-    """manager.go PluginConnected (v1.37.2, v1.38.0-beta.0): the kubelet dials the socket and asks its options, then
-    refuses ("device plugin already connected: <path>"); handler.go's deregisterClient then drops every client on
-    that path, the connected one's too. So when that plugin's stream ends, nothing is disconnected: the resource
-    keeps its devices healthy, and the same path is refused again for good."""
-    kubelet = KubeletSimulator(short_tmp, config=KubeletConfig(version="1.37")).start()
-    served: list[Served] = []
-    try:
-        plugin = start_plugin(kubelet, served, ["w0", "w1"])
-        options_asked = plugin.options_calls
-        socket_path = kubelet.device_plugin_dir / "w.sock"
-        with pytest.raises(grpc.RpcError) as err:
-            register(kubelet, "w.sock")
-        assert err.value.details() == f"device plugin already connected: {socket_path}"
-        assert plugin.options_calls == options_asked + 1  # dialled and asked before it refused
-        assert kubelet.devices.clients(RES) == []
-        served[0].stop()  # the plugin goes away: its stream ends, and no client of the path is left to disconnect
-        time.sleep(1.0)
-        state = kubelet.devices.resource(RES)
-        assert state.connected and state.allocatable == 2
-        plugin2 = FakePlugin(["w0", "w1"])
-        served.append(Served(socket_path, plugin2))
-        with pytest.raises(grpc.RpcError) as again:
-            register(kubelet, "w.sock")  # a plugin that retries on the same path is refused for good
-        assert "device plugin already connected" in (again.value.details() or "")
-    finally:
-        for s in served:
-            s.stop()
-        kubelet.stop()
