@@ -78,6 +78,13 @@ class DevicePluginMetrics:
             ["resource"],
             registry=registry,
         )
+        self.socket_moves = Counter(
+            "dra_bridge_deviceplugin_socket_moves",
+            "Times the kubelet refused our socket path because it still held an endpoint there ('device plugin "
+            "already connected', kubelet 1.37+), and we served and registered a fresh socket instead",
+            ["resource"],
+            registry=registry,
+        )
         self.listandwatch_updates = Counter(
             "dra_bridge_deviceplugin_listandwatch_updates",
             "ListAndWatch messages sent (all streams)",

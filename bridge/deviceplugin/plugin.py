@@ -381,6 +381,7 @@ class DevicePlugin:
         the kubelet: serve on a fresh socket name and register that one."""
         base = self.config.socket_path
         self.rotations += 1
+        self.metrics.socket_moves.labels(self.config.resource_name).inc()
         self.socket_path = check_socket_path(base.with_name(f"{base.stem}-r{self.rotations}{base.suffix}"))
         self._log.warning("the kubelet holds our socket path and refuses it (%s): serving on %s and registering "
                           "that instead", why, os.path.basename(self.socket_path), extra={"count": self.rotations})

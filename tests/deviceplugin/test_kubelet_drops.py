@@ -222,6 +222,8 @@ def test_when_the_kubelet_holds_our_socket_path_we_register_again_on_a_fresh_soc
     first.unlink()  # our socket is deleted: the daemon serves again and registers again, on the same path first
     assert wait_until(lambda: plugin.registrations == 2, 20), plugin.readiness()
     assert plugin.rotations == 1 and plugin.socket_path == str(first.with_name(f"{first.stem}-r1.sock"))
+    assert daemon.metrics.registry.get_sample_value("dra_bridge_deviceplugin_socket_moves_total",
+                                                    {"resource": RESOURCE}) == 1
     assert kubelet.devices.endpoint(RESOURCE) == plugin.socket_path
     assert kubelet.devices.wait_for(lambda m: allocatable(kubelet) == GPUS and m.resource(RESOURCE).connected, 20)
     kubelet.devices.allocate("pod-1", "main", RESOURCE, 2)  # through the new endpoint
