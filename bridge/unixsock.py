@@ -137,10 +137,25 @@ def serve_unix(server: grpc.Server, path: str | os.PathLike[str], mode: int) -> 
     return identity
 
 
+def url_dial_problem(path: str) -> str | None:
+    """Why a gRPC client given `"unix:" + path` (as the kubelet dials plugins) would not dial `path` as written, or
+    None. gRPC parses it as a URL (Go's url.Parse in the kubelet): `//` starts a host, `?` a query, `#` a fragment,
+    `%xx` is decoded, a control character is an error (kubernetes pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go
+    `validateEndpoint`, v1.38.0-beta.0, refuses all of these)."""
+    odd = [c for c in ("?", "#", "%") if c in path]
+    if odd:
+        return f"contains {' and '.join(repr(c) for c in odd)}"
+    if path.startswith("//"):
+        return "starts with '//'"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return "contains a control character"
+    return None
+
+
 def unix_target(path: str | os.PathLike[str]) -> str:
     """The gRPC target for a unix socket path."""
     return "unix://" + os.path.abspath(os.fspath(path))
 
 
-__all__ = ["MAX_SOCKET_PATH_BYTES", "SocketIdentity", "SocketPathError", "check_socket_path", "is_socket",
+__all__ = ["MAX_SOCKET_PATH_BYTES", "SocketIdentity", "SocketPathError", "check_socket_path", "is_socket", "url_dial_problem",
            "remove_own_socket", "remove_stale_socket", "serve_unix", "socket_identity", "unix_target"]

@@ -18,6 +18,7 @@ from bridge.unixsock import (
     remove_own_socket,
     serve_unix,
     socket_identity,
+    url_dial_problem,
 )
 
 
@@ -95,3 +96,15 @@ def test_grpc_unlinks_the_path_of_a_stopped_server_whoever_owns_the_socket_there
         assert not path.exists()
     finally:
         other.close()
+
+
+@pytest.mark.parametrize(("path", "problem"), [
+    ("/var/lib/kubelet/plugins/d/dra.sock", None),
+    ("/var/lib/kube let/x.sock", None),  # a space is dialled as written
+    ("//var/lib/kubelet/x.sock", "starts with '//'"),
+    ("/var/lib/kube%41let/x.sock", "contains '%'"),
+    ("/a?b#c", "contains '?' and '#'"),
+    ("/a\tb", "contains a control character"),
+])
+def test_a_path_gRPC_would_not_dial_as_written_says_why(path: str, problem: str | None) -> None:
+    assert url_dial_problem(path) == problem

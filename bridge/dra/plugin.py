@@ -47,6 +47,7 @@ from bridge.unixsock import (
     remove_own_socket,
     remove_stale_socket,
     socket_identity,
+    url_dial_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,8 @@ def check_plain_endpoint(endpoint: str) -> None:
     `validateEndpoint`, v1.38.0-beta.0), leaving the node without DRA. Refused here, at start-up, naming the path."""
     if not endpoint.startswith("/"):
         raise SocketPathError(f"DRA socket path {endpoint!r} must be absolute (check --kubelet-root)")
-    odd = [c for c in ("?", "#", "%") if c in endpoint]
-    if endpoint.startswith("//") or odd:
-        what = f"contains {' and '.join(repr(c) for c in odd)}" if odd else "starts with '//'"
+    what = url_dial_problem(endpoint)
+    if what is not None:
         raise SocketPathError(f"DRA socket path {endpoint!r} {what}: the kubelet dials it as a unix: URL, which "
                               f"would name another path, and kubelets from 1.38 refuse it; check --kubelet-root")
 

@@ -7,8 +7,13 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import grpc
+
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
+from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.kube.api import NAMESPACES, PODS, Resource
 from bridge.kube.errors import AlreadyExists, NotFound
 from bridge.sandbox.cluster import SandboxCluster
@@ -122,3 +127,15 @@ def probe_log(cluster: SandboxCluster, namespace: str, pod: str, container: str 
 
 def create_pod(cluster: SandboxCluster, namespace: str, pod: dict[str, Any]) -> dict[str, Any]:
     return cluster.api.create(PODS, pod, namespace)
+
+
+def register_device_plugin(device_plugin_dir: Path, endpoint: str, resource: str) -> str:
+    """Register `endpoint` for `resource` with the node's kubelet (its device-plugins/kubelet.sock, as the host
+    sees it), as a device plugin does: "" when the kubelet takes it, else its refusal's words."""
+    with grpc.insecure_channel(f"unix://{device_plugin_dir / 'kubelet.sock'}") as channel:
+        try:
+            dp_grpc.RegistrationStub(channel).Register(dp_pb.RegisterRequest(
+                version="v1beta1", endpoint=endpoint, resource_name=resource), timeout=15)
+        except grpc.RpcError as err:
+            return (err.details() if isinstance(err, grpc.Call) else str(err)) or str(err)
+    return ""

@@ -10,18 +10,22 @@ import sys
 import time
 from collections.abc import Iterator
 
-import grpc
 import pytest
 
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.kube.api import NODES
 from bridge.sandbox.apiserver.profiles import parse_minor
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import NODE
 from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
-from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.real.realnodes import (
+    claim_template,
+    create_pod,
+    ensure_namespace,
+    probe_log,
+    probe_pod,
+    register_device_plugin,
+)
 from tests.sandbox_cluster import spec_for_tests
 
 START_TIMEOUT = 300.0  # a loaded 2-core CI machine starts two kubelets, two containerds and two daemons slowly
@@ -208,13 +212,7 @@ def test_when_the_kubelet_holds_our_socket_path_the_daemon_moves_to_a_fresh_sock
     plugin_dir = node.real.kubelet_root / "device-plugins"
     (ours,) = [p for p in plugin_dir.glob("dra-bridge-nvidia.com-gpu*.sock")]
     before = running_gpus(cluster)
-    with grpc.insecure_channel(f"unix://{plugin_dir / 'kubelet.sock'}") as channel:
-        try:
-            dp_grpc.RegistrationStub(channel).Register(dp_pb.RegisterRequest(
-                version="v1beta1", endpoint=ours.name, resource_name="nvidia.com/gpu"), timeout=15)
-            refused = ""
-        except grpc.RpcError as err:
-            refused = err.details() or ""
+    refused = register_device_plugin(plugin_dir, ours.name, "nvidia.com/gpu")
     assert cluster.plane is not None
     if parse_minor(cluster.plane.bin.line) < 37:
         assert refused == ""

@@ -9,11 +9,8 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-import grpc
 import pytest
 
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
-from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.dra import registration
 from bridge.dra.registration import RegistrationServicer
 from bridge.grpcserver import GrpcServer
@@ -28,7 +25,14 @@ from bridge.sandbox.kubelet.version import KubeletVersion
 from bridge.sandbox.real.binaries import NODE, Binaries
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
-from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.real.realnodes import (
+    claim_template,
+    create_pod,
+    ensure_namespace,
+    probe_log,
+    probe_pod,
+    register_device_plugin,
+)
 from tests.sandbox.plugins import FakePlugin, Served
 from tests.sandbox_cluster import spec_for_tests
 
@@ -259,22 +263,15 @@ def test_the_real_kubelet_refuses_a_second_registration_on_a_connected_socket_as
     served = Served(plugin_dir / "probe.sock", plugin)
     resource = "example.com/probe"
 
-    def register() -> None:
-        with grpc.insecure_channel(f"unix://{plugin_dir / 'kubelet.sock'}") as channel:
-            dp_grpc.RegistrationStub(channel).Register(dp_pb.RegisterRequest(
-                version="v1beta1", endpoint="probe.sock", resource_name=resource), timeout=15)
-
     def allocatable() -> str:
         return (cluster.api.get(NODES, "node-1").get("status") or {}).get("allocatable", {}).get(resource, "")
 
     try:
-        register()
+        assert register_device_plugin(plugin_dir, "probe.sock", resource) == ""
         wait_until(lambda: allocatable() == "2", 60, "the probe's devices on node-1")
         asked = plugin.options_calls
-        with pytest.raises(grpc.RpcError) as err:
-            register()
-        in_node = "/var/lib/kubelet/device-plugins/probe.sock"
-        assert err.value.details() == f"device plugin already connected: {in_node}"
+        refused = register_device_plugin(plugin_dir, "probe.sock", resource)
+        assert refused == "device plugin already connected: /var/lib/kubelet/device-plugins/probe.sock"
         assert plugin.options_calls == asked + 1
     finally:
         served.stop()

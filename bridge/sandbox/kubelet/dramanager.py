@@ -82,6 +82,7 @@ from bridge.sandbox.kubelet.resourcestatus import (
 )
 from bridge.sandbox.kubelet.slicewipe import BACKOFF_INITIAL_S, WIPING_DELAY_S, SliceWiper
 from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
+from bridge.unixsock import url_dial_problem
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -139,8 +140,7 @@ def driver_name_problem(name: str) -> str | None:
 
 def endpoint_problem(endpoint: str) -> str | None:
     """1.38+ `validateEndpoint` (dra_plugin_manager.go): absolute, shorter than a unix socket path's 108 bytes, and
-    what gRPC dials when it parses `"unix:" + endpoint` as a URL (Go's url.Parse: `//` starts a host, `?` a query,
-    `#` a fragment, `%xx` is decoded, a control character is an error)."""
+    what gRPC dials when it parses `"unix:" + endpoint` as a URL (bridge.unixsock.url_dial_problem)."""
     quoted = json.dumps(endpoint, ensure_ascii=False)
     if not endpoint:
         return "empty DRA plugin endpoint"
@@ -148,8 +148,7 @@ def endpoint_problem(endpoint: str) -> str | None:
         return f"DRA plugin endpoint {quoted} must be an absolute path"
     if len(endpoint.encode()) >= UNIX_PATH_MAX:
         return f"DRA plugin endpoint {quoted} must not be longer than {UNIX_PATH_MAX} bytes"
-    if endpoint.startswith("//") or any(c in endpoint for c in "?#%") or any(ord(c) < 0x20 or ord(c) == 0x7f
-                                                                             for c in endpoint):
+    if url_dial_problem(endpoint) is not None:
         return f"DRA plugin endpoint {quoted} must be a plain path"
     return None
 

@@ -107,8 +107,10 @@ class Binaries:
 
     def missing_message(self, programs: list[str]) -> str:
         sets = sorted({_SET_OF[p] for p in programs})
+        lines = sorted({_BORROWED.get((self.line, p), self.line) for p in programs if _SET_OF[p] == "kubernetes"})
+        build_line = lines[0] if len(lines) == 1 else self.line  # a borrowed program is built by its own line
         return (f"the real backend needs {', '.join(programs)} (Kubernetes {self.version} line), which are not "
-                f"built: run `python scripts/build_real.py --kubernetes {self.line} --only {','.join(sets)}` in a "
+                f"built: run `python scripts/build_real.py --kubernetes {build_line} --only {','.join(sets)}` in a "
                 f"clone of dra-bridge (Go >= 1.26 and the Go module proxy; a cold build takes a while, see the "
                 f"README), or point BRIDGE_REAL_BIN_DIR at directories that hold them")
 
