@@ -157,5 +157,6 @@ def unix_target(path: str | os.PathLike[str]) -> str:
     return "unix://" + os.path.abspath(os.fspath(path))
 
 
-__all__ = ["MAX_SOCKET_PATH_BYTES", "SocketIdentity", "SocketPathError", "check_socket_path", "is_socket", "url_dial_problem",
-           "remove_own_socket", "remove_stale_socket", "serve_unix", "socket_identity", "unix_target"]
+__all__ = ["MAX_SOCKET_PATH_BYTES", "SocketIdentity", "SocketPathError", "check_socket_path", "is_socket",
+           "remove_own_socket", "remove_stale_socket", "serve_unix", "socket_identity", "unix_target",
+           "url_dial_problem"]
