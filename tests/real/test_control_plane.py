@@ -120,3 +120,49 @@ def test_a_plane_without_the_managers_serves_the_api_from_etcd_and_kube_apiserve
     finally:
         plane.stop()
     assert plane.components == []
+
+
+def test_the_resource_versions_served_on_request_are_the_profiles(real_line: Binaries, tmp_path: Path) -> None:
+    """An administrator asks for both betas (`--runtime-config`): kube-apiserver serves what the emulator's profile
+    of the same minor says (from 1.38 v1beta1 is left out: its APILifecycleRemoved is 1.38)."""
+    from bridge.sandbox.apiserver.profiles import profile_for
+    from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
+
+    betas = {"resource.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "true"}
+    plane = ControlPlane(tmp_path / "plane", real_line, PlaneOptions(managers=False, runtime_config=betas)).start()
+    try:
+        discovery = connect(str(plane.admin_kubeconfig)).discovery()
+        served = {gv.split("/", 1)[1] for gv in discovery.resources if gv.startswith("resource.k8s.io/")}
+    finally:
+        plane.stop()
+    assert served == set(profile_for(REAL_LINE).with_resource_versions(("v1", "v1beta2", "v1beta1")).resource_versions)
+
+
+@pytest.mark.parametrize("gates", [{"DRAPrioritizedList": False}, {"DRADeviceTaints": False},
+                                   {"DynamicResourceAllocation": True}])
+def test_kube_apiserver_refuses_to_start_with_the_gates_the_profile_refuses(
+        real_line: Binaries, tmp_path: Path, gates: dict[str, bool]) -> None:
+    """A gate locked to its default, removed (DynamicResourceAllocation from 1.38), or turned off while an enabled gate
+    depends on it (DRADeviceTaints in 1.37, which DRADeviceTaintRules needs): the real component does not start, and
+    the profile refuses it; a gate it may still turn does not stop it."""
+    from bridge.sandbox.apiserver.profiles import profile_for
+    from bridge.sandbox.real.plane import ControlPlane, PlaneOptions
+
+    try:
+        profile_for(REAL_LINE).with_gates(gates)
+        refused = False
+    except ValueError:
+        refused = True
+    plane = ControlPlane(tmp_path / "plane", real_line, PlaneOptions(managers=False, feature_gates=gates))
+    try:
+        plane.start(timeout=60)
+        started = True
+    except Exception:  # noqa: BLE001 - whatever the start reports, the log says why
+        started = False
+    finally:
+        plane.stop()
+    log = (tmp_path / "plane" / "kube-apiserver.log").read_text(errors="replace") if not started else ""
+    assert started is not refused, log[-2000:]
+    if refused:
+        assert any(why in log for why in ("locked to", "unrecognized feature gate", "depends on features that are "
+                                          "disabled")), log[-2000:]

@@ -62,7 +62,8 @@ def test_unknown_gates_and_versions_are_errors_not_silently_off():
 
 
 def test_api_server_takes_its_profile_from_the_version_and_lets_gates_be_overridden():
-    srv = ApiServer(version="1.37.0", feature_gates={"DRADeviceTaints": False})
+    # DRADeviceTaintRules (on in 1.37) depends on DRADeviceTaints: an administrator turns both off
+    srv = ApiServer(version="1.37.0", feature_gates={"DRADeviceTaints": False, "DRADeviceTaintRules": False})
     assert srv.profile.minor == 37 and not srv.profile.enabled("DRADeviceTaints")
     assert srv.resource_versions == ("v1",)
     assert ApiServer(version="1.32.5").resource_versions == ("v1beta1",)
@@ -87,7 +88,9 @@ def test_message_variants_follow_the_release():
 ])
 def test_a_gate_locked_to_its_default_cannot_be_turned_off_from_that_release(gate, locked_in):
     before = f"1.{int(locked_in.split('.')[1]) - 1}"
-    assert not profile_for(before).with_gates({gate: False}).enabled(gate)
+    dependents = {"DRADeviceTaints": "DRADeviceTaintRules", "DRAResourceClaimDeviceStatus": "DRADeviceBindingConditions"}
+    off = {gate: False, **({dependents[gate]: False} if gate in dependents else {})}
+    assert not profile_for(before).with_gates(off).enabled(gate)
     with pytest.raises(ValueError, match=f"locked to its default in Kubernetes {locked_in}"):
         profile_for(locked_in).with_gates({gate: False})
 
@@ -107,3 +110,17 @@ def test_dra_can_be_switched_off_until_it_is_locked_in_135() -> None:
     with pytest.raises(ValueError, match="locked to its default in Kubernetes 1.35"):
         profile_for("1.35").with_gates({"DynamicResourceAllocation": False})
     assert profile_for("1.36").with_gates({"DynamicResourceAllocation": True}).enabled("DynamicResourceAllocation")
+
+
+def test_from_1_35_a_gate_cannot_be_on_while_a_gate_it_depends_on_is_off():
+    """Seen on kube-apiserver v1.37.2 (tests/real/test_control_plane.py): `--feature-gates=DRADeviceTaints=false`
+    alone stops it, since DRADeviceTaintRules (on by default) depends on it."""
+    with pytest.raises(ValueError, match=r"DRADeviceTaintRules is enabled, but depends on features that are "
+                                         r"disabled: \[DRADeviceTaints\]"):
+        profile_for("1.37").with_gates({"DRADeviceTaints": False})
+    assert not profile_for("1.37").with_gates({"DRADeviceTaints": False, "DRADeviceTaintRules": False}).enabled(
+        "DRADeviceTaints")
+    with pytest.raises(ValueError, match="DRADeviceBindingConditions is enabled"):
+        profile_for("1.36").with_gates({"DRAResourceClaimDeviceStatus": False})
+    assert profile_for("1.36").with_gates({"DRADeviceTaints": False}).enabled("DRADeviceTaintRules") is False
+    assert profile_for("1.34").with_gates({"DRAResourceClaimDeviceStatus": False})  # no dependency checks before 1.35

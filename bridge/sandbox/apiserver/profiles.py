@@ -99,6 +99,16 @@ _LOCKED: dict[str, int] = {
     "DRADeviceTaintRules": 38,
     "DRAPartitionableDevices": 38,
 }
+# From 1.35 a component checks the gates' dependencies once they are set, and does not start when an enabled gate
+# depends on a disabled one ("X is enabled, but depends on features that are disabled: [Y]": k8s.io/component-base
+# featuregate/feature_gate.go, the dependency table in kube_features.go, read at v1.35.4, v1.36.0, v1.37.2 and
+# v1.38.0-beta.0; v1.34.0 has none). Only the edges between gates modelled here; through 1.37 every DRA gate also
+# depends on DynamicResourceAllocation, which is locked on from 1.35.
+_DEPENDENCIES_FROM = 35
+_DEPENDENCIES: dict[str, tuple[str, ...]] = {
+    "DRADeviceTaintRules": ("DRADeviceTaints",),
+    "DRADeviceBindingConditions": ("DRAResourceClaimDeviceStatus",),
+}
 # gate -> first minor that no longer has it: what it guarded is always on, and naming it stops a component from
 # starting (`unrecognized feature gate`). DynamicResourceAllocation is gone from kube_features.go in v1.38.0-beta.0.
 _REMOVED: dict[str, int] = {"DynamicResourceAllocation": 38}
@@ -169,6 +179,12 @@ class KubernetesProfile:
             if locked is not None and self.minor >= locked and bool(value) != gates.get(name, False):
                 raise ValueError(f"feature gate {name!r} is locked to its default in Kubernetes 1.{locked} and later")
             gates[name] = bool(value)
+        if self.minor >= _DEPENDENCIES_FROM:
+            for gate, needs in _DEPENDENCIES.items():
+                off = [dep for dep in needs if not gates.get(dep, False)]
+                if gates.get(gate, False) and off:
+                    raise ValueError(f"{gate} is enabled, but depends on features that are disabled: "
+                                     f"[{' '.join(off)}] (a component refuses to start)")
         return replace(self, gates=MappingProxyType(gates))
 
     def with_resource_versions(self, versions: tuple[str, ...] | None) -> KubernetesProfile:
