@@ -1,4 +1,5 @@
-"""The scheduler stand-in against kube-scheduler v1.37.2: the same refusals, word for word.
+"""The scheduler stand-in against kube-scheduler (v1.37.2; any line with BRIDGE_REAL_LINES): the same refusals, word
+for word.
 
 One scenario runs twice, on the API emulator with the scheduler and claim-controller stand-ins, and on a real
 control plane (kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2); both with kubelet simulators and
@@ -14,7 +15,12 @@ condition (reason Unschedulable) must be the same:
 * a pod whose nodeSelector matches no node;
 * a DRA pod asking all devices of a driver whose pool on n1 is being updated (one of its two slices published):
   through 1.37 an error for the pod (reason SchedulerError), from 1.38 n1's reason (the allocator's
-  ErrFailedAllocationOnNode).
+  ErrFailedAllocationOnNode);
+* a DRA pod asking one device of that driver: the allocator takes none from a pool being updated;
+* a DRA pod asking one device of a driver whose only pool on n1 is invalid (two slices name the same device).
+The last three meet every pool on n1, whatever its driver: the All request is refused for the first bad pool (the
+invalid one), and both one-device pods get "invalid resource pools were encountered" (kube-scheduler says the
+same on v1.37.2 and v1.38.0-beta.0).
 
 A difference fails with both texts side by side: fix the stand-in (`bridge/sandbox/scheduler/cycle.py`), the real
 one is right. About 40 s.
@@ -65,8 +71,11 @@ REFUSED: dict[str, Callable[[], Obj]] = {
     "dra-b200": lambda: dra_gpu_pod("dra-b200", NS, template="b200"),
     "nowhere": lambda: _nowhere(legacy_gpu_pod("nowhere", NS)),
     "dra-all-updating": lambda: dra_gpu_pod("dra-all-updating", NS, template="all-updating"),
+    "dra-one-updating": lambda: dra_gpu_pod("dra-one-updating", NS, template="one-updating"),
+    "dra-one-invalid": lambda: dra_gpu_pod("dra-one-invalid", NS, template="one-invalid"),
 }
 UPDATING = "updating.example.com"  # a driver with a pool of two slices on n1, one of them published
+INVALID = "invalid.example.com"  # a driver whose pool on n1 has two slices that both name dev-0
 
 
 def _refusal(cluster: SandboxCluster, name: str) -> str | None:
@@ -76,20 +85,32 @@ def _refusal(cluster: SandboxCluster, name: str) -> str | None:
     return found and re.sub(rf"(claim {NS}/[-a-z0-9]+-)[a-z0-9]{{5}}\b", r"\1<suffix>", found)  # generated names
 
 
-def _updating_pool(cluster: SandboxCluster) -> None:
-    """A DeviceClass of the UPDATING driver, the first of its pool's two slices on n1, and a template asking all."""
+def _odd_pools(cluster: SandboxCluster) -> None:
+    """DeviceClasses of the UPDATING and INVALID drivers, their pools on n1 (UPDATING: the first of two slices;
+    INVALID: two slices naming the same device) and templates asking all of UPDATING's devices, or one device of
+    either driver."""
     api, rapi = cluster.api, cluster.api.resource_api()
     version = f"resource.k8s.io/{rapi.version}"
-    only_updating = [{"cel": {"expression": f'device.driver == "{UPDATING}"'}}]
-    api.create(rapi.device_classes, {"apiVersion": version, "kind": "DeviceClass", "metadata": {"name": UPDATING},
-                                     "spec": {"selectors": only_updating}})
-    api.create(rapi.slices, {"apiVersion": version, "kind": "ResourceSlice", "metadata": {"name": f"{NODE}-updating"},
-                             "spec": {"driver": UPDATING, "nodeName": NODE, "devices": [{"name": "dev-0"}],
-                                      "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 2}}})
-    api.create(rapi.claim_templates, {
-        "apiVersion": version, "kind": "ResourceClaimTemplate", "metadata": {"name": "all-updating", "namespace": NS},
-        "spec": {"spec": {"devices": {"requests": [{"name": "all", "exactly": {
-            "deviceClassName": UPDATING, "allocationMode": "All"}}]}}}}, NS)
+
+    def template(name: str, driver: str, mode: str) -> None:
+        api.create(rapi.claim_templates, {
+            "apiVersion": version, "kind": "ResourceClaimTemplate", "metadata": {"name": name, "namespace": NS},
+            "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {
+                "deviceClassName": driver, "allocationMode": mode}}]}}}}, NS)
+
+    for driver, slices in ((UPDATING, (("updating", "dev-0"),)), (INVALID, (("invalid-a", "dev-0"),
+                                                                               ("invalid-b", "dev-0")))):
+        only = [{"cel": {"expression": f'device.driver == "{driver}"'}}]
+        api.create(rapi.device_classes, {"apiVersion": version, "kind": "DeviceClass", "metadata": {"name": driver},
+                                         "spec": {"selectors": only}})
+        for name, device in slices:
+            api.create(rapi.slices, {"apiVersion": version, "kind": "ResourceSlice",
+                                     "metadata": {"name": f"{NODE}-{name}"},
+                                     "spec": {"driver": driver, "nodeName": NODE, "devices": [{"name": device}],
+                                              "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 2}}})
+    template("all-updating", UPDATING, "All")
+    template("one-updating", UPDATING, "ExactCount")
+    template("one-invalid", INVALID, "ExactCount")
 
 
 def _run(cluster: SandboxCluster) -> dict[str, str]:
@@ -106,7 +127,7 @@ def _run(cluster: SandboxCluster) -> dict[str, str]:
             "deviceClassName": GPU_CLASS,
             "selectors": [{"cel": {"expression": f'device.attributes["{GPU_CLASS}"].productName == "B200"'}}]}}]}}}},
         NS)
-    _updating_pool(cluster)
+    _odd_pools(cluster)
     for pod in (legacy_gpu_pod("holder-legacy", NS), dra_gpu_pod("holder-dra", NS)):
         api.create(PODS, pod, NS)
     for name in ("holder-legacy", "holder-dra"):

@@ -88,7 +88,8 @@ def test_message_variants_follow_the_release():
 ])
 def test_a_gate_locked_to_its_default_cannot_be_turned_off_from_that_release(gate, locked_in):
     before = f"1.{int(locked_in.split('.')[1]) - 1}"
-    dependents = {"DRADeviceTaints": "DRADeviceTaintRules", "DRAResourceClaimDeviceStatus": "DRADeviceBindingConditions"}
+    dependents = {"DRADeviceTaints": "DRADeviceTaintRules",
+                  "DRAResourceClaimDeviceStatus": "DRADeviceBindingConditions"}
     off = {gate: False, **({dependents[gate]: False} if gate in dependents else {})}
     assert not profile_for(before).with_gates(off).enabled(gate)
     with pytest.raises(ValueError, match=f"locked to its default in Kubernetes {locked_in}"):
