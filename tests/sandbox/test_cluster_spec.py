@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bridge.sandbox.cluster import ClusterSpec, NodeSpec, SpecError, device_class, nodes_from_count
-from bridge.sandbox.cluster.spec import check, gfd_labels, nodes_from_yaml
+from bridge.sandbox.cluster.spec import check, gfd_labels, kubelet_skew_problem, nodes_from_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,11 +71,37 @@ def test_a_bad_nodes_file_is_refused_naming_the_problem(text: str, message: str)
                  simulated_nodes=("c",)), "names no node of the cluster: c"),
     (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.37", backend="real", real_kubelets=True,
                  simulated_nodes=("a",)), "names every node"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.37", backend="real", kubelet_version="1.35"),
+     "kubelet_version is the real kubelets' release"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.37", backend="real", real_kubelets=True,
+                 kubelet_version="1.38"), "a kubelet of 1.38 under a 1.37 control plane: a kubelet is never newer"),
+    (ClusterSpec(nodes=(NodeSpec("a"),), kubernetes_version="1.37", backend="real", real_kubelets=True,
+                 kubelet_version="1.36"), "kubelet version: Kubernetes '1.36': the real backend builds"),
 ])
 def test_a_bad_cluster_description_is_refused(spec: ClusterSpec, message: str) -> None:
     with pytest.raises(SpecError) as err:
         check(spec)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(("kubelet", "plane", "problem"), [
+    ("1.35", "1.37", ""),
+    ("1.37", "1.37", ""),
+    ("v1.35.4", "v1.38.0-beta.0", ""),  # three minors older: the oldest the policy allows
+    ("1.38", "1.37", "a kubelet of 1.38 under a 1.37 control plane: a kubelet is never newer than kube-apiserver "
+                     "(the version skew policy)"),
+])
+def test_a_real_kubelet_may_be_up_to_three_minors_older_than_the_control_plane(kubelet: str, plane: str,
+                                                                               problem: str) -> None:
+    assert kubelet_skew_problem(kubelet, plane) == problem
+
+
+def test_four_minors_of_skew_is_refused_naming_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.sandbox.real import binaries
+
+    monkeypatch.setitem(binaries.LINES, "1.33", "v1.33.0")
+    assert kubelet_skew_problem("1.33", "1.37") == ("a kubelet of 1.33 under a 1.37 control plane: at most 3 minors "
+                                                    "older (the version skew policy)")
 
 
 @pytest.mark.parametrize(("version", "served"), [

@@ -292,15 +292,16 @@ class SandboxCluster:
         """A real kubelet and containerd per node (bridge.sandbox.real.node), started side by side."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from bridge.sandbox.real.binaries import BinariesMissing, NODE, cache_root
+        from bridge.sandbox.real.binaries import Binaries, BinariesMissing, NODE, cache_root, line_of
         from bridge.sandbox.real.images import ImageBuildError, build_pause, build_probe
         from bridge.sandbox.real.node import RealNode
         from bridge.sandbox.real.plane import primary_ipv4
-        from bridge.sandbox.real.process import StartError
 
         assert self.plane is not None and self.work_dir is not None
+        # the nodes' programs: the plane's line, or the older one of spec.kubelet_version (a node not yet upgraded)
+        node_bin = Binaries(line_of(self.spec.kubelet_version)) if self.spec.kubelet_version else self.plane.bin
         try:
-            self.plane.bin.require(NODE + ("kubelet",))
+            node_bin.require(NODE + ("kubelet",))
             images = [build_pause(cache_root() / "images"), build_probe(cache_root() / "images")]
         except (BinariesMissing, ImageBuildError) as err:
             raise ClusterError(str(err)) from err
@@ -313,7 +314,7 @@ class SandboxCluster:
             if n.name in self.spec.simulated_nodes:
                 continue
             root = self.work_dir / f"n{i}"
-            real = RealNode(root, self.plane.bin, self.plane, name=n.name, index=i, cluster_id=cluster_id,
+            real = RealNode(root, node_bin, self.plane, name=n.name, index=i, cluster_id=cluster_id,
                             devices=devices_from_spec(n.gpus, n.name), labels=n.all_labels(),
                             images=images, node_ip=node_ip, node_status_frequency=self.spec.node_status_frequency)
             self.nodes.append(SandboxNode(n, root, None, real=real))
@@ -432,6 +433,30 @@ class SandboxCluster:
         if node.real is None or node.real.kubelet is None:
             raise ClusterError("restart_kubelet is for real nodes")
         node.real.kubelet.restart(timeout)
+
+    def upgrade_kubelet(self, name: str, version: str, timeout: float = 60.0) -> None:
+        """Upgrade a real node's kubelet in place: stop it and start the kubelet of release `version` on the same
+        root dir, state, config and ports, its pods left running (what an in-place node upgrade does: drain is
+        the operator's choice, and this is the case without one). `version` must be newer than the running
+        kubelet's and within the skew policy of the control plane (`spec.kubelet_skew_problem`)."""
+        from bridge.sandbox.cluster.spec import kubelet_skew_problem
+        from bridge.sandbox.real.binaries import Binaries, BinariesMissing, line_of
+
+        node = self.node(name)
+        if node.real is None or node.real.kubelet is None or self.plane is None:
+            raise ClusterError("upgrade_kubelet is for real nodes")
+        running = node.real.kubelet.bin.line
+        problem = kubelet_skew_problem(version, self.plane.bin.line)
+        if not problem and int(line_of(version).split(".")[1]) <= int(running.split(".")[1]):
+            problem = f"the kubelet of {name} runs 1.{running.split('.')[1]} already: an upgrade goes to a newer line"
+        if problem:
+            raise ClusterError(f"upgrade_kubelet {name} to {version}: {problem}")
+        target = Binaries(line_of(version))
+        try:
+            target.require(("kubelet",))
+        except BinariesMissing as err:
+            raise ClusterError(str(err)) from err
+        node.real.kubelet.upgrade(target, timeout)
 
     def _node_argv(self, node: SandboxNode, pod_uid: str | None = None) -> list[str]:
         argv = [sys.executable, "-m", "bridge", "node", "--node-name", node.name,

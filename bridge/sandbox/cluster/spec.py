@@ -83,6 +83,11 @@ class ClusterSpec:
     services: bool = False
     # real backend only: extra kube-apiserver flags (e.g. an audit log: --audit-policy-file, --audit-log-path)
     apiserver_args: tuple[str, ...] = ()
+    # real kubelets only: the real kubelets' release when it is older than the control plane's ("1.35" under a
+    # 1.37 plane: a node not yet upgraded; `SandboxCluster.upgrade_kubelet` then upgrades it in place). None: the
+    # control plane's. The skew policy bounds it: a kubelet is never newer than kube-apiserver and at most three
+    # minors older (kubernetes.io/releases/version-skew-policy, "kubelet").
+    kubelet_version: str | None = None
 
     @property
     def version(self) -> KubeletVersion:
@@ -101,6 +106,27 @@ class ClusterSpec:
         from bridge.sandbox.apiserver.profiles import profile_for
 
         return profile_for(f"1.{self.version.minor}").resource_versions
+
+
+MAX_KUBELET_SKEW = 3  # minors a kubelet may be older than kube-apiserver (the skew policy, since 1.28)
+
+
+def kubelet_skew_problem(kubelet: str, plane: str) -> str:
+    """Why a real kubelet of release `kubelet` may not run under a control plane of release `plane` ('' when it
+    may): it must be a built line, not newer than the plane and at most MAX_KUBELET_SKEW minors older."""
+    from bridge.sandbox.real.binaries import line_of
+
+    try:
+        k, p = int(line_of(kubelet).split(".")[1]), int(line_of(plane).split(".")[1])
+    except ValueError as err:
+        return f"kubelet version: {err}"
+    if k > p:
+        return (f"a kubelet of 1.{k} under a 1.{p} control plane: a kubelet is never newer than kube-apiserver "
+                f"(the version skew policy)")
+    if p - k > MAX_KUBELET_SKEW:
+        return (f"a kubelet of 1.{k} under a 1.{p} control plane: at most {MAX_KUBELET_SKEW} minors older "
+                f"(the version skew policy)")
+    return ""
 
 
 def _gfd_family(major: int, minor: int) -> str:
@@ -167,6 +193,12 @@ def check(spec: ClusterSpec) -> ClusterSpec:
             line_of(spec.kubernetes_version)
         except ValueError as err:
             raise SpecError(str(err)) from err
+    if spec.kubelet_version is not None:
+        if not spec.real_kubelets:
+            raise SpecError("kubelet_version is the real kubelets' release (real_kubelets=True)")
+        problem = kubelet_skew_problem(spec.kubelet_version, spec.kubernetes_version)
+        if problem:
+            raise SpecError(problem)
     if not spec.nodes:
         raise SpecError("a cluster needs at least one node")
     if len(spec.nodes) > MAX_NODES:

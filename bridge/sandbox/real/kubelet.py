@@ -185,6 +185,9 @@ class Kubelet:
         """The kubelet on fresh ports: the serving port on the node IP it is served on (both nodes, and other
         workers' clusters, share that address)."""
         self.port, self.healthz_port = free_port(self.node_ip), free_port()
+        return self._component_on_ports()
+
+    def _component_on_ports(self) -> Component:
         config_path = self.dir / "kubelet-config.json"
         config_path.write_text(json.dumps(self.config(), indent=2))
         labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
@@ -217,6 +220,15 @@ class Kubelet:
         assert self.component is not None
         self.component.stop()
         self.component = Component(self.component.name, self.component.argv, self.log_path, self._healthz)
+        self.component.start(timeout)
+
+    def upgrade(self, binaries: Binaries, timeout: float) -> None:
+        """Stop this kubelet and start `binaries`' kubelet in its place: same root dir (its checkpoints, the
+        plugin sockets), same config and ports, the pods left running in containerd."""
+        assert self.component is not None
+        self.component.stop()
+        self.bin = binaries
+        self.component = self._component_on_ports()
         self.component.start(timeout)
 
     def remove_files(self) -> None:

@@ -1,0 +1,139 @@
+"""A node's kubelet upgraded in place while GPU pods of both APIs run on it, with real kubelets of two built lines
+under the newer control plane (the skew policy lets a kubelet be up to three minors older, so a cluster upgrades
+its control plane first and its nodes later). In-place upgrades are how many on-premises GPU clusters move a node
+to a new release; the node daemon keeps running through it.
+
+What must hold: the new kubelet reads the old one's checkpoints (device manager and DRA manager) and takes the
+running pods over without preparing their claims again or restarting a container; our daemon registers with it
+through both APIs; the split stays; new pods of both APIs get GPUs nobody holds; and at no sample (`SideWatch`)
+is a GPU held twice or offered to both APIs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.kube.api import NODES, PODS
+from bridge.sandbox.cluster import ClusterError, NodeSpec, SandboxCluster
+from bridge.sandbox.cluster.inspect import SideWatch, holders
+from bridge.sandbox.real.binaries import LINES, NODE
+from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
+from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.sandbox_cluster import spec_for_tests
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(500)]
+
+NAME = "gpu-node"
+START_TIMEOUT = 300.0
+
+
+def _minor(line: str) -> int:
+    return int(line.split(".")[1])
+
+
+# each built line upgraded to the next newer one (default lines 1.37,1.35: 1.35 -> 1.37)
+UPGRADES = [(old, new) for old, new in zip(sorted(REAL_LINES, key=_minor), sorted(REAL_LINES, key=_minor)[1:])]
+
+
+@pytest.fixture(scope="module", params=UPGRADES or [pytest.param(None, marks=pytest.mark.skip(
+    reason="an upgrade needs two lines in BRIDGE_REAL_LINES"))], ids=lambda p: f"{p[0]}-to-{p[1]}" if p else "none")
+def upgrade(request: pytest.FixtureRequest) -> tuple[str, str]:
+    old, new = request.param
+    require_binaries(new, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    require_binaries(old, ("kubelet",))
+    return old, new
+
+
+@pytest.fixture(scope="module")
+def cluster(upgrade: tuple[str, str]) -> Iterator[SandboxCluster]:
+    old, new = upgrade
+    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=new,
+                          kubelet_version=old, real_kubelets=True, bridge=True, node_status_frequency=1.0)
+    with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
+        ensure_namespace(c, "legacy")
+        ensure_namespace(c, "dra")
+        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
+        create_pod(c, "legacy", probe_pod("held", gpus=1))
+        create_pod(c, "dra", probe_pod("claimed", claim_template="one-gpu"))
+        for ns, pod in (("legacy", "held"), ("dra", "claimed")):
+            c.wait_pod_phase(ns, pod, "Running", timeout=120)
+        yield c
+
+
+def kubelet_version(cluster: SandboxCluster) -> str:
+    return str(cluster.api.get(NODES, NAME)["status"]["nodeInfo"]["kubeletVersion"])
+
+
+def containers(cluster: SandboxCluster, namespace: str, pod: str) -> list[tuple[str, str, int]]:
+    """(name, containerID, restartCount) of each container: a restart changes the ID and the count."""
+    statuses = cluster.api.get(PODS, pod, namespace)["status"].get("containerStatuses") or []
+    return [(s["name"], s.get("containerID", ""), int(s.get("restartCount", 0))) for s in statuses]
+
+
+def node_ready_on(cluster: SandboxCluster, version: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        node: dict[str, Any] = cluster.api.get(NODES, NAME)
+        ready = [c for c in node["status"].get("conditions") or [] if c["type"] == "Ready"]
+        gpus = node["status"].get("allocatable", {}).get("nvidia.com/gpu")
+        slices = cluster.api.list(cluster.api.resource_api().slices, field_selector=f"spec.nodeName={NAME}")["items"]
+        published = sum(len(s["spec"].get("devices") or []) for s in slices)
+        state = (node["status"]["nodeInfo"]["kubeletVersion"], bool(ready and ready[0]["status"] == "True"), gpus,
+                 published)
+        if state == (version, True, "2", 2):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after the upgrade, the node is not Ready on {version} with the split (2 legacy, "
+                                 f"2 DRA) within {timeout:.0f}s: (kubeletVersion, Ready, allocatable, published) = "
+                                 f"{state}")
+        time.sleep(0.5)
+
+
+RUNNING = (("legacy", "held"), ("dra", "claimed"))
+
+
+def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kubelet_serves_both_apis(
+        cluster: SandboxCluster, upgrade: tuple[str, str]) -> None:
+    old, new = upgrade
+    node = cluster.node(NAME)
+    assert node.daemon is not None
+    assert kubelet_version(cluster) == LINES[old]
+    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in RUNNING}
+    started = {f"{ns}/{pod}": containers(cluster, ns, pod) for ns, pod in RUNNING}
+    held = holders(cluster)
+    log = node.daemon.log_path
+    prepares = log.read_text().count('"msg": "NodePrepareResources"')
+    registered = log.read_text().count("registered with the kubelet")
+
+    with SideWatch(cluster) as watch:
+        cluster.upgrade_kubelet(NAME, new, timeout=120)
+        node_ready_on(cluster, LINES[new])
+        # the daemon saw the new kubelet's registration socket and registered the device plugin again
+        deadline = time.monotonic() + 60
+        while log.read_text().count("registered with the kubelet") <= registered:
+            assert time.monotonic() < deadline, "the daemon did not register with the upgraded kubelet"
+            time.sleep(0.3)
+        time.sleep(3)  # the new kubelet's first pod syncs: a re-prepare or a restart would come now
+        assert {f"{ns}/{pod}": containers(cluster, ns, pod) for ns, pod in RUNNING} == started
+        assert {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in RUNNING} == gpus
+        assert holders(cluster) == held
+        assert log.read_text().count('"msg": "NodePrepareResources"') == prepares
+
+        # the new kubelet hands GPUs out through both APIs: the free ones, each once
+        create_pod(cluster, "legacy", probe_pod("after-legacy", gpus=1))
+        create_pod(cluster, "dra", probe_pod("after-dra", claim_template="one-gpu"))
+        for ns, pod in (("legacy", "after-legacy"), ("dra", "after-dra")):
+            cluster.wait_pod_phase(ns, pod, "Running", timeout=120)
+        after = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus
+                 for ns, pod in (("legacy", "after-legacy"), ("dra", "after-dra"))}
+    assert all(len(g) == 1 for g in after.values()), after
+    everyone = [next(iter(g)) for g in (*gpus.values(), *after.values())]
+    assert len(set(everyone)) == 4, f"a GPU is in two pods: {gpus} {after}"
+    assert watch.samples.count > 0
+    assert watch.samples.clean, watch.samples.describe()
+    with pytest.raises(ClusterError, match="an upgrade goes to a newer line"):
+        cluster.upgrade_kubelet(NAME, new)
+
