@@ -6,12 +6,15 @@ to a new release; the node daemon keeps running through it.
 What must hold: the new kubelet reads the old one's checkpoints (device manager and DRA manager) and takes the
 running pods over without preparing their claims again or restarting a container; our daemon registers with it
 through both APIs; the split stays; new pods of both APIs get GPUs nobody holds; and at no sample (`SideWatch`)
-is a GPU held twice or offered to both APIs."""
+is a GPU held twice or offered to both APIs. And while the kubelet is down for its upgrade, a GPU pod force-deleted
+there must not share its GPU with the pod the scheduler gives it to next."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,8 +50,10 @@ def upgrade(request: pytest.FixtureRequest) -> tuple[str, str]:
     return old, new
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(upgrade: tuple[str, str]) -> Iterator[SandboxCluster]:
+    """A fresh cluster per test (about 15 s): each upgrades its node's kubelet."""
+
     old, new = upgrade
     spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=new,
                           kubelet_version=old, real_kubelets=True, bridge=True, node_status_frequency=1.0)
@@ -137,3 +142,78 @@ def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kub
     with pytest.raises(ClusterError, match="an upgrade goes to a newer line"):
         cluster.upgrade_kubelet(NAME, new)
 
+
+
+def daemon_events(log: Path, msg: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of the daemon's JSON log lines with this message."""
+    found = []
+    for number, line in enumerate(log.read_text().splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("msg") == msg:
+            found.append((number, record))
+    return found
+
+
+def claim_of(cluster: SandboxCluster, namespace: str, pod: str) -> dict[str, Any]:
+    name = cluster.api.get(PODS, pod, namespace)["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim: dict[str, Any] = cluster.api.get(cluster.api.resource_api().claims, name, namespace)
+    return claim
+
+
+def allocated_device(claim: dict[str, Any]) -> str:
+    results = (claim.get("status") or {}).get("allocation", {}).get("devices", {}).get("results") or []
+    return str(results[0]["device"]) if results else ""
+
+
+def test_a_gpu_whose_pod_was_force_deleted_while_the_kubelet_was_down_is_prepared_again_only_after_its_unprepare(
+        cluster: SandboxCluster, upgrade: tuple[str, str]) -> None:
+    """A classic operator move on a node whose kubelet is down: `kubectl delete --force` on a GPU pod stuck there.
+    The API forgets the pod at once, kube-controller-manager deallocates and deletes its claim, and kube-scheduler
+    allocates the same GPU to the next pod and binds it to the node while the old container still runs. When the
+    kubelet comes back (here as its upgrade), the daemon must not prepare the GPU for the new claim before the old
+    one is unprepared (the kubelet's cleanup of the orphaned pod); a prepare that comes first is refused and the
+    kubelet retries.
+
+    What the real kubelets do (v1.37.2 and v1.38.0-beta.0 seen): about 1.5 s after start they ask to prepare the
+    next pod's claim, while the orphaned container still runs (it is killed half a second later, with its grace
+    period); the daemon refuses ("already prepared for ResourceClaim ..."). The DRA manager's reconcile loop
+    (every 60 s, pkg/kubelet/cm/dra/manager.go) unprepares the orphan's claim, and the pod worker's retry then
+    prepares the GPU for the next pod: it runs about 80 s after the kubelet came back, never beside the old one."""
+    old, new = upgrade
+    node = cluster.node(NAME)
+    assert node.daemon is not None and node.real is not None
+    create_pod(cluster, "dra", probe_pod("filler", claim_template="one-gpu"))  # the node's other DRA GPU is taken
+    cluster.wait_pod_phase("dra", "filler", "Running", timeout=120)
+    gone = claim_of(cluster, "dra", "claimed")
+    device = allocated_device(gone)
+    gpu = probe_log(cluster, "dra", "claimed").gpus
+
+    cluster.stop_kubelet(NAME)
+    cluster.api.delete(PODS, "claimed", "dra", grace_period_seconds=0)  # kubectl delete --force --grace-period=0
+    deadline = time.monotonic() + 60
+    while any(c["metadata"]["uid"] == gone["metadata"]["uid"]
+              for c in cluster.api.list(cluster.api.resource_api().claims, "dra")["items"]):
+        assert time.monotonic() < deadline, "kube-controller-manager did not delete the force-deleted pod's claim"
+        time.sleep(0.3)
+    create_pod(cluster, "dra", probe_pod("next", claim_template="one-gpu"))
+    deadline = time.monotonic() + 30
+    while not (cluster.api.get(PODS, "next", "dra")["spec"].get("nodeName")
+               and allocated_device(claim_of(cluster, "dra", "next"))):
+        assert time.monotonic() < deadline, "kube-scheduler did not bind the next pod while the kubelet was down"
+        time.sleep(0.3)
+    new_claim = claim_of(cluster, "dra", "next")
+    assert allocated_device(new_claim) == device  # the only free DRA GPU: the one the old container still uses
+
+    with SideWatch(cluster) as watch:
+        cluster.upgrade_kubelet(NAME, new, timeout=120)
+        cluster.wait_pod_phase("dra", "next", "Running", timeout=240)
+    assert probe_log(cluster, "dra", "next").gpus == gpu
+    log = node.daemon.log_path
+    unprepared = [n for n, r in daemon_events(log, "claim unprepared") if r.get("uid") == gone["metadata"]["uid"]]
+    prepared = [n for n, r in daemon_events(log, "claim prepared") if r.get("uid") == new_claim["metadata"]["uid"]]
+    assert unprepared and prepared, (unprepared, prepared)
+    assert unprepared[0] < prepared[0], "the GPU was prepared for the next claim before the old claim let it go"
+    assert watch.samples.clean, watch.samples.describe()

@@ -434,11 +434,20 @@ class SandboxCluster:
             raise ClusterError("restart_kubelet is for real nodes")
         node.real.kubelet.restart(timeout)
 
+    def stop_kubelet(self, name: str) -> None:
+        """Stop a real node's kubelet and leave it down: its pods keep running in containerd, nothing on the node
+        reacts to the API, and the Node's lease lapses (kube-controller-manager marks it NotReady after its grace).
+        `restart_kubelet` or `upgrade_kubelet` brings it back."""
+        node = self.node(name)
+        if node.real is None or node.real.kubelet is None:
+            raise ClusterError("stop_kubelet is for real nodes")
+        node.real.kubelet.stop()
+
     def upgrade_kubelet(self, name: str, version: str, timeout: float = 60.0) -> None:
-        """Upgrade a real node's kubelet in place: stop it and start the kubelet of release `version` on the same
-        root dir, state, config and ports, its pods left running (what an in-place node upgrade does: drain is
-        the operator's choice, and this is the case without one). `version` must be newer than the running
-        kubelet's and within the skew policy of the control plane (`spec.kubelet_skew_problem`)."""
+        """Upgrade a real node's kubelet in place: stop it (if `stop_kubelet` has not) and start the kubelet of
+        release `version` on the same root dir, state, config and ports, its pods left running (what an in-place
+        node upgrade does: drain is the operator's choice, and this is the case without one). `version` must be
+        newer than the kubelet's and within the skew policy of the control plane (`spec.kubelet_skew_problem`)."""
         from bridge.sandbox.cluster.spec import kubelet_skew_problem
         from bridge.sandbox.real.binaries import Binaries, BinariesMissing, line_of
 
