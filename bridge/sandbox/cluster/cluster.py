@@ -434,6 +434,22 @@ class SandboxCluster:
             raise ClusterError("restart_kubelet is for real nodes")
         node.real.kubelet.restart(timeout)
 
+    def reboot_node(self, name: str, timeout: float = 120.0) -> None:
+        """Power-cycle a real node (`RealNode.reboot`: every process killed at once, /run emptied, a new boot ID,
+        /var/lib kept), then, once its kubelet runs, start its node daemon again and wait until the daemon serves
+        both APIs and the Node is Ready."""
+        node = self.node(name)
+        if node.real is None or node.real.kubelet is None:
+            raise ClusterError("reboot_node is for real nodes")
+        deadline = time.monotonic() + timeout
+        node.real.reboot(timeout)
+        if node.daemon is not None:
+            node.daemon.stop(0)  # killed with the node: reaped here
+            node.retired.append(node.daemon)
+            node.daemon = ChildProcess(f"bridge node {name}", self._node_argv(node), node.root / "node.log").start()
+            self._wait_daemon(node, deadline)
+        self._wait_node_ready(name, deadline)
+
     def stop_kubelet(self, name: str) -> None:
         """Stop a real node's kubelet and leave it down: its pods keep running in containerd, nothing on the node
         reacts to the API, and the Node's lease lapses (kube-controller-manager marks it NotReady after its grace).

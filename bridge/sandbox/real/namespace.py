@@ -23,6 +23,10 @@ driver container's own mount): the CDI specs in `/var/run/cdi`, containerd's tas
 cost what they cost on a real node to write (a replace-by-rename on this machine's ext4 costs ten times one on
 tmpfs), and are gone when the node is stopped, as at a reboot. It is mounted on the machine at the node's `run`
 directory, so the host sees the same files, and bound into the namespace like the others.
+
+Each node has a boot ID of its own (a file bound over `/proc/sys/kernel/random/boot_id` inside the namespace), so
+that a node's reboot (`RealNode.reboot`) gives its kubelet and node daemon a new one, as a real boot does. A process
+that mounts a fresh procfs (a container) reads the machine's.
 """
 
 from __future__ import annotations
@@ -45,11 +49,28 @@ class NamespaceError(RuntimeError):
     pass
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
 class NodeNamespace:
     def __init__(self, node_dir: Path, name: str) -> None:
         self.dir = node_dir
         self.name = name
         self.holder: ChildProcess | None = None
+
+    @property
+    def boot_id_file(self) -> Path:
+        """The node's boot ID, bound over /proc/sys/kernel/random/boot_id inside the namespace: what the kubelet
+        reports as the Node's bootID and what the node daemon keys its claim records to. `new_boot_id` changes it
+        (a reboot); a process joining the namespace reads the current one."""
+        return self.dir / "boot_id"
+
+    def new_boot_id(self) -> str:
+        import uuid
+
+        value = str(uuid.uuid4())
+        self.boot_id_file.write_text(value + "\n")
+        return value
 
     def host_path(self, inside: str) -> Path:
         """Where the host sees a path of the node (`/var/lib/kubelet` -> `<node>/var-lib/kubelet`)."""
@@ -95,6 +116,9 @@ class NodeNamespace:
         # on "/" but it is not a shared or slave mount", seen from containerd), and this machine's is private. The
         # peer group is the namespace's own: nothing propagates back to the machine.
         script.append("mount --make-rshared /")
+        if not self.boot_id_file.exists():
+            self.new_boot_id()
+        script.append(f"mount --bind {shlex.quote(str(self.boot_id_file))} {BOOT_ID}")
         script.append("exec sleep infinity")
         self.holder = ChildProcess(f"namespace of {self.name}",
                                    ["unshare", "--mount", "--propagation", "private", "--", "sh", "-ec",
@@ -116,7 +140,7 @@ class NodeNamespace:
         except OSError:
             return False
         points = {line.split()[4] for line in info.splitlines() if len(line.split()) > 4}
-        return all(target in points for _, target in BINDS) and self._is_own(self.holder.pid)
+        return all(target in points for _, target in BINDS) and BOOT_ID in points and self._is_own(self.holder.pid)
 
     def _is_own(self, pid: int) -> bool:
         try:

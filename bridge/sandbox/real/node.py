@@ -142,6 +142,28 @@ class RealNode:
         self.kubelet.start(timeout)
         return self
 
+    def reboot(self, timeout: float) -> None:
+        """A power cut and a boot. Every process of the node dies at once (SIGKILL: the kubelet, containerd, the
+        shims and containers, and a node daemon that runs in the namespace), its mounts go with the namespace and
+        its cgroups are removed; `/run` comes back as an empty tmpfs (the CDI specs, containerd's task state, the
+        claim records there are gone) and the node has a new boot ID. `/var/lib` and `/var/log` stay, as on a disk:
+        the kubelet's checkpoints and pod directories, containerd's metadata and images, our state directory. Then
+        the node boots: its GPU files, the namespace, containerd and the kubelet (a node daemon is the caller's to
+        start, as a DaemonSet pod starts once the kubelet runs)."""
+        assert self.kubelet is not None, "start() the node first"
+        self.ns.stop()
+        self.kubelet.stop(0)  # reaped: the namespace's end killed it
+        self.containerd.stop(0)
+        self.ns.unmount_run()
+        remove_cgroup_root(self.cgroup_root)
+        cleanup_mounts(self.dir)
+        self.ns.new_boot_id()
+        self.ns.mount_run()
+        make_gpu_files(self.dev_root, self.devices)
+        self.ns.start(timeout)
+        self.containerd.start(timeout)
+        self.kubelet.start(timeout)
+
     def stop(self, grace: float = 10.0) -> list[str]:
         """Stop everything; returns what could not be cleaned up (for the caller's warning)."""
         problems: list[str] = []

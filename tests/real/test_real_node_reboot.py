@@ -1,0 +1,132 @@
+"""A GPU node's reboot, with the real kubelet and containerd: a power cut (every process of the node killed at once,
+the bridge's node daemon included), then a boot with a new boot ID, an empty `/run` (the CDI specs and the claim
+records on it gone) and `/var/lib` kept (the kubelet's checkpoints, our ownership checkpoint). The most common
+failure a GPU node sees (a driver update, a kernel patch, a hang). What must hold after it: the DRA pod
+run again on the GPU its claim holds (prepared again by the kubelet: claim records of the old boot are void), the
+GPUs of pods the kubelet refuses come free, new pods of both APIs get them, and at no sample is a GPU held twice or
+offered to both APIs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.kube.api import NODES, PODS
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.cluster.inspect import SideWatch
+from bridge.sandbox.real.binaries import NODE
+from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
+from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.sandbox_cluster import spec_for_tests
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(500)]
+
+NAME = "gpu-node"
+RUNNING = (("legacy", "held"), ("dra", "claimed"))
+
+
+@pytest.fixture(scope="module", params=REAL_LINES)
+def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    line = request.param
+    require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=line,
+                          real_kubelets=True, bridge=True, node_status_frequency=1.0)
+    with SandboxCluster(spec).start(timeout=300) as c:
+        ensure_namespace(c, "legacy")
+        ensure_namespace(c, "dra")
+        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
+        create_pod(c, "legacy", probe_pod("held", gpus=1))
+        create_pod(c, "dra", probe_pod("claimed", claim_template="one-gpu"))
+        for ns, pod in RUNNING:
+            c.wait_pod_phase(ns, pod, "Running", timeout=120)
+        yield c
+
+
+def boot_id(cluster: SandboxCluster) -> str:
+    return str(cluster.api.get(NODES, NAME)["status"]["nodeInfo"]["bootID"])
+
+
+def container_ids(cluster: SandboxCluster, namespace: str, pod: str) -> list[str]:
+    statuses = cluster.api.get(PODS, pod, namespace)["status"].get("containerStatuses") or []
+    return [s.get("containerID", "") for s in statuses if "running" in (s.get("state") or {})]
+
+
+def claim_uid(cluster: SandboxCluster, namespace: str, pod: str) -> str:
+    name = cluster.api.get(PODS, pod, namespace)["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    return str(cluster.api.get(cluster.api.resource_api().claims, name, namespace)["metadata"]["uid"])
+
+
+def daemon_records(cluster: SandboxCluster, msg: str) -> list[dict[str, Any]]:
+    node = cluster.node(NAME)
+    assert node.daemon is not None
+    found = []
+    for line in node.daemon.log_path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("msg") == msg:
+            found.append(record)
+    return found
+
+
+def test_after_a_reboot_the_dra_pod_runs_again_on_its_gpu_the_bare_legacy_pod_is_refused_and_new_pods_get_gpus(
+        cluster: SandboxCluster) -> None:
+    """The kubelet re-admits the node's pods as soon as it starts, before any device plugin can have registered
+    (ours runs as a DaemonSet pod: the kubelet starts it with the others). A pod whose devices come from a device
+    plugin is then refused for good: "Allocate failed due to no healthy devices present; cannot allocate unhealthy
+    devices nvidia.com/gpu, which is unexpected" (devicemanager/manager.go `devicesToAllocate`, its "scenario 3:
+    node reboot"; kubernetes/kubernetes#125579 and #128043, open). A bare pod stays Failed; a controller's pod is
+    replaced. A DRA pod waits for its driver instead: the kubelet retries the prepare until our plugin is back,
+    and the pod runs again on the GPU its claim holds. This is upstream behaviour the migration improves, pinned
+    here so that a kubelet that changes it is noticed.
+
+    How long the DRA pod takes depends on a race our daemon cannot win on a real node: when the kubelet asks to
+    prepare before the driver is registered (on a real node always, since the kubelet starts our DaemonSet pod
+    with the others), the pod's next try comes at its resync, 60-90 s later; seen here 3.6-6.5 s when the daemon
+    was first and 73-95 s when it was not."""
+    node = cluster.node(NAME)
+    assert node.real is not None
+    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in RUNNING}
+    before = container_ids(cluster, "dra", "claimed")
+    uid = claim_uid(cluster, "dra", "claimed")
+    old_boot = boot_id(cluster)
+    with SideWatch(cluster) as watch:
+        start = time.monotonic()
+        cluster.reboot_node(NAME, timeout=180)
+        deadline = time.monotonic() + 180
+        while not (container_ids(cluster, "dra", "claimed") and container_ids(cluster, "dra", "claimed") != before):
+            assert time.monotonic() < deadline, "the DRA pod did not run again after the reboot"
+            time.sleep(0.5)
+        back = time.monotonic() - start
+        assert boot_id(cluster) != old_boot
+        assert probe_log(cluster, "dra", "claimed").gpus == gpus["dra/claimed"]
+        # the kubelet prepared the claim again (its prepared state is not checkpointed), and the daemon wrote the
+        # claim's CDI spec again on the new, empty /run
+        assert any(r.get("uid") == uid for r in daemon_records(cluster, "claim prepared")[1:])
+        assert any(uid in p.name for p in node.real.cdi_root.iterdir())
+        deadline = time.monotonic() + 60
+        while (held := cluster.api.get(PODS, "held", "legacy")["status"]).get("phase") == "Running":
+            assert time.monotonic() < deadline, "the kubelet's verdict on the legacy pod did not reach its status"
+            time.sleep(0.5)
+        assert (held.get("phase"), held.get("reason"), held.get("message")) == (
+            "Failed", "UnexpectedAdmissionError", "Pod was rejected: Allocate failed due to no healthy devices "
+            "present; cannot allocate unhealthy devices nvidia.com/gpu, which is unexpected")
+
+        # the refused pod's GPU is free again: both legacy GPUs and the free DRA one go to new pods
+        new = (("legacy", "after-legacy-1"), ("legacy", "after-legacy-2"), ("dra", "after-dra"))
+        for ns, pod in new:
+            create_pod(cluster, ns, probe_pod(pod, **({"gpus": 1} if ns == "legacy" else
+                                                     {"claim_template": "one-gpu"})))
+        for ns, pod in new:
+            cluster.wait_pod_phase(ns, pod, "Running", timeout=120)
+        after = [probe_log(cluster, ns, pod).gpus for ns, pod in new]
+    print(f"the DRA pod ran again {back:.1f} s after the power cut")
+    everyone = [next(iter(g)) for g in (gpus["dra/claimed"], *after)]
+    assert len(set(everyone)) == 4, f"a GPU is in two pods: {gpus} {after}"
+    assert watch.samples.count > 0
+    assert watch.samples.clean, watch.samples.describe()
