@@ -15,6 +15,7 @@ import pytest
 from bridge.node import kubeletcheckpoint
 from bridge.sandbox.kubelet import KubeletSimulator
 from bridge.sandbox.kubelet.dmcheckpoint import CHECKPOINT_FILE, CheckpointCorrupt, Entry, checksum, encode, read
+from bridge.sandbox.kubelet.devicemanager import AllocationFailed
 from tests.sandbox.plugins import RES, Served, served, start_plugin  # noqa: F401 (fixture)
 
 TRAINER = Entry("7c0a1f4e-1b2d-4c3e-9f00-aa11bb22cc33", "trainer", "nvidia.com/gpu",
@@ -102,3 +103,33 @@ def test_a_corrupt_checkpoint_is_refused_and_the_restarted_kubelet_starts_withou
         read(kubelet.device_plugin_dir)
     kubelet.restart()
     assert kubelet.devices.assignments() == []
+
+
+def test_after_a_restart_a_container_that_holds_devices_is_refused_until_its_plugin_is_back_then_not_allocated_again(
+        kubelet: KubeletSimulator, served: list[Served]) -> None:
+    """devicesToAllocate for a container whose devices the checkpoint keeps (a pod admitted again after a node
+    reboot): "no healthy devices present" while the plugin has not registered (kubernetes/kubernetes#125579, seen
+    on real kubelets by tests/real/test_real_node_reboot.py), and once it has, no Allocate call: the container runs
+    with the response the kubelet kept."""
+    plugin = start_plugin(kubelet, served, ["w0", "w1"])
+    first = kubelet.devices.allocate("uid-1", "main", RES, 1, namespace="ns", pod_name="p")
+    kubelet.restart()
+    for uid in ("uid-1", "uid-2"):  # the same container again, and a new pod's
+        with pytest.raises(AllocationFailed, match=f"^no healthy devices present; cannot allocate unhealthy devices "
+                                                   f"{RES}$"):
+            kubelet.devices.allocate(uid, "main", RES, 1, namespace="ns", pod_name="p")
+    again = start_plugin(kubelet, served, ["w0", "w1"], name="w2.sock")
+    assert kubelet.devices.allocate("uid-1", "main", RES, 1, namespace="ns", pod_name="p") == first
+    assert (len(plugin.allocations), again.allocations) == (1, [])
+
+
+def test_a_container_whose_kept_device_turned_unhealthy_is_refused(kubelet: KubeletSimulator,
+                                                                   served: list[Served]) -> None:
+    plugin = start_plugin(kubelet, served, ["w0", "w1"])
+    kubelet.devices.allocate("uid-1", "main", RES, 1, namespace="ns", pod_name="p")
+    [held] = plugin.allocations[0]
+    plugin.set(held, "Unhealthy")
+    assert kubelet.devices.wait_for(lambda m: m.resource(RES).allocatable == 1, 20)
+    with pytest.raises(AllocationFailed, match=f"^previously allocated devices are no longer healthy; cannot allocate "
+                                               f"unhealthy devices {RES}$"):
+        kubelet.devices.allocate("uid-1", "main", RES, 1, namespace="ns", pod_name="p")

@@ -35,10 +35,16 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
 * Allocation (`Allocate` + `devicesToAllocate`): a container first reuses devices its pod's non-restartable init
   containers held (`devicesToReuse`), then takes healthy unallocated devices, asks GetPreferredAllocation when
   the plugin offers it (the hint is used only as far as it names available devices), and calls `Allocate` with
-  exactly one container request. Restartable init containers (sidecars) keep their devices. Errors carry the
+  exactly one container request. Restartable init containers (sidecars) keep their devices. A container that
+  holds devices already (kept from the checkpoint: a pod admitted again after a restart or a node reboot) gets
+  no Allocate call: the kubelet's checks pass and it runs with the response kept (`needed == 0`, "nothing to
+  do"). Those checks come first for every allocation, so a pod admitted after a restart before its plugin has
+  registered again is refused ("no healthy devices present", the kubelet's "scenario 3: node reboot";
+  kubernetes/kubernetes#125579, seen on real kubelets by tests/real/test_real_node_reboot.py). Errors carry the
   kubelet's messages ("cannot allocate unregistered device", "no healthy devices present; cannot allocate
-  unhealthy devices", "requested number of devices unavailable for R. Requested: N, Available: M", "no containers
-  return in allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
+  unhealthy devices", "previously allocated devices are no longer healthy; cannot allocate unhealthy devices",
+  "requested number of devices unavailable for R. Requested: N, Available: M", "no containers return in
+  allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
   give their devices back.
 * The checkpoint `device-plugins/kubelet_internal_checkpoint` is written as manager.go writes it (format, checksum
   and moments in `bridge.sandbox.kubelet.dmcheckpoint`): after every ListAndWatch update (the healthy devices per
@@ -59,7 +65,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -619,15 +625,17 @@ class DeviceManager:
                 if len(existing) != count:
                     raise AllocationFailed(f'pod "{pod_uid}" container "{container}" changed request for resource '
                                            f'"{resource}" from {len(existing)} to {count}')
-                chosen = list(existing)
-                client = self._endpoints.get(resource)
-                if client is None:
-                    raise AllocationFailed(f"cannot allocate unregistered device {resource}")
-            else:
-                client, chosen = self._devices_to_allocate(pod, resource, count)
+                # devicesToAllocate with devices already allocated (kept from the checkpoint: a pod the kubelet
+                # admits again after a restart, or a node reboot): the registration and health checks, then "no
+                # devices needed, nothing to do": no Allocate call, the container runs with the response the
+                # kubelet kept
+                self._check_registered_and_healthy(resource, existing)
+                self._note_reuse(pod, container, resource, existing, init and not restartable)
+                return pb.ContainerAllocateResponse.FromString(pod.responses.get((container, resource), b""))
+            client, chosen = self._devices_to_allocate(pod, resource, count)
             opts = client.options
         try:
-            if existing is None and opts is not None and opts.get_preferred_allocation_available:
+            if opts is not None and opts.get_preferred_allocation_available:
                 chosen = self._preferred(client, pod, resource, chosen, count)
             resp = client.stub.Allocate(pb.AllocateRequest(
                 container_requests=[pb.ContainerAllocateRequest(devices_ids=chosen)]))
@@ -649,25 +657,43 @@ class DeviceManager:
                 raise AllocationFailed(f"devices {sorted(taken)} were assigned concurrently")
             pod.containers.setdefault(container, {})[resource] = tuple(chosen)
             pod.responses[(container, resource)] = resp.container_responses[0].SerializeToString(deterministic=True)
-            reuse = pod.reusable.setdefault(resource, set())
-            if init and not restartable:
-                reuse.update(chosen)  # addContainerAllocatedResources: later containers may reuse them
-                pod.init_containers.add(container)
-            else:
-                reuse.difference_update(chosen)  # removeContainerAllocatedResources
-            if existing is None:
-                self._write_checkpoint()  # allocateContainerResources: needsUpdateCheckpoint
+            self._note_reuse(pod, container, resource, chosen, init and not restartable)
+            self._write_checkpoint()  # allocateContainerResources: needsUpdateCheckpoint
         return resp.container_responses[0]
+
+    @staticmethod
+    def _note_reuse(pod: _PodDevices, container: str, resource: str, devices: Sequence[str], init_only: bool) -> None:
+        """What `Allocate` does after `allocateContainerResources`, whether or not it called the plugin (lock held):
+        a non-restartable init container's devices may be reused by the pod's later containers
+        (addContainerAllocatedResources); any other container's may not (removeContainerAllocatedResources)."""
+        reuse = pod.reusable.setdefault(resource, set())
+        if init_only:
+            reuse.update(devices)
+            pod.init_containers.add(container)
+        else:
+            reuse.difference_update(devices)
+
+    def _check_registered_and_healthy(self, resource: str, allocated: tuple[str, ...] = ()) -> set[str]:
+        """`devicesToAllocate`'s checks for a node whose kubelet is starting (its "scenario 3: node reboot": a pod
+        may be admitted before its plugin registered), made for every allocation: the resource must be known
+        (registered, or read from the checkpoint with no devices), have healthy devices, and include every device
+        already allocated to the container. Returns the healthy devices (lock held)."""
+        state = self._resources.get(resource)
+        if state is None:
+            raise AllocationFailed(f"cannot allocate unregistered device {resource}")
+        if not state.healthy:
+            raise AllocationFailed(f"no healthy devices present; cannot allocate unhealthy devices {resource}")
+        if not state.healthy.issuperset(allocated):
+            raise AllocationFailed(f"previously allocated devices are no longer healthy; cannot allocate unhealthy "
+                                   f"devices {resource}")
+        return set(state.healthy)
 
     def _devices_to_allocate(self, pod: _PodDevices, resource: str, count: int) -> tuple[_Client, list[str]]:
         """`devicesToAllocate` (lock held): reusable devices first, then healthy unallocated ones."""
-        state = self._resources.get(resource)
+        healthy = self._check_registered_and_healthy(resource)
         client = self._endpoints.get(resource)
-        if state is None or client is None:
+        if client is None:  # healthy devices come from a connected plugin's stream: not expected
             raise AllocationFailed(f"cannot allocate unregistered device {resource}")
-        healthy = state.healthy
-        if not healthy:
-            raise AllocationFailed(f"no healthy devices present; cannot allocate unhealthy devices {resource}")
         chosen = sorted(pod.reusable.get(resource, set()) & healthy)[:count]
         needed = count - len(chosen)
         if needed > 0:
