@@ -38,7 +38,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 
-from bridge.dra.claims import ClaimError, ClaimRef
+from bridge.dra.claims import ClaimError, ClaimGone, ClaimRef
 from bridge.kube.api import KubeAPI, Obj
 from bridge.kube.errors import KubeError, NotFound
 
@@ -171,7 +171,7 @@ def read_claim(kube: KubeAPI, ref: ClaimRef) -> ReadResult:
     try:
         return kube.get(kube.resource_api().claims, ref.name, ref.namespace)
     except NotFound:
-        return ClaimError(f"{what} not found")
+        return ClaimGone(f"{what} not found")
     except KubeError as err:
         return ClaimError(f"cannot read {what}: {err}")
     except Exception as err:  # noqa: BLE001 - a client bug must stay this claim's error, loud in the log

@@ -41,6 +41,10 @@ class ClaimError(Exception):
     """This claim cannot be prepared here; the message goes into the claim's `error` in the response."""
 
 
+class ClaimGone(ClaimError):
+    """The claim does not exist in the API (a GET answered NotFound)."""
+
+
 @dataclass(frozen=True)
 class ClaimRef:
     namespace: str

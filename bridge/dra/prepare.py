@@ -69,7 +69,15 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from bridge.dra.claimreads import CallBudget, ClaimReader
-from bridge.dra.claims import AllocatedDevice, ClaimAllocation, ClaimError, ClaimRef, allocation_for, ref_problem
+from bridge.dra.claims import (
+    AllocatedDevice,
+    ClaimAllocation,
+    ClaimError,
+    ClaimGone,
+    ClaimRef,
+    allocation_for,
+    ref_problem,
+)
 from bridge.dra.crashpoints import crash_point
 from bridge.dra.deferredsync import DeferredSync
 from bridge.dra.metrics import DraMetrics
@@ -188,7 +196,20 @@ def _devices(devices: Sequence[RecordedDevice] | Sequence[AllocatedDevice]) -> s
 
 
 # A refusal to record as a Kubernetes Event once the node lock is released: (claim object, message).
-Refusals = list[tuple[Obj, str]]
+HOLDER_READ_S = 2.0  # at most this long reading the claims that hold refused devices (the refusal path only)
+
+
+@dataclass(frozen=True)
+class DeviceRefusal:
+    """A claim refused a device: the claim, the message (its Event's and its error's), and the claim the device is
+    prepared for when that is why (`holder`)."""
+
+    claim: Obj
+    message: str
+    holder: ClaimRef | None = None
+
+
+Refusals = list[DeviceRefusal]
 
 
 class Preparer:
@@ -284,6 +305,7 @@ class Preparer:
                 if self.ownership is not None:
                     for ref, _ in readable:
                         self.ownership.prepare_done(ref.uid)
+        self._explain_gone_holders(refusals, outcomes, budget)
         self._record_refusals(refusals)
         for outcome in outcomes.values():
             self.metrics.claims.labels("prepare", "error" if outcome.error else "ok").inc()
@@ -420,13 +442,47 @@ class Preparer:
                         f"{other.namespace}/{other.name} (uid {other.uid}): refusing to share it with "
                         f"ResourceClaim {ref.namespace}/{ref.name}",
                         refusals,
+                        holder=ClaimRef(other.namespace, other.name, other.uid),
                     )
 
-    def _refuse(self, claim: Obj, reason: str, message: str, refusals: Refusals) -> None:
+    def _refuse(self, claim: Obj, reason: str, message: str, refusals: Refusals,
+                holder: ClaimRef | None = None) -> None:
         self.metrics.refusals.labels(reason).inc()
         log.error("device refused", extra={"reason": reason, "detail": message})
-        refusals.append((claim, message))
+        refusals.append(DeviceRefusal(claim, message, holder))
         raise ClaimError(message)
+
+    def _explain_gone_holders(self, refusals: Refusals, outcomes: dict[str, PrepareOutcome],
+                              budget: CallBudget) -> None:
+        """A device refused because it is prepared for a claim that no longer exists in the API: say so, and what
+        happens next, in the refused claim's error and Event. That is the state after a pod was deleted (forced)
+        while the node's kubelet could not clean up (down, restarting, being upgraded): kube-scheduler may give
+        its GPU to the next claim at once, while the old container may still run; the kubelet unprepares the old
+        claim in its DRA manager's reconcile loop (every 60 s: kubernetes pkg/kubelet/cm/dra/manager.go) and
+        retries the pod later (seen on real kubelets: tests/real/test_real_kubelet_upgrade.py). Runs after the node
+        lock, reading only the holders of refused devices, within HOLDER_READ_S and the call's budget; a holder
+        that cannot be read is not explained."""
+        held = [r for r in refusals if r.holder is not None]
+        if not held:
+            return
+        now = time.monotonic()
+        holders = list({r.holder.uid: r.holder for r in held if r.holder is not None}.values())
+        got = self.reader.read(holders, CallBudget(max(0.0, min(HOLDER_READ_S, budget.deadline - now)), now, 0.0))
+        for i, r in enumerate(refusals):
+            if r.holder is None:
+                continue
+            read = got.get(r.holder.uid)
+            exists = isinstance(read, dict) and (read.get("metadata") or {}).get("uid") == r.holder.uid
+            if exists or not isinstance(read, (dict, ClaimGone)):
+                continue
+            hint = (f"; ResourceClaim {r.holder.namespace}/{r.holder.name} (uid {r.holder.uid}) no longer exists: its "
+                    f"pod was deleted while this node's kubelet could not clean up (down, restarting or being "
+                    f"upgraded); the kubelet unprepares it within about a minute, and this claim is prepared on the "
+                    f"pod's next try")
+            refusals[i] = replace(r, message=r.message + hint)
+            uid = str((r.claim.get("metadata") or {}).get("uid", ""))
+            if uid in outcomes:
+                outcomes[uid] = replace(outcomes[uid], error=outcomes[uid].error + hint)
 
     def _record_refusals(self, refusals: Refusals) -> None:
         """Record refusals as Warning Events on their claims, in the background: an API write must neither run
@@ -436,7 +492,7 @@ class Preparer:
         threading.Thread(target=self._record_events, args=(refusals,), name="dra-refusal-events", daemon=True).start()
 
     def _record_events(self, refusals: Refusals) -> None:
-        for claim, message in refusals:
+        for claim, message in ((r.claim, r.message) for r in refusals):
             try:
                 version = claim.get("apiVersion") or f"resource.k8s.io/{self.kube.resource_api().version}"
                 involved = {**claim, "apiVersion": version, "kind": "ResourceClaim"}

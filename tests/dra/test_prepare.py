@@ -20,7 +20,8 @@ from bridge.dra.slices import device_name
 from bridge.dra.stores import CheckpointClaimStore, ClaimCdi
 from bridge.inventory.model import DeviceID
 from bridge.inventory.simulated import devices_from_spec
-from bridge.kube.api import ResourceAPI
+from bridge.kube.api import Resource, ResourceAPI
+from bridge.kube.errors import Unavailable
 from bridge.ledger.checkpoint import Checkpoint
 from tests.dra.fakekube import FakeKube
 from tests.dra.memstore import MemoryClaimStore
@@ -161,6 +162,53 @@ def test_a_device_prepared_for_another_claim_is_refused_naming_the_owner_and_rec
     # After the first claim is unprepared the device is free again.
     assert env.preparer.unprepare([first]) == {"uid-a": ""}
     assert env.preparer.prepare([second])["uid-b"].error == ""
+
+
+GONE_HINT = ("; ResourceClaim ns/first (uid uid-a) no longer exists: its pod was deleted while this node's kubelet "
+             "could not clean up (down, restarting or being upgraded); the kubelet unprepares it within about a "
+             "minute, and this claim is prepared on the pod's next try")
+
+
+def test_a_device_held_by_a_claim_gone_from_the_api_is_refused_saying_the_kubelet_will_free_it(env: Env) -> None:
+    """The state after a pod was force-deleted while the kubelet was down and kube-scheduler gave its GPU to the next
+    claim (tests/real/test_real_kubelet_upgrade.py): still refused, and the error and Event say why it resolves."""
+    first = make_claim(env.kube, "first", "uid-a", ["gpu-2"])
+    assert env.preparer.prepare([first])["uid-a"].error == ""
+    env.kube.delete(CLAIMS, "first", "ns")
+    second = make_claim(env.kube, "second", "uid-b", ["gpu-2"])
+    err = env.preparer.prepare([second])["uid-b"].error
+    assert err == ("device gpu-2 (" + GPUS[2].uuid + ") is already prepared for ResourceClaim ns/first (uid uid-a): "
+                   "refusing to share it with ResourceClaim ns/second" + GONE_HINT)
+    [event] = wait_until(env.kube.events, 10, "the refusal Event")
+    assert event["message"] == err
+    assert env.preparer.unprepare([first]) == {"uid-a": ""}  # what the kubelet's reconcile loop does
+    assert env.preparer.prepare([second])["uid-b"].error == ""
+
+
+def test_a_device_held_by_a_claim_recreated_under_its_name_is_explained_the_same(env: Env) -> None:
+    first = make_claim(env.kube, "first", "uid-a", ["gpu-2"])
+    assert env.preparer.prepare([first])["uid-a"].error == ""
+    make_claim(env.kube, "first", "uid-new", ["gpu-3"])
+    err = env.preparer.prepare([make_claim(env.kube, "second", "uid-b", ["gpu-2"])])["uid-b"].error
+    assert err.endswith(GONE_HINT)
+
+
+def test_a_device_held_by_a_claim_that_still_exists_or_cannot_be_read_gets_no_such_hint(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = make_claim(env.kube, "first", "uid-a", ["gpu-2"])
+    assert env.preparer.prepare([first])["uid-a"].error == ""
+    second = make_claim(env.kube, "second", "uid-b", ["gpu-2"])
+    assert env.preparer.prepare([second])["uid-b"].error.endswith("refusing to share it with ResourceClaim ns/second")
+    env.kube.delete(CLAIMS, "first", "ns")
+    get = env.kube.get
+
+    def holder_unreadable(res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if name == "first":
+            raise Unavailable("connection refused (fake)", request_sent=False)
+        return get(res, name, namespace)
+
+    monkeypatch.setattr(env.kube, "get", holder_unreadable)  # gone, but not known to be: nothing is said of it
+    assert env.preparer.prepare([second])["uid-b"].error.endswith("refusing to share it with ResourceClaim ns/second")
 
 
 def gets(kube: FakeKube) -> int:

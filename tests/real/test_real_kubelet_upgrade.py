@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bridge.kube.api import NODES, PODS
+from bridge.kube.api import EVENTS, NODES, PODS
 from bridge.sandbox.cluster import ClusterError, NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import LINES, NODE
@@ -218,3 +218,10 @@ def test_a_gpu_whose_pod_was_force_deleted_while_the_kubelet_was_down_is_prepare
     assert unprepared and unprepared[0] < prepared[0], \
         "the GPU was prepared for the next claim while the force-deleted pod's claim still held it"
     assert watch.samples.clean, watch.samples.describe()
+    # a refusal (every run here had one) tells the operator why, and that it resolves itself
+    events = cluster.api.list(EVENTS, "dra")["items"]
+    refused = [e["message"] for e in events if e.get("reason") == "DeviceRefused"
+               and e["involvedObject"]["name"] == new_claim["metadata"]["name"]]
+    for message in refused:
+        assert f"ResourceClaim dra/{gone['metadata']['name']} (uid {gone['metadata']['uid']}) no longer exists" \
+            in message, message
