@@ -3,9 +3,12 @@ the API server (`kubectl logs`: API server -> kubelet -> containerd's log file),
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
 from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
 from bridge.kube.api import NAMESPACES, PODS, Resource
 from bridge.kube.errors import AlreadyExists, NotFound
-from bridge.sandbox.cluster import SandboxCluster
+from bridge.sandbox.cluster import ClusterSpec, SandboxCluster
 from bridge.sandbox.real.images import PROBE_IMAGE
 
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", True)
@@ -139,3 +142,42 @@ def register_device_plugin(device_plugin_dir: Path, endpoint: str, resource: str
         except grpc.RpcError as err:
             return (err.details() if isinstance(err, grpc.Call) else str(err)) or str(err)
     return ""
+
+
+BOTH_PODS = (("legacy", "held"), ("dra", "claimed"))
+
+
+@contextmanager
+def node_with_a_pod_of_each_api(spec: ClusterSpec, timeout: float = 300.0) -> Iterator[SandboxCluster]:
+    """The started cluster of `spec` (one real node), running `legacy/held` (one GPU from the device plugin) and
+    `dra/claimed` (one GPU through a claim from the template `dra/one-gpu`): the starting point of the node
+    lifecycle tests (restarts, upgrades, reboots)."""
+    with SandboxCluster(spec).start(timeout=timeout) as c:
+        ensure_namespace(c, "legacy")
+        ensure_namespace(c, "dra")
+        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
+        create_pod(c, "legacy", probe_pod("held", gpus=1))
+        create_pod(c, "dra", probe_pod("claimed", claim_template="one-gpu"))
+        for ns, pod in BOTH_PODS:
+            c.wait_pod_phase(ns, pod, "Running", timeout=120)
+        yield c
+
+
+def pod_claim(cluster: SandboxCluster, namespace: str, pod: str) -> dict[str, Any]:
+    """The ResourceClaim of the pod's first claim, as the API has it now."""
+    name = cluster.api.get(PODS, pod, namespace)["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    claim: dict[str, Any] = cluster.api.get(cluster.api.resource_api().claims, name, namespace)
+    return claim
+
+
+def daemon_log(log: Path, msg: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of the node daemon's JSON log lines (`--log-format json`) with this message."""
+    found = []
+    for number, line in enumerate(log.read_text().splitlines()):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("msg") == msg:
+            found.append((number, record))
+    return found

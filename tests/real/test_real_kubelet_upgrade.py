@@ -11,10 +11,8 @@ there must not share its GPU with the pod the scheduler gives it to next."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +22,15 @@ from bridge.sandbox.cluster import ClusterError, NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import LINES, NODE
 from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
-from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.real.realnodes import (
+    BOTH_PODS,
+    create_pod,
+    daemon_log,
+    node_with_a_pod_of_each_api,
+    pod_claim,
+    probe_log,
+    probe_pod,
+)
 from tests.sandbox_cluster import spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(500)]
@@ -57,14 +63,7 @@ def cluster(upgrade: tuple[str, str]) -> Iterator[SandboxCluster]:
     old, new = upgrade
     spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=new,
                           kubelet_version=old, real_kubelets=True, bridge=True, node_status_frequency=1.0)
-    with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
-        ensure_namespace(c, "legacy")
-        ensure_namespace(c, "dra")
-        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
-        create_pod(c, "legacy", probe_pod("held", gpus=1))
-        create_pod(c, "dra", probe_pod("claimed", claim_template="one-gpu"))
-        for ns, pod in (("legacy", "held"), ("dra", "claimed")):
-            c.wait_pod_phase(ns, pod, "Running", timeout=120)
+    with node_with_a_pod_of_each_api(spec, START_TIMEOUT) as c:
         yield c
 
 
@@ -97,7 +96,6 @@ def node_ready_on(cluster: SandboxCluster, version: str, timeout: float = 120.0)
         time.sleep(0.5)
 
 
-RUNNING = (("legacy", "held"), ("dra", "claimed"))
 
 
 def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kubelet_serves_both_apis(
@@ -106,8 +104,8 @@ def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kub
     node = cluster.node(NAME)
     assert node.daemon is not None
     assert kubelet_version(cluster) == LINES[old]
-    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in RUNNING}
-    started = {f"{ns}/{pod}": containers(cluster, ns, pod) for ns, pod in RUNNING}
+    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in BOTH_PODS}
+    started = {f"{ns}/{pod}": containers(cluster, ns, pod) for ns, pod in BOTH_PODS}
     held = holders(cluster)
     log = node.daemon.log_path
     prepares = log.read_text().count('"msg": "NodePrepareResources"')
@@ -122,8 +120,8 @@ def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kub
             assert time.monotonic() < deadline, "the daemon did not register with the upgraded kubelet"
             time.sleep(0.3)
         time.sleep(3)  # the new kubelet's first pod syncs: a re-prepare or a restart would come now
-        assert {f"{ns}/{pod}": containers(cluster, ns, pod) for ns, pod in RUNNING} == started
-        assert {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in RUNNING} == gpus
+        assert {f"{ns}/{pod}": containers(cluster, ns, pod) for ns, pod in BOTH_PODS} == started
+        assert {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in BOTH_PODS} == gpus
         assert holders(cluster) == held
         assert log.read_text().count('"msg": "NodePrepareResources"') == prepares
 
@@ -142,25 +140,6 @@ def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kub
     with pytest.raises(ClusterError, match="an upgrade goes to a newer line"):
         cluster.upgrade_kubelet(NAME, new)
 
-
-
-def daemon_events(log: Path, msg: str) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) of the daemon's JSON log lines with this message."""
-    found = []
-    for number, line in enumerate(log.read_text().splitlines()):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("msg") == msg:
-            found.append((number, record))
-    return found
-
-
-def claim_of(cluster: SandboxCluster, namespace: str, pod: str) -> dict[str, Any]:
-    name = cluster.api.get(PODS, pod, namespace)["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim: dict[str, Any] = cluster.api.get(cluster.api.resource_api().claims, name, namespace)
-    return claim
 
 
 def allocated_device(claim: dict[str, Any]) -> str:
@@ -187,7 +166,7 @@ def test_a_gpu_whose_pod_was_force_deleted_while_the_kubelet_was_down_is_prepare
     assert node.daemon is not None and node.real is not None
     create_pod(cluster, "dra", probe_pod("filler", claim_template="one-gpu"))  # the node's other DRA GPU is taken
     cluster.wait_pod_phase("dra", "filler", "Running", timeout=120)
-    gone = claim_of(cluster, "dra", "claimed")
+    gone = pod_claim(cluster, "dra", "claimed")
     device = allocated_device(gone)
     gpu = probe_log(cluster, "dra", "claimed").gpus
 
@@ -201,10 +180,10 @@ def test_a_gpu_whose_pod_was_force_deleted_while_the_kubelet_was_down_is_prepare
     create_pod(cluster, "dra", probe_pod("next", claim_template="one-gpu"))
     deadline = time.monotonic() + 30
     while not (cluster.api.get(PODS, "next", "dra")["spec"].get("nodeName")
-               and allocated_device(claim_of(cluster, "dra", "next"))):
+               and allocated_device(pod_claim(cluster, "dra", "next"))):
         assert time.monotonic() < deadline, "kube-scheduler did not bind the next pod while the kubelet was down"
         time.sleep(0.3)
-    new_claim = claim_of(cluster, "dra", "next")
+    new_claim = pod_claim(cluster, "dra", "next")
     assert allocated_device(new_claim) == device  # the only free DRA GPU: the one the old container still uses
 
     with SideWatch(cluster) as watch:
@@ -212,8 +191,8 @@ def test_a_gpu_whose_pod_was_force_deleted_while_the_kubelet_was_down_is_prepare
         cluster.wait_pod_phase("dra", "next", "Running", timeout=240)
     assert probe_log(cluster, "dra", "next").gpus == gpu
     log = node.daemon.log_path
-    unprepared = [n for n, r in daemon_events(log, "claim unprepared") if r.get("uid") == gone["metadata"]["uid"]]
-    prepared = [n for n, r in daemon_events(log, "claim prepared") if r.get("uid") == new_claim["metadata"]["uid"]]
+    unprepared = [n for n, r in daemon_log(log, "claim unprepared") if r.get("uid") == gone["metadata"]["uid"]]
+    prepared = [n for n, r in daemon_log(log, "claim prepared") if r.get("uid") == new_claim["metadata"]["uid"]]
     assert prepared, "the daemon never prepared the next pod's claim"
     assert unprepared and unprepared[0] < prepared[0], \
         "the GPU was prepared for the next claim while the force-deleted pod's claim still held it"

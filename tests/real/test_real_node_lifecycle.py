@@ -18,14 +18,7 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import NODE
 from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
-from tests.real.realnodes import (
-    claim_template,
-    create_pod,
-    ensure_namespace,
-    probe_log,
-    probe_pod,
-    register_device_plugin,
-)
+from tests.real.realnodes import create_pod, node_with_a_pod_of_each_api, probe_log, probe_pod, register_device_plugin
 from tests.sandbox_cluster import spec_for_tests
 
 START_TIMEOUT = 300.0  # a loaded 2-core CI machine starts two kubelets, two containerds and two daemons slowly
@@ -45,14 +38,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
     # the kubelet's default node-status cadence: moves to DRA wait for it, as on a real node
     spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=line,
                           real_kubelets=True, bridge=True, node_status_frequency=10.0, split_grace=1.0)
-    with SandboxCluster(spec).start(timeout=START_TIMEOUT) as c:
-        ensure_namespace(c, "legacy")
-        ensure_namespace(c, "dra")
-        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
-        create_pod(c, "legacy", probe_pod("held", gpus=1))
-        create_pod(c, "dra", probe_pod("claimed", claim_template="one-gpu"))
-        for ns, pod in (("legacy", "held"), ("dra", "claimed")):
-            c.wait_pod_phase(ns, pod, "Running", timeout=120)
+    with node_with_a_pod_of_each_api(spec, START_TIMEOUT) as c:
         yield c
 
 

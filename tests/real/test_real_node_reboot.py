@@ -8,10 +8,8 @@ offered to both APIs."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -20,13 +18,20 @@ from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch
 from bridge.sandbox.real.binaries import NODE
 from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
-from tests.real.realnodes import claim_template, create_pod, ensure_namespace, probe_log, probe_pod
+from tests.real.realnodes import (
+    BOTH_PODS,
+    create_pod,
+    daemon_log,
+    node_with_a_pod_of_each_api,
+    pod_claim,
+    probe_log,
+    probe_pod,
+)
 from tests.sandbox_cluster import spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(500)]
 
 NAME = "gpu-node"
-RUNNING = (("legacy", "held"), ("dra", "claimed"))
 
 
 @pytest.fixture(scope="module", params=REAL_LINES)
@@ -35,14 +40,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
     require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
     spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=line,
                           real_kubelets=True, bridge=True, node_status_frequency=1.0)
-    with SandboxCluster(spec).start(timeout=300) as c:
-        ensure_namespace(c, "legacy")
-        ensure_namespace(c, "dra")
-        c.api.create(c.api.resource_api().claim_templates, claim_template("one-gpu"), "dra")
-        create_pod(c, "legacy", probe_pod("held", gpus=1))
-        create_pod(c, "dra", probe_pod("claimed", claim_template="one-gpu"))
-        for ns, pod in RUNNING:
-            c.wait_pod_phase(ns, pod, "Running", timeout=120)
+    with node_with_a_pod_of_each_api(spec) as c:
         yield c
 
 
@@ -53,25 +51,6 @@ def boot_id(cluster: SandboxCluster) -> str:
 def container_ids(cluster: SandboxCluster, namespace: str, pod: str) -> list[str]:
     statuses = cluster.api.get(PODS, pod, namespace)["status"].get("containerStatuses") or []
     return [s.get("containerID", "") for s in statuses if "running" in (s.get("state") or {})]
-
-
-def claim_uid(cluster: SandboxCluster, namespace: str, pod: str) -> str:
-    name = cluster.api.get(PODS, pod, namespace)["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    return str(cluster.api.get(cluster.api.resource_api().claims, name, namespace)["metadata"]["uid"])
-
-
-def daemon_records(cluster: SandboxCluster, msg: str) -> list[dict[str, Any]]:
-    node = cluster.node(NAME)
-    assert node.daemon is not None
-    found = []
-    for line in node.daemon.log_path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("msg") == msg:
-            found.append(record)
-    return found
 
 
 def test_after_a_reboot_the_dra_pod_runs_again_on_its_gpu_the_bare_legacy_pod_is_refused_and_new_pods_get_gpus(
@@ -91,9 +70,9 @@ def test_after_a_reboot_the_dra_pod_runs_again_on_its_gpu_the_bare_legacy_pod_is
     was first and 73-95 s when it was not."""
     node = cluster.node(NAME)
     assert node.real is not None
-    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in RUNNING}
+    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in BOTH_PODS}
     before = container_ids(cluster, "dra", "claimed")
-    uid = claim_uid(cluster, "dra", "claimed")
+    uid = pod_claim(cluster, "dra", "claimed")["metadata"]["uid"]
     old_boot = boot_id(cluster)
     with SideWatch(cluster) as watch:
         start = time.monotonic()
@@ -107,7 +86,7 @@ def test_after_a_reboot_the_dra_pod_runs_again_on_its_gpu_the_bare_legacy_pod_is
         assert probe_log(cluster, "dra", "claimed").gpus == gpus["dra/claimed"]
         # the kubelet prepared the claim again (its prepared state is not checkpointed), and the daemon wrote the
         # claim's CDI spec again on the new, empty /run
-        assert any(r.get("uid") == uid for r in daemon_records(cluster, "claim prepared")[1:])
+        assert any(r.get("uid") == uid for _, r in daemon_log(node.daemon.log_path, "claim prepared")[1:])
         assert any(uid in p.name for p in node.real.cdi_root.iterdir())
         deadline = time.monotonic() + 60
         while (held := cluster.api.get(PODS, "held", "legacy")["status"]).get("phase") == "Running":
