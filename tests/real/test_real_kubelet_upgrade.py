@@ -135,6 +135,9 @@ def test_an_in_place_kubelet_upgrade_keeps_the_running_pods_gpus_and_the_new_kub
     assert all(len(g) == 1 for g in after.values()), after
     everyone = [next(iter(g)) for g in (*gpus.values(), *after.values())]
     assert len(set(everyone)) == 4, f"a GPU is in two pods: {gpus} {after}"
+    for line in node.real.kubelet.log_path.read_text().splitlines():
+        if "orphaned pod" in line or ("Killing container" in line and "held" in line) or "Pod admission denied" in line or ("ContainerStarted" in line and "after" in line):
+            print("KL", line[:260])
     assert watch.samples.count > 0
     assert watch.samples.clean, watch.samples.describe()
     with pytest.raises(ClusterError, match="an upgrade goes to a newer line"):
@@ -204,3 +207,40 @@ def test_a_gpu_whose_pod_was_force_deleted_while_the_kubelet_was_down_is_prepare
     for message in refused:
         assert f"ResourceClaim dra/{gone['metadata']['name']} (uid {gone['metadata']['uid']}) no longer exists" \
             in message, message
+
+
+def test_a_legacy_pod_bound_to_a_force_deleted_pods_gpu_while_the_kubelet_was_down_is_refused_by_the_kubelet(
+        cluster: SandboxCluster, upgrade: tuple[str, str]) -> None:
+    """The device-plugin side of the force-delete above. The restarted kubelet admits the new pod before its device
+    manager lets go of the orphan's devices (`UpdateAllocatedDevices` waits for its pod sources to be ready), so it
+    refuses the pod: "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu.
+    Requested: 1, Available: 0, which is unexpected" (UnexpectedAdmissionError; a bare pod stays Failed, a
+    controller's is replaced). Upstream behaviour, pinned so that a kubelet that changes it is noticed. The GPU
+    comes free with the orphan's cleanup and the next legacy pod gets it (in the runs here, its container started
+    about 8 s after the orphan's was killed; the daemon cannot see an orphan's container, so on this side it relies
+    on the kubelet's order)."""
+    old, new = upgrade
+    create_pod(cluster, "legacy", probe_pod("filler", gpus=1))  # the node's other legacy GPU is taken
+    cluster.wait_pod_phase("legacy", "filler", "Running", timeout=120)
+    gpu = probe_log(cluster, "legacy", "held").gpus
+    cluster.stop_kubelet(NAME)
+    cluster.api.delete(PODS, "held", "legacy", grace_period_seconds=0)
+    create_pod(cluster, "legacy", probe_pod("next", gpus=1))
+    deadline = time.monotonic() + 30
+    while not cluster.api.get(PODS, "next", "legacy")["spec"].get("nodeName"):
+        assert time.monotonic() < deadline, "kube-scheduler did not bind the next pod while the kubelet was down"
+        time.sleep(0.3)
+    with SideWatch(cluster) as watch:
+        cluster.upgrade_kubelet(NAME, new, timeout=120)
+        deadline = time.monotonic() + 120
+        while (status := cluster.api.get(PODS, "next", "legacy")["status"]).get("phase") in (None, "Pending"):
+            assert time.monotonic() < deadline, f"the kubelet did not decide on the next pod: {status}"
+            time.sleep(0.5)
+        assert (status.get("phase"), status.get("reason"), status.get("message")) == (
+            "Failed", "UnexpectedAdmissionError", "Pod was rejected: Allocate failed due to requested number of "
+            "devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected")
+        create_pod(cluster, "legacy", probe_pod("after", gpus=1))
+        cluster.wait_pod_phase("legacy", "after", "Running", timeout=120)
+    assert probe_log(cluster, "legacy", "after").gpus == gpu
+    assert watch.samples.count > 0
+    assert watch.samples.clean, watch.samples.describe()
