@@ -195,14 +195,13 @@ def _devices(devices: Sequence[RecordedDevice] | Sequence[AllocatedDevice]) -> s
     return ",".join(sorted(d.device for d in devices)) or "none"
 
 
-# A refusal to record as a Kubernetes Event once the node lock is released: (claim object, message).
 HOLDER_READ_S = 2.0  # at most this long reading the claims that hold refused devices (the refusal path only)
 
 
 @dataclass(frozen=True)
 class DeviceRefusal:
-    """A claim refused a device: the claim, the message (its Event's and its error's), and the claim the device is
-    prepared for when that is why (`holder`)."""
+    """A claim refused a device, to record as a Kubernetes Event once the node lock is released: the claim, the
+    message (its Event's and its error's), and the claim the device is prepared for when that is why (`holder`)."""
 
     claim: Obj
     message: str
@@ -492,7 +491,8 @@ class Preparer:
         threading.Thread(target=self._record_events, args=(refusals,), name="dra-refusal-events", daemon=True).start()
 
     def _record_events(self, refusals: Refusals) -> None:
-        for claim, message in ((r.claim, r.message) for r in refusals):
+        for refusal in refusals:
+            claim, message = refusal.claim, refusal.message
             try:
                 version = claim.get("apiVersion") or f"resource.k8s.io/{self.kube.resource_api().version}"
                 involved = {**claim, "apiVersion": version, "kind": "ResourceClaim"}

@@ -144,8 +144,8 @@ class RealNode:
 
     def reboot(self, timeout: float) -> None:
         """A power cut and a boot. Every process of the node dies at once (SIGKILL: the kubelet, containerd, the
-        shims and containers, and a node daemon that runs in the namespace), its mounts go with the namespace and
-        its cgroups are removed; `/run` comes back as an empty tmpfs (the CDI specs, containerd's task state, the
+        shims and a node daemon that runs in the namespace, then the containers, which have mount namespaces of
+        their own, through their cgroups), its mounts go with the namespace and its cgroups are removed; `/run` comes back as an empty tmpfs (the CDI specs, containerd's task state, the
         claim records there are gone) and the node has a new boot ID. `/var/lib` and `/var/log` stay, as on a disk:
         the kubelet's checkpoints and pod directories, containerd's metadata and images, our state directory. Then
         the node boots: its GPU files, the namespace, containerd and the kubelet (a node daemon is the caller's to
@@ -155,7 +155,9 @@ class RealNode:
         self.kubelet.stop(0)  # reaped: the namespace's end killed it
         self.containerd.stop(0)
         self.ns.unmount_run()
-        remove_cgroup_root(self.cgroup_root)
+        left = remove_cgroup_root(self.cgroup_root)  # kills the containers still in them
+        if left:
+            raise RuntimeError(f"the reboot of {self.name} left cgroups in use: {', '.join(left[:3])}")
         cleanup_mounts(self.dir)
         self.ns.new_boot_id()
         self.ns.mount_run()
