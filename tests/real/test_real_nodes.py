@@ -29,6 +29,7 @@ from tests.real.realnodes import (
     claim_template,
     create_pod,
     ensure_namespace,
+    pod_claim,
     probe_log,
     probe_pod,
     register_device_plugin,
@@ -123,10 +124,7 @@ def test_deleting_the_dra_pod_unprepares_its_claim_and_removes_its_cdi_spec(clus
     assert node.real is not None
     create_pod(cluster, "dra", probe_pod("short", claim_template="one-gpu", node="node-0"))
     cluster.wait_pod_phase("dra", "short", "Running", timeout=120)
-    pod = cluster.api.get(PODS, "short", "dra")
-    claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
-    claim = cluster.api.get(cluster.api.resource_api().claims, claim_name, "dra")
-    uid = claim["metadata"]["uid"]
+    uid = pod_claim(cluster, "dra", "short")["metadata"]["uid"]
     assert any(uid in p.name for p in node.real.cdi_root.iterdir()), sorted(p.name for p in node.real.cdi_root.iterdir())
     cluster.api.delete(PODS, "short", "dra")
     cluster.wait_pod_phase("dra", "short", "Gone", timeout=120)

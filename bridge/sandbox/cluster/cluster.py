@@ -443,11 +443,8 @@ class SandboxCluster:
             raise ClusterError("reboot_node is for real nodes")
         deadline = time.monotonic() + timeout
         node.real.reboot(timeout)
-        if node.daemon is not None:
-            node.daemon.stop(0)  # killed with the node: reaped here
-            node.retired.append(node.daemon)
-            node.daemon = ChildProcess(f"bridge node {name}", self._node_argv(node), node.root / "node.log").start()
-            self._wait_daemon(node, deadline)
+        if node.daemon is not None:  # killed with the node
+            self.restart_daemon(name, max(1.0, deadline - time.monotonic()))
         self._wait_node_ready(name, deadline)
 
     def stop_kubelet(self, name: str) -> None:
@@ -464,6 +461,7 @@ class SandboxCluster:
         release `version` on the same root dir, state, config and ports, its pods left running (what an in-place
         node upgrade does: drain is the operator's choice, and this is the case without one). `version` must be
         newer than the kubelet's and within the skew policy of the control plane (`spec.kubelet_skew_problem`)."""
+        from bridge.sandbox.apiserver.profiles import parse_minor
         from bridge.sandbox.cluster.spec import kubelet_skew_problem
         from bridge.sandbox.real.binaries import Binaries, BinariesMissing, line_of
 
@@ -472,8 +470,8 @@ class SandboxCluster:
             raise ClusterError("upgrade_kubelet is for real nodes")
         running = node.real.kubelet.bin.line
         problem = kubelet_skew_problem(version, self.plane.bin.line)
-        if not problem and int(line_of(version).split(".")[1]) <= int(running.split(".")[1]):
-            problem = f"the kubelet of {name} runs 1.{running.split('.')[1]} already: an upgrade goes to a newer line"
+        if not problem and parse_minor(line_of(version)) <= parse_minor(running):
+            problem = f"the kubelet of {name} runs {running} already: an upgrade goes to a newer line"
         if problem:
             raise ClusterError(f"upgrade_kubelet {name} to {version}: {problem}")
         target = Binaries(line_of(version))

@@ -114,10 +114,11 @@ MAX_KUBELET_SKEW = 3  # minors a kubelet may be older than kube-apiserver (the s
 def kubelet_skew_problem(kubelet: str, plane: str) -> str:
     """Why a real kubelet of release `kubelet` may not run under a control plane of release `plane` ('' when it
     may): it must be a built line, not newer than the plane and at most MAX_KUBELET_SKEW minors older."""
+    from bridge.sandbox.apiserver.profiles import parse_minor
     from bridge.sandbox.real.binaries import line_of
 
     try:
-        k, p = int(line_of(kubelet).split(".")[1]), int(line_of(plane).split(".")[1])
+        k, p = parse_minor(line_of(kubelet)), parse_minor(line_of(plane))
     except ValueError as err:
         return f"kubelet version: {err}"
     if k > p:
