@@ -115,14 +115,16 @@ class Env:
         self.plugins: list[ScriptedPlugin] = []
         self.kubelets: list[KubeletSimulator] = []
 
-    def start(self, version: str = "1.34", *, resync_interval: float = 60.0,
-              board: HealthBoard | None = None) -> World:
+    def start(self, version: str = "1.34", *, resync_interval: float = 60.0, reconcile_period: float = 60.0,
+              first_sync_delay: float = 0.1, board: HealthBoard | None = None) -> World:
         """The kubelet with its periods scaled down (node status, error backoff); the pod worker's resync keeps
         the real 60 s unless a test scales it."""
         kubelet = KubeletSimulator(self.root / "kl", kube=self.api, node_name=NODE, dra_call_timeout=5.0,
                                    config=KubeletConfig(version=version, register_node=True, run_pods=True,
                                                         node_status_frequency=0.2, sync_retry=0.2,
-                                                        resync_interval=resync_interval))
+                                                        resync_interval=resync_interval,
+                                                        dra_reconcile_period=reconcile_period,
+                                                        first_sync_delay=first_sync_delay))
         self.kubelets.append(kubelet.start())
         widgets = start_plugin(kubelet, self.served, ["w0", "w1", "w2", "w3"])
         script = Script()
@@ -492,3 +494,77 @@ def test_after_a_kubelet_restart_running_pods_are_not_prepared_again_but_a_pod_n
     wait_until(lambda: world.phase("waiting") == "Running", 30, "the pod that had not started")
     assert world.dra.calls.count(("prepare", (uid,))) == 1
     assert world.phase("steady") == "Running"
+
+
+# A kubelet that was down (`stop`) and starts again (`start`): a new process. It lists its pods and admits them as
+# one batch before its sources count as ready, takes over the pods its runtime still runs, and kills the others.
+
+
+def test_a_kubelet_started_again_takes_over_its_running_pods_with_no_allocate_or_prepare_even_without_a_plugin(
+        env: Env) -> None:
+    world = env.start()
+    world.pod("legacy", widgets=2)
+    _, uid = world.dra_pod("infer", "gpu", "gpu-0")
+    wait_until(lambda: world.phase("legacy") == world.phase("infer") == "Running", 30, "both pods to run")
+    held = world.listed()
+    world.kubelet.stop()
+    for s in env.served:  # the device plugin is gone too: after the restart no widget is healthy
+        s.stop()
+    world.kubelet.start()
+    assert world.kubelet.pods is not None and world.kubelet.pods.sources_ready.wait(10)
+    time.sleep(0.5)  # the takeover's pod syncs
+    # Containers the runtime runs skip the device manager's checks while the sources are not ready ("scenario 2:
+    # kubelet restart"); without that the legacy pod would be rejected: "no healthy devices present".
+    assert world.phase("legacy") == world.phase("infer") == "Running"
+    assert world.events("UnexpectedAdmissionError") == []
+    assert len(world.widgets.allocations) == 1
+    assert world.dra.calls.count(("prepare", (uid,))) == 1
+    assert world.listed() == held
+    assert world.kubelet.pods.runtime_orphans() == []
+
+
+def test_a_pod_force_deleted_while_the_kubelet_was_down_is_killed_as_an_orphan_and_unprepared_after_the_next_prepare(
+        env: Env) -> None:
+    """What a real kubelet does (tests/real/test_real_kubelet_upgrade.py, v1.37.2 and v1.38.0-beta.0): the next pod's
+    claim for the same device is prepared first, the orphan's containers are killed by housekeeping, and the
+    orphan's claim is unprepared only by the DRA manager's reconcile loop. A plugin must refuse that prepare
+    itself while the old claim holds the device (the node daemon does)."""
+    world = env.start(resync_interval=1.0, reconcile_period=3.0)
+    _, old = world.dra_pod("first", "gpu", "gpu-0")
+    wait_until(lambda: world.phase("first") == "Running", 30, "the first pod")
+    world.kubelet.stop()
+    world.api.delete(PODS, "first", NS, grace_period_seconds=0)  # kubectl delete --force: gone at once
+    _, new = world.dra_pod("next", "next", "gpu-0")  # the scheduler gives the device to the next pod
+    started = time.monotonic()
+    world.kubelet.start()
+    wait_until(lambda: ("unprepare", (old,)) in world.dra.calls, 30, "the orphan's claim to be unprepared")
+    unprepared_after = time.monotonic() - started
+    assert world.phase("next") == "Running"
+    assert world.dra.calls.index(("prepare", (new,))) < world.dra.calls.index(("unprepare", (old,)))
+    assert unprepared_after >= 3.0  # not before the reconcile loop's first pass
+    pods = world.kubelet.pods
+    assert pods is not None
+    assert [o.split(" (")[0] for o in pods.orphans_killed] == [f"{NS}/first"]
+    assert pods.runtime_orphans() == []
+
+
+def test_a_legacy_pod_bound_to_the_devices_of_a_pod_deleted_while_the_kubelet_was_down_is_refused_in_the_first_batch(
+        env: Env) -> None:
+    """The real kubelet's answer (v1.37.2, v1.38.0-beta.0): the orphan's devices are freed only once the sources
+    are ready, after the first batch, so the pod the scheduler bound to them while the kubelet was down is
+    rejected; the next pod gets them."""
+    world = env.start(first_sync_delay=1.0)  # time for the plugin to register with the new kubelet first
+    world.pod("first", widgets=4)
+    wait_until(lambda: world.phase("first") == "Running", 30, "the first pod")
+    world.kubelet.stop()
+    world.api.delete(PODS, "first", NS, grace_period_seconds=0)
+    world.pod("next", widgets=1)
+    world.kubelet.start()
+    start_plugin(world.kubelet, env.served, ["w0", "w1", "w2", "w3"])  # its socket went with the old kubelet
+    wait_until(lambda: world.phase("next") == "Failed", 30, "the rejection")
+    status = world.get("next")["status"]
+    assert status["reason"] == "UnexpectedAdmissionError"
+    assert status["message"] == ("Pod was rejected: Allocate failed due to requested number of devices unavailable "
+                                 f"for {RES}. Requested: 1, Available: 0, which is unexpected")
+    world.pod("later", widgets=4)
+    wait_until(lambda: world.phase("later") == "Running", 30, "the next pod to get all four widgets")

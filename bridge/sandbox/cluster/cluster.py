@@ -194,6 +194,7 @@ class SandboxCluster:
                                            node_status_frequency=self.spec.node_status_frequency,
                                            sync_retry=self.spec.sync_retry,
                                            resync_interval=self.spec.resync_interval,
+                                           dra_reconcile_period=self.spec.dra_reconcile_period,
                                            machine=MachineInfo(labels=n.all_labels())))
             self.nodes.append(SandboxNode(n, root, kubelet))
             kubelet.start()
@@ -428,8 +429,15 @@ class SandboxCluster:
         self._wait_daemon(node, time.monotonic() + timeout)
 
     def restart_kubelet(self, name: str, timeout: float = 60.0) -> None:
-        """Stop and start a real node's kubelet (same root dir, same state), with its pods left running."""
+        """Start the node's kubelet again (same root dir, same state), with its pods left running: a stop and a
+        start, or the start after `stop_kubelet`. On a stand-in node the new kubelet lists its pods again, takes
+        over those the runtime still runs and kills the others (`bridge.sandbox.kubelet.pods`)."""
         node = self.node(name)
+        if node.kubelet is not None:
+            if node.kubelet.running:
+                node.kubelet.stop()
+            node.kubelet.start()
+            return
         if node.real is None or node.real.kubelet is None:
             raise ClusterError("restart_kubelet is for real nodes")
         node.real.kubelet.restart(timeout)
@@ -450,8 +458,12 @@ class SandboxCluster:
     def stop_kubelet(self, name: str) -> None:
         """Stop a real node's kubelet and leave it down: its pods keep running in containerd, nothing on the node
         reacts to the API, and the Node's lease lapses (kube-controller-manager marks it NotReady after its grace).
-        `restart_kubelet` or `upgrade_kubelet` brings it back."""
+        `restart_kubelet` or `upgrade_kubelet` brings it back. On a stand-in node the simulator stops the same way
+        (its pods' containers run on; the stand-ins have no node lifecycle controller, so the Node stays Ready)."""
         node = self.node(name)
+        if node.kubelet is not None:
+            node.kubelet.stop()
+            return
         if node.real is None or node.real.kubelet is None:
             raise ClusterError("stop_kubelet is for real nodes")
         node.real.kubelet.stop()

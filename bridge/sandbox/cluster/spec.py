@@ -60,6 +60,7 @@ class ClusterSpec:
     node_status_frequency: float = 10.0  # the kubelets' nodeStatusUpdateFrequency
     sync_retry: float = 10.0  # the kubelets' pod-worker backoff after a sync error
     resync_interval: float = 60.0  # the kubelets' syncFrequency: a failed prepare is retried 60-90 s later
+    dra_reconcile_period: float = 60.0  # the stand-in kubelets' DRA reconcile loop (claims of pods gone)
     split_grace: float | None = None  # `bridge node --split-grace`
     node_args: tuple[str, ...] = ()  # extra `bridge node` arguments
     webhook_args: tuple[str, ...] = ()  # extra `bridge webhook` arguments

@@ -45,7 +45,12 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
   unhealthy devices", "previously allocated devices are no longer healthy; cannot allocate unhealthy devices",
   "requested number of devices unavailable for R. Requested: N, Available: M", "no containers return in
   allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
-  give their devices back.
+  give their devices back. It does nothing while `sources_ready` is False (a starting kubelet admits the pods of
+  its first listing before the pod source counts as seen: kubelet.go `syncLoopIteration` calls `AddSource` after
+  the handler), so a pod gone while the kubelet was down keeps its devices through that first batch; and in that
+  batch a container the runtime still runs (`running=True`) skips allocation altogether, before any check
+  ("Container detected running, nothing to do", the kubelet's "scenario 2: kubelet restart"; devicemanager/
+  manager.go `devicesToAllocate` and `UpdateAllocatedDevices`, read at v1.37.2).
 * The checkpoint `device-plugins/kubelet_internal_checkpoint` is written as manager.go writes it (format, checksum
   and moments in `bridge.sandbox.kubelet.dmcheckpoint`): after every ListAndWatch update (the healthy devices per
   resource), after every allocation that called Allocate, and when a resource past its grace period is dropped.
@@ -276,6 +281,11 @@ class DeviceManager:
         self._pool: ThreadPoolExecutor | None = None
         self._orphans: list[_Client] = []  # disconnected clients whose reader threads are joined at stop
         self.register_errors: list[str] = []
+        # `sourcesReady.AllReady()`: False while a starting kubelet admits the pods of its first listing (the pod
+        # runner sets it); a device manager without a pod runner counts its sources as ready.
+        self.sources_ready = True
+        # `activePods` (the pod runner's): the UIDs whose devices `UpdateAllocatedDevices` keeps before an allocation
+        self.active_pods: Callable[[], Iterable[str]] | None = None
         # The sync loop's `containerManager.Updates()` consumer: pod UIDs to sync now (set by the pod runner).
         self.on_pod_updates: Callable[[list[str]], None] | None = None
 
@@ -612,19 +622,26 @@ class DeviceManager:
             self._write_checkpoint()
 
     def allocate(self, pod_uid: str, container: str, resource: str, count: int, *, namespace: str = "default",
-                 pod_name: str | None = None, init: bool = False,
-                 restartable: bool = False) -> pb.ContainerAllocateResponse:
+                 pod_name: str | None = None, init: bool = False, restartable: bool = False,
+                 running: bool = False) -> pb.ContainerAllocateResponse:
         """Admit one container asking for `count` devices of `resource`, like the kubelet's device manager.
 
         `init`: a non-restartable init container, whose devices later containers of the pod may reuse;
-        `restartable` (with `init`): a sidecar, which keeps its devices."""
+        `restartable` (with `init`): a sidecar, which keeps its devices. `running`: the runtime runs this container
+        already (a kubelet started again while its pods ran); before the sources are ready that is "nothing to do":
+        no check, no Allocate call, nothing recorded, and an empty response."""
+        if self.active_pods is not None:  # allocateContainerResources: stranded devices back (once sources are ready)
+            self.update_allocated({*self.active_pods(), pod_uid})
         with self._lock:
             pod = self._pods.setdefault(pod_uid, _PodDevices(namespace, pod_name or pod_uid))
             existing = pod.containers.get(container, {}).get(resource)
+            if existing is not None and len(existing) != count:
+                raise AllocationFailed(f'pod "{pod_uid}" container "{container}" changed request for resource '
+                                       f'"{resource}" from {len(existing)} to {count}')
+            if running and not self.sources_ready:
+                self._drop_if_empty(pod_uid)
+                return pb.ContainerAllocateResponse()
             if existing is not None:
-                if len(existing) != count:
-                    raise AllocationFailed(f'pod "{pod_uid}" container "{container}" changed request for resource '
-                                           f'"{resource}" from {len(existing)} to {count}')
                 # devicesToAllocate with devices already allocated (kept from the checkpoint: a pod the kubelet
                 # admits again after a restart, or a node reboot): the registration and health checks, then "no
                 # devices needed, nothing to do": no Allocate call, the container runs with the response the
@@ -739,7 +756,10 @@ class DeviceManager:
             return gone
 
     def update_allocated(self, active_pod_uids: Iterable[str]) -> list[str]:
-        """`UpdateAllocatedDevices`: forget the devices of every pod not in `active_pod_uids`."""
+        """`UpdateAllocatedDevices`: forget the devices of every pod not in `active_pod_uids` (once the sources are
+        ready; before, nothing)."""
+        if not self.sources_ready:
+            return []
         active = set(active_pod_uids)
         with self._lock:
             gone = [uid for uid in self._pods if uid not in active]

@@ -260,25 +260,32 @@ class DraManager:
         self.watcher.start()
 
     def stop(self) -> None:
+        """The kubelet process ending: every plugin connection closes. The device health seen stays (the next
+        process reads the health cache's checkpoint, healthinfo.go `loadFromCheckpoint`; a process that ends
+        clears nothing, so no stream's end does here either)."""
+        with self._lock:
+            health = dict(self._health)
         self.watcher.stop()  # deregisters every plugin (closes channels, ends health streams)
         self.wiper.stop()
         with self._lock:
             threads = list(self._threads)
         for th in threads:
             th.join(timeout=10)
-
-    def restart(self) -> None:
-        """A kubelet restart: registrations and prepared flags are lost, claim references survive, and so does the
-        device health (the new process reads the health cache's checkpoint, healthinfo.go `loadFromCheckpoint`;
-        the old one was killed, so no stream's end cleared it)."""
         with self._lock:
-            health = dict(self._health)
-        self.stop()
+            self._health = health
+
+    def forget_prepared(self) -> None:
+        """What a new kubelet process does not know: which claims are prepared (claiminfo.go
+        `newClaimInfoFromState` does not checkpoint it); the claim->pod references are in its checkpoint."""
         with self._lock:
             for record in self._claims.values():
                 record.prepared.clear()
                 record.is_prepared = False
-            self._health = health
+
+    def restart(self) -> None:
+        """A kubelet restart: registrations and prepared flags are lost, claim references and health survive."""
+        self.stop()
+        self.forget_prepared()
         self.start()
 
     def wipe_node_slices(self) -> None:

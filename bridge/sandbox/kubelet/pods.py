@@ -55,7 +55,23 @@ reproduces:
   running pod) is NOT prepared again: NodePrepareResources is called only on the way to creating a sandbox
   (kuberuntime_manager.go `SyncPod`). The DRA manager forgets its "prepared" flags (`DraManager.restart`), so a pod
   that had not started yet is prepared again at that first sync. A plugin that lost state cannot count on a
-  second prepare for running pods: it must recover from its own checkpoint.
+  second prepare for running pods: it must recover from its own checkpoint. This quick restart keeps the pod
+  workers' records; `stop` and `start` are the whole thing:
+* A kubelet that stops (`stop`) forgets its pods; their containers run on in the runtime, and nothing on the node
+  reacts to the API until it starts again. A kubelet that starts (`start`, read at v1.37.2 in kubelet.go
+  `syncLoop`/`syncLoopIteration`/`HandlePodAdditions`, kubelet_pods.go `HandlePodCleanups`, devicemanager/
+  manager.go, cm/dra/manager.go `reconcileLoop`): its first listing of the pods is admitted as ONE batch, oldest
+  first, after the sync loop's first wait for the runtime (`first_sync_delay`, 100 ms), and the pod source counts
+  as seen only after that batch (`AddSource` follows the handler). While the sources are not ready, the device
+  manager frees no devices (`UpdateAllocatedDevices` returns at once) and a container the runtime still runs needs
+  no allocation ("scenario 2"); so a pod the scheduler bound, while the kubelet was down, to the devices of a pod
+  force-deleted meanwhile is rejected ("requested number of devices unavailable ... Available: 0"), as on real
+  kubelets. A pod in the listing whose containers still run is taken over as it was (no allocation, no prepare);
+  one whose deletion was requested meanwhile is terminated by its worker. Housekeeping (every 2 s once the
+  sources are ready) kills the containers of pods the API no longer has ("Clean up containers for orphaned pod we
+  had not seen before", grace 1 s raised to the 2 s minimum), and writes nothing; their claims are unprepared only
+  by the reconcile loop below (after, typically, the next pod's claim for the same device was asked for), their
+  device-plugin devices at the next allocation once the sources are ready.
 * Every `reconcile_period` (60 s) claims still referenced by pods that are no longer active are unprepared
   (cm/dra/manager.go `reconcileLoop`).
 """
@@ -106,10 +122,23 @@ STOP_SECONDS_ANNOTATION = "sandbox.dra-bridge.io/stop-seconds"
 KILLED_EXIT_CODE = 143  # 128 + SIGTERM
 SIGKILLED_EXIT_CODE = 137  # 128 + SIGKILL: still running at the end of the grace period
 MINIMUM_KILL_GRACE_S = 2  # kuberuntime_manager.go minimumGracePeriodInSeconds
+HOUSEKEEPING_PERIOD_S = 2.0  # kubelet.go housekeepingPeriod
+# kubelet.go syncLoop: its first iteration waits for the runtime's first status (`runtimeErrors`), backing off from
+# 100 ms; the pods listed meanwhile wait in the config channel. The device manager starts in the same status update
+# (`initializeRuntimeDependentModules`), so a running device plugin can register before the first batch.
+FIRST_SYNC_DELAY_S = 0.1
+# What a pod's record holds of its containers' state: a kubelet started again takes these over from the runtime.
+_RUNTIME_STATE = ("state", "run", "finish_at", "restart_at", "restart_delay", "running_since", "grace", "sigterm_at",
+                  "kill_at", "health_written")
 
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _created(rec: PodRecord) -> str:
+    """HandlePodAdditions admits the pods oldest first (RFC 3339 timestamps sort as strings)."""
+    return str((rec.obj.get("metadata") or {}).get("creationTimestamp", ""))
 
 
 def semantic_key(pod: Obj) -> str:
@@ -187,7 +216,8 @@ class PodRunner:
     def __init__(self, kube: KubeAPI, node_name: str, devices: DeviceManager, dra: DraManager | None, *,
                  version: KubeletVersion, machine: MachineInfo | None = None, sync_retry: float = SYNC_RETRY_S,
                  resync_interval: float = RESYNC_INTERVAL_S, restart_backoff: float = RESTART_BACKOFF_S,
-                 reconcile_period: float = RECONCILE_PERIOD_S, rng: random.Random | None = None) -> None:
+                 reconcile_period: float = RECONCILE_PERIOD_S, first_sync_delay: float = FIRST_SYNC_DELAY_S,
+                 rng: random.Random | None = None) -> None:
         self.kube = kube
         self.node_name = node_name
         self.devices = devices
@@ -208,43 +238,129 @@ class PodRunner:
         self._stop = threading.Event()
         self._informer: Informer | None = None
         self._informer_thread: threading.Thread | None = None
+        self.housekeeping_period = HOUSEKEEPING_PERIOD_S
+        self.first_sync_delay = first_sync_delay
+        # The container runtime's pods that this kubelet process has not taken over (yet): the pods that ran when
+        # an earlier process stopped. `start` adopts those still in the API; housekeeping kills the rest.
+        self._runtime: dict[str, PodRecord] = {}
+        self._first_batch: list[PodRecord] | None = None  # the pod source's first listing, while it is collected
+        self._housekeeper: threading.Thread | None = None
+        # `sourcesReady.AllReady()`: set once the first listing's pods were admitted (and cleared by `stop`)
+        self.sources_ready = threading.Event()
+        self.orphans_killed: list[str] = []  # "namespace/name (uid)" of each orphan housekeeping killed
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """The kubelet process starting, the first time or where an earlier one ran (`stop`). The pods of the pod
+        source's first listing are admitted as one batch, oldest first, before the sources count as ready; a pod
+        whose containers the runtime still runs is taken over (no new allocation, no prepare). Then pods come one
+        by one, and housekeeping kills the runtime's pods that are gone from the API (see the module docstring)."""
         self._stop.clear()
+        self.sources_ready.clear()
+        self.devices.sources_ready = False
+        self.devices.active_pods = self._active_uids
         if self.dra is not None:
             self.dra.on_pod_updates = self._sync_pods
         self.devices.on_pod_updates = self._sync_pods
+        with self._lock:
+            self._first_batch = []
         self._informer = Informer(self.kube, PODS, field_selector=f"spec.nodeName={self.node_name}",
                                   on_event=self._on_event)
         self._informer_thread = self._informer.start(self._stop)
+        self._housekeeper = threading.Thread(target=self._housekeeping, name="kubelet-housekeeping", daemon=True)
+        self._housekeeper.start()
         self._reconciler = threading.Thread(target=self._reconcile, name="dra-reconcile", daemon=True)
         self._reconciler.start()
 
     def _reconcile(self) -> None:
         """The DRA manager's `reconcileLoop`: claims still referenced by pods that are no longer active (a
-        termination whose unprepare kept failing, a pod deleted while the kubelet was down) are unprepared."""
+        termination whose unprepare kept failing, a pod deleted while the kubelet was down) are unprepared. A pass
+        before the sources are ready does nothing (`wait.Until` runs one at once, which returns)."""
         while not self._stop.wait(self.reconcile_period):
-            if self.dra is None:
+            if self.dra is None or not self.sources_ready.is_set():
                 continue
+            self.dra.unprepare_inactive(set(self._active_uids()))
+
+    def _active_uids(self) -> list[str]:
+        """`GetActivePods`: the pods admitted and not yet torn down."""
+        with self._lock:
+            return [r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
+
+    def _housekeeping(self) -> None:
+        """The sync loop: the first listing admitted as a batch, then, every `housekeeping_period` once the sources
+        are ready, `HandlePodCleanups`: containers of pods the API no longer has are killed ("Clean up containers
+        for orphaned pod we had not seen before", grace 1 s raised to the 2 s minimum)."""
+        informer = self._informer
+        assert informer is not None
+        while not informer.wait_synced(0.1):
+            if self._stop.is_set():
+                return
+        if self._stop.wait(self.first_sync_delay):
+            return
+        self._admit_first_batch()
+        delay = self.housekeeping_period
+        while not self._stop.wait(delay):
+            delay = self._kill_orphans()
+
+    def _admit_first_batch(self) -> None:
+        with self._admit_lock:
             with self._lock:
-                active = {r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")}
-            self.dra.unprepare_inactive(active)
+                batch = sorted(self._first_batch or [], key=_created)
+                self._first_batch = None  # later pods start their own workers, which wait for this lock
+            verdicts = [self._admission(rec) for rec in batch]
+            self.devices.sources_ready = True  # syncLoopIteration: AddSource after the handler
+            self.sources_ready.set()
+        for rec, verdict in zip(batch, verdicts):
+            self._report_admission(rec, verdict)
+            self._spawn(rec)
+
+    def _kill_orphans(self) -> float:
+        """Kill the runtime's pods this kubelet does not know; returns the seconds to the next pass (sooner while
+        a killed orphan's containers are stopping)."""
+        now = time.monotonic()
+        with self._lock:
+            orphans = list(self._runtime.values())
+        delay = self.housekeeping_period
+        for rec in orphans:
+            if rec.sigterm_at is None:
+                log.info("Clean up containers for orphaned pod we had not seen before",
+                         extra={"pod": f"{rec.namespace}/{rec.name}", "podUID": rec.uid})
+                rec.sigterm_at, rec.grace = now, 1
+                rec.kill_at = now + MINIMUM_KILL_GRACE_S
+            exits_at = rec.sigterm_at + (_seconds_annotation(rec.obj, STOP_SECONDS_ANNOTATION) or 0.0)
+            gone_at = min(exits_at, rec.kill_at)
+            if now < gone_at:
+                delay = min(delay, gone_at - now)
+                continue
+            with self._lock:  # its containers are gone: nothing else to do (no API pod to write)
+                self._runtime.pop(rec.uid, None)
+                self.orphans_killed.append(f"{rec.namespace}/{rec.name} ({rec.uid})")
+        return delay
+
+    def runtime_orphans(self) -> list[str]:
+        """"namespace/name (uid)" of the runtime's pods this kubelet has not taken over and not yet killed."""
+        with self._lock:
+            return [f"{r.namespace}/{r.name} ({r.uid})" for r in self._runtime.values()]
 
     def stop(self) -> None:
-        """The kubelet going away: workers stop, the pods' "containers" keep running (nothing is torn down)."""
+        """The kubelet process going away: its workers stop and it forgets its pods, whose containers keep running
+        in the runtime (nothing is torn down); a later `start` finds them there."""
         self._stop.set()
         with self._lock:
             records, workers = list(self._pods.values()), list(self._workers.values())
         for r in records:
             r.wake.set()
-        if self._informer_thread is not None:
-            self._informer_thread.join(timeout=15)
-        if self._reconciler is not None:
-            self._reconciler.join(timeout=15)
+        for thread in (self._informer_thread, self._housekeeper, self._reconciler):
+            if thread is not None:
+                thread.join(timeout=15)
         for w in workers:
             w.join(timeout=15)
+        with self._lock:
+            for r in self._pods.values():
+                if r.state in ("running", "terminating"):
+                    self._runtime[r.uid] = r
+            self._pods, self._workers, self._first_batch = {}, {}, None
 
     def wait_synced(self, timeout: float) -> bool:
         return self._informer is not None and self._informer.wait_synced(timeout)
@@ -307,8 +423,15 @@ class PodRunner:
                 return  # terminal pods are not run again
             rec = self._pods[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), ev.object,
                                               semantic=semantic_key(ev.object))
-            worker = threading.Thread(target=self._work, args=(rec,), name=f"pod-{rec.name}", daemon=True)
-            self._workers[uid] = worker
+            if self._first_batch is not None:
+                self._first_batch.append(rec)  # admitted with the whole first listing
+                return
+        self._spawn(rec)
+
+    def _spawn(self, rec: PodRecord) -> None:
+        worker = threading.Thread(target=self._work, args=(rec,), name=f"pod-{rec.name}", daemon=True)
+        with self._lock:
+            self._workers[rec.uid] = worker
         worker.start()
 
     # -- the pod worker ---------------------------------------------------------------------------------------------
@@ -349,13 +472,33 @@ class PodRunner:
 
     def _admit(self, rec: PodRecord) -> None:
         with self._admit_lock:
-            verdict = self._verdict(rec)
-            if not verdict.admit:
-                self.devices.remove_pod(rec.uid)
-                rec.state = "rejected"
-            else:
-                rec.state = "admitted"
-                rec.run = RunState(start_time=_now())
+            verdict = self._admission(rec)
+        self._report_admission(rec, verdict)
+
+    def _admission(self, rec: PodRecord) -> Verdict | None:
+        """HandlePodAdditions for one pod (the admit lock held): the verdict, or None when there is none (a pod
+        whose termination was requested is not admitted: its worker terminates it). A pod the runtime still runs
+        is taken over with its containers' state, and admitted as running containers are."""
+        with self._lock:
+            kept = self._runtime.pop(rec.uid, None)
+        deleting = rec.gone or bool((rec.obj.get("metadata") or {}).get("deletionTimestamp"))
+        if kept is not None:
+            for name in _RUNTIME_STATE:
+                setattr(rec, name, getattr(kept, name))
+        if deleting:
+            return None
+        verdict = self._verdict(rec, running=kept is not None)
+        if not verdict.admit:
+            self.devices.remove_pod(rec.uid)
+            rec.state = "rejected"
+        elif kept is None:
+            rec.state = "admitted"
+            rec.run = RunState(start_time=_now())
+        return verdict
+
+    def _report_admission(self, rec: PodRecord, verdict: Verdict | None) -> None:
+        if verdict is None or (verdict.admit and rec.state != "admitted"):
+            return  # not admitted now, or containers taken over from the runtime: their status stands
         if not verdict.admit:
             log.info("pod rejected", extra={"pod": f"{rec.namespace}/{rec.name}", "reason": verdict.reason,
                                             "message": verdict.message})
@@ -365,7 +508,7 @@ class PodRunner:
         assert rec.run is not None
         self._write_status(rec)
 
-    def _verdict(self, rec: PodRecord) -> Verdict:
+    def _verdict(self, rec: PodRecord, *, running: bool = False) -> Verdict:
         pod = rec.obj
         spec = pod.get("spec") or {}
         known = set(self.devices.resource_names())
@@ -375,12 +518,12 @@ class PodRunner:
                     if res in known:
                         self.devices.allocate(rec.uid, c["name"], res, count, namespace=rec.namespace,
                                               pod_name=rec.name, init=True,
-                                              restartable=c.get("restartPolicy") == "Always")
+                                              restartable=c.get("restartPolicy") == "Always", running=running)
             for c in spec.get("containers") or []:
                 for res, count in device_limits(c).items():
                     if res in known:
                         self.devices.allocate(rec.uid, c["name"], res, count, namespace=rec.namespace,
-                                              pod_name=rec.name)
+                                              pod_name=rec.name, running=running)
         except AllocationFailed as err:
             return unexpected(err)
         node = self._node()

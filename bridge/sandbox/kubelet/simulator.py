@@ -11,8 +11,11 @@ Lifecycle like the kubelet's: `start()` serves PodResources and `kubelet.sock`, 
 wipes the node's ResourceSlices in the background; `restart()` drops every plugin connection, deletes the
 device-plugin sockets, serves a fresh `kubelet.sock`, reads the device manager's checkpoint back, forgets which
 claims are prepared (so Prepare is called again for pods that had not started; running pods are not prepared
-again), wipes the node's ResourceSlices again and rediscovers the DRA registration sockets. Further
-parts join through `add_component`.
+again), wipes the node's ResourceSlices again and rediscovers the DRA registration sockets, while the pod workers
+carry on with what they knew. `stop()` then `start()` is a kubelet process ending and a new one starting: down in
+between (nothing reacts to the API, the pods' containers run on), then the same reads of the checkpoints, and the
+pods listed again, taken over or killed as orphans (`bridge.sandbox.kubelet.pods`). Further parts join through
+`add_component`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ from bridge.sandbox.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD_S, D
 from bridge.sandbox.kubelet.dramanager import DraManager
 from bridge.sandbox.kubelet.nodestatus import UPDATE_FREQUENCY_S, MachineInfo, NodeStatusReporter
 from bridge.sandbox.kubelet.podresources import PodResourcesServer
-from bridge.sandbox.kubelet.pods import RESYNC_INTERVAL_S, SYNC_RETRY_S, PodRunner
+from bridge.sandbox.kubelet.pods import (
+    FIRST_SYNC_DELAY_S,
+    RECONCILE_PERIOD_S,
+    RESYNC_INTERVAL_S,
+    SYNC_RETRY_S,
+    PodRunner,
+)
 from bridge.sandbox.kubelet.slicewipe import WIPING_DELAY_S
 from bridge.sandbox.kubelet.version import DEFAULT_VERSION, KubeletVersion
 
@@ -56,6 +65,8 @@ class KubeletConfig:
     wiping_delay: float = WIPING_DELAY_S  # DRA slices wiped this long after a driver's last connection
     startup_wipe_delay: float = 0.0  # delay the startup wipe's first attempt (to test a late wipe)
     dra_poll_interval: float = 0.1  # plugin watcher reconcile / connection probe period
+    dra_reconcile_period: float = RECONCILE_PERIOD_S  # the DRA manager's reconcile loop (claims of inactive pods)
+    first_sync_delay: float = FIRST_SYNC_DELAY_S  # a starting kubelet's wait before it admits its first listing
 
 
 class KubeletSimulator:
@@ -92,11 +103,13 @@ class KubeletSimulator:
                 self.pods = PodRunner(kube, node_name, self.devices, self.dra, version=self.version,
                                       machine=self.config.machine, sync_retry=self.config.sync_retry,
                                       resync_interval=self.config.resync_interval,
-                                      restart_backoff=self.config.restart_backoff)
+                                      restart_backoff=self.config.restart_backoff,
+                                      reconcile_period=self.config.dra_reconcile_period,
+                                      first_sync_delay=self.config.first_sync_delay)
                 self.podresources.set_pods_provider(self.pods.active_pods)
         self._extra: list[Component] = []
         self.restarts = 0
-        self._running = False
+        self._running = self._started = False
 
     @property
     def device_plugin_dir(self) -> Path:
@@ -116,24 +129,41 @@ class KubeletSimulator:
         if self._running:
             component.start()
 
+    @property
+    def running(self) -> bool:
+        return self._running
+
     def start(self, *, podresources: bool = True) -> KubeletSimulator:
+        """Start the kubelet; after `stop`, a new kubelet process on the same node: it reads the device manager's
+        checkpoint back, does not know which claims are prepared, lists its pods again and takes over those the
+        runtime still runs (`PodRunner.start`)."""
         for d in SUBDIRS:
             (self.root / d).mkdir(parents=True, exist_ok=True)
+        again = self._started
         if podresources:
             self.podresources.start()
-        self.devices.start()
+        if again:
+            self.devices.restart()
+            self.restarts += 1
+        else:
+            self.devices.start()
         if self.node_status is not None:
             self.node_status.start()
         if self.dra is not None:
+            if again:
+                self.dra.forget_prepared()
             self.dra.start()
         if self.pods is not None:
             self.pods.start()
         for c in self._extra:
             c.start()
-        self._running = True
+        self._running = self._started = True
         return self
 
     def stop(self) -> None:
+        """The kubelet process stopping (and staying down until `start`): its servers and plugin connections close,
+        the Node's status is no longer posted, nothing on the node reacts to the API, and the pods' containers keep
+        running."""
         for c in reversed(self._extra):
             c.stop()
         if self.pods is not None:
@@ -147,7 +177,9 @@ class KubeletSimulator:
         self._running = False
 
     def restart(self) -> None:
-        """A kubelet restart: plugin clients dropped, plugin sockets deleted, a fresh kubelet.sock served."""
+        """A quick kubelet restart: plugin clients dropped, plugin sockets deleted, a fresh kubelet.sock served,
+        checkpoints read back; the pod workers carry on with what they knew (every pod synced at once). `stop` then
+        `start` is the whole thing: pods listed again and admitted as a first batch, orphans killed."""
         for c in reversed(self._extra):
             c.stop()
         if self.dra is not None:

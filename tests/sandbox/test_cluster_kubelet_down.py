@@ -1,0 +1,113 @@
+"""A node's kubelet down while GPU pods on it are force-deleted, on the stand-ins with the real `bridge node`: the
+twins of the force-delete tests in tests/real/test_real_kubelet_upgrade.py, which showed what real kubelets
+(v1.37.2, v1.38.0-beta.0) do when they come back. The kubelet simulator's stop and start are a process's
+(`bridge.sandbox.kubelet.pods`): the new kubelet admits its first listing as a batch before its sources are ready,
+asks to prepare the next pod's claim before the orphan's is unprepared (the DRA manager's reconcile loop does that,
+shortened here from 60 s to 5 s), and refuses a legacy pod bound to the orphan's GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from bridge.kube import EVENTS, PODS
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.cluster.inspect import SideWatch
+from tests.polling import wait_until
+from tests.real.realnodes import daemon_log, pod_claim
+from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod, legacy_gpu_pod
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+NODE = "n1"
+NS = "team"
+RECONCILE_S = 5.0
+
+
+def _one_node(sandbox_cluster: Any) -> SandboxCluster:
+    """A 1.37 cluster of one node with 2 GPUs, one per side; a failed prepare is retried 2-3 s later."""
+    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
+                                              bridge=True, resync_interval=2.0, dra_reconcile_period=RECONCILE_S)
+    cluster.wait_daemons_settled(60)
+    create_namespaces(cluster.api, NS)
+    create_gpu_template(cluster.api, NS)
+    return cluster
+
+
+def _device(claim: dict[str, Any]) -> str:
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []
+    return str(results[0]["device"]) if results else ""
+
+
+def test_a_dra_pod_force_deleted_while_the_kubelet_was_down_does_not_share_its_gpu_with_the_next_pod(
+        sandbox_cluster: Any) -> None:
+    cluster = _one_node(sandbox_cluster)
+    api = cluster.api
+    api.create(PODS, dra_gpu_pod("first", NS), NS)
+    cluster.wait_pod_phase(NS, "first", "Running", 60)
+    gone = pod_claim(cluster, NS, "first")
+
+    cluster.stop_kubelet(NODE)
+    api.delete(PODS, "first", NS, grace_period_seconds=0)  # kubectl delete --force --grace-period=0
+    claims = api.resource_api().claims
+    wait_until(lambda: all(c["metadata"]["uid"] != gone["metadata"]["uid"] for c in api.list(claims, NS)["items"]),
+               30, "the force-deleted pod's claim to be deleted")
+    api.create(PODS, dra_gpu_pod("next", NS), NS)
+    wait_until(lambda: api.get(PODS, "next", NS)["spec"].get("nodeName") and _device(pod_claim(cluster, NS, "next")),
+               30, "the scheduler to bind the next pod while the kubelet is down")
+    new = pod_claim(cluster, NS, "next")
+    assert _device(new) == _device(gone)  # the node's only DRA GPU, which the orphan's container still uses
+
+    with SideWatch(cluster) as watch:
+        started = time.monotonic()
+        cluster.restart_kubelet(NODE)
+        cluster.wait_pod_phase(NS, "next", "Running", 60)
+        running_after = time.monotonic() - started
+    assert watch.samples.clean, watch.samples.describe()
+    node = cluster.node(NODE)
+    assert node.daemon is not None
+    log = node.daemon.log_path
+    unprepared = [n for n, r in daemon_log(log, "claim unprepared") if r.get("uid") == gone["metadata"]["uid"]]
+    prepared = [n for n, r in daemon_log(log, "claim prepared") if r.get("uid") == new["metadata"]["uid"]]
+    assert unprepared and prepared and unprepared[0] < prepared[0], \
+        "the GPU was prepared for the next claim while the force-deleted pod's claim still held it"
+    assert running_after >= RECONCILE_S  # not before the reconcile loop let go of the orphan's claim
+    # the kubelet asked first and was refused, with the reason and the way out
+    refused = [e["message"] for e in api.list(EVENTS, NS)["items"] if e.get("reason") == "DeviceRefused"
+               and e["involvedObject"]["name"] == new["metadata"]["name"]]
+    assert refused, "the kubelet's prepare before the orphan's unprepare was not refused"
+    for message in refused:
+        assert f"ResourceClaim {NS}/{gone['metadata']['name']} (uid {gone['metadata']['uid']}) no longer exists" \
+            in message, message
+    failed = [e["message"] for e in api.list(EVENTS, NS)["items"] if e.get("reason") == "FailedPrepareDynamicResources"
+              and e["involvedObject"]["name"] == "next"]
+    assert any("no longer exists" in m for m in failed), failed
+    assert cluster.node(NODE).sim.pods is not None
+    assert [o.split(" (")[0] for o in cluster.node(NODE).sim.pods.orphans_killed] == [f"{NS}/first"]
+
+
+def test_a_legacy_pod_bound_to_a_force_deleted_pods_gpu_while_the_kubelet_was_down_is_refused_by_the_kubelet(
+        sandbox_cluster: Any) -> None:
+    cluster = _one_node(sandbox_cluster)
+    api = cluster.api
+    api.create(PODS, legacy_gpu_pod("first", NS), NS)
+    cluster.wait_pod_phase(NS, "first", "Running", 60)
+    cluster.stop_kubelet(NODE)
+    api.delete(PODS, "first", NS, grace_period_seconds=0)
+    api.create(PODS, legacy_gpu_pod("next", NS), NS)
+    wait_until(lambda: api.get(PODS, "next", NS)["spec"].get("nodeName"), 30,
+               "the scheduler to bind the next pod while the kubelet is down")
+    with SideWatch(cluster) as watch:
+        cluster.restart_kubelet(NODE)
+        status = wait_until(lambda: (s := api.get(PODS, "next", NS)["status"]).get("phase") not in (None, "Pending")
+                            and s, 30, "the kubelet's decision on the next pod")
+        api.create(PODS, legacy_gpu_pod("after", NS), NS)
+        cluster.wait_pod_phase(NS, "after", "Running", 60)
+    # the real kubelet's words; with the daemon not registered again yet it would be "no healthy devices present"
+    assert (status.get("phase"), status.get("reason"), status.get("message")) == (
+        "Failed", "UnexpectedAdmissionError", "Pod was rejected: Allocate failed due to requested number of devices "
+        "unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected")
+    assert watch.samples.clean, watch.samples.describe()
