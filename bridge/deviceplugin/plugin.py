@@ -41,6 +41,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,6 +220,8 @@ class DevicePlugin:
         self.registrations = 0
         self.disconnects = 0  # times the kubelet dropped us while we kept serving
         self.rotations = 0  # times we moved to a fresh socket because the kubelet held our path (_rotate_socket)
+        # told the fresh socket's path before it is served (the node daemon records it in its instance lock)
+        self.on_socket_moved: Callable[[str], None] | None = None
         self._last_error: str | None = None
         self._log = ContextLogger(log, {"resource": config.resource_name})
 
@@ -383,6 +386,8 @@ class DevicePlugin:
         self.rotations += 1
         self.metrics.socket_moves.labels(self.config.resource_name).inc()
         self.socket_path = check_socket_path(base.with_name(f"{base.stem}-r{self.rotations}{base.suffix}"))
+        if self.on_socket_moved is not None:
+            self.on_socket_moved(self.socket_path)
         self._log.warning("the kubelet holds our socket path and refuses it (%s): serving on %s and registering "
                           "that instead", why, os.path.basename(self.socket_path), extra={"count": self.rotations})
         self._start_server()

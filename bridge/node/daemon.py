@@ -103,17 +103,20 @@ class NodeDaemon:
         side_of: SideOf = all_legacy,
         allocate_guard: AllocateGuard | None = None,
         on_adopted: Callable[[Adoption], None] | None = None,
+        on_socket_moved: Callable[[str], None] | None = None,
         components: Sequence[NodeComponent] = (),
         health_listeners: Sequence[Callable[[HealthEvent], None]] = (),
         node_cdi: NodeCdi | None = None,
     ) -> None:
-        """`node_cdi`: the node's CDI inventory when the caller shares it with the DRA half (else built here)."""
+        """`node_cdi`: the node's CDI inventory when the caller shares it with the DRA half (else built here).
+        `on_socket_moved`: told the device plugin's new socket path when it moves to a fresh name."""
         self.config = config
         self.source = source
         self.metrics = NodeMetrics(config.node_name, config.resource_name)
         self._side_of = side_of
         self._allocate_guard = allocate_guard
         self._on_adopted = on_adopted
+        self._on_socket_moved = on_socket_moved
         self.components = list(components)
         self.health_listeners = list(health_listeners)
         self.plugin_config = PluginConfig(
@@ -155,6 +158,7 @@ class NodeDaemon:
         self.table = DeviceTable(devices, self._side_of, self._allocate_guard)
         self.metrics.deviceplugin.watch_table(self.table)
         plugin = DevicePlugin(self.table, self.allocation, self.metrics.deviceplugin, self.plugin_config)
+        plugin.on_socket_moved = self._on_socket_moved
         self._log.info("discovered %d GPU(s) from %s", len(devices), self.source.name,
                        extra={"devices": ",".join(d.uuid for d in devices)})
         # 3. Adoption before we offer anything.

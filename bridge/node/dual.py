@@ -320,7 +320,7 @@ class DualNode:
             cdi=node_cdi,
         )
         self.daemon = NodeDaemon(cfg, self.source, side_of=split.side_of, allocate_guard=split.guard_allocate,
-                                 on_adopted=self._adopted,
+                                 on_adopted=self._adopted, on_socket_moved=self.instance.add_socket,
                                  components=[self.pods, split, publisher, self.dra],
                                  health_listeners=[self.dra.on_health, publisher.set_health,
                                                    lambda _ev: split.kick("device health changed")],

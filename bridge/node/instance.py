@@ -21,7 +21,8 @@ time, the sockets it serves) as one JSON line, rewritten by each new holder.
 * A predecessor that died without cleaning up (SIGKILL, OOM, node crash) leaves its sockets behind, with its own
   pod UID in their names: a stale registration socket keeps the kubelet's plugin watcher retrying a dead driver.
   Whoever takes the lock next removes the sockets the previous record lists (sockets only, never another file),
-  since the free lock proves their owner is gone.
+  since the free lock proves their owner is gone. A socket the holder starts serving later (the device plugin's
+  move to a fresh name when a 1.37+ kubelet holds its path) is added to its record (`add_socket`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -114,6 +115,13 @@ class InstanceBusy(RuntimeError):
             f"--pod-uid (the chart passes the pod's UID) and the new one waits for the old one to exit.")
 
 
+def _write_record(fd: int, record: Instance) -> None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.ftruncate(fd, 0)
+    os.write(fd, (record.to_json() + "\n").encode())
+    os.fsync(fd)
+
+
 def rolling_update(holder: Instance | None, me: Instance) -> bool:
     """Whether `me` may wait for `holder` instead of being refused: both carry pod UIDs, and they differ."""
     return holder is not None and bool(holder.pod_uid) and bool(me.pod_uid) and holder.pod_uid != me.pod_uid
@@ -126,6 +134,8 @@ class InstanceLock:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / LOCK_NAME
         self._fd: int | None = None
+        self._mine: Instance | None = None  # the record we wrote
+        self._write_lock = threading.Lock()
         self.previous: Instance | None = None  # the record found when we took the lock (a holder that has gone)
 
     @property
@@ -161,16 +171,28 @@ class InstanceLock:
         try:
             old = os.read(fd, 65536).decode(errors="replace")
             self.previous = Instance.from_json(old)
-            data = (me.to_json() + "\n").encode()
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.ftruncate(fd, 0)
-            os.write(fd, data)
-            os.fsync(fd)
+            _write_record(fd, me)
         except BaseException:
             os.close(fd)  # releases the lock
             raise
-        self._fd = fd
+        self._fd, self._mine = fd, me
         return True
+
+    def add_socket(self, path: str | os.PathLike[str]) -> None:
+        """Add a socket we serve now to our record, so that a successor sweeps it if we die without removing it.
+        A record that cannot be rewritten is logged: the socket then stays behind after a crash (the kubelet's
+        restart clears its device-plugin directory)."""
+        with self._write_lock:
+            fd, mine = self._fd, self._mine
+            if fd is None or mine is None or os.fspath(path) in mine.sockets:
+                return
+            mine = replace(mine, sockets=(*mine.sockets, os.fspath(path)))
+            try:
+                _write_record(fd, mine)
+            except OSError as err:
+                log.warning("cannot add %s to the instance record in %s: %s", os.fspath(path), self.path, err)
+                return
+            self._mine = mine
 
     def acquire(self, me: Instance, *, stop: threading.Event | None = None,
                 on_standby: Callable[[Instance], None] | None = None,
@@ -228,7 +250,8 @@ class InstanceLock:
         return removed
 
     def release(self) -> None:
-        fd, self._fd = self._fd, None
+        with self._write_lock:
+            fd, self._fd, self._mine = self._fd, None, None
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)

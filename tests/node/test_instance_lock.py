@@ -103,3 +103,32 @@ def test_the_next_holder_removes_only_the_sockets_its_dead_predecessor_listed(tm
     assert not Path(theirs).exists()
     assert Path(ours).is_socket() and Path(unrelated).is_socket() and regular.read_text() == "x"
     nxt.release()
+
+
+def test_a_socket_the_holder_serves_later_is_added_to_its_record_and_swept_after_it_dies(tmp_path: Path) -> None:
+    """The device plugin's move to a fresh socket name (a 1.37+ kubelet holding its path) is recorded, so a
+    successor removes that socket too when the holder was killed."""
+    paths = []
+    for name in ("dp.sock", "dp-r1.sock"):
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(tmp_path / name))
+        s.close()
+        paths.append(str(tmp_path / name))
+    base, moved = paths
+    dead = InstanceLock(tmp_path)
+    assert dead.try_acquire(me("pod-a", (base,)))
+    dead.add_socket(moved)
+    dead.add_socket(moved)  # recorded once
+    record = dead.holder()
+    assert record is not None and record.sockets == (base, moved) and record.pod_uid == "pod-a"
+    dead.release()
+
+    nxt = InstanceLock(tmp_path)
+    assert nxt.try_acquire(me("pod-b", ()))
+    assert sorted(nxt.sweep_previous([])) == sorted([base, moved])
+    mine = str(tmp_path / "mine.sock")
+    nxt.add_socket(mine)
+    nxt.release()
+    nxt.add_socket(str(tmp_path / "late.sock"))  # no longer holding: nothing is written
+    record = InstanceLock(tmp_path).holder()
+    assert record is not None and record.pod_uid == "pod-b" and record.sockets == (mine,)

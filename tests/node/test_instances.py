@@ -338,3 +338,42 @@ def test_a_killed_predecessors_sockets_are_removed_by_the_instance_that_takes_ov
                and env.serving(), 60, "instance B serving both APIs")
     assert [p for p in a_sockets if p.exists()] == []
     assert b.stop() == 0
+
+
+def test_a_killed_predecessors_moved_device_plugin_socket_is_removed_by_the_instance_that_takes_over(
+        short_tmp: Path) -> None:
+    """On a 1.37+ kubelet holding its socket path, the device plugin moves to `<name>-r1.sock` (see
+    tests/deviceplugin/test_kubelet_drops.py); the instance record lists that socket too, so a successor sweeps it
+    after a SIGKILL as it sweeps the others."""
+    env = next(envs := make_env(short_tmp, "1.37"))
+    try:
+        check_moved_socket_swept(env)
+    finally:
+        envs.close()
+
+
+def check_moved_socket_swept(env: Env) -> None:
+    import grpc
+
+    from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2 as dp_pb
+    from bridge._proto.deviceplugin.v1beta1 import deviceplugin_pb2_grpc as dp_grpc
+
+    a = env.start("--pod-uid", "pod-a")
+    wait_until(env.serving, 60, "instance A serving both APIs")
+    first = env.kubelet_root / "device-plugins" / "dra-bridge-nvidia.com-gpu-pod-a.sock"
+    with grpc.insecure_channel(f"unix://{env.kubelet.kubelet_socket}") as ch, pytest.raises(grpc.RpcError):
+        dp_grpc.RegistrationStub(ch).Register(dp_pb.RegisterRequest(  # the kubelet now holds A's path for good
+            version="v1beta1", endpoint=first.name, resource_name=RESOURCE), timeout=15)
+    first.unlink()  # A serves again, is refused on its path and moves
+    moved = first.with_name(f"{first.stem}-r1.sock")
+    wait_until(lambda: env.kubelet.devices.endpoint(RESOURCE) == str(moved), 30, "A serving on a fresh socket")
+    record = json.loads((env.root / "st" / "node.lock").read_text())
+    assert str(moved) in record["sockets"]
+    a.p.kill()
+    a.p.wait(30)
+    assert moved.is_socket()
+    b = env.start("--pod-uid", "pod-b")
+    wait_until(lambda: env.kubelet.devices.endpoint(RESOURCE) == str(first.with_name(
+        "dra-bridge-nvidia.com-gpu-pod-b.sock")) and env.serving(), 60, "instance B serving both APIs")
+    assert not moved.exists()
+    assert b.stop() == 0
