@@ -111,3 +111,32 @@ def test_a_legacy_pod_bound_to_a_force_deleted_pods_gpu_while_the_kubelet_was_do
         "Failed", "UnexpectedAdmissionError", "Pod was rejected: Allocate failed due to requested number of devices "
         "unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected")
     assert watch.samples.clean, watch.samples.describe()
+
+
+def test_a_kubelet_restarted_while_the_daemon_is_down_keeps_its_running_gpu_pods(sandbox_cluster: Any) -> None:
+    """The twin of tests/real/test_real_kubelet_restart.py: containers the runtime runs skip the device manager's
+    checks while the new kubelet's sources are not ready, so no plugin registered is no rejection."""
+    cluster = _one_node(sandbox_cluster)
+    api = cluster.api
+    api.create(PODS, legacy_gpu_pod("legacy", NS), NS)
+    api.create(PODS, dra_gpu_pod("dra", NS), NS)
+    for name in ("legacy", "dra"):
+        cluster.wait_pod_phase(NS, name, "Running", 60)
+
+    def containers() -> dict[str, list[tuple[str, int]]]:
+        return {name: [(s.get("containerID", ""), s.get("restartCount", 0))
+                       for s in api.get(PODS, name, NS)["status"]["containerStatuses"]] for name in ("legacy", "dra")}
+
+    before = containers()
+    cluster.kill_daemon(NODE)
+    cluster.stop_kubelet(NODE)
+    cluster.restart_kubelet(NODE)
+    pods = cluster.node(NODE).sim.pods
+    assert pods is not None and pods.sources_ready.wait(10)
+    time.sleep(1)
+    assert containers() == before
+    assert [api.get(PODS, name, NS)["status"]["phase"] for name in ("legacy", "dra")] == ["Running", "Running"]
+    assert [e for e in api.list(EVENTS, NS)["items"] if e.get("reason") == "UnexpectedAdmissionError"] == []
+    cluster.restart_daemon(NODE)  # its DaemonSet pod back: it serves both APIs again, the pods kept
+    cluster.wait_daemons_settled(60)
+    assert containers() == before

@@ -1,0 +1,86 @@
+"""A real kubelet restarted while the node daemon is down (crashed, or its DaemonSet pod being replaced): the new
+kubelet admits the node's pods again before any device plugin can have registered. A pod whose containers the
+runtime still runs skips the device manager's checks while the kubelet's sources are not ready (devicemanager/
+manager.go `devicesToAllocate`, "scenario 2: kubelet restart"), so the running legacy pod is kept, unlike after a
+reboot (tests/real/test_real_node_reboot.py), where nothing runs and the same pod is refused. The kubelet simulator
+plays this since it models a kubelet's stop and start (tests/sandbox/test_cluster_kubelet_down.py runs the twin);
+this confirms it on the real kubelets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from bridge.kube.api import EVENTS, NODES, PODS
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.real.binaries import NODE
+from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
+from tests.real.realnodes import BOTH_PODS, create_pod, node_with_a_pod_of_each_api, probe_log, probe_pod
+from tests.sandbox_cluster import spec_for_tests
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+NAME = "gpu-node"
+
+
+@pytest.fixture(scope="module", params=REAL_LINES)
+def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    line = request.param
+    require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=line,
+                          real_kubelets=True, bridge=True, node_status_frequency=1.0)
+    with node_with_a_pod_of_each_api(spec) as c:
+        yield c
+
+
+def running_containers(cluster: SandboxCluster, namespace: str, pod: str) -> list[tuple[str, int]]:
+    """(containerID, restartCount) of each running container: a restart or a rejection changes it."""
+    status = cluster.api.get(PODS, pod, namespace)["status"]
+    return [(s.get("containerID", ""), int(s.get("restartCount", 0))) for s in status.get("containerStatuses") or []
+            if "running" in (s.get("state") or {})]
+
+
+def ready_since(cluster: SandboxCluster, since: float) -> bool:
+    """The Node is Ready with a heartbeat posted after `since` (wall clock): the new kubelet runs and reports."""
+    node: dict[str, Any] = cluster.api.get(NODES, NAME)
+    for c in node["status"].get("conditions") or []:
+        if c["type"] == "Ready" and c["status"] == "True":
+            return datetime.fromisoformat(c["lastHeartbeatTime"].replace("Z", "+00:00")).timestamp() >= since
+    return False
+
+
+def test_a_kubelet_restarted_while_the_device_plugin_is_down_keeps_its_running_gpu_pods(
+        cluster: SandboxCluster) -> None:
+    before = {f"{ns}/{pod}": running_containers(cluster, ns, pod) for ns, pod in BOTH_PODS}
+    assert all(before.values()), before
+    gpus = {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in BOTH_PODS}
+    cluster.kill_daemon(NAME)  # both of the node's plugins gone, no socket cleaned up
+    cluster.stop_kubelet(NAME)
+    restarted = time.time()
+    cluster.restart_kubelet(NAME, timeout=120)
+    deadline = time.monotonic() + 60
+    while not ready_since(cluster, restarted + 1):
+        assert time.monotonic() < deadline, "the restarted kubelet did not report the Node Ready"
+        time.sleep(0.5)
+    time.sleep(5)  # its first pod syncs: a rejection or a restart would come now
+    after = {f"{ns}/{pod}": running_containers(cluster, ns, pod) for ns, pod in BOTH_PODS}
+    assert after == before
+    rejected = [e["message"] for ns in ("legacy", "dra") for e in cluster.api.list(EVENTS, ns)["items"]
+                if e.get("reason") == "UnexpectedAdmissionError"]
+    assert rejected == []
+
+    # the daemon back (its DaemonSet pod restarted): both APIs serve again, the running pods keep their GPUs
+    cluster.restart_daemon(NAME, timeout=120)
+    create_pod(cluster, "legacy", probe_pod("after-legacy", gpus=1))
+    create_pod(cluster, "dra", probe_pod("after-dra", claim_template="one-gpu"))
+    for ns, pod in (("legacy", "after-legacy"), ("dra", "after-dra")):
+        cluster.wait_pod_phase(ns, pod, "Running", timeout=120)
+    assert {f"{ns}/{pod}": probe_log(cluster, ns, pod).gpus for ns, pod in BOTH_PODS} == gpus
+    new = [probe_log(cluster, ns, pod).gpus for ns, pod in (("legacy", "after-legacy"), ("dra", "after-dra"))]
+    everyone = [next(iter(g)) for g in (*gpus.values(), *new)]
+    assert len(set(everyone)) == 4, f"a GPU is in two pods: {gpus} {new}"
