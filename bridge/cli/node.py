@@ -26,6 +26,7 @@ from bridge.cli.params import node_name as valid_node_name
 from bridge.node.bindinggrace import parse_grace
 from bridge.inventory.catalog import model_names
 from bridge.logs import setup_logging
+from bridge.ledger.checkpoint import BOOT_ID_PATH
 
 
 @click.group("node", invoke_without_command=True)
@@ -90,6 +91,11 @@ from bridge.logs import setup_logging
                    "NodePrepareResources. They are void after a reboot, so a tmpfs such as /var/run/dra-bridge "
                    "(what the chart passes) keeps the kubelet's prepare off the disk. Default: the --state-dir. "
                    "Records a daemon left in another directory are not read: change it on a drained node.")
+@click.option("--boot-id-file", show_envvar=True, envvar="BRIDGE_BOOT_ID_FILE", default=BOOT_ID_PATH,
+              show_default=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where the node's boot ID is read: prepared-claim records of an earlier boot are void. Keep the "
+                   "default on a real node (a container reads the host's there); a sandbox gives each simulated "
+                   "node its own file.")
 @click.option("--resource-name", show_envvar=True, envvar="BRIDGE_RESOURCE_NAME", default="nvidia.com/gpu", show_default=True,
               help="Extended resource name served through the device-plugin API.")
 @click.option("--device-list-strategy", show_envvar=True, envvar="BRIDGE_DEVICE_LIST_STRATEGY", default="envvar", show_default=True,
@@ -146,7 +152,8 @@ from bridge.logs import setup_logging
 def node(ctx: click.Context, node_name: str | None, devices: str, simulated_faults: Path | None, ignore_xids: str,
          kubelet_root: Path, device_plugin_dir: Path, cdi_root: Path, driver_root: str | None, dev_root: str | None,
          host_root: Path, cdi_hook_path: str | None,
-         cdi_source: str, state_dir: Path, claims_dir: Path | None, resource_name: str, device_list_strategy: str,
+         cdi_source: str, state_dir: Path, claims_dir: Path | None, boot_id_file: Path, resource_name: str,
+         device_list_strategy: str,
          http_address: str,
          kubeconfig: str | None, kube_context: str | None, driver_name: str, dra_mode: str,
          dra_devices: str | None, slice_taints: str, pod_uid: str | None, split_grace: str,
@@ -257,7 +264,8 @@ def node(ctx: click.Context, node_name: str | None, devices: str, simulated_faul
                         device_plugin_socket_name=device_plugin_socket_name(resource_name, pod_uid), cdi=cdi)
     opts = DraOptions(mode=dra_mode, kubeconfig=kubeconfig, context=kube_context,  # type: ignore[arg-type]
                       driver=driver_name, dra_devices=dra_devices, slice_taints=slice_taints,  # type: ignore[arg-type]
-                      pod_uid=pod_uid, split_grace_s=grace, move_timeout_s=move_timeout)
+                      pod_uid=pod_uid, split_grace_s=grace, move_timeout_s=move_timeout,
+                      boot_id_path=boot_id_file)
     if cleanup:
         try:
             kube = None
@@ -274,6 +282,13 @@ def node(ctx: click.Context, node_name: str | None, devices: str, simulated_faul
         click.echo(f"cleanup: deleted {report.slices_deleted} ResourceSlice(s), removed "
                    f"{len(report.cdi_specs_removed)} CDI spec(s) and {len(report.sockets_removed)} socket(s)")
         return
+    if dra_wanted(opts)[0]:
+        from bridge.ledger.checkpoint import read_boot_id
+
+        try:  # the claim records are stamped with it: an unreadable one would fail every prepare
+            read_boot_id(boot_id_file)
+        except CheckpointError as err:
+            raise click.BadParameter(str(err), param_hint="--boot-id-file") from err
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -102,6 +102,9 @@ def test_sigint_also_stops_cleanly(kubelet: KubeletSimulator, short_tmp: Path) -
     (["--node-name", "n", "--device-list-strategy", "env"], "unknown device list strategy env"),
     (["--node-name", "n", "--resource-name", "gpu"], "'gpu' is not an extended resource name"),
     (["--node-name", "n", "--http-address", "8080"], "invalid HTTP address '8080'"),
+    (["--node-name", "n", "--devices", "simulated:1xL4", "--dra", "on", "--kubeconfig", "/dev/null",
+      "--boot-id-file", "/nonexistent/boot_id"],
+     "Invalid value for --boot-id-file: cannot read the node boot ID from /nonexistent/boot_id: No such file"),
 ])
 def test_bad_options_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "BRIDGE_NODE_NAME")}

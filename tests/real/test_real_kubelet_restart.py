@@ -3,7 +3,7 @@ kubelet admits the node's pods again before any device plugin can have registere
 runtime still runs skips the device manager's checks while the kubelet's sources are not ready (devicemanager/
 manager.go `devicesToAllocate`, "scenario 2: kubelet restart"), so the running legacy pod is kept, unlike after a
 reboot (tests/real/test_real_node_reboot.py), where nothing runs and the same pod is refused. The kubelet simulator
-plays this since it models a kubelet's stop and start (tests/sandbox/test_cluster_kubelet_down.py runs the twin);
+plays this since it models a kubelet's stop and start (tests/sandbox/test_cluster_node_lifecycle.py runs the twin);
 this confirms it on the real kubelets.
 """
 

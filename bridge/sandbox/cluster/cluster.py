@@ -32,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -443,17 +444,41 @@ class SandboxCluster:
         node.real.kubelet.restart(timeout)
 
     def reboot_node(self, name: str, timeout: float = 120.0) -> None:
-        """Power-cycle a real node (`RealNode.reboot`: every process killed at once, /run emptied, a new boot ID,
-        /var/lib kept), then, once its kubelet runs, start its node daemon again and wait until the daemon serves
-        both APIs and the Node is Ready."""
+        """Power-cycle a node (`RealNode.reboot`: every process killed at once, /run emptied, a new boot ID,
+        /var/lib kept; the same on a stand-in node, `_reboot_stand_in`), then, once its kubelet runs, start its node
+        daemon again and wait until the daemon serves both APIs and the Node is Ready."""
         node = self.node(name)
-        if node.real is None or node.real.kubelet is None:
-            raise ClusterError("reboot_node is for real nodes")
         deadline = time.monotonic() + timeout
-        node.real.reboot(timeout)
+        if node.kubelet is not None:
+            self._reboot_stand_in(node)
+        elif node.real is None or node.real.kubelet is None:
+            raise ClusterError(f"node {name} has no kubelet to reboot")
+        else:
+            node.real.reboot(timeout)
         if node.daemon is not None:  # killed with the node
             self.restart_daemon(name, max(1.0, deadline - time.monotonic()))
         self._wait_node_ready(name, deadline)
+
+    def _reboot_stand_in(self, node: SandboxNode) -> None:
+        """`RealNode.reboot` on a stand-in node: the daemon killed, the kubelet stopped and its pods' containers
+        gone with the power (`PodRunner.power_off`), the node's tmpfs directories emptied (the claim records and the
+        CDI specs: /var/run on a real node), a new boot ID, then the kubelet started (its checkpoints kept)."""
+        if node.daemon is not None and node.daemon.proc is not None and node.daemon.proc.poll() is None:
+            self.kill_daemon(node.name)
+        sim = node.sim
+        if sim.running:
+            sim.stop()
+        if sim.pods is not None:
+            sim.pods.power_off()
+        for tmpfs in (node.claims_dir, node.cdi_root):
+            if tmpfs.is_dir():
+                for entry in tmpfs.iterdir():
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+        self._boot_id_file(node, new=True)
+        sim.start()
 
     def stop_kubelet(self, name: str) -> None:
         """Stop a real node's kubelet and leave it down: its pods keep running in containerd, nothing on the node
@@ -525,7 +550,17 @@ class SandboxCluster:
                      "--dev-root", node.real.GPU_ROOT, "--driver-root", node.real.GPU_ROOT,
                      "--device-list-strategy", "cdi-cri", "--pod-uid", pod_uid or f"sandbox-{node.name}"]
             return node.real.ns.enter(argv + list(self.spec.node_args))
-        return argv + list(self.spec.node_args)
+        return argv + ["--boot-id-file", str(self._boot_id_file(node))] + list(self.spec.node_args)
+
+    @staticmethod
+    def _boot_id_file(node: SandboxNode, *, new: bool = False) -> Path:
+        """A stand-in node's boot ID (a real node has its own in its namespace): made at its first use, a fresh
+        one at each reboot (`new`)."""
+        path = node.root / "boot_id"
+        if new or not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{uuid.uuid4()}\n")
+        return path
 
     def _wait_daemon(self, node: SandboxNode, deadline: float) -> None:
         if node.kubelet is None:

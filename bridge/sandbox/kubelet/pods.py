@@ -338,6 +338,11 @@ class PodRunner:
                 self.orphans_killed.append(f"{rec.namespace}/{rec.name} ({rec.uid})")
         return delay
 
+    def power_off(self) -> None:
+        """The node losing power while this kubelet is stopped: every container the runtime ran is gone."""
+        with self._lock:
+            self._runtime.clear()
+
     def runtime_orphans(self) -> list[str]:
         """"namespace/name (uid)" of the runtime's pods this kubelet has not taken over and not yet killed."""
         with self._lock:

@@ -1,6 +1,7 @@
-"""A node's kubelet down while GPU pods on it are force-deleted, on the stand-ins with the real `bridge node`: the
-twins of the force-delete tests in tests/real/test_real_kubelet_upgrade.py, which showed what real kubelets
-(v1.37.2, v1.38.0-beta.0) do when they come back. The kubelet simulator's stop and start are a process's
+"""A node's lifecycle on the stand-ins with the real `bridge node`: its kubelet down while GPU pods on it are
+force-deleted, restarted while the daemon is down, and the node rebooted. These are the twins of
+tests/real/test_real_kubelet_upgrade.py's force-delete tests, tests/real/test_real_kubelet_restart.py and
+tests/real/test_real_node_reboot.py, which showed what real kubelets (v1.37.2, v1.38.0-beta.0) do. The kubelet simulator's stop and start are a process's
 (`bridge.sandbox.kubelet.pods`): the new kubelet admits its first listing as a batch before its sources are ready,
 asks to prepare the next pod's claim before the orphan's is unprepared (the DRA manager's reconcile loop does that,
 shortened here from 60 s to 5 s), and refuses a legacy pod bound to the orphan's GPU.
@@ -140,3 +141,38 @@ def test_a_kubelet_restarted_while_the_daemon_is_down_keeps_its_running_gpu_pods
     cluster.restart_daemon(NODE)  # its DaemonSet pod back: it serves both APIs again, the pods kept
     cluster.wait_daemons_settled(60)
     assert containers() == before
+
+
+def test_after_a_reboot_the_dra_pod_runs_again_on_its_gpu_and_the_bare_legacy_pod_is_refused(
+        sandbox_cluster: Any) -> None:
+    """The twin of tests/real/test_real_node_reboot.py: the restarted kubelet re-admits the node's pods before the
+    daemon (a DaemonSet pod) is back, so the legacy pod is refused for good ("no healthy devices present", the real
+    kubelet's words), while the DRA pod waits for its driver and runs again on its claim's GPU, prepared anew by a
+    daemon whose claim records and CDI specs went with the old boot."""
+    cluster = _one_node(sandbox_cluster)
+    api = cluster.api
+    api.create(PODS, legacy_gpu_pod("legacy", NS), NS)
+    api.create(PODS, dra_gpu_pod("dra", NS), NS)
+    for name in ("legacy", "dra"):
+        cluster.wait_pod_phase(NS, name, "Running", 60)
+    claim = pod_claim(cluster, NS, "dra")
+    node = cluster.node(NODE)
+    boot = (cluster.work_dir / "n0" / "boot_id").read_text()  # type: ignore[operator]
+    with SideWatch(cluster) as watch:
+        cluster.reboot_node(NODE, timeout=60)
+        held = wait_until(lambda: (s := api.get(PODS, "legacy", NS)["status"]).get("phase") != "Running" and s, 30,
+                          "the kubelet's verdict on the legacy pod")
+        assert (held.get("phase"), held.get("reason"), held.get("message")) == (
+            "Failed", "UnexpectedAdmissionError", "Pod was rejected: Allocate failed due to no healthy devices "
+            "present; cannot allocate unhealthy devices nvidia.com/gpu, which is unexpected")
+        cluster.wait_pod_phase(NS, "dra", "Running", 60)
+        api.create(PODS, legacy_gpu_pod("after", NS), NS)  # the refused pod's GPU is free again
+        cluster.wait_pod_phase(NS, "after", "Running", 60)
+    assert watch.samples.clean, watch.samples.describe()
+    assert (cluster.work_dir / "n0" / "boot_id").read_text() != boot  # type: ignore[operator]
+    assert _device(pod_claim(cluster, NS, "dra")) == _device(claim)
+    assert node.daemon is not None
+    prepared = [r for _, r in daemon_log(node.daemon.log_path, "claim prepared")  # the log of both boots
+                if r.get("uid") == claim["metadata"]["uid"]]
+    assert len(prepared) == 2, "the new daemon did not prepare the claim again"
+    assert any(claim["metadata"]["uid"] in p.name for p in node.cdi_root.iterdir())
