@@ -1,10 +1,11 @@
 """A node's lifecycle on the stand-ins with the real `bridge node`: its kubelet down while GPU pods on it are
 force-deleted, restarted while the daemon is down, and the node rebooted. These are the twins of
 tests/real/test_real_kubelet_upgrade.py's force-delete tests, tests/real/test_real_kubelet_restart.py and
-tests/real/test_real_node_reboot.py, which showed what real kubelets (v1.37.2, v1.38.0-beta.0) do. The kubelet simulator's stop and start are a process's
-(`bridge.sandbox.kubelet.pods`): the new kubelet admits its first listing as a batch before its sources are ready,
-asks to prepare the next pod's claim before the orphan's is unprepared (the DRA manager's reconcile loop does that,
-shortened here from 60 s to 5 s), and refuses a legacy pod bound to the orphan's GPU.
+tests/real/test_real_node_reboot.py, which showed what real kubelets (v1.37.2, v1.38.0-beta.0) do. The kubelet
+simulator's stop and start are a process's (`bridge.sandbox.kubelet.pods`): the new kubelet admits its first
+listing as a batch before its sources are ready, takes over the containers the runtime still runs, asks to prepare
+the next pod's claim before the orphan's is unprepared (the DRA manager's reconcile loop does that, shortened here
+from 60 s to 5 s), and refuses a legacy pod bound to the orphan's GPU.
 """
 
 from __future__ import annotations

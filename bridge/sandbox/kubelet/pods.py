@@ -51,12 +51,11 @@ reproduces:
   comes at the earlier of the old deadline and the update's time plus the new grace. A pod deleted outright (the
   object gone) is stopped with the grace of its last version. Neither preStop hooks nor sidecar ordering are
   modelled.
-* A kubelet restart (`resync`): the new kubelet syncs every pod at once, but a pod whose sandbox exists (a
-  running pod) is NOT prepared again: NodePrepareResources is called only on the way to creating a sandbox
-  (kuberuntime_manager.go `SyncPod`). The DRA manager forgets its "prepared" flags (`DraManager.restart`), so a pod
-  that had not started yet is prepared again at that first sync. A plugin that lost state cannot count on a
-  second prepare for running pods: it must recover from its own checkpoint. This quick restart keeps the pod
-  workers' records; `stop` and `start` are the whole thing:
+* A kubelet restart: the new kubelet syncs every pod at once, but a pod whose sandbox exists (a running pod) is
+  NOT prepared again: NodePrepareResources is called only on the way to creating a sandbox (kuberuntime_manager.go
+  `SyncPod`). The DRA manager forgets its "prepared" flags (`DraManager.forget_prepared`), so a pod that had not
+  started yet is prepared again at that first sync. A plugin that lost state cannot count on a second prepare for
+  running pods: it must recover from its own checkpoint. In detail:
 * A kubelet that stops (`stop`) forgets its pods; their containers run on in the runtime, and nothing on the node
   reacts to the API until it starts again. A kubelet that starts (`start`, read at v1.37.2 in kubelet.go
   `syncLoop`/`syncLoopIteration`/`HandlePodAdditions`, kubelet_pods.go `HandlePodCleanups`, devicemanager/
@@ -369,13 +368,6 @@ class PodRunner:
 
     def wait_synced(self, timeout: float) -> bool:
         return self._informer is not None and self._informer.wait_synced(timeout)
-
-    def resync(self) -> None:
-        """After a kubelet restart: every pod is synced at once; only those not started yet reach the prepare
-        (a running pod has its sandbox)."""
-        with self._lock:
-            for r in self._pods.values():
-                r.wake.set()
 
     def retry_pod(self, uid: str) -> bool:
         """Sync one pod now (`HandlePodSyncs`: a DRA resource-health update for a device its claims use)."""

@@ -8,14 +8,14 @@ health-stream consumer, slice wiping), whose prepared claims PodResources report
 `node_status_frequency`; with `run_pods` it runs the pods bound to it (admission, devices, status, termination).
 
 Lifecycle like the kubelet's: `start()` serves PodResources and `kubelet.sock`, watches `plugins_registry` and
-wipes the node's ResourceSlices in the background; `restart()` drops every plugin connection, deletes the
-device-plugin sockets, serves a fresh `kubelet.sock`, reads the device manager's checkpoint back, forgets which
-claims are prepared (so Prepare is called again for pods that had not started; running pods are not prepared
-again), wipes the node's ResourceSlices again and rediscovers the DRA registration sockets, while the pod workers
-carry on with what they knew. `stop()` then `start()` is a kubelet process ending and a new one starting: down in
-between (nothing reacts to the API, the pods' containers run on), then the same reads of the checkpoints, and the
-pods listed again, taken over or killed as orphans (`bridge.sandbox.kubelet.pods`). Further parts join through
-`add_component`.
+wipes the node's ResourceSlices in the background. `stop()` is the kubelet process ending: every server and plugin
+connection closes, nothing reacts to the API, the Node's status is no longer posted, and the pods' containers run
+on. A `start()` after it is a new process on the same node: it deletes the device-plugin sockets, serves a fresh
+`kubelet.sock`, reads the device manager's checkpoint back, forgets which claims are prepared (so Prepare is called
+again for pods that had not started; running pods are not prepared again), wipes the node's ResourceSlices again,
+rediscovers the DRA registration sockets, and lists its pods again, taking over those the runtime still runs and
+killing the others as orphans (`bridge.sandbox.kubelet.pods`). `restart()` is the two at once. Further parts join
+through `add_component`.
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ class KubeletSimulator:
         self._extra: list[Component] = []
         self.restarts = 0
         self._running = self._started = False
+        self._serves_podresources = True
 
     @property
     def device_plugin_dir(self) -> Path:
@@ -140,6 +141,7 @@ class KubeletSimulator:
         for d in SUBDIRS:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         again = self._started
+        self._serves_podresources = podresources
         if podresources:
             self.podresources.start()
         if again:
@@ -177,21 +179,9 @@ class KubeletSimulator:
         self._running = False
 
     def restart(self) -> None:
-        """A quick kubelet restart: plugin clients dropped, plugin sockets deleted, a fresh kubelet.sock served,
-        checkpoints read back; the pod workers carry on with what they knew (every pod synced at once). `stop` then
-        `start` is the whole thing: pods listed again and admitted as a first batch, orphans killed."""
-        for c in reversed(self._extra):
-            c.stop()
-        if self.dra is not None:
-            self.dra.stop()
-        self.devices.restart()
-        if self.dra is not None:
-            self.dra.restart()
-        if self.pods is not None:
-            self.pods.resync()
-        for c in self._extra:
-            c.start()
-        self.restarts += 1
+        """A kubelet restart: `stop` then `start`, a process ending and a new one starting where it ran."""
+        self.stop()
+        self.start(podresources=self._serves_podresources)
 
     def __enter__(self) -> KubeletSimulator:
         return self.start()
