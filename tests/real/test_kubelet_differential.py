@@ -4,7 +4,8 @@ node`; then what each daemon saw from its kubelet and what the cluster showed ar
 
 The scenario, the same on both nodes (a pod per node, in a namespace named after its node): the daemon registers
 through both APIs; a legacy pod with one GPU; a DRA pod with a ResourceClaimTemplate; a pod whose init container and
-app container each ask for a GPU; then the three pods are deleted one by one.
+app container each ask for a GPU; an XID on the GPUs of the first two; both kubelets restarted while the three pods
+run; then the three pods are deleted one by one.
 
 What the daemon sees is recorded by `tests.real.grpcrecord` (a launcher that puts a gRPC interceptor on the
 daemon's servers: each call with its method, summarised arguments, answer and wall time); what the cluster shows is
@@ -61,7 +62,7 @@ GRACE = 3  # the pods' terminationGracePeriodSeconds: long enough to tell "after
 # the SIGKILL at the end of the grace period. The simulator plays the same program (it "needs an hour" to stop).
 IGNORES_SIGTERM = {STOP_SECONDS_ANNOTATION: "3600"}
 PROMPT = 5.0  # seconds: a call this soon after its trigger is "prompt"; later ones "late" (a retry, a resync)
-STEPS = ("legacy", "dra", "init", "health", "delete-legacy", "delete-dra", "delete-init")
+STEPS = ("legacy", "dra", "init", "health", "restart", "delete-legacy", "delete-dra", "delete-init")
 XID = 79  # "GPU has fallen off the bus": not in NVIDIA's ignore list, so the daemon marks the GPU unhealthy
 
 # The differences that remain, as seen in the real run (kubelet v1.37.2, containerd 2.x) against the simulator.
@@ -149,6 +150,13 @@ def _all_unhealthy(cluster: SandboxCluster, node: str) -> bool:
     return True
 
 
+def _registered_again(calls: Path, since: float) -> bool:
+    """Both of the daemon's streams opened again by the kubelet since `since` (its restart)."""
+    opened = {c["method"] for c in map(json.loads, calls.read_text().splitlines())
+              if c["caller"] == "kubelet" and c["what"] == "open" and c["t"] >= since}
+    return opened == {"/v1.DRAResourceHealth/NodeWatchResources", "/v1beta1.DevicePlugin/ListAndWatch"}
+
+
 def _wait_gone(cluster: SandboxCluster, name: str) -> None:
     for node in (REAL, SIM):
         cluster.wait_pod_phase(node, name, "Gone", timeout=120)
@@ -189,6 +197,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             for node in (REAL, SIM):
                 wait_until(lambda: _all_unhealthy(cluster, node), 60, f"both pods on {node} to show the fault")
             time.sleep(1.0)
+            out.marks["restart"] = time.time()  # both kubelets restarted while the three pods run
+            for node in (REAL, SIM):
+                cluster.restart_kubelet(node, timeout=120)
+            for node in (REAL, SIM):
+                wait_until(lambda: _registered_again(record / f"{node}.jsonl", out.marks["restart"]), 60,
+                           f"the daemon on {node} registered with its new kubelet through both APIs")
+            time.sleep(5.0)  # the new kubelets' first pod syncs: a re-admission's calls would come now
             for name in pods:
                 out.marks[f"delete-{name}"] = time.time()
                 for node in (REAL, SIM):
@@ -389,13 +404,36 @@ def test_registration_is_the_same_through_both_apis(run: Run) -> None:
 
 
 def test_the_kubelets_keep_their_streams_open_and_call_nothing_else_unasked(run: Run) -> None:
-    """No stream ends during the run, and no call comes outside the steps' triggers (no periodic call either
-    kubelet makes that the other does not)."""
+    """No stream ends but the old kubelet's, at its restart (each stream then opened again once), and no call comes
+    outside the steps' triggers (no periodic call either kubelet makes that the other does not)."""
+    ended = {node: [(c["method"], c.get("code")) for c in run.calls[node] if c["what"] == "end"]
+             for node in (REAL, SIM)}
     for node in (REAL, SIM):
-        assert [c for c in run.calls[node] if c["what"] == "end"] == [], node
+        assert all(run.marks["restart"] <= c["t"] < run.marks["delete-legacy"]
+                   for c in run.calls[node] if c["what"] == "end"), node
+    assert sorted(ended[REAL]) == sorted(ended[SIM])
+    assert sorted(m for m, _ in ended[REAL]) == ["/v1.DRAResourceHealth/NodeWatchResources",
+                                                 "/v1beta1.DevicePlugin/ListAndWatch"]
     streams = {node: sorted(c["method"] for c in run.calls[node] if c["what"] == "open") for node in (REAL, SIM)}
-    assert streams[REAL] == streams[SIM] == ["/v1.DRAResourceHealth/NodeWatchResources",
-                                             "/v1beta1.DevicePlugin/ListAndWatch"]
+    assert streams[REAL] == streams[SIM] == ["/v1.DRAResourceHealth/NodeWatchResources"] * 2 + [
+        "/v1beta1.DevicePlugin/ListAndWatch"] * 2
+
+
+def test_a_kubelet_restart_makes_the_same_calls_and_takes_the_running_pods_over_without_any(run: Run) -> None:
+    """The new kubelet, with the three pods running (two of them on GPUs marked unhealthy): per API, the same calls
+    in order (the daemon registers again; the old streams end); no Allocate, no NodePrepareResources (containers
+    the runtime runs are taken over) on either."""
+    def per_api(node: str) -> dict[str, list[tuple[Any, ...]]]:
+        out: dict[str, list[tuple[Any, ...]]] = {}
+        for c in transcript(run, node, "restart"):
+            service = c[0].lstrip("/").rsplit("/", 1)[0]
+            out.setdefault(service, []).append(c[:6])
+        return out
+
+    real, sim = per_api(REAL), per_api(SIM)
+    assert real == sim
+    methods = {c[0].rsplit("/", 1)[-1] for calls in real.values() for c in calls}
+    assert not methods & {"Allocate", "GetPreferredAllocation", "NodePrepareResources", "NodeUnprepareResources"}
 
 
 @pytest.mark.parametrize("step", ["legacy", "dra", "init"])
