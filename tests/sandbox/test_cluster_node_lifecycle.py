@@ -29,10 +29,11 @@ NS = "team"
 RECONCILE_S = 5.0
 
 
-def _one_node(sandbox_cluster: Any) -> SandboxCluster:
-    """A 1.37 cluster of one node with 2 GPUs, one per side; a failed prepare is retried 2-3 s later."""
-    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, "2xH100-80GB", split="1"),), version="1.37",
-                                              bridge=True, resync_interval=2.0, dra_reconcile_period=RECONCILE_S)
+def _one_node(sandbox_cluster: Any, gpus: int = 2) -> SandboxCluster:
+    """A 1.37 cluster of one node with `gpus` GPUs, half per side; a failed prepare is retried 2-3 s later."""
+    cluster: SandboxCluster = sandbox_cluster((NodeSpec(NODE, f"{gpus}xH100-80GB", split=str(gpus // 2)),),
+                                              version="1.37", bridge=True, resync_interval=2.0,
+                                              dra_reconcile_period=RECONCILE_S)
     cluster.wait_daemons_settled(60)
     create_namespaces(cluster.api, NS)
     create_gpu_template(cluster.api, NS)
@@ -115,14 +116,20 @@ def test_a_legacy_pod_bound_to_a_force_deleted_pods_gpu_while_the_kubelet_was_do
     assert watch.samples.clean, watch.samples.describe()
 
 
-def test_a_kubelet_restarted_while_the_daemon_is_down_keeps_its_running_gpu_pods(sandbox_cluster: Any) -> None:
+def test_a_kubelet_restarted_while_the_daemon_is_down_keeps_its_running_gpu_pods_but_not_a_gpu_init_pod(
+        sandbox_cluster: Any) -> None:
     """The twin of tests/real/test_real_kubelet_restart.py: containers the runtime runs skip the device manager's
-    checks while the new kubelet's sources are not ready, so no plugin registered is no rejection."""
-    cluster = _one_node(sandbox_cluster)
+    checks while the new kubelet's sources are not ready, so no plugin registered is no rejection; but an init
+    container that ran to completion runs no more, so a running pod whose init container had a GPU is rejected."""
+    cluster = _one_node(sandbox_cluster, gpus=4)
     api = cluster.api
     api.create(PODS, legacy_gpu_pod("legacy", NS), NS)
     api.create(PODS, dra_gpu_pod("dra", NS), NS)
-    for name in ("legacy", "dra"):
+    init = legacy_gpu_pod("init", NS)
+    init["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox",
+                                       "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    api.create(PODS, init, NS)
+    for name in ("legacy", "dra", "init"):
         cluster.wait_pod_phase(NS, name, "Running", 60)
 
     def containers() -> dict[str, list[tuple[str, int]]]:
@@ -138,7 +145,11 @@ def test_a_kubelet_restarted_while_the_daemon_is_down_keeps_its_running_gpu_pods
     time.sleep(1)
     assert containers() == before
     assert [api.get(PODS, name, NS)["status"]["phase"] for name in ("legacy", "dra")] == ["Running", "Running"]
-    assert [e for e in api.list(EVENTS, NS)["items"] if e.get("reason") == "UnexpectedAdmissionError"] == []
+    rejected = [e["message"] for e in api.list(EVENTS, NS)["items"] if e.get("reason") == "UnexpectedAdmissionError"]
+    assert rejected == ["Allocate failed due to no healthy devices present; cannot allocate unhealthy devices "
+                        "nvidia.com/gpu, which is unexpected"]  # the init pod's (the real kubelet's words)
+    status = api.get(PODS, "init", NS)["status"]
+    assert (status.get("phase"), status.get("reason")) == ("Failed", "UnexpectedAdmissionError")
     cluster.restart_daemon(NODE)  # its DaemonSet pod back: it serves both APIs again, the pods kept
     cluster.wait_daemons_settled(60)
     assert containers() == before

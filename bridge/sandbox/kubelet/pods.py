@@ -515,7 +515,9 @@ class PodRunner:
                     if res in known:
                         self.devices.allocate(rec.uid, c["name"], res, count, namespace=rec.namespace,
                                               pod_name=rec.name, init=True,
-                                              restartable=c.get("restartPolicy") == "Always", running=running)
+                                              restartable=c.get("restartPolicy") == "Always",
+                                              # an init container that ran to completion runs no more
+                                              running=running and c.get("restartPolicy") == "Always")
             for c in spec.get("containers") or []:
                 for res, count in device_limits(c).items():
                     if res in known:
