@@ -49,6 +49,19 @@ def real_line() -> Iterator[Binaries]:
     yield require_binaries(REAL_LINE, CONTROL_PLANE)
 
 
+@pytest.fixture(scope="module", params=REAL_LINES)
+def gpu_node(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    """One per test module and line: a real cluster whose one node, `gpu-node` (4 GPUs split 2/2), runs a pod of
+    each API (`tests.real.realnodes.node_with_a_pod_of_each_api`): the start of the node lifecycle tests."""
+    from bridge.sandbox.real.binaries import NODE
+    from tests.real.realnodes import gpu_node_spec, node_with_a_pod_of_each_api
+
+    line = request.param
+    require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
+    with node_with_a_pod_of_each_api(gpu_node_spec(line)) as cluster:
+        yield cluster
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test under tests/real is marked `real`: `pytest -m "not real"` is the fast tier."""
     for item in items:

@@ -145,6 +145,17 @@ def register_device_plugin(device_plugin_dir: Path, endpoint: str, resource: str
 
 
 BOTH_PODS = (("legacy", "held"), ("dra", "claimed"))
+GPU_NODE = "gpu-node"  # the node of the lifecycle tests
+
+
+def gpu_node_spec(line: str, **fields: Any) -> ClusterSpec:
+    """The lifecycle tests' cluster at Kubernetes `line`: one real node, `gpu-node`, with 4 GPUs split 2/2, its
+    status posted every second, and `bridge node`."""
+    from bridge.sandbox.cluster import NodeSpec
+    from tests.sandbox_cluster import spec_for_tests
+
+    return spec_for_tests((NodeSpec(GPU_NODE, "4xH100-80GB", split="2"),), backend="real", version=line,
+                          real_kubelets=True, bridge=True, node_status_frequency=1.0, **fields)
 
 
 @contextmanager

@@ -13,32 +13,23 @@ kubelets.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from bridge.kube.api import EVENTS, NODES, PODS
-from bridge.sandbox.cluster import NodeSpec, SandboxCluster
-from bridge.sandbox.real.binaries import NODE
-from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
-from tests.real.realnodes import BOTH_PODS, create_pod, node_with_a_pod_of_each_api, probe_log, probe_pod
-from tests.sandbox_cluster import spec_for_tests
+from bridge.sandbox.cluster import SandboxCluster
+from tests.real.realnodes import BOTH_PODS, GPU_NODE, create_pod, probe_log, probe_pod
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
-NAME = "gpu-node"
+NAME = GPU_NODE
 
 
-@pytest.fixture(scope="module", params=REAL_LINES)
-def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
-    line = request.param
-    require_binaries(line, CONTROL_PLANE + NODE + ("kubelet", "kubectl"))
-    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=line,
-                          real_kubelets=True, bridge=True, node_status_frequency=1.0)
-    with node_with_a_pod_of_each_api(spec) as c:
-        yield c
+@pytest.fixture
+def cluster(gpu_node: SandboxCluster) -> SandboxCluster:
+    return gpu_node
 
 
 def running_containers(cluster: SandboxCluster, namespace: str, pod: str) -> list[tuple[str, int]]:

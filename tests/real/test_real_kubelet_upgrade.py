@@ -19,24 +19,25 @@ import pytest
 
 from bridge.kube.api import EVENTS, NODES, PODS
 from bridge.sandbox.apiserver.profiles import parse_minor
-from bridge.sandbox.cluster import ClusterError, NodeSpec, SandboxCluster
+from bridge.sandbox.cluster import ClusterError, SandboxCluster
 from bridge.sandbox.cluster.inspect import SideWatch, holders
 from bridge.sandbox.real.binaries import LINES, NODE
 from tests.real.conftest import CONTROL_PLANE, REAL_LINES, require_binaries
 from tests.real.realnodes import (
     BOTH_PODS,
+    GPU_NODE,
     create_pod,
     daemon_log,
+    gpu_node_spec,
     node_with_a_pod_of_each_api,
     pod_claim,
     probe_log,
     probe_pod,
 )
-from tests.sandbox_cluster import spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(500)]
 
-NAME = "gpu-node"
+NAME = GPU_NODE
 START_TIMEOUT = 300.0
 
 
@@ -59,9 +60,7 @@ def cluster(upgrade: tuple[str, str]) -> Iterator[SandboxCluster]:
     """A fresh cluster per test (about 15 s): each upgrades its node's kubelet."""
 
     old, new = upgrade
-    spec = spec_for_tests((NodeSpec(NAME, "4xH100-80GB", split="2"),), backend="real", version=new,
-                          kubelet_version=old, real_kubelets=True, bridge=True, node_status_frequency=1.0)
-    with node_with_a_pod_of_each_api(spec, START_TIMEOUT) as c:
+    with node_with_a_pod_of_each_api(gpu_node_spec(new, kubelet_version=old), START_TIMEOUT) as c:
         yield c
 
 
