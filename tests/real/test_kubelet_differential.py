@@ -73,6 +73,12 @@ KNOWN = {
     "status-fields": "fields of container and pod status the simulator does not write: the in-place resize "
                      "bookkeeping (`resources`, `allocatedResources`: cgroup readbacks) and the container's `user` "
                      "(from the image)",
+    "terminal-health": "the real kubelet writes a pod's terminal status twice: first with the device-plugin "
+                       "devices' `allocatedResourcesStatus` (its device manager still holds them), about 0.5 s later "
+                       "without (what lets go of them that soon was not identified: only UpdateAllocatedDevices does, "
+                       "at admissions); on a loaded machine the pod can be deleted before the second write, so which "
+                       "one is last is a race. The simulator lets go at termination and writes only the second. "
+                       "Projected out of terminal statuses",
     "missing-cluster-dns": "a Warning `MissingClusterDNS` from the real kubelet: the sandbox's real kubelets have no "
                            "clusterDNS configured; nothing the simulator should copy",
 }
@@ -282,13 +288,15 @@ def conditions(status: Obj) -> list[tuple[Any, ...]]:
 
 
 def containers(status: Obj, *, exit_codes: bool = True) -> list[tuple[Any, ...]]:
+    terminal = status.get("phase") in ("Failed", "Succeeded")  # KNOWN["terminal-health"]
+    left_out = REAL_ONLY_CONTAINER_FIELDS | ({"allocatedResourcesStatus"} if terminal else set())
     out = []
     for kind in ("initContainerStatuses", "containerStatuses"):
         for c in status.get(kind) or []:
             (state, detail), = (c.get("state") or {"unknown": {}}).items()
             code = detail.get("exitCode") if exit_codes else None
             out.append((kind, c["name"], state, detail.get("reason"), code, c.get("ready"), c.get("started"),
-                        c.get("restartCount"), sorted(set(c) - REAL_ONLY_CONTAINER_FIELDS), health(c),
+                        c.get("restartCount"), sorted(set(c) - left_out), None if terminal else health(c),
                         [(m["name"].rsplit("-", 1)[0], m["mountPath"], m.get("readOnly"), m.get("recursiveReadOnly"))
                          for m in c.get("volumeMounts") or []]))
     return out
@@ -352,6 +360,20 @@ def states(run: Run, node: str, pod: str) -> list[Obj]:
         if not out or out[-1] != v:
             out.append(v)
     return out
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _differences(real: Any, sim: Any, path: str = "") -> str:
+    """Where two views differ, each difference on a line of its own with both values in full (pytest shortens a
+    failed comparison of big structures to '...', which hid what differed in the runs that failed under load)."""
+    if isinstance(real, dict) and isinstance(sim, dict):
+        return "".join(_differences(real.get(k), sim.get(k), f"{path}.{k}") for k in sorted(set(real) | set(sim)))
+    if isinstance(real, list) and isinstance(sim, list) and len(real) == len(sim):
+        return "".join(_differences(r, s, f"{path}[{i}]") for i, (r, s) in enumerate(zip(real, sim)))
+    return "" if real == sim else f"\n{path}: real {_compact(real)} != simulator {_compact(sim)}"
 
 
 def _subsequence(short: list[Obj], long: list[Obj]) -> bool:
@@ -483,7 +505,7 @@ def test_pod_statuses_are_the_same_at_each_milestone(run: Run, pod: str) -> None
     assert sim["pending"] is not None
     if real["pending"] is None:
         real["pending"] = sim["pending"]
-    assert real == sim
+    assert real == sim, _differences(real, sim)
     assert real["last"] is not None and real["last"]["phase"] == "Failed"
 
 
@@ -497,7 +519,8 @@ def test_known_the_simulator_skips_transient_statuses(run: Run, pod: str) -> Non
 
     if not any(map(no_sandbox, real)):  # a real status write coalesced (see the milestone test)
         sim = [s for s in sim if not no_sandbox(s)]
-    assert _subsequence(sim, real), (KNOWN["transient-statuses"], sim, real)
+    assert _subsequence(sim, real), "\n".join([KNOWN["transient-statuses"], "simulator:", *map(_compact, sim),
+                                               "real:", *map(_compact, real)])
     phases = {node: [p for i, p in enumerate(ps) if i == 0 or p != ps[i - 1]]
               for node, ps in ((n, [s["phase"] for s in states(run, n, pod)]) for n in (REAL, SIM))}
     assert phases[REAL] == phases[SIM] == ["Pending", "Running", "Failed"]
