@@ -479,6 +479,10 @@ class SandboxCluster:
                         entry.unlink()
         self._boot_id_file(node, new=True)
         sim.start()
+        # the node daemon is a DaemonSet pod: the kubelet starts it in its first batch, so it can never be there
+        # before that batch is admitted (reboot_node starts it after this)
+        if sim.pods is not None and not sim.pods.sources_ready.wait(60):
+            raise ClusterError(f"the kubelet of {node.name} did not admit its pods within 60 s of the reboot")
 
     def stop_kubelet(self, name: str) -> None:
         """Stop a real node's kubelet and leave it down: its pods keep running in containerd, nothing on the node

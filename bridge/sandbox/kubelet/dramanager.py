@@ -21,9 +21,10 @@ Written from kubernetes/kubernetes pkg/kubelet/cm/dra/manager.go @001332b0 (`pre
 * `unprepare_pod`: drops the pod's reference; a claim whose last pod went away is unprepared (one call per
   driver, every requested claim must be in the answer); a failure keeps the record so a retry calls again.
   `unprepare_inactive` is the reconcile loop's pass over pods that are no longer active.
-* `stop()`, `forget_prepared()`, `start()`: what a kubelet restart looks like to a plugin: registrations dropped
-  and rediscovered, the in-memory "prepared" flags lost (so Prepare is called again), the claim->pod references
-  kept (they are in the kubelet's checkpoint), and all ResourceSlices of the node wiped again in the background.
+* `restart()` (`stop()`, `forget_prepared()`, `start()`): what a kubelet restart looks like to a plugin:
+  registrations dropped and rediscovered, the in-memory "prepared" flags lost (so Prepare is called again), the
+  claim->pod references kept (they are in the kubelet's checkpoint), and all ResourceSlices of the node wiped again
+  in the background.
 * the health stream: one `NodeWatchResources` per registered plugin, reconnected every 5 s when it fails; the
   latest status per (driver, pool, device) is kept (for tests to read, and for the pods' `allocatedResourcesStatus`,
   `claim_status_entries`) until the stream ends, which clears the driver's entries (`clearDriver`; a kubelet
@@ -281,6 +282,14 @@ class DraManager:
             for record in self._claims.values():
                 record.prepared.clear()
                 record.is_prepared = False
+
+    def restart(self) -> None:
+        """A kubelet restart as a plugin sees it (for a DRA manager used on its own; the simulator's `stop` and
+        `start` do the same): registrations dropped and rediscovered, prepared flags lost, claim references and
+        health kept."""
+        self.stop()
+        self.forget_prepared()
+        self.start()
 
     def wipe_node_slices(self) -> None:
         """Delete all of this node's ResourceSlices now (synchronously; `start` does it in the background)."""

@@ -60,7 +60,7 @@ reproduces:
   reacts to the API until it starts again. A kubelet that starts (`start`, read at v1.37.2 in kubelet.go
   `syncLoop`/`syncLoopIteration`/`HandlePodAdditions`, kubelet_pods.go `HandlePodCleanups`, devicemanager/
   manager.go, cm/dra/manager.go `reconcileLoop`): its first listing of the pods is admitted as ONE batch, oldest
-  first, after the sync loop's first wait for the runtime (`first_sync_delay`, 100 ms), and the pod source counts
+  first, after the start-up's wait (`first_sync_delay`, 1 s: see FIRST_SYNC_DELAY_S), and the pod source counts
   as seen only after that batch (`AddSource` follows the handler). While the sources are not ready, the device
   manager frees no devices (`UpdateAllocatedDevices` returns at once) and a container the runtime still runs needs
   no allocation ("scenario 2"); so a pod the scheduler bound, while the kubelet was down, to the devices of a pod
@@ -122,10 +122,12 @@ KILLED_EXIT_CODE = 143  # 128 + SIGTERM
 SIGKILLED_EXIT_CODE = 137  # 128 + SIGKILL: still running at the end of the grace period
 MINIMUM_KILL_GRACE_S = 2  # kuberuntime_manager.go minimumGracePeriodInSeconds
 HOUSEKEEPING_PERIOD_S = 2.0  # kubelet.go housekeepingPeriod
-# kubelet.go syncLoop: its first iteration waits for the runtime's first status (`runtimeErrors`), backing off from
-# 100 ms; the pods listed meanwhile wait in the config channel. The device manager starts in the same status update
-# (`initializeRuntimeDependentModules`), so a running device plugin can register before the first batch.
-FIRST_SYNC_DELAY_S = 0.1
+# A starting kubelet admits its first batch a while after it starts: kubelet.go syncLoop's first iteration waits for
+# the runtime's first status (`runtimeErrors`, backing off from 100 ms) while the pods listed wait in the config
+# channel, and the device manager starts in that status update (`initializeRuntimeDependentModules`). On the real
+# kubelets here (v1.37.2) the first batch's pod asked for its prepare about 1.5 s after the process started, so a
+# device plugin that is running registers first. The simulator starts in milliseconds: it waits 1 s.
+FIRST_SYNC_DELAY_S = 1.0
 # What a pod's record holds of its containers' state: a kubelet started again takes these over from the runtime.
 _RUNTIME_STATE = ("state", "run", "finish_at", "restart_at", "restart_delay", "running_since", "grace", "sigterm_at",
                   "kill_at", "health_written")
