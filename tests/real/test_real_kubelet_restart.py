@@ -5,7 +5,7 @@ manager.go `devicesToAllocate`, "scenario 2: kubelet restart"), so the running l
 reboot (tests/real/test_real_node_reboot.py), where nothing runs and the same pod is refused. But an init container
 that ran to completion is not running: a running pod whose init container had a GPU from the device plugin goes
 through the checks, finds no healthy device, and is rejected and killed ("no healthy devices present"): upstream
-behaviour, pinned. A DRA pod has nothing of the kind. The kubelet simulator plays all three since it models a
+behaviour (kubernetes/kubernetes#138446, open; #124345 closed), pinned. A DRA pod has nothing of the kind. The kubelet simulator plays all three since it models a
 kubelet's stop and start (tests/sandbox/test_cluster_node_lifecycle.py runs the twin); this confirms it on the real
 kubelets.
 """
