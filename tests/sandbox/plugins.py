@@ -30,6 +30,8 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
         self.closed = threading.Event()
         self.streams_open = 0  # ListAndWatch streams currently open (the kubelet's connection to us)
         self.options_calls = 0
+        self.allocating = threading.Event()  # set when an Allocate call is in the plugin
+        self.gate: threading.Event | None = None  # when set by a test: Allocate answers only once it is set
 
     def set(self, device: str, health: str) -> None:
         with self.cond:
@@ -68,6 +70,9 @@ class FakePlugin(pb_grpc.DevicePluginServicer):
     def Allocate(self, request, context):  # type: ignore[no-untyped-def]
         ids = list(request.container_requests[0].devices_ids)
         self.allocations.append(ids)
+        self.allocating.set()
+        if self.gate is not None:
+            self.gate.wait(30)
         return pb.AllocateResponse(container_responses=[
             pb.ContainerAllocateResponse(envs={"IDS": ",".join(ids)})])
 

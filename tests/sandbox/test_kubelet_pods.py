@@ -8,6 +8,7 @@ alone; the scheduler and claim controller stand-ins are exercised in the sandbox
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -368,6 +369,42 @@ def test_on_a_1_36_kubelet_a_legacy_pods_status_shows_its_devices_health_as_the_
     expected = [{"resourceID": held[0], "health": "Healthy"}, {"resourceID": held[1], "health": "Unhealthy"}]
     wait_until(lambda: health_of(world, "train") == [{"name": RES, "resources": expected}], 30,
                "the unhealthy device in the pod's status")
+
+
+def test_an_ended_pod_keeps_its_device_plugin_devices_until_a_podresources_list_so_its_last_status_shows_them(
+        env: Env) -> None:
+    """The device manager gives an ended pod's devices back only at its next UpdateAllocatedDevices, which an
+    allocation or a PodResources List calls (v1.37.2 server_v1.go), not at termination: the terminal status still
+    shows their health, as a real kubelet's first terminal status does."""
+    world = env.start("1.36")
+    world.pod("job", widgets=2, restart="Never", annotations={RUN_SECONDS_ANNOTATION: "0.3"})
+    wait_until(lambda: world.phase("job") == "Succeeded", 30, "the job to succeed")
+    held = sorted(world.widgets.allocations[0])
+    assert health_of(world, "job") == [
+        {"name": RES, "resources": [{"resourceID": i, "health": "Healthy"} for i in held]}]
+    assert [a.pod_name for a in world.kubelet.devices.assignments()] == ["job"]  # still held after the end
+    assert world.listed() == {}  # List: not an active pod, and its devices given back
+    assert world.kubelet.devices.assignments() == []
+    assert health_of(world, "job") == [  # a terminated pod's status is not written again
+        {"name": RES, "resources": [{"resourceID": i, "health": "Healthy"} for i in held]}]
+
+
+def test_a_podresources_list_during_an_admission_keeps_the_devices_that_admission_allocates(world: World) -> None:
+    """A pod being admitted is active (HandlePodAdditions adds it to the pod manager first): the List's
+    UpdateAllocatedDevices must not take back the devices its Allocate call is handing out, or the next pod could
+    be given the same ones."""
+    world.widgets.gate = gate = threading.Event()
+    world.pod("first", widgets=2)
+    assert world.widgets.allocating.wait(30)
+    assert world.listed() == {}  # the pod is not listed while it is admitted...
+    gate.set()
+    wait_until(lambda: world.phase("first") == "Running", 30, "the pod to run")
+    held = set(world.widgets.allocations[0])
+    assert world.listed() == {"first": held}  # ...and keeps its devices after
+    world.pod("second", widgets=2)
+    wait_until(lambda: world.phase("second") == "Running", 30, "the second pod to run")
+    assert world.listed() == {"first": held, "second": set(world.widgets.allocations[1])}
+    assert not held & set(world.widgets.allocations[1])
 
 
 def test_on_a_1_36_kubelet_a_dra_pods_status_shows_its_claims_devices_by_cdi_id_while_prepared(env: Env) -> None:

@@ -45,9 +45,10 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
   unhealthy devices", "previously allocated devices are no longer healthy; cannot allocate unhealthy devices",
   "requested number of devices unavailable for R. Requested: N, Available: M", "no containers return in
   allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
-  give their devices back. It does nothing while `sources_ready` is False (a starting kubelet admits the pods of
-  its first listing before the pod source counts as seen: kubelet.go `syncLoopIteration` calls `AddSource` after
-  the handler), so a pod gone while the kubelet was down keeps its devices through that first batch; and in that
+  give their devices back, at an allocation and at a PodResources `List` (its only callers; not at a pod's
+  termination). It does nothing while `sources_ready()` is False (a starting kubelet admits the pods of its first
+  listing before the pod source counts as seen: kubelet.go `syncLoopIteration` calls `AddSource` after the
+  handler), so a pod gone while the kubelet was down keeps its devices through that first batch; and in that
   batch a container the runtime still runs (`running=True`) skips allocation altogether, before any check
   ("Container detected running, nothing to do", the kubelet's "scenario 2: kubelet restart"; devicemanager/
   manager.go `devicesToAllocate` and `UpdateAllocatedDevices`, read at v1.37.2).
@@ -281,9 +282,10 @@ class DeviceManager:
         self._pool: ThreadPoolExecutor | None = None
         self._orphans: list[_Client] = []  # disconnected clients whose reader threads are joined at stop
         self.register_errors: list[str] = []
-        # `sourcesReady.AllReady()`: False while a starting kubelet admits the pods of its first listing (the pod
-        # runner sets it); a device manager without a pod runner counts its sources as ready.
-        self.sources_ready = True
+        # `sourcesReady.AllReady()` (manager.go keeps the kubelet's `SourcesReady` it was started with): False while
+        # a starting kubelet admits the pods of its first listing. The pod runner hands in its own; a device manager
+        # without a pod runner counts its sources as ready.
+        self.sources_ready: Callable[[], bool] = lambda: True
         # `activePods` (the pod runner's): the UIDs whose devices `UpdateAllocatedDevices` keeps before an allocation
         self.active_pods: Callable[[], Iterable[str]] | None = None
         # The sync loop's `containerManager.Updates()` consumer: pod UIDs to sync now (set by the pod runner).
@@ -386,6 +388,16 @@ class DeviceManager:
             dmcheckpoint.write(self.plugin_dir, entries, registered)
         except OSError as err:
             log.error("Failed to write checkpoint file: %s", err)
+
+    def no_checkpoints(self) -> bool:
+        """`ShouldResetExtendedResourceCapacity`: the checkpoint store lists nothing, i.e. the device-plugin
+        directory has no entry but temporary ones (manager.go asks `ListCheckpoints`; util/store/filestore.go `List`
+        counts every name not starting with "."; sockets and DEPRECATION count too). True only for a kubelet
+        directory no device manager ever wrote to, not after a kubelet restart or a reboot (it persists)."""
+        try:
+            return not any(not name.startswith(".") for name in os.listdir(self.plugin_dir))
+        except OSError:  # ListCheckpoints failing: the kubelet answers False
+            return False
 
     def _cleanup_dir(self) -> None:
         for entry in os.scandir(self.plugin_dir):
@@ -638,7 +650,7 @@ class DeviceManager:
             if existing is not None and len(existing) != count:
                 raise AllocationFailed(f'pod "{pod_uid}" container "{container}" changed request for resource '
                                        f'"{resource}" from {len(existing)} to {count}')
-            if running and not self.sources_ready:
+            if running and not self.sources_ready():
                 self._drop_if_empty(pod_uid)
                 return pb.ContainerAllocateResponse()
             if existing is not None:
@@ -758,7 +770,7 @@ class DeviceManager:
     def update_allocated(self, active_pod_uids: Iterable[str]) -> list[str]:
         """`UpdateAllocatedDevices`: forget the devices of every pod not in `active_pod_uids` (once the sources are
         ready; before, nothing)."""
-        if not self.sources_ready:
+        if not self.sources_ready():
             return []
         active = set(active_pod_uids)
         with self._lock:

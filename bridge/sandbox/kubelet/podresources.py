@@ -5,7 +5,9 @@ Written from kubernetes/kubernetes pkg/kubelet/apis/podresources/server_v1.go (@
 pods and reports, per pod, the restartable init containers (sidecars) and the regular containers; **ordinary init
 containers are not reported**, so a device an init container holds is invisible here, even while the init
 container runs) and pkg/kubelet/cm/devicemanager/pod_devices.go (`getContainerDevices`: one `ContainerDevices` per
-resource and NUMA node; devices without topology in one group).
+resource and NUMA node; devices without topology in one group). `List` first calls the device manager's
+`UpdateAllocatedDevices` (v1.37.2 server_v1.go; `Get` does not), so a List gives back the devices of pods that
+ended, as it does on a real kubelet.
 
 Pods: when a pods provider is set (the simulator's pod runner: the kubelet's active pods), every active pod is
 listed, with or without devices; otherwise the pods the device manager has assignments for. DRA assignments come
@@ -73,6 +75,7 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):
         self._s = server
 
     def List(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext) -> pb.ListPodResourcesResponse:
+        self._s.update_allocated()
         return pb.ListPodResourcesResponse(pod_resources=self._s.pods())
 
     def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext) -> pb.GetPodResourcesResponse:
@@ -112,6 +115,14 @@ class PodResourcesServer:
     def set_pods_provider(self, provider: Callable[[], list[Obj]]) -> None:
         """The kubelet's active pods (pod objects); `List` then reports every one of them."""
         self._pods_provider = provider
+
+    def update_allocated(self) -> None:
+        """`List` calls the device manager's `UpdateAllocatedDevices` before it lists (server_v1.go; `Get` does
+        not): the devices of pods no longer active go back. With the kubelet's admissions, this is what frees an
+        ended pod's devices in the kubelet, so a List changes what the kubelet's next status of that pod says."""
+        active = self.manager.active_pods
+        if active is not None:
+            self.manager.update_allocated(active())
 
     def pods(self) -> list[pb.PodResources]:
         # (namespace, pod) -> container -> (device assignments, dynamic assignments), in the order reported

@@ -32,8 +32,13 @@ reproduces:
   containers are sent SIGTERM (a `Killing` event each) and stopped within the pod's grace period, then the DRA
   claims are unprepared (a failure is a sync error, retried
   after the worker's `backOffPeriod`, 10 s jittered by 0.5: resources must be unprepared after the containers
-  stopped and before the status changes), the device-plugin devices go back (`UpdateAllocatedDevices`), the
-  terminal status is written, and a pod being deleted is deleted for good: with `gracePeriodSeconds: 0` and the
+  stopped and before the status changes), the terminal status is written twice as kubelet.go writes it
+  (`SyncTerminatingPod`, then `SyncTerminatedPod`: generated again, written if it differs), and a pod being
+  deleted is deleted for good. The device-plugin devices do NOT go back at termination: the device manager keeps
+  them until its next `UpdateAllocatedDevices` (an admission's allocation, or a PodResources `List`), so the first
+  terminal status still shows their health, and the second does not when the node daemon listed in between (its
+  holder checks list after a pod event; what a real v1.37.2 kubelet wrote, about 0.5 s apart). The delete: with
+  `gracePeriodSeconds: 0` and the
   pod's uid as precondition (status_manager.go `syncPod`), the only delete the API server acts on once a graceful
   deletion is under way (a plain DELETE of a pod with a deletionTimestamp changes nothing: k8s.io/apiserver
   pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real kube-apiserver v1.37.2 until this
@@ -259,7 +264,7 @@ class PodRunner:
         by one, and housekeeping kills the runtime's pods that are gone from the API (see the module docstring)."""
         self._stop.clear()
         self.sources_ready.clear()
-        self.devices.sources_ready = False
+        self.devices.sources_ready = self.sources_ready.is_set
         self.devices.active_pods = self._active_uids
         if self.dra is not None:
             self.dra.on_pod_updates = self._sync_pods
@@ -284,9 +289,11 @@ class PodRunner:
             self.dra.unprepare_inactive(set(self._active_uids()))
 
     def _active_uids(self) -> list[str]:
-        """`GetActivePods`: the pods admitted and not yet torn down."""
+        """`GetActivePods`, as the device manager and the DRA reconcile loop see it: the pods not yet torn down,
+        including one being admitted (HandlePodAdditions adds a pod to the pod manager before it admits it, so a
+        PodResources List during an admission keeps the devices the admission just allocated)."""
         with self._lock:
-            return [r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
+            return [r.uid for r in self._pods.values() if r.state in ("new", "admitted", "running", "terminating")]
 
     def _housekeeping(self) -> None:
         """The sync loop: the first listing admitted as a batch, then, every `housekeeping_period` once the sources
@@ -310,8 +317,7 @@ class PodRunner:
                 batch = sorted(self._first_batch or [], key=_created)
                 self._first_batch = None  # later pods start their own workers, which wait for this lock
             verdicts = [self._admission(rec) for rec in batch]
-            self.devices.sources_ready = True  # syncLoopIteration: AddSource after the handler
-            self.sources_ready.set()
+            self.sources_ready.set()  # syncLoopIteration: AddSource after the handler
         for rec, verdict in zip(batch, verdicts):
             self._report_admission(rec, verdict)
             self._spawn(rec)
@@ -645,15 +651,19 @@ class PodRunner:
                          extra={"pod": f"{rec.namespace}/{rec.name}", "error": str(err)})
                 return self._jitter(self.sync_retry)  # a sync error: the worker's backOffPeriod
         with self._lock:
-            rec.state = "done"
-            active = [r.uid for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
-        self.devices.update_allocated(active)
+            rec.state = "done"  # no longer active: the next UpdateAllocatedDevices gives its devices back
         if rec.gone:
             return None
         if rec.run.started_at is None:
             rec.run.started_at = rec.run.start_time
         rec.run.finished_at = _now()
+        # SyncTerminatingPod's status: the device manager still holds the pod's devices, so their health is in it.
+        # They go back only at the next UpdateAllocatedDevices (an admission's allocation, or a PodResources List:
+        # the node daemon's holder checks list after a pod event), not at termination.
         self._write_status(rec)
+        # SyncTerminatedPod's status: generated again and written if it differs (without the device-plugin health
+        # once a List or an admission in between took the devices back)
+        self._refresh_health(rec)
         if (rec.obj.get("metadata") or {}).get("deletionTimestamp"):
             try:  # status_manager.go: grace 0, with the pod's UID as a precondition
                 self.kube.delete(PODS, rec.name, rec.namespace, grace_period_seconds=0, uid=rec.uid)
