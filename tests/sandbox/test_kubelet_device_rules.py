@@ -177,6 +177,9 @@ def api_kubelet(short_tmp: Path) -> Iterator[tuple[KubeAPI, Callable[..., Kubele
             s.stop()
 
 
+OTHER = "example.com/other"  # an extended resource no plugin of this kubelet reports
+
+
 def node_counts(api: KubeAPI) -> tuple[str | None, str | None]:
     status = api.get(NODES, "node-a").get("status") or {}
     return (status.get("capacity") or {}).get(RES), (status.get("allocatable") or {}).get(RES)
@@ -233,6 +236,28 @@ def test_registering_over_an_existing_node_keeps_its_annotations_and_zeroes_stal
     meta = api.get(NODES, "node-a")["metadata"]
     assert meta["annotations"]["dra-bridge.io/dra-devices"] == "2" and meta["labels"]["team"] == "a"
     assert meta["labels"]["kubernetes.io/os"] == "linux"
+
+
+def test_a_kubelet_started_again_on_its_own_directory_keeps_the_nodes_other_extended_resources(
+        api_kubelet: tuple[KubeAPI, Callable[..., KubeletSimulator]], served: list[Served]) -> None:
+    """`ShouldResetExtendedResourceCapacity` asks whether the device-plugin directory lists any checkpoint (any
+    entry not starting with "."). After a restart it holds the checkpoint the device manager wrote, so extended
+    resources on the Node that no plugin here reports are left alone, whether or not a pod holds a device (the
+    simulator used to zero them when none did). The plugin's own resource shows 0 until it registers again (the
+    checkpoint's resources start with no healthy device: manager.go `readCheckpoint`)."""
+    api, make = api_kubelet
+    kubelet = make(node_status_frequency=0.2)
+    start_plugin(kubelet, served, ["w0", "w1"])
+    wait_until(lambda: node_counts(api) == ("2", "2"), 20, "the devices on the Node")
+    kubelet.stop()
+    node = api.get(NODES, "node-a")
+    node["status"]["capacity"][OTHER] = node["status"]["allocatable"][OTHER] = "5"
+    api.update(NODES, node, subresource="status")
+    kubelet.start()
+    assert kubelet.node_status is not None and kubelet.node_status.wait_registered(20)
+    wait_until(lambda: node_counts(api) == ("0", "0"), 20, "the plugin's resource at 0 until it registers again")
+    status = api.get(NODES, "node-a")["status"]
+    assert status["capacity"][OTHER] == status["allocatable"][OTHER] == "5"
 
 
 def test_podresources_does_not_report_the_devices_of_ordinary_init_containers(

@@ -9,7 +9,7 @@ conditions) and pkg/kubelet/apis/config/v1beta1/defaults.go (`nodeStatusUpdateFr
 * Registration: create the Node (default labels `kubernetes.io/hostname|os|arch` and their `beta.` twins, the
   configured labels and taints, the attach-detach annotation); retried every 100 ms doubling to 7 s. When the Node
   exists already, its default labels are reconciled and, when this kubelet starts with no device state (the
-  kubelet's `ShouldResetExtendedResourceCapacity`: no device-manager checkpoint), its extended resources are zeroed
+  kubelet's `ShouldResetExtendedResourceCapacity`: an empty device-plugin directory), its extended resources are zeroed
   until the device plugins report again. Nothing else of an existing Node (annotations, other labels) is touched.
 * Status, every `update_frequency` (the kubelet's `nodeStatusUpdateFrequency`): capacity = the machine (cpu,
   memory, pods, ephemeral-storage, hugepages) plus, per device-plugin resource, **all** its devices; allocatable =
@@ -172,7 +172,11 @@ class NodeStatusReporter:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """A kubelet process starting: it registers again (kubelet_node_status.go `registerWithAPIServer` runs until
+        `registrationCompleted`, which a new process starts without), so an existing Node is reconciled at every
+        start, a restart's included."""
         self._stop.clear()
+        self.registered.clear()
         self._thread = threading.Thread(target=self._run, name=f"node-status-{self.node_name}", daemon=True)
         self._thread.start()
 

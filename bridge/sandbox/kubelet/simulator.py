@@ -98,7 +98,7 @@ class KubeletSimulator:
                 self.node_status = NodeStatusReporter(
                     kube, node_name, self.devices.capacity, version=self.version, machine=self.config.machine,
                     update_frequency=self.config.node_status_frequency,
-                    fresh_device_state=lambda: not self.devices.assignments())
+                    fresh_device_state=lambda: self._fresh_device_state)
             if self.config.run_pods:
                 self.pods = PodRunner(kube, node_name, self.devices, self.dra, version=self.version,
                                       machine=self.config.machine, sync_retry=self.config.sync_retry,
@@ -110,6 +110,7 @@ class KubeletSimulator:
         self._extra: list[Component] = []
         self.restarts = 0
         self._running = self._started = False
+        self._fresh_device_state = True  # `ShouldResetExtendedResourceCapacity` as read at the last start
         self._serves_podresources = True
 
     @property
@@ -142,6 +143,10 @@ class KubeletSimulator:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         again = self._started
         self._serves_podresources = podresources
+        # read as the node status registers on a real kubelet: before its device manager starts (kubelet.go Run
+        # starts syncNodeStatus at once, the container manager only once the runtime is up), so before our
+        # kubelet.sock is in the directory
+        self._fresh_device_state = self.devices.no_checkpoints()
         if podresources:
             self.podresources.start()
         if again:
