@@ -235,9 +235,8 @@ def test_after_corrupt_checkpoints_claims_running_containers_use_are_rebuilt_and
     assert uid in json.loads(claims.read_text())["data"]["preparedClaims"]
     checkpoint.write_text("{ truncated")
     claims.write_text("{ truncated too")
-    node_obj = world.api.get(NODES, NODE)
-    node_obj["metadata"]["annotations"][SPLIT_KEY] = "0"
-    world.api.update(NODES, node_obj)
+    # a patch: a read-modify-write PUT races the simulated kubelet's node status writes (409 under load)
+    world.api.patch(NODES, NODE, {"metadata": {"annotations": {SPLIT_KEY: "0"}}})
 
     second = world.start()
     assert second.opened is not None and second.opened.corrupt is not None
