@@ -390,13 +390,13 @@ def test_an_ended_pod_keeps_its_device_plugin_devices_until_a_podresources_list_
 
 
 def test_a_podresources_list_during_an_admission_keeps_the_devices_that_admission_allocates(world: World) -> None:
-    """A pod being admitted is active (HandlePodAdditions adds it to the pod manager first): the List's
-    UpdateAllocatedDevices must not take back the devices its Allocate call is handing out, or the next pod could
-    be given the same ones."""
+    """A pod being admitted is active (HandlePodAdditions adds it to the pod manager first): the List shows it,
+    without devices while its Allocate call is out, and its UpdateAllocatedDevices must not take back the devices
+    that call is handing out, or the next pod could be given the same ones."""
     world.widgets.gate = gate = threading.Event()
     world.pod("first", widgets=2)
     assert world.widgets.allocating.wait(30)
-    assert world.listed() == {}  # the pod is not listed while it is admitted...
+    assert world.listed() == {"first": set()}  # listed while it is admitted, its devices not recorded yet...
     gate.set()
     wait_until(lambda: world.phase("first") == "Running", 30, "the pod to run")
     held = set(world.widgets.allocations[0])

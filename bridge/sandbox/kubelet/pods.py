@@ -133,6 +133,7 @@ HOUSEKEEPING_PERIOD_S = 2.0  # kubelet.go housekeepingPeriod
 # kubelets here (v1.37.2) the first batch's pod asked for its prepare about 1.5 s after the process started, so a
 # device plugin that is running registers first. The simulator starts in milliseconds: it waits 1 s.
 FIRST_SYNC_DELAY_S = 1.0
+_ACTIVE = ("admitting", "admitted", "running", "terminating")  # the pod states GetActivePods keeps (see `active_pods`)
 # What a pod's record holds of its containers' state: a kubelet started again takes these over from the runtime.
 _RUNTIME_STATE = ("state", "run", "finish_at", "restart_at", "restart_delay", "running_since", "grace", "sigterm_at",
                   "kill_at", "health_written")
@@ -201,7 +202,7 @@ class PodRecord:
     namespace: str
     name: str
     obj: Obj
-    state: str = "new"  # new -> admitted -> running -> terminating -> done | rejected
+    state: str = "new"  # new -> admitting -> admitted -> running -> terminating -> done | rejected
     run: RunState | None = None
     gone: bool = False  # the API object was deleted
     semantic: str = ""  # semantic_key of the last version seen
@@ -289,11 +290,8 @@ class PodRunner:
             self.dra.unprepare_inactive(set(self._active_uids()))
 
     def _active_uids(self) -> list[str]:
-        """`GetActivePods`, as the device manager and the DRA reconcile loop see it: the pods not yet torn down,
-        including one being admitted (HandlePodAdditions adds a pod to the pod manager before it admits it, so a
-        PodResources List during an admission keeps the devices the admission just allocated)."""
-        with self._lock:
-            return [r.uid for r in self._pods.values() if r.state in ("new", "admitted", "running", "terminating")]
+        """`GetActivePods` (see `active_pods`), by UID: what the device manager and the DRA reconcile loop keep."""
+        return [(r.get("metadata") or {}).get("uid", "") for r in self.active_pods()]
 
     def _housekeeping(self) -> None:
         """The sync loop: the first listing admitted as a batch, then, every `housekeeping_period` once the sources
@@ -397,9 +395,12 @@ class PodRunner:
     # -- queries ----------------------------------------------------------------------------------------------------
 
     def active_pods(self) -> list[Obj]:
-        """The kubelet's active pods: admitted and not yet torn down."""
+        """`GetActivePods`: the pods not yet torn down, including the one being admitted (HandlePodAdditions adds a
+        pod to the pod manager just before it admits it; pods still queued behind it are not there yet). So a
+        PodResources List during an admission lists that pod (without the devices its Allocate is still fetching)
+        and keeps the devices the admission allocates."""
         with self._lock:
-            return [r.obj for r in self._pods.values() if r.state in ("admitted", "running", "terminating")]
+            return [r.obj for r in self._pods.values() if r.state in _ACTIVE]
 
     def record(self, namespace: str, name: str) -> PodRecord | None:
         with self._lock:
@@ -492,6 +493,8 @@ class PodRunner:
                 setattr(rec, name, getattr(kept, name))
         if deleting:
             return None
+        if kept is None:
+            rec.state = "admitting"  # in the pod manager from here (HandlePodAdditions): active while it is admitted
         verdict = self._verdict(rec, running=kept is not None)
         if not verdict.admit:
             self.devices.remove_pod(rec.uid)
