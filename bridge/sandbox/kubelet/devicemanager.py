@@ -44,7 +44,7 @@ plugin/v1beta1/{server,handler,client,api}.go). What it reproduces:
   kubelet's messages ("cannot allocate unregistered device", "no healthy devices present; cannot allocate
   unhealthy devices", "previously allocated devices are no longer healthy; cannot allocate unhealthy devices",
   "requested number of devices unavailable for R. Requested: N, Available: M", "no containers return in
-  allocation response"). `update_allocated(active)` is `UpdateAllocatedDevices`: pods no longer active
+  allocation response"). `update_allocated()` is `UpdateAllocatedDevices`: pods no longer active
   give their devices back, at an allocation and at a PodResources `List` (its only callers; not at a pod's
   termination). It does nothing while `sources_ready()` is False (a starting kubelet admits the pods of its first
   listing before the pod source counts as seen: kubelet.go `syncLoopIteration` calls `AddSource` after the
@@ -767,11 +767,16 @@ class DeviceManager:
             self._changed.notify_all()
             return gone
 
-    def update_allocated(self, active_pod_uids: Iterable[str]) -> list[str]:
-        """`UpdateAllocatedDevices`: forget the devices of every pod not in `active_pod_uids` (once the sources are
-        ready; before, nothing)."""
+    def update_allocated(self, active_pod_uids: Iterable[str] | None = None) -> list[str]:
+        """`UpdateAllocatedDevices`: forget the devices of every pod not in `active_pod_uids`, by default the
+        kubelet's active pods (`active_pods`; a device manager without a pod runner then forgets nothing). Once the
+        sources are ready; before, nothing."""
         if not self.sources_ready():
             return []
+        if active_pod_uids is None:
+            if self.active_pods is None:
+                return []
+            active_pod_uids = self.active_pods()
         active = set(active_pod_uids)
         with self._lock:
             gone = [uid for uid in self._pods if uid not in active]

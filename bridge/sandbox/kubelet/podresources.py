@@ -75,7 +75,7 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):
         self._s = server
 
     def List(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext) -> pb.ListPodResourcesResponse:
-        self._s.update_allocated()
+        self._s.manager.update_allocated()  # server_v1.go: UpdateAllocatedDevices first (Get does not)
         return pb.ListPodResourcesResponse(pod_resources=self._s.pods())
 
     def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext) -> pb.GetPodResourcesResponse:
@@ -115,14 +115,6 @@ class PodResourcesServer:
     def set_pods_provider(self, provider: Callable[[], list[Obj]]) -> None:
         """The kubelet's active pods (pod objects); `List` then reports every one of them."""
         self._pods_provider = provider
-
-    def update_allocated(self) -> None:
-        """`List` calls the device manager's `UpdateAllocatedDevices` before it lists (server_v1.go; `Get` does
-        not): the devices of pods no longer active go back. With the kubelet's admissions, this is what frees an
-        ended pod's devices in the kubelet, so a List changes what the kubelet's next status of that pod says."""
-        active = self.manager.active_pods
-        if active is not None:
-            self.manager.update_allocated(active())
 
     def pods(self) -> list[pb.PodResources]:
         # (namespace, pod) -> container -> (device assignments, dynamic assignments), in the order reported

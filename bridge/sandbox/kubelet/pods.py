@@ -29,20 +29,18 @@ reproduces:
   `sandbox.dra-bridge.io/exit-code` (default 0). restartPolicy Never ends the pod, OnFailure ends it on exit 0,
   otherwise the container restarts after the kubelet's crash-loop backoff (10 s doubling to 5 min).
 * Termination (the pod finished, or it was deleted: `deletionTimestamp` set, or the object gone): the running
-  containers are sent SIGTERM (a `Killing` event each) and stopped within the pod's grace period, then the DRA
-  claims are unprepared (a failure is a sync error, retried
-  after the worker's `backOffPeriod`, 10 s jittered by 0.5: resources must be unprepared after the containers
-  stopped and before the status changes), the terminal status is written twice as kubelet.go writes it
-  (`SyncTerminatingPod`, then `SyncTerminatedPod`: generated again, written if it differs), and a pod being
-  deleted is deleted for good. The device-plugin devices do NOT go back at termination: the device manager keeps
-  them until its next `UpdateAllocatedDevices` (an admission's allocation, or a PodResources `List`), so the first
-  terminal status still shows their health, and the second does not when the node daemon listed in between (its
-  holder checks list after a pod event; what a real v1.37.2 kubelet wrote, about 0.5 s apart). The delete: with
-  `gracePeriodSeconds: 0` and the
-  pod's uid as precondition (status_manager.go `syncPod`), the only delete the API server acts on once a graceful
-  deletion is under way (a plain DELETE of a pod with a deletionTimestamp changes nothing: k8s.io/apiserver
-  pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed there on a real kube-apiserver v1.37.2 until this
-  was so).
+  containers are sent SIGTERM (a `Killing` event each) and stopped within the pod's grace period, then the DRA claims
+  are unprepared (a failure is a sync error, retried after the worker's `backOffPeriod`, 10 s jittered by 0.5:
+  resources must be unprepared after the containers stopped and before the status changes), the terminal status is
+  written twice as kubelet.go writes it (`SyncTerminatingPod`, then `SyncTerminatedPod`: generated again, written if
+  it differs), and a pod being deleted is deleted for good. The device-plugin devices do NOT go back at termination:
+  the device manager keeps them until its next `UpdateAllocatedDevices` (an admission's allocation, or a PodResources
+  `List`), so the first terminal status still shows their health, and the second does not when the node daemon listed
+  in between (its holder checks list after a pod event; what a real v1.37.2 kubelet wrote, about 0.5 s apart). The
+  delete: with `gracePeriodSeconds: 0` and the pod's uid as precondition (status_manager.go `syncPod`), the only
+  delete the API server acts on once a graceful deletion is under way (a plain DELETE of a pod with a
+  deletionTimestamp changes nothing: k8s.io/apiserver pkg/registry/rest/delete.go `BeforeDelete`; the pods stayed
+  there on a real kube-apiserver v1.37.2 until this was so).
 * Stopping takes time, and the pod keeps its devices all that time: PodResources still lists it (the kubelet's active
   pods include a pod whose termination was requested, kubelet_pods.go `filterOutInactivePods`), its claims stay
   prepared and its device-plugin devices allocated. The containers exit `sandbox.dra-bridge.io/stop-seconds` after
@@ -541,8 +539,8 @@ class PodRunner:
             return Verdict(False, INVALID_NODE_INFO, "Kubelet cannot get node info.")
         allocated = {r: len(self.devices.allocated_ids(r)) for r in known}
         with self._lock:
-            others = [r.obj for r in self._pods.values()
-                      if r.uid != rec.uid and r.state in ("admitted", "running", "terminating")]
+            # allocationManager.AddPod(GetActivePods(), pod), the pod itself left out (admissions are serialised)
+            others = [r.obj for r in self._pods.values() if r.uid != rec.uid and r.state in _ACTIVE]
         return fits(pod, node, others, allocated, dra_extended=self.version.dra_extended_resource)
 
     def _node(self) -> Obj | None:
