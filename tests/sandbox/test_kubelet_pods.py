@@ -379,14 +379,13 @@ def test_an_ended_pod_keeps_its_device_plugin_devices_until_a_podresources_list_
     world = env.start("1.36")
     world.pod("job", widgets=2, restart="Never", annotations={RUN_SECONDS_ANNOTATION: "0.3"})
     wait_until(lambda: world.phase("job") == "Succeeded", 30, "the job to succeed")
-    held = sorted(world.widgets.allocations[0])
-    assert health_of(world, "job") == [
-        {"name": RES, "resources": [{"resourceID": i, "health": "Healthy"} for i in held]}]
+    shown = [{"name": RES, "resources": [{"resourceID": i, "health": "Healthy"}
+                                          for i in sorted(world.widgets.allocations[0])]}]
+    assert health_of(world, "job") == shown
     assert [a.pod_name for a in world.kubelet.devices.assignments()] == ["job"]  # still held after the end
     assert world.listed() == {}  # List: not an active pod, and its devices given back
     assert world.kubelet.devices.assignments() == []
-    assert health_of(world, "job") == [  # a terminated pod's status is not written again
-        {"name": RES, "resources": [{"resourceID": i, "health": "Healthy"} for i in held]}]
+    assert health_of(world, "job") == shown  # a terminated pod's status is not written again
 
 
 def test_a_podresources_list_during_an_admission_keeps_the_devices_that_admission_allocates(world: World) -> None:
