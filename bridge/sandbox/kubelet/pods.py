@@ -87,6 +87,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridge.kube.api import NODES, PODS, KubeAPI, Obj, WatchEvent
 from bridge.kube.errors import Conflict, KubeError, NotFound
@@ -125,6 +126,9 @@ KILLED_EXIT_CODE = 143  # 128 + SIGTERM
 SIGKILLED_EXIT_CODE = 137  # 128 + SIGKILL: still running at the end of the grace period
 MINIMUM_KILL_GRACE_S = 2  # kuberuntime_manager.go minimumGracePeriodInSeconds
 HOUSEKEEPING_PERIOD_S = 2.0  # kubelet.go housekeepingPeriod
+# kubelet/types/pod_status.go PodConditionsByKubelet
+KUBELET_CONDITIONS = ("PodScheduled", "Ready", "Initialized", "ContainersReady", "PodResizeInProgress",
+                      "PodResizePending")
 # A starting kubelet admits its first batch a while after it starts: kubelet.go syncLoop's first iteration waits for
 # the runtime's first status (`runtimeErrors`, backing off from 100 ms) while the pods listed wait in the config
 # channel, and the device manager starts in that status update (`initializeRuntimeDependentModules`). On the real
@@ -503,8 +507,11 @@ class PodRunner:
         return verdict
 
     def _report_admission(self, rec: PodRecord, verdict: Verdict | None) -> None:
-        if verdict is None or (verdict.admit and rec.state != "admitted"):
-            return  # not admitted now, or containers taken over from the runtime: their status stands
+        if verdict is not None and verdict.admit and rec.state != "admitted":
+            self._resync_taken_over(rec)
+            return
+        if verdict is None:
+            return  # not admitted now
         if not verdict.admit:
             log.info("pod rejected", extra={"pod": f"{rec.namespace}/{rec.name}", "reason": verdict.reason,
                                             "message": verdict.message})
@@ -700,6 +707,25 @@ class PodRunner:
         self._patch_status(rec, build_status(rec.obj, rec.run, host_ip=self.machine.address,
                                              pod_ip=self.machine.address, now=_now(), version=self.version,
                                              resources_status=rec.health_written))
+
+    def _resync_taken_over(self, rec: PodRecord) -> None:
+        """Containers taken over from the runtime keep their status, unless someone else changed a condition the
+        kubelet owns (the node lifecycle controller marks the pods of a Node that stopped posting not Ready): a new
+        kubelet process's status manager has no cached status, so its first sync writes the status it generates
+        wherever the API's differs (status_manager.go `syncPod`, `PodConditionsByKubelet`); the changed conditions'
+        transition time is now."""
+        assert rec.run is not None
+        health = self._resources_status(rec.obj)
+        status = build_status(rec.obj, rec.run, host_ip=self.machine.address, pod_ip=self.machine.address,
+                              now=_now(), version=self.version, resources_status=health)
+
+        def owned(s: Obj) -> dict[str, Any]:
+            return {c.get("type"): c.get("status") for c in s.get("conditions") or [] if c.get("type") in
+                    KUBELET_CONDITIONS}
+
+        if owned(status) != owned(rec.obj.get("status") or {}):
+            rec.health_written = health
+            self._patch_status(rec, status)
 
     def _resources_status(self, pod: Obj) -> dict[str, list[Obj]]:
         """Each app container's `allocatedResourcesStatus` now (`resourcestatus`; ResourceHealthStatus, 1.36+)."""

@@ -28,6 +28,8 @@ from typing import Protocol
 from bridge.kube.api import KubeAPI
 from bridge.sandbox.kubelet.devicemanager import ENDPOINT_STOP_GRACE_PERIOD_S, DeviceManager
 from bridge.sandbox.kubelet.dramanager import DraManager
+from bridge.sandbox.kubelet.nodelease import DEFAULT_DURATION_S as LEASE_DURATION_S
+from bridge.sandbox.kubelet.nodelease import NodeLease
 from bridge.sandbox.kubelet.nodestatus import UPDATE_FREQUENCY_S, MachineInfo, NodeStatusReporter
 from bridge.sandbox.kubelet.podresources import PodResourcesServer
 from bridge.sandbox.kubelet.pods import (
@@ -56,6 +58,7 @@ class KubeletConfig:
     version: str = DEFAULT_VERSION  # decides the release-dependent rules (bridge.sandbox.kubelet.version)
     register_node: bool = False  # create/reconcile the Node and post its status (needs the API side)
     node_status_frequency: float = UPDATE_FREQUENCY_S  # nodeStatusUpdateFrequency
+    node_lease_duration: int = LEASE_DURATION_S  # nodeLeaseDurationSeconds (the Lease is renewed every quarter)
     run_pods: bool = False  # run the pods bound to this node (needs the API side)
     machine: MachineInfo = field(default_factory=MachineInfo)
     sync_retry: float = SYNC_RETRY_S  # pod workers' backOffPeriod after a sync error (10 s, jittered)
@@ -86,6 +89,7 @@ class KubeletSimulator:
         self.podresources = PodResourcesServer(self.root, self.devices)
         self.dra: DraManager | None = None
         self.node_status: NodeStatusReporter | None = None
+        self.node_lease: NodeLease | None = None
         self.pods: PodRunner | None = None
         if kube is not None and node_name is not None:
             self.dra = DraManager(kube, node_name, str(self.root / "plugins_registry"),
@@ -99,6 +103,7 @@ class KubeletSimulator:
                     kube, node_name, self.devices.capacity, version=self.version, machine=self.config.machine,
                     update_frequency=self.config.node_status_frequency,
                     fresh_device_state=lambda: self._fresh_device_state)
+                self.node_lease = NodeLease(kube, node_name, self.config.node_lease_duration)
             if self.config.run_pods:
                 self.pods = PodRunner(kube, node_name, self.devices, self.dra, version=self.version,
                                       machine=self.config.machine, sync_retry=self.config.sync_retry,
@@ -156,6 +161,8 @@ class KubeletSimulator:
             self.devices.start()
         if self.node_status is not None:
             self.node_status.start()
+        if self.node_lease is not None:
+            self.node_lease.start()
         if self.dra is not None:
             if again:
                 self.dra.forget_prepared()
@@ -177,6 +184,8 @@ class KubeletSimulator:
             self.pods.stop()
         if self.dra is not None:
             self.dra.stop()
+        if self.node_lease is not None:
+            self.node_lease.stop()
         if self.node_status is not None:
             self.node_status.stop()
         self.devices.stop()
