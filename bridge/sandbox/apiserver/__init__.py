@@ -33,7 +33,8 @@ what is compared). Deliberately not modelled, with the reason:
   order and preempt by them).
 * A Node's `node.kubernetes.io/not-ready` taint (the TaintNodesByCondition admission plugin) and the TTL
   controller's `node.alpha.kubernetes.io/ttl` annotation: the taint pairs with the node lifecycle controller that
-  removes it once the node is Ready, which the emulator does not run; without it every node would stay tainted.
+  removes it once the node is Ready. Its stand-in (bridge.sandbox.nodelifecycle) runs in sandbox clusters, not in
+  the emulator: a Node created against the emulator alone would stay tainted.
 * A ValidatingAdmissionPolicy's `status` (the type checker inside kube-apiserver writes `observedGeneration` and
   `typeChecking`): the emulator stores policies but does not evaluate them.
 * Unknown fields are kept: under `fieldValidation=Warn`/`Ignore` the real server drops a field its schema lacks

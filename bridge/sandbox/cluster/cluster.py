@@ -12,8 +12,10 @@ What runs, in start order (stop is the reverse, and leaves nothing behind: socke
    pod deletion (the kubelets finish deleted pods, as real kubelets do);
 2. with `bridge`, the bridge's DeviceClass (as `examples/deviceclass.yaml`);
 3. one kubelet simulator per node (in this process): it registers its Node with the node's labels (plus GPU
-   Feature Discovery's), posts the Node's status and runs the pods bound to it;
-4. the control plane (`controlplane.stand_ins`): the scheduler and claim-controller stand-ins;
+   Feature Discovery's), posts the Node's status, renews its Lease and runs the pods bound to it;
+4. the control plane (`controlplane.stand_ins`): the scheduler, claim-controller and node lifecycle controller
+   stand-ins (`spec.node_monitor` sets the last one's periods, as kube-controller-manager's flags on the real
+   backend);
 5. with `bridge`, one real `bridge node` process per node with simulated GPUs (`--devices simulated:<gpus>`), its
    split from the node's spec or the cluster's; the cluster waits until every node daemon is registered with its
    kubelet through both APIs;
@@ -193,6 +195,7 @@ class SandboxCluster:
                                        config=KubeletConfig(
                                            version=self.spec.kubernetes_version, register_node=True, run_pods=True,
                                            node_status_frequency=self.spec.node_status_frequency,
+                                           node_lease_duration=self.spec.node_lease_duration,
                                            sync_retry=self.spec.sync_retry,
                                            resync_interval=self.spec.resync_interval,
                                            dra_reconcile_period=self.spec.dra_reconcile_period,
@@ -211,7 +214,8 @@ class SandboxCluster:
             if split is not None:
                 self._api.patch(NODES, node.name, {"metadata": {"annotations": {SPLIT_ANNOTATION: split}}})
         if self.plane is None:
-            self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version)
+            self.controllers, self.control_plane = stand_ins(self._api, self.spec.kubernetes_version,
+                                                             self.spec.node_monitor)
         else:
             self.control_plane = (f"kube-scheduler and kube-controller-manager {self.plane.bin.version} (real, "
                                   f"built from source)")
@@ -265,6 +269,7 @@ class SandboxCluster:
         binaries = Binaries(line_of(self.spec.kubernetes_version))
         self.plane = ControlPlane(self.work_dir / "cp", binaries,
                                   PlaneOptions(host=self.host, apiserver_args=self.spec.apiserver_args,
+                                               controller_manager_args=tuple(self.spec.node_monitor.flags()),
                                                apiserver_bind="0.0.0.0" if self.spec.services else None))
         try:
             self.plane.start(timeout=max(1.0, deadline - time.monotonic()))
@@ -318,7 +323,8 @@ class SandboxCluster:
             root = self.work_dir / f"n{i}"
             real = RealNode(root, node_bin, self.plane, name=n.name, index=i, cluster_id=cluster_id,
                             devices=devices_from_spec(n.gpus, n.name), labels=n.all_labels(),
-                            images=images, node_ip=node_ip, node_status_frequency=self.spec.node_status_frequency)
+                            images=images, node_ip=node_ip, node_status_frequency=self.spec.node_status_frequency,
+                            kubelet_config={"nodeLeaseDurationSeconds": self.spec.node_lease_duration})
             self.nodes.append(SandboxNode(n, root, None, real=real))
         with ThreadPoolExecutor(len(self.nodes)) as pool:
             futures = [pool.submit(node.real.start, max(1.0, deadline - time.monotonic()))
@@ -488,7 +494,8 @@ class SandboxCluster:
         """Stop a real node's kubelet and leave it down: its pods keep running in containerd, nothing on the node
         reacts to the API, and the Node's lease lapses (kube-controller-manager marks it NotReady after its grace).
         `restart_kubelet` or `upgrade_kubelet` brings it back. On a stand-in node the simulator stops the same way
-        (its pods' containers run on; the stand-ins have no node lifecycle controller, so the Node stays Ready)."""
+        (its pods' containers run on, its Lease lapses, and the node lifecycle controller stand-in marks the Node
+        Unknown after `spec.node_monitor.grace_period`)."""
         node = self.node(name)
         if node.kubelet is not None:
             node.kubelet.stop()

@@ -28,6 +28,7 @@ import yaml
 from bridge.inventory.model import InventoryError
 from bridge.inventory.simulated import devices_from_spec
 from bridge.sandbox.kubelet.version import KubeletVersion, VersionError
+from bridge.sandbox.nodelifecycle.controller import NodeMonitorTimes
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 MAX_NODES = 64
@@ -89,6 +90,11 @@ class ClusterSpec:
     # control plane's. The skew policy bounds it: a kubelet is never newer than kube-apiserver and at most three
     # minors older (kubernetes.io/releases/version-skew-policy, "kubelet").
     kubelet_version: str | None = None
+    # kube-controller-manager's node lifecycle flags, on either backend (the stand-in or the real one), and the
+    # kubelets' nodeLeaseDurationSeconds (simulators and real kubelets); tests shorten them to see a stopped kubelet's
+    # Node go Unknown within seconds
+    node_monitor: NodeMonitorTimes = NodeMonitorTimes()
+    node_lease_duration: int = 40
 
     @property
     def version(self) -> KubeletVersion:
@@ -221,6 +227,11 @@ def check(spec: ClusterSpec) -> ClusterSpec:
     if spec.controller and not spec.bridge:
         raise SpecError("the controller sets the split the bridge's node daemons apply: it needs the bridge nodes "
                         "(--bridge)")
+    if spec.node_lease_duration < 1:
+        raise SpecError(f"node lease duration must be at least 1 second, got {spec.node_lease_duration}")
+    if min(spec.node_monitor.monitor_period, spec.node_monitor.grace_period,
+           spec.node_monitor.startup_grace_period) <= 0:
+        raise SpecError("the node monitor's period and grace periods must be > 0 seconds")
     if spec.controller_interval <= 0:
         raise SpecError(f"controller interval must be > 0 seconds, got {spec.controller_interval:g}")
     return spec

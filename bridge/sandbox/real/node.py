@@ -75,7 +75,7 @@ class RealNode:
     def __init__(self, node_dir: Path, binaries: Binaries, plane: ControlPlane, *, name: str, index: int,
                  cluster_id: str, devices: Sequence[GpuDevice], labels: dict[str, str], images: list[Path],
                  node_ip: str, node_status_frequency: float = 10.0,
-                 feature_gates: dict[str, bool] | None = None) -> None:
+                 feature_gates: dict[str, bool] | None = None, kubelet_config: dict[str, object] | None = None) -> None:
         self.dir = node_dir
         self.name = name
         self.bin = binaries
@@ -92,6 +92,7 @@ class RealNode:
         self._node_ip = node_ip
         self._frequency = node_status_frequency
         self._gates = feature_gates or {}
+        self._kubelet_config = kubelet_config or {}  # more KubeletConfiguration fields (nodeLeaseDurationSeconds)
 
     @property
     def kubelet_root(self) -> Path:
@@ -138,7 +139,8 @@ class RealNode:
         self.kubelet = Kubelet(self.ns, self.bin, node_name=self.name, node_ip=self._node_ip, ca=self.plane.ca,
                                kubeconfig=kubeconfig, runtime_endpoint=self.containerd.endpoint,
                                cgroup_root=self.cgroup_root, labels=self._labels,
-                               node_status_frequency=self._frequency, feature_gates=self._gates)
+                               node_status_frequency=self._frequency, feature_gates=self._gates,
+                               extra_config=self._kubelet_config)
         self.kubelet.start(timeout)
         return self
 

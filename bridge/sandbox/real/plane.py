@@ -52,6 +52,7 @@ class PlaneOptions:
     feature_gates: dict[str, bool] = field(default_factory=dict)
     runtime_config: dict[str, str] = field(default_factory=dict)  # e.g. {"resource.k8s.io/v1beta2": "true"}
     apiserver_args: tuple[str, ...] = ()
+    controller_manager_args: tuple[str, ...] = ()  # extra kube-controller-manager flags (the node monitor's times)
     host: str = "127.0.0.1"  # where every component listens (and clients connect)
     # where kube-apiserver listens instead of `host`: "0.0.0.0" when pods must reach it at the advertised address
     # (the `kubernetes` Service's endpoint)
@@ -227,7 +228,7 @@ class ControlPlane:
                       f"--service-account-private-key-file={sa.key}", f"--root-ca-file={ca.pair.cert}",
                       f"--cluster-signing-cert-file={ca.pair.cert}", f"--cluster-signing-key-file={ca.pair.key}",
                       "--use-service-account-credentials=true", "--controllers=*",
-                      f"--service-cluster-ip-range={SERVICE_CIDR}")
+                      f"--service-cluster-ip-range={SERVICE_CIDR}", *self.options.controller_manager_args)
         scheduler = manager("kube-scheduler", sched_kubeconfig)
 
         # both at once (neither needs the other to become healthy), each again on fresh ports if it lost one

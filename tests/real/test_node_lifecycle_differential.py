@@ -1,0 +1,125 @@
+"""The node lifecycle controller stand-in against kube-controller-manager's: the same two simulated nodes, the same
+kubelet stops and starts, on the stand-ins (`bridge.sandbox.nodelifecycle`) and on a real control plane (the real
+`node-lifecycle-controller` judging the same kubelet simulators, so their heartbeat Leases are checked too).
+
+What a platform engineer sees when a GPU node's kubelet dies is what this pins: the Node's conditions go Unknown
+after the grace period, it gets the `unreachable` taints (NoSchedule at once, NoExecute through the zone's rate
+limiter), its pods go not Ready; when every Node is down the controller assumes the fault is its own and takes the
+NoExecute taints off again; a kubelet back clears its Node and lets the zone taint the other again. The periods are
+shortened alike on both backends (`ClusterSpec.node_monitor`, `node_lease_duration`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bridge.kube import NODES, PODS
+from bridge.sandbox.cluster import NodeSpec, SandboxCluster
+from bridge.sandbox.nodelifecycle import NodeMonitorTimes
+from tests.polling import wait_until
+from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
+from tests.sandbox_cluster import create_pod_namespaces, spec_for_tests
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+NS = "team"
+TIMES = NodeMonitorTimes(monitor_period=1.0, grace_period=4.0, startup_grace_period=10.0, eviction_rate=2.0)
+# (not 1.0: a stopped zone limiter reports a rate of 1, so a zone leaving full disruption would never taint again)
+LEASE_S = 2  # renewed every 0.5 s
+
+
+def _ready(api: Any, node: str) -> str:
+    conditions = (api.get(NODES, node).get("status") or {}).get("conditions") or []
+    return next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"), "")
+
+
+def _taints(api: Any, node: str) -> list[tuple[str, str, bool]]:
+    """(key, effect, has timeAdded) of the node's taints, sorted."""
+    return sorted((t["key"], t["effect"], bool(t.get("timeAdded")))
+                  for t in (api.get(NODES, node).get("spec") or {}).get("taints") or [])
+
+
+def _conditions(api: Any, node: str) -> list[tuple[str, str, str, str]]:
+    return sorted((c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
+                  for c in (api.get(NODES, node).get("status") or {}).get("conditions") or [])
+
+
+def _pod_ready(api: Any, name: str) -> str:
+    conditions = (api.get(PODS, name, NS).get("status") or {}).get("conditions") or []
+    return next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"), "")
+
+
+def _pod(name: str, node: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+
+
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def scenario(cluster: SandboxCluster) -> dict[str, Any]:
+    api = cluster.api
+    seen: dict[str, Any] = {}
+    create_pod_namespaces(cluster, NS)
+    api.create(PODS, _pod("web", "n1"), NS)
+    wait_until(lambda: _pod_ready(api, "web") == "True", 60, "the pod on n1 to be Ready")
+    seen["before"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2")}
+
+    cluster.stop_kubelet("n1")
+    wait_until(lambda: (UNREACHABLE, "NoExecute", True) in _taints(api, "n1"), 60,
+               "n1 to be tainted unreachable:NoExecute")
+    wait_until(lambda: _pod_ready(api, "web") == "False", 20, "the pod on n1 to be marked not Ready")
+    seen["n1 down"] = {"n1 conditions": _conditions(api, "n1"), "n1": _taints(api, "n1"), "n2": _taints(api, "n2"),
+                       "pod phase": api.get(PODS, "web", NS)["status"]["phase"]}
+
+    cluster.stop_kubelet("n2")
+    wait_until(lambda: _ready(api, "n2") == "Unknown", 60, "n2 to go Unknown")
+    wait_until(lambda: (UNREACHABLE, "NoExecute", True) not in _taints(api, "n1"), 20,
+               "the NoExecute taint to come off n1 (every node down: master disruption mode)")
+    wait_until(lambda: (UNREACHABLE, "NoSchedule", True) in _taints(api, "n2"), 20, "n2's NoSchedule taint")
+    seen["both down"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2")}
+
+    cluster.restart_kubelet("n1")
+    wait_until(lambda: _ready(api, "n1") == "True" and _taints(api, "n1") == [], 60, "n1 back and untainted")
+    wait_until(lambda: (UNREACHABLE, "NoExecute", True) in _taints(api, "n2"), 30,
+               "n2 tainted unreachable:NoExecute once a node is Ready again")
+    wait_until(lambda: _pod_ready(api, "web") == "True", 30, "the pod on n1 Ready again")
+    seen["n1 back"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2"), "n2 ready": _ready(api, "n2")}
+    return seen
+
+
+def _spec(backend: str) -> Any:
+    return spec_for_tests((NodeSpec("n1", "1xH100-80GB"), NodeSpec("n2", "1xH100-80GB")), backend=backend,
+                          version=REAL_LINE, node_monitor=TIMES, node_lease_duration=LEASE_S)
+
+
+EXPECTED = {
+    "before": {"n1": [], "n2": []},
+    "n1 down": {
+        "n1 conditions": [
+            ("DiskPressure", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."),
+            ("MemoryPressure", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."),
+            ("PIDPressure", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."),
+            ("Ready", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."),
+        ],
+        "n1": [(UNREACHABLE, "NoExecute", True), (UNREACHABLE, "NoSchedule", True)],
+        "n2": [],
+        "pod phase": "Running",
+    },
+    "both down": {"n1": [(UNREACHABLE, "NoSchedule", True)], "n2": [(UNREACHABLE, "NoSchedule", True)]},
+    "n1 back": {"n1": [], "n2": [(UNREACHABLE, "NoExecute", True), (UNREACHABLE, "NoSchedule", True)],
+                "n2 ready": "Unknown"},
+}
+
+
+def test_a_stopped_kubelets_node_goes_unknown_and_tainted_on_the_stand_ins_as_on_kube_controller_manager() -> None:
+    require_binaries(REAL_LINE, CONTROL_PLANE)
+    seen = {}
+    for backend in ("standin", "real"):
+        with SandboxCluster(_spec(backend)).start(timeout=180) as cluster:
+            seen[backend] = scenario(cluster)
+    assert seen["real"] == EXPECTED, "kube-controller-manager itself no longer does what this test expects"
+    assert seen["standin"] == seen["real"]
