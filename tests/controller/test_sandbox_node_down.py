@@ -33,8 +33,9 @@ def _ready(api: Any, node: str) -> str:
 
 def test_a_pending_dra_pod_gets_its_gpu_on_a_node_whose_kubelet_runs_not_on_one_whose_kubelet_died(
         sandbox_cluster: Any) -> None:
-    cluster = sandbox_cluster((NodeSpec("gpu-a", "2xH100-80GB", split="0"), NodeSpec("gpu-b", "2xH100-80GB", split="0")),
-                              version="1.37", bridge=True, controller=True, node_monitor=TIMES, node_lease_duration=2)
+    nodes = (NodeSpec("gpu-a", "2xH100-80GB", split="0"), NodeSpec("gpu-b", "2xH100-80GB", split="0"))
+    cluster = sandbox_cluster(nodes, version="1.37", bridge=True, controller=True, node_monitor=TIMES,
+                              node_lease_duration=2)
     cluster.wait_daemons_settled(60)
     api = cluster.api
     create_namespaces(api, NS)

@@ -28,6 +28,7 @@ list strategy, the cluster DNS it lacks, the probe image), it is projected out, 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -40,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from bridge.kube.api import EVENTS, NODES, PODS, WatchEvent
+from bridge.kube.api import EVENTS, LEASES, NODES, PODS, WatchEvent
 from bridge.kube.watch import Informer
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.kubelet import STOP_SECONDS_ANNOTATION
@@ -109,6 +110,7 @@ class Run:
     calls: dict[str, list[Obj]] = field(default_factory=dict)  # node -> the kubelet's calls, as recorded
     pods: dict[tuple[str, str], list[tuple[float, str, Obj]]] = field(default_factory=dict)  # (node, pod) -> versions
     events: dict[str, list[Obj]] = field(default_factory=dict)  # node -> Events in its namespace
+    leases: dict[str, tuple[float, Obj, Obj]] = field(default_factory=dict)  # node -> (read at, its Lease, its Node)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def seen(self, ev: WatchEvent) -> None:
@@ -221,6 +223,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 time.sleep(1.0)
             out.marks["end"] = time.time()
             out.events = {node: cluster.api.list(EVENTS, node)["items"] for node in (REAL, SIM)}
+            out.leases = {node: (time.time(), cluster.api.get(LEASES, node, "kube-node-lease"),
+                                 cluster.api.get(NODES, node)) for node in (REAL, SIM)}
             for node in (REAL, SIM):  # read before the cluster stops (which ends the streams)
                 lines = (record / f"{node}.jsonl").read_text().splitlines()
                 out.calls[node] = [c for c in map(json.loads, lines) if c["caller"] == "kubelet"]
@@ -395,6 +399,27 @@ def events(run: Run, node: str) -> set[tuple[Any, ...]]:
 
 
 # -- the comparisons -----------------------------------------------------------------------------------------------
+
+
+def _lease_view(read_at: float, lease: Obj, node: Obj) -> Obj:
+    spec = lease["spec"]
+    renewed = dt.datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00")).timestamp()
+    return {"spec": sorted(spec), "holder is the node": spec["holderIdentity"] == node["metadata"]["name"],
+            "duration": spec["leaseDurationSeconds"],
+            "renewTime has microseconds": bool(re.fullmatch(r".*\.\d{6}Z", spec["renewTime"])),
+            "renewed within a quarter of the duration": read_at - renewed <= spec["leaseDurationSeconds"] / 4 + 2,
+            "owners": [{**o, "uid": o["uid"] == node["metadata"]["uid"]} for o in lease["metadata"]["ownerReferences"]]}
+
+
+def test_both_kubelets_keep_the_same_node_lease(run: Run) -> None:
+    """The node lifecycle controller reads a renewed Lease as a heartbeat (bridge.sandbox.nodelifecycle): the
+    simulator's must be the real kubelet's, read at the end of the scenario (both restarted once)."""
+    real, sim = (_lease_view(*run.leases[node]) for node in (REAL, SIM))
+    assert real == {"spec": ["holderIdentity", "leaseDurationSeconds", "renewTime"], "holder is the node": True,
+                    "duration": 40, "renewTime has microseconds": True,
+                    "renewed within a quarter of the duration": True,
+                    "owners": [{"apiVersion": "v1", "kind": "Node", "name": REAL, "uid": True}]}
+    assert sim == {**real, "owners": [{**real["owners"][0], "name": SIM}]}
 
 
 def test_registration_is_the_same_through_both_apis(run: Run) -> None:

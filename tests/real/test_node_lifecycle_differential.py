@@ -1,6 +1,7 @@
-"""The node lifecycle controller stand-in against kube-controller-manager's: the same two simulated nodes, the same
-kubelet stops and starts, on the stand-ins (`bridge.sandbox.nodelifecycle`) and on a real control plane (the real
-`node-lifecycle-controller` judging the same kubelet simulators, so their heartbeat Leases are checked too).
+"""The node lifecycle controller stand-in against kube-controller-manager's: two nodes, the same kubelet stops and
+starts, on the stand-ins (`bridge.sandbox.nodelifecycle`, two kubelet simulators) and on a real control plane whose
+node `n1` runs a real kubelet with containerd and `n2` the kubelet simulator (so the real controller judges both
+kinds of heartbeat, and the real kubelet shows what a restart does to a pod marked not Ready).
 
 What a platform engineer sees when a GPU node's kubelet dies is what this pins: the Node's conditions go Unknown
 after the grace period, it gets the `unreachable` taints (NoSchedule at once, NoExecute through the zone's rate
@@ -18,8 +19,10 @@ import pytest
 from bridge.kube import NODES, PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.nodelifecycle import NodeMonitorTimes
+from bridge.sandbox.real.binaries import NODE
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
+from tests.real.realnodes import probe_pod
 from tests.sandbox_cluster import create_pod_namespaces, spec_for_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
@@ -47,14 +50,12 @@ def _conditions(api: Any, node: str) -> list[tuple[str, str, str, str]]:
 
 
 def _pod_ready(api: Any, name: str) -> str:
+    return str(_pod_condition(api, name).get("status", ""))
+
+
+def _pod_condition(api: Any, name: str, ctype: str = "Ready") -> dict[str, Any]:
     conditions = (api.get(PODS, name, NS).get("status") or {}).get("conditions") or []
-    return next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"), "")
-
-
-def _pod(name: str, node: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+    return next((c for c in conditions if c.get("type") == ctype), {})
 
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
@@ -64,16 +65,19 @@ def scenario(cluster: SandboxCluster) -> dict[str, Any]:
     api = cluster.api
     seen: dict[str, Any] = {}
     create_pod_namespaces(cluster, NS)
-    api.create(PODS, _pod("web", "n1"), NS)
+    api.create(PODS, probe_pod("web", node="n1"), NS)
     wait_until(lambda: _pod_ready(api, "web") == "True", 60, "the pod on n1 to be Ready")
     seen["before"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2")}
+    ready_since = [_pod_condition(api, "web")["lastTransitionTime"]]
 
     cluster.stop_kubelet("n1")
     wait_until(lambda: (UNREACHABLE, "NoExecute", True) in _taints(api, "n1"), 60,
                "n1 to be tainted unreachable:NoExecute")
     wait_until(lambda: _pod_ready(api, "web") == "False", 20, "the pod on n1 to be marked not Ready")
+    ready_since.append(_pod_condition(api, "web")["lastTransitionTime"])
     seen["n1 down"] = {"n1 conditions": _conditions(api, "n1"), "n1": _taints(api, "n1"), "n2": _taints(api, "n2"),
-                       "pod phase": api.get(PODS, "web", NS)["status"]["phase"]}
+                       "pod phase": api.get(PODS, "web", NS)["status"]["phase"],
+                       "pod ContainersReady": _pod_condition(api, "web", "ContainersReady").get("status")}
 
     cluster.stop_kubelet("n2")
     wait_until(lambda: _ready(api, "n2") == "Unknown", 60, "n2 to go Unknown")
@@ -87,13 +91,17 @@ def scenario(cluster: SandboxCluster) -> dict[str, Any]:
     wait_until(lambda: (UNREACHABLE, "NoExecute", True) in _taints(api, "n2"), 30,
                "n2 tainted unreachable:NoExecute once a node is Ready again")
     wait_until(lambda: _pod_ready(api, "web") == "True", 30, "the pod on n1 Ready again")
-    seen["n1 back"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2"), "n2 ready": _ready(api, "n2")}
+    ready_since.append(_pod_condition(api, "web")["lastTransitionTime"])
+    seen["n1 back"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2"), "n2 ready": _ready(api, "n2"),
+                       # the pod's Ready condition changed twice, each time with a new transition time
+                       "pod Ready transitions": ready_since[0] < ready_since[1] < ready_since[2]}
     return seen
 
 
 def _spec(backend: str) -> Any:
+    real = {"real_kubelets": True, "simulated_nodes": ("n2",)} if backend == "real" else {}
     return spec_for_tests((NodeSpec("n1", "1xH100-80GB"), NodeSpec("n2", "1xH100-80GB")), backend=backend,
-                          version=REAL_LINE, node_monitor=TIMES, node_lease_duration=LEASE_S)
+                          version=REAL_LINE, node_monitor=TIMES, node_lease_duration=LEASE_S, **real)
 
 
 EXPECTED = {
@@ -108,15 +116,16 @@ EXPECTED = {
         "n1": [(UNREACHABLE, "NoExecute", True), (UNREACHABLE, "NoSchedule", True)],
         "n2": [],
         "pod phase": "Running",
+        "pod ContainersReady": "True",  # the controller marks Ready alone
     },
     "both down": {"n1": [(UNREACHABLE, "NoSchedule", True)], "n2": [(UNREACHABLE, "NoSchedule", True)]},
     "n1 back": {"n1": [], "n2": [(UNREACHABLE, "NoExecute", True), (UNREACHABLE, "NoSchedule", True)],
-                "n2 ready": "Unknown"},
+                "n2 ready": "Unknown", "pod Ready transitions": True},
 }
 
 
 def test_a_stopped_kubelets_node_goes_unknown_and_tainted_on_the_stand_ins_as_on_kube_controller_manager() -> None:
-    require_binaries(REAL_LINE, CONTROL_PLANE)
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet",))
     seen = {}
     for backend in ("standin", "real"):
         with SandboxCluster(_spec(backend)).start(timeout=180) as cluster:

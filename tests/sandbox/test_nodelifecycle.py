@@ -209,7 +209,8 @@ def test_a_renewed_lease_alone_keeps_a_node_ready_and_it_goes_unknown_a_grace_pe
     renewer.start()
     try:
         with NodeLifecycleController(api, profile=profile_for("1.37"), times=TIMES):
-            wait_until(lambda: _ready(api, "other")["status"] == "Unknown", 10, "the node without a Lease to go Unknown")
+            wait_until(lambda: _ready(api, "other")["status"] == "Unknown", 10,
+                       "the node without a Lease to go Unknown")
             assert _ready(api, "leased")["status"] == "True"
             stop.set()
             renewer.join()

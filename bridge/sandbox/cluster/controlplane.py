@@ -1,8 +1,8 @@
 """The sandbox cluster's control plane: the scheduler, claim-controller and node lifecycle controller stand-ins for
-the cluster's Kubernetes release (`bridge.sandbox.scheduler.Scheduler`, `bridge.sandbox.claimcontroller.ClaimController`,
-`bridge.sandbox.nodelifecycle.NodeLifecycleController`, each written from the upstream component it stands in for
-and citing it). The claim controller starts first, so the claims of pods created from templates exist by the time
-the scheduler looks at the pods."""
+the cluster's Kubernetes release (`bridge.sandbox.scheduler.Scheduler`,
+`bridge.sandbox.claimcontroller.ClaimController`, `bridge.sandbox.nodelifecycle.NodeLifecycleController`, each
+written from the upstream component it stands in for and citing it). The claim controller starts first, so the
+claims of pods created from templates exist by the time the scheduler looks at the pods."""
 
 from __future__ import annotations
 

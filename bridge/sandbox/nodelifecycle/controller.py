@@ -77,7 +77,8 @@ class NodeMonitorTimes:
 
     def flags(self) -> list[str]:
         """The same settings as kube-controller-manager flags (for a real one)."""
-        return [f"--node-monitor-period={self.monitor_period:g}s", f"--node-monitor-grace-period={self.grace_period:g}s",
+        return [f"--node-monitor-period={self.monitor_period:g}s",
+                f"--node-monitor-grace-period={self.grace_period:g}s",
                 f"--node-startup-grace-period={self.startup_grace_period:g}s",
                 f"--node-eviction-rate={self.eviction_rate:g}",
                 f"--secondary-node-eviction-rate={self.secondary_eviction_rate:g}",
