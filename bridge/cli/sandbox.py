@@ -230,7 +230,8 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 @sandbox.command()
 @click.option("--backend", type=click.Choice(["standin", "real"]), default="standin", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_BACKEND",
-              help="standin: the API emulator and the scheduler/claim-controller stand-ins, in this process (needs "
+              help="standin: the API emulator and the scheduler, claim-controller and node lifecycle controller "
+                   "stand-ins, in this process (needs "
                    "nothing but this package). real: etcd, kube-apiserver, kube-controller-manager and "
                    "kube-scheduler built from source by `python scripts/build_real.py` (real TLS, RBAC, Node "
                    "authorizer, admission); the nodes are kubelet simulators with their own node credentials.")
@@ -310,7 +311,8 @@ def cluster(backend: str, kubelets: str | None, version: str, node_count: int, g
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
     """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
-    node (registers its Node, runs the pods bound to it), the scheduler and claim-controller stand-ins and,
+    node (registers its Node, runs the pods bound to it), the scheduler, claim-controller and node lifecycle
+    controller stand-ins and,
     optionally, a real `bridge node` per node with simulated GPUs, the real `bridge webhook` and the real
     `bridge controller`.
 

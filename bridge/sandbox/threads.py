@@ -1,10 +1,12 @@
-"""Joining a stand-in's worker threads on stop, within one deadline."""
+"""A stand-in's worker threads: joining several on stop within one deadline, and one started and stopped with its
+component."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 
 def join_all(threads: list[threading.Thread], timeout: float, who: str, log: logging.Logger) -> list[threading.Thread]:
@@ -16,3 +18,24 @@ def join_all(threads: list[threading.Thread], timeout: float, who: str, log: log
     if alive:
         log.warning("%s: %d threads still running after %.1fs", who, len(alive), timeout)
     return alive
+
+
+class Worker:
+    """A stand-in component's one background thread: `start` runs `target` in a new daemon thread (the `stopping`
+    event cleared first), `stop` sets the event and joins the thread. `target` loops until `stopping` is set."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, target: Callable[[], None]) -> None:
+        self.stopping.clear()
+        self._thread = threading.Thread(target=target, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self.stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+            self._thread = None

@@ -3,7 +3,7 @@ its Node Unknown and taints it `unreachable` (as kube-controller-manager does: t
 test_node_lifecycle_differential.py), `bridge controller` stops counting its GPUs, and a pending DRA pod gets a GPU
 moved on a node that can run it. Before the stand-in existed, the dead node stayed Ready in every stand-in test.
 
-The node monitor's periods are shortened (Unknown 4 s after the last heartbeat instead of 50 s).
+The node monitor's periods are shortened (Unknown 6 s after the last heartbeat instead of 50 s).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gp
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 NS = "team"
-TIMES = NodeMonitorTimes(monitor_period=1.0, grace_period=4.0)
+TIMES = NodeMonitorTimes(monitor_period=1.0, grace_period=6.0)
 
 
 def _ready(api: Any, node: str) -> str:

@@ -28,7 +28,7 @@ from tests.sandbox_cluster import create_pod_namespaces, spec_for_tests
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 NS = "team"
-TIMES = NodeMonitorTimes(monitor_period=1.0, grace_period=4.0, startup_grace_period=10.0, eviction_rate=2.0)
+TIMES = NodeMonitorTimes(monitor_period=1.0, grace_period=6.0, startup_grace_period=10.0, eviction_rate=2.0)
 # (not 1.0: a stopped zone limiter reports a rate of 1, so a zone leaving full disruption would never taint again)
 LEASE_S = 2  # renewed every 0.5 s
 
@@ -84,7 +84,11 @@ def scenario(cluster: SandboxCluster) -> dict[str, Any]:
     wait_until(lambda: (UNREACHABLE, "NoExecute", True) not in _taints(api, "n1"), 20,
                "the NoExecute taint to come off n1 (every node down: master disruption mode)")
     wait_until(lambda: (UNREACHABLE, "NoSchedule", True) in _taints(api, "n2"), 20, "n2's NoSchedule taint")
-    seen["both down"] = {"n1": _taints(api, "n1"), "n2": _taints(api, "n2")}
+    # n2 itself may keep a NoExecute taint: the zone's tainter can taint it between the pass that queues it and the
+    # same pass's switch to master disruption mode, which removes only the taints the pass's Node copies show (a race
+    # in kube-controller-manager, seen on v1.38.0-beta.0 and on the stand-in alike)
+    seen["both down"] = {"n1": _taints(api, "n1"),
+                         "n2 NoSchedule": (UNREACHABLE, "NoSchedule", True) in _taints(api, "n2")}
 
     cluster.restart_kubelet("n1")
     wait_until(lambda: _ready(api, "n1") == "True" and _taints(api, "n1") == [], 60, "n1 back and untainted")
@@ -118,7 +122,7 @@ EXPECTED = {
         "pod phase": "Running",
         "pod ContainersReady": "True",  # the controller marks Ready alone
     },
-    "both down": {"n1": [(UNREACHABLE, "NoSchedule", True)], "n2": [(UNREACHABLE, "NoSchedule", True)]},
+    "both down": {"n1": [(UNREACHABLE, "NoSchedule", True)], "n2 NoSchedule": True},
     "n1 back": {"n1": [], "n2": [(UNREACHABLE, "NoExecute", True), (UNREACHABLE, "NoSchedule", True)],
                 "n2 ready": "Unknown", "pod Ready transitions": True},
 }

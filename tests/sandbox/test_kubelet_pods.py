@@ -584,6 +584,19 @@ def test_a_pod_force_deleted_while_the_kubelet_was_down_is_killed_as_an_orphan_a
     assert pods.runtime_orphans() == []
 
 
+def test_a_podresources_list_while_the_kubelet_restarts_frees_no_device_before_its_first_batch(world: World) -> None:
+    """A new kubelet serves PodResources and its device manager (the checkpoint read back) before its pod source has
+    listed anything; its sources are not ready, so a List then (our daemon calls one as soon as the new kubelet
+    takes its registration) keeps every device. The stopped process's readiness must not leak into the new one:
+    with no pod known yet, the List would free the running pod's devices and the next pod would get them."""
+    world.pod("first", widgets=4)
+    wait_until(lambda: world.phase("first") == "Running", 30, "the first pod")
+    world.kubelet.stop()
+    assert not world.kubelet.devices.sources_ready()
+    world.kubelet.devices.update_allocated()  # what a List in the restart window does
+    assert [a.pod_name for a in world.kubelet.devices.assignments()] == ["first"]
+
+
 def test_a_legacy_pod_bound_to_the_devices_of_a_pod_deleted_while_the_kubelet_was_down_is_refused_in_the_first_batch(
         env: Env) -> None:
     """The real kubelet's answer (v1.37.2, v1.38.0-beta.0): the orphan's devices are freed only once the sources

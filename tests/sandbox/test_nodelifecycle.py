@@ -197,7 +197,7 @@ def _renew(api: KubeAPI, name: str, stop: threading.Event) -> None:
         lease = api.update(LEASES, lease, "kube-node-lease")
 
 
-TIMES = NodeMonitorTimes(monitor_period=0.2, grace_period=1.5, startup_grace_period=2.5)
+TIMES = NodeMonitorTimes(monitor_period=0.2, grace_period=3.0, startup_grace_period=4.0)
 
 
 def test_a_renewed_lease_alone_keeps_a_node_ready_and_it_goes_unknown_a_grace_period_after_the_last_renewal(

@@ -24,11 +24,11 @@ import copy
 import datetime as dt
 import logging
 import random
-import threading
 from typing import Any
 
 from bridge.kube.api import LEASES, NODES, KubeAPI, Obj
 from bridge.kube.errors import Conflict, KubeError, NotFound
+from bridge.sandbox.threads import Worker
 
 log = logging.getLogger(__name__)
 
@@ -57,20 +57,15 @@ class NodeLease:
         self.renewals = 0
         self.last_error = ""
         self._latest: Obj | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker(f"node-lease-{node_name}")
+        self._stop = self._worker.stopping
 
     def start(self) -> None:
-        self._stop.clear()
         self._latest = None  # a new kubelet process holds no copy of the Lease
-        self._thread = threading.Thread(target=self._run, name=f"node-lease-{self.node_name}", daemon=True)
-        self._thread.start()
+        self._worker.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-            self._thread = None
+        self._worker.stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -37,6 +37,7 @@ from bridge.kube.api import NODES, KubeAPI, Obj
 from bridge.kube.errors import AlreadyExists, KubeError
 from bridge.sandbox.kubelet.devicemanager import Capacity
 from bridge.sandbox.kubelet.version import KubeletVersion
+from bridge.sandbox.threads import Worker
 
 log = logging.getLogger(__name__)
 
@@ -168,23 +169,18 @@ class NodeStatusReporter:
         self.patches = 0
         self.last_error: str = ""
         self._last_report = float("-inf")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker(f"node-status-{node_name}")
+        self._stop = self._worker.stopping
 
     def start(self) -> None:
         """A kubelet process starting: it registers again (kubelet_node_status.go `registerWithAPIServer` runs until
         `registrationCompleted`, which a new process starts without), so an existing Node is reconciled at every
         start, a restart's included."""
-        self._stop.clear()
         self.registered.clear()
-        self._thread = threading.Thread(target=self._run, name=f"node-status-{self.node_name}", daemon=True)
-        self._thread.start()
+        self._worker.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-            self._thread = None
+        self._worker.stop()
 
     def wait_registered(self, timeout: float) -> bool:
         return self.registered.wait(timeout)

@@ -42,6 +42,7 @@ import grpc
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2 as pb
 from bridge._proto.pluginregistration.v1 import pluginregistration_pb2_grpc as pb_grpc
 from bridge.sandbox.kubelet.inotify import FileEvent, Inotify, InotifyUnavailable
+from bridge.sandbox.threads import Worker
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,8 @@ class PluginWatcher:
         self.use_inotify = use_inotify
         self._world = _World()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("plugin-watcher")
+        self._stop = self._worker.stopping
         self._ops: set[threading.Thread] = set()
         self._inotify: Inotify | None = None
         self._polled: dict[str, tuple[int, int]] = {}  # fallback only: socket -> (inode, ctime_ns)
@@ -132,14 +133,10 @@ class PluginWatcher:
             self._traverse(self.registry_dir)
         else:
             self._poll()
-        self._thread = threading.Thread(target=self._run, name="plugin-watcher", daemon=True)
-        self._thread.start()
+        self._worker.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-            self._thread = None
+        self._worker.stop()
         with self._lock:
             ops = list(self._ops)
         for op in ops:

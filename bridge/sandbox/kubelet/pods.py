@@ -357,8 +357,12 @@ class PodRunner:
 
     def stop(self) -> None:
         """The kubelet process going away: its workers stop and it forgets its pods, whose containers keep running
-        in the runtime (nothing is torn down); a later `start` finds them there."""
+        in the runtime (nothing is torn down); a later `start` finds them there. Its sources are no longer ready: a
+        new kubelet process starts without them, and until its first batch is admitted the device manager keeps
+        every device of its checkpoint (a PodResources List as the new device manager serves, before this runner
+        starts again, must not free them as though no pod were active)."""
         self._stop.set()
+        self.sources_ready.clear()
         with self._lock:
             records, workers = list(self._pods.values()), list(self._workers.values())
         for r in records:

@@ -21,8 +21,9 @@ v1.35.4 and v1.38.0-beta.0 but for the lease check below. The rules themselves a
   queue per zone (`--node-eviction-rate` 0.1 nodes/s, burst 1, tried every 100 ms); a Node Ready again loses both
   at once. **Zones**: no Ready Node in a zone is a full disruption, more than two and at least 55 % not Ready a
   partial one (eviction rate 0.01/s above 50 nodes, else none). When every zone is fully disrupted (a one-node
-  cluster whose kubelet stopped), the controller assumes the fault is its own: it removes every NoExecute taint and
-  stops tainting until a Node is Ready again.
+  cluster whose kubelet stopped), the controller assumes the fault is its own: it removes the NoExecute taints and
+  stops tainting until a Node is Ready again. Only the taints the pass's copies of the Nodes show are removed: a node
+  the tainter reached between the pass that queued it and the switch keeps its taint (a race upstream has too).
 * **Pods**: when a Node leaves Ready, each pod bound to it gets its Ready condition False (a status update, reason
   and message kept) and a Warning Event `NodeNotReady`; a failure is retried at the next pass. The Node gets an
   Event `NodeNotReady`, and `RegisteredNode` when the controller first sees it. A Node the controller sees for the
