@@ -228,8 +228,9 @@ def test_a_node_that_never_posted_its_status_goes_unknown_after_the_startup_grac
         ready = _ready(api, "silent")
         assert (ready["status"], ready["reason"], ready["message"]) == (
             "Unknown", "NodeStatusNeverUpdated", "Kubelet never posted node status.")
-        wait_until(lambda: any(t["key"] == logic.UNREACHABLE for t in api.get(NODES, "silent")["spec"].get("taints")
-                               or []), 5, "the unreachable NoSchedule taint")
+        wait_until(lambda: any(t["key"] == logic.UNREACHABLE
+                               for t in (api.get(NODES, "silent").get("spec") or {}).get("taints") or []), 5,
+                   "the unreachable NoSchedule taint")  # (a Node with nothing in its spec has none stored)
 
 
 # -- the kubelet simulator's Lease ---------------------------------------------------------------------------------
