@@ -16,7 +16,7 @@ from bridge.controller.record import DECISION_KEY
 from bridge.kube import NODES, PODS
 from bridge.ledger.target import SPLIT_KEY
 from bridge.sandbox.cluster import NodeSpec
-from bridge.sandbox.nodelifecycle import NodeMonitorTimes
+from bridge.sandbox.nodelifecycle import NodeMonitorTimes, logic
 from tests.polling import wait_until
 from tests.sandbox_cluster import create_gpu_template, create_namespaces, dra_gpu_pod
 
@@ -26,9 +26,8 @@ NS = "team"
 TIMES = NodeMonitorTimes(monitor_period=1.0, grace_period=6.0)
 
 
-def _ready(api: Any, node: str) -> str:
-    conditions = (api.get(NODES, node).get("status") or {}).get("conditions") or []
-    return next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"), "")
+def _ready(api: Any, node: str) -> str | None:
+    return logic.ready_status(api.get(NODES, node))
 
 
 def test_a_pending_dra_pod_gets_its_gpu_on_a_node_whose_kubelet_runs_not_on_one_whose_kubelet_died(

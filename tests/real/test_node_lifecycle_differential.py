@@ -18,7 +18,7 @@ import pytest
 
 from bridge.kube import NODES, PODS
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
-from bridge.sandbox.nodelifecycle import NodeMonitorTimes
+from bridge.sandbox.nodelifecycle import NodeMonitorTimes, logic
 from bridge.sandbox.real.binaries import NODE
 from tests.polling import wait_until
 from tests.real.conftest import CONTROL_PLANE, REAL_LINE, require_binaries
@@ -34,8 +34,7 @@ LEASE_S = 2  # renewed every 0.5 s
 
 
 def _ready(api: Any, node: str) -> str:
-    conditions = (api.get(NODES, node).get("status") or {}).get("conditions") or []
-    return next((str(c.get("status")) for c in conditions if c.get("type") == "Ready"), "")
+    return logic.ready_status(api.get(NODES, node)) or ""
 
 
 def _taints(api: Any, node: str) -> list[tuple[str, str, bool]]:

@@ -184,7 +184,9 @@ def _register(api: KubeAPI, name: str, *, ready: bool = True) -> None:
 
 
 def _ready(api: KubeAPI, name: str) -> dict[str, Any]:
-    return next(c for c in api.get(NODES, name)["status"]["conditions"] if c["type"] == "Ready")
+    ready = logic.condition(api.get(NODES, name), "Ready")
+    assert ready is not None
+    return ready
 
 
 def _renew(api: KubeAPI, name: str, stop: threading.Event) -> None:

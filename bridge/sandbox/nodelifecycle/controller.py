@@ -361,8 +361,7 @@ class NodeLifecycleController:
         if new_ready != observed:
             stored = self.api.update(NODES, {**node, "status": status}, subresource="status")
             log.info("node %s: kubelet stopped posting node status; conditions set Unknown", name)
-            held = _parse(((lease or {}).get("spec") or {}).get("renewTime"))
-            self._health[name] = _Health(health.probe, now, logic.condition(stored, "Ready"), held,
+            self._health[name] = _Health(health.probe, now, logic.condition(stored, "Ready"), renew,
                                          str(((lease or {}).get("metadata") or {}).get("resourceVersion", "")))
         return observed, new_ready
 

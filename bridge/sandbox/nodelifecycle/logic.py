@@ -5,7 +5,6 @@ rate_limited_queue.go, pkg/controller/util/node/controller_utils.go and pkg/util
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -192,7 +191,7 @@ class TaintQueue:
 
     def __init__(self, qps: float, now: float) -> None:
         self.limiter = TokenBucket(qps, now)
-        self.items: OrderedDict[str, _Timed] = OrderedDict()
+        self.items: dict[str, _Timed] = {}
         self.members: set[str] = set()
 
     def add(self, name: str, uid: str, now: float) -> bool:
