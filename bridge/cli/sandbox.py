@@ -73,6 +73,14 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
               envvar="BRIDGE_SANDBOX_APISERVER_ADMISSION_CONTROL_CONFIG_FILE",
               help="As kube-apiserver's: an AdmissionConfiguration whose MutatingAdmissionWebhook plugin names a "
                    "kubeconfig with the client certificate (or token) to present to each webhook host.")
+@click.option("--default-not-ready-toleration-seconds", "not_ready_seconds", type=click.IntRange(0), default=300,
+              show_default=True, show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_DEFAULT_NOT_READY_TOLERATION_SECONDS",
+              help="As kube-apiserver's (DefaultTolerationSeconds admission): the tolerationSeconds of the "
+                   "not-ready:NoExecute toleration added to every pod that has no such toleration.")
+@click.option("--default-unreachable-toleration-seconds", "unreachable_seconds", type=click.IntRange(0), default=300,
+              show_default=True, show_envvar=True,
+              envvar="BRIDGE_SANDBOX_APISERVER_DEFAULT_UNREACHABLE_TOLERATION_SECONDS",
+              help="As kube-apiserver's: the same for unreachable:NoExecute.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_APISERVER_LOG_LEVEL")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -80,7 +88,7 @@ def _k8s_version(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def apiserver(
     host: str, port: int, kubeconfig_out: Path, context_name: str, load_paths: tuple[Path, ...], k8s_version: str,
     resource_versions: tuple[str, ...] | None, tls: bool, validate: bool, history_limit: int, admission_config: Path | None,
-    log_level: str, log_format: str,
+    not_ready_seconds: int, unreachable_seconds: int, log_level: str, log_format: str,
 ) -> None:
     """Run the Kubernetes API emulator until Ctrl-C.
 
@@ -92,12 +100,14 @@ def apiserver(
     Exit codes: 0 after Ctrl-C/SIGTERM, 2 on bad options, objects to load that are invalid, or a port in use.
     """
     from bridge.sandbox.apiserver import ApiServer, LoadError
+    from bridge.sandbox.apiserver.tolerationseconds import DefaultTolerationSeconds
     from bridge.sandbox.apiserver.webhookauth import AdmissionConfigError
 
     setup_logging(log_format, log_level.upper())
     try:
         srv = ApiServer(host=host, port=port, version=k8s_version, resource_versions=resource_versions, tls=tls,
-                        validate=validate, history_limit=history_limit, admission_config=admission_config)
+                        validate=validate, history_limit=history_limit, admission_config=admission_config,
+                        toleration_seconds=DefaultTolerationSeconds(not_ready_seconds, unreachable_seconds))
     except AdmissionConfigError as err:
         click.echo(f"bridge sandbox apiserver: --admission-control-config-file: {err}", err=True)
         sys.exit(EXIT_CONFIG)
@@ -230,8 +240,8 @@ def kubelet(root: Path, node_name: str, kubeconfig: Path | None, version: str, n
 @sandbox.command()
 @click.option("--backend", type=click.Choice(["standin", "real"]), default="standin", show_default=True,
               show_envvar=True, envvar="BRIDGE_SANDBOX_CLUSTER_BACKEND",
-              help="standin: the API emulator and the scheduler, claim-controller and node lifecycle controller "
-                   "stand-ins, in this process (needs "
+              help="standin: the API emulator and the scheduler, claim-controller, node lifecycle and taint "
+                   "eviction controller stand-ins, in this process (needs "
                    "nothing but this package). real: etcd, kube-apiserver, kube-controller-manager and "
                    "kube-scheduler built from source by `python scripts/build_real.py` (real TLS, RBAC, Node "
                    "authorizer, admission); the nodes are kubelet simulators with their own node credentials.")
@@ -311,8 +321,8 @@ def cluster(backend: str, kubelets: str | None, version: str, node_count: int, g
             kubeconfig_out: Path | None, host: str, port: int, work_dir: Path | None,
             node_status_frequency: float, timeout: float, log_level: str, log_format: str) -> None:
     """Run a whole GPU cluster on this machine until Ctrl-C/SIGTERM: the API emulator, one kubelet simulator per
-    node (registers its Node, runs the pods bound to it), the scheduler, claim-controller and node lifecycle
-    controller stand-ins and,
+    node (registers its Node, runs the pods bound to it), the scheduler, claim-controller, node lifecycle and taint
+    eviction controller stand-ins and,
     optionally, a real `bridge node` per node with simulated GPUs, the real `bridge webhook` and the real
     `bridge controller`.
 

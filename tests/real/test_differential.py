@@ -567,3 +567,34 @@ def test_pods_and_the_service_account_admission(both: tuple[Backend, Backend], s
                 "missing service account": {**status_shape(missing), "message": missing.body.get("message")}}
 
     same(both, script)
+
+
+def test_pods_get_the_default_toleration_seconds_unless_they_tolerate_the_taint_themselves(
+        both: tuple[Backend, Backend], sfx: str) -> None:
+    """The DefaultTolerationSeconds admission (kubernetes plugin/pkg/admission/defaulttolerationseconds, emulated by
+    bridge/sandbox/apiserver/tolerationseconds.py) on CREATE and on an UPDATE that drops the added tolerations: a
+    toleration counts for a taint when its key is the taint's or empty and its effect NoExecute or empty."""
+    unreachable = "node.kubernetes.io/unreachable"
+    cases = {
+        "none": None,
+        "own unreachable, 5 s": [{"key": unreachable, "operator": "Exists", "effect": "NoExecute",
+                                  "tolerationSeconds": 5}],
+        "everything": [{"operator": "Exists"}],
+        "unreachable NoSchedule": [{"key": unreachable, "operator": "Exists", "effect": "NoSchedule"}],
+        "not-ready, any effect": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+    }
+
+    def script(b: Backend, n: Normaliser) -> Any:
+        ns = namespace(b, f"tol-{sfx}")
+        pods = f"/api/v1/namespaces/{ns}/pods"
+        out = {}
+        for i, (label, tolerations) in enumerate(cases.items()):
+            extra = {} if tolerations is None else {"tolerations": tolerations}
+            created = b.call("POST", pods, pod(f"p{i}", **extra))
+            out[label] = created.body["spec"].get("tolerations")
+        stored = b.call("GET", f"{pods}/p0").body
+        stored["spec"]["tolerations"] = stored["spec"]["tolerations"][:1]
+        out["update dropping one"] = b.call("PUT", f"{pods}/p0", stored).body["spec"].get("tolerations")
+        return out
+
+    same(both, script)

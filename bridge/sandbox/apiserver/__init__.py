@@ -25,12 +25,13 @@ what is compared). Deliberately not modelled, with the reason:
   Terminating namespace either way), and the ServiceAccount admission takes `default` to exist (rest.py).
 * Pod defaulting and the admission plugins that rewrite a pod (`SetDefaults_Pod`/`_Container`: dnsPolicy,
   restartPolicy, schedulerName, terminationGracePeriodSeconds, imagePullPolicy, ...; ServiceAccount's token volume
-  and mounts; DefaultTolerationSeconds' not-ready/unreachable tolerations; `status.qosClass`). No client of ours
-  branches on them (the webhook reads `schedulerName` with kube-scheduler's default as its fallback), and every
-  stored pod of the suite would change shape. The emulator does default what the bridge reads: container requests
-  from limits, resource.k8s.io and admission registration defaults (strategy.py), and the Priority admission's
-  `priority` and `preemptionPolicy` (rest.py `_admit_priority`: `bridge controller` and the scheduler stand-in
-  order and preempt by them).
+  and mounts; `status.qosClass`). No client of ours branches on them (the webhook reads `schedulerName` with
+  kube-scheduler's default as its fallback), and every stored pod of the suite would change shape. The emulator does
+  default what the bridge reads: container requests from limits, resource.k8s.io and admission registration
+  defaults (strategy.py), the Priority admission's `priority` and `preemptionPolicy` (rest.py `_admit_priority`:
+  `bridge controller` and the scheduler stand-in order and preempt by them), and DefaultTolerationSeconds' 300 s
+  `not-ready`/`unreachable` NoExecute tolerations (tolerationseconds.py: how long a pod stays on a dead node before
+  the taint eviction controller stand-in deletes it; `ApiServer(toleration_seconds=)` as kube-apiserver's flags).
 * A Node's `node.kubernetes.io/not-ready` taint (the TaintNodesByCondition admission plugin) and the TTL
   controller's `node.alpha.kubernetes.io/ttl` annotation: the taint pairs with the node lifecycle controller that
   removes it once the node is Ready. Its stand-in (bridge.sandbox.nodelifecycle) runs in sandbox clusters, not in

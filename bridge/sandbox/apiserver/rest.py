@@ -43,6 +43,7 @@ from .status import (
 )
 from .store import Key, Store, object_key
 from .strategy import apply_defaults, drop_disabled_fields
+from .tolerationseconds import DefaultTolerationSeconds
 
 Obj = dict[str, Any]
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -151,12 +152,14 @@ class Rest:
         validator: Validator | None = None,
         admitter: Admitter | None = None,
         profile: KubernetesProfile | None = None,
+        toleration_seconds: DefaultTolerationSeconds | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.validator = validator
         self.admitter = admitter
         self.profile = profile or profile_for("1.34")
+        self.toleration_seconds = toleration_seconds or DefaultTolerationSeconds()
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def wire(self, rt: ResourceType, stored: Obj) -> Obj:
@@ -292,6 +295,7 @@ class Rest:
         if not system and rt.plural == "pods" and rt.group == "":
             self._check_service_account(obj)
             self._admit_priority(obj)
+            self.toleration_seconds.admit(obj)
         obj = apply_defaults(rt, obj, self.profile)  # decoding defaults: what mutating webhooks see
         warnings: list[str] = []
         if self.admitter is not None and not system:
@@ -499,6 +503,8 @@ class Rest:
             if precondition and precondition != base_rv:
                 raise conflict(rt.plural, rt.group, name)
             new = self._merge_update(rt, current_wire, new, subresource)
+            if subresource is None and rt.plural == "pods" and rt.group == "":
+                self.toleration_seconds.admit(new)
             warnings: list[str] = []
             if self.admitter is not None and subresource is None:
                 new = apply_defaults(rt, new, self.profile)  # decoding defaults: what mutating webhooks see

@@ -44,6 +44,7 @@ from .rest import Rest
 from .status import ApiError
 from .store import Store
 from .tls import write_self_signed
+from .tolerationseconds import DefaultTolerationSeconds
 from .validation import SchemaValidator
 from .webhookauth import load_admission_config
 
@@ -104,6 +105,7 @@ class ApiServer:
         feature_gates: dict[str, bool] | None = None,
         profile: KubernetesProfile | None = None,
         admission_config: str | Path | None = None,
+        toleration_seconds: DefaultTolerationSeconds | None = None,
     ) -> None:
         parse_version(version)
         self.host, self.port, self.version, self.tls = host, port, version.lstrip("v"), tls
@@ -122,7 +124,7 @@ class ApiServer:
         self.admission = WebhookAdmitter(self.store, auth) if webhooks else None
         self.rest = Rest(
             self.store, self.registry, validator=validator, admitter=self.admission,
-            profile=self.profile,
+            profile=self.profile, toleration_seconds=toleration_seconds,
         )
         self.faults = Faults(self._refuse, self._drop_watches)
         self.openapi = OpenApiDocs(self.registry, self.version)
