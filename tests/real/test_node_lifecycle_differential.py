@@ -8,15 +8,22 @@ after the grace period, it gets the `unreachable` taints (NoSchedule at once, No
 limiter), its pods go not Ready; when every Node is down the controller assumes the fault is its own and takes the
 NoExecute taints off again; a kubelet back clears its Node and lets the zone taint the other again. The periods are
 shortened alike on both backends (`ClusterSpec.node_monitor`, `node_lease_duration`).
+
+The second scenario is what follows on a real cluster 5 minutes later, shortened to 4 s (`ClusterSpec.
+toleration_seconds`, kube-apiserver's DefaultTolerationSeconds flags): the taint eviction controller
+(`bridge.sandbox.tainteviction`) deletes the pods whose `unreachable` toleration ran out, and they stay Terminating
+until the kubelet is back.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
 
-from bridge.kube import NODES, PODS
+from bridge.kube import EVENTS, NODES, PODS, NotFound
+from bridge.sandbox.apiserver.tolerationseconds import DefaultTolerationSeconds
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.nodelifecycle import NodeMonitorTimes, logic
 from bridge.sandbox.real.binaries import NODE
@@ -103,10 +110,10 @@ def scenario(cluster: SandboxCluster) -> dict[str, Any]:
     return seen
 
 
-def _spec(backend: str) -> Any:
+def _spec(backend: str, **fields: Any) -> Any:
     real = {"real_kubelets": True, "simulated_nodes": ("n2",)} if backend == "real" else {}
     return spec_for_tests((NodeSpec("n1", "1xH100-80GB"), NodeSpec("n2", "1xH100-80GB")), backend=backend,
-                          version=REAL_LINE, node_monitor=TIMES, node_lease_duration=LEASE_S, **real)
+                          version=REAL_LINE, node_monitor=TIMES, node_lease_duration=LEASE_S, **real, **fields)
 
 
 EXPECTED = {
@@ -136,4 +143,108 @@ def test_a_stopped_kubelets_node_goes_unknown_and_tainted_on_the_stand_ins_as_on
         with SandboxCluster(_spec(backend)).start(timeout=180) as cluster:
             seen[backend] = scenario(cluster)
     assert seen["real"] == EXPECTED, "kube-controller-manager itself no longer does what this test expects"
+    assert seen["standin"] == seen["real"]
+
+
+# -- taint-based eviction -------------------------------------------------------------------------------------------
+
+EVICTION_TOLERATIONS = DefaultTolerationSeconds(not_ready=300, unreachable=4)  # kube-apiserver's flags, on both
+
+
+def _deleting(api: Any, name: str) -> bool:
+    try:
+        return bool(api.get(PODS, name, NS)["metadata"].get("deletionTimestamp"))
+    except NotFound:
+        return True
+
+
+def _gone(api: Any, name: str) -> bool:
+    try:
+        api.get(PODS, name, NS)
+        return False
+    except NotFound:
+        return True
+
+
+def _evictions(api: Any) -> list[tuple[str, str, str, str]]:
+    return sorted((e["involvedObject"]["name"], e["type"], e["message"], (e.get("source") or {}).get("component", ""))
+                  for e in api.list(EVENTS, NS)["items"] if e.get("reason") == "TaintManagerEviction")
+
+
+def eviction_scenario(cluster: SandboxCluster) -> dict[str, Any]:
+    api = cluster.api
+    seen: dict[str, Any] = {}
+    create_pod_namespaces(cluster, NS)
+    forever = {"tolerations": [{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute"}]}
+    for name, extra in (("defaulted", None), ("forever", forever)):
+        api.create(PODS, probe_pod(name, node="n1", extra=extra), NS)
+    wait_until(lambda: all(_pod_ready(api, p) == "True" for p in ("defaulted", "forever")), 60, "both pods Ready")
+    seen["tolerations"] = {p: api.get(PODS, p, NS)["spec"]["tolerations"] for p in ("defaulted", "forever")}
+
+    cluster.stop_kubelet("n1")
+    wait_until(lambda: (UNREACHABLE, "NoExecute", True) in _taints(api, "n1"), 60, "n1 tainted unreachable:NoExecute")
+    tainted = next(t["timeAdded"] for t in api.get(NODES, "n1")["spec"]["taints"] if t["effect"] == "NoExecute")
+    wait_until(lambda: _deleting(api, "defaulted"), 30, "the pod with the default toleration to be evicted")
+    wait_until(lambda: len(_evictions(api)) == 1, 10, "the eviction's Event")
+    evicted = api.get(PODS, "defaulted", NS)
+    disruption = _pod_condition(api, "defaulted", "DisruptionTarget")
+    seen["evicted"] = {
+        "phase": evicted["status"]["phase"],  # the kubelet is gone: nothing ends it
+        "grace": evicted["metadata"].get("deletionGracePeriodSeconds"),
+        # deleted once its 4 s toleration ran out (the deletion time is the DELETE's plus the 1 s grace; both
+        # stamps in whole seconds): at least 4 s after the taint
+        "deleted 4 s after the taint": _seconds(evicted["metadata"]["deletionTimestamp"]) - _seconds(tainted) >= 4,
+        # (the real one also writes `lastProbeTime: null`, Go's nil time; the emulator leaves a null out)
+        "DisruptionTarget": {k: v for k, v in disruption.items() if k != "lastTransitionTime" and v is not None},
+        "transition time": bool(disruption.get("lastTransitionTime")),
+        "forever deleting": _deleting(api, "forever"),
+        "events": _evictions(api),
+    }
+
+    cluster.restart_kubelet("n1")
+    wait_until(lambda: _gone(api, "defaulted"), 60, "the restarted kubelet to finish the evicted pod")
+    wait_until(lambda: _ready(api, "n1") == "True" and _taints(api, "n1") == [], 60, "n1 back and untainted")
+    wait_until(lambda: _pod_ready(api, "forever") == "True", 30, "the pod tolerating for ever Ready again")
+    seen["n1 back"] = {"forever": api.get(PODS, "forever", NS)["status"]["phase"], "events": len(_evictions(api))}
+    return seen
+
+
+def _seconds(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _default(key: str, seconds: int) -> dict[str, Any]:
+    return {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+
+
+EVICTION_EXPECTED = {
+    "tolerations": {
+        "defaulted": [_default("node.kubernetes.io/not-ready", 300), _default(UNREACHABLE, 4)],
+        # its own toleration of the key counts: only not-ready's default is added
+        "forever": [{"key": UNREACHABLE, "operator": "Exists", "effect": "NoExecute"},
+                    _default("node.kubernetes.io/not-ready", 300)],
+    },
+    "evicted": {
+        "phase": "Running", "grace": 1, "deleted 4 s after the taint": True,
+        "DisruptionTarget": {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+                             "message": "Taint manager: deleting due to NoExecute taint", "observedGeneration": 1},
+        "transition time": True,
+        "forever deleting": False,
+        "events": [("defaulted", "Normal", f"Marking for deletion Pod {NS}/defaulted", "taint-eviction-controller")],
+    },
+    "n1 back": {"forever": "Running", "events": 1},
+}
+
+
+def test_pods_on_a_node_whose_kubelet_stopped_are_evicted_after_their_toleration_on_the_stand_ins_as_for_real(
+) -> None:
+    """DefaultTolerationSeconds (kube-apiserver) gives every pod its `unreachable` toleration; once the node is
+    tainted `unreachable:NoExecute`, the taint eviction controller (kube-controller-manager) deletes the pods whose
+    toleration ran out. The pod stays Terminating while the kubelet is down; the kubelet back finishes it."""
+    require_binaries(REAL_LINE, CONTROL_PLANE + NODE + ("kubelet",))
+    seen = {}
+    for backend in ("standin", "real"):
+        with SandboxCluster(_spec(backend, toleration_seconds=EVICTION_TOLERATIONS)).start(timeout=180) as cluster:
+            seen[backend] = eviction_scenario(cluster)
+    assert seen["real"] == EVICTION_EXPECTED, "the real components no longer do what this test expects"
     assert seen["standin"] == seen["real"]

@@ -13,9 +13,9 @@ What runs, in start order (stop is the reverse, and leaves nothing behind: socke
 2. with `bridge`, the bridge's DeviceClass (as `examples/deviceclass.yaml`);
 3. one kubelet simulator per node (in this process): it registers its Node with the node's labels (plus GPU
    Feature Discovery's), posts the Node's status, renews its Lease and runs the pods bound to it;
-4. the control plane (`controlplane.stand_ins`): the scheduler, claim-controller and node lifecycle controller
-   stand-ins (`spec.node_monitor` sets the last one's periods, as kube-controller-manager's flags on the real
-   backend);
+4. the control plane (`controlplane.stand_ins`): the scheduler, claim-controller, node lifecycle and taint eviction
+   controller stand-ins (`spec.node_monitor` sets the node lifecycle controller's periods, as kube-controller-manager's
+   flags on the real backend; `spec.toleration_seconds` the emulator's DefaultTolerationSeconds, as kube-apiserver's);
 5. with `bridge`, one real `bridge node` process per node with simulated GPUs (`--devices simulated:<gpus>`), its
    split from the node's spec or the cluster's; the cluster waits until every node daemon is registered with its
    kubelet through both APIs;
@@ -173,7 +173,8 @@ class SandboxCluster:
             self._start_real_plane(deadline)
         else:
             self.server = ApiServer(host=self.host, port=self.port, version=self.spec.api_version,
-                                    resource_versions=self.spec.resource_versions).start()
+                                    resource_versions=self.spec.resource_versions,
+                                    toleration_seconds=self.spec.toleration_seconds).start()
             self.port = self.server.port
             self.server.write_kubeconfig(self.kubeconfig)
             if self.kubeconfig_out is not None:
@@ -268,7 +269,9 @@ class SandboxCluster:
         assert self.work_dir is not None
         binaries = Binaries(line_of(self.spec.kubernetes_version))
         self.plane = ControlPlane(self.work_dir / "cp", binaries,
-                                  PlaneOptions(host=self.host, apiserver_args=self.spec.apiserver_args,
+                                  PlaneOptions(host=self.host,
+                                               apiserver_args=(*self.spec.toleration_seconds.flags(),
+                                                               *self.spec.apiserver_args),
                                                controller_manager_args=tuple(self.spec.node_monitor.flags()),
                                                apiserver_bind="0.0.0.0" if self.spec.services else None))
         try:

@@ -1,7 +1,8 @@
-"""The sandbox cluster's control plane: the scheduler, claim-controller and node lifecycle controller stand-ins for
-the cluster's Kubernetes release (`bridge.sandbox.scheduler.Scheduler`,
-`bridge.sandbox.claimcontroller.ClaimController`, `bridge.sandbox.nodelifecycle.NodeLifecycleController`, each
-written from the upstream component it stands in for and citing it). The claim controller starts first, so the
+"""The sandbox cluster's control plane: the scheduler, claim-controller, node lifecycle and taint eviction controller
+stand-ins for the cluster's Kubernetes release (`bridge.sandbox.scheduler.Scheduler`,
+`bridge.sandbox.claimcontroller.ClaimController`, `bridge.sandbox.nodelifecycle.NodeLifecycleController`,
+`bridge.sandbox.tainteviction.TaintEvictionController`, each written from the upstream component it stands in for
+and citing it). The claim controller starts first, so the
 claims of pods created from templates exist by the time the scheduler looks at the pods."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from bridge.sandbox.apiserver.profiles import profile_for
 from bridge.sandbox.claimcontroller import ClaimController
 from bridge.sandbox.nodelifecycle import NodeLifecycleController, NodeMonitorTimes
 from bridge.sandbox.scheduler import Scheduler
+from bridge.sandbox.tainteviction import TaintEvictionController
 
 
 class Controller(Protocol):
@@ -26,4 +28,6 @@ def stand_ins(api: KubeAPI, kubernetes_version: str,
     controller = ClaimController(api, profile=profile).start()
     scheduler = Scheduler(api, profile=profile).start()
     nodes = NodeLifecycleController(api, profile=profile, times=node_monitor).start()
-    return [nodes, scheduler, controller], "scheduler, claim-controller and node lifecycle controller stand-ins"
+    evictions = TaintEvictionController(api, profile=profile).start()
+    return ([evictions, nodes, scheduler, controller],
+            "scheduler, claim-controller, node lifecycle and taint eviction controller stand-ins")

@@ -27,6 +27,7 @@ import yaml
 
 from bridge.inventory.model import InventoryError
 from bridge.inventory.simulated import devices_from_spec
+from bridge.sandbox.apiserver.tolerationseconds import DefaultTolerationSeconds
 from bridge.sandbox.kubelet.version import KubeletVersion, VersionError
 from bridge.sandbox.nodelifecycle.controller import NodeMonitorTimes
 
@@ -95,6 +96,10 @@ class ClusterSpec:
     # Node go Unknown within seconds
     node_monitor: NodeMonitorTimes = NodeMonitorTimes()
     node_lease_duration: int = 40
+    # kube-apiserver's DefaultTolerationSeconds (the emulator's or the real one's flags): how long every pod that
+    # names no such toleration of its own stays on a node tainted not-ready/unreachable NoExecute before the taint
+    # eviction controller deletes it (300 s each by default)
+    toleration_seconds: DefaultTolerationSeconds = DefaultTolerationSeconds()
 
     @property
     def version(self) -> KubeletVersion:
@@ -232,6 +237,8 @@ def check(spec: ClusterSpec) -> ClusterSpec:
     if min(spec.node_monitor.monitor_period, spec.node_monitor.grace_period,
            spec.node_monitor.startup_grace_period) <= 0:
         raise SpecError("the node monitor's period and grace periods must be > 0 seconds")
+    if min(spec.toleration_seconds.not_ready, spec.toleration_seconds.unreachable) < 0:
+        raise SpecError("the default toleration seconds must be >= 0")
     if spec.controller_interval <= 0:
         raise SpecError(f"controller interval must be > 0 seconds, got {spec.controller_interval:g}")
     return spec

@@ -29,9 +29,9 @@ v1.35.4 and v1.38.0-beta.0 but for the lease check below. The rules themselves a
   Event `NodeNotReady`, and `RegisteredNode` when the controller first sees it. A Node the controller sees for the
   first time (every Node at its start) loses its NoExecute condition taints.
 
-Not modelled: taint-based eviction (the taint eviction controller deleting pods that do not tolerate the NoExecute
-taints; the API emulator does not add the DefaultTolerationSeconds admission's 300 s tolerations, so evicting here
-would delete pods a real cluster keeps for 5 minutes); `processPod` (a pod bound to a not-Ready Node after the
+Taint-based eviction (deleting the pods that do not tolerate the NoExecute taints, or only for a while: the 300 s
+every pod gets from the DefaultTolerationSeconds admission) is another controller's, as upstream:
+bridge.sandbox.tainteviction. Not modelled: `processPod` (a pod bound to a not-Ready Node after the
 transition is not marked); the beta/GA os and arch label reconciliation (the kubelet simulator writes both); the
 metrics. The real controller reacts to Node events for NoSchedule taints through its informer, as here; the
 monitor runs the Nodes one after another where the real one runs 8 at a time.
