@@ -23,6 +23,7 @@ from bridge.controller.writer import Writer
 from bridge.kube import CONFIG_MAPS, EVENTS, NAMESPACES, NODES, PODS, RestKube, RetryPolicy, connect
 from bridge.sandbox.apiserver import ApiServer
 from tests.controller.status_docs import gpu_node, status_doc
+from tests.kubenodes import register_node
 from tests.polling import wait_until
 
 L, D = "legacy", "dra"
@@ -63,7 +64,7 @@ def start_app(cluster: tuple[ApiServer, RestKube, Path]) -> Iterator[Callable[..
 
 
 def add_node(api: RestKube, name: str, sides: list[str], **kw: Any) -> None:
-    api.create(NODES, gpu_node(name, sides, **kw))
+    register_node(api, gpu_node(name, sides, **kw))
 
 
 def add_dra_pod(api: RestKube, name: str, gpus: int, ns: str = "team-a") -> None:

@@ -598,3 +598,30 @@ def test_pods_get_the_default_toleration_seconds_unless_they_tolerate_the_taint_
         return out
 
     same(both, script)
+
+
+def test_a_node_is_created_with_the_not_ready_taint_unless_it_has_one(both: tuple[Backend, Backend], sfx: str) -> None:
+    """The TaintNodesByCondition admission (kubernetes plugin/pkg/admission/nodetaint, emulated in
+    bridge/sandbox/apiserver/rest.py): `node.kubernetes.io/not-ready:NoSchedule` on every Node CREATE, unless a taint
+    of that key and effect (any value) is there already. The CREATE's answer is compared: the real
+    kube-controller-manager removes the taint again at once from a Node with no Ready condition."""
+    not_ready = "node.kubernetes.io/not-ready"
+    cases = {
+        "none": None,
+        "not-ready NoExecute": [{"key": not_ready, "effect": "NoExecute"}],
+        "not-ready NoSchedule with a value": [{"key": not_ready, "value": "x", "effect": "NoSchedule"}],
+        "another": [{"key": "gpu.example.com/broken", "effect": "NoSchedule"}],
+    }
+
+    def script(b: Backend, n: Normaliser) -> Any:
+        out = {}
+        for i, (label, taints) in enumerate(cases.items()):
+            body: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"taint-{i}-{sfx}"}}
+            if taints is not None:
+                body["spec"] = {"taints": taints}
+            created = b.call("POST", "/api/v1/nodes", body)
+            out[label] = (created.status, created.body["spec"].get("taints"))
+            b.call("DELETE", f"/api/v1/nodes/taint-{i}-{sfx}")
+        return out
+
+    same(both, script)

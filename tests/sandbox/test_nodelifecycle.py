@@ -256,3 +256,26 @@ def test_the_kubelet_lease_is_created_once_its_node_exists_owned_by_it_and_renew
     renewed = api.get(LEASES, "n1", "kube-node-lease")["spec"]["renewTime"]
     threading.Event().wait(0.6)
     assert api.get(LEASES, "n1", "kube-node-lease")["spec"]["renewTime"] == renewed
+
+
+def _taint_keys(api: KubeAPI, name: str) -> list[tuple[str, str]]:
+    return [(t["key"], t["effect"]) for t in (api.get(NODES, name).get("spec") or {}).get("taints") or []]
+
+
+def test_a_node_is_registered_tainted_not_ready_and_the_controller_lifts_the_taint_once_it_is_ready(
+        api: KubeAPI) -> None:
+    """TaintNodesByCondition (the emulator's admission) taints every new Node `not-ready:NoSchedule`, so nothing is
+    scheduled there before the node lifecycle controller has seen it Ready. A Node registered Not Ready keeps the
+    taint; a Node with a NoSchedule taint of that key already is not tainted twice."""
+    api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fresh"}})
+    assert _taint_keys(api, "fresh") == [(logic.NOT_READY, "NoSchedule")]
+    own = api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "own"},
+                             "spec": {"taints": [{"key": logic.NOT_READY, "value": "x", "effect": "NoSchedule"}]}})
+    assert own["spec"]["taints"] == [{"key": logic.NOT_READY, "value": "x", "effect": "NoSchedule"}]
+    api.patch(NODES, "fresh", {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "lastHeartbeatTime": _now(),
+         "lastTransitionTime": _now()}]}}, subresource="status")
+    with NodeLifecycleController(api, profile=profile_for("1.37"), times=TIMES):
+        _register(api, "ready")
+        wait_until(lambda: _taint_keys(api, "ready") == [], 10, "the Ready node's not-ready taint to go")
+        assert (logic.NOT_READY, "NoSchedule") in _taint_keys(api, "fresh")

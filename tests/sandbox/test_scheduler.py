@@ -18,6 +18,7 @@ from bridge.sandbox.apiserver import ApiServer
 from bridge.sandbox.claimcontroller import ClaimController
 from bridge.sandbox.scheduler import Scheduler
 from bridge.sandbox.scheduler.scheduler import PREBIND_SECONDS_ANNOTATION
+from tests.kubenodes import register_node
 from tests.polling import wait_until
 
 Obj = dict[str, Any]
@@ -36,7 +37,7 @@ class Cluster:
         return self.api.resource_api()
 
     def add_node(self, name: str, gpus: int = 0, dra_gpus: int = 0, memory: str = "80Gi") -> None:
-        self.api.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        register_node(self.api, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
         alloc = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
         self.api.patch(NODES, name, {"status": {"allocatable": alloc, "capacity": alloc}}, subresource="status")
         if dra_gpus:

@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from bridge.kube import connect
-from bridge.kube.api import MUTATING_WEBHOOKS, NODES, KubeAPI, ResourceAPI
+from bridge.kube.api import MUTATING_WEBHOOKS, KubeAPI, ResourceAPI
 from bridge.sandbox.apiserver import ApiServer
 from bridge.kube.api import NAMESPACES
 from bridge.webhook.app import WebhookOptions, build, live_facts
@@ -26,6 +26,7 @@ from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook import cel
 from bridge.webhook.namespaces import read_status, set_mode
 from bridge.webhook.policy import Mode
+from tests.kubenodes import register_node
 from tests.webhook.pki import Pki
 from tests.polling import wait_until as wait_for
 
@@ -56,7 +57,7 @@ class Cluster:
                                  namespace="dra-bridge", serve_check_interval=3600)
         self.api.create(NAMESPACES, {"metadata": {"name": "dra-bridge"}})  # where the serve check dry-runs its pod
         for node in nodes:
-            self.api.create(NODES, node)
+            register_node(self.api, node)
         dc = yaml.safe_load((EXAMPLES.parent / "deviceclass.yaml").read_text())  # the one DeviceClass manifest
         rapi = self.api.resource_api()
         dc["apiVersion"] = rapi.device_classes.api_version

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bridge.kube import connect
-from bridge.kube.api import NAMESPACES, NODES, KubeAPI
+from bridge.kube.api import NAMESPACES, KubeAPI
 from bridge.sandbox.apiserver import ApiServer
 from bridge.webhook.app import Admitter
 from bridge.webhook.facts import ServeFacts, facts_from_discovery
@@ -20,6 +20,7 @@ from bridge.webhook.metrics import WebhookMetrics
 from bridge.webhook.policy import PolicyConfig
 from bridge.webhook.review import ReviewConfig
 from bridge.webhook.serving import LiveFacts, check_claims_kept, check_device_class, one_shot
+from tests.kubenodes import register_node
 from tests.polling import wait_until
 from tests.webhook.pods import admission_review, container, deployment_pod
 from tests.webhook.test_e2e import gpu_node
@@ -85,9 +86,12 @@ def test_reviews_follow_the_live_facts_and_the_memo_never_answers_from_old_ones(
         wait_until(lambda: live.current().claims_kept is True, 30, "the check retried soon")
         assert "patch" in review_pod(admitter, pod)  # same body, new facts: reviewed again, translated
         generation = live.current().generation
-        api.create(NODES, gpu_node("mig-0", labels={"pool": "mig", "nvidia.com/gpu.product":
+        register_node(api, gpu_node("mig-0", labels={"pool": "mig", "nvidia.com/gpu.product":
                                                     "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"}))
-        wait_until(lambda: live.current().generation > generation, 30, "the node seen")
+        # seen as the scheduler would see it (registered, then its not-ready taint lifted: two changes)
+        wait_until(lambda: any(n.name == "mig-0" and not n.taints for n in live.current().nodes.nodes), 30,
+                   "the node seen")
+        assert live.current().generation > generation
         answer = review_pod(admitter, pod)
         assert "patch" not in answer and "MIG slice" in answer["warnings"][0]
     finally:

@@ -32,10 +32,11 @@ what is compared). Deliberately not modelled, with the reason:
   `bridge controller` and the scheduler stand-in order and preempt by them), and DefaultTolerationSeconds' 300 s
   `not-ready`/`unreachable` NoExecute tolerations (tolerationseconds.py: how long a pod stays on a dead node before
   the taint eviction controller stand-in deletes it; `ApiServer(toleration_seconds=)` as kube-apiserver's flags).
-* A Node's `node.kubernetes.io/not-ready` taint (the TaintNodesByCondition admission plugin) and the TTL
-  controller's `node.alpha.kubernetes.io/ttl` annotation: the taint pairs with the node lifecycle controller that
-  removes it once the node is Ready. Its stand-in (bridge.sandbox.nodelifecycle) runs in sandbox clusters, not in
-  the emulator: a Node created against the emulator alone would stay tainted.
+* The TTL controller's `node.alpha.kubernetes.io/ttl` annotation on Nodes (nothing of ours reads it). The
+  TaintNodesByCondition admission *is* modelled (rest.py `_admit_node_taint`): every Node is created with
+  `node.kubernetes.io/not-ready:NoSchedule`, which the node lifecycle controller removes once the Node is Ready (its
+  stand-in, bridge.sandbox.nodelifecycle, runs in sandbox clusters; against the emulator alone a Node stays tainted
+  unless the caller removes the taint or passes `ApiServer(node_taint=False)`).
 * A ValidatingAdmissionPolicy's `status` (the type checker inside kube-apiserver writes `observedGeneration` and
   `typeChecking`): the emulator stores policies but does not evaluate them.
 * Unknown fields are kept: under `fieldValidation=Warn`/`Ignore` the real server drops a field its schema lacks

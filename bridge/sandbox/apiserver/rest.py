@@ -143,6 +143,26 @@ def check_list_options(rv: str, match: str, token: str, query: dict[str, str], *
         raise invalid_list_options(errs)
 
 
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
+def _admit_node_taint(node: Obj) -> None:
+    """The TaintNodesByCondition admission plugin on a Node CREATE (kubernetes plugin/pkg/admission/nodetaint/
+    admission.go, v1.37.2; on by default): the Node gets `node.kubernetes.io/not-ready:NoSchedule` unless it has a
+    taint of that key and effect already, so no pod is scheduled there before the node lifecycle controller has seen
+    it Ready and removed the taint (bridge.sandbox.nodelifecycle, in sandbox clusters)."""
+    spec = node.get("spec")
+    if spec is None:
+        spec = node["spec"] = {}
+    if not isinstance(spec, dict):
+        return  # validation refuses it
+    taints = spec.get("taints")
+    present = [t for t in taints if isinstance(t, dict)] if isinstance(taints, list) else []
+    if not any(t.get("key") == NOT_READY_TAINT["key"] and t.get("effect") == NOT_READY_TAINT["effect"]
+               for t in present):
+        spec["taints"] = [*(taints if isinstance(taints, list) else ()), dict(NOT_READY_TAINT)]
+
+
 class Rest:
     def __init__(
         self,
@@ -153,6 +173,7 @@ class Rest:
         admitter: Admitter | None = None,
         profile: KubernetesProfile | None = None,
         toleration_seconds: DefaultTolerationSeconds | None = None,
+        node_taint: bool = True,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -160,6 +181,7 @@ class Rest:
         self.admitter = admitter
         self.profile = profile or profile_for("1.34")
         self.toleration_seconds = toleration_seconds or DefaultTolerationSeconds()
+        self.node_taint = node_taint
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def wire(self, rt: ResourceType, stored: Obj) -> Obj:
@@ -296,6 +318,8 @@ class Rest:
             self._check_service_account(obj)
             self._admit_priority(obj)
             self.toleration_seconds.admit(obj)
+        if not system and rt.plural == "nodes" and rt.group == "" and self.node_taint:
+            _admit_node_taint(obj)
         obj = apply_defaults(rt, obj, self.profile)  # decoding defaults: what mutating webhooks see
         warnings: list[str] = []
         if self.admitter is not None and not system:

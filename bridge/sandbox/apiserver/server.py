@@ -106,6 +106,7 @@ class ApiServer:
         profile: KubernetesProfile | None = None,
         admission_config: str | Path | None = None,
         toleration_seconds: DefaultTolerationSeconds | None = None,
+        node_taint: bool = True,
     ) -> None:
         parse_version(version)
         self.host, self.port, self.version, self.tls = host, port, version.lstrip("v"), tls
@@ -124,7 +125,7 @@ class ApiServer:
         self.admission = WebhookAdmitter(self.store, auth) if webhooks else None
         self.rest = Rest(
             self.store, self.registry, validator=validator, admitter=self.admission,
-            profile=self.profile, toleration_seconds=toleration_seconds,
+            profile=self.profile, toleration_seconds=toleration_seconds, node_taint=node_taint,
         )
         self.faults = Faults(self._refuse, self._drop_watches)
         self.openapi = OpenApiDocs(self.registry, self.version)
