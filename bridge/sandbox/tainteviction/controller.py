@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bridge.kube import NODES, PODS, Informer, KubeAPI, KubeError, WatchEvent, record_event
+from bridge.kube.watch import kept_metadata
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
 from ..threads import join_all
@@ -52,13 +53,21 @@ def _stamp(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _slim_pod(pod: Obj) -> Obj:
+    """What the controller reads of a pod: its identity, node and tolerations (a sandbox cluster's every pod is held
+    here, so the rest is dropped on arrival)."""
+    spec = pod.get("spec") or {}
+    return {"metadata": kept_metadata(pod),
+            "spec": {k: spec[k] for k in ("nodeName", "tolerations") if k in spec}}
+
+
 class TaintEvictionController:
     def __init__(self, api: KubeAPI, *, profile: KubernetesProfile, clock: Callable[[], float] = time.time) -> None:
         self.api = api
         self.profile = profile
         self.clock = clock
         self.with_generation = profile.minor >= 34  # PodObservedGenerationTracking: on by default from 1.34
-        self._pods = Informer(api, PODS, on_event=self._pod_event, watch_timeout=300)
+        self._pods = Informer(api, PODS, on_event=self._pod_event, watch_timeout=300, transform=_slim_pod)
         self._nodes = Informer(api, NODES, on_event=self._node_event, watch_timeout=300)
         # what the handlers compare an event with (the real informers hand them the old object)
         self._pod_seen: dict[str, tuple[str, tuple[Obj, ...]]] = {}
