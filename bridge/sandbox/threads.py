@@ -1,12 +1,36 @@
-"""A stand-in's worker threads: joining several on stop within one deadline, and one started and stopped with its
-component."""
+"""A stand-in's worker threads: a controller's informers and loops started together, joining several on stop within
+one deadline, and one started and stopped with its component."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+
+class _Informer(Protocol):
+    def start(self, stop: threading.Event) -> threading.Thread: ...
+
+    def wait_synced(self, timeout: float | None = None) -> bool: ...
+
+
+def start_controller(informers: Iterable[_Informer], stop: threading.Event,
+                     loops: Iterable[tuple[str, Callable[[], None]]], prefix: str,
+                     sync_timeout: float = 30.0) -> list[threading.Thread]:
+    """A controller's start, as client-go controllers' `Run`: its informers started, then waited for (each up to
+    `sync_timeout`), then its loops, each in a daemon thread named `<prefix>-<name>`. Returns every thread started,
+    for `join_all` at stop."""
+    informers = list(informers)
+    threads = [inf.start(stop) for inf in informers]
+    for inf in informers:
+        inf.wait_synced(sync_timeout)
+    for name, target in loops:
+        t = threading.Thread(target=target, name=f"{prefix}-{name}", daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
 
 
 def join_all(threads: list[threading.Thread], timeout: float, who: str, log: logging.Logger) -> list[threading.Thread]:

@@ -52,7 +52,7 @@ from bridge.kube import NODES, PODS, Informer, KubeAPI, KubeError, NotFound, Wat
 from bridge.kube.api import LEASES
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
-from ..threads import join_all
+from ..threads import join_all, start_controller
 from . import logic
 
 log = logging.getLogger("bridge.sandbox.nodelifecycle")
@@ -135,15 +135,9 @@ class NodeLifecycleController:
     # -- lifecycle ----------------------------------------------------------------------------------------------------
 
     def start(self) -> NodeLifecycleController:
-        for inf in (self._nodes, self._leases):
-            self._threads.append(inf.start(self._stop))
-        for inf in (self._nodes, self._leases):
-            inf.wait_synced(30)
-        for name, target in (("node-updates", self._node_worker), ("monitor", self._monitor_loop),
-                             ("noexecute", self._tainting_loop)):
-            t = threading.Thread(target=target, name=f"node-lifecycle-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads = start_controller((self._nodes, self._leases), self._stop,
+                                         (("node-updates", self._node_worker), ("monitor", self._monitor_loop),
+                                          ("noexecute", self._tainting_loop)), "node-lifecycle")
         log.info("node lifecycle controller stand-in started (Kubernetes %s, grace %gs)", self.profile.version,
                  self.times.grace_period)
         return self

@@ -39,7 +39,7 @@ from bridge.kube import NODES, PODS, Informer, KubeAPI, KubeError, WatchEvent, r
 from bridge.kube.watch import kept_metadata
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
-from ..threads import join_all
+from ..threads import join_all, start_controller
 from . import logic
 
 log = logging.getLogger("bridge.sandbox.tainteviction")
@@ -85,14 +85,9 @@ class TaintEvictionController:
     # -- lifecycle ----------------------------------------------------------------------------------------------------
 
     def start(self) -> TaintEvictionController:
-        for inf in (self._pods, self._nodes):
-            self._threads.append(inf.start(self._stop))
-        for inf in (self._pods, self._nodes):
-            inf.wait_synced(30)
-        for name, target in (("updates", self._update_worker), ("evictions", self._eviction_worker)):
-            t = threading.Thread(target=target, name=f"taint-eviction-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads = start_controller((self._pods, self._nodes), self._stop,
+                                         (("updates", self._update_worker), ("evictions", self._eviction_worker)),
+                                         "taint-eviction")
         log.info("taint eviction controller stand-in started (Kubernetes %s)", self.profile.version)
         return self
 
