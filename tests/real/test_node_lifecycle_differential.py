@@ -17,12 +17,12 @@ until the kubelet is back.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import pytest
 
 from bridge.kube import EVENTS, NODES, PODS, NotFound
+from bridge.sandbox.apiserver.clock import parse_rfc3339
 from bridge.sandbox.apiserver.tolerationseconds import DefaultTolerationSeconds
 from bridge.sandbox.cluster import NodeSpec, SandboxCluster
 from bridge.sandbox.nodelifecycle import NodeMonitorTimes, logic
@@ -193,7 +193,8 @@ def eviction_scenario(cluster: SandboxCluster) -> dict[str, Any]:
         "grace": evicted["metadata"].get("deletionGracePeriodSeconds"),
         # deleted once its 4 s toleration ran out (the deletion time is the DELETE's plus the 1 s grace; both
         # stamps in whole seconds): at least 4 s after the taint
-        "deleted 4 s after the taint": _seconds(evicted["metadata"]["deletionTimestamp"]) - _seconds(tainted) >= 4,
+        "deleted 4 s after the taint":
+            parse_rfc3339(evicted["metadata"]["deletionTimestamp"]) - parse_rfc3339(tainted) >= 4,
         # (the real one also writes `lastProbeTime: null`, Go's nil time; the emulator leaves a null out)
         "DisruptionTarget": {k: v for k, v in disruption.items() if k != "lastTransitionTime" and v is not None},
         "transition time": bool(disruption.get("lastTransitionTime")),
@@ -207,10 +208,6 @@ def eviction_scenario(cluster: SandboxCluster) -> dict[str, Any]:
     wait_until(lambda: _pod_ready(api, "forever") == "True", 30, "the pod tolerating for ever Ready again")
     seen["n1 back"] = {"forever": api.get(PODS, "forever", NS)["status"]["phase"], "events": len(_evictions(api))}
     return seen
-
-
-def _seconds(stamp: str) -> float:
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def _default(key: str, seconds: int) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from typing import Any
 
 from bridge.kube import NODES, PODS, Informer, KubeAPI, KubeError, NotFound, WatchEvent, record_event
 from bridge.kube.api import LEASES
+from bridge.sandbox.apiserver.clock import now_rfc3339
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
 from ..threads import join_all, start_controller
@@ -96,10 +97,6 @@ class _Health:
     ready: Obj | None  # the saved status's Ready condition
     lease_renew: dt.datetime | None = None
     lease_rv: str = ""
-
-
-def _stamp(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _parse(value: Any) -> dt.datetime | None:
@@ -202,7 +199,7 @@ class NodeLifecycleController:
         a patch of the whole taint list read just before (a conflict-free read-modify-write, as the real one's
         two-way strategic merge patch without a resourceVersion)."""
         name = node["metadata"]["name"]
-        stamped = [{**t, "timeAdded": _stamp(self.clock())} for t in add]
+        stamped = [{**t, "timeAdded": now_rfc3339(now=self.clock())} for t in add]
         try:
             if stamped:
                 self._patch_taints(name, stamped, [])
@@ -350,7 +347,7 @@ class NodeLifecycleController:
             if live is not None and str(live["metadata"].get("resourceVersion", "")) != health.lease_rv:
                 log.info("node %s: the live Lease is newer than the informer's; checking it next pass", name)
                 raise _LeaseAhead(name)
-        status = logic.mark_unknown(node, _stamp(now))
+        status = logic.mark_unknown(node, now_rfc3339(now=now))
         new_ready = logic.condition({"status": status}, "Ready")
         if new_ready != observed:
             stored = self.api.update(NODES, {**node, "status": status}, subresource="status")
@@ -385,7 +382,7 @@ class NodeLifecycleController:
             return False
         ok = True
         for pod in pods:
-            status = logic.mark_pod_not_ready(pod, _stamp(self.clock()))
+            status = logic.mark_pod_not_ready(pod, now_rfc3339(now=self.clock()))
             if status is None:
                 continue
             meta = pod["metadata"]

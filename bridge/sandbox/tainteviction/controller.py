@@ -27,7 +27,6 @@ eviction on a goroutine of its own; here one timer thread runs them in turn.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -37,6 +36,7 @@ from typing import Any
 
 from bridge.kube import NODES, PODS, Informer, KubeAPI, KubeError, WatchEvent, record_event
 from bridge.kube.watch import kept_metadata
+from bridge.sandbox.apiserver.clock import now_rfc3339
 from bridge.sandbox.apiserver.profiles import KubernetesProfile
 
 from ..threads import join_all, start_controller
@@ -47,10 +47,6 @@ Obj = dict[str, Any]
 COMPONENT = "taint-eviction-controller"
 DELETE_TRIES = 5  # taint_eviction.go `retries`
 RETRY_SLEEP_S = 0.01
-
-
-def _stamp(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _slim_pod(pod: Obj) -> Obj:
@@ -131,8 +127,8 @@ class TaintEvictionController:
         if ev.type == "DELETED":
             self._node_seen.pop(name, None)
         else:
-            if self._node_seen.get(name) == taints and name in self._node_seen:
-                return
+            if name in self._node_seen and self._node_seen[name] == taints:
+                return  # its NoExecute taints did not change
             self._node_seen[name] = taints
         with self._cond:
             self._node_updates.append(name)
@@ -160,7 +156,7 @@ class TaintEvictionController:
     # -- `handleNodeUpdate`, `handlePodUpdate`, `processPodOnNode` -----------------------------------------------------
 
     def _handle_node(self, name: str) -> None:
-        node = self._nodes.snapshot().get(name)
+        node = self._nodes.store.get(name)  # one key: no copy of the store (a dict read is atomic)
         if node is None:
             self._tainted.pop(name, None)
             return
@@ -179,7 +175,7 @@ class TaintEvictionController:
             self._process(key, taints, pod, now)
 
     def _handle_pod(self, key: str, node_name: str) -> None:
-        pod = self._pods.snapshot().get(key)
+        pod = self._pods.store.get(key)
         if pod is None:
             self._cancel(key)  # "Noticed pod deletion"
             return
@@ -232,7 +228,7 @@ class TaintEvictionController:
         for _ in range(DELETE_TRIES):
             try:
                 pod = self.api.get(PODS, name, namespace)
-                status = logic.disruption_status(pod, _stamp(self.clock()), self.with_generation)
+                status = logic.disruption_status(pod, now_rfc3339(now=self.clock()), self.with_generation)
                 if status is not None:
                     self.api.update(PODS, {**pod, "status": status}, namespace, subresource="status")
                 self.api.delete(PODS, name, namespace)
